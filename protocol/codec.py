@@ -1,0 +1,204 @@
+"""The wire codec: typed messages <-> msgpack bytes.
+
+How this works
+--------------
+Every message is a frozen dataclass registered under a type tag with ``@message("Tag")``.
+On the wire it is a msgpack map ``{"t": tag, "v": PROTOCOL_VERSION, field: value, ...}``.
+
+``decode`` is the one door for untrusted bytes. It either returns an instance of a registered
+message class whose fields have been checked against the dataclass annotations, or raises
+``DecodeError`` -- never anything else, whatever the bytes (a hypothesis test holds it to that).
+The checks are deliberately strict (no bool where an int is expected, no unknown fields) because
+the relay must be able to trust a decoded message's shape before the rule engine ever sees it.
+
+Supported field types: ``int``, ``float``, ``str``, ``bool``, ``bytes``, ``X | None``,
+``tuple[X, ...]``, ``dict[str, Any]`` and ``Any`` (a msgpack value of bounded size). Nested
+messages are carried as plain maps and decoded by the layer that knows what to expect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Callable, TypeVar
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+
+#: Largest message the decoder accepts, in bytes; bigger payloads are refused before unpacking.
+MAX_MESSAGE_BYTES = 64 * 1024
+
+_REGISTRY: dict[str, type] = {}
+_HINTS: dict[type, dict[str, Any]] = {}
+
+T = TypeVar("T")
+
+
+class DecodeError(ValueError):
+    """Raised for any bytes that are not a valid message of this protocol version."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+def message(tag: str) -> Callable[[type[T]], type[T]]:
+    """Register a frozen dataclass as a wire message with the type tag ``tag``."""
+
+    def register(cls: type[T]) -> type[T]:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"{cls.__name__} must be a dataclass")
+        if tag in _REGISTRY and _REGISTRY[tag] is not cls:
+            raise TypeError(f"message tag {tag!r} registered twice")
+        _REGISTRY[tag] = cls
+        setattr(cls, "TYPE", tag)
+        return cls
+
+    return register
+
+
+def registered(tag: str) -> type | None:
+    return _REGISTRY.get(tag)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        module = __import__(cls.__module__, fromlist=["_"])
+        hints = typing.get_type_hints(cls, vars(module))
+        hints = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+        _HINTS[cls] = hints
+    return hints
+
+
+def to_dict(msg: Any) -> dict[str, Any]:
+    """The wire map of a message (type tag and version included)."""
+    out: dict[str, Any] = {"t": type(msg).TYPE, "v": PROTOCOL_VERSION}
+    for f in dataclasses.fields(msg):
+        out[f.name] = _plain(getattr(msg, f.name))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and hasattr(type(value), "TYPE"):
+        return to_dict(value)
+    return value
+
+
+def encode(msg: Any) -> bytes:
+    return msgpack.packb(to_dict(msg), use_bin_type=True)
+
+
+def decode(data: bytes | bytearray | memoryview) -> Any:
+    """Decode untrusted bytes into a registered message, or raise ``DecodeError``."""
+    try:
+        raw = bytes(data)
+    except Exception as exc:  # noqa: BLE001 - anything not bytes-like is simply malformed
+        raise DecodeError("malformed", f"not bytes: {type(data).__name__}") from exc
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise DecodeError("too_large", f"{len(raw)} bytes > {MAX_MESSAGE_BYTES}")
+    try:
+        obj = msgpack.unpackb(
+            raw,
+            raw=False,
+            strict_map_key=True,
+            max_buffer_size=MAX_MESSAGE_BYTES,
+            max_array_len=4096,
+            max_map_len=1024,
+        )
+    except Exception as exc:  # noqa: BLE001 - msgpack raises a zoo of types; we raise one
+        raise DecodeError("malformed", f"not msgpack: {type(exc).__name__}") from exc
+    return from_dict(obj)
+
+
+def from_dict(obj: Any) -> Any:
+    """Validate a plain map (as unpacked) into a registered message, or raise ``DecodeError``."""
+    if not isinstance(obj, dict):
+        raise DecodeError("malformed", "a message must be a map")
+    tag = obj.get("t")
+    if not isinstance(tag, str):
+        raise DecodeError("malformed", "missing type tag 't'")
+    version = obj.get("v")
+    if type(version) is not int:
+        raise DecodeError("malformed", "missing protocol version 'v'")
+    if version != PROTOCOL_VERSION:
+        raise DecodeError("bad_version", f"protocol version {version} (this side speaks {PROTOCOL_VERSION})")
+    cls = _REGISTRY.get(tag)
+    if cls is None:
+        raise DecodeError("unknown_type", f"unknown message type {tag[:40]!r}")
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key in obj:
+        if key not in ("t", "v") and key not in hints:
+            raise DecodeError("malformed", f"{tag}: unknown field {str(key)[:40]!r}")
+    for f in dataclasses.fields(cls):
+        if f.name in obj:
+            kwargs[f.name] = _check(obj[f.name], hints[f.name], f"{tag}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise DecodeError("malformed", f"{tag}: missing field {f.name!r}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # a __post_init__ may refuse values
+        raise DecodeError("malformed", f"{tag}: {exc}") from exc
+
+
+def _check(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check(value, arg, where)
+            except DecodeError as exc:
+                errors.append(exc.detail)
+        raise DecodeError("malformed", f"{where}: " + "; ".join(errors))
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise DecodeError("malformed", f"{where}: expected a list")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_check(v, args[0], f"{where}[]") for v in value)
+        if len(args) != len(value):
+            raise DecodeError("malformed", f"{where}: expected {len(args)} items")
+        return tuple(_check(v, a, f"{where}[]") for v, a in zip(value, args))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise DecodeError("malformed", f"{where}: expected a map")
+        return value
+    if tp is bool:
+        if type(value) is not bool:
+            raise DecodeError("malformed", f"{where}: expected a boolean")
+        return value
+    if tp is int:
+        if type(value) is not int:
+            raise DecodeError("malformed", f"{where}: expected an integer")
+        return value
+    if tp is float:
+        if type(value) not in (int, float):
+            raise DecodeError("malformed", f"{where}: expected a number")
+        return float(value)
+    if tp is str:
+        if type(value) is not str:
+            raise DecodeError("malformed", f"{where}: expected a string")
+        return value
+    if tp is bytes:
+        if type(value) is not bytes:
+            raise DecodeError("malformed", f"{where}: expected bytes")
+        return value
+    raise DecodeError("malformed", f"{where}: unsupported field type")

@@ -1,0 +1,180 @@
+"""Every message that crosses the wire, by direction.
+
+How this works
+--------------
+Client requests are imperative (``CreateMatch``, ``Act``), relay facts are past tense
+(``ActionAccepted``, ``ViewUpdated``). A player's game action travels inside ``Act`` as a nested
+map (``{"t": "PlayCard", ...}``) that the game's own rule module decodes: the envelope carries what
+every game shares -- the per-client action ``id`` (duplicates are answered, never applied twice),
+the ``seq`` of the state the action was made against, and the player's own reaction time.
+
+Public events (``Event``) carry the match's gap-free ``seq`` and the relay's timestamp ``ts`` in ns.
+A player's private view of the state (their hand, the number of cards in draw piles) comes as
+``ViewUpdated`` on their private topic, stamped with the ``seq`` it is current as of.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.codec import message
+
+# --- client -> relay, on {prefix}/req/{client} --------------------------------------------------
+
+
+@message("CreateMatch")
+@dataclass(frozen=True)
+class CreateMatch:
+    name: str
+    game: str = "blink"
+    settings: dict[str, Any] = field(default_factory=dict)
+    seats: int = 2
+    bots: int = 0
+
+
+@message("JoinMatch")
+@dataclass(frozen=True)
+class JoinMatch:
+    name: str
+    code: str
+
+
+@message("QuickMatch")
+@dataclass(frozen=True)
+class QuickMatch:
+    name: str
+    game: str = "blink"
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@message("Ping")
+@dataclass(frozen=True)
+class Ping:
+    t0: int  # client clock, ns, when sent
+
+
+@message("Resync")
+@dataclass(frozen=True)
+class Resync:
+    match: str
+
+
+@message("Rematch")
+@dataclass(frozen=True)
+class Rematch:
+    match: str
+
+
+# --- player -> relay, on {prefix}/m/{shard}/{match}/act/{client} -----------------------------------
+
+
+@message("Act")
+@dataclass(frozen=True)
+class Act:
+    id: int  # per-client action id, increasing
+    seq: int  # the match seq of the state the player saw when acting
+    action: dict[str, Any]  # a game action, e.g. {"t": "PlayCard", "v": 1, "card": "4-red-moon", "pile": 0}
+    reaction_ns: int | None = None  # client clock: from receiving event `seq` to sending this
+
+
+# --- relay -> one client, on {prefix}/c/{client} ----------------------------------------------------
+
+
+@message("MatchJoined")
+@dataclass(frozen=True)
+class MatchJoined:
+    match: str
+    seat: int
+    game: str
+    players: tuple[str, ...]
+    seats: int
+    settings: dict[str, Any]
+    shard: str = "0"
+
+
+@message("ActionAccepted")
+@dataclass(frozen=True)
+class ActionAccepted:
+    match: str
+    id: int
+    seq: int  # the seq of the last event the action produced
+    hold_ns: int = 0  # how long fair ordering held the action before judging it
+
+
+@message("ActionRejected")
+@dataclass(frozen=True)
+class ActionRejected:
+    match: str
+    id: int
+    code: str
+    detail: str = ""
+    seq: int = 0  # the match seq when the rejection was decided
+
+
+@message("RequestRejected")
+@dataclass(frozen=True)
+class RequestRejected:
+    code: str
+    detail: str = ""
+
+
+@message("Pong")
+@dataclass(frozen=True)
+class Pong:
+    t0: int  # client send time (echoed)
+    t1: int  # relay receive time
+    t2: int  # relay send time
+
+
+@message("ViewUpdated")
+@dataclass(frozen=True)
+class ViewUpdated:
+    match: str
+    seq: int
+    game: int  # index of the game within the match
+    state: dict[str, Any]
+    match_state: dict[str, Any] = field(default_factory=dict)
+
+
+# --- relay -> everyone in a match, on {prefix}/m/{shard}/{match}/ev (and /snap, retained) -------------
+
+
+@message("Event")
+@dataclass(frozen=True)
+class Event:
+    match: str
+    seq: int
+    ts: int
+    game: int
+    type: str
+    data: dict[str, Any]
+
+
+@message("Snapshot")
+@dataclass(frozen=True)
+class Snapshot:
+    match: str
+    seq: int
+    ts: int
+    game: int
+    status: str
+    players: tuple[str, ...]
+    state: dict[str, Any]
+    match_state: dict[str, Any] = field(default_factory=dict)
+
+
+# --- relay -> all, retained -------------------------------------------------------------------------
+
+
+@message("MatchList")
+@dataclass(frozen=True)
+class MatchList:
+    matches: tuple[dict[str, Any], ...]
+
+
+@message("RelayStatus")
+@dataclass(frozen=True)
+class RelayStatus:
+    relay: str
+    online: bool

@@ -1,0 +1,687 @@
+"""BLINK, the speed-card race (RULES.md section 1), as a pure, immutable rule engine.
+
+How this works
+--------------
+The state is a frozen dataclass: two draw piles (index 0 is the top), two hands, two centre piles
+(the last card is the top), and a phase:
+
+    countdown --StartRace--> running --(no one can play)--> stalled --ResolveStalemate--> running
+                                 |                                        \\--> picking --both picked / PickTimeout--> running
+                                 +--(a hand and draw pile run out)--> over      (or over: a win or the one-card tie)
+
+The engine never looks at a clock. The relay reads ``timers(state)`` to know what to do after a
+delay (the start countdown, the stalemate pause, the pick time limit) and applies the named system
+action with ``player=SYSTEM`` when the time comes.
+
+Hidden cards are ``None``. ``view(state, seat)`` returns the same state type with the opponent's
+hand, both draw piles and (before the start) the face-down centre cards replaced by ``None``; the
+client feeds that view to ``apply`` to predict its own plays. A card drawn from a hidden pile is
+simply ``None`` (unknown) until the relay says what it was. Where a decision depends on a hidden
+card (can the opponent play?) the engine assumes it might, so a view never predicts a stalemate
+the relay would not declare.
+
+Conflicts are not the engine's business: the relay orders plays and calls ``apply`` one at a time,
+each against the state as it is then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from protocol.codec import from_dict, message, to_dict, DecodeError
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, shuffled
+
+NAME = "blink"
+NS = 1_000_000_000
+
+# --- cards ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deck:
+    """The deck as data: every combination of colour, shape and count is one card."""
+
+    colours: tuple[str, ...] = ("red", "yellow", "green", "blue")
+    shapes: tuple[str, ...] = ("star", "triangle", "moon")
+    counts: tuple[int, ...] = (1, 2, 3, 4, 5)
+
+    def cards(self) -> tuple[Card, ...]:
+        return tuple(Card(n, c, s) for c in self.colours for s in self.shapes for n in self.counts)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"colours": list(self.colours), "shapes": list(self.shapes), "counts": list(self.counts)}
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Deck:
+        if not isinstance(data, dict):
+            raise ValueError("deck must be a map of colours, shapes and counts")
+        try:
+            colours = tuple(str(c) for c in data["colours"])
+            shapes = tuple(str(s) for s in data["shapes"])
+            counts = tuple(data["counts"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"deck: {exc}") from exc
+        if not all(type(n) is int and 0 < n < 100 for n in counts):
+            raise ValueError("deck counts must be small positive integers")
+        for name, values in (("colours", colours), ("shapes", shapes), ("counts", counts)):
+            if not values or len(set(values)) != len(values):
+                raise ValueError(f"deck {name} must be non-empty and distinct")
+        for word in colours + shapes:
+            if not word or "-" in word or not word.isalpha():
+                raise ValueError(f"deck names must be single words: {word!r}")
+        return cls(colours, shapes, counts)
+
+
+STANDARD_DECK = Deck()
+
+
+@dataclass(frozen=True, order=True)
+class Card:
+    count: int
+    colour: str
+    shape: str
+
+    @classmethod
+    def parse(cls, text: str, deck: Deck = STANDARD_DECK) -> Card:
+        """``"4-yellow-star"`` -> Card(4, "yellow", "star"); anything else raises ValueError."""
+        if not isinstance(text, str):
+            raise ValueError(f"a card is written count-colour-shape, not {type(text).__name__}")
+        parts = text.split("-")
+        if len(parts) != 3:
+            raise ValueError(f"a card is written count-colour-shape, e.g. 4-yellow-star: {text!r}")
+        count_s, colour, shape = parts
+        if not count_s.isdigit() or not count_s.isascii():
+            raise ValueError(f"card count must be a number: {text!r}")
+        count = int(count_s)
+        if count not in deck.counts:
+            raise ValueError(f"card count {count} is outside {min(deck.counts)}-{max(deck.counts)}: {text!r}")
+        if colour not in deck.colours:
+            raise ValueError(f"unknown colour {colour!r} in {text!r}")
+        if shape not in deck.shapes:
+            raise ValueError(f"unknown shape {shape!r} in {text!r}")
+        return cls(count, colour, shape)
+
+    def __str__(self) -> str:
+        return f"{self.count}-{self.colour}-{self.shape}"
+
+
+def standard_deck() -> tuple[Card, ...]:
+    """The 60 cards: 4 colours x 3 shapes x counts 1-5, each exactly once."""
+    return STANDARD_DECK.cards()
+
+
+def cards_match(a: Card, b: Card) -> bool:
+    """Two cards match when they share at least one of colour, shape or count."""
+    return a.colour == b.colour or a.shape == b.shape or a.count == b.count
+
+
+def _may_match(card: Card | None, top: Card | None) -> bool:
+    """Match test when either card may be hidden: unknown means 'perhaps'."""
+    if card is None or top is None:
+        return True
+    return cards_match(card, top)
+
+
+# --- settings --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    deck: Deck = STANDARD_DECK
+    hand_size: int = 3
+    auto_refill: bool = True  # False: drawing is an explicit DrawCard action
+    countdown_s: float = 3.0
+    stalemate_pause_s: float = 1.0
+    pick_time_s: float = 5.0
+    best_of: int = 3
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "deck": self.deck.to_wire(),
+            "hand_size": self.hand_size,
+            "auto_refill": self.auto_refill,
+            "countdown_s": self.countdown_s,
+            "stalemate_pause_s": self.stalemate_pause_s,
+            "pick_time_s": self.pick_time_s,
+            "best_of": self.best_of,
+        }
+
+
+def make_settings(data: dict[str, Any] | None = None) -> Settings:
+    """Validated settings from a map; unknown keys or out-of-range values raise ValueError."""
+    data = dict(data or {})
+    known = set(Settings.__dataclass_fields__)
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown blink settings: {', '.join(sorted(map(str, unknown)))}")
+    kw: dict[str, Any] = {}
+    if "deck" in data:
+        kw["deck"] = data["deck"] if isinstance(data["deck"], Deck) else Deck.from_wire(data["deck"])
+    if "hand_size" in data:
+        v = data["hand_size"]
+        if type(v) is not int or not 1 <= v <= 10:
+            raise ValueError("hand_size must be an integer from 1 to 10")
+        kw["hand_size"] = v
+    if "auto_refill" in data:
+        if type(data["auto_refill"]) is not bool:
+            raise ValueError("auto_refill must be true or false")
+        kw["auto_refill"] = data["auto_refill"]
+    for key, lo, hi in (("countdown_s", 0.0, 60.0), ("stalemate_pause_s", 0.0, 30.0), ("pick_time_s", 0.1, 120.0)):
+        if key in data:
+            v = data[key]
+            if type(v) not in (int, float) or not lo <= v <= hi:
+                raise ValueError(f"{key} must be a number from {lo:g} to {hi:g}")
+            kw[key] = float(v)
+    if "best_of" in data:
+        v = data["best_of"]
+        if type(v) is not int or v < 1 or v % 2 == 0 or v > 9:
+            raise ValueError("best_of must be an odd number from 1 to 9")
+        kw["best_of"] = v
+    s = Settings(**kw)
+    if len(s.deck.cards()) < 2 * (s.hand_size + 1) + 2:
+        raise ValueError("the deck is too small for two players with this hand size")
+    return s
+
+
+# --- state -----------------------------------------------------------------------------------------
+
+Hand = tuple[Card | None, ...]
+
+
+@dataclass(frozen=True)
+class State:
+    settings: Settings
+    draw: tuple[Hand, Hand]  # index 0 is the top of the draw pile
+    hands: tuple[Hand, Hand]
+    piles: tuple[Hand, Hand]  # the last card is the top
+    phase: str = "countdown"  # countdown | running | stalled | picking | over
+    resolution: str = ""  # while stalled: "flip" or "pick"
+    picked: tuple[bool, bool] = (False, False)
+    picks: tuple[Card | None, Card | None] = (None, None)  # chosen cards, hidden until both are placed
+    winner: int | None = None
+    tie: bool = False
+    stalemates: int = 0  # how many stalemates this game has had; keys the relay's timers
+
+    def top(self, pile: int) -> Card | None:
+        return self.piles[pile][-1] if self.piles[pile] else None
+
+    def counts(self) -> dict[str, Any]:
+        return {
+            "hand": [len(h) for h in self.hands],
+            "draw": [len(d) for d in self.draw],
+            "pile": [len(p) for p in self.piles],
+        }
+
+
+# --- actions ---------------------------------------------------------------------------------------
+
+
+@message("PlayCard")
+@dataclass(frozen=True)
+class PlayCard:
+    card: str
+    pile: int
+
+
+@message("DrawCard")
+@dataclass(frozen=True)
+class DrawCard:
+    pass
+
+
+@message("PickCard")
+@dataclass(frozen=True)
+class PickCard:
+    card: str
+
+
+# System actions: the relay applies them with player=SYSTEM when a timer fires.
+@message("StartRace")
+@dataclass(frozen=True)
+class StartRace:
+    pass
+
+
+@message("ResolveStalemate")
+@dataclass(frozen=True)
+class ResolveStalemate:
+    stalemate: int  # which stalemate this resolves (ignored if it is stale)
+
+
+@message("PickTimeout")
+@dataclass(frozen=True)
+class PickTimeout:
+    stalemate: int
+
+
+PLAYER_ACTIONS = (PlayCard, DrawCard, PickCard)
+SYSTEM_ACTIONS = (StartRace, ResolveStalemate, PickTimeout)
+Action = PlayCard | DrawCard | PickCard | StartRace | ResolveStalemate | PickTimeout
+
+
+def action_from_wire(data: dict[str, Any]) -> Action:
+    try:
+        action = from_dict(data)
+    except DecodeError as exc:
+        raise ValueError(exc.detail) from exc
+    if not isinstance(action, PLAYER_ACTIONS):
+        raise ValueError(f"{type(action).__name__} is not a BLINK player action")
+    return action
+
+
+def action_to_wire(action: Action) -> dict[str, Any]:
+    return to_dict(action)
+
+
+# --- setup -----------------------------------------------------------------------------------------
+
+
+def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chance: Chance | None = None) -> State:
+    """Shuffle (with the given chance), deal two equal draw piles, one face-down centre card each
+    from the top of the player's own pile, then a hand of ``hand_size`` each."""
+    if players != 2:
+        raise ValueError("BLINK is a game for two players")
+    s = settings if isinstance(settings, Settings) else make_settings(settings)
+    if chance is None:
+        raise ValueError("new_game needs chance (the relay's seeded generator)")
+    deck = shuffled(s.deck.cards(), chance)
+    return deal(s, deck)
+
+
+def deal(s: Settings, deck: tuple[Card, ...]) -> State:
+    """Set up from a known deck order (the first half is player 0's draw pile, top first)."""
+    half = len(deck) // 2
+    piles_src = (deck[:half], deck[half : 2 * half])
+    centre = tuple((src[0],) for src in piles_src)
+    hands = tuple(src[1 : 1 + s.hand_size] for src in piles_src)
+    draw = tuple(src[1 + s.hand_size :] for src in piles_src)
+    # An odd deck leaves one card out of the game; the standard deck is even.
+    return State(settings=s, draw=draw, hands=hands, piles=centre)  # type: ignore[arg-type]
+
+
+# --- the rules -------------------------------------------------------------------------------------
+
+
+def _set(t: tuple[Any, Any], i: int, v: Any) -> tuple[Any, Any]:
+    return (v, t[1]) if i == 0 else (t[0], v)
+
+
+def _remove(hand: Hand, card: Card) -> Hand | None:
+    for i, c in enumerate(hand):
+        if c == card:
+            return hand[:i] + hand[i + 1 :]
+    return None
+
+
+def can_play(state: State, player: int) -> bool:
+    """Might ``player`` have a legal play? (Unknown cards count as possibly playable.)"""
+    for card in state.hands[player]:
+        for pile in (0, 1):
+            if _may_match(card, state.top(pile)):
+                return True
+    return False
+
+
+def _can_draw(state: State, player: int) -> bool:
+    return not state.settings.auto_refill and len(state.hands[player]) < state.settings.hand_size and bool(state.draw[player])
+
+
+def _refill(state: State, player: int, events: list[EventData]) -> State:
+    need = state.settings.hand_size - len(state.hands[player])
+    take = state.draw[player][: max(0, need)]
+    if not take:
+        return state
+    state = replace(
+        state,
+        hands=_set(state.hands, player, state.hands[player] + take),
+        draw=_set(state.draw, player, state.draw[player][len(take) :]),
+    )
+    events.append({"type": "hand_refilled", "player": player, "count": len(take),
+                   "hand": len(state.hands[player]), "draw": len(state.draw[player])})
+    return state
+
+
+def _out_of_cards(state: State, player: int) -> bool:
+    return not state.hands[player] and not state.draw[player]
+
+
+def _after_change(state: State, events: list[EventData]) -> State:
+    """Check for a winner, then for a stalemate; called after every change in the running phase."""
+    for p in (0, 1):
+        if _out_of_cards(state, p):
+            events.append({"type": "game_over", "winner": p, "reason": "out_of_cards"})
+            return replace(state, phase="over", winner=p)
+    if any(can_play(state, p) or _can_draw(state, p) for p in (0, 1)):
+        return replace(state, phase="running") if state.phase != "running" else state
+    # Nobody can play: a stalemate (RULES.md: the relay detects it itself).
+    n = state.stalemates + 1
+    if all(len(state.hands[p]) == 1 and not state.draw[p] for p in (0, 1)):
+        events.append({"type": "stalemate", "resolution": "tie", "stalemate": n})
+        events.append({"type": "game_over", "winner": None, "reason": "tie"})
+        return replace(state, phase="over", tie=True, stalemates=n)
+    resolution = "flip" if all(state.draw[p] for p in (0, 1)) else "pick"
+    events.append({"type": "stalemate", "resolution": resolution, "stalemate": n,
+                   "pause_s": state.settings.stalemate_pause_s})
+    return replace(state, phase="stalled", resolution=resolution, stalemates=n)
+
+
+def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+    """Apply one action; a rejection leaves ``state`` untouched (it is immutable anyway)."""
+    if player is SYSTEM:
+        return _apply_system(state, action)
+    if player not in (0, 1):
+        return Rejected("not_a_player", f"no seat {player!r} in BLINK")
+    if isinstance(action, PlayCard):
+        return _play(state, player, action)
+    if isinstance(action, DrawCard):
+        return _draw(state, player)
+    if isinstance(action, PickCard):
+        return _pick(state, player, action)
+    if isinstance(action, SYSTEM_ACTIONS):
+        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+    return Rejected("unknown_action", f"{type(action).__name__} is not a BLINK action")
+
+
+def _parse_card(state: State, text: str) -> Card | Rejected:
+    try:
+        return Card.parse(text, state.settings.deck)
+    except ValueError as exc:
+        return Rejected("malformed", str(exc))
+
+
+def _phase_rejection(state: State) -> Rejected:
+    if state.phase == "countdown":
+        return Rejected("not_running", "the race has not started yet")
+    if state.phase == "stalled":
+        return Rejected("stalemate", "play is paused for a stalemate")
+    if state.phase == "picking":
+        return Rejected("stalemate", "choose a card for your own pile (stalemate)")
+    return Rejected("game_over", "the game is over")
+
+
+def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Rejected:
+    if state.phase != "running":
+        return _phase_rejection(state)
+    card = _parse_card(state, action.card)
+    if isinstance(card, Rejected):
+        return card
+    if type(action.pile) is not int or action.pile not in (0, 1):
+        return Rejected("bad_pile", f"pile must be 0 or 1, not {action.pile!r}")
+    hand = _remove(state.hands[player], card)
+    if hand is None:
+        if None in state.hands[player]:
+            # A prediction on a view: the card may be one of our unknown draws; the relay will say.
+            idx = state.hands[player].index(None)
+            hand = state.hands[player][:idx] + state.hands[player][idx + 1 :]
+        else:
+            return Rejected("not_in_hand", f"{card} is not in your hand")
+    top = state.top(action.pile)
+    if top is not None and not cards_match(card, top):
+        return Rejected("no_match", f"{card} does not match {top}")
+    piles = _set(state.piles, action.pile, state.piles[action.pile] + (card,))
+    state = replace(state, hands=_set(state.hands, player, hand), piles=piles)
+    events: list[EventData] = [{"type": "card_played", "player": player, "card": str(card), "pile": action.pile}]
+    if state.settings.auto_refill:
+        state = _refill(state, player, events)
+    state = _after_change(state, events)
+    return Accepted(state, tuple(events))
+
+
+def _draw(state: State, player: int) -> Accepted[State] | Rejected:
+    if state.settings.auto_refill:
+        return Rejected("auto_refill", "hands are refilled automatically in this match")
+    if state.phase != "running":
+        return _phase_rejection(state)
+    if len(state.hands[player]) >= state.settings.hand_size:
+        return Rejected("hand_full", f"your hand already holds {state.settings.hand_size} cards")
+    if not state.draw[player]:
+        return Rejected("draw_empty", "your draw pile is empty")
+    card = state.draw[player][0]
+    state = replace(state, hands=_set(state.hands, player, state.hands[player] + (card,)),
+                    draw=_set(state.draw, player, state.draw[player][1:]))
+    events: list[EventData] = [{"type": "card_drawn", "player": player,
+                                "hand": len(state.hands[player]), "draw": len(state.draw[player])}]
+    state = _after_change(state, events)
+    return Accepted(state, tuple(events))
+
+
+def _pick(state: State, player: int, action: PickCard) -> Accepted[State] | Rejected:
+    if state.phase != "picking":
+        if state.phase == "running":
+            return Rejected("not_stalemate", "choosing a card is only for a stalemate")
+        return _phase_rejection(state)
+    if state.picked[player]:
+        return Rejected("already_picked", "you have already chosen your card")
+    card = _parse_card(state, action.card)
+    if isinstance(card, Rejected):
+        return card
+    if card not in state.hands[player] and None not in state.hands[player]:
+        return Rejected("not_in_hand", f"{card} is not in your hand")
+    state = replace(state, picked=_set(state.picked, player, True), picks=_set(state.picks, player, card))
+    events: list[EventData] = [{"type": "pick_made", "player": player}]
+    if all(state.picked):
+        state = _place_picks(state, events, auto=(False, False))
+    return Accepted(state, tuple(events))
+
+
+def _place_picks(state: State, events: list[EventData], auto: tuple[bool, bool]) -> State:
+    """Both chosen cards go face up on their owners' piles at once; then refill and carry on."""
+    hands = list(state.hands)
+    piles = list(state.piles)
+    for p in (0, 1):
+        card = state.picks[p]
+        hand = _remove(hands[p], card) if card is not None else None
+        if hand is None:  # a view that does not know the card: drop an unknown one
+            idx = hands[p].index(None) if None in hands[p] else 0
+            hand = hands[p][:idx] + hands[p][idx + 1 :]
+        hands[p] = hand
+        piles[p] = piles[p] + (card,)
+        events.append({"type": "card_picked", "player": p, "card": None if card is None else str(card),
+                       "pile": p, "auto": auto[p]})
+    state = replace(state, hands=(hands[0], hands[1]), piles=(piles[0], piles[1]),
+                    picked=(False, False), picks=(None, None), resolution="", phase="running")
+    # RULES.md: a player who empties their hand by a stalemate placement wins.
+    for p in (0, 1):
+        if _out_of_cards(state, p):
+            events.append({"type": "game_over", "winner": p, "reason": "out_of_cards"})
+            return replace(state, phase="over", winner=p)
+    for p in (0, 1):
+        state = _refill(state, p, events)
+    events.append({"type": "play_resumed"})
+    return _after_change(state, events)
+
+
+def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+    events: list[EventData] = []
+    if isinstance(action, StartRace):
+        if state.phase != "countdown":
+            return Rejected("not_countdown", "the race has already started")
+        for p in (0, 1):
+            events.append({"type": "card_revealed", "player": p, "card": str(state.top(p)), "pile": p})
+        events.append({"type": "race_started"})
+        state = replace(state, phase="running")
+        return Accepted(_after_change(state, events), tuple(events))
+    if isinstance(action, ResolveStalemate):
+        if state.phase != "stalled" or action.stalemate != state.stalemates:
+            return Rejected("not_stalled", "no stalemate is waiting to be resolved")
+        if state.resolution == "flip":
+            draw, piles = list(state.draw), list(state.piles)
+            for p in (0, 1):
+                card = draw[p][0]
+                draw[p] = draw[p][1:]
+                piles[p] = piles[p] + (card,)
+                events.append({"type": "card_flipped", "player": p, "card": None if card is None else str(card),
+                               "pile": p})
+            state = replace(state, draw=(draw[0], draw[1]), piles=(piles[0], piles[1]), phase="running",
+                            resolution="")
+            events.append({"type": "play_resumed"})
+            return Accepted(_after_change(state, events), tuple(events))
+        events.append({"type": "pick_started", "seconds": state.settings.pick_time_s,
+                       "stalemate": state.stalemates})
+        return Accepted(replace(state, phase="picking"), tuple(events))
+    if isinstance(action, PickTimeout):
+        if state.phase != "picking" or action.stalemate != state.stalemates:
+            return Rejected("not_picking", "no one is choosing a card")
+        # RULES.md (decided): when time runs out the relay chooses the first card of the hand.
+        picks = tuple(state.picks[p] if state.picked[p] else state.hands[p][0] for p in (0, 1))
+        auto = (not state.picked[0], not state.picked[1])
+        state = replace(state, picks=picks, picked=(True, True))  # type: ignore[arg-type]
+        return Accepted(_place_picks(state, events, auto=auto), tuple(events))
+    return Rejected("unknown_action", f"{type(action).__name__} is not a BLINK system action")
+
+
+def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+    return action  # BLINK needs no chance after the shuffle
+
+
+def timers(state: State) -> tuple[Timer, ...]:
+    s = state.settings
+    if state.phase == "countdown":
+        return (Timer("start", int(s.countdown_s * NS), StartRace()),)
+    if state.phase == "stalled":
+        return (Timer(f"stalemate-{state.stalemates}", int(s.stalemate_pause_s * NS), ResolveStalemate(state.stalemates)),)
+    if state.phase == "picking":
+        return (Timer(f"pick-{state.stalemates}", int(s.pick_time_s * NS), PickTimeout(state.stalemates)),)
+    return ()
+
+
+def legal_actions(state: State, player: int) -> list[Action]:
+    out: list[Action] = []
+    if state.phase == "running":
+        for card in state.hands[player]:
+            if card is None:
+                continue
+            for pile in (0, 1):
+                top = state.top(pile)
+                if top is None or cards_match(card, top):
+                    out.append(PlayCard(str(card), pile))
+        if _can_draw(state, player):
+            out.append(DrawCard())
+    elif state.phase == "picking" and not state.picked[player]:
+        out.extend(PickCard(str(c)) for c in state.hands[player] if c is not None)
+    return out
+
+
+def outcome(state: State) -> Outcome | None:
+    if state.phase != "over":
+        return None
+    if state.tie:
+        return Outcome(winners=(), reason="tie")
+    assert state.winner is not None
+    return Outcome(winners=(state.winner,), reason="out_of_cards")
+
+
+def view(state: State, player: int | None) -> State:
+    """What ``player`` may see (None: a spectator): no opponent hand, no draw order, no secret pick."""
+    hidden = lambda cards: tuple(None for _ in cards)  # noqa: E731
+    hands = tuple(h if p == player else hidden(h) for p, h in enumerate(state.hands))
+    draw = tuple(hidden(d) for d in state.draw)
+    piles = state.piles
+    if state.phase == "countdown":
+        piles = tuple(hidden(p) for p in piles)  # type: ignore[assignment]
+    picks = tuple(c if p == player else None for p, c in enumerate(state.picks))
+    return replace(state, hands=hands, draw=draw, piles=piles, picks=picks)  # type: ignore[arg-type]
+
+
+# --- wire form -------------------------------------------------------------------------------------
+
+
+def _cards_out(cards: Hand) -> list[str | None]:
+    return [None if c is None else str(c) for c in cards]
+
+
+def to_wire(state: State) -> dict[str, Any]:
+    """A state or view as a plain map. Draw piles of a view are sent as counts only."""
+    draw: list[Any] = [len(d) if all(c is None for c in d) else _cards_out(d) for d in state.draw]
+    return {
+        "settings": state.settings.to_wire(),
+        "draw": draw,
+        "hands": [_cards_out(h) for h in state.hands],
+        "piles": [_cards_out(p) for p in state.piles],
+        "phase": state.phase,
+        "resolution": state.resolution,
+        "picked": list(state.picked),
+        "picks": [None if c is None else str(c) for c in state.picks],
+        "winner": state.winner,
+        "tie": state.tie,
+        "stalemates": state.stalemates,
+    }
+
+
+def from_wire(data: dict[str, Any]) -> State:
+    """Inverse of ``to_wire``; raises ValueError on anything malformed."""
+    try:
+        s = make_settings(data["settings"])
+        deck = s.deck
+
+        def cards(xs: Any) -> Hand:
+            if isinstance(xs, int):
+                if not 0 <= xs <= 1000:
+                    raise ValueError("bad pile size")
+                return tuple(None for _ in range(xs))
+            return tuple(None if x is None else Card.parse(x, deck) for x in xs)
+
+        def pair(xs: Any) -> tuple[Any, Any]:
+            if not isinstance(xs, list) or len(xs) != 2:
+                raise ValueError("expected two entries")
+            return (xs[0], xs[1])
+
+        picks = pair(data["picks"])
+        return State(
+            settings=s,
+            draw=tuple(cards(d) for d in pair(data["draw"])),  # type: ignore[arg-type]
+            hands=tuple(cards(h) for h in pair(data["hands"])),  # type: ignore[arg-type]
+            piles=tuple(cards(p) for p in pair(data["piles"])),  # type: ignore[arg-type]
+            phase=str(data["phase"]),
+            resolution=str(data["resolution"]),
+            picked=(bool(data["picked"][0]), bool(data["picked"][1])),
+            picks=tuple(None if c is None else Card.parse(c, deck) for c in picks),  # type: ignore[arg-type]
+            winner=data["winner"],
+            tie=bool(data["tie"]),
+            stalemates=int(data["stalemates"]),
+        )
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ValueError(f"malformed BLINK state: {exc!r}") from exc
+
+
+# --- the module as a GameRules object --------------------------------------------------------------
+
+
+class _Rules:
+    name = NAME
+    min_players = 2
+    max_players = 2
+    stale_code = "pile_changed"  # a play that matched the pile top its player saw, but lost the race
+    realtime = True
+
+    def default_settings(self) -> dict[str, Any]:
+        return Settings().to_wire()
+
+    def check_settings(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
+        if players != 2:
+            raise ValueError("BLINK is a game for two players")
+        return make_settings(settings).to_wire()
+
+    def best_of(self, settings: dict[str, Any]) -> int:
+        return make_settings(settings).best_of
+
+    new_game = staticmethod(new_game)
+    apply = staticmethod(apply)
+    complete = staticmethod(complete)
+    view = staticmethod(view)
+    legal_actions = staticmethod(legal_actions)
+    outcome = staticmethod(outcome)
+    timers = staticmethod(timers)
+    to_wire = staticmethod(to_wire)
+    from_wire = staticmethod(from_wire)
+    action_from_wire = staticmethod(action_from_wire)
+    action_to_wire = staticmethod(action_to_wire)
+
+    def invariant_ok(self, state: State) -> bool:
+        """The cards are exactly partitioned between draw piles, hands and centre piles."""
+        seen = [c for group in (state.draw, state.hands, state.piles) for part in group for c in part]
+        return sorted(seen) == sorted(state.settings.deck.cards()[: 2 * (len(state.settings.deck.cards()) // 2)])
+
+
+RULES = _Rules()
