@@ -111,7 +111,6 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
             raw,
             raw=False,
             strict_map_key=True,
-            max_buffer_size=MAX_MESSAGE_BYTES,
             max_array_len=4096,
             max_map_len=1024,
         )

@@ -60,6 +60,12 @@ class Resync:
     match: str
 
 
+@message("Leave")
+@dataclass(frozen=True)
+class Leave:
+    match: str = ""  # empty: whatever match this client is in (also the client's MQTT last will)
+
+
 @message("Rematch")
 @dataclass(frozen=True)
 class Rematch:

@@ -1,0 +1,109 @@
+"""Bots: players driven by a policy with a human-like reaction time, through the same ``Player``
+(networking + prediction) a human's client uses.
+
+How this works
+--------------
+A bot waits for the drawn state to change (a new pile top, a new hand, its turn), looks at it,
+picks an action with its game's policy, waits its reaction time (sampled from a log-normal
+distribution around ``reaction_s``, as human reaction times are), and then acts -- naming the seq
+of the state it looked at, so the relay can tell a lost race from a mistake. If its own client
+already knows the move has become illegal meanwhile, the move bounces locally, as it would for a
+person. A bot keeps at most one action in flight, like a person with one pair of hands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from typing import Any, Callable
+
+from protocol.rules import blink
+from protocol.rules.base import Rejected
+from client.player import Player
+
+Policy = Callable[[Any, int, random.Random], Any]
+
+
+def blink_policy(state: blink.State, seat: int, rng: random.Random) -> Any:
+    """Play a matching card; prefer piles where the card leaves the opponent the fewest options
+    is beyond a person at speed, so: any legal play, chosen at random. During a stalemate pick,
+    place the card that is least useful to keep (the one matching the fewest of the others)."""
+    actions = blink.legal_actions(state, seat)
+    if not actions:
+        return None
+    draws = [a for a in actions if isinstance(a, blink.DrawCard)]
+    if draws:
+        return draws[0]
+    picks = [a for a in actions if isinstance(a, blink.PickCard)]
+    if picks:
+        hand = [c for c in state.hands[seat] if c is not None]
+
+        def usefulness(text: str) -> int:
+            card = blink.Card.parse(text, state.settings.deck)
+            return sum(blink.cards_match(card, other) for other in hand if other != card)
+
+        return min(picks, key=lambda a: usefulness(a.card))
+    return rng.choice(actions)
+
+
+def policy_for(game: str) -> Policy:
+    if game == "blink":
+        return blink_policy
+    from protocol.rules import rules_for
+    import importlib
+
+    module = importlib.import_module(type(rules_for(game)).__module__)
+    bot_action = module.bot_action
+
+    def policy(state: Any, seat: int, rng: random.Random) -> Any:
+        return bot_action(state, seat)
+
+    return policy
+
+
+class Bot:
+    def __init__(self, player: Player, reaction_s: float = 0.35, spread: float = 0.25, seed: int | None = None,
+                 policy: Policy | None = None) -> None:
+        self.player = player
+        self.reaction_s = reaction_s
+        self.spread = spread
+        self.rng = random.Random(seed)
+        self.policy = policy
+        self.plays = 0
+        self.local_bounces = 0
+
+    def reaction(self) -> float:
+        if self.reaction_s <= 0:
+            return 0.0
+        # log-normal with median reaction_s: never negative, a long right tail like real people
+        return self.reaction_s * math.exp(self.rng.gauss(0.0, self.spread))
+
+    async def run(self, until_over: bool = True, stop: asyncio.Event | None = None) -> None:
+        model = self.player.model
+        while True:
+            if stop is not None and stop.is_set():
+                return
+            if until_over and self.player.match_over():
+                return
+            state = model.state()
+            seat = model.seat
+            pending = model.predictor.pending if model.predictor else []
+            action = None
+            if state is not None and seat is not None and not any(p.accepted_seq is None for p in pending):
+                if self.policy is None:
+                    self.policy = policy_for(model.game or "blink")
+                action = self.policy(state, seat, self.rng)
+            if action is None:
+                await self.player.wait_change(timeout=0.5)
+                continue
+            seen = model.predictor.confirmed_seq if model.predictor else None
+            seen_version = model.version
+            await asyncio.sleep(self.reaction())
+            result = await self.player.act(action, seen_seq=seen)
+            if isinstance(result, Rejected):
+                self.local_bounces += 1
+                if model.version == seen_version:
+                    await self.player.wait_change(timeout=0.5)
+            else:
+                self.plays += 1

@@ -1,0 +1,283 @@
+"""The ``blink`` command: serve, bot, match (and play, latency).
+
+How this works
+--------------
+Each sub-command parses and checks its arguments, then runs one asyncio coroutine. The headless
+commands never import pyglet (a server has no display); only ``play`` does, lazily. Every failure a
+user can cause -- a bad URL, a taken port, an unreachable broker, a bad setting -- ends with one
+readable line on stderr and exit status 2 (usage) or 1 (runtime), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from typing import Any, Sequence
+
+from protocol.rules import GAME_NAMES
+from protocol.topics import DEFAULT_PREFIX, Topics
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed as one line, exit status 1."""
+
+
+def _settings_arg(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--settings must be a JSON object: {exc.msg}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--settings must be a JSON object, e.g. '{\"best_of\": 1}'")
+    return value
+
+
+def _seconds_arg(text: str) -> float:
+    try:
+        v = float(text.removesuffix("s"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from exc
+    if not 0 <= v <= 3600:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 3600 seconds: {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return v
+
+
+def _port_arg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from exc
+    if not 0 < v < 65536:
+        raise argparse.ArgumentTypeError(f"a port is from 1 to 65535: {text!r}")
+    return v
+
+
+def _url_arg(text: str) -> str:
+    from relay.broker import BadURL, parse_url
+
+    try:
+        parse_url(text)
+    except BadURL as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="blink", description="Race BLINK and play dice games over MQTT.")
+    p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"topic prefix (default {DEFAULT_PREFIX})")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("serve", help="run the relay (with an embedded MQTT broker unless --broker is given)")
+    s.add_argument("--host", default="127.0.0.1", help="embedded broker address (default 127.0.0.1)")
+    s.add_argument("--port", type=_port_arg, default=1883, help="embedded broker port (default 1883)")
+    s.add_argument("--broker", type=_url_arg, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883")
+    s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
+    s.add_argument("--fair-cap-ms", type=float, default=150.0, help="fair order: longest hold of a play (ms)")
+    s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
+    s.add_argument("--log", metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
+    s.add_argument("--relay-id", default="relay-0", help="this relay's name (status topic)")
+
+    b = sub.add_parser("bot", help="one bot player")
+    b.add_argument("--server", type=_url_arg, required=True, help="MQTT broker the relay uses, e.g. mqtt://127.0.0.1:1883")
+    b.add_argument("--match", metavar="CODE", help="join this match (default: quick match)")
+    b.add_argument("--create", action="store_true", help="create a match and print its code")
+    b.add_argument("--game", choices=GAME_NAMES, default="blink")
+    b.add_argument("--players", type=_positive_int, default=2, help="seats when creating a match")
+    b.add_argument("--settings", type=_settings_arg, default={}, help="game settings as JSON when creating")
+    b.add_argument("--name", default="bot")
+    b.add_argument("--reaction", type=_seconds_arg, default=0.35, help="median reaction time in seconds")
+    b.add_argument("--seed", type=int)
+
+    mt = sub.add_parser("match", help="a whole match between bots")
+    mt.add_argument("--game", choices=GAME_NAMES, default="blink")
+    mt.add_argument("--bots", type=_positive_int, default=2, help="number of bot players")
+    mt.add_argument("--server", type=_url_arg, help="MQTT broker with a running relay (default: start both here)")
+    mt.add_argument("--seed", type=int, help="seed for the relay (when started here) and the bots")
+    mt.add_argument("--settings", type=_settings_arg, default={}, help="game settings as JSON")
+    mt.add_argument("--reaction", type=_seconds_arg, default=0.35, help="bots' median reaction time in seconds")
+    mt.add_argument("--timeout", type=_seconds_arg, default=900.0, help="give up after this many seconds")
+    mt.add_argument("--json", action="store_true", help="print one JSON object")
+    mt.add_argument("--log", metavar="PATH", help="write every public event as JSON Lines")
+    mt.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="relay ordering (local relay)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not args.verbose:
+        for name in ("amqtt", "transitions", "blink.relay"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    topics = Topics(prefix=args.prefix)
+    try:
+        if args.command == "serve":
+            return asyncio.run(_serve(args, topics))
+        if args.command == "bot":
+            return asyncio.run(_bot(args, topics))
+        if args.command == "match":
+            return asyncio.run(_match(args, topics))
+    except KeyboardInterrupt:
+        return 130
+    except UserError as exc:
+        print(f"blink {args.command}: {exc}", file=sys.stderr)
+        return 1
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+def _friendly(exc: BaseException) -> UserError:
+    from relay.broker import PortInUse
+
+    if isinstance(exc, PortInUse):
+        return UserError(str(exc))
+    if isinstance(exc, (ConnectionError, OSError)):
+        return UserError(f"network problem: {exc}")
+    try:
+        import aiomqtt
+
+        if isinstance(exc, aiomqtt.MqttError):
+            return UserError(f"cannot reach the MQTT broker: {exc}")
+    except ImportError:
+        pass
+    return UserError(f"{type(exc).__name__}: {exc}")
+
+
+async def _serve(args: argparse.Namespace, topics: Topics) -> int:
+    from relay.core import RelayConfig
+    from client.matchrun import LocalServer
+
+    config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
+    server = LocalServer(args.broker, args.seed, config, args.log, host=args.host,
+                         port=None if args.broker else args.port, topics=topics)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        async with server:
+            where = f"embedded broker on {server.address.url}" if server.broker else f"broker {server.address.url}"
+            print(f"blink relay '{args.relay_id}' ({args.order} order) running with {where}; Ctrl-C stops it.",
+                  flush=True)
+            relay_task = server._task
+            waiter = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait({waiter, relay_task}, return_when=asyncio.FIRST_COMPLETED)  # type: ignore[arg-type]
+            waiter.cancel()
+            if relay_task in done and not stop.is_set():
+                exc = relay_task.exception() if relay_task else None  # type: ignore[union-attr]
+                raise _friendly(exc) if exc else UserError("the relay stopped")
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - turned into one readable line
+        raise _friendly(exc) from exc
+    print("blink relay stopped.", flush=True)
+    return 0
+
+
+async def _bot(args: argparse.Namespace, topics: Topics) -> int:
+    from relay.broker import parse_url
+    from client.bots import Bot
+    from client.player import Player, RequestError
+
+    try:
+        async with Player(parse_url(args.server), args.name, topics) as player:
+            if args.match:
+                code = await player.join(args.match.upper())
+            elif args.create:
+                code = await player.create(args.game, args.settings, seats=args.players)
+            else:
+                code = await player.quick(args.game, args.settings)
+            print(f"{player.model.name} in match {code} (seat {player.model.seat})", flush=True)
+            await Bot(player, reaction_s=args.reaction, seed=args.seed).run()
+            ms = player.model.match_state
+            winner = ms.get("winner")
+            names = ms.get("players", [])
+            print(f"match over: winner {names[winner] if isinstance(winner, int) and winner < len(names) else 'none'}",
+                  flush=True)
+    except RequestError as exc:
+        raise UserError(f"the relay refused: {exc}") from exc
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _friendly(exc) from exc
+    return 0
+
+
+async def _match(args: argparse.Namespace, topics: Topics) -> int:
+    from relay.core import RelayConfig
+    from client.matchrun import LocalServer, run_match, write_log
+    from client.player import RequestError
+    from protocol.rules import rules_for
+
+    rules = rules_for(args.game)
+    if not rules.min_players <= args.bots <= rules.max_players:
+        raise UserError(f"{args.game} is for {rules.min_players}-{rules.max_players} players, not {args.bots}")
+    try:
+        rules.check_settings(args.settings, args.bots)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"bad --settings: {exc}") from exc
+    config = RelayConfig(order=args.order)
+    try:
+        async with LocalServer(None, args.seed, config, topics=topics, relay=True) if not args.server \
+                else _Nothing(args.server) as server:
+            result = await run_match(server.address, args.game, args.bots, args.settings, args.seed,
+                                     args.reaction, args.timeout, topics)
+    except RequestError as exc:
+        raise UserError(f"the relay refused: {exc}") from exc
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _friendly(exc) from exc
+    if args.log:
+        write_log(args.log, result.events)
+    summary = result.summary()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{summary['game']} match {summary['match']}: {', '.join(summary['players'])}")
+        for g in summary["games"]:
+            print(f"  game {g['game'] + 1}: {'winner ' + str(g['winner']) if g['winner'] is not None else g['reason']}")
+        print(f"winner: {summary['winner']}   accepted plays: {summary['accepted']}   "
+              f"rejected: {summary['rejected'] or 0}   {summary['duration_s']} s")
+    return 0
+
+
+class _Nothing:
+    """Stands in for LocalServer when the user brings a server."""
+
+    def __init__(self, url: str) -> None:
+        from relay.broker import parse_url
+
+        self.address = parse_url(url)
+
+    async def __aenter__(self) -> _Nothing:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Whole matches between bots, and the server set-up the headless commands share.
+
+How this works
+--------------
+``LocalServer`` starts what a command needs when no ``--server`` is given: an embedded amqtt
+broker on a free loopback port and a relay on it, in this process and event loop.
+``run_match`` then connects one ``Player`` per bot (the first creates the match, the others join
+it by its code), plus a silent spectator that subscribes to every match's events *before* the
+match is created, so the log it writes starts at seq 1 and has no gaps. When the relay announces
+``match_over`` the bots stop and the summary is built from the events and the bots' verdicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from protocol import messages as m
+from protocol.topics import Topics
+from relay.broker import BrokerAddress, EmbeddedBroker, free_port, parse_url
+from relay.core import RelayConfig
+from relay.shell import RelayShell
+from client.bots import Bot
+from client.net import Connection, Impairment, new_client_id
+from client.player import Player
+
+
+class LocalServer:
+    """An embedded broker plus relay on a free loopback port (or just a relay on a given broker)."""
+
+    def __init__(self, broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
+                 log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
+                 relay: bool = True, topics: Topics | None = None) -> None:
+        self.broker = None if broker_url else EmbeddedBroker(host, port or free_port(host))
+        self.address = parse_url(broker_url) if broker_url else self.broker.address  # type: ignore[union-attr]
+        self.relay = RelayShell(self.address, topics, config, seed, log_path) if relay else None
+        self._task: asyncio.Task[Any] | None = None
+
+    async def __aenter__(self) -> LocalServer:
+        if self.broker is not None:
+            await self.broker.start()
+        if self.relay is not None:
+            self._task = asyncio.create_task(self.relay.run())
+            done, _ = await asyncio.wait({self._task, asyncio.create_task(self.relay.ready.wait())},
+                                         timeout=15, return_when=asyncio.FIRST_COMPLETED)
+            if self._task in done:
+                await self._task  # raises the relay's error (e.g. the broker is unreachable)
+            if not self.relay.ready.is_set():
+                raise ConnectionError(f"the relay could not start on {self.address.url}")
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        if self.broker is not None:
+            await self.broker.stop()
+
+
+@dataclass
+class MatchResult:
+    code: str
+    game: str
+    players: list[str]
+    events: list[m.Event]
+    accepted: int
+    rejected: dict[str, int]
+    duration_s: float
+    bots: list[Bot] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        games: list[dict[str, Any]] = []
+        winner: Any = None
+        final: dict[str, Any] = {}
+        for ev in self.events:
+            if ev.type == "game_result":
+                entry = {"game": ev.game, "winner": ev.data.get("winner"), "winners": ev.data.get("winners", []),
+                         "reason": ev.data.get("reason")}
+                if ev.data.get("scores"):
+                    entry["scores"] = dict(zip(self.players, ev.data["scores"]))
+                for key in ("line", "rounds_won", "games_won", "final_scores"):
+                    if key in ev.data:
+                        entry[key] = ev.data[key]
+                games.append(entry)
+            elif ev.type == "match_over":
+                winner = ev.data.get("winner")
+                final = ev.data
+        out: dict[str, Any] = {
+            "game": self.game,
+            "match": self.code,
+            "players": self.players,
+            "winner": winner,
+            "match_result": final.get("reason"),
+            "wins": dict(zip(self.players, final.get("wins", []))),
+            "games": games,
+            "accepted": self.accepted,
+            "rejected": dict(sorted(self.rejected.items())),
+            "events": len(self.events),
+            "duration_s": round(self.duration_s, 3),
+        }
+        if games and "scores" in games[-1]:
+            out["scores"] = games[-1]["scores"]
+        for key in ("line", "rounds_won", "games_won"):
+            if games and key in games[-1]:
+                out[key] = games[-1][key]
+        return out
+
+
+def event_line(ev: m.Event) -> dict[str, Any]:
+    # The envelope's fields come last: an event's data can never overwrite seq, ts, type or game.
+    return {**ev.data, "seq": ev.seq, "ts": ev.ts, "type": ev.type, "game": ev.game, "match": ev.match}
+
+
+def write_log(path: str | Path, events: list[m.Event]) -> None:
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "w", encoding="utf-8") as f:
+        for ev in events:
+            f.write(json.dumps(event_line(ev)) + "\n")
+
+
+async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, settings: dict[str, Any] | None = None,
+                    seed: int | None = None, reaction_s: float = 0.35, timeout_s: float = 900.0,
+                    topics: Topics | None = None, impairments: list[Impairment] | None = None,
+                    names: list[str] | None = None) -> MatchResult:
+    topics = topics or Topics()
+    events: list[m.Event] = []
+    over = asyncio.Event()
+
+    def on_spectated(msg: Any, now: int) -> None:
+        if isinstance(msg, m.Event):
+            events.append(msg)
+
+    spectator = Connection(address, new_client_id("log"), topics, on_spectated, ping_interval_s=0)
+    players: list[Player] = []
+    started = time.monotonic()
+    async with spectator:
+        await spectator.watch_all()
+        try:
+            for i in range(bots):
+                imp = impairments[i] if impairments and i < len(impairments) else None
+                name = names[i] if names and i < len(names) else f"bot{i + 1}"
+                p = Player(address, name, topics, imp)
+                await p.__aenter__()
+                players.append(p)
+            code = await players[0].create(game, settings or {}, seats=bots)
+            for p in players[1:]:
+                await p.join(code)
+            robots = [Bot(p, reaction_s=reaction_s, seed=None if seed is None else seed * 100 + i)
+                      for i, p in enumerate(players)]
+            tasks = [asyncio.create_task(b.run()) for b in robots]
+
+            async def watch_end() -> None:
+                while not any(e.type == "match_over" and e.match == code for e in events):
+                    await asyncio.sleep(0.02)
+                over.set()
+
+            watcher = asyncio.create_task(watch_end())
+            try:
+                await asyncio.wait_for(over.wait(), timeout=timeout_s)
+            except asyncio.TimeoutError as exc:
+                raise TimeoutError(f"the match did not finish within {timeout_s:.0f} s") from exc
+            finally:
+                watcher.cancel()
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            duration = time.monotonic() - started
+            await asyncio.sleep(0.05)  # the last views and verdicts
+        finally:
+            for p in players:
+                await p.close()
+    mine = sorted((e for e in events if e.match == code), key=lambda e: e.seq)
+    accepted = 0
+    rejected: Counter[str] = Counter()
+    for p in players:
+        for v in p.model.verdicts:
+            if v.ok:
+                accepted += 1
+            else:
+                rejected[v.code] += 1
+    names_out = list(players[0].model.players) if players else []
+    return MatchResult(code, game, names_out, mine, accepted, dict(rejected), duration, robots)

@@ -1,0 +1,235 @@
+"""The client's pure core: what one player knows, and the optimistic prediction of their own moves.
+
+How this works
+--------------
+``Predictor`` keeps the last *confirmed* state (the relay's ``ViewUpdated``, by ``seq``) and the
+list of this player's actions the relay has not yet answered. What the client draws,
+``predicted()``, is the confirmed state with those pending actions applied, in order, by the same
+rule engine the relay uses. When the relay answers:
+
+- ``ActionAccepted(id, seq)``: the action is kept (it is already drawn) until a confirmed view at
+  or after ``seq`` arrives; then it is dropped, because the confirmed state now contains it;
+- ``ActionRejected(id, code)``: it is dropped at once and recorded in ``bounces`` so the window can
+  animate the card back to the hand with its reason.
+Any pending action that no longer applies to the newer confirmed state is simply skipped when
+predicting (it will bounce when the relay's answer comes).
+
+``ClientModel`` wraps a predictor with everything else a player's client tracks from messages:
+the match it is in, the public event stream (with gap detection: a gap asks for a resync), the
+clock filter (round-trip time and offset from pings) and the receive time of each seq, used for
+the reaction time a play carries to the relay (fair ordering). It is pure: time comes in as
+``now_ns``; it returns the messages to send and never touches the network.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol import messages as m
+from protocol.clock import ClockFilter, sample
+from protocol.rules import rules_for
+from protocol.rules.base import Accepted, Rejected
+
+
+@dataclass
+class Pending:
+    id: int
+    action: Any
+    seq: int  # the confirmed seq it was made against
+    sent_ns: int
+    accepted_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class Bounce:
+    id: int
+    action: Any
+    code: str
+    detail: str
+    at_ns: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    id: int
+    ok: bool
+    code: str
+    sent_ns: int
+    answered_ns: int
+    action: Any = None
+
+    @property
+    def confirm_ns(self) -> int:
+        return self.answered_ns - self.sent_ns
+
+
+class Predictor:
+    def __init__(self, rules: Any, seat: int) -> None:
+        self.rules = rules
+        self.seat = seat
+        self.confirmed: Any = None
+        self.confirmed_seq = -1
+        self.game = 0
+        self.pending: list[Pending] = []
+        self._predicted: Any = None
+        self._dirty = True
+
+    def confirm(self, state: Any, seq: int, game: int) -> bool:
+        """A confirmed view from the relay; older or equal seqs are ignored. Returns True if taken."""
+        if seq <= self.confirmed_seq and game == self.game:
+            return False
+        if game != self.game:
+            self.pending.clear()  # a new game: nothing from the old one can still apply
+        self.confirmed, self.confirmed_seq, self.game = state, seq, game
+        self.pending = [p for p in self.pending if p.accepted_seq is None or p.accepted_seq > seq]
+        self._dirty = True
+        return True
+
+    def local(self, pending: Pending) -> Accepted[Any] | Rejected:
+        """Try an own action against what is drawn now; if the engine accepts it, it becomes pending."""
+        current = self.predicted()
+        if current is None:
+            return Rejected("no_game", "not in a running game")
+        result = self.rules.apply(current, self.seat, pending.action)
+        if isinstance(result, Accepted):
+            self.pending.append(pending)
+            self._predicted, self._dirty = result.state, False
+        return result
+
+    def accepted(self, action_id: int, seq: int) -> Pending | None:
+        for p in self.pending:
+            if p.id == action_id:
+                if seq <= self.confirmed_seq:
+                    self.pending.remove(p)
+                    self._dirty = True
+                else:
+                    p.accepted_seq = seq
+                return p
+        return None
+
+    def rejected(self, action_id: int) -> Pending | None:
+        for p in self.pending:
+            if p.id == action_id:
+                self.pending.remove(p)
+                self._dirty = True
+                return p
+        return None
+
+    def predicted(self) -> Any:
+        if self._dirty:
+            state = self.confirmed
+            if state is not None:
+                for p in self.pending:
+                    result = self.rules.apply(state, self.seat, p.action)
+                    if isinstance(result, Accepted):
+                        state = result.state
+            self._predicted, self._dirty = state, False
+        return self._predicted
+
+
+@dataclass
+class ClientModel:
+    client_id: str
+    name: str
+    match: str | None = None
+    seat: int | None = None
+    game: str | None = None
+    players: tuple[str, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+    match_state: dict[str, Any] = field(default_factory=dict)
+    predictor: Predictor | None = None
+    clock: ClockFilter = field(default_factory=ClockFilter)
+    events: deque[m.Event] = field(default_factory=lambda: deque(maxlen=256))
+    last_event_seq: int = 0
+    bounces: deque[Bounce] = field(default_factory=lambda: deque(maxlen=32))
+    verdicts: deque[Verdict] = field(default_factory=lambda: deque(maxlen=100_000))
+    errors: deque[m.RequestRejected] = field(default_factory=lambda: deque(maxlen=32))
+    next_id: int = 1
+    seq_received_ns: dict[int, int] = field(default_factory=dict)
+    resyncs: int = 0
+    version: int = 0  # bumped on every change the screen or a bot should react to
+
+    @property
+    def rules(self) -> Any:
+        return self.predictor.rules if self.predictor else None
+
+    def state(self) -> Any:
+        return self.predictor.predicted() if self.predictor else None
+
+    def on_message(self, msg: Any, now_ns: int) -> list[Any]:
+        """Take one message from the relay; return requests to send back (e.g. a Resync)."""
+        out: list[Any] = []
+        if isinstance(msg, m.Pong):
+            self.clock.add(sample(msg.t0, msg.t1, msg.t2, now_ns))
+        elif isinstance(msg, m.MatchJoined):
+            self.match, self.seat, self.game = msg.match, msg.seat, msg.game
+            self.players, self.settings = msg.players, msg.settings
+            self.predictor = Predictor(rules_for(msg.game), msg.seat)
+            self.version += 1
+        elif isinstance(msg, m.ViewUpdated) and msg.match == self.match and self.predictor:
+            try:
+                state = self.predictor.rules.from_wire(msg.state)
+            except ValueError:
+                out.append(m.Resync(msg.match))
+                return out
+            if self.predictor.confirm(state, msg.seq, msg.game):
+                self.seq_received_ns.setdefault(msg.seq, now_ns)
+                self.match_state = msg.match_state
+                if msg.match_state.get("players"):
+                    self.players = tuple(msg.match_state["players"])
+                self.version += 1
+        elif isinstance(msg, m.Snapshot) and msg.match == self.match:
+            if msg.seq > self.last_event_seq:
+                self.last_event_seq = msg.seq
+            self.players = msg.players
+        elif isinstance(msg, m.Event) and msg.match == self.match:
+            if msg.seq <= self.last_event_seq:
+                return out
+            if self.last_event_seq and msg.seq > self.last_event_seq + 1:
+                self.resyncs += 1
+                out.append(m.Resync(msg.match))
+            self.last_event_seq = msg.seq
+            self.seq_received_ns.setdefault(msg.seq, now_ns)
+            if len(self.seq_received_ns) > 4096:
+                for k in sorted(self.seq_received_ns)[:2048]:
+                    del self.seq_received_ns[k]
+            self.events.append(msg)
+            self.version += 1
+        elif isinstance(msg, m.ActionAccepted) and self.predictor:
+            p = self.predictor.accepted(msg.id, msg.seq)
+            if p is not None:
+                self.verdicts.append(Verdict(msg.id, True, "accepted", p.sent_ns, now_ns, p.action))
+            self.version += 1
+        elif isinstance(msg, m.ActionRejected) and self.predictor:
+            p = self.predictor.rejected(msg.id)
+            if p is not None:
+                self.bounces.append(Bounce(msg.id, p.action, msg.code, msg.detail, now_ns))
+                self.verdicts.append(Verdict(msg.id, False, msg.code, p.sent_ns, now_ns, p.action))
+            self.version += 1
+        elif isinstance(msg, m.RequestRejected):
+            self.errors.append(msg)
+            self.version += 1
+        return out
+
+    def act(self, action: Any, now_ns: int, seen_seq: int | None = None) -> m.Act | Rejected:
+        """An own action: predicted at once; returns the ``Act`` to send, or the local rejection.
+
+        ``seen_seq`` is the seq of the state the player was looking at when they decided (a bot
+        decides, then takes its reaction time to act); by default the latest confirmed seq."""
+        if self.predictor is None or self.match is None:
+            return Rejected("no_match", "not in a match")
+        seq = self.predictor.confirmed_seq if seen_seq is None else min(seen_seq, self.predictor.confirmed_seq)
+        pending = Pending(self.next_id, action, seq, now_ns)
+        result = self.predictor.local(pending)
+        if isinstance(result, Rejected):
+            return result
+        self.next_id += 1
+        self.version += 1
+        seen = self.seq_received_ns.get(seq)
+        reaction = now_ns - seen if seen is not None else None
+        return m.Act(id=pending.id, seq=seq, action=self.predictor.rules.action_to_wire(action), reaction_ns=reaction)
+
+    def ping(self, now_ns: int) -> m.Ping:
+        return m.Ping(t0=now_ns)

@@ -1,0 +1,214 @@
+"""The client's networking shell: one MQTT connection, clock-sync pings, requests and actions out,
+events and private messages in.
+
+How this works
+--------------
+``Connection`` owns an aiomqtt client whose MQTT client id is the player's id, subscribes to the
+player's private topic, and (once in a match) to the match's public events and retained snapshot.
+Incoming payloads are decoded (bad ones are counted and dropped: a client never crashes on what a
+broker hands it) and passed to ``on_message(msg, recv_ns)`` together with the receive time.
+The last will is a ``Leave`` on the client's own request topic, so the relay learns of a client
+that vanished without saying goodbye.
+
+``Impairment`` (added delay, jitter, loss and reordering, each direction) sits between the
+connection and the application, so latency experiments work on any OS and any broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import aiomqtt
+
+from protocol import messages as m
+from protocol.codec import DecodeError, decode, encode
+from protocol.topics import Topics
+from relay.broker import BrokerAddress
+
+log = logging.getLogger("blink.net")
+
+OnMessage = Callable[[Any, int], None]
+
+
+def new_client_id(prefix: str = "p") -> str:
+    return f"{prefix}{os.urandom(6).hex()}"
+
+
+@dataclass
+class Impairment:
+    """Network impairment for one player, applied to each direction separately."""
+
+    delay_s: float = 0.0  # added one-way delay
+    jitter_s: float = 0.0  # uniform +- jitter on top of the delay
+    loss: float = 0.0  # probability a message is dropped
+    reorder: float = 0.0  # probability a message gets an extra delay of (delay + jitter) so it overtakes
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("delay_s", "jitter_s"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 10.0:
+                raise ValueError(f"{name.removesuffix('_s')} must be between 0 and 10 s, not {v}")
+        for name in ("loss", "reorder"):
+            v = getattr(self, name)
+            if not 0.0 <= v < 1.0:
+                raise ValueError(f"{name} must be a fraction from 0 up to (not including) 1, not {v}")
+        self._rng = random.Random(self.seed)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.delay_s or self.jitter_s or self.loss or self.reorder)
+
+    def plan(self) -> float | None:
+        """Delay for one message in seconds, or None to drop it."""
+        if self.loss and self._rng.random() < self.loss:
+            return None
+        d = self.delay_s
+        if self.jitter_s:
+            d += self._rng.uniform(-self.jitter_s, self.jitter_s)
+        if self.reorder and self._rng.random() < self.reorder:
+            d += self.delay_s + self.jitter_s + 0.005
+        return max(0.0, d)
+
+
+class Connection:
+    def __init__(self, address: BrokerAddress, client_id: str | None = None, topics: Topics | None = None,
+                 on_message: OnMessage | None = None, impairment: Impairment | None = None,
+                 ping_interval_s: float = 1.0) -> None:
+        self.address = address
+        self.topics = topics or Topics()
+        self.client_id = client_id or new_client_id()
+        self.on_message = on_message or (lambda msg, now: None)
+        self.impairment = impairment if impairment and impairment.active else None
+        self.ping_interval_s = ping_interval_s
+        self.bad_messages = 0
+        self._client: aiomqtt.Client | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._watching: set[str] = set()
+        self.connected = asyncio.Event()
+
+    async def __aenter__(self) -> Connection:
+        will = aiomqtt.Will(self.topics.req(self.client_id), encode(m.Leave()), qos=1)
+        self._client = aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id, will=will,
+                                      keepalive=15, max_queued_outgoing_messages=0)
+        try:
+            await self._client.__aenter__()
+        except aiomqtt.MqttError as exc:
+            raise ConnectionError(f"cannot reach the MQTT broker at {self.address.url}: {exc}") from exc
+        await self._client.subscribe(self.topics.client(self.client_id), qos=1)
+        self._tasks.append(asyncio.create_task(self._reader()))
+        if self.ping_interval_s > 0:
+            self._tasks.append(asyncio.create_task(self._pinger()))
+        self.connected.set()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self, leave: bool = True) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        self._tasks.clear()
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                if leave:
+                    await client.publish(self.topics.req(self.client_id), encode(m.Leave()), qos=0)
+                await client.__aexit__(None, None, None)
+            except Exception:  # noqa: BLE001 - closing; the broker may be gone
+                pass
+
+    async def watch(self, match: str) -> None:
+        """Subscribe to a match's public events and retained snapshot."""
+        if match in self._watching or self._client is None:
+            return
+        self._watching.add(match)
+        await self._client.subscribe(self.topics.ev(match), qos=0)
+        await self._client.subscribe(self.topics.snap(match), qos=0)
+
+    async def watch_all(self) -> None:
+        """Subscribe to every match's events (a logger that must not miss the first ones)."""
+        if self._client is not None:
+            await self._client.subscribe(f"{self.topics.prefix}/m/{self.topics.shard}/+/ev", qos=0)
+
+    async def request(self, msg: Any) -> None:
+        await self._send(self.topics.req(self.client_id), encode(msg))
+
+    async def act(self, match: str, act: m.Act) -> None:
+        await self._send(self.topics.act(match, self.client_id), encode(act))
+
+    async def send_raw(self, topic: str, payload: bytes) -> None:
+        await self._send(topic, payload)
+
+    async def _send(self, topic: str, payload: bytes) -> None:
+        if self.impairment is None:
+            await self._publish(topic, payload)
+            return
+        delay = self.impairment.plan()
+        if delay is None:
+            return
+        self._later(delay, self._publish(topic, payload))
+
+    def _later(self, delay: float, coro: Awaitable[Any]) -> None:
+        async def run() -> None:
+            await asyncio.sleep(delay)
+            await coro
+
+        task = asyncio.create_task(run())
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def _publish(self, topic: str, payload: bytes) -> None:
+        if self._client is None:
+            return
+        try:
+            await self._client.publish(topic, payload, qos=0)
+        except aiomqtt.MqttError as exc:
+            log.warning("publish failed: %s", exc)
+
+    async def _reader(self) -> None:
+        assert self._client is not None
+        async for msg in self._client.messages:
+            payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
+            if not payload:
+                continue  # a cleared retained message
+            try:
+                decoded = decode(payload)
+            except DecodeError:
+                self.bad_messages += 1
+                continue
+            if self.impairment is None:
+                self._deliver(decoded)
+            else:
+                delay = self.impairment.plan()
+                if delay is not None:
+                    self._later(delay, self._deliver_async(decoded))
+
+    async def _deliver_async(self, msg: Any) -> None:
+        self._deliver(msg)
+
+    def _deliver(self, msg: Any) -> None:
+        try:
+            self.on_message(msg, time.time_ns())
+        except Exception:  # noqa: BLE001 - a bug in a handler must not kill the reader
+            log.exception("handler failed for %s", type(msg).__name__)
+
+    async def _pinger(self) -> None:
+        # A quick burst first so the round-trip time is known at once, then a steady beat.
+        for i in range(5):
+            await self.request(m.Ping(t0=time.time_ns()))
+            await asyncio.sleep(0.05)
+        while True:
+            await asyncio.sleep(self.ping_interval_s)
+            await self.request(m.Ping(t0=time.time_ns()))

@@ -1,0 +1,124 @@
+"""One player's client, headless: a ``Connection`` feeding a ``ClientModel``.
+
+How this works
+--------------
+Everything a player does goes through here, whoever the player is -- a bot, the latency harness
+or (through a thread-safe bridge) the pyglet window. Incoming messages update the model; the
+requests the model asks for (a resync after a gap) are sent back; ``changed`` is set after every
+message so a bot can wait for the next thing to react to. ``act`` predicts locally first and only
+then sends, so the state a bot or a screen reads already shows the move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from protocol import messages as m
+from protocol.rules.base import Rejected
+from protocol.topics import Topics
+from relay.broker import BrokerAddress
+from client.model import ClientModel
+from client.net import Connection, Impairment, new_client_id
+
+
+class RequestError(RuntimeError):
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+class Player:
+    def __init__(self, address: BrokerAddress, name: str, topics: Topics | None = None,
+                 impairment: Impairment | None = None, client_id: str | None = None,
+                 ping_interval_s: float = 1.0) -> None:
+        self.topics = topics or Topics()
+        self.client_id = client_id or new_client_id()
+        self.model = ClientModel(self.client_id, name)
+        self.conn = Connection(address, self.client_id, self.topics, self._on_message, impairment, ping_interval_s)
+        self.changed = asyncio.Event()
+        self._joined = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
+
+    async def __aenter__(self) -> Player:
+        await self.conn.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self, leave: bool = True) -> None:
+        for t in list(self._background):
+            t.cancel()
+        await self.conn.close(leave=leave)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _on_message(self, msg: Any, now_ns: int) -> None:
+        for req in self.model.on_message(msg, now_ns):
+            self._spawn(self.conn.request(req))
+        if isinstance(msg, m.MatchJoined):
+            self._spawn(self._watch_then_resync(msg.match))
+        self.changed.set()
+
+    async def _watch_then_resync(self, match: str) -> None:
+        await self.conn.watch(match)
+        self._joined.set()
+
+    async def _wait_joined(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        seen_errors = len(self.model.errors)
+        while True:
+            if self._joined.is_set() and self.model.match:
+                return self.model.match
+            if len(self.model.errors) > seen_errors:
+                err = self.model.errors[-1]
+                raise RequestError(err.code, err.detail)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestError("timeout", "no answer from a relay: is `blink serve` running on this broker?")
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), timeout=min(left, 0.25))
+            except asyncio.TimeoutError:
+                pass
+
+    async def create(self, game: str = "blink", settings: dict[str, Any] | None = None, seats: int = 2,
+                     timeout: float = 10.0) -> str:
+        await self.conn.request(m.CreateMatch(name=self.model.name, game=game, settings=settings or {}, seats=seats))
+        return await self._wait_joined(timeout)
+
+    async def join(self, code: str, timeout: float = 10.0) -> str:
+        await self.conn.request(m.JoinMatch(name=self.model.name, code=code))
+        return await self._wait_joined(timeout)
+
+    async def quick(self, game: str = "blink", settings: dict[str, Any] | None = None, timeout: float = 10.0) -> str:
+        await self.conn.request(m.QuickMatch(name=self.model.name, game=game, settings=settings or {}))
+        return await self._wait_joined(timeout)
+
+    async def act(self, action: Any, seen_seq: int | None = None) -> m.Act | Rejected:
+        """Predict the action at once, then send it. A local rejection is returned, not sent."""
+        result = self.model.act(action, time.time_ns(), seen_seq=seen_seq)
+        if isinstance(result, m.Act) and self.model.match:
+            await self.conn.act(self.model.match, result)
+        self.changed.set()
+        return result
+
+    async def rematch(self) -> None:
+        if self.model.match:
+            await self.conn.request(m.Rematch(self.model.match))
+
+    def match_over(self) -> bool:
+        return self.model.match_state.get("status") == "over"
+
+    async def wait_change(self, timeout: float | None = None) -> None:
+        self.changed.clear()
+        try:
+            await asyncio.wait_for(self.changed.wait(), timeout=timeout)
+        except asyncio.TimeoutError:
+            pass

@@ -1,0 +1,678 @@
+"""Sequence Dice (RULES.md section 3), as a pure, immutable rule engine.
+
+How this works
+--------------
+The board is data: rows of numbers (``DEFAULT_BOARD`` below, or the ``board`` setting). A chip on
+the board belongs to a *colour* (0 green, 1 blue, 2 red). With two or three players each seat has
+its own colour; with four, seats 0 and 2 share colour 0 and seats 1 and 3 share colour 1 (teams).
+
+    rolloff --RollOff (SYSTEM, until one highest)--> roll --RollDice (SYSTEM)--> move --PlaceChip / RemoveChip--> roll ...
+                                                       ^                        |  (no possible move: the turn ends at once)
+                                                       +------------------------+
+    ... --a SEQUENCE after a placement, or max_turns turns--> over
+
+Every roll is a SYSTEM action the relay is asked for through ``timers`` (delay 0) and fills with
+dice through ``complete``; the dice are in the ``rolloff`` / ``dice_rolled`` events, so a log
+replays, and a client can never choose them (system actions are refused from a seat).
+
+After a roll of ``total``:
+- 2..9 or 12: place on an open space showing ``total``; if all such spaces are covered, replace an
+  opponent's chip on one of them (PlaceChip on that space); if all are the player's own, nothing.
+- 10: remove an opponent's chip that is not on a 2 or 12 space (RemoveChip); none: nothing.
+- 11: place on any open space; on a full board, replace any opponent's chip.
+- 2 and 12: then the same player takes another turn (even when nothing could be placed).
+A colour with all its chips on the board cannot place (nor replace); its 10s still remove.
+When the roll leaves no possible move the turn ends at once (event ``no_move``).
+
+The first player or team with ``sequence_length`` of their own chips in a row, column or diagonal
+(checked after every placement) wins; after ``max_turns`` turns the game is a draw. With
+``turn_timer_s`` on, ``timers`` asks for a ``SequenceTimeout``: the first possible move in
+row-major order is made for the player, and the events say so. Nothing is secret: ``view`` is the
+state itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+from protocol.codec import DecodeError, from_dict, message, to_dict
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die
+
+NAME = "sequence"
+NS = 1_000_000_000
+
+#: The default board of RULES.md: corners 2, centre 12, each of 3..9 once per quarter.
+DEFAULT_BOARD: tuple[tuple[int, ...], ...] = (
+    (2, 7, 4, 8, 5, 2),
+    (5, 9, 3, 6, 9, 7),
+    (8, 6, 12, 12, 3, 4),
+    (4, 3, 12, 12, 6, 8),
+    (7, 9, 6, 3, 9, 5),
+    (2, 5, 8, 4, 7, 2),
+)
+
+COLOURS = ("green", "blue", "red")
+BOARD_NUMBERS = frozenset({2, 3, 4, 5, 6, 7, 8, 9, 12})
+BONUS_TOTALS = (2, 12)  # the same player rolls again
+DEFENSIVE = 10
+WILD = 11
+LINE_DIRECTIONS = ((0, 1), (1, 0), (1, 1), (1, -1))
+
+Coord = tuple[int, int]
+
+
+# --- lines ----------------------------------------------------------------------------------------
+
+
+def find_sequence(owned: Iterable[Any], length: int = 5) -> tuple[Coord, ...] | None:
+    """The first line of ``length`` adjacent cells of ``owned`` (row, column or diagonal), or None."""
+    cells = {(int(c[0]), int(c[1])) for c in owned}
+    for r, c in sorted(cells):
+        for dr, dc in LINE_DIRECTIONS:
+            if (r - dr, c - dc) in cells:
+                continue  # not the start of this line
+            line = [(r, c)]
+            while (line[-1][0] + dr, line[-1][1] + dc) in cells:
+                line.append((line[-1][0] + dr, line[-1][1] + dc))
+            if len(line) >= length:
+                return tuple(line[:length]) if len(line) == length else tuple(line)
+    return None
+
+
+def has_sequence(owned: Iterable[Any], length: int = 5) -> bool:
+    """Are there ``length`` cells of ``owned`` (a set of ``(row, col)``) adjacent in one straight
+    line: a row, a column or a diagonal?"""
+    return find_sequence(owned, length) is not None
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    board: tuple[tuple[int, ...], ...] = DEFAULT_BOARD
+    sequence_length: int = 5
+    max_turns: int = 400
+    chips_per_colour: int = 20
+    turn_timer_s: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return len(self.board)
+
+    @property
+    def cols(self) -> int:
+        return len(self.board[0])
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "board": [list(row) for row in self.board],
+            "sequence_length": self.sequence_length,
+            "max_turns": self.max_turns,
+            "chips_per_colour": self.chips_per_colour,
+            "turn_timer_s": self.turn_timer_s,
+        }
+
+
+def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
+    if isinstance(data, Settings):
+        return data
+    if data is not None and not isinstance(data, dict):
+        raise ValueError("sequence settings must be a map")
+    data = dict(data or {})
+    unknown = set(data) - set(Settings.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown sequence settings: {', '.join(sorted(map(str, unknown)))}")
+    kw: dict[str, Any] = {}
+    if "board" in data:
+        b = data["board"]
+        if not isinstance(b, (list, tuple)) or not 3 <= len(b) <= 12:
+            raise ValueError("board must be a list of 3 to 12 rows")
+        rows = []
+        for row in b:
+            if not isinstance(row, (list, tuple)) or not 3 <= len(row) <= 12:
+                raise ValueError("each board row must be a list of 3 to 12 numbers")
+            if not all(type(x) is int and x in BOARD_NUMBERS for x in row):
+                raise ValueError("board spaces must be numbers 2-9 or 12")
+            rows.append(tuple(row))
+        if len({len(r) for r in rows}) != 1:
+            raise ValueError("board rows must all have the same length")
+        kw["board"] = tuple(rows)
+    for key, lo, hi in (("sequence_length", 3, 12), ("max_turns", 1, 100_000), ("chips_per_colour", 1, 144)):
+        if key in data:
+            v = data[key]
+            if type(v) is not int or not lo <= v <= hi:
+                raise ValueError(f"{key} must be an integer from {lo} to {hi}")
+            kw[key] = v
+    if "turn_timer_s" in data:
+        v = data["turn_timer_s"]
+        if type(v) not in (int, float) or not 0 <= v <= 3600:
+            raise ValueError("turn_timer_s must be a number from 0 (off) to 3600")
+        kw["turn_timer_s"] = float(v)
+    s = Settings(**kw)
+    if s.sequence_length > max(s.rows, s.cols):
+        raise ValueError("sequence_length is longer than the board")
+    return s
+
+
+# --- state ----------------------------------------------------------------------------------------
+
+Chips = tuple[tuple[int | None, ...], ...]  # per space: the colour of its chip, or None
+
+
+def team_of(seat: int, players: int) -> int:
+    """The colour a seat plays: its own, or with four players the team colour (seats 0&2, 1&3)."""
+    return seat % 2 if players == 4 else seat
+
+
+def seats_of(colour: int, players: int) -> tuple[int, ...]:
+    return tuple(p for p in range(players) if team_of(p, players) == colour)
+
+
+@dataclass(frozen=True)
+class State:
+    settings: Settings
+    players: int
+    chips: Chips
+    phase: str = "rolloff"  # rolloff | roll | move | over
+    current: int | None = None  # whose turn it is (None during the roll-off)
+    turn: int = 0  # turns started so far, bonus turns included (turn N is the N+1th)
+    dice: tuple[int, int] | None = None  # the current turn's roll, in phase move
+    contenders: tuple[int, ...] = ()  # who rolls in the current roll-off round
+    rolloff_round: int = 0
+    winners: tuple[int, ...] = ()  # seats, when over
+    line: tuple[Coord, ...] = ()  # the winning SEQUENCE
+    reason: str = ""  # why it is over: sequence | max_turns
+
+    @property
+    def total(self) -> int | None:
+        return None if self.dice is None else self.dice[0] + self.dice[1]
+
+    def colour(self, seat: int) -> int:
+        return team_of(seat, self.players)
+
+    def count(self, colour: int) -> int:
+        return sum(1 for row in self.chips for x in row if x == colour)
+
+    def owned(self, colour: int) -> set[Coord]:
+        return {(r, c) for r, row in enumerate(self.chips) for c, x in enumerate(row) if x == colour}
+
+
+# --- actions --------------------------------------------------------------------------------------
+
+
+@message("PlaceChip")
+@dataclass(frozen=True)
+class PlaceChip:
+    """Place a chip on an open space, or (when the rules say so) replace an opponent's chip."""
+
+    row: int
+    col: int
+
+
+@message("RemoveChip")
+@dataclass(frozen=True)
+class RemoveChip:
+    """The defensive 10: remove an opponent's chip (not from a 2 or 12 space)."""
+
+    row: int
+    col: int
+
+
+# System actions.
+@message("RollOff")
+@dataclass(frozen=True)
+class RollOff:
+    round: int
+    dice: tuple[tuple[int, ...], ...] | None = None  # filled by complete(): two dice per contender
+
+
+@message("RollDice")
+@dataclass(frozen=True)
+class RollDice:
+    turn: int
+    dice: tuple[int, ...] | None = None  # filled by complete(): two dice
+
+
+@message("SequenceTimeout")
+@dataclass(frozen=True)
+class SequenceTimeout:
+    turn: int
+
+
+PLAYER_ACTIONS = (PlaceChip, RemoveChip)
+SYSTEM_ACTIONS = (RollOff, RollDice, SequenceTimeout)
+Action = PlaceChip | RemoveChip | RollOff | RollDice | SequenceTimeout
+
+
+def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
+    try:
+        action = from_dict(data)
+    except DecodeError as exc:
+        raise ValueError(exc.detail) from exc
+    allowed = PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS
+    if not isinstance(action, allowed):
+        raise ValueError(f"{type(action).__name__} is not a Sequence player action")
+    return action
+
+
+def action_to_wire(action: Action) -> dict[str, Any]:
+    return to_dict(action)
+
+
+# --- setup ----------------------------------------------------------------------------------------
+
+
+def _check_players(players: int) -> None:
+    if type(players) is not int or not 2 <= players <= 4:
+        raise ValueError(f"Sequence Dice is for 2 to 4 players, not {players!r}")
+
+
+def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chance: Chance | None = None) -> State:
+    """An empty board; who goes first is decided by the roll-off (system actions)."""
+    s = make_settings(settings)
+    _check_players(players)
+    chips = tuple(tuple(None for _ in range(s.cols)) for _ in range(s.rows))
+    return State(settings=s, players=players, chips=chips, contenders=tuple(range(players)))
+
+
+# --- the rules ------------------------------------------------------------------------------------
+
+
+def moves(state: State, seat: int) -> list[Action]:
+    """What ``seat`` may do with the current roll, in row-major order (empty: nothing possible)."""
+    total = state.total
+    if total is None:
+        return []
+    me = state.colour(seat)
+    board, chips = state.settings.board, state.chips
+    spaces = [(r, c) for r in range(state.settings.rows) for c in range(state.settings.cols)]
+    opponent = [(r, c) for r, c in spaces if chips[r][c] is not None and chips[r][c] != me]
+    if total == DEFENSIVE:
+        return [RemoveChip(r, c) for r, c in opponent if board[r][c] not in BONUS_TOTALS]
+    if state.count(me) >= state.settings.chips_per_colour:
+        return []  # all this colour's chips are on the board: no placing, no replacing
+    if total == WILD:
+        open_ = [(r, c) for r, c in spaces if chips[r][c] is None]
+        return [PlaceChip(r, c) for r, c in (open_ or opponent)]
+    numbered = [(r, c) for r, c in spaces if board[r][c] == total]
+    open_ = [(r, c) for r, c in numbered if chips[r][c] is None]
+    if open_:
+        return [PlaceChip(r, c) for r, c in open_]
+    return [PlaceChip(r, c) for r, c in numbered if (r, c) in set(opponent)]
+
+
+def _set_chip(chips: Chips, r: int, c: int, v: int | None) -> Chips:
+    row = chips[r][:c] + (v,) + chips[r][c + 1 :]
+    return chips[:r] + (row,) + chips[r + 1 :]
+
+
+def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+    if player is SYSTEM:
+        return _apply_system(state, action)
+    if type(player) is not int or not 0 <= player < state.players:
+        return Rejected("not_a_player", f"no seat {player!r} in this game")
+    if isinstance(action, SYSTEM_ACTIONS):
+        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+    if not isinstance(action, PLAYER_ACTIONS):
+        return Rejected("unknown_action", f"{type(action).__name__} is not a Sequence action")
+    if state.phase == "over":
+        return Rejected("game_over", "the game is over")
+    if state.phase == "rolloff":
+        return Rejected("wrong_phase", "the first player is still being decided")
+    if player != state.current:
+        return Rejected("not_your_turn", f"it is seat {state.current}'s turn")
+    if state.phase != "move":
+        return Rejected("wrong_phase", "the dice have not been rolled yet")
+    if type(action.row) is not int or type(action.col) is not int:
+        return Rejected("malformed", "row and col must be integers")
+    s = state.settings
+    if not (0 <= action.row < s.rows and 0 <= action.col < s.cols):
+        return Rejected("no_such_cell", f"there is no space at row {action.row}, column {action.col}")
+    if action not in moves(state, player):
+        return Rejected("not_allowed", _why_not(state, player, action))
+    return _move(state, player, action, timeout=False)
+
+
+def _why_not(state: State, player: int, action: PlaceChip | RemoveChip) -> str:
+    total = state.total
+    number = state.settings.board[action.row][action.col]
+    chip = state.chips[action.row][action.col]
+    me = state.colour(player)
+    if isinstance(action, RemoveChip):
+        if total != DEFENSIVE:
+            return f"you rolled {total}: place a chip, removing is for a 10"
+        if chip is None or chip == me:
+            return "remove an opponent's chip"
+        return "chips on 2 and 12 spaces cannot be removed"
+    if total == DEFENSIVE:
+        return "you rolled 10: remove an opponent's chip"
+    if state.count(me) >= state.settings.chips_per_colour:
+        return "all your colour's chips are on the board"
+    if total != WILD and number != total:
+        return f"you rolled {total}; that space is a {number}"
+    if chip == me:
+        return "that space holds your own chip"
+    return "that space is covered, and an open space is available"
+
+
+def _move(state: State, player: int, action: PlaceChip | RemoveChip, timeout: bool) -> Accepted[State]:
+    r, c = action.row, action.col
+    me = state.colour(player)
+    events: list[EventData] = []
+    if timeout:
+        events.append({"type": "turn_timeout", "player": player, "turn": state.turn})
+    old = state.chips[r][c]
+    if isinstance(action, RemoveChip):
+        chips = _set_chip(state.chips, r, c, None)
+        events.append({"type": "chip_removed", "player": player, "row": r, "col": c, "colour": COLOURS[old],  # type: ignore[index]
+                       "timeout": timeout})
+        return Accepted(*_end_turn(replace(state, chips=chips), events))
+    chips = _set_chip(state.chips, r, c, me)
+    events.append({"type": "chip_placed", "player": player, "row": r, "col": c, "colour": COLOURS[me],
+                   "replaced": None if old is None else COLOURS[old], "timeout": timeout})
+    state = replace(state, chips=chips)
+    line = find_sequence(state.owned(me), state.settings.sequence_length)
+    if line is not None:
+        winners = seats_of(me, state.players)
+        state = replace(state, phase="over", winners=winners, line=line, reason="sequence", dice=None)
+        events.append({"type": "game_over", "winner": winners[0] if len(winners) == 1 else None,
+                       "winners": list(winners), "colour": COLOURS[me], "line": [list(x) for x in line],
+                       "reason": "sequence", "scores": list(_scores(state))})
+        return Accepted(state, tuple(events))
+    return Accepted(*_end_turn(state, events))
+
+
+def _end_turn(state: State, events: list[EventData]) -> tuple[State, tuple[EventData, ...]]:
+    """The turn is over: a 2 or 12 gives the same player another turn; check max_turns."""
+    assert state.current is not None
+    again = state.total in BONUS_TOTALS
+    nxt = state.current if again else (state.current + 1) % state.players
+    turn = state.turn + 1
+    if turn >= state.settings.max_turns:
+        state = replace(state, phase="over", winners=(), reason="max_turns", dice=None, turn=turn)
+        events.append({"type": "game_over", "winner": None, "winners": [], "reason": "max_turns",
+                       "scores": list(_scores(state))})
+        return state, tuple(events)
+    state = replace(state, phase="roll", current=nxt, turn=turn, dice=None)
+    events.append({"type": "turn_started", "player": nxt, "turn": turn, "bonus": again})
+    return state, tuple(events)
+
+
+def _scores(state: State) -> tuple[int, ...]:
+    """Per seat: the number of their colour's chips on the board (team-mates share)."""
+    return tuple(state.count(state.colour(p)) for p in range(state.players))
+
+
+def _valid_die(x: Any) -> bool:
+    return type(x) is int and 1 <= x <= 6
+
+
+def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+    if isinstance(action, RollOff):
+        if state.phase != "rolloff" or action.round != state.rolloff_round:
+            return Rejected("wrong_phase", "no roll-off is waiting")
+        if action.dice is None:
+            return Rejected("incomplete", "RollOff needs its dice (complete() fills them)")
+        if len(action.dice) != len(state.contenders) or not all(
+                len(d) == 2 and all(_valid_die(x) for x in d) for d in action.dice):
+            return Rejected("malformed", "two dice from 1 to 6 per contender")
+        totals = [a + b for a, b in action.dice]
+        best = max(totals)
+        tied = tuple(p for p, t in zip(state.contenders, totals) if t == best)
+        rolls = [{"player": p, "dice": list(d), "total": t} for p, d, t in zip(state.contenders, action.dice, totals)]
+        events: list[EventData] = [{"type": "rolloff", "round": state.rolloff_round, "rolls": rolls,
+                                    "tied": list(tied) if len(tied) > 1 else []}]
+        if len(tied) > 1:
+            return Accepted(replace(state, contenders=tied, rolloff_round=state.rolloff_round + 1), tuple(events))
+        first = tied[0]
+        events.append({"type": "first_player", "player": first})
+        events.append({"type": "turn_started", "player": first, "turn": 0, "bonus": False})
+        return Accepted(replace(state, phase="roll", current=first, contenders=(), turn=0), tuple(events))
+    if isinstance(action, RollDice):
+        if state.phase != "roll" or action.turn != state.turn:
+            return Rejected("wrong_phase", "no roll is waiting")
+        if action.dice is None:
+            return Rejected("incomplete", "RollDice needs its dice (complete() fills them)")
+        if len(action.dice) != 2 or not all(_valid_die(x) for x in action.dice):
+            return Rejected("malformed", "two dice from 1 to 6")
+        player = state.current
+        assert player is not None
+        dice = (action.dice[0], action.dice[1])
+        state = replace(state, dice=dice, phase="move")
+        events = [{"type": "dice_rolled", "player": player, "turn": state.turn, "dice": list(dice),
+                   "total": sum(dice)}]
+        if not moves(state, player):
+            events.append({"type": "no_move", "player": player, "turn": state.turn, "total": sum(dice),
+                           "reason": _no_move_reason(state, player)})
+            return Accepted(*_end_turn(state, events))
+        return Accepted(state, tuple(events))
+    if isinstance(action, SequenceTimeout):
+        if state.phase != "move" or action.turn != state.turn:
+            return Rejected("wrong_phase", "that turn is over")
+        player = state.current
+        assert player is not None
+        return _move(state, player, moves(state, player)[0], timeout=True)  # type: ignore[arg-type]
+    if isinstance(action, PLAYER_ACTIONS):
+        return Rejected("not_allowed", f"{type(action).__name__} is a player's action")
+    return Rejected("unknown_action", f"{type(action).__name__} is not a Sequence system action")
+
+
+def _no_move_reason(state: State, player: int) -> str:
+    total = state.total
+    if total == DEFENSIVE:
+        return "no_chip_to_remove"
+    if state.count(state.colour(player)) >= state.settings.chips_per_colour:
+        return "out_of_chips"
+    if total == WILD:
+        return "board_full"
+    if not any(total == x for row in state.settings.board for x in row):
+        return "no_such_space"
+    return "all_own"
+
+
+def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+    if player is not SYSTEM:
+        return action
+    if isinstance(action, RollOff) and action.dice is None:
+        return RollOff(action.round, tuple((roll_die(chance), roll_die(chance)) for _ in state.contenders))
+    if isinstance(action, RollDice) and action.dice is None:
+        return RollDice(action.turn, (roll_die(chance), roll_die(chance)))
+    return action
+
+
+def timers(state: State) -> tuple[Timer, ...]:
+    if state.phase == "rolloff":
+        return (Timer(f"rolloff-{state.rolloff_round}", 0, RollOff(state.rolloff_round)),)
+    if state.phase == "roll":
+        return (Timer(f"roll-{state.turn}", 0, RollDice(state.turn)),)
+    if state.phase == "move" and state.settings.turn_timer_s > 0:
+        return (Timer(f"turn-{state.turn}", int(state.settings.turn_timer_s * NS), SequenceTimeout(state.turn)),)
+    return ()
+
+
+def legal_actions(state: State, player: int) -> list[Action]:
+    if state.phase != "move" or player != state.current:
+        return []
+    return moves(state, player)
+
+
+def outcome(state: State) -> Outcome | None:
+    if state.phase != "over":
+        return None
+    extra: dict[str, Any] = {"line": [list(x) for x in state.line]}
+    if state.winners:
+        extra["colour"] = COLOURS[state.colour(state.winners[0])]
+    return Outcome(winners=state.winners, reason=state.reason, scores=_scores(state), extra=extra)
+
+
+def view(state: State, player: int | None) -> State:
+    """Nothing is secret in Sequence Dice."""
+    return state
+
+
+# --- wire form ------------------------------------------------------------------------------------
+
+
+def to_wire(state: State) -> dict[str, Any]:
+    return {
+        "settings": state.settings.to_wire(),
+        "players": state.players,
+        "chips": [list(row) for row in state.chips],
+        "phase": state.phase,
+        "current": state.current,
+        "turn": state.turn,
+        "dice": None if state.dice is None else list(state.dice),
+        "contenders": list(state.contenders),
+        "rolloff_round": state.rolloff_round,
+        "winners": list(state.winners),
+        "line": [list(x) for x in state.line],
+        "reason": state.reason,
+    }
+
+
+def from_wire(data: dict[str, Any]) -> State:
+    try:
+        s = make_settings(data["settings"])
+        players = data["players"]
+        _check_players(players)
+        colours = 2 if players in (2, 4) else 3
+        chips = tuple(tuple(x for x in row) for row in data["chips"])
+        if len(chips) != s.rows or any(len(row) != s.cols for row in chips):
+            raise ValueError("chips do not fit the board")
+        if not all(x is None or (type(x) is int and 0 <= x < colours) for row in chips for x in row):
+            raise ValueError("a chip is a colour number or null")
+        phase = data["phase"]
+        if phase not in ("rolloff", "roll", "move", "over"):
+            raise ValueError(f"unknown phase {phase!r}")
+        current = data["current"]
+        if current is not None and (type(current) is not int or not 0 <= current < players):
+            raise ValueError("bad current seat")
+        dice = data["dice"]
+        if dice is not None:
+            if len(dice) != 2 or not all(_valid_die(x) for x in dice):
+                raise ValueError("bad dice")
+            dice = (dice[0], dice[1])
+
+        def seats(xs: Any) -> tuple[int, ...]:
+            if not all(type(x) is int and 0 <= x < players for x in xs):
+                raise ValueError("bad seat list")
+            return tuple(xs)
+
+        return State(
+            settings=s,
+            players=players,
+            chips=chips,
+            phase=phase,
+            current=current,
+            turn=int(data["turn"]),
+            dice=dice,
+            contenders=seats(data["contenders"]),
+            rolloff_round=int(data["rolloff_round"]),
+            winners=seats(data["winners"]),
+            line=tuple((int(a), int(b)) for a, b in data["line"]),
+            reason=str(data["reason"]),
+        )
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ValueError(f"malformed Sequence state: {exc!r}") from exc
+
+
+# --- a bot ----------------------------------------------------------------------------------------
+
+
+def _windows(rows: int, cols: int, length: int) -> tuple[tuple[Coord, ...], ...]:
+    out = []
+    for r in range(rows):
+        for c in range(cols):
+            for dr, dc in LINE_DIRECTIONS:
+                cells = tuple((r + i * dr, c + i * dc) for i in range(length))
+                if all(0 <= a < rows and 0 <= b < cols for a, b in cells):
+                    out.append(cells)
+    return tuple(out)
+
+
+def _strength(chips: Chips, colour: int, windows: tuple[tuple[Coord, ...], ...], length: int) -> float:
+    """How close ``colour`` is to a SEQUENCE: every line window free of other colours counts,
+    the more of its own chips the (much) more."""
+    total = 0.0
+    for w in windows:
+        own = 0
+        for r, c in w:
+            x = chips[r][c]
+            if x is None:
+                continue
+            if x != colour:
+                own = -1
+                break
+            own += 1
+        if own >= length:
+            return 1e12
+        if own > 0:
+            total += 6.0 ** own
+    return total
+
+
+def bot_action(state: State, player: int) -> Action | None:
+    """Extend our own lines and block the opponents': try each possible move and keep the one that
+    leaves our position strongest against the strongest opponent."""
+    options = legal_actions(state, player)
+    if not options:
+        return None
+    s = state.settings
+    windows = _windows(s.rows, s.cols, s.sequence_length)
+    me = state.colour(player)
+    others = sorted({state.colour(p) for p in range(state.players)} - {me})
+
+    def value(action: Action) -> float:
+        assert isinstance(action, (PlaceChip, RemoveChip))
+        chips = _set_chip(state.chips, action.row, action.col, me if isinstance(action, PlaceChip) else None)
+        mine = _strength(chips, me, windows, s.sequence_length)
+        if mine >= 1e12:
+            return 1e15
+        theirs = max(_strength(chips, o, windows, s.sequence_length) for o in others)
+        return mine - 1.5 * theirs
+
+    return max(options, key=lambda a: (value(a), -a.row, -a.col))  # type: ignore[union-attr]
+
+
+# --- the module as a GameRules object -------------------------------------------------------------
+
+
+class _Rules:
+    name = NAME
+    min_players = 2
+    max_players = 4
+    stale_code = "stale"
+    realtime = False
+
+    def default_settings(self) -> dict[str, Any]:
+        return Settings().to_wire()
+
+    def check_settings(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
+        _check_players(players)
+        return make_settings(settings).to_wire()
+
+    def best_of(self, settings: dict[str, Any]) -> int:
+        return 1
+
+    new_game = staticmethod(new_game)
+    apply = staticmethod(apply)
+    complete = staticmethod(complete)
+    view = staticmethod(view)
+    legal_actions = staticmethod(legal_actions)
+    outcome = staticmethod(outcome)
+    timers = staticmethod(timers)
+    to_wire = staticmethod(to_wire)
+    from_wire = staticmethod(from_wire)
+    action_from_wire = staticmethod(action_from_wire)
+    action_to_wire = staticmethod(action_to_wire)
+    bot_action = staticmethod(bot_action)
+    has_sequence = staticmethod(has_sequence)
+
+    def invariant_ok(self, state: State) -> bool:
+        """No colour has more chips on the board than it owns."""
+        return all(state.count(c) <= state.settings.chips_per_colour for c in range(len(COLOURS)))
+
+
+RULES = _Rules()

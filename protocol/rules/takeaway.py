@@ -1,0 +1,663 @@
+"""Takeaway Dice, a cluster of Blinks (RULES.md section 2), as a pure, immutable rule engine.
+
+How this works
+--------------
+The cluster is a set of cells on a hex grid in axial coordinates ``(q, r)``; each cell shows a die
+face. The six faces of a cell, in order, are the directions
+
+    (+1,0) (+1,-1) (0,-1) (-1,0) (-1,+1) (0,+1)        face i and face i+3 (mod 6) are opposing.
+
+The layout (a named one, a custom list of cells, or a random connected one grown from ``chance``)
+is made by ``new_game``; everything after that is driven by actions:
+
+    setup --StartTakeaway (SYSTEM)--> turn --ClaimBlink--> turn ... --last Blink claimed--> over
+                                        |  ^
+                                 Reroll |  | RollCluster (SYSTEM)
+                                        v  |
+                                      rolling
+
+Every die roll is a SYSTEM action that the relay asks for through ``timers`` (delay 0) and fills
+with dice through ``complete``: ``StartTakeaway`` (the random player order and the first roll) and
+``RollCluster`` (a re-roll the current player asked for). A client never sends dice: ``Reroll``
+carries none, and system actions are refused from a seat. The rolled values are in the
+``dice_rolled`` event, so a log replays exactly.
+
+A Blink is *locked* (``is_locked``) when it has neighbours on both faces of an opposing pair, or
+when removing it leaves the rest of the cluster in more than two connected pieces (read literally:
+a split into two is allowed). Score (``score``): each claimed face is worth itself, except that
+every repeat of a face after the first is worth 10. Equal highest totals share the win.
+
+With the ``turn_timer_s`` setting on, ``timers`` also asks for a ``TakeawayTimeout`` for the current
+turn; it claims the unlocked Blink worth most to the player (no re-roll) and says it was a timeout.
+There is nothing secret in this game: ``view`` returns the state itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+from protocol.codec import DecodeError, from_dict, message, to_dict
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, shuffled
+
+NAME = "takeaway"
+NS = 1_000_000_000
+
+#: The six face directions, in face order; face i and face i+3 are opposing.
+DIRECTIONS: tuple[tuple[int, int], ...] = ((1, 0), (1, -1), (0, -1), (-1, 0), (-1, 1), (0, 1))
+
+MIN_CELLS = 12
+MAX_CELLS = 127
+MAX_PLAYERS = 6
+
+Coord = tuple[int, int]
+
+# --- geometry -------------------------------------------------------------------------------------
+
+
+def neighbours(cell: Coord) -> tuple[Coord, ...]:
+    q, r = cell
+    return tuple((q + dq, r + dr) for dq, dr in DIRECTIONS)
+
+
+def _as_cells(cells: Iterable[Any]) -> set[Coord]:
+    return {(int(c[0]), int(c[1])) for c in cells}
+
+
+def components(cells: Iterable[Coord]) -> int:
+    """The number of connected pieces of a set of cells."""
+    left = set(cells)
+    count = 0
+    while left:
+        count += 1
+        stack = [left.pop()]
+        while stack:
+            for n in neighbours(stack.pop()):
+                if n in left:
+                    left.remove(n)
+                    stack.append(n)
+    return count
+
+
+def is_connected(cells: Iterable[Coord]) -> bool:
+    return components(cells) <= 1
+
+
+def is_locked(cells: Iterable[Any], cell: Any) -> bool:
+    """Is ``cell`` locked in the cluster ``cells`` (a set of ``(q, r)``)?
+
+    Locked when it has neighbours on both faces of at least one opposing pair, or when removing it
+    would leave the rest of the cluster in more than two connected pieces."""
+    cs = _as_cells(cells)
+    c = (int(cell[0]), int(cell[1]))
+    q, r = c
+    for i in range(3):
+        (dq1, dr1), (dq2, dr2) = DIRECTIONS[i], DIRECTIONS[i + 3]
+        if (q + dq1, r + dr1) in cs and (q + dq2, r + dr2) in cs:
+            return True
+    return components(cs - {c}) > 2
+
+
+def free_cells(cells: Iterable[Any]) -> list[Coord]:
+    """The cells that may be removed now, in (q, r) order."""
+    cs = _as_cells(cells)
+    return sorted(c for c in cs if not is_locked(cs, c))
+
+
+# --- layouts --------------------------------------------------------------------------------------
+
+
+def _hexagon(radius: int) -> tuple[Coord, ...]:
+    return tuple(sorted((q, r) for q in range(-radius, radius + 1) for r in range(-radius, radius + 1)
+                        if abs(q + r) <= radius))
+
+
+def _ring(radius: int) -> tuple[Coord, ...]:
+    return tuple(sorted(c for c in _hexagon(radius) if max(abs(c[0]), abs(c[1]), abs(c[0] + c[1])) == radius))
+
+
+LAYOUTS: dict[str, tuple[Coord, ...]] = {
+    "hex19": _hexagon(2),  # a hexagon of radius 2: 19 Blinks
+    "hex37": _hexagon(3),  # a hexagon of radius 3: 37 Blinks
+    "ring": _ring(2),  # the outer ring of hex19: 12 Blinks
+    "triangle": tuple(sorted((q, r) for q in range(5) for r in range(5) if q + r <= 4)),  # 15 Blinks
+    "parallelogram": tuple(sorted((q, r) for q in range(4) for r in range(4))),  # 16 Blinks
+}
+SPECIAL_LAYOUTS = ("random", "custom")
+
+
+def random_layout(size: int, chance: Chance) -> tuple[Coord, ...]:
+    """A connected cluster of ``size`` cells grown from (0, 0): each step adds one random cell that
+    touches the cluster (the frontier is taken in sorted order, so the same chance gives the same
+    cluster)."""
+    cells: set[Coord] = {(0, 0)}
+    while len(cells) < size:
+        frontier = sorted({n for c in cells for n in neighbours(c)} - cells)
+        cells.add(frontier[chance.randbelow(len(frontier))])
+    return tuple(sorted(cells))
+
+
+# --- scoring --------------------------------------------------------------------------------------
+
+
+def score(faces: Iterable[int]) -> int:
+    """Each face is worth itself; every repeat of a face after the first is worth 10.
+    ``[4, 5, 6]`` -> 15, ``[4, 4, 4]`` -> 24."""
+    seen: set[int] = set()
+    total = 0
+    for f in faces:
+        total += 10 if f in seen else f
+        seen.add(f)
+    return total
+
+
+def gain(claimed: Iterable[int], face: int) -> int:
+    """What claiming ``face`` adds to a player who already holds ``claimed``."""
+    return 10 if face in set(claimed) else face
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    layout: str = "hex19"
+    size: int = 19  # for layout "random"
+    cells: tuple[Coord, ...] | None = None  # for layout "custom"
+    reroll_once_per_game: bool = False
+    turn_timer_s: float = 0.0  # 0: no turn timer
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "layout": self.layout,
+            "size": self.size,
+            "cells": None if self.cells is None else [list(c) for c in self.cells],
+            "reroll_once_per_game": self.reroll_once_per_game,
+            "turn_timer_s": self.turn_timer_s,
+        }
+
+
+def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
+    """Validated settings from a map; unknown keys or bad values raise ValueError."""
+    if isinstance(data, Settings):
+        return data
+    if data is not None and not isinstance(data, dict):
+        raise ValueError("takeaway settings must be a map")
+    data = dict(data or {})
+    unknown = set(data) - set(Settings.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown takeaway settings: {', '.join(sorted(map(str, unknown)))}")
+    kw: dict[str, Any] = {}
+    layout = data.get("layout", "hex19")
+    if not isinstance(layout, str) or (layout not in LAYOUTS and layout not in SPECIAL_LAYOUTS):
+        names = ", ".join(list(LAYOUTS) + list(SPECIAL_LAYOUTS))
+        raise ValueError(f"layout must be one of {names}, not {layout!r}")
+    kw["layout"] = layout
+    if "size" in data:
+        v = data["size"]
+        if type(v) is not int or not MIN_CELLS <= v <= MAX_CELLS:
+            raise ValueError(f"size must be an integer from {MIN_CELLS} to {MAX_CELLS}")
+        kw["size"] = v
+    cells = data.get("cells")
+    if cells is not None:
+        if not isinstance(cells, (list, tuple)):
+            raise ValueError("cells must be a list of [q, r] pairs")
+        out = []
+        for c in cells:
+            if not isinstance(c, (list, tuple)) or len(c) != 2 or not all(type(x) is int for x in c):
+                raise ValueError(f"cells must be [q, r] pairs of integers, not {c!r}")
+            if not all(-50 <= x <= 50 for x in c):
+                raise ValueError("cell coordinates must be from -50 to 50")
+            out.append((c[0], c[1]))
+        if len(set(out)) != len(out):
+            raise ValueError("cells must be distinct")
+        kw["cells"] = tuple(sorted(out))
+    if layout == "custom":
+        cs = kw.get("cells")
+        if cs is None:
+            raise ValueError('layout "custom" needs cells: a list of [q, r] pairs')
+        if not MIN_CELLS <= len(cs) <= MAX_CELLS:
+            raise ValueError(f"a cluster has {MIN_CELLS} to {MAX_CELLS} Blinks, not {len(cs)}")
+        if not is_connected(cs):
+            raise ValueError("the cluster must be connected when the game starts")
+    elif kw.get("cells") is not None:
+        raise ValueError('cells are only for layout "custom"')
+    if "reroll_once_per_game" in data:
+        if type(data["reroll_once_per_game"]) is not bool:
+            raise ValueError("reroll_once_per_game must be true or false")
+        kw["reroll_once_per_game"] = data["reroll_once_per_game"]
+    if "turn_timer_s" in data:
+        v = data["turn_timer_s"]
+        if type(v) not in (int, float) or not 0 <= v <= 3600:
+            raise ValueError("turn_timer_s must be a number from 0 (off) to 3600")
+        kw["turn_timer_s"] = float(v)
+    return Settings(**kw)
+
+
+# --- state ----------------------------------------------------------------------------------------
+
+Cell = tuple[int, int, int | None]  # (q, r, face); face None before the first roll
+
+
+@dataclass(frozen=True)
+class State:
+    settings: Settings
+    players: int
+    cells: tuple[Cell, ...]  # the Blinks still in the cluster, sorted by (q, r)
+    order: tuple[int, ...] = ()  # seats in playing order (decided by StartTakeaway)
+    turn: int = 0  # turns taken so far; the current player is order[turn % players]
+    phase: str = "setup"  # setup | turn | rolling | over
+    rerolled: bool = False  # has the current player re-rolled this turn?
+    rerolls_used: tuple[int, ...] = ()  # per seat, over the whole game
+    claims: tuple[tuple[int, int, int, int], ...] = ()  # (seat, q, r, face), in claiming order
+
+    @property
+    def current(self) -> int | None:
+        if self.phase not in ("turn", "rolling") or not self.order:
+            return None
+        return self.order[self.turn % self.players]
+
+    def coords(self) -> set[Coord]:
+        return {(q, r) for q, r, _ in self.cells}
+
+    def face_at(self, cell: Coord) -> int | None:
+        for q, r, f in self.cells:
+            if (q, r) == cell:
+                return f
+        return None
+
+    def claimed(self, seat: int) -> tuple[int, ...]:
+        return tuple(f for p, _, _, f in self.claims if p == seat)
+
+    def scores(self) -> tuple[int, ...]:
+        return tuple(score(self.claimed(p)) for p in range(self.players))
+
+
+# --- actions --------------------------------------------------------------------------------------
+
+
+@message("Reroll")
+@dataclass(frozen=True)
+class Reroll:
+    """Re-roll every die still in the cluster (the relay rolls them)."""
+
+
+@message("ClaimBlink")
+@dataclass(frozen=True)
+class ClaimBlink:
+    q: int
+    r: int
+
+
+# System actions: the relay applies them with player=SYSTEM when a timer asks for them.
+@message("StartTakeaway")
+@dataclass(frozen=True)
+class StartTakeaway:
+    order: tuple[int, ...] | None = None  # filled by complete(): the playing order
+    faces: tuple[int, ...] | None = None  # filled by complete(): one face per cell, in (q, r) order
+
+
+@message("RollCluster")
+@dataclass(frozen=True)
+class RollCluster:
+    turn: int
+    faces: tuple[int, ...] | None = None  # filled by complete()
+
+
+@message("TakeawayTimeout")
+@dataclass(frozen=True)
+class TakeawayTimeout:
+    turn: int
+
+
+PLAYER_ACTIONS = (Reroll, ClaimBlink)
+SYSTEM_ACTIONS = (StartTakeaway, RollCluster, TakeawayTimeout)
+Action = Reroll | ClaimBlink | StartTakeaway | RollCluster | TakeawayTimeout
+
+
+def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
+    """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
+    try:
+        action = from_dict(data)
+    except DecodeError as exc:
+        raise ValueError(exc.detail) from exc
+    allowed = PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS
+    if not isinstance(action, allowed):
+        raise ValueError(f"{type(action).__name__} is not a Takeaway player action")
+    return action
+
+
+def action_to_wire(action: Action) -> dict[str, Any]:
+    return to_dict(action)
+
+
+# --- setup ----------------------------------------------------------------------------------------
+
+
+def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chance: Chance | None = None) -> State:
+    """Lay out the cluster (a random layout draws on ``chance``); the order and the first roll
+    follow as the system action ``StartTakeaway``."""
+    s = make_settings(settings)
+    _check_players(players)
+    if s.layout == "random":
+        if chance is None:
+            raise ValueError("a random layout needs chance (the relay's seeded generator)")
+        coords = random_layout(s.size, chance)
+    elif s.layout == "custom":
+        assert s.cells is not None
+        coords = s.cells
+    else:
+        coords = LAYOUTS[s.layout]
+    return State(settings=s, players=players, cells=tuple((q, r, None) for q, r in sorted(coords)),
+                 rerolls_used=tuple(0 for _ in range(players)))
+
+
+def _check_players(players: int) -> None:
+    if type(players) is not int or not 2 <= players <= MAX_PLAYERS:
+        raise ValueError(f"Takeaway Dice is for 2 to {MAX_PLAYERS} players, not {players!r}")
+
+
+# --- the rules ------------------------------------------------------------------------------------
+
+
+def _cells_event(cells: tuple[Cell, ...]) -> list[list[int | None]]:
+    return [[q, r, f] for q, r, f in cells]
+
+
+def _valid_faces(faces: Any, n: int) -> bool:
+    return isinstance(faces, tuple) and len(faces) == n and all(type(f) is int and 1 <= f <= 6 for f in faces)
+
+
+def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+    """Apply one action; a rejection leaves ``state`` untouched (it is immutable anyway)."""
+    if player is SYSTEM:
+        return _apply_system(state, action)
+    if type(player) is not int or not 0 <= player < state.players:
+        return Rejected("not_a_player", f"no seat {player!r} in this game")
+    if isinstance(action, SYSTEM_ACTIONS):
+        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+    if not isinstance(action, PLAYER_ACTIONS):
+        return Rejected("unknown_action", f"{type(action).__name__} is not a Takeaway action")
+    if state.phase == "over":
+        return Rejected("game_over", "the game is over")
+    if state.phase == "setup":
+        return Rejected("wrong_phase", "the dice have not been rolled yet")
+    if player != state.current:
+        return Rejected("not_your_turn", f"it is seat {state.current}'s turn")
+    if state.phase == "rolling":
+        return Rejected("wrong_phase", "the dice are being re-rolled")
+    if isinstance(action, Reroll):
+        if state.rerolled:
+            return Rejected("already_rerolled", "one re-roll per turn")
+        if state.settings.reroll_once_per_game and state.rerolls_used[player] > 0:
+            return Rejected("reroll_used", "each player may re-roll only once per game")
+        used = tuple(n + (p == player) for p, n in enumerate(state.rerolls_used))
+        new = replace(state, phase="rolling", rerolled=True, rerolls_used=used)
+        return Accepted(new, ({"type": "reroll_requested", "player": player, "turn": state.turn},))
+    return _claim(state, player, action, timeout=False)
+
+
+def _claim(state: State, player: int, action: ClaimBlink, timeout: bool) -> Accepted[State] | Rejected:
+    if type(action.q) is not int or type(action.r) is not int:
+        return Rejected("malformed", "q and r must be integers")
+    cell = (action.q, action.r)
+    coords = state.coords()
+    if cell not in coords:
+        return Rejected("no_such_cell", f"there is no Blink at {list(cell)}")
+    if is_locked(coords, cell):
+        return Rejected("locked", f"the Blink at {list(cell)} is locked")
+    face = state.face_at(cell)
+    assert face is not None
+    cells = tuple(c for c in state.cells if (c[0], c[1]) != cell)
+    claims = state.claims + ((player, cell[0], cell[1], face),)
+    events: list[EventData] = []
+    if timeout:
+        events.append({"type": "turn_timeout", "player": player, "turn": state.turn})
+    events.append({"type": "blink_claimed", "player": player, "q": cell[0], "r": cell[1], "face": face,
+                   "turn": state.turn, "timeout": timeout})
+    state = replace(state, cells=cells, claims=claims)
+    if not cells:
+        state = replace(state, phase="over")
+        scores = list(state.scores())
+        best = max(scores)
+        winners = [p for p, sc in enumerate(scores) if sc == best]
+        events.append({"type": "game_over", "winner": winners[0] if len(winners) == 1 else None,
+                       "winners": winners, "scores": scores, "reason": "all_claimed"})
+        return Accepted(state, tuple(events))
+    state = replace(state, turn=state.turn + 1, rerolled=False)
+    events.append({"type": "turn_started", "player": state.current, "turn": state.turn})
+    return Accepted(state, tuple(events))
+
+
+def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+    if isinstance(action, StartTakeaway):
+        if state.phase != "setup":
+            return Rejected("wrong_phase", "the game has already started")
+        if action.order is None or action.faces is None:
+            return Rejected("incomplete", "StartTakeaway needs its order and dice (complete() fills them)")
+        if sorted(action.order) != list(range(state.players)):
+            return Rejected("malformed", "order must list every seat once")
+        if not _valid_faces(action.faces, len(state.cells)):
+            return Rejected("malformed", "one face from 1 to 6 per cell")
+        cells = tuple((q, r, f) for (q, r, _), f in zip(state.cells, action.faces))
+        state = replace(state, cells=cells, order=tuple(action.order), phase="turn", turn=0, rerolled=False)
+        events: tuple[EventData, ...] = (
+            {"type": "order_decided", "order": list(action.order)},
+            {"type": "dice_rolled", "reason": "setup", "player": None, "cells": _cells_event(cells)},
+            {"type": "turn_started", "player": state.current, "turn": 0},
+        )
+        return Accepted(state, events)
+    if isinstance(action, RollCluster):
+        if state.phase != "rolling" or action.turn != state.turn:
+            return Rejected("wrong_phase", "no re-roll is waiting")
+        if action.faces is None:
+            return Rejected("incomplete", "RollCluster needs its dice (complete() fills them)")
+        if not _valid_faces(action.faces, len(state.cells)):
+            return Rejected("malformed", "one face from 1 to 6 per cell")
+        cells = tuple((q, r, f) for (q, r, _), f in zip(state.cells, action.faces))
+        player = state.current
+        state = replace(state, cells=cells, phase="turn")
+        return Accepted(state, ({"type": "dice_rolled", "reason": "reroll", "player": player,
+                                 "turn": state.turn, "cells": _cells_event(cells)},))
+    if isinstance(action, TakeawayTimeout):
+        if state.phase != "turn" or action.turn != state.turn:
+            return Rejected("wrong_phase", "that turn is over")
+        player = state.current
+        assert player is not None
+        q, r = default_claim(state, player)
+        return _claim(state, player, ClaimBlink(q, r), timeout=True)
+    if isinstance(action, PLAYER_ACTIONS):
+        return Rejected("not_allowed", f"{type(action).__name__} is a player's action")
+    return Rejected("unknown_action", f"{type(action).__name__} is not a Takeaway system action")
+
+
+def default_claim(state: State, player: int) -> Coord:
+    """The timeout move: the unlocked Blink worth most to ``player`` (first in (q, r) order on ties)."""
+    claimed = state.claimed(player)
+    best: tuple[int, Coord] | None = None
+    for cell in free_cells(state.coords()):
+        face = state.face_at(cell) or 0
+        g = gain(claimed, face)
+        if best is None or g > best[0]:
+            best = (g, cell)
+    assert best is not None, "a connected cluster always has a free Blink"
+    return best[1]
+
+
+def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+    """Fill in the dice (and the order) of the relay's roll actions; other actions pass unchanged."""
+    if player is not SYSTEM:
+        return action
+    if isinstance(action, StartTakeaway) and (action.order is None or action.faces is None):
+        order = shuffled(tuple(range(state.players)), chance)
+        faces = tuple(roll_die(chance) for _ in state.cells)
+        return StartTakeaway(order=order, faces=faces)
+    if isinstance(action, RollCluster) and action.faces is None:
+        return RollCluster(action.turn, tuple(roll_die(chance) for _ in state.cells))
+    return action
+
+
+def timers(state: State) -> tuple[Timer, ...]:
+    if state.phase == "setup":
+        return (Timer("start", 0, StartTakeaway()),)
+    out: list[Timer] = []
+    if state.phase == "rolling":
+        out.append(Timer(f"reroll-{state.turn}", 0, RollCluster(state.turn)))
+    if state.phase in ("turn", "rolling") and state.settings.turn_timer_s > 0:
+        out.append(Timer(f"turn-{state.turn}", int(state.settings.turn_timer_s * NS), TakeawayTimeout(state.turn)))
+    return tuple(out)
+
+
+def legal_actions(state: State, player: int) -> list[Action]:
+    if state.phase != "turn" or player != state.current:
+        return []
+    out: list[Action] = []
+    if not state.rerolled and not (state.settings.reroll_once_per_game and state.rerolls_used[player] > 0):
+        out.append(Reroll())
+    out.extend(ClaimBlink(q, r) for q, r in free_cells(state.coords()))
+    return out
+
+
+def outcome(state: State) -> Outcome | None:
+    if state.phase != "over":
+        return None
+    scores = state.scores()
+    best = max(scores)
+    winners = tuple(p for p, sc in enumerate(scores) if sc == best)
+    return Outcome(winners=winners, reason="shared_win" if len(winners) > 1 else "highest_score", scores=scores,
+                   extra={"claimed": [list(state.claimed(p)) for p in range(state.players)]})
+
+
+def view(state: State, player: int | None) -> State:
+    """Nothing is secret in Takeaway Dice: every seat and spectator sees the whole state."""
+    return state
+
+
+# --- wire form ------------------------------------------------------------------------------------
+
+
+def to_wire(state: State) -> dict[str, Any]:
+    return {
+        "settings": state.settings.to_wire(),
+        "players": state.players,
+        "cells": _cells_event(state.cells),
+        "order": list(state.order),
+        "turn": state.turn,
+        "phase": state.phase,
+        "rerolled": state.rerolled,
+        "rerolls_used": list(state.rerolls_used),
+        "claims": [list(c) for c in state.claims],
+    }
+
+
+def from_wire(data: dict[str, Any]) -> State:
+    """Inverse of ``to_wire``; raises ValueError on anything malformed."""
+    try:
+        s = make_settings(data["settings"])
+        players = data["players"]
+        _check_players(players)
+
+        def ints(xs: Any, n: int | None = None) -> tuple[int, ...]:
+            if not isinstance(xs, (list, tuple)) or (n is not None and len(xs) != n):
+                raise ValueError("expected a list of integers")
+            if not all(type(x) is int for x in xs):
+                raise ValueError("expected integers")
+            return tuple(xs)
+
+        cells: list[Cell] = []
+        for c in data["cells"]:
+            if not isinstance(c, (list, tuple)) or len(c) != 3:
+                raise ValueError("a cell is [q, r, face]")
+            q, r = ints(c[:2])
+            f = c[2]
+            if f is not None and (type(f) is not int or not 1 <= f <= 6):
+                raise ValueError("a face is 1 to 6")
+            cells.append((q, r, f))
+        phase = data["phase"]
+        if phase not in ("setup", "turn", "rolling", "over"):
+            raise ValueError(f"unknown phase {phase!r}")
+        order = ints(data["order"])
+        if order and sorted(order) != list(range(players)):
+            raise ValueError("order must list every seat once")
+        return State(
+            settings=s,
+            players=players,
+            cells=tuple(sorted(cells, key=lambda c: (c[0], c[1]))),
+            order=order,
+            turn=ints([data["turn"]])[0],
+            phase=phase,
+            rerolled=bool(data["rerolled"]),
+            rerolls_used=ints(data["rerolls_used"], players),
+            claims=tuple(ints(c, 4) for c in data["claims"]),  # type: ignore[misc]
+        )
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ValueError(f"malformed Takeaway state: {exc!r}") from exc
+
+
+# --- a bot ----------------------------------------------------------------------------------------
+
+
+def bot_action(state: State, player: int) -> Action | None:
+    """A sensible policy from what the view shows: take the free Blink worth most to us (a repeat of
+    a face we hold is worth 10); if the best is poor and a re-roll is allowed, re-roll first."""
+    if state.phase != "turn" or player != state.current:
+        return None
+    claimed = state.claimed(player)
+    free = free_cells(state.coords())
+    if not free:
+        return None
+
+    def value(cell: Coord) -> tuple[int, int]:
+        face = state.face_at(cell) or 0
+        # Prefer what we gain; among equals, deny the next player what they would gain most from.
+        nxt = state.order[(state.turn + 1) % state.players] if state.order else player
+        return (gain(claimed, face), gain(state.claimed(nxt), face) if nxt != player else 0)
+
+    best = max(free, key=lambda c: (value(c), (-c[0], -c[1])))
+    best_gain = value(best)[0]
+    may_reroll = not state.rerolled and not (state.settings.reroll_once_per_game and state.rerolls_used[player] > 0)
+    # A fresh die is worth 3.5 on average and more once we hold faces; the once-per-game re-roll is
+    # kept for a really poor choice.
+    threshold = 2 if state.settings.reroll_once_per_game else 4
+    if may_reroll and best_gain < threshold and len(state.cells) > 1:
+        return Reroll()
+    return ClaimBlink(best[0], best[1])
+
+
+# --- the module as a GameRules object -------------------------------------------------------------
+
+
+class _Rules:
+    name = NAME
+    min_players = 2
+    max_players = MAX_PLAYERS
+    stale_code = "stale"  # an action made against a state that has since moved on
+    realtime = False
+
+    def default_settings(self) -> dict[str, Any]:
+        return Settings().to_wire()
+
+    def check_settings(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
+        _check_players(players)
+        return make_settings(settings).to_wire()
+
+    def best_of(self, settings: dict[str, Any]) -> int:
+        return 1
+
+    new_game = staticmethod(new_game)
+    apply = staticmethod(apply)
+    complete = staticmethod(complete)
+    view = staticmethod(view)
+    legal_actions = staticmethod(legal_actions)
+    outcome = staticmethod(outcome)
+    timers = staticmethod(timers)
+    to_wire = staticmethod(to_wire)
+    from_wire = staticmethod(from_wire)
+    action_from_wire = staticmethod(action_from_wire)
+    action_to_wire = staticmethod(action_to_wire)
+    bot_action = staticmethod(bot_action)
+    score = staticmethod(score)
+    is_locked = staticmethod(is_locked)
+
+
+RULES = _Rules()

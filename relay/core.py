@@ -1,0 +1,646 @@
+"""The relay's judging core: sans-I/O, the single judge of order and of the rules.
+
+How this works
+--------------
+``RelayCore.handle(topic, payload, now_ns)`` takes one incoming MQTT message and the relay's time
+and returns what to do: ``Publish`` records (topic, typed message, retain) and ``LogRecord``s for
+the event log on disk. ``tick(now_ns)`` does what timers ask for (the start countdown, a
+stalemate pause, a pick time limit, dice rolls, turn timers, the pause between games) and
+``next_deadline()`` tells the shell when to call it next. Nothing here reads a clock, touches a
+socket or draws a random number: time arrives as ``now_ns``, chance comes from ``SeededChance``
+seeded by the shell, so a core fed the same inputs produces the same outputs.
+
+Ordering. In ``arrival`` mode actions are judged one at a time in the order ``handle`` sees them,
+each against the state as it is then, and stamped with ``now_ns``. In ``fair`` mode (see
+``relay/fair.py``) a race for a pile is decided by reaction time, not by network speed.
+
+Every public event gets the match's next ``seq`` (gap-free) and goes to ``.../ev``; after each
+change every player gets their own view (``ViewUpdated``) on their private topic and the retained
+public snapshot is replaced. An action is answered to its sender only (``ActionAccepted`` /
+``ActionRejected`` with a reason code). Answers are remembered per client and action id, so a
+duplicate (QoS 1 redelivery, a resend) gets the same answer again and is never applied twice.
+
+Bad input never raises out of ``handle``: undecodable bytes, unknown types, unknown matches or
+players, actions out of phase all become a rejection to the sender (when the topic names one)
+and a ``bad_input`` log record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from protocol import messages as m
+from protocol.chance import SeededChance, commitment, derive
+from protocol.codec import DecodeError, decode
+from protocol.rules import GAME_NAMES, canonical, rules_for
+from protocol.rules.base import SYSTEM, Accepted, Rejected
+from protocol.topics import Topics, valid_id
+
+CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
+REMEMBERED_ANSWERS = 512  # per client: duplicates older than this are answered as unknown
+STATE_HISTORY = 256  # per match: states kept to tell a lost race from a plain mistake
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Publish:
+    topic: str
+    msg: Any
+    retain: bool = False
+    qos: int = 0
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    record: dict[str, Any]
+
+
+Out = Publish | LogRecord
+
+
+@dataclass
+class RelayConfig:
+    relay_id: str = "relay-0"
+    order: str = "arrival"  # arrival | fair
+    fair_cap_ns: int = 150_000_000  # fair mode: never hold a play longer than this
+    fair_floor_ns: int = 100_000_000  # fair mode: no human reacts faster than this
+    between_games_s: float = 3.0
+    max_matches: int = 10_000
+    #: Test hook only (never settable by a client): a fixed deck order per game, for forcing races.
+    fixed_decks: tuple[tuple[str, ...], ...] | None = None
+
+
+@dataclass
+class Seat:
+    client: str
+    name: str
+    rematch: bool = False
+
+
+@dataclass
+class Match:
+    code: str
+    game: str
+    rules: Any
+    settings: dict[str, Any]
+    seats: int
+    quick: bool
+    seed: int
+    players: list[Seat] = field(default_factory=list)
+    status: str = "waiting"  # waiting | playing | between | over
+    seq: int = 0
+    game_index: int = -1
+    wins: list[int] = field(default_factory=list)
+    best_of: int = 1
+    state: Any = None
+    chance: SeededChance | None = None
+    history: deque[tuple[int, Any]] = field(default_factory=lambda: deque(maxlen=STATE_HISTORY))
+    timers: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    next_game_at: int | None = None
+    game_seed: int = 0
+    winner: int | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[Any] = field(default_factory=list)  # fair mode: held plays
+
+    def seat_of(self, client: str) -> int | None:
+        for i, s in enumerate(self.players):
+            if s.client == client:
+                return i
+        return None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.players)
+
+    def match_state(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "game_index": self.game_index,
+            "best_of": self.best_of,
+            "wins": list(self.wins),
+            "players": list(self.names),
+            "winner": self.winner,
+            "results": list(self.results),
+        }
+
+
+class RelayCore:
+    def __init__(self, topics: Topics | None = None, config: RelayConfig | None = None, seed: int = 0) -> None:
+        self.topics = topics or Topics()
+        self.config = config or RelayConfig()
+        self.seed = seed
+        self._codes = SeededChance(derive(seed, "codes"))
+        self.matches: dict[str, Match] = {}
+        self.client_match: dict[str, str] = {}
+        self._answers: dict[str, OrderedDict[tuple[str, int], Any]] = {}
+        self.stats: dict[str, Any] = {"accepted": 0, "rejected": {}}
+        if self.config.order == "fair":
+            from relay.fair import FairOrder  # local: arrival mode needs none of it
+
+            self.fair: Any = FairOrder(self)
+        else:
+            self.fair = None
+
+    # ------------------------------------------------------------------ entry points
+
+    def startup(self, now_ns: int) -> list[Out]:
+        """What to publish when the relay comes online (status, empty match list)."""
+        return [
+            Publish(self.topics.relay_status(self.config.relay_id), m.RelayStatus(self.config.relay_id, True), retain=True),
+            self._match_list(),
+        ]
+
+    def subscriptions(self) -> list[str]:
+        return [self.topics.req_all, self.topics.act_all]
+
+    def handle(self, topic: str, payload: bytes, now_ns: int) -> list[Out]:
+        out: list[Out] = []
+        try:
+            act_addr = self.topics.parse_act(topic)
+            if act_addr is not None:
+                self._on_act(act_addr[0], act_addr[1], payload, now_ns, out)
+                return out
+            client = self.topics.parse_req(topic)
+            if client is not None:
+                self._on_req(client, payload, now_ns, out)
+                return out
+            out.append(self._bad(now_ns, "unknown_topic", topic=topic))
+        except Exception as exc:  # noqa: BLE001 - the relay never stops for bad input
+            out.append(self._bad(now_ns, "internal_error", topic=topic, detail=f"{type(exc).__name__}: {exc}"))
+        return out
+
+    def tick(self, now_ns: int) -> list[Out]:
+        out: list[Out] = []
+        for match in list(self.matches.values()):
+            try:
+                if self.fair is not None:
+                    self.fair.tick(match, now_ns, out)
+                self._fire_timers(match, now_ns, out)
+                if match.next_game_at is not None and now_ns >= match.next_game_at:
+                    match.next_game_at = None
+                    self._start_game(match, now_ns, out)
+            except Exception as exc:  # noqa: BLE001
+                out.append(self._bad(now_ns, "internal_error", match=match.code, detail=f"{type(exc).__name__}: {exc}"))
+        return out
+
+    def next_deadline(self) -> int | None:
+        deadlines: list[int] = []
+        for match in self.matches.values():
+            deadlines.extend(d for d, _ in match.timers.values())
+            if match.next_game_at is not None:
+                deadlines.append(match.next_game_at)
+            if self.fair is not None:
+                d = self.fair.deadline(match)
+                if d is not None:
+                    deadlines.append(d)
+        return min(deadlines) if deadlines else None
+
+    def shutdown(self) -> list[Out]:
+        return [Publish(self.topics.relay_status(self.config.relay_id), m.RelayStatus(self.config.relay_id, False), retain=True)]
+
+    # ------------------------------------------------------------------ control requests
+
+    def _on_req(self, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
+        if not valid_id(client):
+            out.append(self._bad(now_ns, "bad_client_id", client=client[:80]))
+            return
+        try:
+            msg = decode(payload)
+        except DecodeError as exc:
+            self._reject_req(client, exc.code, exc.detail, now_ns, out)
+            return
+        if isinstance(msg, m.Ping):
+            out.append(Publish(self.topics.client(client), m.Pong(t0=msg.t0, t1=now_ns, t2=now_ns)))
+        elif isinstance(msg, m.CreateMatch):
+            self._create(client, msg.name, msg.game, msg.settings, msg.seats, False, now_ns, out)
+        elif isinstance(msg, m.JoinMatch):
+            self._join(client, msg.name, msg.code.upper(), now_ns, out)
+        elif isinstance(msg, m.QuickMatch):
+            self._quick(client, msg, now_ns, out)
+        elif isinstance(msg, m.Resync):
+            match = self.matches.get(msg.match)
+            if match is None:
+                self._reject_req(client, "no_such_match", f"no match {msg.match[:16]!r}", now_ns, out)
+            else:
+                self._send_views(match, out, only=client)
+            self._publish_snapshot(match, now_ns, out)
+        elif isinstance(msg, m.Rematch):
+            self._rematch(client, msg.match, now_ns, out)
+        elif isinstance(msg, m.Leave):
+            self._leave(client, msg.match, now_ns, out)
+        else:
+            self._reject_req(client, "unexpected", f"{type(msg).__name__} is not a request", now_ns, out)
+
+    def _reject_req(self, client: str, code: str, detail: str, now_ns: int, out: list[Out]) -> None:
+        out.append(Publish(self.topics.client(client), m.RequestRejected(code, detail)))
+        out.append(self._bad(now_ns, code, client=client, detail=detail))
+
+    def _new_code(self) -> str:
+        while True:
+            code = "".join(CODE_ALPHABET[self._codes.randbelow(len(CODE_ALPHABET))] for _ in range(5))
+            if code not in self.matches:
+                return code
+
+    def _create(self, client: str, name: str, game: str, settings: dict[str, Any], seats: int, quick: bool,
+                now_ns: int, out: list[Out]) -> Match | None:
+        if len(self.matches) >= self.config.max_matches:
+            self._reject_req(client, "relay_full", "this relay holds no more matches", now_ns, out)
+            return None
+        try:
+            rules = rules_for(game)
+            settings = rules.check_settings(settings, seats)
+        except (ValueError, ImportError, TypeError) as exc:
+            self._reject_req(client, "bad_settings", str(exc), now_ns, out)
+            return None
+        if not rules.min_players <= seats <= rules.max_players:
+            self._reject_req(client, "bad_settings",
+                             f"{game} is for {rules.min_players}-{rules.max_players} players, not {seats}", now_ns, out)
+            return None
+        code = self._new_code()
+        match = Match(code=code, game=canonical(game), rules=rules, settings=settings, seats=seats, quick=quick,
+                      seed=derive(self.seed, "match", code), best_of=rules.best_of(settings))
+        self.matches[code] = match
+        self._event(match, now_ns, out, {"type": "match_created", "game_name": match.game, "seats": seats,
+                                          "settings": settings, "best_of": match.best_of})
+        self._join(client, name, code, now_ns, out)
+        return match
+
+    def _quick(self, client: str, msg: m.QuickMatch, now_ns: int, out: list[Out]) -> None:
+        game = canonical(msg.game)
+        for match in self.matches.values():
+            if (match.quick and match.status == "waiting" and match.game == game
+                    and match.seat_of(client) is None and len(match.players) < match.seats):
+                try:
+                    wanted = match.rules.check_settings(msg.settings, match.seats)
+                except (ValueError, TypeError):
+                    wanted = None
+                if wanted == match.settings:
+                    self._join(client, msg.name, match.code, now_ns, out)
+                    return
+        self._create(client, msg.name, msg.game, msg.settings, 2, True, now_ns, out)
+
+    def _join(self, client: str, name: str, code: str, now_ns: int, out: list[Out]) -> None:
+        match = self.matches.get(code)
+        if match is None:
+            self._reject_req(client, "no_such_match", f"no match with code {code[:16]!r}", now_ns, out)
+            return
+        seat = match.seat_of(client)
+        if seat is None:
+            if match.status != "waiting" or len(match.players) >= match.seats:
+                self._reject_req(client, "match_full", f"match {code} already has its players", now_ns, out)
+                return
+            name = _clean_name(name) or f"player{len(match.players) + 1}"
+            taken = set(match.names)
+            base, n = name, 2
+            while name in taken:
+                name, n = f"{base}-{n}", n + 1
+            match.players.append(Seat(client, name))
+            seat = len(match.players) - 1
+            self.client_match[client] = code
+            self._event(match, now_ns, out, {"type": "player_joined", "player": seat, "name": name})
+        out.append(Publish(self.topics.client(client), m.MatchJoined(
+            match=code, seat=seat, game=match.game, players=match.names, seats=match.seats,
+            settings=match.settings, shard=self.topics.shard)))
+        if match.status == "waiting" and len(match.players) == match.seats:
+            match.wins = [0] * match.seats
+            self._start_game(match, now_ns, out)
+        else:
+            self._publish_snapshot(match, now_ns, out)
+        out.append(self._match_list())
+
+    def _leave(self, client: str, code: str, now_ns: int, out: list[Out]) -> None:
+        match = self.matches.get(code) if code else self.matches.get(self.client_match.get(client, ""))
+        if match is None:
+            return
+        seat = match.seat_of(client)
+        if seat is None:
+            return
+        self.client_match.pop(client, None)
+        if match.status == "waiting":
+            match.players.pop(seat)
+            self._event(match, now_ns, out, {"type": "player_left", "player": seat})
+            if not match.players:
+                self._close(match, out)
+            else:
+                self._publish_snapshot(match, now_ns, out)
+        elif match.status in ("playing", "between"):
+            # Leaving a running match forfeits it: the others win.
+            others = [i for i in range(match.seats) if i != seat]
+            self._event(match, now_ns, out, {"type": "player_left", "player": seat})
+            winner = others[0] if len(others) == 1 else None
+            self._end_match(match, winner, "forfeit", now_ns, out)
+        out.append(self._match_list())
+
+    def _close(self, match: Match, out: list[Out]) -> None:
+        self.matches.pop(match.code, None)
+        out.append(Publish(self.topics.snap(match.code), b"", retain=True))  # clears the retained snapshot
+
+    def _rematch(self, client: str, code: str, now_ns: int, out: list[Out]) -> None:
+        match = self.matches.get(code)
+        if match is None:
+            self._reject_req(client, "no_such_match", f"no match {code[:16]!r}", now_ns, out)
+            return
+        seat = match.seat_of(client)
+        if seat is None:
+            self._reject_req(client, "not_a_player", "you are not in this match", now_ns, out)
+            return
+        if match.status != "over":
+            self._reject_req(client, "not_over", "the match is still running", now_ns, out)
+            return
+        match.players[seat].rematch = True
+        self._event(match, now_ns, out, {"type": "rematch_requested", "player": seat})
+        if all(s.rematch for s in match.players):
+            for s in match.players:
+                s.rematch = False
+            match.wins = [0] * match.seats
+            match.winner = None
+            match.results = []
+            match.seed = derive(match.seed, "rematch")
+            self._event(match, now_ns, out, {"type": "rematch_started"})
+            self._start_game(match, now_ns, out)
+
+    # ------------------------------------------------------------------ games
+
+    def _start_game(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        match.game_index += 1
+        match.status = "playing"
+        match.game_seed = derive(match.seed, "game", match.game_index)
+        match.chance = SeededChance(match.game_seed)
+        decks = self.config.fixed_decks
+        if decks and match.game == "blink":
+            from protocol.rules import blink
+
+            s = blink.make_settings(match.settings)
+            order = decks[min(match.game_index, len(decks) - 1)]
+            match.state = blink.deal(s, tuple(blink.Card.parse(c, s.deck) for c in order))
+        else:
+            match.state = match.rules.new_game(match.settings, match.seats, match.chance)
+        match.history.clear()
+        match.timers.clear()
+        self._event(match, now_ns, out, {"type": "game_started", "players": list(match.names),
+                                          "seed_commitment": commitment(match.game_seed)})
+        match.history.append((match.seq, match.state))
+        self._after_change(match, now_ns, out)
+
+    def _after_change(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        """Re-arm timers from the new state, publish views and snapshot, and handle the end."""
+        outcome = match.rules.outcome(match.state)
+        if outcome is not None:
+            match.timers.clear()
+            self._end_game(match, outcome, now_ns, out)
+        else:
+            self._arm_timers(match, now_ns)
+        self._send_views(match, out)
+        self._publish_snapshot(match, now_ns, out)
+        if outcome is None:
+            self._fire_timers(match, now_ns, out)
+
+    def _arm_timers(self, match: Match, now_ns: int) -> None:
+        wanted = {t.name: t for t in match.rules.timers(match.state)}
+        for name in list(match.timers):
+            if name not in wanted:
+                del match.timers[name]
+        for name, t in wanted.items():
+            if name not in match.timers:
+                match.timers[name] = (now_ns + max(0, t.delay_ns), t.action)
+
+    def _fire_timers(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        for _ in range(10_000):  # zero-delay timers may chain (roll, then roll again); bounded anyway
+            due = [(d, n) for n, (d, _) in match.timers.items() if d <= now_ns]
+            if not due or match.status != "playing":
+                return
+            _, name = min(due)
+            _, action = match.timers.pop(name)
+            action = match.rules.complete(match.state, SYSTEM, action, match.chance)
+            result = match.rules.apply(match.state, SYSTEM, action)
+            if isinstance(result, Rejected):
+                out.append(LogRecord({"kind": "timer_refused", "match": match.code, "timer": name, "code": result.code}))
+                continue
+            self._commit(match, result, now_ns, out, extra={"timer": name})
+            self._after_change(match, now_ns, out)
+            return
+
+    def _end_game(self, match: Match, outcome: Any, now_ns: int, out: list[Out]) -> None:
+        winners = list(outcome.winners)
+        for w in winners:
+            match.wins[w] += 1
+        match.results.append({"game": match.game_index, "winners": winners, "reason": outcome.reason,
+                              "scores": list(outcome.scores)})
+        self._event(match, now_ns, out, {"type": "game_result", "winner": winners[0] if len(winners) == 1 else None,
+                                          "winners": winners, "reason": outcome.reason,
+                                          "scores": list(outcome.scores), "wins": list(match.wins),
+                                          "seed": match.game_seed, **_plain(outcome.extra)})
+        need = match.best_of // 2 + 1
+        leaders = [i for i, w in enumerate(match.wins) if w >= need]
+        played = match.game_index + 1
+        if leaders:
+            self._end_match(match, leaders[0], "won", now_ns, out)
+        elif played >= match.best_of * 3:  # ties can go on for ever; cap the games of a match
+            best = max(match.wins)
+            top = [i for i, w in enumerate(match.wins) if w == best]
+            self._end_match(match, top[0] if len(top) == 1 else None, "game_limit", now_ns, out)
+        else:
+            match.status = "between"
+            match.next_game_at = now_ns + int(self.config.between_games_s * NS)
+
+    def _end_match(self, match: Match, winner: int | None, reason: str, now_ns: int, out: list[Out]) -> None:
+        match.status = "over"
+        match.winner = winner
+        match.timers.clear()
+        match.next_game_at = None
+        self._event(match, now_ns, out, {"type": "match_over", "winner": winner, "reason": reason,
+                                          "wins": list(match.wins)})
+        self._publish_snapshot(match, now_ns, out)
+        self._send_views(match, out)
+
+    # ------------------------------------------------------------------ actions
+
+    def _on_act(self, code: str, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
+        if not valid_id(client) or not valid_id(code):
+            out.append(self._bad(now_ns, "bad_topic", match=code[:80], client=client[:80]))
+            return
+        try:
+            act = decode(payload)
+        except DecodeError as exc:
+            self._answer(client, code, -1, m.ActionRejected(code, -1, "malformed", exc.detail), now_ns, out)
+            return
+        if not isinstance(act, m.Act):
+            self._answer(client, code, -1, m.ActionRejected(code, -1, "malformed", f"expected Act, got {type(act).__name__}"),
+                         now_ns, out)
+            return
+        remembered = self._answers.get(client, {}).get((code, act.id))
+        if remembered is not None:
+            out.append(Publish(self.topics.client(client), remembered))
+            out.append(LogRecord({"kind": "duplicate", "match": code, "client": client, "id": act.id}))
+            return
+        match = self.matches.get(code)
+        if match is None:
+            self._reject(client, code, act, "no_such_match", f"no match {code!r}", now_ns, out)
+            return
+        seat = match.seat_of(client)
+        if seat is None:
+            self._reject(client, code, act, "not_a_player", "you are not a player in this match", now_ns, out)
+            return
+        try:
+            action = match.rules.action_from_wire(act.action)
+        except (ValueError, TypeError) as exc:
+            self._reject(client, code, act, "malformed", str(exc), now_ns, out)
+            return
+        if match.status != "playing":
+            reason = {"waiting": "not_running", "between": "not_running", "over": "game_over"}[match.status]
+            self._reject(client, code, act, reason, f"the match is {match.status}", now_ns, out)
+            return
+        if act.seq > match.seq or act.seq < 0:
+            self._reject(client, code, act, "bad_seq", f"seq {act.seq} is not a seq of this match", now_ns, out)
+            return
+        if self.fair is not None and self.fair.wants(match, seat, action):
+            self.fair.submit(match, seat, client, act, action, now_ns, out)
+            return
+        self.judge(match, seat, client, act, action, now_ns, out)
+
+    def judge(self, match: Match, seat: int, client: str, act: m.Act, action: Any, now_ns: int, out: list[Out],
+              hold_ns: int = 0, note: dict[str, Any] | None = None) -> bool:
+        """Apply one action against the state as it is now; answer it; publish what follows."""
+        if match.status != "playing":
+            self._reject(client, match.code, act, "not_running", f"the match is {match.status}", now_ns, out)
+            return False
+        action = match.rules.complete(match.state, seat, action, match.chance)
+        result = match.rules.apply(match.state, seat, action)
+        if isinstance(result, Rejected):
+            code, detail = result.code, result.detail
+            then = self._state_at(match, act.seq)
+            if then is not None and then is not match.state and code != "malformed":
+                earlier = match.rules.apply(then, seat, action)
+                if isinstance(earlier, Accepted):
+                    code = match.rules.stale_code
+                    detail = f"the state changed after the one you saw (seq {act.seq}): {result.detail}"
+            self._reject(client, match.code, act, code, detail, now_ns, out, hold_ns=hold_ns, note=note)
+            return False
+        self._commit(match, result, now_ns, out, extra={"client": client, "id": act.id,
+                                                        "reaction_ns": act.reaction_ns, "hold_ns": hold_ns,
+                                                        **(note or {})})
+        self.stats["accepted"] += 1
+        self._answer(client, match.code, act.id, m.ActionAccepted(match.code, act.id, match.seq, hold_ns), now_ns, out,
+                     log=False)
+        self._after_change(match, now_ns, out)
+        return True
+
+    def _state_at(self, match: Match, seq: int) -> Any:
+        found = None
+        for s, state in match.history:
+            if s <= seq:
+                found = state
+            else:
+                break
+        return found
+
+    def _commit(self, match: Match, result: Accepted[Any], now_ns: int, out: list[Out], extra: dict[str, Any]) -> None:
+        match.state = result.state
+        first = match.seq + 1
+        for ev in result.events:
+            self._event(match, now_ns, out, dict(ev))
+        match.history.append((match.seq, match.state))
+        out.append(LogRecord({"kind": "applied", "match": match.code, "game": match.game_index,
+                              "seq": [first, match.seq], "ts": now_ns, **extra}))
+
+    def _reject(self, client: str, code: str, act: m.Act, reason: str, detail: str, now_ns: int, out: list[Out],
+                hold_ns: int = 0, note: dict[str, Any] | None = None) -> None:
+        match = self.matches.get(code)
+        seq = match.seq if match else 0
+        rej = self.stats["rejected"]
+        rej[reason] = rej.get(reason, 0) + 1
+        self._answer(client, code, act.id, m.ActionRejected(code, act.id, reason, detail, seq), now_ns, out, log=False)
+        out.append(LogRecord({"kind": "rejected", "match": code, "client": client, "id": act.id, "code": reason,
+                              "detail": detail, "ts": now_ns, "reaction_ns": act.reaction_ns, "hold_ns": hold_ns,
+                              **(note or {})}))
+
+    def _answer(self, client: str, code: str, action_id: int, answer: Any, now_ns: int, out: list[Out],
+                log: bool = True) -> None:
+        if valid_id(client):
+            out.append(Publish(self.topics.client(client), answer))
+            if action_id >= 0:
+                book = self._answers.setdefault(client, OrderedDict())
+                book[(code, action_id)] = answer
+                while len(book) > REMEMBERED_ANSWERS:
+                    book.popitem(last=False)
+        if log:
+            out.append(self._bad(now_ns, getattr(answer, "code", "answer"), client=client, match=code,
+                                 detail=getattr(answer, "detail", "")))
+
+    # ------------------------------------------------------------------ publishing
+
+    def _event(self, match: Match, now_ns: int, out: list[Out], data: dict[str, Any]) -> None:
+        match.seq += 1
+        etype = str(data.pop("type"))
+        public = _with_names(data, match.names)
+        ev = m.Event(match=match.code, seq=match.seq, ts=now_ns, game=max(match.game_index, 0), type=etype, data=public)
+        out.append(Publish(self.topics.ev(match.code), ev))
+        out.append(LogRecord({"kind": "event", "match": match.code, "seq": match.seq, "ts": now_ns,
+                              "game": ev.game, "type": etype, **public}))
+
+    def _send_views(self, match: Match, out: list[Out], only: str | None = None) -> None:
+        if match.state is None:
+            return
+        for seat, s in enumerate(match.players):
+            if only is not None and s.client != only:
+                continue
+            state = match.rules.to_wire(match.rules.view(match.state, seat))
+            out.append(Publish(self.topics.client(s.client), m.ViewUpdated(
+                match=match.code, seq=match.seq, game=max(match.game_index, 0), state=state,
+                match_state=match.match_state())))
+
+    def _publish_snapshot(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        state = match.rules.to_wire(match.rules.view(match.state, None)) if match.state is not None else {}
+        out.append(Publish(self.topics.snap(match.code), m.Snapshot(
+            match=match.code, seq=match.seq, ts=now_ns, game=max(match.game_index, 0), status=match.status,
+            players=match.names, state=state, match_state=match.match_state()), retain=True))
+
+    def _match_list(self) -> Publish:
+        waiting = tuple(
+            {"code": x.code, "game": x.game, "seats": x.seats, "players": list(x.names), "quick": x.quick}
+            for x in self.matches.values() if x.status == "waiting"
+        )[:200]
+        return Publish(self.topics.match_list, m.MatchList(waiting), retain=True)
+
+    def _bad(self, now_ns: int, code: str, **fields: Any) -> LogRecord:
+        return LogRecord({"kind": "bad_input", "code": code, "ts": now_ns, **fields})
+
+
+def _clean_name(name: str) -> str:
+    return "".join(c for c in name if c.isprintable() and c not in "/+#")[:24].strip()
+
+
+def _with_names(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """Public events name players: ``player``/``winner`` become names, the seat stays beside them."""
+
+    def name(seat: Any) -> Any:
+        return names[seat] if type(seat) is int and 0 <= seat < len(names) else seat
+
+    out = _plain(data)
+    if "player" in out and type(out["player"]) is int:
+        out["seat"] = out["player"]
+        out["player"] = name(out["player"])
+    if "winner" in out:
+        out["winner_seat"] = out["winner"]
+        out["winner"] = name(out["winner"])
+    if "winners" in out and isinstance(out["winners"], list):
+        out["winner_seats"] = list(out["winners"])
+        out["winners"] = [name(w) for w in out["winners"]]
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    return value
+
+
+def known_games() -> Iterable[str]:
+    return GAME_NAMES
