@@ -114,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--json", action="store_true", help="print one JSON object")
     mt.add_argument("--log", metavar="PATH", help="write every public event as JSON Lines")
     mt.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="relay ordering (local relay)")
+
+    from client import play_cli  # no pyglet at import time: it is only loaded when `play` runs
+
+    play_cli.add_parser(sub)
     return p
 
 
@@ -136,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_bot(args, topics))
         if args.command == "match":
             return asyncio.run(_match(args, topics))
+        if args.command == "play":
+            from client import play_cli
+
+            return play_cli.run(args, topics)
     except KeyboardInterrupt:
         return 130
     except UserError as exc:
