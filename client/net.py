@@ -96,6 +96,7 @@ class Connection:
     async def __aenter__(self) -> Connection:
         will = aiomqtt.Will(self.topics.req(self.client_id), encode(m.Leave()), qos=1)
         self._client = aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id, will=will,
+                                      username=self.address.username, password=self.address.password,
                                       keepalive=15, max_queued_outgoing_messages=0)
         try:
             await self._client.__aenter__()

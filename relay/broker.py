@@ -30,14 +30,19 @@ class BadURL(ValueError):
 class BrokerAddress:
     host: str
     port: int
+    username: str | None = None
+    password: str | None = None
 
     @property
     def url(self) -> str:
         return f"mqtt://{self.host}:{self.port}"
 
+    def with_user(self, username: str | None, password: str | None = None) -> BrokerAddress:
+        return BrokerAddress(self.host, self.port, username, password)
+
 
 def parse_url(url: str) -> BrokerAddress:
-    """``mqtt://host:port`` (or ``host:port``, or ``tcp://...``) -> BrokerAddress; ValueError if not."""
+    """``mqtt://[user[:password]@]host:port`` (or ``host:port``) -> BrokerAddress; BadURL if not."""
     text = url.strip()
     if "://" not in text:
         text = "mqtt://" + text
@@ -50,7 +55,7 @@ def parse_url(url: str) -> BrokerAddress:
         raise BadURL(f"unsupported scheme {u.scheme!r} in {url!r}: use mqtt://HOST:PORT")
     if not u.hostname:
         raise BadURL(f"no host in {url!r}: use mqtt://HOST:PORT")
-    return BrokerAddress(u.hostname, port)
+    return BrokerAddress(u.hostname, port, u.username or None, u.password or None)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -58,7 +58,10 @@ class RelayShell:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = open(self.log_path, "a", encoding="utf-8")
         try:
+            # The relay logs in as "relay" unless the URL names a user: the shipped Mosquitto ACL
+            # gives that user the right to publish events and private messages.
             async with aiomqtt.Client(self.address.host, self.address.port, identifier=f"blink-{self.config.relay_id}",
+                                      username=self.address.username or "relay", password=self.address.password,
                                       will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
                 self._client = client
                 for t in self.core.subscriptions():

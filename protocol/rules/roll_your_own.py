@@ -1,0 +1,921 @@
+"""Roll Your Own, custom dice duels (RULES.md section 4), as a pure, immutable rule engine.
+
+How this works
+--------------
+One state covers a whole MATCH (games of rounds of rolls), so ``best_of`` is 1 for the relay.
+
+    build --every seat BuildDie (secret)--> [dice_revealed] rolling --RyoRoll (SYSTEM)--> rolling ...
+      ^                                                         |  a seat reaches rolls_per_round
+      |                                                         v
+      |     (2 players) choice <--------------- round won ------+--(>2 players)--> rolloff --RyoRoll--> choice
+      |        |  RaiseFace(face) --> next round (rolling)                                    (lowest roll chooses)
+      |        |  LowerWinner --> lower --LowerFace(face) by the round's winner--> next round (rolling)
+      +-- a seat reaches rounds_per_game (new dice; no choice after a game's last round)
+          ... a seat reaches games_per_match --> over
+
+Builds are secret: ``view`` hides every other seat's die (and a finite tile pool, which would give
+them away) until all have built; the ``die_built`` event names the player only. Then the
+``dice_revealed`` event shows all dice at once.
+
+Every roll is the SYSTEM action ``RyoRoll`` that ``timers`` asks for (delay 0); ``complete`` fills
+in one face index (0-5) per rolling seat, so a client can never choose dice, and the values are in
+the ``dice_rolled`` event. Ties: with two players a tie is ignored (both roll again); with more, the
+tied-highest roll again alone. In the losers' roll-off the lowest roll wins the right to choose
+(tied-lowest roll again). When the seats still rolling all have the same one-valued die (say two
+all-3 dice), no roll can ever separate them: ``complete`` then draws a lot instead (``lot``), and
+the ``lot_drawn`` event says so -- otherwise such a game would never end.
+
+An impossible option (no face can go up / none of the winner's can go down, or -- with a finite
+pool -- no tile for it) cannot be chosen; when neither is possible the round passes without a
+choice (``no_choice``). With ``turn_timer_s`` on, ``RyoTimeout`` builds a balanced default die for
+whoever has not built, and makes the default choice (raise the chooser's lowest face; else have the
+winner lower; the winner's highest face drops).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, Iterable, Sequence
+
+from protocol.codec import DecodeError, from_dict, message, to_dict
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer
+
+NAME = "ryo"
+NS = 1_000_000_000
+FACES = 6
+MAX_PLAYERS = 8
+
+Die = tuple[int, ...]
+
+# --- dice maths -----------------------------------------------------------------------------------
+
+
+def is_valid_build(faces: Any, budget: int = 21, max_face: int = 9) -> bool:
+    """Six whole numbers from 0 to ``max_face`` totalling at most ``budget``."""
+    if not isinstance(faces, (list, tuple)) or len(faces) != FACES:
+        return False
+    if not all(type(f) is int and 0 <= f <= max_face for f in faces):
+        return False
+    return sum(faces) <= budget
+
+
+def _wins(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many of the len(a)*len(b) equally likely pairs have a's face strictly higher."""
+    bs = sorted(b)
+    return sum(bisect_left(bs, x) for x in a)
+
+
+def beat_probability(a: Sequence[int], b: Sequence[int]) -> float:
+    """The exact probability that die ``a`` shows a strictly higher face than die ``b``."""
+    a, b = list(a), list(b)
+    if not a or not b:
+        raise ValueError("a die needs at least one face")
+    return float(Fraction(_wins(a, b), len(a) * len(b)))
+
+
+def advantage(a: Sequence[int], b: Sequence[int]) -> float:
+    """P(a beats b) - P(b beats a): how much better ``a`` is in a head-to-head roll."""
+    return (_wins(a, b) - _wins(b, a)) / (len(a) * len(b))
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    budget: int = 21
+    max_face: int = 9
+    rolls_per_round: int = 6
+    rounds_per_game: int = 6
+    games_per_match: int = 3
+    tile_pool: tuple[int, ...] | None = None  # tiles per pip value 0..max_face; None: unlimited
+    turn_timer_s: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget,
+            "max_face": self.max_face,
+            "rolls_per_round": self.rolls_per_round,
+            "rounds_per_game": self.rounds_per_game,
+            "games_per_match": self.games_per_match,
+            "tile_pool": None if self.tile_pool is None else list(self.tile_pool),
+            "turn_timer_s": self.turn_timer_s,
+        }
+
+
+def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
+    if isinstance(data, Settings):
+        return data
+    if data is not None and not isinstance(data, dict):
+        raise ValueError("roll-your-own settings must be a map")
+    data = dict(data or {})
+    unknown = set(data) - set(Settings.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown roll-your-own settings: {', '.join(sorted(map(str, unknown)))}")
+    kw: dict[str, Any] = {}
+    for key, lo, hi in (("budget", 0, 60), ("max_face", 1, 20), ("rolls_per_round", 1, 99),
+                        ("rounds_per_game", 1, 99), ("games_per_match", 1, 99)):
+        if key in data:
+            v = data[key]
+            if type(v) is not int or not lo <= v <= hi:
+                raise ValueError(f"{key} must be an integer from {lo} to {hi}")
+            kw[key] = v
+    max_face = kw.get("max_face", Settings.max_face)
+    pool = data.get("tile_pool")
+    if pool is not None:
+        if type(pool) is int:
+            pool = [pool] * (max_face + 1)
+        if not isinstance(pool, (list, tuple)) or len(pool) != max_face + 1:
+            raise ValueError(f"tile_pool must list {max_face + 1} counts (pip values 0 to {max_face}), or be one count")
+        if not all(type(n) is int and 0 <= n <= 999 for n in pool):
+            raise ValueError("tile_pool counts must be integers from 0 to 999")
+        kw["tile_pool"] = tuple(pool)
+    if "turn_timer_s" in data:
+        v = data["turn_timer_s"]
+        if type(v) not in (int, float) or not 0 <= v <= 3600:
+            raise ValueError("turn_timer_s must be a number from 0 (off) to 3600")
+        kw["turn_timer_s"] = float(v)
+    return Settings(**kw)
+
+
+def _check_players(players: int, s: Settings) -> None:
+    if type(players) is not int or not 2 <= players <= MAX_PLAYERS:
+        raise ValueError(f"Roll Your Own is for 2 to {MAX_PLAYERS} players, not {players!r}")
+    if s.tile_pool is not None:
+        # Whatever the others take, the last builder must still find six tiles within the budget:
+        # the worst case is that the others took the cheapest 6*(players-1) tiles.
+        tiles = sorted(v for v, n in enumerate(s.tile_pool) for _ in range(n))
+        last = tiles[FACES * (players - 1): FACES * players]
+        if len(last) < FACES or sum(last) > s.budget:
+            raise ValueError(f"the tile pool is too small for {players} players to build dice within the budget")
+
+
+# --- state ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class State:
+    settings: Settings
+    players: int
+    phase: str = "build"  # build | rolling | rolloff | choice | lower | over
+    game: int = 1  # the game being played (1-based)
+    round: int = 1  # the round being played in this game (1-based)
+    rolls: int = 0  # rolls made in the whole match: keys the roll timers
+    rounds_played: int = 0  # rounds finished in the whole match: keys the choice timers
+    dice: tuple[Die | None, ...] = ()  # per seat; None: not built yet, or hidden in a view
+    built: tuple[bool, ...] = ()
+    pool: tuple[int, ...] | None = None  # tiles left (finite pool only; None in a view while building)
+    rolling: tuple[int, ...] = ()  # who rolls next
+    roll_wins: tuple[int, ...] = ()  # in this round
+    round_wins: tuple[int, ...] = ()  # in this game
+    game_wins: tuple[int, ...] = ()  # in this match
+    rounds_total: tuple[int, ...] = ()  # rounds won in the whole match
+    round_winner: int | None = None  # while choosing
+    chooser: int | None = None  # the round's loser who chooses
+    last_roll: tuple[tuple[int, int, int], ...] = ()  # (seat, face index, value) of the latest roll
+    previous: tuple[Die | None, ...] = ()  # everyone's die at the end of the previous game (public)
+    winner: int | None = None  # of the match
+
+
+def _zeros(n: int) -> tuple[int, ...]:
+    return tuple(0 for _ in range(n))
+
+
+def _set(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
+    return t[:i] + (v,) + t[i + 1:]
+
+
+# --- actions --------------------------------------------------------------------------------------
+
+
+@message("BuildDie")
+@dataclass(frozen=True)
+class BuildDie:
+    faces: tuple[int, ...]
+
+
+@message("RaiseFace")
+@dataclass(frozen=True)
+class RaiseFace:
+    """Option (a): one face of the chooser's own die goes up one pip."""
+
+    face: int  # index 0-5
+
+
+@message("LowerWinner")
+@dataclass(frozen=True)
+class LowerWinner:
+    """Option (b): the round's winner must lower one of their own faces by one pip."""
+
+
+@message("LowerFace")
+@dataclass(frozen=True)
+class LowerFace:
+    """The round's winner picks which of their faces drops one pip (after LowerWinner)."""
+
+    face: int  # index 0-5
+
+
+# System actions.
+@message("RyoRoll")
+@dataclass(frozen=True)
+class RyoRoll:
+    roll: int  # State.rolls when it was asked for
+    values: tuple[int, ...] | None = None  # filled by complete(): a face index per rolling seat
+    lot: int | None = None  # filled by complete() instead, when no roll can separate the seats
+
+
+@message("RyoTimeout")
+@dataclass(frozen=True)
+class RyoTimeout:
+    key: str  # the timer's name: build-<game>, choice-<round>, lower-<round>
+
+
+PLAYER_ACTIONS = (BuildDie, RaiseFace, LowerWinner, LowerFace)
+SYSTEM_ACTIONS = (RyoRoll, RyoTimeout)
+Action = BuildDie | RaiseFace | LowerWinner | LowerFace | RyoRoll | RyoTimeout
+
+
+def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
+    try:
+        action = from_dict(data)
+    except DecodeError as exc:
+        raise ValueError(exc.detail) from exc
+    allowed = PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS
+    if not isinstance(action, allowed):
+        raise ValueError(f"{type(action).__name__} is not a Roll Your Own player action")
+    return action
+
+
+def action_to_wire(action: Action) -> dict[str, Any]:
+    return to_dict(action)
+
+
+# --- setup ----------------------------------------------------------------------------------------
+
+
+def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chance: Chance | None = None) -> State:
+    """A match starts with everyone building a die; no chance is needed until the first roll."""
+    s = make_settings(settings)
+    _check_players(players, s)
+    z = _zeros(players)
+    return State(settings=s, players=players, dice=tuple(None for _ in range(players)),
+                 built=tuple(False for _ in range(players)), pool=s.tile_pool, roll_wins=z, round_wins=z,
+                 game_wins=z, rounds_total=z, previous=tuple(None for _ in range(players)))
+
+
+# --- the rules ------------------------------------------------------------------------------------
+
+
+def _pool_has(pool: tuple[int, ...] | None, value: int) -> bool:
+    return pool is None or pool[value] > 0
+
+
+def _pool_short(pool: tuple[int, ...] | None, faces: Iterable[int]) -> int | None:
+    """The first pip value the pool cannot supply for ``faces``, or None."""
+    if pool is None:
+        return None
+    need: dict[int, int] = {}
+    for f in faces:
+        need[f] = need.get(f, 0) + 1
+    for v in sorted(need):
+        if pool[v] < need[v]:
+            return v
+    return None
+
+
+def _pool_take(pool: tuple[int, ...] | None, faces: Iterable[int], sign: int = -1) -> tuple[int, ...] | None:
+    if pool is None:
+        return None
+    out = list(pool)
+    for f in faces:
+        out[f] += sign
+    return tuple(out)
+
+
+def _swap(pool: tuple[int, ...] | None, old: int, new: int) -> tuple[int, ...] | None:
+    """A face changes from ``old`` to ``new``: the new tile comes from the pool, the old goes back."""
+    if pool is None:
+        return None
+    out = list(pool)
+    out[new] -= 1
+    out[old] += 1
+    return tuple(out)
+
+
+def raisable(state: State, seat: int) -> list[int]:
+    """Face indices of ``seat``'s die that may go up one pip."""
+    die = state.dice[seat]
+    if die is None:
+        return []
+    return [i for i, f in enumerate(die) if f < state.settings.max_face and _pool_has(state.pool, f + 1)]
+
+
+def lowerable(state: State, seat: int) -> list[int]:
+    die = state.dice[seat]
+    if die is None:
+        return []
+    return [i for i, f in enumerate(die) if f > 0 and _pool_has(state.pool, f - 1)]
+
+
+def _deadlocked(state: State) -> bool:
+    """No roll can ever separate the seats still rolling: they all have the same one-valued die."""
+    values = set()
+    for p in state.rolling:
+        die = state.dice[p]
+        if die is None:
+            return False
+        values.update(die)
+    return len(values) == 1 and len(state.rolling) > 1
+
+
+def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+    if player is SYSTEM:
+        return _apply_system(state, action)
+    if type(player) is not int or not 0 <= player < state.players:
+        return Rejected("not_a_player", f"no seat {player!r} in this game")
+    if isinstance(action, SYSTEM_ACTIONS):
+        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+    if not isinstance(action, PLAYER_ACTIONS):
+        return Rejected("unknown_action", f"{type(action).__name__} is not a Roll Your Own action")
+    if state.phase == "over":
+        return Rejected("game_over", "the match is over")
+    if isinstance(action, BuildDie):
+        return _build(state, player, action)
+    if isinstance(action, (RaiseFace, LowerWinner)):
+        if state.phase != "choice":
+            return Rejected("wrong_phase", "there is no choice to make now")
+        if player != state.chooser:
+            return Rejected("not_your_turn", f"seat {state.chooser} chooses")
+        if isinstance(action, LowerWinner):
+            assert state.round_winner is not None
+            if not lowerable(state, state.round_winner):
+                return Rejected("not_allowed", "none of the winner's faces can go down")
+            return Accepted(*_lower_chosen(state, [], timeout=False))
+        return _raise(state, player, action.face, timeout=False)
+    assert isinstance(action, LowerFace)
+    if state.phase != "lower":
+        return Rejected("wrong_phase", "no face is to be lowered now")
+    if player != state.round_winner:
+        return Rejected("not_your_turn", f"seat {state.round_winner} lowers a face")
+    return _lower(state, player, action.face, timeout=False)
+
+
+def _build(state: State, player: int, action: BuildDie, events: list[EventData] | None = None,
+           timeout: bool = False) -> Accepted[State] | Rejected:
+    if state.phase != "build":
+        return Rejected("wrong_phase", "dice are built before a game starts")
+    if state.built[player]:
+        return Rejected("already_built", "you have built your die for this game")
+    s = state.settings
+    faces = action.faces
+    if not is_valid_build(faces, s.budget, s.max_face):
+        return Rejected("bad_build", f"six whole numbers from 0 to {s.max_face}, totalling at most {s.budget}")
+    short = _pool_short(state.pool, faces)
+    if short is not None:
+        return Rejected("pool_short", f"the pool has too few tiles of {short}")
+    events = list(events or [])
+    if timeout:
+        events.append({"type": "turn_timeout", "player": player, "phase": "build"})
+    events.append({"type": "die_built", "player": player, "timeout": timeout})
+    state = replace(state, dice=_set(state.dice, player, tuple(faces)), built=_set(state.built, player, True),
+                    pool=_pool_take(state.pool, faces))
+    if all(state.built):
+        events.append({"type": "dice_revealed", "game": state.game,
+                       "dice": [None if d is None else list(d) for d in state.dice]})
+        state = _start_round(state, events)
+    return Accepted(state, tuple(events))
+
+
+def _start_round(state: State, events: list[EventData]) -> State:
+    events.append({"type": "round_started", "game": state.game, "round": state.round})
+    return replace(state, phase="rolling", rolling=tuple(range(state.players)), roll_wins=_zeros(state.players),
+                   round_winner=None, chooser=None)
+
+
+def _next_round(state: State, events: list[EventData]) -> tuple[State, tuple[EventData, ...]]:
+    state = replace(state, round=state.round + 1)
+    return _start_round(state, events), tuple(events)
+
+
+def _raise(state: State, player: int, face: Any, timeout: bool) -> Accepted[State] | Rejected:
+    if type(face) is not int or not 0 <= face < FACES:
+        return Rejected("malformed", "face is an index from 0 to 5")
+    die = state.dice[player]
+    assert die is not None
+    if face not in raisable(state, player):
+        if die[face] >= state.settings.max_face:
+            return Rejected("not_allowed", f"that face is already {state.settings.max_face}")
+        return Rejected("pool_short", f"the pool has no tile of {die[face] + 1}")
+    new = _set(die, face, die[face] + 1)
+    events: list[EventData] = []
+    if timeout:
+        events.append({"type": "turn_timeout", "player": player, "phase": "choice"})
+    events.append({"type": "face_raised", "player": player, "face": face, "value": new[face], "die": list(new),
+                   "timeout": timeout})
+    state = replace(state, dice=_set(state.dice, player, new), pool=_swap(state.pool, die[face], new[face]))
+    return Accepted(*_next_round(state, events))
+
+
+def _lower_chosen(state: State, events: list[EventData], timeout: bool) -> tuple[State, tuple[EventData, ...]]:
+    if timeout:
+        events.append({"type": "turn_timeout", "player": state.chooser, "phase": "choice"})
+    events.append({"type": "lower_chosen", "player": state.chooser, "winner": state.round_winner, "timeout": timeout})
+    return replace(state, phase="lower"), tuple(events)
+
+
+def _lower(state: State, player: int, face: Any, timeout: bool) -> Accepted[State] | Rejected:
+    if type(face) is not int or not 0 <= face < FACES:
+        return Rejected("malformed", "face is an index from 0 to 5")
+    die = state.dice[player]
+    assert die is not None
+    if face not in lowerable(state, player):
+        if die[face] <= 0:
+            return Rejected("not_allowed", "that face is already 0")
+        return Rejected("pool_short", f"the pool has no tile of {die[face] - 1}")
+    new = _set(die, face, die[face] - 1)
+    events: list[EventData] = []
+    if timeout:
+        events.append({"type": "turn_timeout", "player": player, "phase": "lower"})
+    events.append({"type": "face_lowered", "player": player, "face": face, "value": new[face], "die": list(new),
+                   "timeout": timeout})
+    state = replace(state, dice=_set(state.dice, player, new), pool=_swap(state.pool, die[face], new[face]))
+    return Accepted(*_next_round(state, events))
+
+
+def _offer_choice(state: State, chooser: int, events: list[EventData]) -> tuple[State, tuple[EventData, ...]]:
+    assert state.round_winner is not None
+    state = replace(state, chooser=chooser)
+    can_raise = bool(raisable(state, chooser))
+    can_lower = bool(lowerable(state, state.round_winner))
+    if not can_raise and not can_lower:
+        events.append({"type": "no_choice", "player": chooser, "winner": state.round_winner})
+        return _next_round(state, events)
+    events.append({"type": "choice_started", "player": chooser, "winner": state.round_winner,
+                   "can_raise": can_raise, "can_lower": can_lower})
+    return replace(state, phase="choice", rolling=()), tuple(events)
+
+
+def _roll_won(state: State, w: int, events: list[EventData]) -> tuple[State, tuple[EventData, ...]]:
+    s = state.settings
+    roll_wins = _set(state.roll_wins, w, state.roll_wins[w] + 1)
+    events.append({"type": "roll_won", "player": w, "wins": list(roll_wins)})
+    state = replace(state, roll_wins=roll_wins, rolling=tuple(range(state.players)))
+    if roll_wins[w] < s.rolls_per_round:
+        return state, tuple(events)
+    round_wins = _set(state.round_wins, w, state.round_wins[w] + 1)
+    state = replace(state, round_wins=round_wins, rounds_total=_set(state.rounds_total, w, state.rounds_total[w] + 1),
+                    rounds_played=state.rounds_played + 1, round_winner=w)
+    events.append({"type": "round_won", "player": w, "game": state.game, "round": state.round,
+                   "rounds": list(round_wins)})
+    if round_wins[w] < s.rounds_per_game:
+        losers = tuple(p for p in range(state.players) if p != w)
+        if len(losers) == 1:
+            return _offer_choice(state, losers[0], events)
+        events.append({"type": "rolloff_started", "players": list(losers), "winner": w})
+        return replace(state, phase="rolloff", rolling=losers), tuple(events)
+    game_wins = _set(state.game_wins, w, state.game_wins[w] + 1)
+    events.append({"type": "game_won", "player": w, "game": state.game, "games": list(game_wins)})
+    state = replace(state, game_wins=game_wins)
+    if game_wins[w] >= s.games_per_match:
+        state = replace(state, phase="over", winner=w, rolling=(), round_winner=None)
+        events.append({"type": "game_over", "winner": w, "winners": [w], "scores": list(game_wins),
+                       "rounds": list(state.rounds_total), "reason": "match_won"})
+        return state, tuple(events)
+    # Between games every player builds a new die; all tiles go back to the pool.
+    z = _zeros(state.players)
+    state = replace(state, phase="build", game=state.game + 1, round=1, previous=state.dice,
+                    dice=tuple(None for _ in range(state.players)), built=tuple(False for _ in range(state.players)),
+                    pool=s.tile_pool, rolling=(), roll_wins=z, round_wins=z, round_winner=None, chooser=None)
+    events.append({"type": "build_started", "game": state.game})
+    return state, tuple(events)
+
+
+def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+    if isinstance(action, RyoRoll):
+        return _roll(state, action)
+    if isinstance(action, RyoTimeout):
+        if action.key != _timer_key(state):
+            return Rejected("wrong_phase", "that time limit is no longer running")
+        if state.phase == "build":
+            events: list[EventData] = []
+            for p in range(state.players):
+                if not state.built[p]:
+                    result = _build(state, p, BuildDie(default_build(state.settings, state.pool)), events, timeout=True)
+                    assert isinstance(result, Accepted), result
+                    state, events = result.state, list(result.events)
+            return Accepted(state, tuple(events))
+        if state.phase == "choice":
+            assert state.chooser is not None
+            up = raisable(state, state.chooser)
+            if up:
+                die = state.dice[state.chooser]
+                assert die is not None
+                face = min(up, key=lambda i: (die[i], i))  # the lowest face goes up
+                return _raise(state, state.chooser, face, timeout=True)
+            return Accepted(*_lower_chosen(state, [], timeout=True))
+        if state.phase == "lower":
+            w = state.round_winner
+            assert w is not None
+            die = state.dice[w]
+            assert die is not None
+            face = min(lowerable(state, w), key=lambda i: (-die[i], i))  # the highest face drops
+            return _lower(state, w, face, timeout=True)
+    if isinstance(action, PLAYER_ACTIONS):
+        return Rejected("not_allowed", f"{type(action).__name__} is a player's action")
+    return Rejected("unknown_action", f"{type(action).__name__} is not a Roll Your Own system action")
+
+
+def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
+    if state.phase not in ("rolling", "rolloff") or action.roll != state.rolls:
+        return Rejected("wrong_phase", "no roll is waiting")
+    kind = "roll" if state.phase == "rolling" else "rolloff"
+    events: list[EventData] = []
+    rolling = state.rolling
+    if _deadlocked(state):
+        if type(action.lot) is not int:
+            return Rejected("incomplete", "these dice can never differ: RyoRoll needs a lot (complete() draws it)")
+        if not 0 <= action.lot < len(rolling):
+            return Rejected("malformed", "the lot names one of the rolling seats")
+        chosen = rolling[action.lot]
+        events.append({"type": "lot_drawn", "kind": kind, "roll": state.rolls, "players": list(rolling),
+                       "player": chosen, "reason": "identical_one_valued_dice"})
+        state = replace(state, rolls=state.rolls + 1)
+        if kind == "roll":
+            return Accepted(*_roll_won(state, chosen, events))
+        events.append({"type": "rolloff_won", "player": chosen})
+        return Accepted(*_offer_choice(state, chosen, events))
+    if action.values is None:
+        return Rejected("incomplete", "RyoRoll needs its dice (complete() fills them)")
+    if len(action.values) != len(rolling) or not all(type(v) is int and 0 <= v < FACES for v in action.values):
+        return Rejected("malformed", "one face index from 0 to 5 per rolling seat")
+    results = []
+    for p, i in zip(rolling, action.values):
+        die = state.dice[p]
+        assert die is not None
+        results.append((p, i, die[i]))
+    events.append({"type": "dice_rolled", "kind": kind, "roll": state.rolls,
+                   "rolls": [{"player": p, "face": i, "value": v} for p, i, v in results]})
+    state = replace(state, rolls=state.rolls + 1, last_roll=tuple(results))
+    if kind == "roll":
+        best = max(v for _, _, v in results)
+        top = tuple(p for p, _, v in results if v == best)
+        if len(top) == 1:
+            return Accepted(*_roll_won(state, top[0], events))
+        if state.players == 2:
+            events.append({"type": "roll_tied", "players": list(top), "ignored": True, "rerolling": list(range(2))})
+            return Accepted(replace(state, rolling=(0, 1)), tuple(events))
+        events.append({"type": "roll_tied", "players": list(top), "ignored": False, "rerolling": list(top)})
+        return Accepted(replace(state, rolling=top), tuple(events))
+    low = min(v for _, _, v in results)
+    bottom = tuple(p for p, _, v in results if v == low)
+    if len(bottom) == 1:
+        events.append({"type": "rolloff_won", "player": bottom[0]})
+        return Accepted(*_offer_choice(state, bottom[0], events))
+    events.append({"type": "rolloff_tied", "players": list(bottom), "rerolling": list(bottom)})
+    return Accepted(replace(state, rolling=bottom), tuple(events))
+
+
+def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+    if player is not SYSTEM or not isinstance(action, RyoRoll):
+        return action
+    if action.values is not None or action.lot is not None:
+        return action
+    if _deadlocked(state):
+        return RyoRoll(action.roll, None, chance.randbelow(len(state.rolling)))
+    return RyoRoll(action.roll, tuple(chance.randbelow(FACES) for _ in state.rolling))
+
+
+def _timer_key(state: State) -> str | None:
+    if state.phase == "build":
+        return f"build-{state.game}"
+    if state.phase == "choice":
+        return f"choice-{state.rounds_played}"
+    if state.phase == "lower":
+        return f"lower-{state.rounds_played}"
+    return None
+
+
+def timers(state: State) -> tuple[Timer, ...]:
+    if state.phase in ("rolling", "rolloff"):
+        return (Timer(f"roll-{state.rolls}", 0, RyoRoll(state.rolls)),)
+    key = _timer_key(state)
+    if key is not None and state.settings.turn_timer_s > 0:
+        return (Timer(key, int(state.settings.turn_timer_s * NS), RyoTimeout(key)),)
+    return ()
+
+
+# --- builds ---------------------------------------------------------------------------------------
+
+
+def _multisets(target: int, max_face: int, pool: tuple[int, ...] | None, limit: int = 20000) -> list[Die]:
+    """Non-decreasing six-face dice with faces summing to exactly ``target`` that the pool allows."""
+    out: list[Die] = []
+
+    def go(prefix: list[int], lo: int, left: int, slots: int) -> None:
+        if len(out) >= limit:
+            return
+        if slots == 0:
+            if left == 0:
+                out.append(tuple(prefix))
+            return
+        for v in range(lo, min(max_face, left // slots) + 1):
+            if pool is not None and prefix.count(v) + 1 > pool[v]:
+                continue
+            if v + max_face * (slots - 1) < left:
+                continue
+            prefix.append(v)
+            go(prefix, v, left - v, slots - 1)
+            prefix.pop()
+
+    go([], 0, target, FACES)
+    return out
+
+
+@lru_cache(maxsize=64)
+def candidate_builds(budget: int, max_face: int, pool: tuple[int, ...] | None = None) -> tuple[Die, ...]:
+    """The strongest-looking builds: dice (faces ascending) using as many pips as the budget and the
+    pool allow. A build below that total is legal too, just never better in total."""
+    for target in range(min(budget, FACES * max_face), -1, -1):
+        found = _multisets(target, max_face, pool)
+        if found:
+            return tuple(found)
+    return ()
+
+
+def default_build(settings: Settings, pool: tuple[int, ...] | None = None) -> Die:
+    """A balanced die: the budget spread as evenly as the faces (and the pool) allow."""
+    target = min(settings.budget, FACES * settings.max_face)
+    base, extra = divmod(target, FACES)
+    die = tuple([base] * (FACES - extra) + [base + 1] * extra)
+    if _pool_short(pool, die) is None:
+        return die
+    options = candidate_builds(settings.budget, settings.max_face, pool)
+    if not options:
+        raise ValueError("the tile pool cannot make a die")  # excluded by the settings check
+    return min(options, key=lambda d: (sum(x * x for x in d), d))
+
+
+# --- the rest of the surface ----------------------------------------------------------------------
+
+LEGAL_BUILDS_SHOWN = 400
+
+
+def build_pool(state: State) -> tuple[int, ...] | None:
+    """The tiles a build may count on: the pool itself when it is known; in a view that hides a
+    finite pool, a fair share of the starting pool (what no other fair builder can take away)."""
+    if state.pool is not None or state.settings.tile_pool is None:
+        return state.pool
+    return tuple(n // state.players for n in state.settings.tile_pool)
+
+
+def _build_options(state: State) -> tuple[Die, ...]:
+    s = state.settings
+    options = candidate_builds(s.budget, s.max_face, build_pool(state))
+    if not options and s.tile_pool is not None:
+        options = candidate_builds(s.budget, s.max_face, s.tile_pool)
+    return options
+
+
+def legal_actions(state: State, player: int) -> list[Action]:
+    """What ``player`` may do now. For a build, the strongest-total dice only (ascending faces; a
+    sample when there are very many): every valid die may be built, but listing them all is
+    pointless. (In a view that hides a finite pool, the builds within a fair share of it.)"""
+    if state.phase == "build" and not state.built[player]:
+        builds = _build_options(state)
+        if len(builds) > LEGAL_BUILDS_SHOWN:
+            step = len(builds) / LEGAL_BUILDS_SHOWN
+            builds = tuple(builds[int(i * step)] for i in range(LEGAL_BUILDS_SHOWN))
+        return [BuildDie(b) for b in builds]
+    if state.phase == "choice" and player == state.chooser:
+        out: list[Action] = [RaiseFace(i) for i in raisable(state, player)]
+        assert state.round_winner is not None
+        if lowerable(state, state.round_winner):
+            out.append(LowerWinner())
+        return out
+    if state.phase == "lower" and player == state.round_winner:
+        return [LowerFace(i) for i in lowerable(state, player)]
+    return []
+
+
+def outcome(state: State) -> Outcome | None:
+    if state.phase != "over":
+        return None
+    assert state.winner is not None
+    return Outcome(winners=(state.winner,), reason="match_won", scores=state.game_wins,
+                   extra={"games": list(state.game_wins), "rounds": list(state.rounds_total)})
+
+
+def view(state: State, player: int | None) -> State:
+    """Before the reveal, every die but the viewer's own is hidden, and so is a finite pool."""
+    if state.phase != "build":
+        return state
+    dice = tuple(d if p == player else None for p, d in enumerate(state.dice))
+    return replace(state, dice=dice, pool=None)
+
+
+# --- wire form ------------------------------------------------------------------------------------
+
+
+def _die_out(d: Die | None) -> list[int] | None:
+    return None if d is None else list(d)
+
+
+def to_wire(state: State) -> dict[str, Any]:
+    return {
+        "settings": state.settings.to_wire(),
+        "players": state.players,
+        "phase": state.phase,
+        "game": state.game,
+        "round": state.round,
+        "rolls": state.rolls,
+        "rounds_played": state.rounds_played,
+        "dice": [_die_out(d) for d in state.dice],
+        "built": list(state.built),
+        "pool": None if state.pool is None else list(state.pool),
+        "rolling": list(state.rolling),
+        "roll_wins": list(state.roll_wins),
+        "round_wins": list(state.round_wins),
+        "game_wins": list(state.game_wins),
+        "rounds_total": list(state.rounds_total),
+        "round_winner": state.round_winner,
+        "chooser": state.chooser,
+        "last_roll": [list(x) for x in state.last_roll],
+        "previous": [_die_out(d) for d in state.previous],
+        "winner": state.winner,
+    }
+
+
+def from_wire(data: dict[str, Any]) -> State:
+    try:
+        s = make_settings(data["settings"])
+        n = data["players"]
+        _check_players(n, s)
+
+        def ints(xs: Any, length: int | None = None) -> tuple[int, ...]:
+            if not isinstance(xs, (list, tuple)) or (length is not None and len(xs) != length):
+                raise ValueError("expected a list of integers")
+            if not all(type(x) is int for x in xs):
+                raise ValueError("expected integers")
+            return tuple(xs)
+
+        def seat(x: Any) -> int | None:
+            if x is not None and (type(x) is not int or not 0 <= x < n):
+                raise ValueError("bad seat")
+            return x
+
+        def dice(xs: Any) -> tuple[Die | None, ...]:
+            if not isinstance(xs, list) or len(xs) != n:
+                raise ValueError("one die per seat")
+            return tuple(None if d is None else ints(d, FACES) for d in xs)
+
+        phase = data["phase"]
+        if phase not in ("build", "rolling", "rolloff", "choice", "lower", "over"):
+            raise ValueError(f"unknown phase {phase!r}")
+        built = data["built"]
+        if not isinstance(built, list) or len(built) != n or not all(type(b) is bool for b in built):
+            raise ValueError("built: one flag per seat")
+        return State(
+            settings=s,
+            players=n,
+            phase=phase,
+            game=ints([data["game"]])[0],
+            round=ints([data["round"]])[0],
+            rolls=ints([data["rolls"]])[0],
+            rounds_played=ints([data["rounds_played"]])[0],
+            dice=dice(data["dice"]),
+            built=tuple(built),
+            pool=None if data["pool"] is None else ints(data["pool"], s.max_face + 1),
+            rolling=tuple(seat(x) for x in data["rolling"]),  # type: ignore[misc]
+            roll_wins=ints(data["roll_wins"], n),
+            round_wins=ints(data["round_wins"], n),
+            game_wins=ints(data["game_wins"], n),
+            rounds_total=ints(data["rounds_total"], n),
+            round_winner=seat(data["round_winner"]),
+            chooser=seat(data["chooser"]),
+            last_roll=tuple(ints(x, 3) for x in data["last_roll"]),  # type: ignore[misc]
+            previous=dice(data["previous"]),
+            winner=seat(data["winner"]),
+        )
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ValueError(f"malformed Roll Your Own state: {exc!r}") from exc
+
+
+# --- a bot ----------------------------------------------------------------------------------------
+
+FIELD_SIZE = 120
+CANDIDATES_SCORED = 600
+
+
+@lru_cache(maxsize=16)
+def _field_scores(budget: int, max_face: int) -> dict[Die, float]:
+    """Each full-budget die's mean advantage against a spread of full-budget dice."""
+    builds = candidate_builds(budget, max_face, None)
+    if len(builds) > CANDIDATES_SCORED:  # very large budgets: score an even sample only
+        builds = builds[:: len(builds) // CANDIDATES_SCORED + 1]
+    step = max(1, len(builds) // FIELD_SIZE)
+    field = builds[::step]
+    return {b: sum(advantage(b, f) for f in field) / len(field) for b in builds}
+
+
+def _versus(die: Die, dice: tuple[Die | None, ...], me: int) -> float:
+    return sum(advantage(die, d) for p, d in enumerate(dice) if p != me and d is not None)
+
+
+def bot_action(state: State, player: int) -> Action | None:
+    """Build a die that does well against the field (and against what the others built last game);
+    choose the option that leaves our die best placed against everyone; as the winner, drop the face
+    that costs us least."""
+    s = state.settings
+    if state.phase == "build" and not state.built[player]:
+        scores = _field_scores(s.budget, s.max_face)
+        options = _build_options(state)
+        options = tuple(o for o in options if o in scores) or options
+        known = [d for p, d in enumerate(state.previous) if p != player and d is not None]
+
+        def value(d: Die) -> float:
+            v = scores.get(d, 0.0)
+            if known:
+                v += 0.5 * sum(advantage(d, k) for k in known) / len(known)
+            return v
+
+        return BuildDie(max(options, key=lambda d: (value(d), d)))
+    if state.phase == "choice" and player == state.chooser:
+        w = state.round_winner
+        assert w is not None
+        mine = state.dice[player]
+        assert mine is not None
+        best: tuple[float, Action] | None = None
+        for i in raisable(state, player):
+            dice = _set(state.dice, player, _set(mine, i, mine[i] + 1))
+            v = _versus(dice[player], dice, player)  # type: ignore[arg-type]
+            if best is None or v > best[0]:
+                best = (v, RaiseFace(i))
+        if lowerable(state, w):
+            j = _best_lower(state, w)
+            theirs = state.dice[w]
+            assert theirs is not None
+            dice = _set(state.dice, w, _set(theirs, j, theirs[j] - 1))
+            v = _versus(mine, dice, player)
+            if best is None or v > best[0]:
+                best = (v, LowerWinner())
+        return None if best is None else best[1]
+    if state.phase == "lower" and player == state.round_winner:
+        options = lowerable(state, player)
+        return LowerFace(_best_lower(state, player)) if options else None
+    return None
+
+
+def _best_lower(state: State, w: int) -> int:
+    """The face whose drop hurts seat ``w`` least against everyone else."""
+    die = state.dice[w]
+    assert die is not None
+
+    def value(i: int) -> tuple[float, int]:
+        new = _set(die, i, die[i] - 1)
+        return (_versus(new, state.dice, w), -i)
+
+    return max(lowerable(state, w), key=value)
+
+
+# --- the module as a GameRules object -------------------------------------------------------------
+
+
+class _Rules:
+    name = NAME
+    min_players = 2
+    max_players = MAX_PLAYERS
+    stale_code = "stale"
+    realtime = False
+
+    def default_settings(self) -> dict[str, Any]:
+        return Settings().to_wire()
+
+    def check_settings(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
+        s = make_settings(settings)
+        _check_players(players, s)
+        return s.to_wire()
+
+    def best_of(self, settings: dict[str, Any]) -> int:
+        return 1  # a match of games is played inside one engine state
+
+    new_game = staticmethod(new_game)
+    apply = staticmethod(apply)
+    complete = staticmethod(complete)
+    view = staticmethod(view)
+    legal_actions = staticmethod(legal_actions)
+    outcome = staticmethod(outcome)
+    timers = staticmethod(timers)
+    to_wire = staticmethod(to_wire)
+    from_wire = staticmethod(from_wire)
+    action_from_wire = staticmethod(action_from_wire)
+    action_to_wire = staticmethod(action_to_wire)
+    bot_action = staticmethod(bot_action)
+    is_valid_build = staticmethod(is_valid_build)
+    beat_probability = staticmethod(beat_probability)
+
+
+RULES = _Rules()

@@ -1,0 +1,64 @@
+"""Shared fixtures: brokers started by the tests themselves, on free loopback ports."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from relay.broker import BrokerAddress, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_port(host: str, port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {host}:{port}")
+
+
+def find_mosquitto() -> str | None:
+    return shutil.which("mosquitto") or next(
+        (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if Path(p).exists()), None)
+
+
+@pytest.fixture
+def mosquitto() -> Iterator[BrokerAddress]:
+    """A real Mosquitto on a free port, with the project's shipped ACL configuration."""
+    binary = find_mosquitto()
+    if binary is None:
+        pytest.fail("mosquitto is not installed (.ci/run installs it)")
+    port = free_port()
+    # Started as root, Mosquitto drops to its own user: its files must be readable to it, and
+    # pytest's tmp_path (mode 700) is not.
+    tmp_path = Path(tempfile.mkdtemp(prefix="blink-mosquitto-"))
+    tmp_path.chmod(0o755)
+    conf = tmp_path / "mosquitto.conf"
+    acl = (ROOT / "deploy" / "mosquitto.acl").read_text()
+    (tmp_path / "acl").write_text(acl)
+    (tmp_path / "acl").chmod(0o644)
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nacl_file {tmp_path / 'acl'}\n"
+                    f"persistence false\nlog_dest stderr\nlog_type error\n")
+    proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_port("127.0.0.1", port)
+        yield BrokerAddress("127.0.0.1", port)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(tmp_path, ignore_errors=True)

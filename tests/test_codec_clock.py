@@ -1,0 +1,128 @@
+"""The codec's one door for untrusted bytes, topics, and the clock maths."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from protocol import messages as m
+from protocol.clock import ClockFilter, sample
+from protocol.codec import MAX_MESSAGE_BYTES, PROTOCOL_VERSION, DecodeError, decode, encode
+from protocol.topics import Topics
+
+
+def test_round_trip_every_message_type() -> None:
+    msgs = [
+        m.CreateMatch(name="ann", game="blink", settings={"best_of": 1}, seats=2),
+        m.JoinMatch(name="bob", code="ABCDE"),
+        m.QuickMatch(name="cy"),
+        m.Ping(t0=123),
+        m.Act(id=3, seq=9, action={"t": "PlayCard", "v": 1, "card": "4-yellow-star", "pile": 0}, reaction_ns=250_000_000),
+        m.ActionAccepted(match="ABCDE", id=3, seq=10),
+        m.ActionRejected(match="ABCDE", id=3, code="no_match", detail="x", seq=10),
+        m.Event(match="ABCDE", seq=1, ts=5, game=0, type="card_played", data={"card": "4-yellow-star"}),
+        m.Snapshot(match="ABCDE", seq=1, ts=5, game=0, status="playing", players=("a", "b"), state={}),
+        m.Pong(t0=1, t1=2, t2=3),
+        m.Leave(),
+    ]
+    for msg in msgs:
+        assert decode(encode(msg)) == msg
+
+
+def test_wire_form_is_a_map_with_type_tag_and_version() -> None:
+    raw = msgpack.unpackb(encode(m.Ping(t0=5)))
+    assert raw == {"t": "Ping", "v": PROTOCOL_VERSION, "t0": 5}
+
+
+@pytest.mark.parametrize("obj,code", [
+    ({"t": "Ping", "v": 1}, "malformed"),  # missing field
+    ({"t": "Ping", "v": 1, "t0": "x"}, "malformed"),  # wrong type
+    ({"t": "Ping", "v": 1, "t0": True}, "malformed"),  # bool is not an int here
+    ({"t": "Ping", "v": 1, "t0": 1, "evil": 2}, "malformed"),  # unknown field
+    ({"t": "Nope", "v": 1}, "unknown_type"),
+    ({"t": "Ping", "v": 99, "t0": 1}, "bad_version"),
+    ({"v": 1}, "malformed"),
+    ([1, 2, 3], "malformed"),
+    ({"t": "Act", "v": 1, "id": 1, "seq": 1, "action": [1]}, "malformed"),
+])
+def test_wrong_shapes_raise_decode_error_with_code(obj: object, code: str) -> None:
+    with pytest.raises(DecodeError) as info:
+        decode(msgpack.packb(obj))
+    assert info.value.code == code
+
+
+def test_oversized_and_garbage_payloads() -> None:
+    with pytest.raises(DecodeError) as info:
+        decode(b"\x00" * (MAX_MESSAGE_BYTES + 1))
+    assert info.value.code == "too_large"
+    for junk in (b"", b"\xc1", b"\x92", b"\xdd\xff\xff\xff\xff", "text"):
+        with pytest.raises(DecodeError):
+            decode(junk)  # type: ignore[arg-type]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=256))
+def test_decoder_raises_only_its_own_error_on_any_bytes(data: bytes) -> None:
+    try:
+        decode(data)
+    except DecodeError:
+        pass
+
+
+msgpack_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1) | st.floats() | st.text(max_size=8)
+    | st.binary(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.sampled_from(["t", "v", "t0", "id", "seq", "action", "name", "code", "match", "x"]),
+                       msgpack_values, max_size=6),
+       st.sampled_from(["Ping", "Act", "JoinMatch", "CreateMatch", "Event", "PlayCard", "Zzz"]))
+def test_decoder_raises_only_its_own_error_on_any_map(obj: dict, tag: str) -> None:
+    obj = dict(obj)
+    obj.setdefault("t", tag)
+    obj.setdefault("v", 1)
+    try:
+        decode(msgpack.packb(obj))
+    except DecodeError:
+        pass
+
+
+def test_topics_and_parsing() -> None:
+    t = Topics("blink/v1", "0")
+    assert t.act("ABCDE", "p1") == "blink/v1/m/0/ABCDE/act/p1"
+    assert t.ev("ABCDE") == "blink/v1/m/0/ABCDE/ev"
+    assert t.snap("ABCDE") == "blink/v1/m/0/ABCDE/snap"
+    assert t.client("p1") == "blink/v1/c/p1"
+    assert t.relay_status("r") == "blink/v1/relay/r/status"
+    assert t.parse_act("blink/v1/m/0/ABCDE/act/p1") == ("ABCDE", "p1")
+    assert t.parse_act("blink/v1/m/0/ABCDE/ev") is None
+    assert t.parse_act("blink/v1/m/1/ABCDE/act/p1") is None  # another shard
+    assert t.parse_req("blink/v1/lobby/req/p1") == "p1"
+    assert t.parse_req("blink/v1/lobby/req/p1/x") is None
+
+
+def test_clock_offset_and_delay_ntp_formula() -> None:
+    # client clock = relay clock - 1000; one-way 50 each way; relay holds 10
+    t0 = 10_000
+    t1 = t0 + 1000 + 50
+    t2 = t1 + 10
+    t3 = t2 - 1000 + 50
+    s = sample(t0, t1, t2, t3)
+    assert s.delay_ns == 100 and s.offset_ns == 1000
+
+
+def test_clock_filter_keeps_lowest_delay_of_recent_samples() -> None:
+    f = ClockFilter(window=3)
+    f.add(sample(0, 600, 600, 1000))  # delay 1000
+    f.add(sample(0, 100, 100, 150))  # delay 150: best
+    f.add(sample(0, 900, 900, 2000))
+    assert f.rtt_ns == 150 and f.offset_ns == (100 + 100 - 150) // 2
+    f.add(sample(0, 300, 300, 500))
+    f.add(sample(0, 300, 300, 500))
+    f.add(sample(0, 300, 300, 500))  # the best one has aged out of the window
+    assert f.rtt_ns == 500

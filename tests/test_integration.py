@@ -1,0 +1,208 @@
+"""BLINK end to end through real brokers and real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import messages as m
+from protocol.codec import decode, encode
+from protocol.rules import blink
+from relay.broker import BrokerAddress, free_port
+from relay.core import RelayConfig
+from client.matchrun import LocalServer
+from client.net import Connection
+from client.player import Player
+from tests.conftest import wait_port
+from tests.logcheck import check_blink_log, read
+from tests.test_relay_core import race_deck
+
+pytestmark = pytest.mark.integration
+
+BLINK = [sys.executable, "-m", "client.cli"]
+FAST = json.dumps({"countdown_s": 0.3, "stalemate_pause_s": 0.2, "pick_time_s": 1.0})
+
+
+def run_match_cli(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    log = tmp_path / "match.jsonl"
+    proc = subprocess.run([*BLINK, "match", "--game", "blink", "--bots", "2", "--seed", "4", "--reaction", "0.03",
+                           "--settings", FAST, "--json", "--log", str(log), *extra],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), read(log)
+
+
+def check_summary_and_log(summary: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    assert summary["game"] == "blink" and len(summary["players"]) == 2
+    assert summary["winner"] in summary["players"]
+    assert 2 <= len(summary["games"]) <= 3
+    assert summary["accepted"] > 20 and isinstance(summary["rejected"], dict)
+    assert summary["duration_s"] > 0
+    checked = check_blink_log(events, summary["players"])
+    assert checked["plays"] == summary["accepted"] - sum(1 for e in events if e["type"] == "pick_made")
+    assert checked["winners"] == [g["winner"] for g in summary["games"]]
+    assert events[-1]["type"] == "match_over" and events[-1]["winner"] == summary["winner"]
+
+
+def test_two_bots_finish_a_match_through_the_embedded_broker(tmp_path: Path) -> None:
+    summary, events = run_match_cli(tmp_path)
+    check_summary_and_log(summary, events)
+
+
+def test_two_bots_finish_a_match_through_mosquitto(tmp_path: Path, mosquitto: BrokerAddress) -> None:
+    relay_log = tmp_path / "relay.jsonl"
+    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.url, "--seed", "9", "--log", str(relay_log)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "running" in (serve.stdout.readline() if serve.stdout else "")
+        summary, events = run_match_cli(tmp_path, "--server", mosquitto.url)
+        check_summary_and_log(summary, events)
+    finally:
+        serve.send_signal(signal.SIGINT)  # Ctrl-C stops it cleanly
+        out, err = serve.communicate(timeout=15)
+    assert serve.returncode == 0, err
+    assert "stopped" in out and "Traceback" not in err
+    kinds = {json.loads(line)["kind"] for line in relay_log.read_text().splitlines()}
+    assert {"relay_started", "event", "applied"} <= kinds
+
+
+def test_the_mosquitto_acl_lets_a_client_write_only_its_own_action_topic(mosquitto: BrokerAddress) -> None:
+    async def main() -> list[str]:
+        async with LocalServer(mosquitto.url, seed=1, config=RelayConfig(fixed_decks=(race_deck(),))) as server:
+            a = Player(server.address, "ann", client_id="pa")
+            b = Player(server.address, "bob", client_id="pb")
+            async with a, b:
+                code = await a.create("blink", {"countdown_s": 0.1})
+                await b.join(code)
+                for _ in range(100):
+                    if a.model.state() is not None and a.model.state().phase == "running":
+                        break
+                    await a.wait_change(0.2)
+                assert a.model.state() is not None and a.model.state().phase == "running", a.model.match_state
+                # bob forges a play on ann's action topic: the broker's ACL drops it
+                forged = m.Act(id=1, seq=a.model.predictor.confirmed_seq,  # type: ignore[union-attr]
+                               action=blink.action_to_wire(blink.PlayCard("3-red-star", 0)))
+                await b.conn.send_raw(a.topics.act(code, "pa"), encode(forged))
+                await asyncio.sleep(0.5)
+                return [str(c) for c in a.model.state().hands[0]]
+
+    hand = asyncio.run(main())
+    assert "3-red-star" in hand  # ann's card was never played by bob
+
+
+def test_forced_conflict_through_a_real_broker_is_resolved_as_the_rules_say() -> None:
+    """Both players play onto pile 0 within a few ms, against the same pile top. Exactly one
+    lands; the other is answered pile_changed and its card is back in its owner's hand."""
+
+    async def main() -> tuple[Any, Any, Any, Any]:
+        config = RelayConfig(fixed_decks=(race_deck(),))
+        async with LocalServer(None, seed=3, config=config) as server:
+            async with Player(server.address, "ann") as a, Player(server.address, "bob") as b:
+                code = await a.create("blink", {"countdown_s": 0.2})
+                await b.join(code)
+                for p in (a, b):
+                    while p.model.state() is None or p.model.state().phase != "running":
+                        await p.wait_change(0.2)
+                seen = a.model.predictor.confirmed_seq  # type: ignore[union-attr]
+                assert b.model.predictor.confirmed_seq == seen  # type: ignore[union-attr]
+                await asyncio.gather(a.act(blink.PlayCard("3-red-star", 0), seen_seq=seen),
+                                     b.act(blink.PlayCard("5-green-triangle", 0), seen_seq=seen))
+                for _ in range(50):
+                    if len(a.model.verdicts) + len(b.model.verdicts) == 2 and \
+                            not a.model.predictor.pending and not b.model.predictor.pending:  # type: ignore[union-attr]
+                        break
+                    await asyncio.sleep(0.05)
+                return list(a.model.verdicts), list(b.model.verdicts), a.model.state(), b.model.state()
+
+    va, vb, sa, sb = asyncio.run(main())
+    verdicts = va + vb
+    assert sorted(v.ok for v in verdicts) == [False, True]
+    lost = next(v for v in verdicts if not v.ok)
+    assert lost.code == "pile_changed"
+    winner_card = "3-red-star" if va[0].ok else "5-green-triangle"
+    loser_card = "5-green-triangle" if va[0].ok else "3-red-star"
+    assert str(sa.top(0)) == winner_card and str(sb.top(0)) == winner_card
+    loser_state = sb if va[0].ok else sa
+    loser_seat = 1 if va[0].ok else 0
+    assert loser_card in [str(c) for c in loser_state.hands[loser_seat]]  # back in the hand
+
+
+def test_bad_input_through_the_broker_is_answered_and_the_relay_keeps_going() -> None:
+    async def main() -> list[Any]:
+        async with LocalServer(None, seed=5) as server:
+            got: list[Any] = []
+            conn = Connection(server.address, "evil1", on_message=lambda msg, now: got.append(msg), ping_interval_s=0)
+            async with conn:
+                await conn.send_raw(conn.topics.req("evil1"), b"\xc1\xc1not msgpack")
+                await conn.send_raw(conn.topics.act("NOPE1", "evil1"), encode(m.Act(id=1, seq=0, action={})))
+                await conn.send_raw(conn.topics.req("evil1"), encode(m.JoinMatch(name="x", code="NOPE1")))
+                await conn.request(m.Ping(t0=time.time_ns()))
+                for _ in range(40):
+                    if any(isinstance(x, m.Pong) for x in got):
+                        break
+                    await asyncio.sleep(0.05)
+            return got
+
+    got = asyncio.run(main())
+    codes = [x.code for x in got if isinstance(x, (m.RequestRejected, m.ActionRejected))]
+    assert codes == ["malformed", "no_such_match", "no_such_match"]
+    assert any(isinstance(x, m.Pong) for x in got)  # still alive and answering
+
+
+def test_serve_reports_a_taken_port_clearly() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = subprocess.run([*BLINK, "serve", "--port", str(port)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0
+    assert "already in use" in proc.stderr and "--broker" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_embedded_serve_starts_and_stops_on_ctrl_c() -> None:
+    port = free_port()
+    proc = subprocess.Popen([*BLINK, "serve", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert "running" in (proc.stdout.readline() if proc.stdout else "")
+        wait_port("127.0.0.1", port)
+
+        async def ping() -> bool:
+            got: list[Any] = []
+            conn = Connection(BrokerAddress("127.0.0.1", port), on_message=lambda msg, now: got.append(msg),
+                              ping_interval_s=0.05)
+            async with conn:
+                for _ in range(40):
+                    if any(isinstance(x, m.Pong) for x in got):
+                        return True
+                    await asyncio.sleep(0.05)
+            return False
+
+        assert asyncio.run(ping())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["serve", "--broker", "http://x"], "unsupported scheme"),
+    (["match", "--bots", "3"], "blink is for 2-2 players"),
+    (["match", "--settings", "{bad"], "JSON"),
+    (["match", "--settings", '{"best_of": 2}'], "best_of"),
+    (["bot", "--server", "mqtt://127.0.0.1:1"], "cannot reach"),
+])
+def test_command_line_errors_are_one_readable_line(args: list[str], needle: str) -> None:
+    proc = subprocess.run([*BLINK, *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
