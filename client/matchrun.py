@@ -26,7 +26,7 @@ from relay.broker import BrokerAddress, EmbeddedBroker, free_port, parse_url
 from relay.core import RelayConfig
 from relay.shell import RelayShell
 from client.bots import Bot
-from client.net import Connection, Impairment, new_client_id
+from client.net import Connection, Impairment, new_client_id, stop_task
 from client.player import Player
 
 
@@ -56,13 +56,14 @@ class LocalServer:
 
     async def __aexit__(self, *exc: Any) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+            # A cancellation can be swallowed inside a client library's await; ask again until the
+            # task is really gone (bounded), so a command never hangs on its way out.
+            await stop_task(self._task)
         if self.broker is not None:
-            await self.broker.stop()
+            try:
+                await asyncio.wait_for(self.broker.stop(), timeout=5)
+            except asyncio.TimeoutError:
+                pass
 
 
 @dataclass
@@ -80,24 +81,36 @@ class MatchResult:
         games: list[dict[str, Any]] = []
         winner: Any = None
         final: dict[str, Any] = {}
+        ryo_games: list[dict[str, Any]] = []
         for ev in self.events:
+            if ev.type == "game_won" and self.game == "ryo":  # Roll Your Own's own games, inside one match
+                ryo_games.append({"game": ev.data.get("ryo_game"), "winner": ev.data.get("player")})
             if ev.type == "game_result":
                 entry = {"game": ev.game, "winner": ev.data.get("winner"), "winners": ev.data.get("winners", []),
                          "reason": ev.data.get("reason")}
                 if ev.data.get("scores"):
                     entry["scores"] = dict(zip(self.players, ev.data["scores"]))
-                for key in ("line", "rounds_won", "games_won", "final_scores"):
-                    if key in ev.data:
-                        entry[key] = ev.data[key]
+                if "line" in ev.data:  # Sequence: the winning line, as [row, col] cells
+                    entry["line"] = ev.data["line"]
+                if self.game == "ryo":  # Roll Your Own keeps its own games and rounds inside one match
+                    if isinstance(ev.data.get("games"), list):
+                        entry["games_won"] = dict(zip(self.players, ev.data["games"]))
+                    if isinstance(ev.data.get("rounds"), list):
+                        entry["rounds_won"] = dict(zip(self.players, ev.data["rounds"]))
                 games.append(entry)
             elif ev.type == "match_over":
                 winner = ev.data.get("winner")
                 final = ev.data
+        if self.game == "ryo" and ryo_games:
+            # One relay game holds a whole Roll Your Own match; list its games, as a player counts them.
+            games = [{**g, **{k: v for k, v in games[-1].items() if k not in ("game", "winner", "winners")}}
+                     if i == len(ryo_games) - 1 and games else g for i, g in enumerate(ryo_games)]
         out: dict[str, Any] = {
             "game": self.game,
             "match": self.code,
             "players": self.players,
             "winner": winner,
+            "winners": final.get("winners", []),
             "match_result": final.get("reason"),
             "wins": dict(zip(self.players, final.get("wins", []))),
             "games": games,

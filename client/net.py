@@ -36,6 +36,18 @@ log = logging.getLogger("blink.net")
 OnMessage = Callable[[Any, int], None]
 
 
+async def stop_task(task: asyncio.Task[Any], tries: int = 20, wait_s: float = 0.25) -> None:
+    """Cancel a task and wait for it, asking again if a library swallowed the cancellation;
+    bounded, so shutting down never hangs."""
+    for _ in range(tries):
+        if task.done():
+            break
+        task.cancel()
+        await asyncio.wait({task}, timeout=wait_s)
+    if task.done() and not task.cancelled():
+        task.exception()  # mark as retrieved
+
+
 def new_client_id(prefix: str = "p") -> str:
     return f"{prefix}{os.urandom(6).hex()}"
 
@@ -113,20 +125,15 @@ class Connection:
         await self.close()
 
     async def close(self, leave: bool = True) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        for t in list(self._tasks):
+            await stop_task(t)
         self._tasks.clear()
         client, self._client = self._client, None
         if client is not None:
             try:
                 if leave:
                     await client.publish(self.topics.req(self.client_id), encode(m.Leave()), qos=0)
-                await client.__aexit__(None, None, None)
+                await asyncio.wait_for(client.__aexit__(None, None, None), timeout=5)
             except Exception:  # noqa: BLE001 - closing; the broker may be gone
                 pass
 

@@ -437,22 +437,25 @@ class RelayCore:
         leaders = [i for i, w in enumerate(match.wins) if w >= need]
         played = match.game_index + 1
         if leaders:
-            self._end_match(match, leaders[0], "won", now_ns, out)
+            # Several leaders at once: a shared win (Sequence teams, Takeaway ties) -- no single winner.
+            self._end_match(match, leaders[0] if len(leaders) == 1 else None, "won", now_ns, out, winners=leaders)
         elif played >= match.best_of * 3:  # ties can go on for ever; cap the games of a match
             best = max(match.wins)
             top = [i for i, w in enumerate(match.wins) if w == best]
-            self._end_match(match, top[0] if len(top) == 1 else None, "game_limit", now_ns, out)
+            self._end_match(match, top[0] if len(top) == 1 else None, "game_limit", now_ns, out, winners=top)
         else:
             match.status = "between"
             match.next_game_at = now_ns + int(self.config.between_games_s * NS)
 
-    def _end_match(self, match: Match, winner: int | None, reason: str, now_ns: int, out: list[Out]) -> None:
+    def _end_match(self, match: Match, winner: int | None, reason: str, now_ns: int, out: list[Out],
+                   winners: list[int] | None = None) -> None:
         match.status = "over"
         match.winner = winner
         match.timers.clear()
         match.next_game_at = None
-        self._event(match, now_ns, out, {"type": "match_over", "winner": winner, "reason": reason,
-                                          "wins": list(match.wins)})
+        winners = winners if winners is not None else ([] if winner is None else [winner])
+        self._event(match, now_ns, out, {"type": "match_over", "winner": winner, "winners": winners,
+                                          "reason": reason, "wins": list(match.wins)})
         self._publish_snapshot(match, now_ns, out)
         self._send_views(match, out)
 

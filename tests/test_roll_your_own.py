@@ -274,7 +274,7 @@ def _round_won():
     s, events = win_rolls(s, 0, 1)
     types = [e["type"] for e in events]
     assert types == ["dice_rolled", "roll_won", "round_won", "choice_started"]
-    assert events[2] == {"type": "round_won", "player": 0, "game": 1, "round": 1, "rounds": [1, 0]}
+    assert events[2] == {"type": "round_won", "player": 0, "ryo_game": 1, "round": 1, "rounds": [1, 0]}
     assert events[3] == {"type": "choice_started", "player": 1, "winner": 0, "can_raise": True, "can_lower": True}
     assert s.phase == "choice" and s.chooser == 1 and s.round_winner == 0 and R.timers(s) == ()
     assert R.apply(s, 0, R.RaiseFace(0)).code == "not_your_turn"
@@ -294,7 +294,7 @@ def test_option_a_raise_one_face_by_one():
     assert res.state.dice[1] == (3, 3, 3, 5, 4, 4)
     assert res.events[0] == {"type": "face_raised", "player": 1, "face": 3, "value": 5, "die": [3, 3, 3, 5, 4, 4],
                              "timeout": False}
-    assert res.events[1] == {"type": "round_started", "game": 1, "round": 2}
+    assert res.events[1] == {"type": "round_started", "ryo_game": 1, "round": 2}
     assert res.state.phase == "rolling" and res.state.roll_wins == (0, 0) and res.state.round == 2
     assert R.apply(s, 1, R.RaiseFace(6)).code == "malformed"
 
@@ -377,7 +377,7 @@ def test_game_ends_at_rounds_per_game_then_new_builds_and_the_match_ends():
     s, ev = win_rolls(s, 0, 1)
     types = [e["type"] for e in ev]
     assert types == ["dice_rolled", "roll_won", "round_won", "game_won", "build_started"]  # no choice after a game
-    assert ev[3] == {"type": "game_won", "player": 0, "game": 1, "games": [1, 0]}
+    assert ev[3] == {"type": "game_won", "player": 0, "ryo_game": 1, "games": [1, 0]}
     assert s.phase == "build" and s.game == 2 and s.round == 1 and s.dice == (None, None)
     assert s.built == (False, False) and s.round_wins == (0, 0) and s.game_wins == (1, 0)
     assert s.previous == ((1, 2, 3, 4, 5, 6), (4, 3, 3, 4, 4, 4))  # the old dice stay public

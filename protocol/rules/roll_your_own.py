@@ -384,14 +384,14 @@ def _build(state: State, player: int, action: BuildDie, events: list[EventData] 
     state = replace(state, dice=_set(state.dice, player, tuple(faces)), built=_set(state.built, player, True),
                     pool=_pool_take(state.pool, faces))
     if all(state.built):
-        events.append({"type": "dice_revealed", "game": state.game,
+        events.append({"type": "dice_revealed", "ryo_game": state.game,
                        "dice": [None if d is None else list(d) for d in state.dice]})
         state = _start_round(state, events)
     return Accepted(state, tuple(events))
 
 
 def _start_round(state: State, events: list[EventData]) -> State:
-    events.append({"type": "round_started", "game": state.game, "round": state.round})
+    events.append({"type": "round_started", "ryo_game": state.game, "round": state.round})
     return replace(state, phase="rolling", rolling=tuple(range(state.players)), roll_wins=_zeros(state.players),
                    round_winner=None, chooser=None)
 
@@ -469,7 +469,7 @@ def _roll_won(state: State, w: int, events: list[EventData]) -> tuple[State, tup
     round_wins = _set(state.round_wins, w, state.round_wins[w] + 1)
     state = replace(state, round_wins=round_wins, rounds_total=_set(state.rounds_total, w, state.rounds_total[w] + 1),
                     rounds_played=state.rounds_played + 1, round_winner=w)
-    events.append({"type": "round_won", "player": w, "game": state.game, "round": state.round,
+    events.append({"type": "round_won", "player": w, "ryo_game": state.game, "round": state.round,
                    "rounds": list(round_wins)})
     if round_wins[w] < s.rounds_per_game:
         losers = tuple(p for p in range(state.players) if p != w)
@@ -478,7 +478,7 @@ def _roll_won(state: State, w: int, events: list[EventData]) -> tuple[State, tup
         events.append({"type": "rolloff_started", "players": list(losers), "winner": w})
         return replace(state, phase="rolloff", rolling=losers), tuple(events)
     game_wins = _set(state.game_wins, w, state.game_wins[w] + 1)
-    events.append({"type": "game_won", "player": w, "game": state.game, "games": list(game_wins)})
+    events.append({"type": "game_won", "player": w, "ryo_game": state.game, "games": list(game_wins)})
     state = replace(state, game_wins=game_wins)
     if game_wins[w] >= s.games_per_match:
         state = replace(state, phase="over", winner=w, rolling=(), round_winner=None)
@@ -490,7 +490,7 @@ def _roll_won(state: State, w: int, events: list[EventData]) -> tuple[State, tup
     state = replace(state, phase="build", game=state.game + 1, round=1, previous=state.dice,
                     dice=tuple(None for _ in range(state.players)), built=tuple(False for _ in range(state.players)),
                     pool=s.tile_pool, rolling=(), roll_wins=z, round_wins=z, round_winner=None, chooser=None)
-    events.append({"type": "build_started", "game": state.game})
+    events.append({"type": "build_started", "ryo_game": state.game})
     return state, tuple(events)
 
 
