@@ -115,9 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--log", metavar="PATH", help="write every public event as JSON Lines")
     mt.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="relay ordering (local relay)")
 
-    from client import play_cli  # no pyglet at import time: it is only loaded when `play` runs
+    from client import latency_cli, play_cli  # no pyglet at import time: it is only loaded when `play` runs
 
     play_cli.add_parser(sub)
+    latency_cli.add_parser(sub)
     return p
 
 
@@ -144,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from client import play_cli
 
             return play_cli.run(args, topics)
+        if args.command == "latency":
+            from client import latency_cli
+
+            return latency_cli.run(args, topics)
     except KeyboardInterrupt:
         return 130
     except UserError as exc:
