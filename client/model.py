@@ -163,6 +163,8 @@ class ClientModel:
         out: list[Any] = []
         if isinstance(msg, m.Pong):
             self.clock.add(sample(msg.t0, msg.t1, msg.t2, now_ns))
+        elif isinstance(msg, m.Probe):
+            out.append(m.ProbeReply(msg.sent_ns))  # answered at once: the relay times the round trip
         elif isinstance(msg, m.MatchJoined):
             self.match, self.seat, self.game = msg.match, msg.seat, msg.game
             self.players, self.settings = msg.players, msg.settings

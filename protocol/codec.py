@@ -53,6 +53,9 @@ def message(tag: str) -> Callable[[type[T]], type[T]]:
             raise TypeError(f"{cls.__name__} must be a dataclass")
         if tag in _REGISTRY and _REGISTRY[tag] is not cls:
             raise TypeError(f"message tag {tag!r} registered twice")
+        clash = {f.name for f in dataclasses.fields(cls)} & {"t", "v"}
+        if clash:
+            raise TypeError(f"{cls.__name__}: field names {sorted(clash)} are the envelope's (type tag, version)")
         _REGISTRY[tag] = cls
         setattr(cls, "TYPE", tag)
         return cls

@@ -54,6 +54,12 @@ class Ping:
     t0: int  # client clock, ns, when sent
 
 
+@message("ProbeReply")
+@dataclass(frozen=True)
+class ProbeReply:
+    sent_ns: int  # echoed from the relay's Probe, untouched
+
+
 @message("Resync")
 @dataclass(frozen=True)
 class Resync:
@@ -131,6 +137,12 @@ class Pong:
     t0: int  # client send time (echoed)
     t1: int  # relay receive time
     t2: int  # relay send time
+
+
+@message("Probe")
+@dataclass(frozen=True)
+class Probe:
+    sent_ns: int  # relay clock, ns: the relay measures each player's round trip itself (fair ordering)
 
 
 @message("ViewUpdated")

@@ -38,7 +38,9 @@ from protocol.codec import DecodeError, decode
 from protocol.rules import GAME_NAMES, canonical, rules_for
 from protocol.rules.base import SYSTEM, Accepted, Rejected
 from protocol.topics import Topics, valid_id
+from relay.fair import FairOrder
 
+ORDERS = ("arrival", "fair")
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
 REMEMBERED_ANSWERS = 512  # per client: duplicates older than this are answered as unknown
 STATE_HISTORY = 256  # per match: states kept to tell a lost race from a plain mistake
@@ -103,7 +105,7 @@ class Match:
     game_seed: int = 0
     winner: int | None = None
     results: list[dict[str, Any]] = field(default_factory=list)
-    pending: list[Any] = field(default_factory=list)  # fair mode: held plays
+    order: str = "arrival"  # arrival | fair (relay default, or chosen per match)
 
     def seat_of(self, client: str) -> int | None:
         for i, s in enumerate(self.players):
@@ -137,12 +139,9 @@ class RelayCore:
         self.client_match: dict[str, str] = {}
         self._answers: dict[str, OrderedDict[tuple[str, int], Any]] = {}
         self.stats: dict[str, Any] = {"accepted": 0, "rejected": {}}
-        if self.config.order == "fair":
-            from relay.fair import FairOrder  # local: arrival mode needs none of it
-
-            self.fair: Any = FairOrder(self)
-        else:
-            self.fair = None
+        if self.config.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.config.order!r}")
+        self.fair = FairOrder(self)  # idle for arrival-order matches; a match may choose fair itself
 
     # ------------------------------------------------------------------ entry points
 
@@ -176,8 +175,7 @@ class RelayCore:
         out: list[Out] = []
         for match in list(self.matches.values()):
             try:
-                if self.fair is not None:
-                    self.fair.tick(match, now_ns, out)
+                self.fair.tick(match, now_ns, out)
                 self._fire_timers(match, now_ns, out)
                 if match.next_game_at is not None and now_ns >= match.next_game_at:
                     match.next_game_at = None
@@ -192,10 +190,12 @@ class RelayCore:
             deadlines.extend(d for d, _ in match.timers.values())
             if match.next_game_at is not None:
                 deadlines.append(match.next_game_at)
-            if self.fair is not None:
-                d = self.fair.deadline(match)
-                if d is not None:
-                    deadlines.append(d)
+            d = self.fair.deadline(match)
+            if d is not None:
+                deadlines.append(d)
+            if match.order == "fair" and match.status == "playing":
+                last = self.fair.last_probe_ns
+                deadlines.append(0 if last is None else last + 500_000_000)
         return min(deadlines) if deadlines else None
 
     def shutdown(self) -> list[Out]:
@@ -231,6 +231,8 @@ class RelayCore:
             self._rematch(client, msg.match, now_ns, out)
         elif isinstance(msg, m.Leave):
             self._leave(client, msg.match, now_ns, out)
+        elif isinstance(msg, m.ProbeReply):
+            self.fair.on_probe_reply(client, msg.sent_ns, now_ns)
         else:
             self._reject_req(client, "unexpected", f"{type(msg).__name__} is not a request", now_ns, out)
 
@@ -249,6 +251,12 @@ class RelayCore:
         if len(self.matches) >= self.config.max_matches:
             self._reject_req(client, "relay_full", "this relay holds no more matches", now_ns, out)
             return None
+        settings = dict(settings)
+        order = settings.pop("order", self.config.order)
+        if order not in ORDERS:
+            self._reject_req(client, "bad_settings", f"order must be one of {', '.join(ORDERS)}, not {order!r}",
+                             now_ns, out)
+            return None
         try:
             rules = rules_for(game)
             settings = rules.check_settings(settings, seats)
@@ -261,10 +269,10 @@ class RelayCore:
             return None
         code = self._new_code()
         match = Match(code=code, game=canonical(game), rules=rules, settings=settings, seats=seats, quick=quick,
-                      seed=derive(self.seed, "match", code), best_of=rules.best_of(settings))
+                      seed=derive(self.seed, "match", code), best_of=rules.best_of(settings), order=order)
         self.matches[code] = match
         self._event(match, now_ns, out, {"type": "match_created", "game_name": match.game, "seats": seats,
-                                          "settings": settings, "best_of": match.best_of})
+                                          "settings": settings, "best_of": match.best_of, "order": order})
         self._join(client, name, code, now_ns, out)
         return match
 
@@ -273,11 +281,13 @@ class RelayCore:
         for match in self.matches.values():
             if (match.quick and match.status == "waiting" and match.game == game
                     and match.seat_of(client) is None and len(match.players) < match.seats):
+                settings = dict(msg.settings)
+                order = settings.pop("order", self.config.order)
                 try:
-                    wanted = match.rules.check_settings(msg.settings, match.seats)
+                    wanted = match.rules.check_settings(settings, match.seats)
                 except (ValueError, TypeError):
                     wanted = None
-                if wanted == match.settings:
+                if wanted == match.settings and order == match.order:
                     self._join(client, msg.name, match.code, now_ns, out)
                     return
         self._create(client, msg.name, msg.game, msg.settings, 2, True, now_ns, out)
@@ -336,6 +346,7 @@ class RelayCore:
 
     def _close(self, match: Match, out: list[Out]) -> None:
         self.matches.pop(match.code, None)
+        self.fair.drop_match(match.code)
         out.append(Publish(self.topics.snap(match.code), b"", retain=True))  # clears the retained snapshot
 
     def _rematch(self, client: str, code: str, now_ns: int, out: list[Out]) -> None:
@@ -499,7 +510,7 @@ class RelayCore:
         if act.seq > match.seq or act.seq < 0:
             self._reject(client, code, act, "bad_seq", f"seq {act.seq} is not a seq of this match", now_ns, out)
             return
-        if self.fair is not None and self.fair.wants(match, seat, action):
+        if self.fair.wants(match, seat, action):
             self.fair.submit(match, seat, client, act, action, now_ns, out)
             return
         self.judge(match, seat, client, act, action, now_ns, out)
@@ -577,6 +588,7 @@ class RelayCore:
 
     def _event(self, match: Match, now_ns: int, out: list[Out], data: dict[str, Any]) -> None:
         match.seq += 1
+        self.fair.note_published(match, match.seq, now_ns)
         etype = str(data.pop("type"))
         public = _with_names(data, match.names)
         ev = m.Event(match=match.code, seq=match.seq, ts=now_ns, game=max(match.game_index, 0), type=etype, data=public)
