@@ -195,11 +195,12 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
             print(f"blink relay '{args.relay_id}' ({args.order} order) running with {where}; Ctrl-C stops it.",
                   flush=True)
             relay_task = server._task
+            assert relay_task is not None
             waiter = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait({waiter, relay_task}, return_when=asyncio.FIRST_COMPLETED)  # type: ignore[arg-type]
+            done, _ = await asyncio.wait({waiter, relay_task}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             if relay_task in done and not stop.is_set():
-                exc = relay_task.exception() if relay_task else None  # type: ignore[union-attr]
+                exc = relay_task.exception()
                 raise _friendly(exc) if exc else UserError("the relay stopped")
     except UserError:
         raise

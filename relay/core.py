@@ -226,7 +226,7 @@ class RelayCore:
                 self._reject_req(client, "no_such_match", f"no match {msg.match[:16]!r}", now_ns, out)
             else:
                 self._send_views(match, out, only=client)
-            self._publish_snapshot(match, now_ns, out)
+                self._publish_snapshot(match, now_ns, out)
         elif isinstance(msg, m.Rematch):
             self._rematch(client, msg.match, now_ns, out)
         elif isinstance(msg, m.Leave):
@@ -485,7 +485,8 @@ class RelayCore:
             self._answer(client, code, -1, m.ActionRejected(code, -1, "malformed", f"expected Act, got {type(act).__name__}"),
                          now_ns, out)
             return
-        remembered = self._answers.get(client, {}).get((code, act.id))
+        book = self._answers.get(client)
+        remembered = book.get((code, act.id)) if book is not None else None
         if remembered is not None:
             out.append(Publish(self.topics.client(client), remembered))
             out.append(LogRecord({"kind": "duplicate", "match": code, "client": client, "id": act.id}))

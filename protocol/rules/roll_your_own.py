@@ -323,7 +323,7 @@ def lowerable(state: State, seat: int) -> list[int]:
 
 def _deadlocked(state: State) -> bool:
     """No roll can ever separate the seats still rolling: they all have the same one-valued die."""
-    values = set()
+    values: set[int] = set()
     for p in state.rolling:
         die = state.dice[p]
         if die is None:
@@ -450,7 +450,7 @@ def _offer_choice(state: State, chooser: int, events: list[EventData]) -> tuple[
     assert state.round_winner is not None
     state = replace(state, chooser=chooser)
     can_raise = bool(raisable(state, chooser))
-    can_lower = bool(lowerable(state, state.round_winner))
+    can_lower = bool(lowerable(state, state.round_winner))  # round_winner asserted above
     if not can_raise and not can_lower:
         events.append({"type": "no_choice", "player": chooser, "winner": state.round_winner})
         return _next_round(state, events)
