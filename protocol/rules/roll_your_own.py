@@ -842,7 +842,11 @@ def bot_action(state: State, player: int) -> Action | None:
                 v += 0.5 * sum(advantage(d, k) for k in known) / len(known)
             return v
 
-        return BuildDie(max(options, key=lambda d: (value(d), d)))
+        # Bots in one match should not all build the very same die (every roll would tie): each
+        # seat takes a different one of the few best builds, and the pick moves on each game.
+        ranked = sorted(options, key=lambda d: (value(d), d), reverse=True)
+        top = ranked[: min(5, len(ranked))]
+        return BuildDie(top[(player + state.game) % len(top)])
     if state.phase == "choice" and player == state.chooser:
         w = state.round_winner
         assert w is not None
