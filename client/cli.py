@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--log", metavar="PATH", help="write every public event as JSON Lines")
     mt.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="relay ordering (local relay)")
 
+    w = sub.add_parser("watch", help="spectate a running match by code (prints its public events)")
+    w.add_argument("code", help="the match code")
+    w.add_argument("--server", type=_url_arg, required=True, help="MQTT broker the relay uses")
+    w.add_argument("--json", action="store_true", help="print each event as a JSON line (the --log format)")
+
     from client import latency_cli, play_cli  # no pyglet at import time: it is only loaded when `play` runs
 
     play_cli.add_parser(sub)
@@ -141,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_bot(args, topics))
         if args.command == "match":
             return asyncio.run(_match(args, topics))
+        if args.command == "watch":
+            return asyncio.run(_watch(args, topics))
         if args.command == "play":
             from client import play_cli
 
@@ -151,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return latency_cli.run(args, topics)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (e.g. `blink watch ... | head`): nothing to report
+        return 0
     except UserError as exc:
         print(f"blink {args.command}: {exc}", file=sys.stderr)
         return 1
@@ -276,6 +285,38 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
         print(f"winner: {summary['winner']}   accepted plays: {summary['accepted']}   "
               f"rejected: {summary['rejected'] or 0}   {summary['duration_s']} s")
     return 0
+
+
+async def _watch(args: argparse.Namespace, topics: Topics) -> int:
+    from relay.broker import parse_url
+    from client.matchrun import event_line
+    from client.player import Player, RequestError
+
+    last = 0
+    try:
+        async with Player(parse_url(args.server), "spectator", topics) as player:
+            code = await player.watch(args.code)
+            print(f"watching {player.model.game} match {code}: {', '.join(player.model.players)}", file=sys.stderr)
+            while True:
+                for ev in [e for e in player.model.events if e.seq > last]:
+                    last = ev.seq
+                    line = event_line(ev)
+                    if args.json:
+                        print(json.dumps(line), flush=True)
+                    else:
+                        rest = {k: v for k, v in line.items() if k not in ("seq", "ts", "type", "game", "match")}
+                        print(f"{ev.seq:6d}  game {ev.game}  {ev.type:18s} {json.dumps(rest)}", flush=True)
+                    if ev.type == "match_over":
+                        return 0
+                if player.match_over():
+                    return 0
+                await player.wait_change(0.5)
+    except RequestError as exc:
+        raise UserError(str(exc)) from exc
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _friendly(exc) from exc
 
 
 class _Nothing:

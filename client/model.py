@@ -150,6 +150,10 @@ class ClientModel:
     seq_received_ns: dict[int, int] = field(default_factory=dict)
     resyncs: int = 0
     version: int = 0  # bumped on every change the screen or a bot should react to
+    spectating: bool = False  # watching a match by code: read-only, state from the public snapshot
+
+    def spectate(self, code: str) -> None:
+        self.match, self.seat, self.spectating = code, None, True
 
     @property
     def rules(self) -> Any:
@@ -166,9 +170,11 @@ class ClientModel:
         elif isinstance(msg, m.Probe):
             out.append(m.ProbeReply(msg.sent_ns))  # answered at once: the relay times the round trip
         elif isinstance(msg, m.MatchJoined):
+            same = self.predictor is not None and (self.match, self.seat) == (msg.match, msg.seat)
             self.match, self.seat, self.game = msg.match, msg.seat, msg.game
             self.players, self.settings = msg.players, msg.settings
-            self.predictor = Predictor(rules_for(msg.game), msg.seat)
+            if not same:  # a repeated answer (a join sent twice) must not forget pending actions
+                self.predictor = Predictor(rules_for(msg.game), msg.seat)
             self.version += 1
         elif isinstance(msg, m.ViewUpdated) and msg.match == self.match and self.predictor:
             try:
@@ -186,6 +192,19 @@ class ClientModel:
             if msg.seq > self.last_event_seq:
                 self.last_event_seq = msg.seq
             self.players = msg.players
+            if self.spectating and msg.game_name and msg.state:
+                # A spectator's confirmed state is the public snapshot (nothing hidden is in it).
+                if self.predictor is None or self.game != msg.game_name:
+                    self.game = msg.game_name
+                    self.predictor = Predictor(rules_for(msg.game_name), -1)
+                try:
+                    state = self.predictor.rules.from_wire(msg.state)
+                except ValueError:
+                    return out
+                if self.predictor.confirm(state, msg.seq, msg.game):
+                    self.match_state = msg.match_state
+                    self.seq_received_ns.setdefault(msg.seq, now_ns)
+                    self.version += 1
         elif isinstance(msg, m.Event) and msg.match == self.match:
             if msg.seq <= self.last_event_seq:
                 return out
@@ -222,6 +241,8 @@ class ClientModel:
         decides, then takes its reaction time to act); by default the latest confirmed seq."""
         if self.predictor is None or self.match is None:
             return Rejected("no_match", "not in a match")
+        if self.spectating:
+            return Rejected("spectator", "spectators watch; they do not play")
         seq = self.predictor.confirmed_seq if seen_seq is None else min(seen_seq, self.predictor.confirmed_seq)
         pending = Pending(self.next_id, action, seq, now_ns)
         result = self.predictor.local(pending)

@@ -101,6 +101,18 @@ class Player:
         await self.conn.request(m.QuickMatch(name=self.model.name, game=game, settings=settings or {}))
         return await self._wait_joined(timeout)
 
+    async def watch(self, code: str, timeout: float = 10.0) -> str:
+        """Spectate a match by code: a read-only view from its public events and snapshot."""
+        code = code.upper()
+        self.model.spectate(code)
+        await self.conn.watch(code)
+        deadline = time.monotonic() + timeout
+        while self.model.predictor is None:
+            if time.monotonic() > deadline:
+                raise RequestError("no_such_match", f"no running match {code!r} on this broker")
+            await self.wait_change(0.25)
+        return code
+
     async def act(self, action: Any, seen_seq: int | None = None) -> m.Act | Rejected:
         """Predict the action at once, then send it. A local rejection is returned, not sent."""
         result = self.model.act(action, time.time_ns(), seen_seq=seen_seq)

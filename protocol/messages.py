@@ -180,6 +180,7 @@ class Snapshot:
     players: tuple[str, ...]
     state: dict[str, Any]
     match_state: dict[str, Any] = field(default_factory=dict)
+    game_name: str = ""  # which rule engine reads ``state`` (blink, takeaway, sequence, ryo)
 
 
 # --- relay -> all, retained -------------------------------------------------------------------------

@@ -612,7 +612,7 @@ class RelayCore:
         state = match.rules.to_wire(match.rules.view(match.state, None)) if match.state is not None else {}
         out.append(Publish(self.topics.snap(match.code), m.Snapshot(
             match=match.code, seq=match.seq, ts=now_ns, game=max(match.game_index, 0), status=match.status,
-            players=match.names, state=state, match_state=match.match_state()), retain=True))
+            players=match.names, state=state, match_state=match.match_state(), game_name=match.game), retain=True))
 
     def _match_list(self) -> Publish:
         waiting = tuple(

@@ -1,0 +1,90 @@
+"""The client's pure model: prediction, reconciliation, bounces, spectating."""
+
+from __future__ import annotations
+
+from protocol import messages as m
+from protocol.rules import blink
+from protocol.rules.base import Rejected
+from client.model import ClientModel
+from tests.test_relay_core import T, Harness, race_deck
+
+
+def joined_model(h: Harness, client: str) -> ClientModel:
+    model = ClientModel(client, client)
+    for o in h.out:
+        if getattr(o, "topic", None) in (T.client(client),) or (
+                hasattr(o, "msg") and isinstance(o.msg, (m.Event, m.Snapshot))):
+            model.on_message(o.msg, h.now)
+    return model
+
+
+def test_prediction_shows_a_play_at_once_and_reconciles_with_the_relay() -> None:
+    h = Harness(fixed_decks=(race_deck(),))
+    code = h.start_match()
+    model = joined_model(h, "a")
+    assert model.state().phase == "running"
+    act = model.act(blink.PlayCard("3-red-star", 0), h.now)
+    assert isinstance(act, m.Act)
+    assert str(model.state().top(0)) == "3-red-star"  # drawn before any answer
+    assert model.state().hands[0][-1] is None  # the refill is unknown until the relay says
+    out = h.send(T.act(code, "a"), act)
+    for o in out:
+        if getattr(o, "topic", "") == T.client("a"):
+            model.on_message(o.msg, h.now)
+    assert not model.predictor.pending
+    assert None not in model.state().hands[0]  # now the relay told us what we drew
+
+
+def test_a_rejected_play_bounces_back_with_its_reason() -> None:
+    h = Harness(fixed_decks=(race_deck(),))
+    code = h.start_match()
+    a, b = joined_model(h, "a"), joined_model(h, "b")
+    act_a = a.act(blink.PlayCard("3-red-star", 0), h.now)
+    act_b = b.act(blink.PlayCard("5-green-triangle", 0), h.now)
+    assert isinstance(act_a, m.Act) and isinstance(act_b, m.Act)
+    assert str(b.state().top(0)) == "5-green-triangle"  # b's own prediction
+    out = h.send(T.act(code, "a"), act_a) + h.send(T.act(code, "b"), act_b)
+    for o in out:
+        if getattr(o, "topic", "") == T.client("b"):
+            b.on_message(o.msg, h.now)
+    assert [x.code for x in b.bounces] == ["pile_changed"]
+    assert str(b.state().top(0)) == "3-red-star"  # the screen now matches the relay
+    assert blink.Card.parse("5-green-triangle") in b.state().hands[1]
+    assert out
+
+
+def test_a_locally_impossible_play_is_not_sent() -> None:
+    h = Harness(fixed_decks=(race_deck(),))
+    h.start_match()
+    model = joined_model(h, "a")
+    result = model.act(blink.PlayCard("2-red-moon", 1), h.now)
+    assert isinstance(result, Rejected) and result.code == "no_match"
+    assert not model.predictor.pending
+
+
+def test_a_gap_in_event_seq_asks_for_a_resync() -> None:
+    model = ClientModel("a", "a")
+    model.on_message(m.MatchJoined("ABCDE", 0, "blink", ("a", "b"), 2, {}), 0)
+    assert model.on_message(m.Event("ABCDE", 1, 0, 0, "x", {}), 0) == []
+    assert model.on_message(m.Event("ABCDE", 2, 0, 0, "x", {}), 0) == []
+    assert model.on_message(m.Event("ABCDE", 5, 0, 0, "x", {}), 0) == [m.Resync("ABCDE")]
+    assert model.on_message(m.Event("ABCDE", 4, 0, 0, "x", {}), 0) == []  # late duplicate ignored
+
+
+def test_probes_are_answered() -> None:
+    model = ClientModel("a", "a")
+    assert model.on_message(m.Probe(sent_ns=42), 0) == [m.ProbeReply(sent_ns=42)]
+
+
+def test_a_spectator_sees_the_public_state_and_cannot_play() -> None:
+    h = Harness(fixed_decks=(race_deck(),))
+    code = h.start_match()
+    h.play("a", code, "3-red-star", 0, 1)
+    snap = [o.msg for o in h.out if isinstance(getattr(o, "msg", None), m.Snapshot)][-1]
+    model = ClientModel("s", "spectator")
+    model.spectate(code)
+    model.on_message(snap, h.now)
+    state = model.state()
+    assert model.game == "blink" and str(state.top(0)) == "3-red-star"
+    assert all(c is None for hand in state.hands for c in hand)  # no hand is visible to a spectator
+    assert isinstance(model.act(blink.PlayCard("1-red-moon", 0), h.now), Rejected)
