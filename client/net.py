@@ -29,7 +29,7 @@ import aiomqtt
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics
-from relay.broker import BrokerAddress
+from relay.broker import BrokerAddress, wait_event  # noqa: F401 - re-exported for the client side
 
 log = logging.getLogger("blink.net")
 

@@ -1,14 +1,161 @@
-"""``blink play``: the window (placeholder until the pyglet client lands)."""
+"""``blink play``: the game window (pyglet), against a bot, a friend or anyone on a server.
+
+How this works
+--------------
+``add_parser`` registers the options; it imports nothing heavy, because every ``blink`` command
+(also the headless ``serve``/``bot``/``match``) builds the whole parser. ``run`` checks the
+arguments, then imports pyglet and the window package (``client/window``) and runs the app on a
+fresh asyncio event loop. With no arguments the window opens on the menu with a local embedded
+broker + relay already starting, so a bot game works on a fresh machine; ``--bot``/``--host``/
+``--match``/``--quick``/``--autoplay`` skip the menu and start that game at once.
+
+Exit status: 0 after a normal quit, 1 when the window could not open or the game could not start
+(the reason is printed as one line), 2 for bad arguments.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
 from typing import Any
 
 
+def _level_arg(text: str) -> float:
+    from client.window.session import parse_level  # no pyglet in there
+
+    try:
+        return parse_level(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text.removesuffix("s"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from exc
+    if not 0 <= v <= 86400:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 86400 seconds: {text!r}")
+    return v
+
+
+def _size(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a whole number of pixels: {text!r}") from exc
+    if not 320 <= v <= 8192:
+        raise argparse.ArgumentTypeError(f"must be from 320 to 8192 pixels: {text!r}")
+    return v
+
+
+def _url(text: str) -> str:
+    from relay.broker import BadURL, parse_url
+
+    try:
+        parse_url(text)
+    except BadURL as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def _settings(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--settings must be a JSON object: {exc.msg}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--settings must be a JSON object, e.g. '{\"best_of\": 1}'")
+    return value
+
+
 def add_parser(sub: Any) -> None:
-    sub.add_parser("play", help="open the game window")
+    from protocol.rules import GAME_NAMES
+
+    p = sub.add_parser("play", help="open the game window (race a bot, a friend, or anyone on a server)",
+                       description="Open the BLINK window. With no options: a menu, with a local relay and a "
+                                   "bot opponent ready on this machine.")
+    p.add_argument("--server", type=_url, metavar="URL",
+                   help="MQTT broker of a running relay, e.g. mqtt://192.168.1.5:1883 (default: start one here)")
+    p.add_argument("--name", default=os.environ.get("USER", "you")[:24] or "you", help="your name at the table")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--match", metavar="CODE", help="join the match with this code")
+    mode.add_argument("--host", action="store_true", help="create a match and show its code for a friend")
+    mode.add_argument("--quick", action="store_true", help="quick match: the first free opponent on the server")
+    p.add_argument("--bot", type=_level_arg, metavar="LEVEL",
+                   help="play a bot at once: easy, normal, hard, expert or its reaction time in seconds")
+    p.add_argument("--game", choices=GAME_NAMES, default="blink", help="game (the window plays blink for now)")
+    p.add_argument("--settings", type=_settings, default={}, help="game settings as JSON when creating a match")
+    p.add_argument("--autoplay", action="store_true", help="a bot plays for you (demos, tests)")
+    p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
+    p.add_argument("--quit-after", type=_seconds, metavar="SECONDS", help="close the window after this many seconds")
+    p.add_argument("--frame-stats", metavar="PATH", help="write frame-time and input-delay statistics (JSON)")
+    p.add_argument("--width", type=_size, default=1100, help="window width in pixels (default 1100)")
+    p.add_argument("--height", type=_size, default=720, help="window height in pixels (default 720)")
+    p.add_argument("--mute", action="store_true", help="no sound")
+    p.add_argument("--seed", type=int, help="seed for the local relay and the bots")
 
 
 def run(args: argparse.Namespace, topics: Any) -> int:
-    raise SystemExit("blink play: the window is not built yet")
+    import asyncio
+
+    if args.game != "blink":
+        print(f"blink play: the window plays blink only for now; try `blink match --game {args.game}`",
+              file=sys.stderr)
+        return 2
+    try:
+        from protocol.rules import rules_for
+
+        rules_for("blink").check_settings(args.settings, 2)
+    except (ValueError, TypeError) as exc:
+        print(f"blink play: bad --settings: {exc}", file=sys.stderr)
+        return 2
+    if args.match:
+        mode = "join"
+    elif args.host:
+        mode = "host"
+    elif args.quick:
+        mode = "quick"
+    elif args.bot is not None or args.autoplay:
+        mode = "bot"
+    else:
+        mode = "menu"
+    if mode in ("join", "quick") and not args.server and not args.autoplay:
+        # A fresh local relay has no one else on it: say so rather than wait for ever.
+        print("blink play: --match/--quick need --server (a relay other players use); "
+              "--host starts a local match and shows its code", file=sys.stderr)
+        return 2
+
+    from client.window.session import BOT_LEVELS, SessionConfig
+
+    try:
+        import pyglet  # only here: the headless commands never load it
+
+        pyglet.options["debug_gl"] = False
+        from client.window.app import App, AppConfig  # opens the display (pyglet's shadow window)
+    except Exception as exc:  # noqa: BLE001 - one readable line
+        print(f"blink play: cannot open a window ({type(exc).__name__}: {exc}); is DISPLAY set? "
+              "Without a screen, run it under xvfb-run.", file=sys.stderr)
+        return 1
+
+    session = SessionConfig(server_url=args.server, name=args.name, topics=topics, game=args.game,
+                            settings=args.settings, autoplay=args.autoplay, seed=args.seed)
+    config = AppConfig(mode=mode, code=args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
+                       width=args.width, height=args.height, screenshot=args.screenshot,
+                       quit_after=args.quit_after, frame_stats=args.frame_stats,
+                       mute=args.mute or bool(os.environ.get("BLINK_MUTE")), session=session)
+    app = App(config)
+    try:
+        return asyncio.run(app.run())
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one readable line, not a traceback
+        name = type(exc).__name__
+        if "Display" in name or "NoSuchConfig" in name or "Context" in name or "window" in str(exc).lower():
+            print(f"blink play: cannot open a window ({name}: {exc}); is DISPLAY set? "
+                  "Without a screen, run it under xvfb-run.", file=sys.stderr)
+        else:
+            print(f"blink play: {name}: {exc}", file=sys.stderr)
+        return 1

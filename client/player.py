@@ -20,7 +20,7 @@ from protocol.rules.base import Rejected
 from protocol.topics import Topics
 from relay.broker import BrokerAddress
 from client.model import ClientModel
-from client.net import Connection, Impairment, new_client_id
+from client.net import Connection, Impairment, new_client_id, wait_event
 
 
 class RequestError(RuntimeError):
@@ -83,10 +83,7 @@ class Player:
             if left <= 0:
                 raise RequestError("timeout", "no answer from a relay: is `blink serve` running on this broker?")
             self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), timeout=min(left, 0.25))
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self.changed, min(left, 0.25))
 
     async def create(self, game: str = "blink", settings: dict[str, Any] | None = None, seats: int = 2,
                      timeout: float = 10.0) -> str:
@@ -121,6 +118,15 @@ class Player:
         self.changed.set()
         return result
 
+    def act_nowait(self, action: Any, seen_seq: int | None = None) -> m.Act | Rejected:
+        """The same, for code that may not await (a key handler): the prediction is done when this
+        returns, so the very next frame draws it; the publish follows in a task."""
+        result = self.model.act(action, time.time_ns(), seen_seq=seen_seq)
+        if isinstance(result, m.Act) and self.model.match:
+            self._spawn(self.conn.act(self.model.match, result))
+        self.changed.set()
+        return result
+
     async def rematch(self) -> None:
         if self.model.match:
             await self.conn.request(m.Rematch(self.model.match))
@@ -130,7 +136,4 @@ class Player:
 
     async def wait_change(self, timeout: float | None = None) -> None:
         self.changed.clear()
-        try:
-            await asyncio.wait_for(self.changed.wait(), timeout=timeout)
-        except asyncio.TimeoutError:
-            pass
+        await wait_event(self.changed, timeout)

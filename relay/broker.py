@@ -11,11 +11,27 @@ inside amqtt.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import socket
 from dataclasses import dataclass
 from urllib.parse import urlparse
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait for an event at most ``timeout`` seconds; True if it was set.
+
+    ``asyncio.timeout`` rather than ``asyncio.wait_for``: on Python 3.11 ``wait_for`` can swallow a
+    cancellation that arrives as the wait ends, and a task that ignores its cancel hangs shutdown."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+        return True
+    except TimeoutError:
+        return False
 
 
 class PortInUse(RuntimeError):

@@ -28,7 +28,7 @@ import aiomqtt
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
-from relay.broker import BrokerAddress
+from relay.broker import BrokerAddress, wait_event
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 
 log = logging.getLogger("blink.relay")
@@ -95,10 +95,7 @@ class RelayShell:
             now = time.time_ns()
             delay = MAX_SLEEP_S if deadline is None else min(MAX_SLEEP_S, max(0.0, (deadline - now) / 1e9))
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._wake, delay)
             out = self.core.tick(time.time_ns())
             if out:
                 await self._emit(out)

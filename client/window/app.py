@@ -1,0 +1,395 @@
+"""The BLINK window: pyglet and asyncio on one event loop, scenes, frame statistics, screenshots.
+
+How this works
+--------------
+One asyncio event loop runs everything in one thread: the frame task below, your ``Player``'s
+MQTT reader and pinger, the bot opponent's ``Player`` and ``Bot``, and -- when no ``--server`` is
+given -- the embedded broker and the relay (``LocalServer``). The frame task does, ~60 times a
+second and without ever awaiting inside a frame:
+
+    pyglet.clock.tick(); window.dispatch_events()   # X events -> scene input handlers
+    scene.update(now)                               # read the model, update drawables in place
+    app.draw(); window.flip()                       # draw the batches, present
+
+and then sleeps until the next frame is due (``asyncio.sleep``), which is when the network tasks
+run. Why one loop and not pyglet's own ``pyglet.app.run`` with asyncio in a second thread:
+
+- no locks and no races: a network message is applied to the ``ClientModel`` between two frames,
+  never while a frame reads it, so a frame always draws one consistent state;
+- input shows on the very next frame by construction: a key handler calls ``Session.act_now``,
+  which applies the prediction synchronously inside ``dispatch_events``; the ``update`` and draw
+  that follow in the same frame show it, and only the publish waits for the loop;
+- network I/O cannot block drawing: sockets are non-blocking asyncio transports, and every message
+  handler is short (decode, apply to the model); the frame task gets the loop back within a
+  millisecond or so, as the frame statistics (``--frame-stats``: interval p99) show.
+  The cost: a long synchronous step in any task would delay a frame, so nothing on this loop may
+  block -- which asyncio code must not do anyway.
+
+Scenes (one per screen): ``MenuScene``, ``TableScene`` (BLINK), ``ResultsScene``. The app routes
+window events to the current scene, draws it and the corner HUD, and switches scenes on request.
+
+Headless aids: ``--quit-after`` stops after N seconds, ``--screenshot`` saves the back buffer of
+the last frame as a PNG (read before ``flip``), ``--frame-stats`` writes ``FrameStats.summary()``.
+Tests drive the same ``App`` in-process: ``inject_key`` queues a key press that the next frame
+dispatches, ``next_frame``/``wait_until`` await frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pyglet
+import pyglet.app as pyglet_app
+
+# glGetError after every GL call costs more than the drawing itself under software GL; this has
+# to be set before pyglet.gl is first imported (the window modules below import it).
+pyglet.options["debug_gl"] = False
+
+from client.window.hud import Hud  # noqa: E402
+from client.window.scenes.base import Scene  # noqa: E402
+from client.window.session import BOT_LEVELS, Session, SessionConfig, level_name, parse_level  # noqa: E402
+from client.window.sounds import Sounds  # noqa: E402
+from client.window.stats import FrameStats  # noqa: E402
+
+log = logging.getLogger("blink.window")
+
+STEADY_AFTER_S = 2.0  # frame statistics also report the frames after this much start-up time
+
+
+@dataclass
+class AppConfig:
+    mode: str = "menu"  # menu | bot | host | join | quick
+    code: str | None = None
+    bot_reaction_s: float = BOT_LEVELS["normal"]
+    width: int = 1100
+    height: int = 720
+    screenshot: str | None = None
+    quit_after: float | None = None
+    frame_stats: str | None = None
+    mute: bool = False
+    fps: float = 60.0
+    session: SessionConfig = field(default_factory=SessionConfig)
+
+
+class App:
+    def __init__(self, config: AppConfig, session: Session | None = None) -> None:
+        self.config = config
+        self.session = session or Session(config.session)
+        self.sounds = Sounds(enabled=not config.mute)
+        self.stats = FrameStats()
+        self.window: Any = None
+        self.hud: Hud | None = None
+        self.scene: Scene | None = None
+        self.bot_reaction_s = config.bot_reaction_s
+        self.closing = False
+        self.exit_code = 0
+        self.drawn = 0  # display counter: goes up when the drawn picture changed
+        self._seen: tuple[int, int] = (0, 0)
+        self._injected: list[tuple[int, int, int]] = []
+        self._input_ts: int | None = None
+        self._frame_waiters: list[asyncio.Future[int]] = []
+        self._shot: str | None = None
+        self._posted: Any = None
+        self._starting: asyncio.Task[Any] | None = None
+        self._ready: asyncio.Event | None = None
+        self._started = 0.0
+        self.shots_saved: list[str] = []
+
+    # ----------------------------------------------------------------- window and scenes
+
+    @property
+    def size(self) -> tuple[int, int]:
+        if self.window is None:
+            return self.config.width, self.config.height
+        return self.window.width, self.window.height
+
+    def open(self) -> None:
+        """Create the window and the first scene (needs a display)."""
+        self.window = pyglet.window.Window(self.config.width, self.config.height, caption="BLINK",
+                                           resizable=True, vsync=False)
+        self.window.set_minimum_size(min(640, self.config.width), min(420, self.config.height))
+        self.hud = Hud(self.size)
+        self.sounds.warm()
+        self._posted = pyglet_app.platform_event_loop
+        w = self.window
+
+        @w.event
+        def on_draw() -> None:
+            self.draw()
+
+        @w.event
+        def on_key_press(symbol: int, modifiers: int) -> bool:
+            return self.key_press(symbol, modifiers)
+
+        @w.event
+        def on_text(text: str) -> bool:
+            return bool(self.scene and self.scene.on_text(text))
+
+        @w.event
+        def on_mouse_press(x: int, y: int, button: int, modifiers: int) -> bool:
+            return bool(self.scene and self.scene.on_mouse_press(x, y, button, modifiers))
+
+        @w.event
+        def on_mouse_drag(x: int, y: int, dx: int, dy: int, buttons: int, modifiers: int) -> bool:
+            return bool(self.scene and self.scene.on_mouse_drag(x, y, dx, dy, buttons, modifiers))
+
+        @w.event
+        def on_mouse_release(x: int, y: int, button: int, modifiers: int) -> bool:
+            return bool(self.scene and self.scene.on_mouse_release(x, y, button, modifiers))
+
+        @w.event
+        def on_resize(width: int, height: int) -> None:
+            if self.scene is not None:
+                self.scene.resize(width, height)
+            if self.hud is not None:
+                self.hud.resize(width, height)
+            # returning None lets pyglet's default handler set the viewport and projection
+
+        @w.event
+        def on_close() -> bool:
+            self.quit()
+            return True
+
+        first = "menu" if self.config.mode == "menu" else "table"
+        self.goto(first)
+        if self.config.mode != "menu":
+            self.start_game(self.config.mode, self.config.code)
+
+    def draw(self) -> None:
+        scene = self.scene
+        if scene is not None:
+            pyglet.gl.glClearColor(*scene.clear_colour)
+        self.window.clear()
+        if scene is not None:
+            scene.draw()
+        if self.hud is not None:
+            self.hud.draw()
+
+    def key_press(self, symbol: int, modifiers: int) -> bool:
+        if self.scene is not None:
+            self.scene.on_key_press(symbol, modifiers)
+        return True  # never let pyglet's default close the window on Esc
+
+    def goto(self, name: str) -> None:
+        from client.window.scenes.menu import MenuScene
+        from client.window.scenes.results import ResultsScene
+        from client.window.scenes.table import TableScene
+
+        cls = {"menu": MenuScene, "table": TableScene, "results": ResultsScene}[name]
+        if self.scene is not None:
+            self.scene.exit()
+        self.scene = cls(self)
+        self.scene.enter()
+
+    def bot_level_name(self) -> str:
+        return level_name(self.bot_reaction_s)
+
+    def set_bot_level(self, name: str) -> None:
+        self.bot_reaction_s = parse_level(name)
+
+    def start_game(self, mode: str, code: str | None = None) -> None:
+        """Menu choice (or command-line mode): switch to the table now, connect in the background."""
+
+        async def go() -> None:
+            if self._ready is not None:
+                await self._ready.wait()
+            if self.session.status == "error" and self.session.address is None:
+                return
+            if mode == "bot":
+                await self.session.play_bot(self.bot_reaction_s)
+            elif mode == "host":
+                await self.session.host()
+            elif mode == "join":
+                await self.session.join(code or "")
+            elif mode == "quick":
+                await self.session.quick()
+            else:
+                raise ValueError(f"unknown mode {mode!r}")
+
+        if self.session.status == "error" and self.session.address is not None:
+            self.session.status, self.session.message = "ready", ""
+        if self._starting is not None:
+            self._starting.cancel()
+        self._starting = self.session.spawn(go())
+        self.goto("table")
+
+    def back_to_menu(self) -> None:
+        if self._starting is not None:  # still connecting: stop that first
+            self._starting.cancel()
+            self._starting = None
+        self.session.spawn(self.session.leave())
+        self.goto("menu")
+
+    def quit(self) -> None:
+        self.closing = True
+
+    # ----------------------------------------------------------------- input and frames
+
+    def note_input(self) -> None:
+        """A scene changed what it shows because of an input: it must be on the next frame."""
+        at = self._input_ts if self._input_ts is not None else time.perf_counter_ns()
+        self.stats.input(at, self.drawn + 1)
+
+    def inject_key(self, symbol: int, modifiers: int = 0) -> None:
+        """Queue a key press (tests, benchmark); dispatched with the next frame's window events.
+        The input's time is now, so the measured delay includes the wait for the frame."""
+        self._injected.append((time.perf_counter_ns(), symbol, modifiers))
+
+    def step(self) -> None:
+        """One frame: events, update, draw, present. Never awaits."""
+        t0 = time.perf_counter_ns()
+        pyglet.clock.tick()
+        w = self.window
+        w.dispatch_events()
+        self._posted.dispatch_posted_events()  # e.g. end-of-sound events from pyglet.media
+        if self._injected:
+            injected, self._injected = self._injected, []
+            for at, symbol, modifiers in injected:
+                self._input_ts = at
+                try:
+                    self.key_press(symbol, modifiers)
+                finally:
+                    self._input_ts = None
+        now = time.time_ns()
+        for _ in range(3):  # a scene may hand over to another during update; the new one draws now
+            scene = self.scene
+            assert scene is not None
+            scene.update(now)
+            if self.scene is scene:
+                break
+        seen = (id(self.scene), self.scene.display_version)  # type: ignore[union-attr]
+        if seen != self._seen:
+            self._seen = seen
+            self.drawn += 1
+        if self.hud is not None:
+            self.hud.update(self.session.model, now)
+        w.switch_to()
+        # Drawn directly: pyglet's xlib window would queue a dispatched on_draw until the next
+        # dispatch_events, i.e. draw one frame late.
+        self.draw()
+        if self._shot is not None:
+            self._save(self._shot)
+            self._shot = None
+        w.flip()
+        t1 = time.perf_counter_ns()
+        self.stats.frame(t0, t1, self.drawn)
+        if self._frame_waiters:
+            waiters, self._frame_waiters = self._frame_waiters, []
+            for f in waiters:
+                if not f.done():
+                    f.set_result(self.stats.frames)
+
+    def _save(self, path: str) -> None:
+        p = Path(path)
+        if p.parent and not p.parent.exists():
+            p.parent.mkdir(parents=True, exist_ok=True)
+        pyglet.image.get_buffer_manager().get_color_buffer().save(str(p))
+        self.shots_saved.append(str(p))
+
+    def request_screenshot(self, path: str) -> None:
+        """Save the next frame (as drawn, before it is presented) to ``path``."""
+        self._shot = path
+
+    async def next_frame(self) -> int:
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._frame_waiters.append(fut)
+        return await fut
+
+    async def wait_until(self, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError("condition not reached in time")
+            await self.next_frame()
+
+    async def frame_loop(self) -> None:
+        period = 1.0 / max(1.0, self.config.fps)
+        loop = asyncio.get_running_loop()
+        next_t = loop.time()
+        quit_at = self._started + self.config.quit_after if self.config.quit_after is not None else None
+        steady_at = self._started + STEADY_AFTER_S
+        while not self.closing:
+            if time.monotonic() >= steady_at:
+                self.stats.mark_steady()
+            last = quit_at is not None and time.monotonic() >= quit_at
+            if last and self.config.screenshot:
+                self.request_screenshot(self.config.screenshot)
+            self.step()
+            if last:
+                break
+            next_t += period
+            delay = next_t - loop.time()
+            if delay < -period:  # fell behind (a stall): start afresh instead of racing to catch up
+                next_t = loop.time()
+                delay = 0.0
+            await asyncio.sleep(max(0.0, delay))
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start_session(self) -> None:
+        self._ready = self._ready or asyncio.Event()
+        try:
+            await self.session.start()
+        except Exception as exc:  # noqa: BLE001 - shown in the window
+            self.session._fail(exc)
+        finally:
+            self._ready.set()
+
+    async def run(self) -> int:
+        """Open the window, run until quit (or ``--quit-after``), clean up. Returns an exit code."""
+        self._ready = asyncio.Event()
+        self._started = time.monotonic()
+        self.open()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.quit)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+        starter = asyncio.create_task(self.start_session())
+        gc.freeze()  # what exists now lives for the whole session: keep it out of every collection
+        failed = False
+        try:
+            await self.frame_loop()
+        finally:
+            if self.config.screenshot and not self.shots_saved and self.window is not None:
+                try:
+                    self.request_screenshot(self.config.screenshot)
+                    self.step()
+                except Exception:  # noqa: BLE001
+                    log.exception("screenshot failed")
+            if self.config.frame_stats:
+                self.stats.write(self.config.frame_stats, {"scene": self.scene.name if self.scene else None,
+                                                           "session": self.session.status})
+            starter.cancel()
+            failed = self.session.status == "error"
+            if failed:
+                log.warning("blink play: %s", self.session.message)
+            try:
+                await asyncio.wait_for(self.session.close(), timeout=15)
+            except asyncio.TimeoutError:
+                log.warning("the session did not close in time")
+            if self.window is not None:
+                self.window.close()
+                self.window = None
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.remove_signal_handler(sig)
+                except (NotImplementedError, RuntimeError, ValueError):
+                    pass
+        if failed or self.exit_code:
+            return self.exit_code or 1
+        return 0
+
+    def describe(self) -> dict[str, Any]:
+        return self.scene.describe() if self.scene is not None else {}

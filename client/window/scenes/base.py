@@ -1,0 +1,65 @@
+"""What every scene has: a batch of drawables built once, and input handlers that become actions.
+
+How this works
+--------------
+The app (``client/window/app.py``) owns the window and calls the current scene's ``update``
+once per frame, then ``draw``. A scene builds its drawables into ``self.batch`` when it is made
+and only changes their attributes afterwards. ``display_version`` goes up whenever ``update``
+changed what is drawn because of new input or new state; the app's frame statistics use it to
+check that every input shows on the frame that handled it. Input handlers return True when they
+used the event.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyglet
+
+if TYPE_CHECKING:
+    from client.window.app import App
+
+
+class Scene:
+    name = "scene"
+    clear_colour: tuple[float, float, float, float] = (0.08, 0.09, 0.12, 1.0)
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.batch = pyglet.graphics.Batch()
+        self.display_version = 0
+
+    def enter(self) -> None:
+        """Called when the scene becomes current."""
+
+    def exit(self) -> None:
+        """Called when another scene takes over."""
+
+    def resize(self, width: int, height: int) -> None:
+        """The window changed size: move the drawables."""
+
+    def update(self, now_ns: int) -> None:
+        """Once per frame, before drawing: bring the drawables up to date."""
+
+    def draw(self) -> None:
+        self.batch.draw()
+
+    # input: return True when the event was used
+    def on_key_press(self, symbol: int, modifiers: int) -> bool:
+        return False
+
+    def on_text(self, text: str) -> bool:
+        return False
+
+    def on_mouse_press(self, x: int, y: int, button: int, modifiers: int) -> bool:
+        return False
+
+    def on_mouse_drag(self, x: int, y: int, dx: int, dy: int, buttons: int, modifiers: int) -> bool:
+        return False
+
+    def on_mouse_release(self, x: int, y: int, button: int, modifiers: int) -> bool:
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        """What the scene shows, as data (tests compare it with the relay's state)."""
+        return {"scene": self.name}

@@ -1,0 +1,235 @@
+"""The menu: play a bot, host a match, join by code, quick match, quit.
+
+How this works
+--------------
+A fixed list of items drawn once (panels, labels, three sample cards for decoration). Up/Down (or
+the mouse) moves the highlight and Enter activates; each item also has its own key. "Join by code"
+opens a small text field: letters and digits are typed into it, Enter joins, Esc cancels. The
+bot's speed is chosen with Left/Right on the first item. Activating an item asks the app to start
+that kind of game (``App.start_game``), which switches to the table scene at once; the network
+work happens in the session's background task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyglet.window import key, mouse
+
+from protocol.rules import blink
+from client.window import geometry as geo
+from client.window.cards import CardView, Layer, label, set_color, set_text
+from client.window.mesh import Mesh
+from client.window.scenes.base import Scene
+from client.window.session import BOT_LEVELS
+
+ITEMS = [
+    ("bot", "B", "Play a bot"),
+    ("host", "H", "Host a match"),
+    ("join", "J", "Join by code"),
+    ("quick", "K", "Quick match"),
+    ("quit", "Q", "Quit"),
+]
+MENU_BG = (18, 41, 33)
+CODE_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
+class MenuScene(Scene):
+    name = "menu"
+    clear_colour = (0.07, 0.16, 0.13, 1.0)
+
+    def __init__(self, app: Any) -> None:
+        super().__init__(app)
+        b = self.batch
+        self.l_back = Layer(1)
+        self.l_front = Layer(2)
+        self.index = 0
+        levels = list(BOT_LEVELS)
+        current = app.bot_level_name()
+        self.levels = levels if current in levels else levels + [current]
+        self.level = self.levels.index(current)
+        self.typing = False
+        self.code = ""
+        self._eat_text = False  # the J that opened the code field also arrives as text: drop it
+        self.title = label(b, self.l_front.text, 48, (255, 255, 255, 255), "center", "center", bold=True, text="BLINK")
+        self.tagline = label(b, self.l_front.text, 14, (200, 230, 215, 255), "center", "center",
+                             text="the speed-card race: match colour, shape or count — faster than them")
+        self.panels = [Mesh(b, self.l_back.mesh, bg=MENU_BG) for _ in ITEMS]
+        self.keys = [label(b, self.l_front.text, 15, (255, 220, 120, 255), "center", "center", bold=True, text=k)
+                     for _, k, _ in ITEMS]
+        self.texts = [label(b, self.l_front.text, 16, (255, 255, 255, 255), "left", "center", bold=True, text=t)
+                      for _, _, t in ITEMS]
+        self.details = [label(b, self.l_front.text, 12, (200, 225, 210, 255), "right", "center") for _ in ITEMS]
+        self.status = label(b, self.l_front.text, 11, (190, 215, 200, 255), "center", "center")
+        self.hint = label(b, self.l_front.text, 11, (190, 215, 200, 255), "center", "center",
+                          text="↑ ↓  choose     Enter  start     ← →  bot speed     Q  quit")
+        self.samples = [CardView(b, self.l_back, bg=MENU_BG) for _ in range(3)]
+        self._sample_cards = [blink.Card(3, "red", "star"), blink.Card(5, "blue", "moon"),
+                              blink.Card(2, "yellow", "triangle")]
+        self._rects: list[tuple[float, float, float, float]] = []
+        self._key: Any = None
+        self.resize(*app.size)
+
+    def resize(self, width: int, height: int) -> None:
+        f = max(9.0, min(15.0, height / 52))
+        self.title.font_size = round(f * 3.6, 1)
+        self.title.position = (width / 2, height - f * 4.6, 0)
+        self.tagline.font_size = round(f, 1)
+        self.tagline.position = (width / 2, height - f * 9.4, 0)
+        iw = min(width * 0.8, f * 42)
+        ih = f * 3.0
+        top = height - f * 13
+        self._rects = []
+        for i in range(len(ITEMS)):
+            y = top - i * (ih + f * 0.8)
+            self._rects.append((width / 2, y, iw, ih))
+            self.keys[i].font_size = round(f * 1.15, 1)
+            self.keys[i].position = (width / 2 - iw / 2 + f * 2, y, 0)
+            self.texts[i].font_size = round(f * 1.2, 1)
+            self.texts[i].position = (width / 2 - iw / 2 + f * 4, y, 0)
+            self.details[i].font_size = round(f * 0.9, 1)
+            self.details[i].position = (width / 2 + iw / 2 - f * 1.2, y, 0)
+        self.status.font_size = round(f * 0.9, 1)
+        self.status.position = (width / 2, f * 4.2, 0)
+        self.hint.font_size = round(f * 0.9, 1)
+        self.hint.position = (width / 2, f * 1.8, 0)
+        # decorative sample cards either side of the title, clear of the tagline below it
+        ch = f * 6.4
+        cw = ch * 0.7
+        half_title = self.title.content_width / 2
+        y = height - f * 4.6
+        xs = (width / 2 - half_title - f * 1.5 - cw / 2, width / 2 + half_title + f * 1.5 + cw / 2,
+              width / 2 + half_title + f * 1.5 + cw * 1.2)
+        for view, card, x in zip(self.samples, self._sample_cards, xs):
+            view.show(card, "face", cw, ch)
+            view.move(x, y)
+        self._key = None
+
+    def update(self, now_ns: int) -> None:
+        s = self.app.session
+        k = (self.index, self.level, self.typing, self.code, s.status, s.message, s.server_url, tuple(self._rects))
+        if k == self._key:
+            return
+        self._key = k
+        for i, (panel, rect) in enumerate(zip(self.panels, self._rects)):
+            x, y, w, h = rect
+            t = geo.Tris()
+            colour = (40, 120, 90, 255) if i == self.index else (20, 60, 48, 255)
+            geo.rounded_rect(t, w, h, h * 0.3, colour)
+            if i == self.index:
+                geo.rounded_ring(t, w, h, h * 0.3, 2.0, (255, 220, 120, 255))
+            panel.set(t)
+            panel.move(x, y)
+        set_text(self.details[0], f"{self.levels[self.level]}  (← →)")
+        set_text(self.details[1], "show a code for a friend")
+        if self.typing:
+            set_text(self.details[2], f"code: {self.code}_   Enter join · Esc cancel")
+            set_color(self.details[2], (255, 255, 255, 255))
+        else:
+            set_text(self.details[2], "type the code a friend shows you")
+            set_color(self.details[2], (200, 225, 210, 255))
+        set_text(self.details[3], "first free opponent on the server")
+        set_text(self.details[4], "")
+        if s.status == "error":
+            set_text(self.status, f"⚠ {s.message}")
+            set_color(self.status, (255, 140, 120, 255))
+        else:
+            where = ("local relay on " if s.local else "server ") + (s.server_url or "…")
+            set_text(self.status, f"{where}{'   ·   ' + s.message if s.message else ''}")
+            set_color(self.status, (190, 215, 200, 255))
+        self.display_version += 1
+
+    def activate(self, i: int) -> None:
+        what = ITEMS[i][0]
+        if what != "join":
+            self.app.note_input()  # a new scene (or the end) is what shows it
+        self.index = i
+        if what == "quit":
+            self.app.quit()
+        elif what == "join":
+            if self.typing and self.code:
+                self.app.start_game("join", code=self.code)
+            else:
+                self.typing = True
+        elif what == "bot":
+            self.app.set_bot_level(self.levels[self.level])
+            self.app.start_game("bot")
+        else:
+            self.app.start_game(what)
+
+    def _looks(self) -> tuple[Any, ...]:
+        return (self.index, self.level, self.typing, self.code)
+
+    def on_key_press(self, symbol: int, modifiers: int) -> bool:
+        before = self._looks()
+        used = self._key_press(symbol)
+        if self._looks() != before:
+            self.app.note_input()  # it must show on the next frame
+        return used
+
+    def _key_press(self, symbol: int) -> bool:
+        if self.typing:
+            if symbol in (key.ENTER, key.RETURN, key.NUM_ENTER):
+                if self.code:
+                    self.app.start_game("join", code=self.code)
+                return True
+            if symbol == key.BACKSPACE:
+                self.code = self.code[:-1]
+                return True
+            if symbol == key.ESCAPE:
+                self.typing, self.code = False, ""
+                return True
+            return True  # letters arrive through on_text
+        if symbol in (key.UP, key.W):
+            self.index = (self.index - 1) % len(ITEMS)
+        elif symbol in (key.DOWN, key.S):
+            self.index = (self.index + 1) % len(ITEMS)
+        elif symbol in (key.LEFT, key.RIGHT) and self.index == 0:
+            self.level = (self.level + (1 if symbol == key.RIGHT else -1)) % len(self.levels)
+        elif symbol in (key.ENTER, key.RETURN, key.NUM_ENTER, key.SPACE):
+            self.activate(self.index)
+        elif symbol == key.ESCAPE:
+            self.app.quit()
+        else:
+            for i, (_, k, _) in enumerate(ITEMS):
+                if symbol == getattr(key, k):
+                    self.activate(i)
+                    self._eat_text = self.typing and k == "J"
+                    return True
+            return False
+        return True
+
+    def on_text(self, text: str) -> bool:
+        before = self._looks()
+        used = self._text(text)
+        if self._looks() != before:
+            self.app.note_input()
+        return used
+
+    def _text(self, text: str) -> bool:
+        if not self.typing:
+            return False
+        if self._eat_text:
+            self._eat_text = False
+            if text.upper() == "J":
+                return True
+        for ch in text.upper():
+            if ch in CODE_CHARS and len(self.code) < 8:
+                self.code += ch
+        return True
+
+    def on_mouse_press(self, x: int, y: int, button: int, modifiers: int) -> bool:
+        if button != mouse.LEFT:
+            return False
+        for i, (cx, cy, w, h) in enumerate(self._rects):
+            if abs(x - cx) <= w / 2 and abs(y - cy) <= h / 2:
+                before = self._looks()
+                self.activate(i)
+                if self._looks() != before:
+                    self.app.note_input()
+                return True
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        return {"scene": self.name, "index": self.index, "typing": self.typing, "code": self.code,
+                "level": self.levels[self.level], "status": self.status.text}

@@ -1,0 +1,153 @@
+"""The match result: who won, game by game, and the rematch.
+
+How this works
+--------------
+Reads the model's ``match_state`` (wins, per-game results, winner) and the public events
+(``match_over`` reason, ``rematch_requested``). R asks the relay for a rematch
+(``Player.rematch``); when both players asked, the relay starts a new game, the match status goes
+back to ``playing`` and this scene hands over to a fresh table scene. M (or Esc) goes back to
+the menu, Q quits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyglet.window import key
+
+from client.window import geometry as geo
+from client.window.cards import Layer, label, set_color, set_text
+from client.window.mesh import Mesh
+from client.window.scenes.base import Scene
+from client.window import texts
+
+REASONS = {"out_of_cards": "out of cards", "tie": "tie", "forfeit": "forfeit", "game_limit": "game limit"}
+
+
+class ResultsScene(Scene):
+    name = "results"
+    clear_colour = (0.07, 0.16, 0.13, 1.0)
+
+    def __init__(self, app: Any) -> None:
+        super().__init__(app)
+        b = self.batch
+        self.l_back, self.l_front = Layer(1), Layer(2)
+        self.panel = Mesh(b, self.l_back.mesh, bg=(18, 41, 33))
+        self.title = label(b, self.l_front.text, 36, (255, 255, 255, 255), "center", "center", bold=True)
+        self.score = label(b, self.l_front.text, 20, (255, 230, 150, 255), "center", "center", bold=True)
+        self.games = [label(b, self.l_front.text, 14, (220, 235, 225, 255), "center", "center") for _ in range(9)]
+        self.rematch_lbl = label(b, self.l_front.text, 14, (255, 220, 120, 255), "center", "center")
+        self.hint = label(b, self.l_front.text, 13, (200, 225, 210, 255), "center", "center", text=texts.OVER_HINTS)
+        self.asked = False
+        self._key: Any = None
+        self.resize(*app.size)
+
+    def resize(self, width: int, height: int) -> None:
+        self._size = (width, height)
+        self._lines = -1  # re-place on the next update, when the number of games is known
+        self._key = None
+
+    def _place(self, lines: int) -> None:
+        width, height = self._size
+        f = max(9.0, min(15.0, height / 52))
+        t = geo.Tris()
+        pw = min(width * 0.86, f * 50)
+        ph = min(height * 0.9, f * (17.5 + 2.0 * lines))
+        geo.rounded_rect(t, pw, ph, f * 1.5, (10, 30, 24, 230))
+        geo.rounded_ring(t, pw, ph, f * 1.5, 2.0, (255, 220, 120, 180))
+        self.panel.set(t)
+        self.panel.move(width / 2, height / 2)
+        top = height / 2 + ph / 2
+        self.title.font_size = round(f * 2.4, 1)
+        self.title.position = (width / 2, top - f * 3.4, 0)
+        self.score.font_size = round(f * 1.5, 1)
+        self.score.position = (width / 2, top - f * 6.6, 0)
+        for i, g in enumerate(self.games):
+            g.font_size = round(f * 1.05, 1)
+            g.position = (width / 2, top - f * (9.4 + 2.0 * i), 0)
+        self.rematch_lbl.font_size = round(f * 1.1, 1)
+        self.rematch_lbl.position = (width / 2, height / 2 - ph / 2 + f * 4.6, 0)
+        self.hint.font_size = round(f * 1.0, 1)
+        self.hint.position = (width / 2, height / 2 - ph / 2 + f * 2.0, 0)
+        self._lines = lines
+
+    def update(self, now_ns: int) -> None:
+        session = self.app.session
+        model = session.model
+        if model is None:
+            return
+        ms = model.match_state or {}
+        if ms.get("status") == "playing":  # the rematch started
+            self.app.goto("table")
+            return
+        k = (model.version, self.asked)
+        if k == self._key:
+            return
+        self._key = k
+        seat = model.seat if model.seat is not None else 0
+        names = list(model.players)
+        wins = list(ms.get("wins") or [])
+        winner = ms.get("winner")
+        reason = ""
+        asked = set()
+        for ev in model.events:
+            if ev.type == "match_over":
+                reason = ev.data.get("reason", "")
+            elif ev.type == "rematch_requested":
+                asked.add(ev.data.get("seat"))
+            elif ev.type in ("rematch_started", "game_started"):
+                asked.clear()
+        if winner is None:
+            title = "Match drawn"
+        elif winner == seat:
+            title = "You win the match!"
+        else:
+            title = f"{names[winner] if winner < len(names) else 'opponent'} wins the match"
+        if reason == "forfeit":
+            title += "  (forfeit)"
+        set_text(self.title, title)
+        set_color(self.title, (140, 255, 170, 255) if winner == seat else (255, 255, 255, 255))
+        set_text(self.score, texts.score_line(names, wins, seat))
+        results = list(ms.get("results") or [])
+        if min(len(results), len(self.games)) != self._lines:
+            self._place(min(len(results), len(self.games)))
+        for i, g in enumerate(self.games):
+            if i < len(results):
+                r = results[i]
+                ws = r.get("winners") or []
+                who = "tie" if len(ws) != 1 else ("you won" if ws[0] == seat else
+                                                   f"{names[ws[0]] if ws[0] < len(names) else '?'} won")
+                set_text(g, f"game {i + 1}:  {who}  ({REASONS.get(r.get('reason', ''), r.get('reason', ''))})")
+            else:
+                set_text(g, "")
+        other = 1 - seat
+        if seat in asked and other in asked:
+            line = "starting the rematch…"
+        elif seat in asked or self.asked:
+            line = f"rematch asked — waiting for {names[other] if other < len(names) else 'the opponent'}"
+        elif other in asked:
+            line = f"{names[other] if other < len(names) else 'your opponent'} wants a rematch — press R"
+        else:
+            line = "press R for a rematch"
+        set_text(self.rematch_lbl, line)
+        self.display_version += 1
+
+    def on_key_press(self, symbol: int, modifiers: int) -> bool:
+        if symbol == key.R:
+            if not self.asked:
+                self.app.note_input()
+                self.asked = True
+                self.app.session.rematch()
+            return True
+        if symbol in (key.M, key.ESCAPE):
+            self.app.note_input()
+            self.app.back_to_menu()
+            return True
+        if symbol == key.Q:
+            self.app.quit()
+            return True
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        return {"scene": self.name, "title": self.title.text, "score": self.score.text,
+                "games": [g.text for g in self.games if g.text], "rematch": self.rematch_lbl.text}

@@ -1,0 +1,297 @@
+"""The window's networking side: the local server, your ``Player``, and bot players (no pyglet).
+
+How this works
+--------------
+A ``Session`` lives on the same asyncio event loop as the window's frame task (see
+``client/window/app.py``). It owns:
+
+- the ``LocalServer`` (embedded amqtt broker + relay on a free loopback port) when no ``--server``
+  is given, so ``blink play`` works on a fresh machine;
+- your ``Player`` (aiomqtt connection + ``ClientModel``), which the scenes read every frame;
+- an opponent bot (a ``Bot`` on its own ``Player``, same loop) for "play a bot", which asks for a
+  rematch whenever a match ends, and optionally an autoplay bot driving *your* player.
+
+Starting a game (``play_bot``, ``host``, ``join``, ``quick``) runs as a background task: the frame
+loop never awaits the network. ``status``/``message`` say what is going on for the screen, and a
+failure becomes a message, never an exception in the frame loop.
+
+``act_now`` is how the window plays: the prediction is applied synchronously (the very frame that
+handled the key already draws the card on the pile) and only the publish is left to a task.
+``Player.act`` is a coroutine, so calling it from an input handler would predict one loop turn too
+late; ``act_now`` does the same two steps in the other order of scheduling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable
+
+from protocol import messages as m
+from protocol.rules.base import Rejected
+from protocol.topics import Topics
+
+log = logging.getLogger("blink.window")
+
+#: Opponent speed: median reaction time in seconds (a person needs 0.6-1.5 s to spot a match).
+BOT_LEVELS: dict[str, float] = {"easy": 1.6, "normal": 1.0, "hard": 0.6, "expert": 0.35}
+
+
+def parse_level(text: str | float | None) -> float:
+    """``easy``/``normal``/``hard``/``expert`` or a number of seconds -> median reaction seconds."""
+    if text is None:
+        return BOT_LEVELS["normal"]
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        key = text.strip().lower()
+        if key in BOT_LEVELS:
+            return BOT_LEVELS[key]
+        try:
+            value = float(key.removesuffix("s"))
+        except ValueError as exc:
+            raise ValueError(f"bot level is one of {', '.join(BOT_LEVELS)} or seconds, not {text!r}") from exc
+    if not 0.0 <= value <= 30.0:
+        raise ValueError(f"bot reaction must be from 0 to 30 seconds, not {value:g}")
+    return value
+
+
+def level_name(reaction_s: float) -> str:
+    for name, v in BOT_LEVELS.items():
+        if abs(v - reaction_s) < 1e-9:
+            return name
+    return f"{reaction_s:g} s"
+
+
+@dataclass
+class SessionConfig:
+    server_url: str | None = None
+    name: str = "you"
+    topics: Topics = field(default_factory=Topics)
+    game: str = "blink"
+    settings: dict[str, Any] = field(default_factory=dict)
+    autoplay: bool = False
+    autoplay_reaction_s: float = 0.55
+    relay_config: Any = None  # a RelayConfig for the local relay (tests force decks with it)
+    seed: int | None = None
+    ping_interval_s: float = 0.5
+
+
+async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
+    """Cancel tasks and wait for them, cancelling again if one swallowed it (``asyncio.wait_for``
+    in Python 3.11 can lose a cancellation that arrives just as its inner future completes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = [t for t in tasks if not t.done()]
+        if not pending:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            log.warning("%d task(s) would not stop", len(pending))
+            return
+        for t in pending:
+            t.cancel()
+        await asyncio.wait(pending, timeout=min(0.2, left))
+
+
+class Session:
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+        self.server: Any = None  # LocalServer
+        self.address: Any = None  # BrokerAddress
+        self.player: Any = None  # Player
+        self.opponent: Any = None  # the bot's Player
+        self.bot: Any = None  # the opponent Bot
+        self.autobot: Any = None  # the Bot driving your player (--autoplay)
+        self.status = "idle"  # idle | starting | ready | connecting | waiting | playing | error | closed
+        self.message = ""
+        self.mode = ""  # bot | host | join | quick
+        self.bot_reaction_s: float | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._game_tasks: set[asyncio.Task[Any]] = set()
+        self._stop = asyncio.Event()  # tells the bots of the current game to stop
+
+    # ----------------------------------------------------------------- plumbing
+
+    @property
+    def model(self) -> Any:
+        return self.player.model if self.player is not None else None
+
+    @property
+    def server_url(self) -> str:
+        return self.address.url if self.address is not None else (self.config.server_url or "")
+
+    @property
+    def local(self) -> bool:
+        return self.server is not None and self.server.broker is not None
+
+    def spawn(self, coro: Awaitable[Any], game: bool = False) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        bag = self._game_tasks if game else self._tasks
+        bag.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        self._game_tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        from client.player import RequestError
+
+        if isinstance(exc, RequestError):
+            text = f"the relay refused: {exc.detail}" if exc.code != "timeout" else exc.detail
+        elif isinstance(exc, (ConnectionError, OSError)):
+            text = f"network problem: {exc}"
+        else:
+            text = f"{type(exc).__name__}: {exc}"
+            log.error("session task failed", exc_info=exc)
+        self.status, self.message = "error", text
+
+    # ----------------------------------------------------------------- server
+
+    async def start(self) -> None:
+        """Start the local broker + relay (unless a server URL was given)."""
+        from relay.broker import parse_url
+        from client.matchrun import LocalServer
+
+        self.status, self.message = "starting", "starting a local relay…"
+        if self.config.server_url:
+            self.address = parse_url(self.config.server_url)
+        else:
+            self.server = LocalServer(None, self.config.seed, self.config.relay_config, topics=self.config.topics)
+            try:
+                await self.server.__aenter__()
+            except BaseException:
+                self.server = None
+                raise
+            self.address = self.server.address
+        self.status, self.message = "ready", ""
+
+    # ----------------------------------------------------------------- starting a game
+
+    async def _connect(self, name: str) -> Any:
+        from client.player import Player
+
+        p = Player(self.address, name, self.config.topics, ping_interval_s=self.config.ping_interval_s)
+        await p.__aenter__()
+        return p
+
+    async def _me(self) -> Any:
+        await self.leave()
+        self.status, self.message = "connecting", f"connecting to {self.server_url}…"
+        self.player = await self._connect(self.config.name)
+        if self.config.autoplay:
+            from client.bots import Bot
+
+            self.autobot = Bot(self.player, reaction_s=self.config.autoplay_reaction_s, seed=self.config.seed)
+            self.spawn(self._bot_loop(self.autobot, pause_s=4.0), game=True)
+        return self.player
+
+    async def play_bot(self, reaction_s: float) -> str:
+        """Create a match and seat a bot opponent in it."""
+        from client.bots import Bot
+
+        self.mode, self.bot_reaction_s = "bot", reaction_s
+        me = await self._me()
+        code = await me.create(self.config.game, self.config.settings, seats=2)
+        self.status, self.message = "waiting", f"match {code}: seating the bot…"
+        self.opponent = await self._connect(f"bot-{level_name(reaction_s).replace(' ', '')}")
+        await self.opponent.join(code)
+        seed = None if self.config.seed is None else self.config.seed + 1
+        self.bot = Bot(self.opponent, reaction_s=reaction_s, seed=seed)
+        self.spawn(self._bot_loop(self.bot, pause_s=0.0), game=True)
+        self.status, self.message = "playing", ""
+        return code
+
+    async def host(self) -> str:
+        self.mode = "host"
+        me = await self._me()
+        code = await me.create(self.config.game, self.config.settings, seats=2)
+        self.status, self.message = "waiting", "waiting for an opponent"
+        self.spawn(self._wait_started(), game=True)
+        return code
+
+    async def join(self, code: str) -> str:
+        self.mode = "join"
+        me = await self._me()
+        got = await me.join(code.strip().upper())
+        self.status, self.message = "playing", ""
+        return got
+
+    async def quick(self) -> str:
+        self.mode = "quick"
+        me = await self._me()
+        code = await me.quick(self.config.game, self.config.settings)
+        self.status, self.message = ("playing", "") if len(me.model.players) >= 2 else ("waiting", "waiting for an opponent")
+        if self.status == "waiting":
+            self.spawn(self._wait_started(), game=True)
+        return code
+
+    async def _wait_started(self) -> None:
+        while self.player is not None:
+            if self.player.model.predictor is not None and self.player.model.state() is not None:
+                self.status, self.message = "playing", ""
+                return
+            await self.player.wait_change(timeout=0.5)
+
+    async def _bot_loop(self, bot: Any, pause_s: float) -> None:
+        """Run a bot through matches; when one ends, ask for a rematch (after ``pause_s``)."""
+        player = bot.player
+        stop = self._stop
+        while not stop.is_set():
+            await bot.run(until_over=True, stop=stop)
+            await asyncio.sleep(pause_s)
+            if player.match_over() and not stop.is_set():
+                await player.rematch()
+            while player.match_over() and not stop.is_set():
+                await player.wait_change(timeout=0.5)
+
+    # ----------------------------------------------------------------- in a game
+
+    def act_now(self, action: Any) -> m.Act | Rejected:
+        """Predict ``action`` now (drawn by this very frame), then publish it in the background."""
+        p = self.player
+        if p is None:
+            return Rejected("no_match", "not in a match")
+        return p.act_nowait(action)
+
+    def rematch(self) -> None:
+        if self.player is not None:
+            self.spawn(self.player.rematch(), game=True)
+
+    async def leave(self) -> None:
+        """Leave the current match (a running match is forfeited) and stop its bots."""
+        self._stop.set()
+        await _cancel(self._game_tasks)
+        self._game_tasks.clear()
+        self._stop = asyncio.Event()
+        for attr in ("player", "opponent"):
+            p = getattr(self, attr)
+            setattr(self, attr, None)
+            if p is not None:
+                try:
+                    await asyncio.wait_for(p.close(), timeout=3)
+                except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
+                    pass
+        self.bot = self.autobot = None
+        if self.status != "error":
+            self.status, self.message = ("ready" if self.address is not None else "idle"), ""
+
+    async def close(self) -> None:
+        await self.leave()
+        await _cancel(self._tasks)
+        if self.server is not None:
+            server, self.server = self.server, None
+            try:
+                await asyncio.wait_for(server.__aexit__(None, None, None), timeout=5)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                pass
+        self.status = "closed"
