@@ -310,7 +310,7 @@ class RelayCore:
             match.players.append(Seat(client, name))
             seat = len(match.players) - 1
             self.client_match[client] = code
-            self._event(match, now_ns, out, {"type": "player_joined", "player": seat, "name": name})
+            self._event(match, now_ns, out, {"type": "seat_taken", "player": seat, "name": name})
         out.append(Publish(self.topics.client(client), m.MatchJoined(
             match=code, seat=seat, game=match.game, players=match.names, seats=match.seats,
             settings=match.settings, shard=self.topics.shard)))
@@ -331,7 +331,7 @@ class RelayCore:
         self.client_match.pop(client, None)
         if match.status == "waiting":
             match.players.pop(seat)
-            self._event(match, now_ns, out, {"type": "player_left", "player": seat})
+            self._event(match, now_ns, out, {"type": "seat_left", "player": seat})
             if not match.players:
                 self._close(match, out)
             else:
@@ -339,7 +339,7 @@ class RelayCore:
         elif match.status in ("playing", "between"):
             # Leaving a running match forfeits it: the others win.
             others = [i for i in range(match.seats) if i != seat]
-            self._event(match, now_ns, out, {"type": "player_left", "player": seat})
+            self._event(match, now_ns, out, {"type": "seat_left", "player": seat})
             winner = others[0] if len(others) == 1 else None
             self._end_match(match, winner, "forfeit", now_ns, out)
         out.append(self._match_list())

@@ -488,7 +488,7 @@ def _place_picks(state: State, events: list[EventData], auto: tuple[bool, bool])
             return replace(state, phase="over", winner=p)
     for p in (0, 1):
         state = _refill(state, p, events)
-    events.append({"type": "play_resumed"})
+    events.append({"type": "race_resumed"})
     return _after_change(state, events)
 
 
@@ -515,7 +515,7 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
                                "pile": p})
             state = replace(state, draw=(draw[0], draw[1]), piles=(piles[0], piles[1]), phase="running",
                             resolution="")
-            events.append({"type": "play_resumed"})
+            events.append({"type": "race_resumed"})
             return Accepted(_after_change(state, events), tuple(events))
         events.append({"type": "pick_started", "seconds": state.settings.pick_time_s,
                        "stalemate": state.stalemates})
