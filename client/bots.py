@@ -8,7 +8,8 @@ picks an action with its game's policy, waits its reaction time (sampled from a 
 distribution around ``reaction_s``, as human reaction times are), and then acts -- naming the seq
 of the state it looked at, so the relay can tell a lost race from a mistake. If its own client
 already knows the move has become illegal meanwhile, the move bounces locally, as it would for a
-person. A bot keeps at most one action in flight, like a person with one pair of hands.
+person. A bot plays on its predicted state without waiting for verdicts (a person does not wait
+for the network either), with a small cap on plays in flight.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from protocol.rules.base import Rejected
 from client.player import Player
 
 Policy = Callable[[Any, int, random.Random], Any]
+
+MAX_IN_FLIGHT = 3  # plays awaiting the relay's verdict; prediction already stops impossible ones
 
 
 def blink_policy(state: blink.State, seat: int, rng: random.Random) -> Any:
@@ -90,7 +93,10 @@ class Bot:
             seat = model.seat
             pending = model.predictor.pending if model.predictor else []
             action = None
-            if state is not None and seat is not None and not any(p.accepted_seq is None for p in pending):
+            # Like a person, a bot plays on what its screen shows (the prediction), not waiting for the
+            # relay's verdict on its last play -- so its pace does not depend on its round trip.
+            unanswered = sum(1 for p in pending if p.accepted_seq is None)
+            if state is not None and seat is not None and unanswered < MAX_IN_FLIGHT:
                 if self.policy is None:
                     self.policy = policy_for(model.game or "blink")
                 action = self.policy(state, seat, self.rng)

@@ -29,7 +29,7 @@ import aiomqtt
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics
-from relay.broker import BrokerAddress, wait_event  # noqa: F401 - re-exported for the client side
+from relay.broker import NODELAY, BrokerAddress, wait_event  # noqa: F401 - wait_event re-exported
 
 log = logging.getLogger("blink.net")
 
@@ -109,6 +109,7 @@ class Connection:
         will = aiomqtt.Will(self.topics.req(self.client_id), encode(m.Leave()), qos=1)
         self._client = aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id, will=will,
                                       username=self.address.username, password=self.address.password,
+                                      socket_options=NODELAY,
                                       keepalive=15, max_queued_outgoing_messages=0)
         try:
             await self._client.__aenter__()
@@ -166,12 +167,14 @@ class Connection:
         delay = self.impairment.plan()
         if delay is None:
             return
-        self._later(delay, self._publish(topic, payload))
+        self._later(delay, lambda: self._publish(topic, payload))
 
-    def _later(self, delay: float, coro: Awaitable[Any]) -> None:
+    def _later(self, delay: float, make: Callable[[], Awaitable[Any]]) -> None:
+        # The coroutine is made only when it is due, so a connection closed in between leaves
+        # nothing un-awaited behind.
         async def run() -> None:
             await asyncio.sleep(delay)
-            await coro
+            await make()
 
         task = asyncio.create_task(run())
         self._tasks.append(task)
@@ -201,7 +204,7 @@ class Connection:
             else:
                 delay = self.impairment.plan()
                 if delay is not None:
-                    self._later(delay, self._deliver_async(decoded))
+                    self._later(delay, lambda msg=decoded: self._deliver_async(msg))
 
     async def _deliver_async(self, msg: Any) -> None:
         self._deliver(msg)

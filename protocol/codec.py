@@ -77,24 +77,25 @@ def _hints(cls: type) -> dict[str, Any]:
     return hints
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def to_dict(msg: Any) -> dict[str, Any]:
-    """The wire map of a message (type tag and version included)."""
-    out: dict[str, Any] = {"t": type(msg).TYPE, "v": PROTOCOL_VERSION}
-    for f in dataclasses.fields(msg):
-        out[f.name] = _plain(getattr(msg, f.name))
+    """The wire map of a message (type tag and version included).
+
+    Shallow on purpose: msgpack packs tuples, lists and maps itself, and this runs for every
+    message the relay sends, so only a field that is itself a message is converted."""
+    cls = type(msg)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(msg))
+    out: dict[str, Any] = {"t": cls.TYPE, "v": PROTOCOL_VERSION}
+    for name in names:
+        value = getattr(msg, name)
+        if hasattr(type(value), "TYPE") and dataclasses.is_dataclass(value):
+            value = to_dict(value)
+        out[name] = value
     return out
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if dataclasses.is_dataclass(value) and hasattr(type(value), "TYPE"):
-        return to_dict(value)
-    return value
 
 
 def encode(msg: Any) -> bytes:
@@ -172,7 +173,7 @@ def _check(value: Any, tp: Any, where: str) -> Any:
         raise DecodeError("malformed", f"{where}: " + "; ".join(errors))
     if origin is tuple:
         args = typing.get_args(tp)
-        if not isinstance(value, list):
+        if not isinstance(value, (list, tuple)):  # a tuple: a map made in-process, not unpacked
             raise DecodeError("malformed", f"{where}: expected a list")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_check(v, args[0], f"{where}[]") for v in value)

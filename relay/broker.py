@@ -34,6 +34,11 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
         return False
 
 
+#: For every MQTT client connection we open: small publishes written back to back must not wait
+#: for a delayed ACK (Nagle's algorithm), which costs about 40 ms a time on Linux.
+NODELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+
+
 class PortInUse(RuntimeError):
     pass
 

@@ -28,7 +28,7 @@ import aiomqtt
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
-from relay.broker import BrokerAddress, wait_event
+from relay.broker import NODELAY, BrokerAddress, wait_event
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 
 log = logging.getLogger("blink.relay")
@@ -62,6 +62,7 @@ class RelayShell:
             # gives that user the right to publish events and private messages.
             async with aiomqtt.Client(self.address.host, self.address.port, identifier=f"blink-{self.config.relay_id}",
                                       username=self.address.username or "relay", password=self.address.password,
+                                      socket_options=NODELAY,
                                       will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
                 self._client = client
                 for t in self.core.subscriptions():

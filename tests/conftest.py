@@ -49,7 +49,7 @@ def mosquitto() -> Iterator[BrokerAddress]:
     (tmp_path / "acl").write_text(acl)
     (tmp_path / "acl").chmod(0o644)
     conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nacl_file {tmp_path / 'acl'}\n"
-                    f"persistence false\nlog_dest stderr\nlog_type error\n")
+                    f"persistence false\nset_tcp_nodelay true\nlog_dest stderr\nlog_type error\n")
     proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_port("127.0.0.1", port)

@@ -1,0 +1,795 @@
+"""The latency harness behind ``blink latency`` (and ``bench/fairness.py``): concurrent bot matches
+under network impairment, measured from the clients' own timestamps.
+
+How this works
+--------------
+``run_latency(config)`` connects to a broker with a relay (``--server``) or starts a
+``LocalServer`` (embedded amqtt broker + relay, ``RelayConfig(order=...)``) in this process. It
+starts one silent *spectator* that subscribes to every match's public events before any match
+exists (so its log of each match is complete from seq 1), then ``matches`` *slots*: two
+``Player``s (seat 0 creates the match, seat 1 joins it by code), each with its own ``Impairment``
+in its networking shell, each driven by a ``Bot``. When the spectator sees a slot's
+``match_over`` both players ask for a ``Rematch`` at once, so new games keep starting (best of 1,
+a short countdown) until ``duration_s`` is up. Then the bots are stopped (a stop event, then a
+bounded cancel), in-flight verdicts are given a grace period, everything is read out and only then
+are the connections closed.
+
+What is recorded, per player, without changing the client code:
+
+- every clock-sync sample (``RecordingClock`` replaces the model's ``ClockFilter``: it keeps the
+  usual best-of-window filter *and* every sample), so ``rtt_ms`` covers all pings, not the best;
+- every play sent (``Player.act`` is replaced by an identical function that also writes a
+  ``PlayRecord``: action id, the ``seq`` the play was made against, pile, card, send time and
+  the claimed reaction time);
+- every verdict, from the relay's ``ActionAccepted`` / ``ActionRejected`` as the player's
+  connection hands it over (so also the answers to plays whose game ended meanwhile, which the
+  prediction layer no longer tracks): receive time, code, and the fair-order ``hold_ns``.
+  ``confirm`` is ``answered_ns - sent_ns`` -- the same quantity as ``Verdict.confirm_ns``: from
+  the moment the play was made (before any added delay) to the moment its verdict was handed to
+  the client (after any added delay).
+
+Races
+-----
+A *race* is two plays from different players made against the same pile top. Concretely, from
+the spectator's complete public event log of a match, every pile has a list of *top changes*
+(``card_revealed``, ``card_played``, ``card_flipped``, ``card_picked`` with that ``pile``).
+A play made against seq ``s`` on pile ``p`` saw the top set by the last change of ``p`` at or
+before ``s`` -- its *top version*. Plays are grouped by (match, pile, top version); a group that
+holds plays from two seats is one race. Its winner is the seat whose ``card_played`` is the next
+change of that pile after the top version -- the play that landed on that top; every other seat
+in the group lost it (whether its play was then rejected as ``pile_changed`` or, matching the new
+top too, accepted after it). A group whose next change is not a play of a seat in the group (a
+stalemate flip, the game ending elsewhere, a play made against an older top) decides nothing and
+is counted as ``races_void``. So for two seats, seat 0's ``won`` always equals seat 1's ``lost``.
+
+Everything here except ``run_latency`` and its helpers is pure and unit-tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import math
+import re
+import signal
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from protocol import messages as m
+from protocol.clock import ClockFilter, Sample
+from protocol.topics import Topics
+
+SEATS = 2
+#: Many short games: one game per match, then a rematch; a short countdown and stalemate pause.
+FAST_BLINK: dict[str, Any] = {"best_of": 1, "countdown_s": 0.5, "stalemate_pause_s": 0.3}
+PILE_CHANGES = frozenset({"card_revealed", "card_played", "card_flipped", "card_picked"})
+MAX_IMPAIRMENT_S = 10.0
+PING_INTERVAL_S = 0.5
+
+
+class BadArgument(ValueError):
+    """A command-line value that cannot be used; the message is one readable line."""
+
+
+class LatencyError(RuntimeError):
+    """The run could not be done (unreachable broker, no relay, a refused match); one line."""
+
+
+# ---------------------------------------------------------------------------- argument parsing
+
+_NUMBER = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-zµ%]*)\s*$")
+_TIME_UNITS = {"": 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
+
+
+def parse_seconds(text: str, what: str = "delay") -> float:
+    """``"100ms"``, ``"0.1s"``, ``"100"`` (a plain number is milliseconds) -> seconds, in [0, 10]."""
+    mt = _NUMBER.match(text)
+    if not mt:
+        raise BadArgument(f"--{what}: not a time: {text.strip()!r} (use e.g. 100ms or 0.1s)")
+    value, unit = float(mt.group(1)), mt.group(2).lower()
+    if unit not in _TIME_UNITS:
+        raise BadArgument(f"--{what}: unknown unit {mt.group(2)!r} in {text.strip()!r} (use ms or s)")
+    seconds = value * _TIME_UNITS[unit]
+    if not math.isfinite(seconds) or seconds < 0:
+        raise BadArgument(f"--{what}: must not be negative: {text.strip()!r}")
+    if seconds > MAX_IMPAIRMENT_S:
+        raise BadArgument(f"--{what}: at most {MAX_IMPAIRMENT_S:g} s, not {text.strip()!r}")
+    return seconds
+
+
+def parse_fraction(text: str, what: str = "loss") -> float:
+    """``"0.05"`` or ``"5%"`` -> 0.05, in [0, 1)."""
+    mt = _NUMBER.match(text)
+    if not mt or mt.group(2) not in ("", "%"):
+        raise BadArgument(f"--{what}: not a fraction: {text.strip()!r} (use e.g. 0.05 or 5%)")
+    value = float(mt.group(1)) / (100.0 if mt.group(2) == "%" else 1.0)
+    if not (math.isfinite(value) and 0.0 <= value < 1.0):
+        raise BadArgument(f"--{what}: must be from 0 up to (not including) 1, not {text.strip()!r}")
+    return value
+
+
+def parse_seat_list(text: str | None, what: str, parse: Callable[[str, str], float]) -> list[float]:
+    """A comma list with one value per seat (``"0ms,100ms"``); one value applies to both seats."""
+    if text is None:
+        return [0.0] * SEATS
+    parts = text.split(",")
+    if len(parts) > SEATS:
+        raise BadArgument(f"--{what}: at most {SEATS} values (one per seat), got {len(parts)}: {text.strip()!r}")
+    if any(not p.strip() for p in parts):
+        raise BadArgument(f"--{what}: empty value in {text.strip()!r}")
+    values = [parse(p, what) for p in parts]
+    return values * SEATS if len(values) == 1 else values
+
+
+def parse_delay_list(text: str | None, what: str = "delay") -> list[float]:
+    return parse_seat_list(text, what, parse_seconds)
+
+
+def parse_fraction_list(text: str | None, what: str = "loss") -> list[float]:
+    return parse_seat_list(text, what, parse_fraction)
+
+
+@dataclass(frozen=True)
+class SeatImpairment:
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+    loss: float = 0.0
+    reorder: float = 0.0
+
+    def to_json(self) -> dict[str, float]:
+        return {"delay_ms": round(self.delay_s * 1e3, 3), "jitter_ms": round(self.jitter_s * 1e3, 3),
+                "loss": self.loss, "reorder": self.reorder}
+
+    def describe(self) -> str:
+        return (f"delay {self.delay_s * 1e3:g} ms, jitter {self.jitter_s * 1e3:g} ms, "
+                f"loss {self.loss * 100:g}%, reorder {self.reorder * 100:g}%")
+
+
+def seat_impairments(delay: str | None = None, jitter: str | None = None, loss: str | None = None,
+                     reorder: str | None = None) -> list[SeatImpairment]:
+    d = parse_delay_list(delay, "delay")
+    j = parse_delay_list(jitter, "jitter")
+    lo = parse_fraction_list(loss, "loss")
+    r = parse_fraction_list(reorder, "reorder")
+    return [SeatImpairment(d[i], j[i], lo[i], r[i]) for i in range(SEATS)]
+
+
+# ---------------------------------------------------------------------------- statistics (pure)
+
+
+def percentiles_ms(values_ns: Iterable[int | float]) -> dict[str, Any]:
+    """p50/p90/p99/max/n in milliseconds, nearest-rank (so p50 <= p90 <= p99 <= max always)."""
+    xs = sorted(values_ns)
+    n = len(xs)
+    if not n:
+        return {"p50": None, "p90": None, "p99": None, "max": None, "mean": None, "n": 0}
+
+    def rank(q: float) -> float:
+        return xs[min(n - 1, max(0, math.ceil(q / 100.0 * n) - 1))]
+
+    out: dict[str, Any] = {k: round(rank(q) / 1e6, 3) for k, q in (("p50", 50), ("p90", 90), ("p99", 99))}
+    out["max"] = round(xs[-1] / 1e6, 3)
+    out["mean"] = round(sum(xs) / n / 1e6, 3)
+    out["n"] = n
+    return out
+
+
+def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float] | tuple[None, None]:
+    """95% Wilson score interval of a proportion (None, None when there are no trials)."""
+    if trials <= 0:
+        return (None, None)
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+# ---------------------------------------------------------------------------- races (pure)
+
+
+@dataclass
+class PlayRecord:
+    """One action a player sent, and what became of it."""
+
+    match: str
+    seat: int
+    id: int
+    seq: int  # the seq of the state the play was made against
+    kind: str  # the action's type name, e.g. "PlayCard"
+    pile: int | None
+    card: str | None
+    sent_ns: int
+    reaction_ns: int | None = None
+    answered_ns: int | None = None
+    ok: bool | None = None
+    code: str | None = None
+    hold_ns: int | None = None
+
+    @property
+    def confirm_ns(self) -> int | None:
+        return None if self.answered_ns is None else self.answered_ns - self.sent_ns
+
+
+@dataclass
+class RaceCount:
+    won: dict[int, int] = field(default_factory=lambda: {s: 0 for s in range(SEATS)})
+    lost: dict[int, int] = field(default_factory=lambda: {s: 0 for s in range(SEATS)})
+    races: int = 0
+    void: int = 0
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        return {str(s): {"won": self.won.get(s, 0), "lost": self.lost.get(s, 0)} for s in range(SEATS)}
+
+
+def _field(ev: Any, name: str) -> Any:
+    if isinstance(ev, dict):
+        return ev.get(name)
+    if name in ("seq", "type", "match", "game"):
+        return getattr(ev, name)
+    return ev.data.get(name)
+
+
+def count_races(events: Iterable[Any], plays: Iterable[PlayRecord]) -> RaceCount:
+    """Races won and lost per seat (see the module header). ``events`` are public events, as
+    ``protocol.messages.Event`` or as flat dicts with ``match``, ``seq``, ``type``, ``pile``, ``seat``."""
+    changes: dict[tuple[str, int], list[tuple[int, str, Any]]] = {}
+    for ev in events:
+        if _field(ev, "type") in PILE_CHANGES and type(_field(ev, "pile")) is int:
+            key = (_field(ev, "match"), _field(ev, "pile"))
+            changes.setdefault(key, []).append((_field(ev, "seq"), _field(ev, "type"), _field(ev, "seat")))
+    seqs: dict[tuple[str, int], list[int]] = {}
+    for key, lst in changes.items():
+        lst.sort(key=lambda c: c[0])
+        seqs[key] = [c[0] for c in lst]
+    groups: dict[tuple[str, int, int], set[int]] = {}
+    for p in plays:
+        if p.kind != "PlayCard" or p.pile is None:
+            continue
+        key = (p.match, p.pile)
+        if key not in seqs:
+            continue
+        i = bisect.bisect_right(seqs[key], p.seq) - 1
+        if i < 0:
+            continue  # made before the pile had a top (cannot happen with a sound client)
+        groups.setdefault((p.match, p.pile, i), set()).add(p.seat)
+    count = RaceCount()
+    for (match, pile, i), seats in groups.items():
+        if len(seats) < 2:
+            continue
+        after = changes[(match, pile)][i + 1] if i + 1 < len(changes[(match, pile)]) else None
+        winner = after[2] if after is not None and after[1] == "card_played" else None
+        if winner not in seats:
+            count.void += 1
+            continue
+        count.races += 1
+        count.won[winner] = count.won.get(winner, 0) + 1
+        for s in seats - {winner}:
+            count.lost[s] = count.lost.get(s, 0) + 1
+    return count
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+@dataclass
+class LatencyConfig:
+    server: str | None = None  # broker URL with a relay; None: start a local one
+    game: str = "blink"
+    matches: int = 4
+    duration_s: float = 10.0
+    impairments: list[SeatImpairment] = field(default_factory=lambda: [SeatImpairment()] * SEATS)
+    order: str = "arrival"
+    reaction_s: float = 0.35
+    seed: int | None = None
+    fair_cap_ms: float | None = None  # local relay only
+    settings: dict[str, Any] | None = None  # game settings; default FAST_BLINK for blink
+
+
+class RecordingClock(ClockFilter):
+    """The usual clock filter, which also keeps every sample it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.all: list[Sample] = []
+
+    def add(self, s: Sample) -> None:
+        self.all.append(s)
+        super().add(s)
+
+
+@dataclass
+class SeatData:
+    seat: int
+    rtt_ns: list[int]
+    offset_ns: int | None
+
+
+@dataclass
+class LatencyResult:
+    config: LatencyConfig
+    server_url: str
+    local: bool
+    duration_s: float
+    codes: list[str]
+    events: list[m.Event]
+    plays: list[PlayRecord]
+    seats: list[SeatData]
+    stopped_early: bool = False
+
+    # -- derived -------------------------------------------------------------------------------
+
+    def races(self) -> RaceCount:
+        return count_races(self.events, self.plays)
+
+    def rtt_ns(self, seat: int | None = None) -> list[int]:
+        return [x for s in self.seats if seat is None or s.seat == seat for x in s.rtt_ns]
+
+    def confirm_ns(self, seat: int | None = None) -> list[int]:
+        return [p.confirm_ns for p in self.plays
+                if p.confirm_ns is not None and (seat is None or p.seat == seat)]
+
+    def hold_ns(self) -> list[int]:
+        return [p.hold_ns for p in self.plays if p.ok and p.hold_ns is not None]
+
+    def games(self) -> tuple[int, dict[int, int], int]:
+        """Finished games, wins per seat, ties."""
+        games, ties = 0, 0
+        wins = {s: 0 for s in range(SEATS)}
+        for ev in self.events:
+            if ev.type != "game_result":
+                continue
+            games += 1
+            winners = ev.data.get("winner_seats") or []
+            if len(winners) == 1 and winners[0] in wins:
+                wins[winners[0]] += 1
+            else:
+                ties += 1
+        return games, wins, ties
+
+    def log_gaps(self) -> int:
+        gaps = 0
+        by_match: dict[str, list[int]] = {}
+        for ev in self.events:
+            by_match.setdefault(ev.match, []).append(ev.seq)
+        for seqs in by_match.values():
+            s = sorted(set(seqs))
+            gaps += (s[-1] - s[0] + 1) - len(s) + (s[0] - 1)
+        return gaps
+
+    def summary(self) -> dict[str, Any]:
+        answered = [p for p in self.plays if p.answered_ns is not None]
+        rejected = Counter(p.code or "?" for p in answered if not p.ok)
+        races = self.races()
+        games, wins, ties = self.games()
+        offsets: dict[str, Any] = {}
+        for seat in range(SEATS):
+            vals = [s.offset_ns for s in self.seats if s.seat == seat and s.offset_ns is not None]
+            offsets[str(seat)] = round(statistics.median(vals) / 1e6, 3) if vals else None
+        total_races = races.races
+        out: dict[str, Any] = {
+            "game": self.config.game,
+            "order": self.config.order,
+            "server": "local" if self.local else self.server_url,
+            "matches": self.config.matches,
+            "duration_s": round(self.duration_s, 3),
+            "reaction_s": self.config.reaction_s,
+            "seed": self.config.seed,
+            "impairment": {str(i): imp.to_json() for i, imp in enumerate(self.config.impairments)},
+            "rtt_ms": percentiles_ms(self.rtt_ns()),
+            "confirm_ms": percentiles_ms(self.confirm_ns()),
+            "rtt_ms_by_seat": {str(s): percentiles_ms(self.rtt_ns(s)) for s in range(SEATS)},
+            "confirm_ms_by_seat": {str(s): percentiles_ms(self.confirm_ns(s)) for s in range(SEATS)},
+            "hold_ms": percentiles_ms(self.hold_ns()),
+            "clock_offset_ms": offsets,
+            "plays": len(self.plays),
+            "verdicts": len(answered),
+            "unanswered": len(self.plays) - len(answered),
+            "accepted": sum(1 for p in answered if p.ok),
+            "rejected": dict(sorted(rejected.items())),
+            "races": races.to_json(),
+            "race_count": total_races,
+            "races_void": races.void,
+            "race_share": {str(s): (round(races.won[s] / total_races, 4) if total_races else None)
+                           for s in range(SEATS)},
+            "games": games,
+            "wins": {str(s): wins[s] for s in range(SEATS)},
+            "ties": ties,
+            "log_gaps": self.log_gaps(),
+        }
+        if self.stopped_early:
+            out["stopped_early"] = True
+        return out
+
+
+Progress = Callable[[float, float, dict[str, int]], None]
+
+
+class _Slot:
+    """One running match: two instrumented players and their bots; rematches when it ends."""
+
+    def __init__(self, index: int, address: Any, topics: Topics, cfg: LatencyConfig, plays: list[PlayRecord]) -> None:
+        from client.net import Impairment
+        from client.player import Player
+
+        self.index = index
+        self.cfg = cfg
+        self.plays = plays
+        self.players: list[Player] = []
+        for seat in range(SEATS):
+            imp = cfg.impairments[seat]
+            seed = None if cfg.seed is None else cfg.seed * 1000 + index * 10 + seat
+            impairment = Impairment(imp.delay_s, imp.jitter_s, imp.loss, imp.reorder, seed=seed)
+            player = Player(address, f"lat{index}s{seat}", topics, impairment, ping_interval_s=PING_INTERVAL_S)
+            player.model.clock = RecordingClock()
+            self._instrument(player, seat)
+            self.players.append(player)
+        self.code: str | None = None
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.rematches = 0
+
+    def _instrument(self, player: Any, seat: int) -> None:
+        mine: dict[int, PlayRecord] = {}
+        deliver = player.conn.on_message
+        model = player.model
+
+        def on_message(msg: Any, now_ns: int) -> None:
+            if isinstance(msg, (m.ActionAccepted, m.ActionRejected)):
+                rec = mine.get(msg.id)
+                if rec is not None and rec.answered_ns is None and msg.match == rec.match:
+                    rec.answered_ns = now_ns
+                    if isinstance(msg, m.ActionAccepted):
+                        rec.ok, rec.code, rec.hold_ns = True, "accepted", msg.hold_ns
+                    else:
+                        rec.ok, rec.code = False, msg.code
+            deliver(msg, now_ns)
+
+        async def act(action: Any, seen_seq: int | None = None) -> Any:
+            # Player.act, plus a record of the play (the same steps, in the same order).
+            now = time.time_ns()
+            result = model.act(action, now, seen_seq=seen_seq)
+            if isinstance(result, m.Act) and model.match:
+                rec = PlayRecord(match=model.match, seat=model.seat if model.seat is not None else seat, id=result.id,
+                                 seq=result.seq, kind=type(action).__name__, pile=getattr(action, "pile", None),
+                                 card=getattr(action, "card", None), sent_ns=now, reaction_ns=result.reaction_ns)
+                mine[result.id] = rec
+                self.plays.append(rec)
+                await player.conn.act(model.match, result)
+            player.changed.set()
+            return result
+
+        player.conn.on_message = on_message
+        player.act = act
+
+    async def open(self, settings: dict[str, Any]) -> None:
+        for p in self.players:
+            await p.__aenter__()
+        self.code = await self.players[0].create(self.cfg.game, settings, seats=SEATS)
+        await self.players[1].join(self.code)
+
+    def start(self, stop: asyncio.Event) -> None:
+        from client.bots import Bot
+
+        for seat, p in enumerate(self.players):
+            seed = None if self.cfg.seed is None else self.cfg.seed * 1000 + self.index * 10 + 5 + seat
+            bot = Bot(p, reaction_s=self.cfg.reaction_s, seed=seed)
+            self.tasks.append(asyncio.create_task(bot.run(until_over=False, stop=stop)))
+
+    async def rematch(self) -> None:
+        self.rematches += 1
+        await asyncio.gather(*(p.rematch() for p in self.players), return_exceptions=True)
+
+    async def stop(self) -> None:
+        from client.net import stop_task
+
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=0.6)
+        for t in self.tasks:
+            await stop_task(t)
+
+    def seat_data(self) -> list[SeatData]:
+        out = []
+        for seat, p in enumerate(self.players):
+            clock = p.model.clock
+            samples = clock.all if isinstance(clock, RecordingClock) else list(clock.samples)
+            real_seat = p.model.seat if p.model.seat is not None else seat
+            out.append(SeatData(real_seat, [s.delay_ns for s in samples], clock.offset_ns))
+        return out
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.close() for p in self.players), return_exceptions=True)
+
+
+def _friendly(exc: BaseException, url: str) -> LatencyError:
+    from client.player import RequestError
+
+    if isinstance(exc, LatencyError):
+        return exc
+    if isinstance(exc, RequestError):
+        if exc.code == "timeout":
+            return LatencyError(f"no relay answered on {url}: is `blink serve` running on that broker?")
+        return LatencyError(f"the relay refused: {exc}")
+    if isinstance(exc, ImportError) and "fair" in str(exc):
+        return LatencyError("fair ordering is not available in this relay build")
+    if isinstance(exc, (ConnectionError, OSError)):
+        text = str(exc) or type(exc).__name__
+        return LatencyError(text if "broker" in text else f"cannot reach the MQTT broker at {url}: {text}")
+    try:
+        import aiomqtt
+
+        if isinstance(exc, aiomqtt.MqttError):
+            return LatencyError(f"cannot reach the MQTT broker at {url}: {exc}")
+    except ImportError:  # pragma: no cover
+        pass
+    return LatencyError(f"{type(exc).__name__}: {exc}")
+
+
+def match_settings(cfg: LatencyConfig, remote: bool) -> dict[str, Any]:
+    settings = dict(cfg.settings) if cfg.settings is not None else (dict(FAST_BLINK) if cfg.game == "blink" else {})
+    if remote:
+        settings["order"] = cfg.order  # the relay takes the ordering per match and strips it from the game's
+    return settings
+
+
+async def run_latency(cfg: LatencyConfig, topics: Topics | None = None, progress: Progress | None = None,
+                      stop_early: asyncio.Event | None = None) -> LatencyResult:
+    """Run the whole measurement; raises ``LatencyError`` (one line) for anything a user can fix."""
+    from relay.broker import parse_url
+
+    topics = topics or Topics()
+    url = cfg.server or "the local relay"
+    server: Any = None
+    try:
+        if cfg.server is None:
+            from relay.core import RelayConfig
+            from client.matchrun import LocalServer
+
+            rc = RelayConfig(order=cfg.order)
+            if cfg.fair_cap_ms is not None:
+                rc.fair_cap_ns = int(cfg.fair_cap_ms * 1e6)
+            server = LocalServer(None, cfg.seed, rc, topics=topics)
+            await server.__aenter__()
+            address = server.address
+            url = address.url
+        else:
+            address = parse_url(cfg.server)
+        try:
+            return await _measure(cfg, address, url, topics, progress, stop_early, local=server is not None)
+        finally:
+            if server is not None:
+                await server.__aexit__(None, None, None)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one readable line for the user
+        raise _friendly(exc, url) from exc
+
+
+async def _measure(cfg: LatencyConfig, address: Any, url: str, topics: Topics, progress: Progress | None,
+                   stop_early: asyncio.Event | None, local: bool) -> LatencyResult:
+    from client.net import Connection, new_client_id
+
+    events: list[m.Event] = []
+    plays: list[PlayRecord] = []
+    slots: dict[str, _Slot] = {}
+    background: set[asyncio.Task[Any]] = set()
+    stopping = False
+
+    def on_spectated(msg: Any, now_ns: int) -> None:
+        if not isinstance(msg, m.Event):
+            return
+        events.append(msg)
+        slot = slots.get(msg.match)
+        if slot is not None and msg.type == "match_over" and not stopping:
+            task = asyncio.ensure_future(slot.rematch())
+            background.add(task)
+            task.add_done_callback(background.discard)
+
+    spectator = Connection(address, new_client_id("lat"), topics, on_spectated, ping_interval_s=0)
+    await spectator.__aenter__()
+    all_slots = [_Slot(i, address, topics, cfg, plays) for i in range(cfg.matches)]
+    try:
+        await spectator.watch_all()
+        settings = match_settings(cfg, remote=not local)
+        # Open the slots a few at a time: a burst of many connections at once can stall a small broker.
+        for i in range(0, len(all_slots), 8):
+            batch = all_slots[i:i + 8]
+            await asyncio.gather(*(s.open(settings) for s in batch))
+            for s in batch:
+                assert s.code is not None
+                slots[s.code] = s
+        stop = asyncio.Event()
+        started = time.monotonic()
+        for s in all_slots:
+            s.start(stop)
+        early = False
+        while True:
+            elapsed = time.monotonic() - started
+            if progress is not None:
+                progress(elapsed, cfg.duration_s, {
+                    "games": sum(1 for e in events if e.type == "game_result" and e.match in slots),
+                    "plays": len(plays)})
+            if elapsed >= cfg.duration_s:
+                break
+            if stop_early is not None and stop_early.is_set():
+                early = True
+                break
+            crashed = [t for s in all_slots for t in s.tasks if t.done() and not t.cancelled() and t.exception()]
+            if crashed:
+                raise crashed[0].exception()  # type: ignore[misc]
+            await asyncio.sleep(min(0.2, max(0.0, cfg.duration_s - elapsed)))
+        duration = time.monotonic() - started
+        stopping = True
+        stop.set()
+        await asyncio.gather(*(s.stop() for s in all_slots))
+        # Verdicts still in flight: the added delay both ways (reordering can double it), a fair hold.
+        worst = max(2 * (2 * (i.delay_s + i.jitter_s)) for i in cfg.impairments)
+        await asyncio.sleep(min(3.0, 0.3 + worst + (0.2 if cfg.order == "fair" else 0.0)))
+        for t in list(background):
+            t.cancel()
+        seats = [d for s in all_slots for d in s.seat_data()]
+        mine = [e for e in events if e.match in slots]
+        return LatencyResult(cfg, url, local, duration, list(slots), mine, plays, seats, stopped_early=early)
+    finally:
+        stopping = True
+        for s in all_slots:
+            for t in s.tasks:
+                if not t.done():
+                    t.cancel()
+        await asyncio.gather(*(s.close() for s in all_slots), return_exceptions=True)
+        await spectator.close(leave=False)
+
+
+def run_blocking(cfg: LatencyConfig, topics: Topics | None = None, progress: Progress | None = None) -> LatencyResult:
+    """``run_latency`` in a fresh event loop; Ctrl-C ends the measurement early (results are kept)."""
+
+    async def main() -> LatencyResult:
+        early = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGINT, early.set)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+        try:
+            return await run_latency(cfg, topics, progress, early)
+        finally:
+            try:
+                loop.remove_signal_handler(signal.SIGINT)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+
+    return asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def _cell(v: Any, width: int = 9) -> str:
+    return f"{'-':>{width}}" if v is None else f"{v:>{width}.3f}"
+
+
+def format_table(s: dict[str, Any]) -> str:
+    lines = []
+    where = "local relay (embedded broker)" if s["server"] == "local" else s["server"]
+    lines.append(f"blink latency: {s['matches']} match{'es' if s['matches'] != 1 else ''} of {s['game']} for {s['duration_s']:.1f} s, "
+                 f"{s['order']} order, {where}, bot reaction {s['reaction_s']:g} s")
+    for seat in ("0", "1"):
+        imp = s["impairment"][seat]
+        lines.append(f"  seat {seat}: delay {imp['delay_ms']:g} ms, jitter {imp['jitter_ms']:g} ms, "
+                     f"loss {imp['loss'] * 100:g}%, reorder {imp['reorder'] * 100:g}% (each way)")
+    lines.append("")
+    lines.append(f"{'':22}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}{'n':>8}")
+
+    def row(label: str, p: dict[str, Any]) -> None:
+        lines.append(f"{label:22}{_cell(p['p50'])}{_cell(p['p90'])}{_cell(p['p99'])}{_cell(p['max'])}{p['n']:>8}")
+
+    row("round trip (ms)", s["rtt_ms"])
+    for seat in ("0", "1"):
+        row(f"  seat {seat}", s["rtt_ms_by_seat"][seat])
+    row("play -> verdict (ms)", s["confirm_ms"])
+    for seat in ("0", "1"):
+        row(f"  seat {seat}", s["confirm_ms_by_seat"][seat])
+    if s["order"] == "fair" and s["hold_ms"]["n"]:
+        row("fair hold (ms)", s["hold_ms"])
+    off = s["clock_offset_ms"]
+    fmt = lambda v: "-" if v is None else f"{v:+.3f}"  # noqa: E731
+    lines.append(f"clock offset (ms)     seat 0 {fmt(off['0'])}   seat 1 {fmt(off['1'])}")
+    lines.append("")
+    rej = ", ".join(f"{k} {v}" for k, v in s["rejected"].items()) or "none"
+    lines.append(f"plays {s['plays']}: accepted {s['accepted']}, rejected {sum(s['rejected'].values())} ({rej}), "
+                 f"unanswered {s['unanswered']}")
+    n = s["race_count"]
+    r = s["races"]
+    if n:
+        parts = []
+        for seat in ("0", "1"):
+            lo, hi = wilson(r[seat]["won"], n)
+            parts.append(f"seat {seat} won {r[seat]['won']} ({r[seat]['won'] / n:.0%}, 95% CI {lo:.0%}-{hi:.0%})")
+        lines.append(f"races {n}: " + ", ".join(parts) + (f"; {s['races_void']} undecided" if s["races_void"] else ""))
+    else:
+        lines.append("races 0")
+    lines.append(f"games {s['games']}: seat 0 won {s['wins']['0']}, seat 1 won {s['wins']['1']}, ties {s['ties']}")
+    if s.get("log_gaps"):
+        lines.append(f"warning: {s['log_gaps']} public events were missed by the log; races may be undercounted")
+    return "\n".join(lines)
+
+
+def have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def plot(result: LatencyResult, summary: dict[str, Any], path: str) -> None:
+    """A PNG: CDFs of round trip and play->verdict (per seat), race and game win rates per seat."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    colours = ["tab:blue", "tab:orange"]
+
+    def cdf(ax: Any, values_ns: Sequence[int], label: str, colour: str, style: str = "-") -> None:
+        xs = sorted(v / 1e6 for v in values_ns)
+        if not xs:
+            return
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post", label=f"{label} (n={len(xs)})", color=colour, linestyle=style)
+
+    ax = axes[0]
+    for seat in range(SEATS):
+        cdf(ax, result.rtt_ns(seat), f"seat {seat}", colours[seat])
+    ax.set_title("Round trip to the relay (pings)")
+    ax.set_xlabel("ms")
+    ax.set_ylabel("fraction <= x")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+
+    ax = axes[1]
+    for seat in range(SEATS):
+        cdf(ax, result.confirm_ns(seat), f"seat {seat}", colours[seat])
+    if summary["order"] == "fair" and summary["hold_ms"]["n"]:
+        cdf(ax, result.hold_ns(), "fair hold", "tab:gray", "--")
+    ax.set_title("Play -> verdict (confirmation)")
+    ax.set_xlabel("ms")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+
+    ax = axes[2]
+    n_races = summary["race_count"]
+    n_games = summary["games"] - summary["ties"]
+    width = 0.38
+    for seat in range(SEATS):
+        rates, errs_lo, errs_hi = [], [], []
+        for won, n in ((summary["races"][str(seat)]["won"], n_races), (summary["wins"][str(seat)], n_games)):
+            rate = won / n if n else 0.0
+            lo, hi = wilson(won, n)
+            rates.append(rate)
+            errs_lo.append(rate - (lo if lo is not None else rate))
+            errs_hi.append((hi if hi is not None else rate) - rate)
+        xs = [i + (seat - 0.5) * width for i in range(2)]
+        imp = summary["impairment"][str(seat)]
+        bars = ax.bar(xs, rates, width, yerr=[errs_lo, errs_hi], capsize=4, color=colours[seat],
+                      label=f"seat {seat} (+{imp['delay_ms']:g} ms each way)")
+        for b, rate in zip(bars, rates):
+            inside = rate >= 0.1
+            ax.text(b.get_x() + b.get_width() / 2, 0.02 if inside else rate + 0.02, f"{rate:.0%}", ha="center",
+                    va="bottom", fontsize=8, color="white" if inside else "black")
+    if not n_games:
+        ax.text(1, 0.5, "no game finished\n(a longer --duration)", ha="center", va="center", fontsize=8, color="gray")
+    ax.axhline(0.5, color="black", linewidth=0.8, linestyle=":")
+    ax.set_xticks([0, 1], [f"races won (n={n_races})", f"games won (n={n_games})"])
+    ax.set_ylim(0, 1.22)
+    ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
+    ax.set_title(f"Win rates, {summary['order']} order (95% CI)")
+    ax.legend(loc="upper center", fontsize=8, ncol=2)
+    fig.suptitle(f"blink latency: {summary['matches']} matches, {summary['duration_s']:.0f} s, "
+                 f"{summary['order']} order", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,269 @@
+"""``blink latency``: the argument parsers, the race counting, the statistics, and whole runs.
+
+No timing assertions: only that the report has its fields and is consistent with itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import messages as m
+from client.latency import (BadArgument, PlayRecord, count_races, parse_delay_list, parse_fraction_list,
+                            percentiles_ms, seat_impairments, wilson)
+
+BLINK = [sys.executable, "-m", "client.cli", "latency"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------------------------ parsers
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("0ms,100ms", [0.0, 0.1]),
+    ("100", [0.1, 0.1]),  # a plain number is milliseconds; one value is for both seats
+    ("0.25s", [0.25, 0.25]),
+    (" 5 ms , 1.5s ", [0.005, 1.5]),
+    ("500us,0", [0.0005, 0.0]),
+    ("10s", [10.0, 10.0]),
+    (None, [0.0, 0.0]),
+])
+def test_delay_list_parses_units_and_seats(text: str | None, expected: list[float]) -> None:
+    assert parse_delay_list(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("-5ms", "negative"),
+    ("10.5s", "at most 10 s"),
+    ("20000", "at most 10 s"),
+    ("5parsecs", "unknown unit"),
+    ("5 m", "unknown unit"),
+    ("fast", "not a time"),
+    ("1,2,3", "at most 2 values"),
+    ("5,", "empty value"),
+    ("", "empty value"),
+    ("nan", "not a time"),
+])
+def test_delay_list_rejects_bad_values_with_a_readable_reason(text: str, needle: str) -> None:
+    with pytest.raises(BadArgument) as err:
+        parse_delay_list(text)
+    assert needle in str(err.value) and "--delay" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_fraction_lists_and_whole_impairments() -> None:
+    assert parse_fraction_list("0.1,5%", "loss") == pytest.approx([0.1, 0.05])
+    for bad in ("1", "1.5", "-0.1", "100%", "0.1x"):
+        with pytest.raises(BadArgument):
+            parse_fraction_list(bad, "loss")
+    imps = seat_impairments(delay="0ms,100ms", jitter="5ms", loss="0,0.01", reorder=None)
+    assert [i.delay_s for i in imps] == pytest.approx([0.0, 0.1])
+    assert [i.jitter_s for i in imps] == pytest.approx([0.005, 0.005])
+    assert [i.loss for i in imps] == pytest.approx([0.0, 0.01])
+    assert imps[1].to_json() == {"delay_ms": 100.0, "jitter_ms": 5.0, "loss": 0.01, "reorder": 0.0}
+
+
+# ------------------------------------------------------------------------------------------ statistics
+
+
+def test_percentiles_are_ordered_and_in_milliseconds() -> None:
+    p = percentiles_ms([5_000_000, 1_000_000, 3_000_000, 2_000_000, 4_000_000])
+    assert p == {"p50": 3.0, "p90": 5.0, "p99": 5.0, "max": 5.0, "mean": 3.0, "n": 5}
+    many = percentiles_ms(range(0, 1_000_000_000, 997_001))
+    assert many["p50"] <= many["p90"] <= many["p99"] <= many["max"]
+    assert percentiles_ms([])["n"] == 0 and percentiles_ms([])["p50"] is None
+
+
+def test_wilson_interval() -> None:
+    lo, hi = wilson(50, 100)
+    assert lo == pytest.approx(0.4038, abs=1e-3) and hi == pytest.approx(0.5962, abs=1e-3)
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and 0.2 < hi < 0.35  # type: ignore[operator]
+    assert wilson(0, 0) == (None, None)
+
+
+# ------------------------------------------------------------------------------------------ races
+
+
+def ev(seq: int, type_: str, pile: int | None = None, seat: int | None = None, match: str = "M") -> dict[str, Any]:
+    d: dict[str, Any] = {"match": match, "seq": seq, "type": type_}
+    if pile is not None:
+        d["pile"] = pile
+    if seat is not None:
+        d["seat"] = seat
+    return d
+
+
+def play(seat: int, seq: int, pile: int, match: str = "M", kind: str = "PlayCard", ok: bool = True) -> PlayRecord:
+    return PlayRecord(match=match, seat=seat, id=seq * 10 + seat, seq=seq, kind=kind, pile=pile, card="1-red-moon",
+                      sent_ns=0, answered_ns=1, ok=ok, code="accepted" if ok else "pile_changed")
+
+
+def test_race_counting_on_a_small_log() -> None:
+    events = [
+        ev(1, "game_started"),
+        ev(2, "card_revealed", 0, 0), ev(3, "card_revealed", 1, 1), ev(4, "race_started"),
+        ev(5, "card_played", 0, 1), ev(6, "hand_refilled", seat=1),  # seat 1 covers pile 0's first top
+        ev(7, "card_played", 1, 0),  # seat 0 covers pile 1's first top ...
+        ev(8, "card_played", 1, 1),  # ... and seat 1's play, which matched the new top too, lands after it
+        ev(9, "stalemate"), ev(10, "card_flipped", 0, 0), ev(11, "card_flipped", 1, 1),
+    ]
+    plays = [
+        # Race 1: both against pile 0's top from seq 2 (seen at seq 4); seat 1 landed first.
+        play(0, 4, 0, ok=False), play(1, 4, 0),
+        # Race 2: pile 1's top from seq 3, seen at seq 5 and seq 6 (the top had not changed): seat 0 won.
+        play(0, 6, 1), play(1, 5, 1),
+        # Not a race: only one seat played for pile 0's top from seq 5.
+        play(0, 7, 0, ok=False),
+        # Undecided: both played for pile 1's top from seq 8, but the next change is a stalemate flip.
+        play(0, 8, 1, ok=False), play(1, 8, 1, ok=False),
+        # Not plays for a pile, or plays in a match without a log: ignored.
+        play(0, 4, 0, kind="PickCard"), play(1, 4, 0, match="OTHER"), play(0, 4, 0, match="OTHER"),
+    ]
+    count = count_races(events, plays)
+    assert count.races == 2 and count.void == 1
+    assert count.to_json() == {"0": {"won": 1, "lost": 1}, "1": {"won": 1, "lost": 1}}
+
+
+def test_race_counting_reads_protocol_events_too() -> None:
+    def e(seq: int, type_: str, **data: Any) -> m.Event:
+        return m.Event(match="M", seq=seq, ts=0, game=0, type=type_, data=data)
+
+    events = [e(1, "card_revealed", pile=0, seat=0, player="a"), e(2, "card_played", pile=0, seat=0, player="a")]
+    count = count_races(events, [play(0, 1, 0), play(1, 1, 0, ok=False), play(1, 1, 0, ok=False)])
+    assert count.races == 1 and count.won == {0: 1, 1: 0} and count.lost == {0: 0, 1: 1}
+
+
+# ------------------------------------------------------------------------------------------ whole runs
+
+
+def check_report(r: dict[str, Any]) -> None:
+    for key in ("rtt_ms", "confirm_ms", "clock_offset_ms", "accepted", "rejected", "races", "games", "wins",
+                "matches", "order", "duration_s"):
+        assert key in r, key
+    for key in ("rtt_ms", "confirm_ms"):
+        p = r[key]
+        assert set(p) >= {"p50", "p90", "p99", "max", "n"}
+        assert p["n"] > 0
+        assert 0 <= p["p50"] <= p["p90"] <= p["p99"] <= p["max"]
+    assert set(r["clock_offset_ms"]) == {"0", "1"}
+    assert all(isinstance(v, (int, float)) for v in r["clock_offset_ms"].values())
+    assert r["accepted"] + sum(r["rejected"].values()) == r["verdicts"] == r["confirm_ms"]["n"]
+    assert r["verdicts"] + r["unanswered"] == r["plays"]
+    assert r["accepted"] > 0
+    races = r["races"]
+    assert set(races) == {"0", "1"}
+    assert races["0"]["won"] == races["1"]["lost"] and races["1"]["won"] == races["0"]["lost"]
+    assert races["0"]["won"] + races["1"]["won"] == r["race_count"]
+    assert set(r["wins"]) == {"0", "1"} and r["wins"]["0"] + r["wins"]["1"] + r["ties"] == r["games"]
+    assert r["log_gaps"] == 0
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BLINK, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.mark.integration
+def test_latency_json_report_is_complete_and_consistent() -> None:
+    proc = run_cli("--matches", "2", "--duration", "6", "--json", "--seed", "3")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1  # exactly one JSON object, no progress bar or chatter on stdout
+    r = json.loads(lines[0])
+    check_report(r)
+    assert r["matches"] == 2 and r["order"] == "arrival" and r["server"] == "local"
+    assert 5.5 <= r["duration_s"] < 20
+
+
+@pytest.mark.integration
+def test_latency_with_unequal_delay_and_a_table() -> None:
+    proc = run_cli("--matches", "1", "--duration", "4", "--delay", "0ms,50ms", "--jitter", "2ms", "--seed", "5")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "round trip (ms)" in out and "play -> verdict (ms)" in out and "races" in out and "games" in out
+    assert "delay 50 ms" in out
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(importlib.util.find_spec("relay.fair") is None, reason="fair ordering not in this build")
+def test_latency_in_fair_order_reports_holds() -> None:
+    proc = run_cli("--matches", "1", "--duration", "4", "--delay", "0ms,30ms", "--order", "fair", "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    check_report(r)
+    assert r["order"] == "fair" and r["hold_ms"]["n"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args,needle", [
+    (["--delay", "5parsecs"], "unknown unit"),
+    (["--delay=-5ms"], "negative"),
+    (["--delay", "11s"], "at most 10 s"),
+    (["--jitter", "1,2,3"], "at most 2 values"),
+    (["--loss", "1"], "--loss"),
+    (["--reorder", "2%,abc"], "--reorder"),
+    (["--order", "random"], "unknown order"),
+    (["--matches", "0"], "--matches"),
+    (["--settings", '{"best_of": 2}'], "best_of"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    proc = run_cli(*args, "--duration", "1", timeout=30)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("blink latency:") and needle in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.integration
+def test_an_unreachable_server_is_one_line_and_exit_1() -> None:
+    from relay.broker import free_port
+
+    proc = run_cli("--server", f"mqtt://127.0.0.1:{free_port()}", "--duration", "1", timeout=30)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach" in lines[0], proc.stderr
+
+
+@pytest.mark.integration
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    path = tmp_path / "latency.png"
+    proc = run_cli("--matches", "1", "--duration", "3", "--delay", "0ms,40ms", "--json", "--plot", str(path))
+    if importlib.util.find_spec("matplotlib") is None:
+        assert proc.returncode != 0 and "matplotlib" in proc.stderr and "Traceback" not in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+@pytest.mark.integration
+def test_latency_against_a_running_server_asks_for_the_order_per_match() -> None:
+    from relay.broker import free_port
+    from tests.conftest import wait_port
+
+    port = free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "client.cli", "serve", "--port", str(port)], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_port("127.0.0.1", port)
+        order = "fair" if importlib.util.find_spec("relay.fair") is not None else "arrival"
+        proc = run_cli("--server", f"mqtt://127.0.0.1:{port}", "--matches", "1", "--duration", "3",
+                       "--delay", "0,20ms", "--order", order, "--json")
+        assert proc.returncode == 0, proc.stderr
+        r = json.loads(proc.stdout)
+        check_report(r)
+        assert r["server"] == f"mqtt://127.0.0.1:{port}" and r["order"] == order
+        if order == "fair":  # the relay runs in arrival order; this match asked for fair order and got it
+            assert r["hold_ms"]["n"] > 0 and r["hold_ms"]["max"] > 0
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
