@@ -29,7 +29,7 @@ import aiomqtt
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics
-from relay.broker import NODELAY, BrokerAddress, wait_event  # noqa: F401 - wait_event re-exported
+from relay.broker import NODELAY, BrokerAddress
 
 log = logging.getLogger("blink.net")
 

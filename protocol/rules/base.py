@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from protocol.codec import DecodeError, from_dict
+
 S = TypeVar("S")
 
 #: The ``player`` argument for actions the relay takes itself.
@@ -72,6 +74,18 @@ def shuffled(items: tuple[Any, ...] | list[Any], chance: Chance) -> tuple[Any, .
 
 def roll_die(chance: Chance, sides: int = 6) -> int:
     return chance.randbelow(sides) + 1
+
+
+def decode_action(data: dict[str, Any], allowed: tuple[type, ...], game: str) -> Any:
+    """A game action from its nested wire map; ValueError (the relay answers ``malformed``) for
+    anything that is not one of ``allowed`` -- a player can never send the relay's own actions."""
+    try:
+        action = from_dict(data)
+    except DecodeError as exc:
+        raise ValueError(exc.detail) from exc
+    if not isinstance(action, allowed):
+        raise ValueError(f"{type(action).__name__} is not a {game} player action")
+    return action
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ each against the state as it is then.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from protocol.codec import from_dict, message, to_dict, DecodeError
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, shuffled
+from protocol.codec import message, to_dict
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, shuffled, decode_action
 
 NAME = "blink"
 NS = 1_000_000_000
@@ -261,13 +261,7 @@ Action = PlayCard | DrawCard | PickCard | StartRace | ResolveStalemate | PickTim
 
 
 def action_from_wire(data: dict[str, Any]) -> Action:
-    try:
-        action = from_dict(data)
-    except DecodeError as exc:
-        raise ValueError(exc.detail) from exc
-    if not isinstance(action, PLAYER_ACTIONS):
-        raise ValueError(f"{type(action).__name__} is not a BLINK player action")
-    return action
+    return decode_action(data, PLAYER_ACTIONS, "BLINK")  # type: ignore[no-any-return]
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:

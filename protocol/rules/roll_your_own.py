@@ -40,8 +40,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
-from protocol.codec import DecodeError, from_dict, message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer
+from protocol.codec import message, to_dict
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, decode_action
 
 NAME = "ryo"
 NS = 1_000_000_000
@@ -240,14 +240,8 @@ Action = BuildDie | RaiseFace | LowerWinner | LowerFace | RyoRoll | RyoTimeout
 
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
-    try:
-        action = from_dict(data)
-    except DecodeError as exc:
-        raise ValueError(exc.detail) from exc
-    allowed = PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS
-    if not isinstance(action, allowed):
-        raise ValueError(f"{type(action).__name__} is not a Roll Your Own player action")
-    return action
+    """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
+    return decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Roll Your Own")  # type: ignore[no-any-return]
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:

@@ -36,8 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from protocol.codec import DecodeError, from_dict, message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die
+from protocol.codec import message, to_dict
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, decode_action
 
 NAME = "sequence"
 NS = 1_000_000_000
@@ -247,14 +247,8 @@ Action = PlaceChip | RemoveChip | RollOff | RollDice | SequenceTimeout
 
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
-    try:
-        action = from_dict(data)
-    except DecodeError as exc:
-        raise ValueError(exc.detail) from exc
-    allowed = PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS
-    if not isinstance(action, allowed):
-        raise ValueError(f"{type(action).__name__} is not a Sequence player action")
-    return action
+    """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
+    return decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Sequence")  # type: ignore[no-any-return]
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:

@@ -37,8 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from protocol.codec import DecodeError, from_dict, message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, shuffled
+from protocol.codec import message, to_dict
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, shuffled, decode_action
 
 NAME = "takeaway"
 NS = 1_000_000_000
@@ -317,14 +317,7 @@ Action = Reroll | ClaimBlink | StartTakeaway | RollCluster | TakeawayTimeout
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
-    try:
-        action = from_dict(data)
-    except DecodeError as exc:
-        raise ValueError(exc.detail) from exc
-    allowed = PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS
-    if not isinstance(action, allowed):
-        raise ValueError(f"{type(action).__name__} is not a Takeaway player action")
-    return action
+    return decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Takeaway")  # type: ignore[no-any-return]
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:
