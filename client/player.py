@@ -20,7 +20,8 @@ from protocol.rules.base import Rejected
 from protocol.topics import Topics
 from relay.broker import BrokerAddress
 from client.model import ClientModel
-from client.net import Connection, Impairment, new_client_id, wait_event
+from client.net import Connection, Impairment, new_client_id
+from relay.broker import wait_event
 
 
 class RequestError(RuntimeError):
