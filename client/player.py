@@ -18,10 +18,9 @@ from typing import Any
 from protocol import messages as m
 from protocol.rules.base import Rejected
 from protocol.topics import Topics
-from relay.broker import BrokerAddress
+from relay.broker import BrokerAddress, wait_event
 from client.model import ClientModel
 from client.net import Connection, Impairment, new_client_id
-from relay.broker import wait_event
 
 
 class RequestError(RuntimeError):
