@@ -86,7 +86,11 @@ def add_parser(sub: Any) -> None:
     mode.add_argument("--quick", action="store_true", help="quick match: the first free opponent on the server")
     p.add_argument("--bot", type=_level_arg, metavar="LEVEL",
                    help="play a bot at once: easy, normal, hard, expert or its reaction time in seconds")
-    p.add_argument("--game", choices=GAME_NAMES, default="blink", help="game (the window plays blink for now)")
+    p.add_argument("--game", choices=GAME_NAMES, default="blink",
+                   help="game: blink (speed cards), takeaway, sequence or ryo (Roll Your Own)")
+    p.add_argument("--players", type=int, default=2, metavar="N",
+                   help="seats in a match you create (2-4 for takeaway/sequence/ryo; bots fill the others)")
+    mode.add_argument("--watch", metavar="CODE", help="spectate a running match by code (read-only; needs --server)")
     p.add_argument("--settings", type=_settings, default={}, help="game settings as JSON when creating a match")
     p.add_argument("--autoplay", action="store_true", help="a bot plays for you (demos, tests)")
     p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
@@ -101,18 +105,21 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, topics: Any) -> int:
     import asyncio
 
-    if args.game != "blink":
-        print(f"blink play: the window plays blink only for now; try `blink match --game {args.game}`",
-              file=sys.stderr)
+    allowed = (2,) if args.game == "blink" else (2, 3, 4)
+    if args.players not in allowed:
+        print(f"blink play: {args.game} in the window takes --players "
+              f"{' or '.join(str(n) for n in allowed)}, not {args.players}", file=sys.stderr)
         return 2
     try:
         from protocol.rules import rules_for
 
-        rules_for("blink").check_settings(args.settings, 2)
+        rules_for(args.game).check_settings(args.settings, args.players)
     except (ValueError, TypeError) as exc:
         print(f"blink play: bad --settings: {exc}", file=sys.stderr)
         return 2
-    if args.match:
+    if args.watch:
+        mode = "watch"
+    elif args.match:
         mode = "join"
     elif args.host:
         mode = "host"
@@ -122,6 +129,9 @@ def run(args: argparse.Namespace, topics: Any) -> int:
         mode = "bot"
     else:
         mode = "menu"
+    if mode == "watch" and not args.server:
+        print("blink play: --watch needs --server (the relay the match runs on)", file=sys.stderr)
+        return 2
     if mode in ("join", "quick") and not args.server and not args.autoplay:
         # A fresh local relay has no one else on it: say so rather than wait for ever.
         print("blink play: --match/--quick need --server (a relay other players use); "
@@ -141,8 +151,9 @@ def run(args: argparse.Namespace, topics: Any) -> int:
         return 1
 
     session = SessionConfig(server_url=args.server, name=args.name, topics=topics, game=args.game,
-                            settings=args.settings, autoplay=args.autoplay, seed=args.seed)
-    config = AppConfig(mode=mode, code=args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
+                            settings=args.settings, autoplay=args.autoplay and mode != "watch", seed=args.seed,
+                            players=args.players)
+    config = AppConfig(mode=mode, code=args.watch or args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
                        width=args.width, height=args.height, screenshot=args.screenshot,
                        quit_after=args.quit_after, frame_stats=args.frame_stats,
                        mute=args.mute or bool(os.environ.get("BLINK_MUTE")), session=session)

@@ -65,7 +65,8 @@ def test_play_arguments() -> None:
 
 
 def test_play_refuses_what_it_cannot_do_with_one_line() -> None:
-    for args in (["play", "--game", "takeaway"], ["play", "--match", "ABCDE"], ["play", "--settings", '{"best_of": 2}']):
+    for args in (["play", "--game", "blink", "--players", "3"], ["play", "--game", "takeaway", "--players", "9"],
+                 ["play", "--watch", "ABCDE"], ["play", "--match", "ABCDE"], ["play", "--settings", '{"best_of": 2}']):
         out = subprocess.run([sys.executable, "-m", "client.cli", *args], capture_output=True, text=True, cwd=ROOT,
                              timeout=60, env={**os.environ, "DISPLAY": ""})
         assert out.returncode == 2, (args, out.stderr)
@@ -194,7 +195,7 @@ def _free_display() -> int:
     raise RuntimeError("no free X display number")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one X server for the whole run: pyglet keeps its first display
 def xdisplay() -> Iterator[str]:
     binary = shutil.which("Xvfb")
     if binary is None:
@@ -526,9 +527,10 @@ def test_menu_keys_and_a_resized_window(xdisplay: str) -> None:
             await app.wait_until(lambda: app.session.status == "ready", 15)
             await app.next_frame()
             assert app.describe()["scene"] == "menu" and "local relay on mqtt://127.0.0.1:" in app.describe()["status"]
+            assert app.describe()["index"] == 2 and app.describe()["game"] == "blink"  # "Play bots"
             press(app, key.DOWN, key.DOWN)
             await app.next_frame()
-            assert app.describe()["index"] == 2
+            assert app.describe()["index"] == 4
             press(app, key.J)
             app.window.dispatch_event("on_text", "j")
             app.window.dispatch_event("on_text", "ab1")

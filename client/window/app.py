@@ -25,7 +25,8 @@ run. Why one loop and not pyglet's own ``pyglet.app.run`` with asyncio in a seco
   The cost: a long synchronous step in any task would delay a frame, so nothing on this loop may
   block -- which asyncio code must not do anyway.
 
-Scenes (one per screen): ``MenuScene``, ``TableScene`` (BLINK), ``ResultsScene``. The app routes
+Scenes (one per screen): ``MenuScene``, a table scene per game (``TableScene`` for BLINK;
+``TakeawayScene``, ``SequenceScene``, ``RyoScene`` on the shared ``TurnBasedScene``), ``ResultsScene``. The app routes
 window events to the current scene, draws it and the corner HUD, and switches scenes on request.
 
 Headless aids: ``--quit-after`` stops after N seconds, ``--screenshot`` saves the back buffer of
@@ -59,6 +60,21 @@ from client.window.sounds import Sounds  # noqa: E402
 from client.window.stats import FrameStats  # noqa: E402
 
 log = logging.getLogger("blink.window")
+
+
+def table_class(game: str) -> type:
+    """The scene that plays ``game``."""
+    if game == "takeaway":
+        from client.window.scenes.takeaway import TakeawayScene
+        return TakeawayScene
+    if game == "sequence":
+        from client.window.scenes.sequence import SequenceScene
+        return SequenceScene
+    if game == "ryo":
+        from client.window.scenes.ryo import RyoScene
+        return RyoScene
+    from client.window.scenes.table import TableScene
+    return TableScene
 
 STEADY_AFTER_S = 2.0  # frame statistics also report the frames after this much start-up time
 
@@ -112,7 +128,7 @@ class App:
 
     def open(self) -> None:
         """Create the window and the first scene (needs a display)."""
-        self.window = pyglet.window.Window(self.config.width, self.config.height, caption="BLINK",
+        self.window = pyglet.window.Window(self.config.width, self.config.height, caption="BLINK — " + self.session.config.game,
                                            resizable=True, vsync=False)
         self.window.set_minimum_size(min(640, self.config.width), min(420, self.config.height))
         self.hud = Hud(self.size)
@@ -135,6 +151,11 @@ class App:
         @w.event
         def on_mouse_press(x: int, y: int, button: int, modifiers: int) -> bool:
             return bool(self.scene and self.scene.on_mouse_press(x, y, button, modifiers))
+
+        @w.event
+        def on_mouse_motion(x: int, y: int, dx: int, dy: int) -> None:
+            if self.scene is not None:
+                self.scene.on_mouse_motion(x, y)
 
         @w.event
         def on_mouse_drag(x: int, y: int, dx: int, dy: int, buttons: int, modifiers: int) -> bool:
@@ -183,10 +204,29 @@ class App:
         from client.window.scenes.table import TableScene
 
         cls = {"menu": MenuScene, "table": TableScene, "results": ResultsScene}[name]
+        if name == "table":
+            cls = table_class(self.current_game())
         if self.scene is not None:
             self.scene.exit()
         self.scene = cls(self)
         self.scene.enter()
+
+    def current_game(self) -> str:
+        """The game being played: the match's (joined or watched), else the one chosen."""
+        model = self.session.model
+        if model is not None and model.game:
+            return model.game
+        return self.session.config.game
+
+    def set_game(self, game: str, players: int | None = None) -> None:
+        """Menu choice of game and seats; the command line's --settings apply to its own game only."""
+        cfg = self.session.config
+        if not hasattr(self, "_settings_for"):
+            self._settings_for = (cfg.game, dict(cfg.settings))
+        cfg.game = game
+        cfg.settings = dict(self._settings_for[1]) if game == self._settings_for[0] else {}
+        if players is not None:
+            cfg.players = players
 
     def bot_level_name(self) -> str:
         return level_name(self.bot_reaction_s)
@@ -210,6 +250,8 @@ class App:
                 await self.session.join(code or "")
             elif mode == "quick":
                 await self.session.quick()
+            elif mode == "watch":
+                await self.session.watch(code or "")
             else:
                 raise ValueError(f"unknown mode {mode!r}")
 

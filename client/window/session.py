@@ -77,6 +77,7 @@ class SessionConfig:
     relay_config: Any = None  # a RelayConfig for the local relay (tests force decks with it)
     seed: int | None = None
     ping_interval_s: float = 0.5
+    players: int = 2  # seats in a match this window creates; bots fill all but yours
 
 
 async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
@@ -105,6 +106,8 @@ class Session:
         self.opponent: Any = None  # the bot's Player
         self.bot: Any = None  # the opponent Bot
         self.autobot: Any = None  # the Bot driving your player (--autoplay)
+        self.opponents: list[Any] = []  # every bot Player (the first is also ``opponent``)
+        self.bots: list[Any] = []
         self.status = "idle"  # idle | starting | ready | connecting | waiting | playing | error | closed
         self.message = ""
         self.mode = ""  # bot | host | join | quick
@@ -196,25 +199,44 @@ class Session:
         return self.player
 
     async def play_bot(self, reaction_s: float) -> str:
-        """Create a match and seat a bot opponent in it."""
+        """Create a match and seat bot opponents in every other seat (``config.players`` seats)."""
         from client.bots import Bot
 
         self.mode, self.bot_reaction_s = "bot", reaction_s
         me = await self._me()
-        code = await me.create(self.config.game, self.config.settings, seats=2)
-        self.status, self.message = "waiting", f"match {code}: seating the bot…"
-        self.opponent = await self._connect(f"bot-{level_name(reaction_s).replace(' ', '')}")
-        await self.opponent.join(code)
-        seed = None if self.config.seed is None else self.config.seed + 1
-        self.bot = Bot(self.opponent, reaction_s=reaction_s, seed=seed)
-        self.spawn(self._bot_loop(self.bot, pause_s=0.0), game=True)
+        seats = max(2, int(self.config.players))
+        code = await me.create(self.config.game, self.config.settings, seats=seats)
+        self.status, self.message = "waiting", f"match {code}: seating the bot{'s' if seats > 2 else ''}…"
+        for i in range(1, seats):
+            suffix = "" if seats == 2 else f"{i}"
+            p = await self._connect(f"bot-{level_name(reaction_s).replace(' ', '')}{suffix}")
+            self.opponents.append(p)
+            if self.opponent is None:
+                self.opponent = p
+            await p.join(code)
+            seed = None if self.config.seed is None else self.config.seed + i
+            bot = Bot(p, reaction_s=reaction_s, seed=seed)
+            self.bots.append(bot)
+            if self.bot is None:
+                self.bot = bot
+            self.spawn(self._bot_loop(bot, pause_s=0.0), game=True)
         self.status, self.message = "playing", ""
         return code
+
+    async def watch(self, code: str) -> str:
+        """Spectate a running match by code: a read-only view (``Player.watch``)."""
+        self.mode = "watch"
+        await self.leave()
+        self.status, self.message = "connecting", f"connecting to {self.server_url}…"
+        self.player = await self._connect(self.config.name)
+        got = await self.player.watch(code.strip().upper())
+        self.status, self.message = "playing", ""
+        return got
 
     async def host(self) -> str:
         self.mode = "host"
         me = await self._me()
-        code = await me.create(self.config.game, self.config.settings, seats=2)
+        code = await me.create(self.config.game, self.config.settings, seats=max(2, int(self.config.players)))
         self.status, self.message = "waiting", "waiting for an opponent"
         self.spawn(self._wait_started(), game=True)
         return code
@@ -273,9 +295,13 @@ class Session:
         await _cancel(self._game_tasks)
         self._game_tasks.clear()
         self._stop = asyncio.Event()
-        for attr in ("player", "opponent"):
-            p = getattr(self, attr)
-            setattr(self, attr, None)
+        players = [self.player] + [p for p in self.opponents if p is not None]
+        if self.opponent is not None and self.opponent not in players:
+            players.append(self.opponent)
+        self.player = self.opponent = None
+        self.opponents = []
+        self.bots = []
+        for p in players:
             if p is not None:
                 try:
                     await asyncio.wait_for(p.close(), timeout=3)

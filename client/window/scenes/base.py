@@ -54,6 +54,9 @@ class Scene:
     def on_mouse_press(self, x: int, y: int, button: int, modifiers: int) -> bool:
         return False
 
+    def on_mouse_motion(self, x: int, y: int) -> None:
+        """The pointer moved (hover highlights)."""
+
     def on_mouse_drag(self, x: int, y: int, dx: int, dy: int, buttons: int, modifiers: int) -> bool:
         return False
 

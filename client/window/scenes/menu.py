@@ -24,12 +24,19 @@ from client.window.scenes.base import Scene
 from client.window.session import BOT_LEVELS
 
 ITEMS = [
-    ("bot", "B", "Play a bot"),
+    ("game", "G", "Game"),
+    ("players", "P", "Players"),
+    ("bot", "B", "Play bots"),
     ("host", "H", "Host a match"),
     ("join", "J", "Join by code"),
+    ("watch", "W", "Watch by code"),
     ("quick", "K", "Quick match"),
     ("quit", "Q", "Quit"),
 ]
+GAMES = [("blink", "BLINK — speed cards"), ("takeaway", "Takeaway Dice"), ("sequence", "Sequence Dice"),
+         ("ryo", "Roll Your Own")]
+#: seats each game allows in the window (bots fill all but yours)
+PLAYERS = {"blink": (2,), "takeaway": (2, 3, 4), "sequence": (2, 3, 4), "ryo": (2, 3, 4)}
 MENU_BG = (18, 41, 33)
 CODE_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
@@ -43,13 +50,18 @@ class MenuScene(Scene):
         b = self.batch
         self.l_back = Layer(1)
         self.l_front = Layer(2)
-        self.index = 0
+        self.index = 2
         levels = list(BOT_LEVELS)
         current = app.bot_level_name()
         self.levels = levels if current in levels else levels + [current]
         self.level = self.levels.index(current)
         self.typing = False
+        self.typing_for = "join"  # join | watch: what Enter does with the typed code
         self.code = ""
+        names = [g for g, _ in GAMES]
+        game = app.session.config.game
+        self.game = names.index(game) if game in names else 0
+        self.players = max(2, int(getattr(app.session.config, "players", 2)))
         self._eat_text = False  # the J that opened the code field also arrives as text: drop it
         self.title = label(b, self.l_front.text, 48, (255, 255, 255, 255), "center", "center", bold=True, text="BLINK")
         self.tagline = label(b, self.l_front.text, 14, (200, 230, 215, 255), "center", "center",
@@ -62,7 +74,7 @@ class MenuScene(Scene):
         self.details = [label(b, self.l_front.text, 12, (200, 225, 210, 255), "right", "center") for _ in ITEMS]
         self.status = label(b, self.l_front.text, 11, (190, 215, 200, 255), "center", "center")
         self.hint = label(b, self.l_front.text, 11, (190, 215, 200, 255), "center", "center",
-                          text="↑ ↓  choose     Enter  start     ← →  bot speed     Q  quit")
+                          text="↑ ↓  choose     Enter  start     ← →  change game / players / bot speed     Q  quit")
         self.samples = [CardView(b, self.l_back, bg=MENU_BG) for _ in range(3)]
         self._sample_cards = [blink.Card(3, "red", "star"), blink.Card(5, "blue", "moon"),
                               blink.Card(2, "yellow", "triangle")]
@@ -77,11 +89,11 @@ class MenuScene(Scene):
         self.tagline.font_size = round(f, 1)
         self.tagline.position = (width / 2, height - f * 9.4, 0)
         iw = min(width * 0.8, f * 42)
-        ih = f * 3.0
-        top = height - f * 13
+        ih = f * 2.6
+        top = height - f * 12.4
         self._rects = []
         for i in range(len(ITEMS)):
-            y = top - i * (ih + f * 0.8)
+            y = top - i * (ih + f * 0.55)
             self._rects.append((width / 2, y, iw, ih))
             self.keys[i].font_size = round(f * 1.15, 1)
             self.keys[i].position = (width / 2 - iw / 2 + f * 2, y, 0)
@@ -107,7 +119,7 @@ class MenuScene(Scene):
 
     def update(self, now_ns: int) -> None:
         s = self.app.session
-        k = (self.index, self.level, self.typing, self.code, s.status, s.message, s.server_url, tuple(self._rects))
+        k = (self.index, self.level, self.typing, self.typing_for, self.game, self.players, self.code, s.status, s.message, s.server_url, tuple(self._rects))
         if k == self._key:
             return
         self._key = k
@@ -120,16 +132,25 @@ class MenuScene(Scene):
                 geo.rounded_ring(t, w, h, h * 0.3, 2.0, (255, 220, 120, 255))
             panel.set(t)
             panel.move(x, y)
-        set_text(self.details[0], f"{self.levels[self.level]}  (← →)")
-        set_text(self.details[1], "show a code for a friend")
-        if self.typing:
-            set_text(self.details[2], f"code: {self.code}_   Enter join · Esc cancel")
-            set_color(self.details[2], (255, 255, 255, 255))
-        else:
-            set_text(self.details[2], "type the code a friend shows you")
-            set_color(self.details[2], (200, 225, 210, 255))
-        set_text(self.details[3], "first free opponent on the server")
-        set_text(self.details[4], "")
+        game = GAMES[self.game][0]
+        allowed = PLAYERS[game]
+        if self.players not in allowed:
+            self.players = min(allowed, key=lambda n: abs(n - self.players))
+        set_text(self.details[0], f"◀  {GAMES[self.game][1]}  ▶")
+        set_text(self.details[1], f"◀  {self.players}  ▶" + ("   (bots fill the other seats)" if len(allowed) > 1
+                                                            else "   (two-player game)"))
+        set_text(self.details[2], f"{self.levels[self.level]}  (← →)")
+        set_text(self.details[3], "show a code for friends")
+        for i, what in ((4, "join"), (5, "watch")):
+            if self.typing and self.typing_for == what:
+                set_text(self.details[i], f"code: {self.code}_   Enter {what} · Esc cancel")
+                set_color(self.details[i], (255, 255, 255, 255))
+            else:
+                set_text(self.details[i], "type the code a friend shows you" if what == "join"
+                         else "spectate a running match (read-only)")
+                set_color(self.details[i], (200, 225, 210, 255))
+        set_text(self.details[6], "first free opponent on the server")
+        set_text(self.details[7], "")
         if s.status == "error":
             set_text(self.status, f"⚠ {s.message}")
             set_color(self.status, (255, 140, 120, 255))
@@ -141,24 +162,50 @@ class MenuScene(Scene):
 
     def activate(self, i: int) -> None:
         what = ITEMS[i][0]
-        if what != "join":
+        if what not in ("join", "watch", "game", "players"):
             self.app.note_input()  # a new scene (or the end) is what shows it
         self.index = i
         if what == "quit":
             self.app.quit()
-        elif what == "join":
-            if self.typing and self.code:
-                self.app.start_game("join", code=self.code)
+        elif what == "game":
+            self.cycle(+1)
+        elif what == "players":
+            self.cycle(+1)
+        elif what in ("join", "watch"):
+            if self.typing and self.typing_for == what and self.code:
+                self._choose()
+                self.app.start_game(what, code=self.code)
             else:
-                self.typing = True
+                self.typing, self.typing_for = True, what
         elif what == "bot":
+            self._choose()
             self.app.set_bot_level(self.levels[self.level])
             self.app.start_game("bot")
         else:
+            self._choose()
             self.app.start_game(what)
 
+    def _choose(self) -> None:
+        self.app.set_game(GAMES[self.game][0], self.players)
+
+    def cycle(self, step: int) -> None:
+        """Left/Right on the game, players or bot-speed item."""
+        what = ITEMS[self.index][0]
+        if what == "game":
+            self.game = (self.game + step) % len(GAMES)
+            allowed = PLAYERS[GAMES[self.game][0]]
+            if self.players not in allowed:
+                self.players = allowed[0]
+        elif what == "players":
+            allowed = PLAYERS[GAMES[self.game][0]]
+            j = allowed.index(self.players) if self.players in allowed else 0
+            self.players = allowed[(j + step) % len(allowed)]
+        elif what == "bot":
+            self.level = (self.level + step) % len(self.levels)
+        self._key = None
+
     def _looks(self) -> tuple[Any, ...]:
-        return (self.index, self.level, self.typing, self.code)
+        return (self.index, self.level, self.typing, self.code, self.game, self.players)
 
     def on_key_press(self, symbol: int, modifiers: int) -> bool:
         before = self._looks()
@@ -171,7 +218,8 @@ class MenuScene(Scene):
         if self.typing:
             if symbol in (key.ENTER, key.RETURN, key.NUM_ENTER):
                 if self.code:
-                    self.app.start_game("join", code=self.code)
+                    self._choose()
+                    self.app.start_game(self.typing_for, code=self.code)
                 return True
             if symbol == key.BACKSPACE:
                 self.code = self.code[:-1]
@@ -184,8 +232,8 @@ class MenuScene(Scene):
             self.index = (self.index - 1) % len(ITEMS)
         elif symbol in (key.DOWN, key.S):
             self.index = (self.index + 1) % len(ITEMS)
-        elif symbol in (key.LEFT, key.RIGHT) and self.index == 0:
-            self.level = (self.level + (1 if symbol == key.RIGHT else -1)) % len(self.levels)
+        elif symbol in (key.LEFT, key.RIGHT, key.A, key.D):
+            self.cycle(1 if symbol in (key.RIGHT, key.D) else -1)
         elif symbol in (key.ENTER, key.RETURN, key.NUM_ENTER, key.SPACE):
             self.activate(self.index)
         elif symbol == key.ESCAPE:
@@ -194,7 +242,7 @@ class MenuScene(Scene):
             for i, (_, k, _) in enumerate(ITEMS):
                 if symbol == getattr(key, k):
                     self.activate(i)
-                    self._eat_text = self.typing and k == "J"
+                    self._eat_text = self.typing and k in ("J", "W")
                     return True
             return False
         return True
@@ -211,7 +259,7 @@ class MenuScene(Scene):
             return False
         if self._eat_text:
             self._eat_text = False
-            if text.upper() == "J":
+            if text.upper() in ("J", "W"):
                 return True
         for ch in text.upper():
             if ch in CODE_CHARS and len(self.code) < 8:
@@ -232,4 +280,5 @@ class MenuScene(Scene):
 
     def describe(self) -> dict[str, Any]:
         return {"scene": self.name, "index": self.index, "typing": self.typing, "code": self.code,
+                "game": GAMES[self.game][0], "players": self.players,
                 "level": self.levels[self.level], "status": self.status.text}

@@ -21,7 +21,9 @@ from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window import texts
 
-REASONS = {"out_of_cards": "out of cards", "tie": "tie", "forfeit": "forfeit", "game_limit": "game limit"}
+REASONS = {"out_of_cards": "out of cards", "tie": "tie", "forfeit": "forfeit", "game_limit": "game limit",
+           "highest_score": "highest score", "shared_win": "shared win", "sequence": "SEQUENCE",
+           "max_turns": "turn limit", "match_won": "match won"}
 
 
 class ResultsScene(Scene):
@@ -107,7 +109,10 @@ class ResultsScene(Scene):
             title += "  (forfeit)"
         set_text(self.title, title)
         set_color(self.title, (140, 255, 170, 255) if winner == seat else (255, 255, 255, 255))
-        set_text(self.score, texts.score_line(names, wins, seat))
+        if len(names) == 2:
+            set_text(self.score, texts.score_line(names, wins, seat))
+        else:
+            set_text(self.score, "   ".join(f"{n} {w}" for n, w in zip(names, wins)))
         results = list(ms.get("results") or [])
         if min(len(results), len(self.games)) != self._lines:
             self._place(min(len(results), len(self.games)))
@@ -115,18 +120,21 @@ class ResultsScene(Scene):
             if i < len(results):
                 r = results[i]
                 ws = r.get("winners") or []
-                who = "tie" if len(ws) != 1 else ("you won" if ws[0] == seat else
+                who = ("shared: " + " & ".join(names[w] for w in ws if w < len(names))) if len(ws) > 1 else \
+                    "tie" if len(ws) != 1 else ("you won" if ws[0] == seat else
                                                    f"{names[ws[0]] if ws[0] < len(names) else '?'} won")
                 set_text(g, f"game {i + 1}:  {who}  ({REASONS.get(r.get('reason', ''), r.get('reason', ''))})")
             else:
                 set_text(g, "")
-        other = 1 - seat
-        if seat in asked and other in asked:
+        others = [i for i in range(len(names)) if i != seat]
+        waiting = [names[i] for i in others if i not in asked]
+        if seat in asked and not waiting:
             line = "starting the rematch…"
         elif seat in asked or self.asked:
-            line = f"rematch asked — waiting for {names[other] if other < len(names) else 'the opponent'}"
-        elif other in asked:
-            line = f"{names[other] if other < len(names) else 'your opponent'} wants a rematch — press R"
+            line = f"rematch asked — waiting for {', '.join(waiting) or 'the others'}"
+        elif any(i in asked for i in others):
+            keen = [names[i] for i in others if i in asked]
+            line = f"{', '.join(keen)} want{'s' if len(keen) == 1 else ''} a rematch — press R"
         else:
             line = "press R for a rematch"
         set_text(self.rematch_lbl, line)

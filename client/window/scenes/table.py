@@ -215,6 +215,9 @@ class TableScene(Scene):
     def update(self, now_ns: int) -> None:
         session = self.app.session
         model = session.model
+        if model is not None and model.game and model.game != "blink":
+            self.app.goto("table")  # a match of another game (joined or watched by code)
+            return
         state = model.state() if model is not None else None
         if model is not None and state is not None:
             self._watch(model, state, now_ns)

@@ -1,0 +1,328 @@
+"""The turn-based scenes (Takeaway, Sequence, Roll Your Own) in the real window under Xvfb, against a
+real relay (embedded broker on a free loopback port) and bots: moves made with synthetic clicks and
+keys are drawn on the very next frame (predicted, marked pending), then the confirmed state matches
+the relay's. Screenshots land in /tmp/shots/dice_*.png (``BLINK_SHOTS`` overrides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol.rules import roll_your_own as ryo
+from protocol.rules import sequence as sq
+from protocol.rules import takeaway as tk
+from relay.core import RelayConfig
+from tests.test_window import ROOT, SHOTS, started, stop, xdisplay  # noqa: F401 - the Xvfb fixture
+
+MODULES = {"takeaway": tk, "sequence": sq, "ryo": ryo}
+
+
+def make_app(game: str, *, players: int = 2, bot_s: float = 0.8, settings: dict[str, Any] | None = None,
+             mode: str = "bot", server_url: str | None = None, code: str | None = None) -> Any:
+    from client.window.app import App, AppConfig
+    from client.window.session import SessionConfig
+
+    session = SessionConfig(name="you", game=game, settings=dict(settings or {}), players=players,
+                            relay_config=RelayConfig(between_games_s=0.5), seed=11, server_url=server_url)
+    return App(AppConfig(mode=mode, code=code, bot_reaction_s=bot_s, mute=True, session=session))
+
+
+def relay_view_wire(app: Any) -> Any:
+    model = app.session.model
+    match = app.session.server.relay.core.matches[model.match]
+    mod = MODULES[model.game]
+    return mod.to_wire(mod.view(match.state, model.seat))
+
+
+def confirmed_wire(app: Any) -> Any:
+    model = app.session.model
+    return MODULES[model.game].to_wire(model.predictor.confirmed)
+
+
+async def settle_and_match_relay(app: Any) -> None:
+    """Wait until the own move is confirmed and what the window holds equals the relay's view."""
+    await app.wait_until(lambda: app.describe()["pending"] == 0, 5)
+    await app.wait_until(lambda: confirmed_wire(app) == relay_view_wire(app), 5)
+
+
+def click(app: Any, x: float, y: float) -> None:
+    from pyglet.window import mouse
+
+    app.window.dispatch_event("on_mouse_motion", int(x), int(y), 0, 0)
+    app.window.dispatch_event("on_mouse_press", int(x), int(y), mouse.LEFT, 0)
+
+
+def shot(app: Any, name: str) -> Path:
+    p = SHOTS / f"dice_{name}.png"
+    app.request_screenshot(str(p))
+    return p
+
+
+@pytest.mark.integration
+def test_takeaway_reroll_claim_and_a_refused_locked_blink(xdisplay: str) -> None:
+    from pyglet.window import key
+
+    async def scenario() -> None:
+        app = make_app("takeaway")
+        task = await started(app)
+        try:
+            def my_turn() -> bool:
+                d = app.describe()
+                if app.session.model is None:
+                    return False
+                return d.get("phase") == "turn" and d.get("current") == app.session.model.seat and d["pending"] == 0
+
+            await app.wait_until(my_turn, 15)
+            await app.next_frame()
+            assert app.describe()["banner"] == "YOUR TURN" and app.describe()["buttons"]["reroll"]
+            shot(app, "takeaway_my_turn")
+            await app.next_frame()
+            # the re-roll (Space): predicted at once, then greyed for the rest of the turn
+            app.window.dispatch_event("on_key_press", key.SPACE, 0)
+            await app.next_frame()
+            d = app.describe()
+            assert d["phase"] == "rolling" and d["pending"] == 1, d
+            await app.wait_until(lambda: app.describe()["phase"] == "turn" and app.describe()["pending"] == 0, 5)
+            await app.next_frame()
+            assert app.describe()["buttons"]["reroll"] is False
+            # a locked Blink (if any) is refused locally with its reason, nothing changes
+            state = app.session.model.state()
+            coords = state.coords()
+            locked = [c for c in coords if tk.is_locked(coords, c)]
+            if locked:
+                click(app, *app.scene.cell_centre(*locked[0]))
+                await app.next_frame()
+                d = app.describe()
+                assert "locked" in d["message"] and len(d["cells"]) == len(coords)
+                shot(app, "takeaway_refused")
+                await app.next_frame()
+            # claim a free Blink with the mouse: gone from the cluster on the next frame, pending
+            free = tk.free_cells(coords)
+            q, r = free[0]
+            face = state.face_at((q, r))
+            before = len(state.claims)
+            click(app, *app.scene.cell_centre(q, r))
+            p = shot(app, "takeaway_predicted")
+            await app.next_frame()
+            d = app.describe()
+            assert [q, r] not in [c[:2] for c in d["cells"]], d
+            assert d["claims"][before] == [app.session.model.seat, q, r, face] and d["pending"] == 1
+            assert p.exists()
+            await settle_and_match_relay(app)
+            shot(app, "takeaway_confirmed")
+            await app.next_frame()
+            assert app.stats.summary()["late_inputs"] == 0
+        finally:
+            assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+@pytest.mark.integration
+def test_sequence_legal_spaces_and_a_placed_chip(xdisplay: str) -> None:
+    async def scenario() -> None:
+        app = make_app("sequence", players=3, bot_s=0.6)
+        task = await started(app)
+        try:
+            def my_move() -> bool:
+                d = app.describe()
+                if app.session.model is None or app.session.model.state() is None:
+                    return False
+                me = app.session.model.seat
+                return (d.get("phase") == "move" and d.get("current") == me and not d.get("rolling")
+                        and d["pending"] == 0 and bool(sq.legal_actions(app.session.model.state(), me)))
+
+            await app.wait_until(my_move, 20)
+            await app.next_frame()
+            d = app.describe()
+            assert d["banner"] == "YOUR TURN" and d["drawn_spaces"] == 36
+            shot(app, "sequence_my_move")
+            await app.next_frame()
+            state = app.session.model.state()
+            me = app.session.model.seat
+            action = sq.legal_actions(state, me)[0]
+            click(app, *app.scene.space_centre(action.row, action.col))
+            shot(app, "sequence_predicted")
+            await app.next_frame()
+            d = app.describe()
+            after = d["chips"][action.row][action.col]
+            if isinstance(action, sq.PlaceChip):
+                assert after == state.colour(me), d
+            else:
+                assert after is None
+            assert d["pending"] == 1 or d["phase"] == "roll"  # still unconfirmed on this frame
+            await settle_and_match_relay(app)
+            shot(app, "sequence_confirmed")
+            await app.next_frame()
+            assert app.stats.summary()["late_inputs"] == 0
+        finally:
+            assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+@pytest.mark.integration
+def test_ryo_builder_build_reveal_and_odds(xdisplay: str) -> None:
+    from pyglet.window import key
+
+    async def scenario() -> None:
+        app = make_app("ryo", bot_s=0.5, settings={"rolls_per_round": 2, "rounds_per_game": 2, "games_per_match": 1})
+        task = await started(app)
+        try:
+            await app.wait_until(lambda: app.describe().get("phase") == "build" and "build" in app.describe()["buttons"],
+                                 15)
+            await app.next_frame()
+            d = app.describe()
+            faces = d["builder"]
+            assert sum(faces) == 21 and d["buttons"]["build"] and not d["buttons"]["plus0"]  # budget used up
+            shot(app, "ryo_builder")
+            await app.next_frame()
+            # − on face 1 by mouse, then + on face 6 by keys: the total stays within the budget
+            b = next(x for x in app.scene.buttons if x.id == "minus0")
+            click(app, b.rect.x, b.rect.y)
+            await app.next_frame()
+            assert app.describe()["builder"][0] == faces[0] - 1 and app.describe()["buttons"]["plus5"]
+            app.window.dispatch_event("on_key_press", key._6, 0)
+            app.window.dispatch_event("on_key_press", key.UP, 0)
+            await app.next_frame()
+            want = [faces[0] - 1] + faces[1:5] + [faces[5] + 1]
+            assert app.describe()["builder"] == want
+            app.window.dispatch_event("on_key_press", key.ENTER, 0)
+            await app.next_frame()
+            d = app.describe()
+            me = app.session.model.seat
+            assert d["built"][me] and d["dice"][me] == want, d  # predicted at once
+            assert d["pending"] == 1 or d["phase"] != "build"
+            shot(app, "ryo_built")
+            await settle_and_match_relay(app)
+            # the reveal: every die, and the exact odds against the others
+            await app.wait_until(lambda: app.describe()["phase"] != "build", 10)
+            await asyncio.sleep(0.8)
+            await app.next_frame()
+            state = app.session.model.state()
+            assert state.dice[me] == tuple(want) or state.phase == "build"
+            shot(app, "ryo_revealed")
+            await app.next_frame()
+            # the round's choice, when it is ours: (a) raise a face (a +1 button) or, as the winner,
+            # drop one (a −1 button); the die changes on the next frame
+            def my_choice() -> Any:
+                st = app.session.model.state()
+                if st.phase == "choice" and st.chooser == me:
+                    return "raise"
+                if st.phase == "lower" and st.round_winner == me:
+                    return "lower"
+                return st.phase == "over" and "over"
+            kind = await app.wait_until(my_choice, 15)
+            if kind != "over":
+                await app.next_frame()
+                st = app.session.model.state()
+                i = (ryo.raisable if kind == "raise" else ryo.lowerable)(st, me)[0]
+                b = next(x for x in app.scene.buttons if x.id == f"{kind}{i}")
+                shot(app, f"ryo_{kind}_prompt")
+                await app.next_frame()
+                click(app, b.rect.x, b.rect.y)
+                await app.next_frame()
+                shown = app.describe()["dice"][me][i]
+                assert shown == st.dice[me][i] + (1 if kind == "raise" else -1)
+                await settle_and_match_relay(app)
+            assert app.stats.summary()["late_inputs"] == 0
+        finally:
+            assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 40))
+
+
+@pytest.mark.integration
+def test_watching_a_match_by_code_is_read_only(xdisplay: str) -> None:
+    from client.bots import Bot
+    from client.matchrun import LocalServer
+    from client.player import Player
+
+    async def scenario() -> None:
+        async with LocalServer(None, 5, RelayConfig(between_games_s=0.5)) as server:
+            async with Player(server.address, "ann") as a, Player(server.address, "bob") as b:
+                code = await a.create("takeaway", {}, seats=2)
+                await b.join(code)
+                stop_ev = asyncio.Event()
+                bots = [asyncio.create_task(Bot(p, reaction_s=0.3, seed=i).run(stop=stop_ev)) for i, p in enumerate((a, b))]
+                app = make_app("blink", mode="watch", server_url=server.address.url, code=code)
+                task = await started(app)
+                try:
+                    await app.wait_until(lambda: app.describe().get("scene") == "takeaway"
+                                         and app.describe().get("phase") == "turn", 15)
+                    await app.wait_until(lambda: app.describe()["banner"].startswith("WATCHING"), 5)
+                    d = app.describe()
+                    assert d["buttons"]["reroll"] is False
+                    cells = app.session.model.state().coords()
+                    q, r = tk.free_cells(cells)[0]
+                    click(app, *app.scene.cell_centre(q, r))
+                    await app.next_frame()
+                    assert "spectators" in app.describe()["message"]
+                    await asyncio.sleep(1.0)
+                    await app.next_frame()
+                    shot(app, "takeaway_watching")
+                    await app.next_frame()
+                finally:
+                    stop_ev.set()
+                    for t in bots:
+                        t.cancel()
+                    await asyncio.gather(*bots, return_exceptions=True)
+                    assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("game", ["takeaway", "sequence", "ryo"])
+def test_blink_play_game_autoplay_screenshot(xdisplay: str, game: str) -> None:
+    out = SHOTS / f"dice_cli_{game}.png"
+    if out.exists():
+        out.unlink()
+    proc = subprocess.run([sys.executable, "-m", "client.cli", "play", "--game", game, "--players", "3",
+                           "--autoplay", "--screenshot", str(out), "--quit-after", "6", "--seed", "4"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          env={**os.environ, "DISPLAY": xdisplay, "BLINK_MUTE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and out.stat().st_size > 10_000
+
+
+@pytest.mark.integration
+def test_menu_picks_the_game_and_the_players(xdisplay: str) -> None:
+    from pyglet.window import key
+
+    async def scenario() -> None:
+        app = make_app("blink", mode="menu")
+        task = await started(app)
+        try:
+            await app.wait_until(lambda: app.session.status == "ready", 15)
+            press = lambda *ks: [app.window.dispatch_event("on_key_press", k, 0) for k in ks]  # noqa: E731
+            press(key.UP, key.UP, key.RIGHT, key.RIGHT)  # the game item: blink -> takeaway -> sequence
+            await app.next_frame()
+            assert app.describe()["game"] == "sequence" and app.describe()["players"] == 2
+            press(key.DOWN, key.RIGHT, key.RIGHT)  # players: 2 -> 3 -> 4
+            await app.next_frame()
+            assert app.describe()["players"] == 4
+            shot(app, "menu")
+            await app.next_frame()
+            press(key.B)  # play bots
+            await app.wait_until(lambda: app.describe().get("scene") == "sequence"
+                                 and app.session.model is not None and len(app.session.model.players) == 4, 15)
+            await app.wait_until(lambda: app.describe().get("phase") in ("roll", "move"), 10)
+            await asyncio.sleep(0.5)
+            await app.next_frame()
+            shot(app, "sequence_four_players")
+            await app.next_frame()
+            app.window.dispatch_event("on_key_press", key.ESCAPE, 0)
+            app.window.dispatch_event("on_key_press", key.ESCAPE, 0)
+            await app.wait_until(lambda: app.describe()["scene"] == "menu", 5)
+        finally:
+            assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
