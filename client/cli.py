@@ -19,61 +19,12 @@ import sys
 from typing import Any, Sequence
 
 from protocol.rules import GAME_NAMES
+from client import args as argtypes
 from protocol.topics import DEFAULT_PREFIX, Topics
 
 
 class UserError(Exception):
     """A problem the user can fix; printed as one line, exit status 1."""
-
-
-def _settings_arg(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"--settings must be a JSON object: {exc.msg}") from exc
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("--settings must be a JSON object, e.g. '{\"best_of\": 1}'")
-    return value
-
-
-def _seconds_arg(text: str) -> float:
-    try:
-        v = float(text.removesuffix("s"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from exc
-    if not 0 <= v <= 3600:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 3600 seconds: {text!r}")
-    return v
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return v
-
-
-def _port_arg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from exc
-    if not 0 < v < 65536:
-        raise argparse.ArgumentTypeError(f"a port is from 1 to 65535: {text!r}")
-    return v
-
-
-def _url_arg(text: str) -> str:
-    from relay.broker import BadURL, parse_url
-
-    try:
-        parse_url(text)
-    except BadURL as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="run the relay (with an embedded MQTT broker unless --broker is given)")
     s.add_argument("--host", default="127.0.0.1", help="embedded broker address (default 127.0.0.1)")
-    s.add_argument("--port", type=_port_arg, default=1883, help="embedded broker port (default 1883)")
-    s.add_argument("--broker", type=_url_arg, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883")
+    s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="embedded broker port (default 1883)")
+    s.add_argument("--broker", type=argtypes.url, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883")
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
     s.add_argument("--fair-cap-ms", type=float, default=150.0, help="fair order: longest hold of a play (ms)")
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
@@ -93,31 +44,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--relay-id", default="relay-0", help="this relay's name (status topic)")
 
     b = sub.add_parser("bot", help="one bot player")
-    b.add_argument("--server", type=_url_arg, required=True, help="MQTT broker the relay uses, e.g. mqtt://127.0.0.1:1883")
+    b.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses, e.g. mqtt://127.0.0.1:1883")
     b.add_argument("--match", metavar="CODE", help="join this match (default: quick match)")
     b.add_argument("--create", action="store_true", help="create a match and print its code")
     b.add_argument("--game", choices=GAME_NAMES, default="blink")
-    b.add_argument("--players", type=_positive_int, default=2, help="seats when creating a match")
-    b.add_argument("--settings", type=_settings_arg, default={}, help="game settings as JSON when creating")
+    b.add_argument("--players", type=argtypes.whole(1, 64), default=2, help="seats when creating a match")
+    b.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating")
     b.add_argument("--name", default="bot")
-    b.add_argument("--reaction", type=_seconds_arg, default=0.35, help="median reaction time in seconds")
+    b.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="median reaction time in seconds")
     b.add_argument("--seed", type=int)
 
     mt = sub.add_parser("match", help="a whole match between bots")
     mt.add_argument("--game", choices=GAME_NAMES, default="blink")
-    mt.add_argument("--bots", type=_positive_int, default=2, help="number of bot players")
-    mt.add_argument("--server", type=_url_arg, help="MQTT broker with a running relay (default: start both here)")
+    mt.add_argument("--bots", type=argtypes.whole(1, 64), default=2, help="number of bot players")
+    mt.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
     mt.add_argument("--seed", type=int, help="seed for the relay (when started here) and the bots")
-    mt.add_argument("--settings", type=_settings_arg, default={}, help="game settings as JSON")
-    mt.add_argument("--reaction", type=_seconds_arg, default=0.35, help="bots' median reaction time in seconds")
-    mt.add_argument("--timeout", type=_seconds_arg, default=900.0, help="give up after this many seconds")
+    mt.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON")
+    mt.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="bots' median reaction time in seconds")
+    mt.add_argument("--timeout", type=argtypes.seconds(0, 3600), default=900.0, help="give up after this many seconds")
     mt.add_argument("--json", action="store_true", help="print one JSON object")
     mt.add_argument("--log", metavar="PATH", help="write every public event as JSON Lines")
     mt.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="relay ordering (local relay)")
 
     w = sub.add_parser("watch", help="spectate a running match by code (prints its public events)")
     w.add_argument("code", help="the match code")
-    w.add_argument("--server", type=_url_arg, required=True, help="MQTT broker the relay uses")
+    w.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses")
     w.add_argument("--json", action="store_true", help="print each event as a JSON line (the --log format)")
 
     from client import latency_cli, play_cli  # no pyglet at import time: it is only loaded when `play` runs

@@ -22,6 +22,7 @@ import warnings
 from typing import Any, NoReturn
 
 from protocol.rules import GAME_NAMES
+from client import args as argtypes
 
 ORDERS = ("arrival", "fair")
 
@@ -31,36 +32,6 @@ def _one_line_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
         message += " (a value that starts with '-' needs '=', e.g. --delay=-5ms)"
     print(f"blink latency: {message}", file=sys.stderr)
     raise SystemExit(2)
-
-
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
-    if not 1 <= v <= 500:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 500: {text!r}")
-    return v
-
-
-def _duration(text: str) -> float:
-    try:
-        v = float(text.strip().removesuffix("s"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from exc
-    if not 0.5 <= v <= 86_400:
-        raise argparse.ArgumentTypeError(f"must be from 0.5 to 86400 seconds: {text!r}")
-    return v
-
-
-def _reaction(text: str) -> float:
-    try:
-        v = float(text.strip().removesuffix("s"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from exc
-    if not 0 <= v <= 10:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 10 seconds: {text!r}")
-    return v
 
 
 def _order(text: str) -> str:
@@ -75,45 +46,25 @@ def _game(text: str) -> str:
     return text
 
 
-def _settings(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"must be a JSON object: {exc.msg}") from exc
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"countdown_s\": 1}'")
-    return value
-
-
-def _url(text: str) -> str:
-    from relay.broker import BadURL, parse_url
-
-    try:
-        parse_url(text)
-    except BadURL as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-    return text
-
-
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "latency", help="measure latency and fairness with concurrent bot matches",
         description="Run concurrent two-bot matches for a while, with network impairment per seat, and report "
                     "round trips, confirmation times, races and wins. Times: 100ms, 0.1s or 100 (= ms); "
                     "two comma-separated values give seat 0 and seat 1 their own (e.g. --delay 0ms,100ms).")
-    p.add_argument("--server", type=_url, help="MQTT broker with a running relay (default: start both here)")
+    p.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
     p.add_argument("--game", type=_game, default="blink", help="game to play (default blink)")
-    p.add_argument("--matches", type=_count, default=4, help="concurrent matches (default 4)")
-    p.add_argument("--duration", type=_duration, default=10.0, help="seconds to measure (default 10)")
+    p.add_argument("--matches", type=argtypes.whole(1, 500), default=4, help="concurrent matches (default 4)")
+    p.add_argument("--duration", type=argtypes.seconds(0.5, 86_400), default=10.0, help="seconds to measure (default 10)")
     p.add_argument("--delay", help="added one-way delay, each direction, per seat (e.g. 0ms,100ms)")
     p.add_argument("--jitter", help="+- uniform jitter on the delay, per seat")
     p.add_argument("--loss", help="fraction of messages dropped each way, per seat (e.g. 0.01 or 1%%)")
     p.add_argument("--reorder", help="fraction of messages held back so later ones overtake them, per seat")
     p.add_argument("--order", type=_order, default="arrival", help="relay ordering: arrival (default) or fair")
     p.add_argument("--fair-cap-ms", type=float, default=None, help="local relay, fair order: longest hold (ms)")
-    p.add_argument("--reaction", type=_reaction, default=0.35, help="bots' median reaction time in s (default 0.35)")
+    p.add_argument("--reaction", type=argtypes.seconds(0, 10), default=0.35, help="bots' median reaction time in s (default 0.35)")
     p.add_argument("--seed", type=int, help="seed for the local relay, the bots and the impairment")
-    p.add_argument("--settings", type=_settings, default={},
+    p.add_argument("--settings", type=argtypes.settings, default={},
                    help="game settings as JSON, over the harness's defaults (blink: best of 1, 0.5 s countdown)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--plot", metavar="PATH", help="write a PNG with latency CDFs and win rates (needs matplotlib)")

@@ -16,10 +16,11 @@ Exit status: 0 after a normal quit, 1 when the window could not open or the game
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
+
+from client import args as argtypes
 
 
 def _level_arg(text: str) -> float:
@@ -31,53 +32,13 @@ def _level_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def _seconds(text: str) -> float:
-    try:
-        v = float(text.removesuffix("s"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from exc
-    if not 0 <= v <= 86400:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 86400 seconds: {text!r}")
-    return v
-
-
-def _size(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a whole number of pixels: {text!r}") from exc
-    if not 320 <= v <= 8192:
-        raise argparse.ArgumentTypeError(f"must be from 320 to 8192 pixels: {text!r}")
-    return v
-
-
-def _url(text: str) -> str:
-    from relay.broker import BadURL, parse_url
-
-    try:
-        parse_url(text)
-    except BadURL as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-    return text
-
-
-def _settings(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"--settings must be a JSON object: {exc.msg}") from exc
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("--settings must be a JSON object, e.g. '{\"best_of\": 1}'")
-    return value
-
-
 def add_parser(sub: Any) -> None:
     from protocol.rules import GAME_NAMES
 
     p = sub.add_parser("play", help="open the game window (race a bot, a friend, or anyone on a server)",
                        description="Open the BLINK window. With no options: a menu, with a local relay and a "
                                    "bot opponent ready on this machine.")
-    p.add_argument("--server", type=_url, metavar="URL",
+    p.add_argument("--server", type=argtypes.url, metavar="URL",
                    help="MQTT broker of a running relay, e.g. mqtt://192.168.1.5:1883 (default: start one here)")
     p.add_argument("--name", default=os.environ.get("USER", "you")[:24] or "you", help="your name at the table")
     mode = p.add_mutually_exclusive_group()
@@ -91,13 +52,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--players", type=int, default=2, metavar="N",
                    help="seats in a match you create (2-4 for takeaway/sequence/ryo; bots fill the others)")
     mode.add_argument("--watch", metavar="CODE", help="spectate a running match by code (read-only; needs --server)")
-    p.add_argument("--settings", type=_settings, default={}, help="game settings as JSON when creating a match")
+    p.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating a match")
     p.add_argument("--autoplay", action="store_true", help="a bot plays for you (demos, tests)")
     p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
-    p.add_argument("--quit-after", type=_seconds, metavar="SECONDS", help="close the window after this many seconds")
+    p.add_argument("--quit-after", type=argtypes.seconds(0, 86400), metavar="SECONDS", help="close the window after this many seconds")
     p.add_argument("--frame-stats", metavar="PATH", help="write frame-time and input-delay statistics (JSON)")
-    p.add_argument("--width", type=_size, default=1100, help="window width in pixels (default 1100)")
-    p.add_argument("--height", type=_size, default=720, help="window height in pixels (default 720)")
+    p.add_argument("--width", type=argtypes.whole(320, 8192, 'pixels'), default=1100, help="window width in pixels (default 1100)")
+    p.add_argument("--height", type=argtypes.whole(320, 8192, 'pixels'), default=720, help="window height in pixels (default 720)")
     p.add_argument("--mute", action="store_true", help="no sound")
     p.add_argument("--seed", type=int, help="seed for the local relay and the bots")
 
