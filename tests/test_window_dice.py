@@ -326,3 +326,104 @@ def test_menu_picks_the_game_and_the_players(xdisplay: str) -> None:
             assert await stop(app, task) == 0
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("game", ["takeaway", "sequence", "ryo"])
+def test_turn_timer_shows_a_countdown(xdisplay: str, game: str) -> None:
+    from tests.test_window import colour_pixels
+
+    async def scenario() -> None:
+        app = make_app(game, settings={"turn_timer_s": 10}, bot_s=3.0)
+        task = await started(app)
+        try:
+            await app.wait_until(lambda: app.describe().get("timer") is not None
+                                 and app.describe().get("timer") > 5, 15)
+            await app.next_frame()
+            first = app.describe()["timer"]
+            assert 0 < first <= 10
+            assert app.session.model.settings["turn_timer_s"] == 10
+            bar, colour = app.scene.timer_bar
+            assert bar.w > 0
+            p = SHOTS / f"timer_{game}.png"
+            app.request_screenshot(str(p))
+            await app.next_frame()
+            await app.next_frame()
+            # the bar really is on screen (its filled part, in its colour) and the seconds show
+            inner = type(bar)(bar.x, bar.y, bar.w * 0.8, bar.h * 0.6)
+            assert colour_pixels(p, inner, colour[:3], tol=30) > 50
+            assert any(lbl.text.endswith(" s") for lbl in app.scene._pool[False])
+            await asyncio.sleep(1.2)
+            await app.next_frame()
+            later = app.describe()["timer"]
+            app.request_screenshot(str(SHOTS / f"timer_{game}_later.png"))
+            await app.next_frame()
+            # counting down within one wait, or a new wait that started since
+            assert later is not None and (later < first or later > 8), (first, later)
+        finally:
+            assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 40))
+
+
+@pytest.mark.integration
+def test_turn_timer_is_off_by_default(xdisplay: str) -> None:
+    async def scenario() -> None:
+        app = make_app("takeaway")
+        task = await started(app)
+        try:
+            await app.wait_until(lambda: app.describe().get("phase") == "turn", 15)
+            await app.next_frame()
+            assert app.describe()["timer"] is None and app.scene.timer_bar is None
+        finally:
+            assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+@pytest.mark.integration
+def test_menu_options_reach_the_match_settings(xdisplay: str) -> None:
+    from pyglet.window import key
+
+    async def scenario() -> None:
+        app = make_app("blink", mode="menu")
+        task = await started(app)
+        try:
+            await app.wait_until(lambda: app.session.status == "ready", 15)
+            press = lambda *ks: [app.window.dispatch_event("on_key_press", k, 0) for k in ks]  # noqa: E731
+            press(key.UP, key.UP, key.RIGHT)  # the game item: blink -> takeaway
+            press(key.O)  # options: the next preset, one re-roll per game
+            press(key.T, key.T)  # turn timer: off -> 15 -> 30 s
+            await app.next_frame()
+            d = app.describe()
+            assert d["game"] == "takeaway" and "per game" in d["options"] and d["timer"] == "30 s to act", d
+            assert d["settings"] == {"reroll_once_per_game": True, "turn_timer_s": 30.0}
+            app.request_screenshot(str(SHOTS / "timer_menu_options.png"))
+            await app.next_frame()
+            await app.next_frame()
+            press(key.B)  # play bots
+            await app.wait_until(lambda: app.describe().get("scene") == "takeaway"
+                                 and app.session.model is not None and app.session.model.match, 15)
+            match = app.session.server.relay.core.matches[app.session.model.match]
+            assert match.settings["reroll_once_per_game"] is True and match.settings["turn_timer_s"] == 30
+            await app.wait_until(lambda: app.describe().get("timer") is not None, 15)
+            await app.next_frame()
+            assert app.describe()["timer"] <= 30
+            app.request_screenshot(str(SHOTS / "timer_takeaway_from_menu.png"))
+            await app.next_frame()
+            await app.next_frame()
+            # back to the menu, choose Roll Your Own: its own presets, checked by its rules
+            app.window.dispatch_event("on_key_press", key.ESCAPE, 0)
+            app.window.dispatch_event("on_key_press", key.ESCAPE, 0)
+            await app.wait_until(lambda: app.describe()["scene"] == "menu", 5)
+            while app.describe()["game"] != "ryo":
+                press(key.G)
+                await app.next_frame()
+            press(key.O)
+            await app.next_frame()
+            assert app.describe()["options"] == "short 3/2/1"
+            assert app.describe()["settings"] == {"rolls_per_round": 3, "rounds_per_game": 2, "games_per_match": 1}
+        finally:
+            assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 40))

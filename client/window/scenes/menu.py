@@ -5,7 +5,11 @@ How this works
 A fixed list of items drawn once (panels, labels, three sample cards for decoration). Up/Down (or
 the mouse) moves the highlight and Enter activates; each item also has its own key. "Join by code"
 opens a small text field: letters and digits are typed into it, Enter joins, Esc cancels. The
-bot's speed is chosen with Left/Right on the first item. Activating an item asks the app to start
+bot's speed is chosen with Left/Right on the "Play bots" item. "Options" cycles the chosen game's own
+presets from RULES.md (``OPTIONS``: Takeaway's layout and once-per-game re-roll, Sequence's length,
+Roll Your Own's rolls/rounds/games) and "Turn timer" its ``turn_timer_s`` (off / 15 / 30 s); they
+become the match settings, checked by the rules' ``check_settings`` before a game starts (a refusal
+shows in the status line). Untouched, the command line's ``--settings`` for that game stay. Activating an item asks the app to start
 that kind of game (``App.start_game``), which switches to the table scene at once; the network
 work happens in the session's background task.
 """
@@ -31,12 +35,40 @@ ITEMS = [
     ("join", "J", "Join by code"),
     ("watch", "W", "Watch by code"),
     ("quick", "K", "Quick match"),
+    ("options", "O", "Options"),
+    ("timer", "T", "Turn timer"),
     ("quit", "Q", "Quit"),
 ]
 GAMES = [("blink", "BLINK — speed cards"), ("takeaway", "Takeaway Dice"), ("sequence", "Sequence Dice"),
          ("ryo", "Roll Your Own")]
 #: seats each game allows in the window (bots fill all but yours)
 PLAYERS = {"blink": (2,), "takeaway": (2, 3, 4), "sequence": (2, 3, 4), "ryo": (2, 3, 4)}
+#: each game's own options from RULES.md as named presets (the Options row cycles them); the first is
+#: the rules' defaults. They become the match settings (checked by the rules' ``check_settings``).
+OPTIONS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "blink": [("none for this game", {})],
+    "takeaway": [
+        ("hex19 · one re-roll every turn", {}),
+        ("hex19 · one re-roll per game", {"reroll_once_per_game": True}),
+        ("hex37 (37 Blinks)", {"layout": "hex37"}),
+        ("hex37 · one re-roll per game", {"layout": "hex37", "reroll_once_per_game": True}),
+        ("ring (12 Blinks)", {"layout": "ring"}),
+        ("triangle (15 Blinks)", {"layout": "triangle"}),
+        ("parallelogram (16 Blinks)", {"layout": "parallelogram"}),
+        ("random cluster (19 Blinks)", {"layout": "random"}),
+    ],
+    "sequence": [
+        ("5 in a row", {"sequence_length": 5}),
+        ("6 in a row (two players)", {"sequence_length": 6}),
+    ],
+    "ryo": [
+        ("standard 6/6/3 (rolls/rounds/games)", {"rolls_per_round": 6, "rounds_per_game": 6, "games_per_match": 3}),
+        ("short 3/2/1", {"rolls_per_round": 3, "rounds_per_game": 2, "games_per_match": 1}),
+        ("medium 4/4/2", {"rolls_per_round": 4, "rounds_per_game": 4, "games_per_match": 2}),
+    ],
+}
+#: the turn timer choices (seconds; 0 = off) for the turn-based games
+TIMERS = (0, 15, 30)
 MENU_BG = (18, 41, 33)
 CODE_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
@@ -62,6 +94,10 @@ class MenuScene(Scene):
         game = app.session.config.game
         self.game = names.index(game) if game in names else 0
         self.players = max(2, int(getattr(app.session.config, "players", 2)))
+        self.option = {g: 0 for g in OPTIONS}  # the chosen preset per game
+        self.timer = {g: 0 for g in OPTIONS}  # the chosen index into TIMERS per game
+        self.touched: set[tuple[str, str]] = set()  # (game, "options"|"timer") the player changed here
+        self.error = ""  # settings the rules refused
         self._eat_text = False  # the J that opened the code field also arrives as text: drop it
         self.title = label(b, self.l_front.text, 48, (255, 255, 255, 255), "center", "center", bold=True, text="BLINK")
         self.tagline = label(b, self.l_front.text, 14, (200, 230, 215, 255), "center", "center",
@@ -74,7 +110,7 @@ class MenuScene(Scene):
         self.details = [label(b, self.l_front.text, 12, (200, 225, 210, 255), "right", "center") for _ in ITEMS]
         self.status = label(b, self.l_front.text, 11, (190, 215, 200, 255), "center", "center")
         self.hint = label(b, self.l_front.text, 11, (190, 215, 200, 255), "center", "center",
-                          text="↑ ↓  choose     Enter  start     ← →  change game / players / bot speed     Q  quit")
+                          text="↑ ↓  choose     Enter  start     ← →  change game / players / bot speed / options     Q  quit")
         self.samples = [CardView(b, self.l_back, bg=MENU_BG) for _ in range(3)]
         self._sample_cards = [blink.Card(3, "red", "star"), blink.Card(5, "blue", "moon"),
                               blink.Card(2, "yellow", "triangle")]
@@ -89,11 +125,13 @@ class MenuScene(Scene):
         self.tagline.font_size = round(f, 1)
         self.tagline.position = (width / 2, height - f * 9.4, 0)
         iw = min(width * 0.8, f * 42)
-        ih = f * 2.6
         top = height - f * 12.4
+        # the rows share what is left above the status line
+        pitch = min(f * 3.15, (top - f * 6.2) / max(1, len(ITEMS) - 1))
+        ih = min(f * 2.6, pitch * 0.86)
         self._rects = []
         for i in range(len(ITEMS)):
-            y = top - i * (ih + f * 0.55)
+            y = top - i * pitch
             self._rects.append((width / 2, y, iw, ih))
             self.keys[i].font_size = round(f * 1.15, 1)
             self.keys[i].position = (width / 2 - iw / 2 + f * 2, y, 0)
@@ -119,7 +157,9 @@ class MenuScene(Scene):
 
     def update(self, now_ns: int) -> None:
         s = self.app.session
-        k = (self.index, self.level, self.typing, self.typing_for, self.game, self.players, self.code, s.status, s.message, s.server_url, tuple(self._rects))
+        k = (self.index, self.level, self.typing, self.typing_for, self.game, self.players, self.code, s.status,
+             s.message, s.server_url, tuple(self._rects), tuple(self.option.items()), tuple(self.timer.items()),
+             self.error)
         if k == self._key:
             return
         self._key = k
@@ -150,8 +190,13 @@ class MenuScene(Scene):
                          else "spectate a running match (read-only)")
                 set_color(self.details[i], (200, 225, 210, 255))
         set_text(self.details[6], "first free opponent on the server")
-        set_text(self.details[7], "")
-        if s.status == "error":
+        set_text(self.details[7], f"◀  {self.option_label(game)}  ▶")
+        set_text(self.details[8], f"◀  {self.timer_label(game)}  ▶")
+        set_text(self.details[9], "")
+        if self.error:
+            set_text(self.status, f"⚠ {self.error}")
+            set_color(self.status, (255, 140, 120, 255))
+        elif s.status == "error":
             set_text(self.status, f"⚠ {s.message}")
             set_color(self.status, (255, 140, 120, 255))
         else:
@@ -162,14 +207,14 @@ class MenuScene(Scene):
 
     def activate(self, i: int) -> None:
         what = ITEMS[i][0]
-        if what not in ("join", "watch", "game", "players"):
+        if what not in ("join", "watch", "game", "players", "options", "timer"):
             self.app.note_input()  # a new scene (or the end) is what shows it
         self.index = i
         if what == "quit":
             self.app.quit()
         elif what == "game":
             self.cycle(+1)
-        elif what == "players":
+        elif what in ("players", "options", "timer"):
             self.cycle(+1)
         elif what in ("join", "watch"):
             if self.typing and self.typing_for == what and self.code:
@@ -178,15 +223,64 @@ class MenuScene(Scene):
             else:
                 self.typing, self.typing_for = True, what
         elif what == "bot":
-            self._choose()
-            self.app.set_bot_level(self.levels[self.level])
-            self.app.start_game("bot")
+            if self._choose():
+                self.app.set_bot_level(self.levels[self.level])
+                self.app.start_game("bot")
         else:
-            self._choose()
-            self.app.start_game(what)
+            if self._choose():
+                self.app.start_game(what)
 
-    def _choose(self) -> None:
-        self.app.set_game(GAMES[self.game][0], self.players)
+    def option_label(self, game: str) -> str:
+        if game in ("takeaway", "sequence", "ryo") and (game, "options") not in self.touched and self._cli(game):
+            return "from --settings"
+        return OPTIONS.get(game, OPTIONS["blink"])[self.option.get(game, 0)][0]
+
+    def timer_label(self, game: str) -> str:
+        if game not in ("takeaway", "sequence", "ryo"):
+            return "not used by this game"
+        if (game, "timer") not in self.touched and "turn_timer_s" in self._cli(game):
+            return f"{self._cli(game)['turn_timer_s']} s (from --settings)"
+        t = TIMERS[self.timer[game]]
+        return f"{t} s to act" if t else "off"
+
+    def _cli(self, game: str) -> dict[str, Any]:
+        """The command line's --settings, which apply to its own game only."""
+        own = getattr(self.app, "_settings_for", None)
+        if own is None:
+            cfg = self.app.session.config
+            own = (cfg.game, dict(cfg.settings))
+        return dict(own[1]) if own[0] == game else {}
+
+    def settings_for(self, game: str) -> dict[str, Any]:
+        """The match settings for ``game``: the command line's, overlaid with what was chosen here."""
+        out = self._cli(game)
+        if game not in ("takeaway", "sequence", "ryo"):
+            return out
+        if (game, "options") in self.touched or not out:
+            out.update(OPTIONS[game][self.option[game]][1])
+        if (game, "timer") in self.touched or "turn_timer_s" not in out:
+            t = TIMERS[self.timer[game]]
+            if t or "turn_timer_s" in out:
+                out["turn_timer_s"] = float(t)
+        return out
+
+    def _choose(self) -> bool:
+        """Take the chosen game, seats and settings; False (and the reason shown) when the rules
+        refuse the settings."""
+        from protocol.rules import rules_for
+
+        game = GAMES[self.game][0]
+        settings = self.settings_for(game)
+        try:
+            rules_for(game).check_settings(settings, self.players)
+        except ValueError as e:
+            self.error = f"{game} settings: {e}"
+            self._key = None
+            return False
+        self.error = ""
+        self.app.set_game(game, self.players)
+        self.app.session.config.settings = settings
+        return True
 
     def cycle(self, step: int) -> None:
         """Left/Right on the game, players or bot-speed item."""
@@ -202,10 +296,23 @@ class MenuScene(Scene):
             self.players = allowed[(j + step) % len(allowed)]
         elif what == "bot":
             self.level = (self.level + step) % len(self.levels)
+        elif what == "options":
+            game = GAMES[self.game][0]
+            n = len(OPTIONS.get(game, ()))
+            if n > 1:
+                self.option[game] = (self.option[game] + step) % n
+                self.touched.add((game, "options"))
+        elif what == "timer":
+            game = GAMES[self.game][0]
+            if game in self.timer and game != "blink":
+                self.timer[game] = (self.timer[game] + step) % len(TIMERS)
+                self.touched.add((game, "timer"))
+        self.error = ""
         self._key = None
 
     def _looks(self) -> tuple[Any, ...]:
-        return (self.index, self.level, self.typing, self.code, self.game, self.players)
+        return (self.index, self.level, self.typing, self.code, self.game, self.players,
+                tuple(self.option.items()), tuple(self.timer.items()))
 
     def on_key_press(self, symbol: int, modifiers: int) -> bool:
         before = self._looks()
@@ -281,4 +388,6 @@ class MenuScene(Scene):
     def describe(self) -> dict[str, Any]:
         return {"scene": self.name, "index": self.index, "typing": self.typing, "code": self.code,
                 "game": GAMES[self.game][0], "players": self.players,
-                "level": self.levels[self.level], "status": self.status.text}
+                "level": self.levels[self.level], "status": self.status.text,
+                "options": self.option_label(GAMES[self.game][0]), "timer": self.timer_label(GAMES[self.game][0]),
+                "settings": self.settings_for(GAMES[self.game][0])}

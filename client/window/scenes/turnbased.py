@@ -6,7 +6,8 @@ A ``TurnBasedScene`` draws, around the game's own board:
 
 - the *turn banner* across the top: amber with "YOUR TURN" and what you may do when you are to
   act, slate blue with "<name>'s turn — ..." otherwise ("WATCHING" when spectating), so whose
-  turn it is is always obvious;
+  turn it is is always obvious; with the ``turn_timer_s`` setting on, a shrinking bar along its
+  bottom edge and "12 s" at its right count down the time left to act (``turn_clock``);
 - the *player list* on the right: a colour swatch and mark per seat, the name ("you"), a score line
   and a ▶ on everyone who is to act; a game adds its own detail under each row (claimed dice,
   a die and its odds);
@@ -65,6 +66,14 @@ YELLOW = (255, 225, 110, 255)
 GREEN = (90, 230, 120, 255)
 PANEL = (24, 30, 40, 235)
 
+#: the public events that start the wait for a player's move, per game (the turn timer counts from
+#: the local receive time of the latest of them; see ``turn_clock``)
+TIMER_EVENTS = {
+    "takeaway": ("turn_started",),
+    "sequence": ("turn_started", "dice_rolled"),
+    "ryo": ("build_started", "choice_started", "lower_chosen"),
+}
+
 REASONS = {
     "not_your_turn": "it is not your turn",
     "locked": "that Blink is locked",
@@ -122,6 +131,10 @@ class TurnBasedScene(Scene):
         self._seen_game = -1
         self.banner = ""
         self.prompt_text = ""
+        self.clock_left: float | None = None  # seconds left on the turn timer (None: no timer running)
+        self._clock: tuple[Any, int, int] | None = None  # (timer id, confirmed seq when first seen, prev seq)
+        self._clock_seq = -1
+        self.timer_bar: tuple[Rect, tuple[int, int, int, int]] | None = None  # the countdown bar as drawn
         self.resize(*app.size)
 
     # ------------------------------------------------------------------ layout
@@ -269,7 +282,10 @@ class TurnBasedScene(Scene):
         msg_live = bool(self.message[0]) and now_ns - self.message[1] < MESSAGE_S * NS
         rej_live = self.rejected is not None and now_ns - self.rejected[1] < REJECT_S * NS
         pending = len(model.predictor.pending) if model is not None and model.predictor is not None else 0
+        clock = self.turn_clock(model, now_ns)
+        self.clock_left = None if clock is None else clock[0]
         key_now = (None if model is None else model.version, id(state), session.status, session.message,
+                   None if clock is None else round(clock[0] * 8),
                    self.w, self.h, self.hover, self.mouse if self.buttons else None, self._local, msg_live, rej_live,
                    pending, self.animating(state, now_ns) if state is not None else None,
                    (model.match_state or {}).get("status") if model is not None else None)
@@ -308,6 +324,55 @@ class TurnBasedScene(Scene):
             self.on_event(ev, model, state, now_ns)
         if self.over_at is None and (model.match_state or {}).get("status") == "over":
             self.over_at = now_ns
+
+    def turn_clock(self, model: Any, now_ns: int) -> tuple[float, float] | None:
+        """(seconds left, seconds in all) on the running turn timer, or None when there is none.
+
+        The game's rules say which timed wait the confirmed state is in (``timers``: the timer with
+        a delay); when that wait is first seen, its start is the local receive time of the latest
+        event that starts a wait (``TIMER_EVENTS``) among those that came with it, else the receive
+        time of the state update itself."""
+        if model is None or model.predictor is None or model.rules is None:
+            return None
+        try:
+            total = float((model.settings or {}).get("turn_timer_s") or 0)
+        except (TypeError, ValueError):
+            return None
+        state = model.predictor.confirmed
+        if total <= 0 or state is None or (model.match_state or {}).get("status") not in (None, "playing"):
+            self._clock = None
+            return None
+        name = None
+        try:
+            for t in model.rules.timers(state):
+                if t.delay_ns > 0:
+                    name = t.name
+                    break
+        except Exception:  # a view without what the rules need: no countdown rather than a crash
+            name = None
+        seq = model.predictor.confirmed_seq
+        if name is None:
+            self._clock = None
+            self._clock_seq = seq
+            return None
+        ident = (model.predictor.game, name)
+        if self._clock is None or self._clock[0] != ident:
+            self._clock = (ident, seq, self._clock_seq if self._clock is None else self._clock[1])
+        self._clock_seq = seq
+        _, key_seq, prev_seq = self._clock
+        start = None
+        kinds = TIMER_EVENTS.get(self.game, ())
+        for ev in reversed(model.events):
+            if ev.seq <= prev_seq:
+                break
+            if ev.seq <= key_seq and ev.type in kinds:
+                start = model.seq_received_ns.get(ev.seq)
+                if start is not None:
+                    break
+        if start is None:
+            start = model.seq_received_ns.get(key_seq, now_ns)
+        left = total - (now_ns - start) / NS
+        return max(0.0, min(total, left)), total
 
     def refused(self, action: Any, code: str, detail: str, now_ns: int, by_relay: bool = False) -> None:
         why = reason_text(code, detail)
@@ -349,10 +414,28 @@ class TurnBasedScene(Scene):
             now = (f"{who}'s turn" if len(acting) == 1 else f"waiting for {who}") if acting else self.idle_banner(state)
             big = (f"WATCHING {model.match} — " if watching else "") + now
             small = others
+        clock = self.turn_clock(model, now_ns) if state is not None and not game_over else None
+        self.timer_bar = None
         c.rect(br.x, br.y, br.w, br.h, colour)
         self.text(f * 1.0, br.y + f * 0.85, big, 1.6, WHITE, ax="left", bold=True, max_w=self.w - f * 22)
-        self.text(f * 1.0, br.y - f * 1.05, small, 1.05, (255, 250, 235, 255), ax="left", max_w=self.w - f * 2)
+        self.text(f * 1.0, br.y - f * 1.05, small, 1.05, (255, 250, 235, 255), ax="left",
+                  max_w=self.w - f * (9 if clock is not None else 2))
         self.banner, self.prompt_text = big, small
+        if clock is not None:
+            left, total = clock
+            frac = left / total if total > 0 else 0.0
+            bar_h = f * 0.5
+            by = br.bottom - bar_h / 2  # just under the banner, in the gap above the board
+            c.rect(br.x, by, br.w, bar_h, (15, 18, 24, 255))
+            mine_now = me is not None and me in acting
+            bar_c = RED if left < min(5.0, total * 0.34) else ((255, 245, 215, 255) if mine_now else (120, 170, 255, 255))
+            if frac > 0:
+                c.rect(br.left + br.w * frac / 2, by, br.w * frac, bar_h, bar_c)
+            self.timer_bar = (Rect(br.left + br.w * frac / 2, by, br.w * frac, bar_h), bar_c)
+            secs = f"{int(left + 0.999)} s"
+            # on the prompt line's right end (the top right corner is the network HUD's)
+            self.text(self.w - f * 1.0, br.y - f * 1.0, secs, 1.3,
+                      (255, 215, 200, 255) if left < 5 else WHITE, ax="right", bold=True)
         # the player list
         sr = self.side_rect
         c.rect(sr.x, sr.y, sr.w, sr.h, PANEL, radius=f * 0.8)
@@ -523,5 +606,6 @@ class TurnBasedScene(Scene):
         pending = model.predictor.pending if model is not None and model.predictor is not None else []
         return {"scene": self.name, "game": self.game, "banner": self.banner, "prompt": self.prompt_text,
                 "message": self.message[0], "pending": len(pending),
+                "timer": None if self.clock_left is None else round(self.clock_left, 2),
                 "phase": getattr(state, "phase", None),
                 "buttons": {b.id: b.enabled for b in self.buttons}}
