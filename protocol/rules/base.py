@@ -115,6 +115,19 @@ class Timer:
     action: Any  # applied with player=SYSTEM when the timer fires, if the state still asks for it
 
 
+class RulesModule:
+    """Base of each game module's ``RULES`` object: the module's engine functions, found by name in
+    the module's namespace (``RULES = _Rules(globals())``); a subclass adds the game's facts
+    (``name``, player counts, ``stale_code``, ``realtime``) and its settings checks."""
+
+    FUNCTIONS = ("new_game", "apply", "complete", "view", "legal_actions", "outcome", "timers",
+                 "to_wire", "from_wire", "action_from_wire", "action_to_wire")
+
+    def __init__(self, namespace: dict[str, Any], extra: tuple[str, ...] = ()) -> None:
+        for fn in self.FUNCTIONS + extra:
+            setattr(self, fn, namespace[fn])
+
+
 class GameRules(Protocol):
     name: str
 

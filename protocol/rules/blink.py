@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from protocol.codec import message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, shuffled, decode_action
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, shuffled, decode_action, RulesModule
 
 NAME = "blink"
 NS = 1_000_000_000
@@ -642,7 +642,7 @@ def from_wire(data: dict[str, Any]) -> State:
 # --- the module as a GameRules object --------------------------------------------------------------
 
 
-class _Rules:
+class _Rules(RulesModule):
     name = NAME
     min_players = 2
     max_players = 2
@@ -660,17 +660,6 @@ class _Rules:
     def best_of(self, settings: dict[str, Any]) -> int:
         return make_settings(settings).best_of
 
-    new_game = staticmethod(new_game)
-    apply = staticmethod(apply)
-    complete = staticmethod(complete)
-    view = staticmethod(view)
-    legal_actions = staticmethod(legal_actions)
-    outcome = staticmethod(outcome)
-    timers = staticmethod(timers)
-    to_wire = staticmethod(to_wire)
-    from_wire = staticmethod(from_wire)
-    action_from_wire = staticmethod(action_from_wire)
-    action_to_wire = staticmethod(action_to_wire)
 
     def invariant_ok(self, state: State) -> bool:
         """The cards are exactly partitioned between draw piles, hands and centre piles."""
@@ -680,4 +669,4 @@ class _Rules:
         return sorted(c for c in seen if c is not None) == sorted(state.settings.deck.cards()[: 2 * (len(state.settings.deck.cards()) // 2)])
 
 
-RULES = _Rules()
+RULES = _Rules(globals())

@@ -41,7 +41,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 from protocol.codec import message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, decode_action
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, decode_action, RulesModule
 
 NAME = "ryo"
 NS = 1_000_000_000
@@ -882,7 +882,7 @@ def _best_lower(state: State, w: int) -> int:
 # --- the module as a GameRules object -------------------------------------------------------------
 
 
-class _Rules:
+class _Rules(RulesModule):
     name = NAME
     min_players = 2
     max_players = MAX_PLAYERS
@@ -900,20 +900,6 @@ class _Rules:
     def best_of(self, settings: dict[str, Any]) -> int:
         return 1  # a match of games is played inside one engine state
 
-    new_game = staticmethod(new_game)
-    apply = staticmethod(apply)
-    complete = staticmethod(complete)
-    view = staticmethod(view)
-    legal_actions = staticmethod(legal_actions)
-    outcome = staticmethod(outcome)
-    timers = staticmethod(timers)
-    to_wire = staticmethod(to_wire)
-    from_wire = staticmethod(from_wire)
-    action_from_wire = staticmethod(action_from_wire)
-    action_to_wire = staticmethod(action_to_wire)
-    bot_action = staticmethod(bot_action)
-    is_valid_build = staticmethod(is_valid_build)
-    beat_probability = staticmethod(beat_probability)
 
 
-RULES = _Rules()
+RULES = _Rules(globals(), extra=("bot_action", "is_valid_build", "beat_probability"))

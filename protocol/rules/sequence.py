@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from protocol.codec import message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, decode_action
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, decode_action, RulesModule
 
 NAME = "sequence"
 NS = 1_000_000_000
@@ -633,7 +633,7 @@ def bot_action(state: State, player: int) -> Action | None:
 # --- the module as a GameRules object -------------------------------------------------------------
 
 
-class _Rules:
+class _Rules(RulesModule):
     name = NAME
     min_players = 2
     max_players = 4
@@ -650,23 +650,10 @@ class _Rules:
     def best_of(self, settings: dict[str, Any]) -> int:
         return 1
 
-    new_game = staticmethod(new_game)
-    apply = staticmethod(apply)
-    complete = staticmethod(complete)
-    view = staticmethod(view)
-    legal_actions = staticmethod(legal_actions)
-    outcome = staticmethod(outcome)
-    timers = staticmethod(timers)
-    to_wire = staticmethod(to_wire)
-    from_wire = staticmethod(from_wire)
-    action_from_wire = staticmethod(action_from_wire)
-    action_to_wire = staticmethod(action_to_wire)
-    bot_action = staticmethod(bot_action)
-    has_sequence = staticmethod(has_sequence)
 
     def invariant_ok(self, state: State) -> bool:
         """No colour has more chips on the board than it owns."""
         return all(state.count(c) <= state.settings.chips_per_colour for c in range(len(COLOURS)))
 
 
-RULES = _Rules()
+RULES = _Rules(globals(), extra=("bot_action", "has_sequence"))

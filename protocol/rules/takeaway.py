@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from protocol.codec import message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, shuffled, decode_action
+from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, shuffled, decode_action, RulesModule
 
 NAME = "takeaway"
 NS = 1_000_000_000
@@ -620,7 +620,7 @@ def bot_action(state: State, player: int) -> Action | None:
 # --- the module as a GameRules object -------------------------------------------------------------
 
 
-class _Rules:
+class _Rules(RulesModule):
     name = NAME
     min_players = 2
     max_players = MAX_PLAYERS
@@ -637,20 +637,6 @@ class _Rules:
     def best_of(self, settings: dict[str, Any]) -> int:
         return 1
 
-    new_game = staticmethod(new_game)
-    apply = staticmethod(apply)
-    complete = staticmethod(complete)
-    view = staticmethod(view)
-    legal_actions = staticmethod(legal_actions)
-    outcome = staticmethod(outcome)
-    timers = staticmethod(timers)
-    to_wire = staticmethod(to_wire)
-    from_wire = staticmethod(from_wire)
-    action_from_wire = staticmethod(action_from_wire)
-    action_to_wire = staticmethod(action_to_wire)
-    bot_action = staticmethod(bot_action)
-    score = staticmethod(score)
-    is_locked = staticmethod(is_locked)
 
 
-RULES = _Rules()
+RULES = _Rules(globals(), extra=("bot_action", "score", "is_locked"))
