@@ -10,17 +10,12 @@ from hypothesis import given, settings, strategies as st
 
 from protocol.rules import blink
 from protocol.rules.base import SYSTEM, Accepted, FixedChance, Rejected
+from tests.helpers import RandomChance
 from protocol.rules.blink import Card, DrawCard, PickCard, PickTimeout, PlayCard, ResolveStalemate, StartRace
 
 C = Card.parse
 
 
-class Seeded:
-    def __init__(self, seed: int) -> None:
-        self.r = random.Random(seed)
-
-    def randbelow(self, n: int) -> int:
-        return self.r.randrange(n)
 
 
 def started(state: blink.State) -> blink.State:
@@ -82,7 +77,7 @@ def test_deck_is_data_another_deck_works() -> None:
     deck = blink.Deck(("a", "b", "c", "d", "e", "f"), ("p", "q", "r", "s", "t"), (1, 2))
     assert len(deck.cards()) == 60
     s = blink.make_settings({"deck": deck.to_wire()})
-    state = blink.new_game(s, 2, Seeded(1))
+    state = blink.new_game(s, 2, RandomChance(1))
     assert blink.RULES.invariant_ok(state)
     assert C("2-f-t", deck) in deck.cards()
     with pytest.raises(ValueError):
@@ -111,7 +106,7 @@ def test_matching_is_symmetric() -> None:
 
 
 def test_setup_deals_two_piles_face_down_centres_and_hands_of_three() -> None:
-    state = blink.new_game({}, 2, Seeded(7))
+    state = blink.new_game({}, 2, RandomChance(7))
     assert state.phase == "countdown"
     assert [len(h) for h in state.hands] == [3, 3]
     assert [len(d) for d in state.draw] == [26, 26]  # 30 each: 1 to the centre, 3 to the hand
@@ -127,7 +122,7 @@ def test_deal_takes_centre_then_hand_from_own_pile() -> None:
 
 
 def test_centre_cards_face_down_until_start_then_both_revealed_together() -> None:
-    state = blink.new_game({}, 2, Seeded(3))
+    state = blink.new_game({}, 2, RandomChance(3))
     for seat in (0, 1, None):
         assert all(c is None for p in blink.view(state, seat).piles for c in p)
     r = blink.apply(state, SYSTEM, StartRace())
@@ -138,7 +133,7 @@ def test_centre_cards_face_down_until_start_then_both_revealed_together() -> Non
 
 
 def test_a_play_before_the_start_is_rejected() -> None:
-    state = blink.new_game({}, 2, Seeded(3))
+    state = blink.new_game({}, 2, RandomChance(3))
     card = str(state.hands[0][0])
     r = blink.apply(state, 0, PlayCard(card, 0))
     assert isinstance(r, Rejected) and r.code == "not_running"
@@ -343,7 +338,7 @@ def test_stale_stalemate_actions_are_refused() -> None:
 
 
 def test_view_hides_opponent_hand_and_all_draw_order() -> None:
-    state = started(blink.new_game({}, 2, Seeded(11)))
+    state = started(blink.new_game({}, 2, RandomChance(11)))
     v0 = blink.view(state, 0)
     assert v0.hands[0] == state.hands[0]
     assert all(c is None for c in v0.hands[1]) and len(v0.hands[1]) == 3
@@ -358,7 +353,7 @@ def test_view_hides_opponent_hand_and_all_draw_order() -> None:
 
 
 def test_a_client_predicts_on_its_view_with_the_same_engine() -> None:
-    state = started(blink.new_game({}, 2, Seeded(5)))
+    state = started(blink.new_game({}, 2, RandomChance(5)))
     v = blink.view(state, 0)
     for action in blink.legal_actions(state, 0):
         real, predicted = blink.apply(state, 0, action), blink.apply(v, 0, action)
@@ -375,7 +370,7 @@ def test_a_client_predicts_on_its_view_with_the_same_engine() -> None:
 
 def random_walk(seed: int, steps: int) -> list[tuple[blink.State, object, Accepted[blink.State] | Rejected]]:
     rng = random.Random(seed)
-    state = blink.new_game({"best_of": 1}, 2, Seeded(seed))
+    state = blink.new_game({"best_of": 1}, 2, RandomChance(seed))
     trail = []
     for _ in range(steps):
         options: list[tuple[int | None, object]] = []
@@ -422,7 +417,7 @@ def test_a_rejected_action_leaves_the_state_unchanged(seed: int) -> None:
             assert result.code and result.code.replace("_", "").isalpha()  # a short stable reason code
     assert rejections > 0  # the walk does try illegal actions
     # immutability: the frozen dataclass refuses mutation outright
-    state = blink.new_game({}, 2, Seeded(seed))
+    state = blink.new_game({}, 2, RandomChance(seed))
     with pytest.raises(Exception):
         state.phase = "over"  # type: ignore[misc]
 
@@ -438,7 +433,7 @@ def test_same_seed_and_actions_give_the_same_game(seed: int) -> None:
 
 def test_random_games_always_end() -> None:
     for seed in range(30):
-        state = blink.new_game({}, 2, Seeded(seed))
+        state = blink.new_game({}, 2, RandomChance(seed))
         rng = random.Random(seed)
         for _ in range(2000):
             if state.phase == "over":

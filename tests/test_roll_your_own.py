@@ -12,20 +12,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from protocol.rules import roll_your_own as R
-from protocol.rules.base import SYSTEM, Accepted, FixedChance, Rejected
+from protocol.rules.base import SYSTEM, FixedChance, Rejected
+from tests.helpers import RandomChance, ok
 
 
-class RandomChance:
-    def __init__(self, seed: int) -> None:
-        self._r = random.Random(seed)
-
-    def randbelow(self, n: int) -> int:
-        return self._r.randrange(n)
-
-
-def ok(result):
-    assert isinstance(result, Accepted), result
-    return result
 
 
 def built(dice, settings=None):

@@ -10,20 +10,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from protocol.rules import sequence as S
-from protocol.rules.base import SYSTEM, Accepted, FixedChance, Rejected
+from protocol.rules.base import SYSTEM, FixedChance, Rejected
+from tests.helpers import RandomChance, ok
 
 
-class RandomChance:
-    def __init__(self, seed: int) -> None:
-        self._r = random.Random(seed)
-
-    def randbelow(self, n: int) -> int:
-        return self._r.randrange(n)
-
-
-def ok(result):
-    assert isinstance(result, Accepted), result
-    return result
 
 
 def brute_has_sequence(owned, length):
