@@ -100,6 +100,7 @@ class Connection:
         self.impairment = impairment if impairment and impairment.active else None
         self.ping_interval_s = ping_interval_s
         self.bad_messages = 0
+        self.lost: str | None = None  # why the broker connection ended, if it did
         self._client: aiomqtt.Client | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._watching: set[str] = set()
@@ -189,6 +190,14 @@ class Connection:
             log.warning("publish failed: %s", exc)
 
     async def _reader(self) -> None:
+        try:
+            await self._read()
+        except aiomqtt.MqttError as exc:
+            # The broker went away (or closed us): say so once, where the application can see it.
+            self.lost = str(exc)
+            log.warning("connection to %s lost: %s", self.address.url, exc)
+
+    async def _read(self) -> None:
         assert self._client is not None
         async for msg in self._client.messages:
             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
