@@ -52,6 +52,13 @@ class Bounce:
 
 
 @dataclass(frozen=True)
+class ConnectionLost:
+    """Not a wire message: the networking shell's word that the broker connection has ended."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Verdict:
     id: int
     ok: bool
@@ -151,6 +158,7 @@ class ClientModel:
     resyncs: int = 0
     version: int = 0  # bumped on every change the screen or a bot should react to
     spectating: bool = False  # watching a match by code: read-only, state from the public snapshot
+    lost: str | None = None  # set when the connection to the broker has ended
 
     def spectate(self, code: str) -> None:
         self.match, self.seat, self.spectating = code, None, True
@@ -165,7 +173,10 @@ class ClientModel:
     def on_message(self, msg: Any, now_ns: int) -> list[Any]:
         """Take one message from the relay; return requests to send back (e.g. a Resync)."""
         out: list[Any] = []
-        if isinstance(msg, m.Pong):
+        if isinstance(msg, ConnectionLost):
+            self.lost = msg.reason
+            self.version += 1
+        elif isinstance(msg, m.Pong):
             self.clock.add(sample(msg.t0, msg.t1, msg.t2, now_ns))
         elif isinstance(msg, m.Probe):
             out.append(m.ProbeReply(msg.sent_ns))  # answered at once: the relay times the round trip

@@ -29,6 +29,7 @@ import aiomqtt
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics
+from client.model import ConnectionLost
 from relay.broker import NODELAY, BrokerAddress
 
 log = logging.getLogger("blink.net")
@@ -196,6 +197,7 @@ class Connection:
             # The broker went away (or closed us): say so once, where the application can see it.
             self.lost = str(exc)
             log.warning("connection to %s lost: %s", self.address.url, exc)
+            self._deliver(ConnectionLost(self.lost))
 
     async def _read(self) -> None:
         assert self._client is not None

@@ -52,7 +52,10 @@ class Hud:
         self._since, self._frames = now_ns, 0
         self._next = now_ns + NS // 4
         clock = model.clock if model is not None else None
-        set_text(self.label, hud_text(clock.rtt_ns if clock else None, clock.offset_ns if clock else None, fps))
+        text = hud_text(clock.rtt_ns if clock else None, clock.offset_ns if clock else None, fps)
+        if model is not None and getattr(model, "lost", None):
+            text = "CONNECTION LOST — the relay's broker went away   " + text
+        set_text(self.label, text)
 
     def draw(self) -> None:
         self.batch.draw()
