@@ -88,3 +88,12 @@ def test_a_spectator_sees_the_public_state_and_cannot_play() -> None:
     assert model.game == "blink" and str(state.top(0)) == "3-red-star"
     assert all(c is None for hand in state.hands for c in hand)  # no hand is visible to a spectator
     assert isinstance(model.act(blink.PlayCard("1-red-moon", 0), h.now), Rejected)
+
+
+def test_a_lost_connection_is_recorded_for_the_screen() -> None:
+    from client.model import ConnectionLost
+
+    model = ClientModel("a", "a")
+    before = model.version
+    model.on_message(ConnectionLost("broker closed the connection"), 0)
+    assert model.lost == "broker closed the connection" and model.version > before
