@@ -76,6 +76,18 @@ def roll_die(chance: Chance, sides: int = 6) -> int:
     return chance.randbelow(sides) + 1
 
 
+def settings_map(data: Any, known: Any, game: str) -> dict[str, Any]:
+    """The first checks of every game's settings: a map (or nothing), with no key the game's
+    ``Settings`` dataclass (``known``) does not have. Returns a copy to read values from."""
+    if data is not None and not isinstance(data, dict):
+        raise ValueError(f"{game} settings must be a map")
+    data = dict(data or {})
+    unknown = set(data) - set(known.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown {game} settings: {', '.join(sorted(map(str, unknown)))}")
+    return data
+
+
 def decode_action(data: dict[str, Any], allowed: tuple[type, ...], game: str) -> Any:
     """A game action from its nested wire map; ValueError (the relay answers ``malformed``) for
     anything that is not one of ``allowed`` -- a player can never send the relay's own actions."""

@@ -30,7 +30,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from protocol.codec import message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, shuffled, decode_action, RulesModule
+from protocol.rules.base import (
+    SYSTEM,
+    Accepted,
+    Chance,
+    EventData,
+    Outcome,
+    Rejected,
+    Timer,
+    shuffled,
+    decode_action,
+    RulesModule,
+    settings_map,
+)
 
 NAME = "blink"
 NS = 1_000_000_000
@@ -150,11 +162,7 @@ class Settings:
 
 def make_settings(data: dict[str, Any] | None = None) -> Settings:
     """Validated settings from a map; unknown keys or out-of-range values raise ValueError."""
-    data = dict(data or {})
-    known = set(Settings.__dataclass_fields__)
-    unknown = set(data) - known
-    if unknown:
-        raise ValueError(f"unknown blink settings: {', '.join(sorted(map(str, unknown)))}")
+    data = settings_map(data, Settings, "blink")
     kw: dict[str, Any] = {}
     if "deck" in data:
         kw["deck"] = data["deck"] if isinstance(data["deck"], Deck) else Deck.from_wire(data["deck"])

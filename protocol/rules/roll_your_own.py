@@ -41,7 +41,18 @@ from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 from protocol.codec import message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, decode_action, RulesModule
+from protocol.rules.base import (
+    SYSTEM,
+    Accepted,
+    Chance,
+    EventData,
+    Outcome,
+    Rejected,
+    Timer,
+    decode_action,
+    RulesModule,
+    settings_map,
+)
 
 NAME = "ryo"
 NS = 1_000_000_000
@@ -109,12 +120,7 @@ class Settings:
 def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
     if isinstance(data, Settings):
         return data
-    if data is not None and not isinstance(data, dict):
-        raise ValueError("roll-your-own settings must be a map")
-    data = dict(data or {})
-    unknown = set(data) - set(Settings.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown roll-your-own settings: {', '.join(sorted(map(str, unknown)))}")
+    data = settings_map(data, Settings, "roll-your-own")
     kw: dict[str, Any] = {}
     for key, lo, hi in (("budget", 0, 60), ("max_face", 1, 20), ("rolls_per_round", 1, 99),
                         ("rounds_per_game", 1, 99), ("games_per_match", 1, 99)):

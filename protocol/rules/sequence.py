@@ -37,7 +37,19 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from protocol.codec import message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, decode_action, RulesModule
+from protocol.rules.base import (
+    SYSTEM,
+    Accepted,
+    Chance,
+    EventData,
+    Outcome,
+    Rejected,
+    Timer,
+    roll_die,
+    decode_action,
+    RulesModule,
+    settings_map,
+)
 
 NAME = "sequence"
 NS = 1_000_000_000
@@ -118,12 +130,7 @@ class Settings:
 def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
     if isinstance(data, Settings):
         return data
-    if data is not None and not isinstance(data, dict):
-        raise ValueError("sequence settings must be a map")
-    data = dict(data or {})
-    unknown = set(data) - set(Settings.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown sequence settings: {', '.join(sorted(map(str, unknown)))}")
+    data = settings_map(data, Settings, "sequence")
     kw: dict[str, Any] = {}
     if "board" in data:
         b = data["board"]

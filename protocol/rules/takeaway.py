@@ -38,7 +38,20 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from protocol.codec import message, to_dict
-from protocol.rules.base import SYSTEM, Accepted, Chance, EventData, Outcome, Rejected, Timer, roll_die, shuffled, decode_action, RulesModule
+from protocol.rules.base import (
+    SYSTEM,
+    Accepted,
+    Chance,
+    EventData,
+    Outcome,
+    Rejected,
+    Timer,
+    roll_die,
+    shuffled,
+    decode_action,
+    RulesModule,
+    settings_map,
+)
 
 NAME = "takeaway"
 NS = 1_000_000_000
@@ -181,12 +194,7 @@ def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
     """Validated settings from a map; unknown keys or bad values raise ValueError."""
     if isinstance(data, Settings):
         return data
-    if data is not None and not isinstance(data, dict):
-        raise ValueError("takeaway settings must be a map")
-    data = dict(data or {})
-    unknown = set(data) - set(Settings.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown takeaway settings: {', '.join(sorted(map(str, unknown)))}")
+    data = settings_map(data, Settings, "takeaway")
     kw: dict[str, Any] = {}
     layout = data.get("layout", "hex19")
     if not isinstance(layout, str) or (layout not in LAYOUTS and layout not in SPECIAL_LAYOUTS):

@@ -66,3 +66,15 @@ class Scene:
     def describe(self) -> dict[str, Any]:
         """What the scene shows, as data (tests compare it with the relay's state)."""
         return {"scene": self.name}
+
+
+def newer(items: Any, last: Any) -> list[Any]:
+    """The items of an append-only sequence (a bounded deque) that come after ``last``, oldest
+    first; all of them when ``last`` is not there (it aged out, or nothing was seen yet)."""
+    out: list[Any] = []
+    for item in reversed(items):
+        if item is last:
+            break
+        out.append(item)
+    out.reverse()
+    return out

@@ -38,7 +38,7 @@ from client.window.cards import FELT, FONT, CardView, Layer, glyph_font, label, 
 from client.window.layout import EMPTY, Rect, TableLayout, stable_slots, table_layout
 from client.window.mesh import Mesh, mix
 from client.window import geometry as geo
-from client.window.scenes.base import Scene
+from client.window.scenes.base import Scene, newer
 from client.window import texts
 
 NS = 1_000_000_000
@@ -247,14 +247,10 @@ class TableScene(Scene):
             self.over_at = None
             self.selected = None
             self.flights.clear()
-        new_b = []
-        for b in reversed(model.bounces):
-            if b is self._last_bounce:
-                break
-            new_b.append(b)
+        new_b = newer(model.bounces, self._last_bounce)
         if model.bounces:
             self._last_bounce = model.bounces[-1]
-        for b in reversed(new_b):
+        for b in new_b:
             if isinstance(b.action, blink.PlayCard):
                 try:
                     card = blink.Card.parse(b.action.card, state.settings.deck)
@@ -264,25 +260,17 @@ class TableScene(Scene):
                 self.flights.append(Flight(card, (pile.x, pile.y), now_ns, card))
             self._say(texts.reason_text(b.code), now_ns)
             sounds.play("bounce")
-        new_v = []
-        for v in reversed(model.verdicts):
-            if v is self._last_verdict:
-                break
-            new_v.append(v)
+        new_v = newer(model.verdicts, self._last_verdict)
         if model.verdicts:
             self._last_verdict = model.verdicts[-1]
-        for v in reversed(new_v):
+        for v in new_v:
             if v.ok and isinstance(v.action, blink.PlayCard):
                 sounds.play("land")
                 self.flash[v.action.pile] = ("landed", now_ns)
-        new_e = []
-        for ev in reversed(model.events):
-            if ev is self._last_event:
-                break
-            new_e.append(ev)
+        new_e = newer(model.events, self._last_event)
         if model.events:
             self._last_event = model.events[-1]
-        for ev in reversed(new_e):
+        for ev in new_e:
             self._on_event(ev, model, state, now_ns)
         if self.over_at is None and (model.match_state or {}).get("status") == "over":
             self.over_at = now_ns

@@ -44,7 +44,7 @@ from client.window.cards import Layer, label
 from client.window.draw2d import Canvas
 from client.window.layout import Rect
 from client.window.mesh import Mesh
-from client.window.scenes.base import Scene
+from client.window.scenes.base import Scene, newer
 from client.window import texts
 
 NS = 1_000_000_000
@@ -304,23 +304,15 @@ class TurnBasedScene(Scene):
         if model.predictor is not None and model.predictor.game != self._seen_game:
             self._seen_game = model.predictor.game
             self.over_at = None
-        new_b = []
-        for b in reversed(model.bounces):
-            if b is self._last_bounce:
-                break
-            new_b.append(b)
+        new_b = newer(model.bounces, self._last_bounce)
         if model.bounces:
             self._last_bounce = model.bounces[-1]
-        for b in reversed(new_b):
+        for b in new_b:
             self.refused(b.action, b.code, b.detail, now_ns, by_relay=True)
-        new_e = []
-        for ev in reversed(model.events):
-            if ev is self._last_event:
-                break
-            new_e.append(ev)
+        new_e = newer(model.events, self._last_event)
         if model.events:
             self._last_event = model.events[-1]
-        for ev in reversed(new_e):
+        for ev in new_e:
             self.on_event(ev, model, state, now_ns)
         if self.over_at is None and (model.match_state or {}).get("status") == "over":
             self.over_at = now_ns
