@@ -1,29 +1,36 @@
-"""The four rule engines, found by game name (see base.py for the surface they share)."""
+"""The four rule engines, found by game name in one static registry (see base.py for the surface
+they share)."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-MODULES = {
-    "blink": "blink",
-    "takeaway": "takeaway",
-    "sequence": "sequence",
-    "ryo": "roll_your_own",
-    "roll_your_own": "roll_your_own",
+from protocol.rules import blink, roll_your_own, sequence, takeaway
+
+#: Every game by its canonical name (as shown to users). Consumers ask the registry; none compares
+#: a game's name.
+GAMES: dict[str, Any] = {
+    "blink": blink.RULES,
+    "takeaway": takeaway.RULES,
+    "sequence": sequence.RULES,
+    "ryo": roll_your_own.RULES,
 }
+ALIASES = {"roll_your_own": "ryo"}
 
 #: Canonical names, as shown to users.
-GAME_NAMES = ("blink", "takeaway", "sequence", "ryo")
+GAME_NAMES = tuple(GAMES)
 
 
 def canonical(name: str) -> str:
-    return "ryo" if name == "roll_your_own" else name
+    return ALIASES.get(name, name)
 
 
-def rules_for(name: str) -> Any:
-    """The ``RULES`` object of a game; raises ValueError for an unknown game."""
-    module = MODULES.get(name)
-    if module is None:
-        raise ValueError(f"unknown game {name!r}; choose one of {', '.join(GAME_NAMES)}")
-    return importlib.import_module(f"protocol.rules.{module}").RULES
+def game_for(name: str) -> Any:
+    """The game called ``name`` (or an alias); raises ValueError for an unknown game."""
+    game = GAMES.get(canonical(name))
+    if game is None:
+        raise ValueError(f"unknown game {name!r}; choose one of {', '.join(GAMES)}")
+    return game
+
+
+rules_for = game_for  # the older name
