@@ -200,10 +200,20 @@ class SqliteJournal:
         self._lock = lock
         self._mutex = threading.Lock()
         self._closed = False
+        self._connection: sqlite3.Connection | None = None
+        self._notes: list[str] = []  # what recovery on open did, for recovery_note
         try:
-            self._conn = self._connect()
-            self._init_schema()
-            self._last, self._compacted = self._recover()
+            try:
+                self._open()
+            except sqlite3.DatabaseError as exc:
+                if getattr(exc, "sqlite_errorcode", None) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+                    raise
+                # The file itself is damaged (a lost or torn page): copy out what is readable.
+                note = self._salvage(_why(exc))
+                self._open()
+                self._notes.insert(0, note)
+            if self._notes:
+                self.recovery_note = f"journal {self.path}: " + "; ".join(self._notes)
         except JournalError:
             self._abandon()
             raise
@@ -212,6 +222,19 @@ class SqliteJournal:
             raise JournalError(f"cannot open the journal {self.path}: {_why(exc)}") from exc
 
     # ---- opening
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise JournalError(f"the journal {self.path} is closed")
+        return self._connection
+
+    def _open(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+        self._connection = self._connect()
+        self._init_schema()
+        self._last, self._compacted = self._recover()
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: transactions are ours (BEGIN IMMEDIATE … COMMIT), one per append.
@@ -254,7 +277,7 @@ class SqliteJournal:
         """Verify the live entries and snapshots; keep the valid prefix. Returns (last, compacted)."""
         conn = self._conn
         compacted = self._meta("compacted")
-        notes: list[str] = []
+        notes = self._notes
         # Snapshots first: one that fails its checksum is dropped; the newest valid one is used.
         bad_snaps = [pos for pos, blob, crc in conn.execute("SELECT pos, blob, crc FROM snapshots")
                      if not isinstance(blob, bytes) or zlib.crc32(blob) != crc]
@@ -275,30 +298,18 @@ class SqliteJournal:
         expected = base + 1
         bad_at: int | None = None
         reason = ""
-        damaged = False
-        try:
-            cursor = conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE pos > ? ORDER BY pos", (base,))
-            for row in cursor:
-                if row[0] != expected:
-                    bad_at, reason = expected, f"entry {expected} is missing (next is {row[0]})"
-                    break
-                if _entry(row) is None:
-                    bad_at, reason = expected, f"entry {expected} failed its checksum"
-                    break
-                expected += 1
-            cursor.close()
-        except sqlite3.DatabaseError as exc:
-            damaged = True
-            bad_at, reason = expected, f"the file is damaged from entry {expected} on ({_why(exc)})"
+        # (a damaged file raises sqlite3.DatabaseError here: the caller salvages it)
+        for row in conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE pos > ? ORDER BY pos", (base,)):
+            if row[0] != expected:
+                bad_at, reason = expected, f"entry {expected} is missing (next is {row[0]})"
+                break
+            if _entry(row) is None:
+                bad_at, reason = expected, f"entry {expected} failed its checksum"
+                break
+            expected += 1
         last = expected - 1
         if bad_at is not None:
-            if damaged:
-                note, compacted = self._rebuild(compacted, base, last, reason)
-                notes.append(note)
-            else:
-                notes.append(self._set_aside(bad_at, reason))
-        if notes:
-            self.recovery_note = f"journal {self.path}: " + "; ".join(notes)
+            notes.append(self._set_aside(bad_at, reason))
         return last, compacted
 
     def _set_aside(self, from_pos: int, reason: str) -> str:
@@ -315,29 +326,46 @@ class SqliteJournal:
         return (f"{reason}; kept entries up to {from_pos - 1}, set aside {count} later entr"
                 f"{'y' if count == 1 else 'ies'} (up to {top}) in table 'discarded'")
 
-    def _rebuild(self, compacted: int, base: int, last: int, reason: str) -> tuple[str, int]:
+    def _salvage(self, why: str) -> str:
         """Copy what is readable of a damaged file into a fresh one and move the damaged one aside.
 
-        Kept: meta, the snapshot at ``base`` (if any), the entries ``base+1 .. last`` (verified
-        readable just before) and, when they are still readable, the entries the snapshot covers.
-        Returns the note and the compaction point of the fresh file."""
-        conn = self._conn
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        snaps = conn.execute("SELECT pos, blob, crc FROM snapshots WHERE pos = ?", (base,)).fetchall()
-        rows = conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE pos > ? AND pos <= ? ORDER BY pos",
-                            (base, last)).fetchall()
-        if base > compacted:
+        Kept: meta, the newest valid snapshot, and the longest run of valid entries after the
+        compaction point (or, if that run breaks before the snapshot, after the snapshot)."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        old = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            # writable_schema lets SQLite open a file shorter than its header says (a truncated
+            # file); query_only makes sure nothing is written to the damaged file.
+            old.execute("PRAGMA writable_schema=ON")
+            old.execute("PRAGMA query_only=ON")
             try:
-                covered = conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE pos > ? AND pos <= ? ORDER BY pos",
-                                       (compacted, base)).fetchall()
+                meta = dict(old.execute("SELECT key, value FROM meta").fetchall())
+            except sqlite3.DatabaseError as exc:
+                detail = why if _why(exc) == why else f"{why}; {_why(exc)}"
+                raise JournalError(f"the journal {self.path} is damaged beyond repair ({detail}): "
+                                   f"move it aside to start afresh") from exc
+            if int(meta.get("schema", 0)) > SCHEMA_VERSION:
+                raise JournalError(f"the journal {self.path} is damaged ({why}) and was written by a newer "
+                                   f"version of blink: repair it with that version")
+            compacted = int(meta.get("compacted", 0))
+            try:
+                snaps = [(p, b, c) for p, b, c in old.execute("SELECT pos, blob, crc FROM snapshots ORDER BY pos DESC")
+                         if isinstance(b, bytes) and zlib.crc32(b) == c and p >= compacted][:1]
             except sqlite3.DatabaseError:
-                covered = []
-            if [r[0] for r in covered] == list(range(compacted + 1, base + 1)):
-                rows = covered + rows
-            else:
-                compacted = base  # the snapshot stands for them; the damaged copies are not kept
+                snaps = []
+            if compacted and not snaps:
+                raise JournalError(f"the journal {self.path} is damaged ({why}) and no snapshot covering its "
+                                   f"compacted part is readable: move it aside to start afresh")
+            base = snaps[0][0] if snaps else 0
+            rows = _valid_run(old, compacted)
+            if compacted + len(rows) < base:
+                compacted, rows = base, _valid_run(old, base)  # the snapshot stands for the lost ones
+        finally:
+            old.close()
+        last = compacted + len(rows)
         meta["compacted"] = compacted
-        conn.close()
         fresh = self.path.with_name(self.path.name + ".rebuild")
         for p in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
             p.unlink(missing_ok=True)
@@ -366,8 +394,7 @@ class SqliteJournal:
                 os.replace(side, Path(f"{aside}{suffix}"))
         os.replace(fresh, self.path)
         _fsync_dir(self.path.parent)
-        self._conn = self._connect()
-        return f"{reason}; kept entries up to {last}, moved the damaged file to {aside.name}", compacted
+        return f"the file is damaged ({why}); kept entries up to {last}, moved the damaged file to {aside.name}"
 
     # ---- the interface
 
@@ -478,7 +505,9 @@ class SqliteJournal:
                 return
             self._closed = True
             try:
-                self._conn.close()
+                if self._connection is not None:
+                    self._connection.close()
+                    self._connection = None
             finally:
                 self._release()
 
@@ -493,9 +522,9 @@ class SqliteJournal:
             raise JournalError(f"the journal {self.path} is closed")
 
     def _abandon(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
-            conn.close()
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
         self._closed = True
         self._release()
 
@@ -572,6 +601,19 @@ def open_journal(data_dir: str | Path, *, durable: bool = True) -> SqliteJournal
         raise JournalError(f"the data directory {data_dir} is not writable: {_why(exc)}") from exc
     lock = DirLock(data_dir)
     return SqliteJournal(data_dir / "journal.db", durable=durable, lock=lock)
+
+
+def _valid_run(conn: sqlite3.Connection, after: int) -> list[Any]:
+    """The valid, gap-free entries after position ``after`` of a damaged file, up to the first bad one."""
+    rows: list[Any] = []
+    try:
+        for row in conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE pos > ? ORDER BY pos", (after,)):
+            if row[0] != after + len(rows) + 1 or _entry(row) is None:
+                break
+            rows.append(row)
+    except sqlite3.DatabaseError:
+        pass  # the damage: everything before it is kept
+    return rows
 
 
 def _fsync_dir(path: Path) -> None:
