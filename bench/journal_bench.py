@@ -47,7 +47,7 @@ T = Topics()
 NS = 1_000_000_000
 
 
-def timed(run_batch: Callable[[int], None], seconds: float, max_batches: int) -> tuple[int, float]:
+def timed(run_batch: Callable[[int], object], seconds: float, max_batches: int) -> tuple[int, float]:
     """Run batches until ``seconds`` have passed (or ``max_batches``); return (batches, elapsed)."""
     start = time.perf_counter()
     n = 0

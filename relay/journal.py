@@ -244,6 +244,7 @@ class SqliteJournal:
             if not mode or str(mode[0]).lower() != "wal":
                 raise JournalError(f"the journal {self.path} cannot use WAL mode (got {mode})")
             conn.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'NORMAL'}")
+            conn.execute("PRAGMA journal_size_limit=67108864")  # the WAL shrinks back after a burst
         except BaseException:
             conn.close()
             raise

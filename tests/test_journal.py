@@ -114,6 +114,10 @@ def test_a_stale_fence_is_refused_and_changes_nothing(journal: SqliteJournal) ->
         journal.append(entries(5), fence=3)
     assert journal.last_position() == 3 and len(list(journal.read())) == 3
     assert journal.append([Tick(9)], fence=4) == 4
+    assert journal.append([], fence=9) == 4  # an owner can announce its epoch before it has anything to write
+    with pytest.raises(FencedError):
+        journal.append([Tick(10)], fence=4)
+    assert journal.append([Tick(10)]) == 5  # unfenced: the single-process relay, fenced by its directory lock
 
 
 def test_the_sqlite_journal_satisfies_the_interface(tmp_path: Path) -> None:
