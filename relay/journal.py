@@ -53,8 +53,12 @@ an exclusive ``fcntl.flock`` on ``DIR/journal.lock`` and writes its pid into it.
 is refused with a message naming that pid; the kernel releases the lock when its holder dies, so
 a crashed relay never leaves a stale lock behind.
 
-``SqliteJournal`` may be used from one thread at a time, any thread (a shell can run ``append``
-in ``asyncio.to_thread`` so that the fsync does not stall its event loop).
+``replay(journal, core_factory, restore)`` rebuilds a core: ``restore(blob)`` of the latest
+snapshot (or ``core_factory()`` when there is none), then ``feed`` of every later entry into the
+core's ``handle``/``tick`` (duck-typed: anything with those two methods), outputs discarded.
+
+``SqliteJournal`` may be used from any thread, one call at a time (calls are serialised by a
+mutex), so a shell can run ``append`` in ``asyncio.to_thread`` if it wants the fsync off its loop.
 """
 
 from __future__ import annotations
@@ -206,9 +210,11 @@ class SqliteJournal:
             try:
                 self._open()
             except sqlite3.DatabaseError as exc:
-                if getattr(exc, "sqlite_errorcode", None) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+                primary = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # extended codes carry it in the low byte
+                if primary not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
                     raise
                 # The file itself is damaged (a lost or torn page): copy out what is readable.
+                self._notes.clear()  # anything done to the damaged file before is moot now
                 note = self._salvage(_why(exc))
                 self._open()
                 self._notes.insert(0, note)
