@@ -273,7 +273,8 @@ class SqliteJournal:
                     f"data directory")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
 
     def _meta(self, key: str, default: int = 0) -> int:
@@ -328,7 +329,8 @@ class SqliteJournal:
             conn.execute("DELETE FROM entries WHERE pos >= ?", (from_pos,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
         return (f"{reason}; kept entries up to {from_pos - 1}, set aside {count} later entr"
                 f"{'y' if count == 1 else 'ies'} (up to {top}) in table 'discarded'")
