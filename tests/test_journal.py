@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -164,15 +165,30 @@ def test_a_data_directory_that_cannot_be_written_is_refused(tmp_path: Path) -> N
         open_journal(tmp_path / "afile")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a mode-500 directory")
-def test_a_read_only_directory_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "ro").mkdir(mode=0o500)
-    with pytest.raises(JournalError, match="not writable"):
-        open_journal(tmp_path / "ro")
+def test_a_read_only_directory_is_refused() -> None:
+    """A mode-555 directory, opened by an unprivileged user (root would write into it anyway)."""
+    as_root = os.geteuid() == 0
+    if as_root and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv to drop privileges")
+    base = Path(tempfile.mkdtemp(prefix="blink-ro-"))  # not tmp_path: mode 700, closed to 'nobody'
+    try:
+        base.chmod(0o755)
+        (base / "ro").mkdir(mode=0o555)
+        drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if as_root else []
+        code = "import sys\nfrom relay.journal import open_journal\nopen_journal(sys.argv[1])"
+        done = subprocess.run([*drop, sys.executable, "-c", code, str(base / "ro")], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0
+        assert "JournalError: the data directory" in done.stderr and "is not writable" in done.stderr
+        assert not any((base / "ro").iterdir())
+    finally:
+        (base / "ro").chmod(0o755)
+        shutil.rmtree(base)
 
 
 HOLDER = """
 import sys
+import tempfile
 from pathlib import Path
 from relay.journal import Tick, open_journal
 j = open_journal(Path(sys.argv[1]))
