@@ -9,7 +9,8 @@ How this works
 2. core: the inputs of real BLINK matches (``--matches`` concurrent matches with greedy players,
    one batch per 50 ms turn, as the shell would group an event-loop turn) are recorded once, then
    fed into a fresh ``RelayCore`` with and without journalling each batch before handling it.
-   Reported: inputs/s and the ratio, i.e. what the journal costs the relay at that concurrency;
+   Reported: inputs/s and the ratio, i.e. what the journal costs the relay at that concurrency, and
+   the process's CPU per input (steadier than wall time on a shared machine, but blind to fsync waits);
    ``*_overlap``: the batch's durable write runs in a thread while the core handles the same batch
    (the shell would hold the turn's outputs until the write is done), so fsync and judging overlap.
 3. restart: opening a journal of ``--restart-entries`` entries (the checksum check of the tail)
@@ -126,8 +127,10 @@ def bench_core(workdir: Path, matches: int, turns: int, repeats: int) -> dict[st
     batches = record_matches(matches, turns)
     inputs = sum(len(b) for b in batches)
 
-    def run(journal: SqliteJournal | None, overlap: bool = False) -> float:
+    def run(journal: SqliteJournal | None, overlap: bool = False) -> tuple[float, float]:
+        """(wall seconds, CPU seconds of this process) to judge every recorded batch."""
         core = RelayCore(T, seed=7)
+        cpu = time.process_time()
         start = time.perf_counter()
         if overlap:
             # The durable write of a turn runs in a thread (sqlite3 releases the GIL) while the core
@@ -143,24 +146,29 @@ def bench_core(workdir: Path, matches: int, turns: int, repeats: int) -> dict[st
                 if journal is not None:
                     journal.append(batch)  # journal the turn, then handle it
                 feed(core, batch)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
 
     result: dict[str, Any] = {"matches": matches, "turns": len(batches), "inputs": inputs,
                               "mean_batch": round(inputs / len(batches), 1)}
     modes = ("baseline", "full", "normal", "full_overlap", "normal_overlap")
     best = dict.fromkeys(modes, float("inf"))
+    best_cpu = dict.fromkeys(modes, float("inf"))
     for k in range(repeats):  # interleaved, best of each: a shared machine's noise hits all alike
         for mode in modes:
-            if mode == "baseline":
-                best[mode] = min(best[mode], run(None))
-                continue
-            j = SqliteJournal(workdir / f"core-{mode}-{k}.db", durable=mode.startswith("full"))
-            best[mode] = min(best[mode], run(j, overlap=mode.endswith("overlap")))
-            j.close()
+            j = None if mode == "baseline" else SqliteJournal(workdir / f"core-{mode}-{k}.db",
+                                                              durable=mode.startswith("full"))
+            wall, cpu = run(j, overlap=mode.endswith("overlap"))
+            best[mode], best_cpu[mode] = min(best[mode], wall), min(best_cpu[mode], cpu)
+            if j is not None:
+                j.close()
     result["baseline_inputs_s"] = round(inputs / best["baseline"])
+    result["baseline_cpu_us_per_input"] = round(best_cpu["baseline"] / inputs * 1e6, 1)
     for mode in modes[1:]:
         result[f"{mode}_inputs_s"] = round(inputs / best[mode])
         result[f"{mode}_ratio"] = round(best["baseline"] / best[mode], 3)
+        # CPU is steadier than wall time on a shared machine; it leaves out the wait for fsync
+        result[f"{mode}_cpu_us_per_input"] = round(best_cpu[mode] / inputs * 1e6, 1)
+        result[f"{mode}_cpu_ratio"] = round(best_cpu["baseline"] / best_cpu[mode], 3)
     return result
 
 
@@ -186,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=1.0, help="per append measurement (default 1)")
     ap.add_argument("--matches", type=int, default=50, help="concurrent matches in the core measurement")
     ap.add_argument("--turns", type=int, default=120, help="50 ms turns in the core measurement")
-    ap.add_argument("--repeats", type=int, default=3, help="core runs per mode, interleaved; the best counts")
+    ap.add_argument("--repeats", type=int, default=2, help="core runs per mode, interleaved; the best counts")
     ap.add_argument("--restart-entries", type=int, default=50_000)
     ap.add_argument("--dir", type=Path, default=None, help="where the journals go (default: a temp dir)")
     ap.add_argument("--json", action="store_true")
@@ -212,9 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     c = core
     print(f"\ncore: {c['matches']} BLINK matches, {c['turns']} turns, {c['inputs']} inputs "
           f"({c['mean_batch']} per batch)")
-    print(f"  no journal {c['baseline_inputs_s']:,} inputs/s")
+    print(f"  {'no journal':<15} {c['baseline_inputs_s']:>7,} inputs/s              "
+          f"{c['baseline_cpu_us_per_input']:>7} us CPU/input")
     for mode in ("full", "normal", "full_overlap", "normal_overlap"):
-        print(f"  {mode:<15} {c[mode + '_inputs_s']:>7,} inputs/s  ratio {c[mode + '_ratio']}")
+        print(f"  {mode:<15} {c[mode + '_inputs_s']:>7,} inputs/s  ratio {c[mode + '_ratio']:<6} "
+              f"{c[mode + '_cpu_us_per_input']:>7} us CPU/input  ratio {c[mode + '_cpu_ratio']}")
     print("  (overlap: the turn's durable write runs in a thread while the core handles the turn)")
     r = restart
     print(f"\nrestart: open (tail verified) {r['open_s']} s, read back {r['read_s']} s for {r['entries']:,} entries")
