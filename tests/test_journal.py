@@ -482,3 +482,33 @@ def test_a_truncated_compacted_journal_keeps_its_snapshot_and_positions(tmp_path
         kept = list(j.read())
         assert kept[0][0] > 1000 and kept == [(p, big[p - 1]) for p in range(kept[0][0], kept[-1][0] + 1)]
         assert kept[-1][0] >= 1500 and j.last_position() == kept[-1][0]
+
+
+def test_a_snapshot_at_position_zero_carries_what_a_fresh_core_needs(tmp_path: Path) -> None:
+    """The relay's seed and settings must survive a restart too: a snapshot of the fresh core at 0."""
+    with open_journal(tmp_path) as j:
+        j.save_snapshot(0, pickle.dumps(RelayCore(T, seed=1234)))
+        j.append([Msg(T.req("a"), encode(m.CreateMatch(name="ann")), 5)])
+    with open_journal(tmp_path) as j:
+        core = replay(j, lambda: RelayCore(T, seed=0), pickle.loads)
+    assert core.seed == 1234
+    assert list(core.matches) == list(replay_fresh_with_seed(1234).matches)
+
+
+def replay_fresh_with_seed(seed: int) -> RelayCore:
+    core = RelayCore(T, seed=seed)
+    core.handle(T.req("a"), encode(m.CreateMatch(name="ann")), 5)
+    return core
+
+
+def test_damage_that_appears_while_open_stops_a_read_with_a_clear_error(journal: SqliteJournal) -> None:
+    journal.append(entries(10))
+    other = sqlite3.connect(journal.path)
+    other.execute("UPDATE entries SET now_ns = now_ns + 1 WHERE pos = 4")
+    other.commit()
+    other.close()
+    got = []
+    with pytest.raises(JournalError, match="damaged at entry 4"):
+        for pos, _ in journal.read():
+            got.append(pos)
+    assert got == [1, 2, 3]
