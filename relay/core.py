@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from typing import Any, Iterable
+from typing import Any
 
 from protocol import messages as m
 from protocol.chance import SeededChance, commitment, derive
 from protocol.codec import DecodeError, decode
-from protocol.rules import GAME_NAMES, GAMES, canonical, game_for
+from protocol.rules import GAMES, canonical, game_for
 from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
 from protocol.topics import Topics, valid_id
 from relay.fair import FairOrder, Table
@@ -598,7 +598,3 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _plain(dataclasses.asdict(value))
     return value
-
-
-def known_games() -> Iterable[str]:
-    return GAME_NAMES
