@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from protocol import messages as m  # noqa: E402
 from protocol.codec import DecodeError, decode, encode  # noqa: E402
-from protocol.rules import blink, rules_for  # noqa: E402
+from protocol.rules import blink  # noqa: E402
 from protocol.rules.base import Accepted  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
 from relay.broker import free_port  # noqa: E402
@@ -70,7 +70,7 @@ from client.latency import percentiles_ms  # noqa: E402
 
 MQTT311 = 4
 TOPICS = Topics()
-RULES = rules_for("blink")
+RULES = blink.GAME
 FAST = {"best_of": 1, "countdown_s": 0.0, "stalemate_pause_s": 0.0, "pick_time_s": 0.5}
 HUMAN = {"best_of": 1, "countdown_s": 0.5, "stalemate_pause_s": 0.3}
 ECHO_PAYLOAD = encode(m.Act(id=1, seq=123, action={"t": "PlayCard", "v": 1, "card": "4-yellow-star", "pile": 0},

@@ -4,8 +4,9 @@
 How this works
 --------------
 A bot waits for the drawn state to change (a new pile top, a new hand, its turn), looks at it,
-picks an action with its game's policy, waits its reaction time (sampled from a log-normal
-distribution around ``reaction_s``, as human reaction times are), and then acts -- naming the seq
+picks an action with its game's policy (``Game.bot_action``), waits its reaction time (sampled
+from a log-normal distribution around ``reaction_s``, as human reaction times are), and then
+acts -- naming the seq
 of the state it looked at, so the relay can tell a lost race from a mistake. If its own client
 already knows the move has become illegal meanwhile, the move bounces locally, as it would for a
 person. A bot plays on its predicted state without waiting for verdicts (a person does not wait
@@ -19,50 +20,23 @@ import math
 import random
 from typing import Any, Callable
 
-from protocol.rules import blink
-from protocol.rules.base import Rejected
+from protocol.rules.base import Chance, Rejected
 from client.player import Player
 
-Policy = Callable[[Any, int, random.Random], Any]
+#: An action for a seat in (its view of) a state, or None to wait: ``Game.bot_action`` by default.
+Policy = Callable[[Any, int, Chance], Any]
 
 MAX_IN_FLIGHT = 3  # plays awaiting the relay's verdict; prediction already stops impossible ones
 
 
-def blink_policy(state: blink.State, seat: int, rng: random.Random) -> Any:
-    """Play a matching card; prefer piles where the card leaves the opponent the fewest options
-    is beyond a person at speed, so: any legal play, chosen at random. During a stalemate pick,
-    place the card that is least useful to keep (the one matching the fewest of the others)."""
-    actions = blink.legal_actions(state, seat)
-    if not actions:
-        return None
-    draws = [a for a in actions if isinstance(a, blink.DrawCard)]
-    if draws:
-        return draws[0]
-    picks = [a for a in actions if isinstance(a, blink.PickCard)]
-    if picks:
-        hand = [c for c in state.hands[seat] if c is not None]
+class RandomChance:
+    """A ``Chance`` drawn from a bot's own ``random.Random`` (seeded for a repeatable bot)."""
 
-        def usefulness(text: str) -> int:
-            card = blink.Card.parse(text, state.settings.deck)
-            return sum(blink.cards_match(card, other) for other in hand if other != card)
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
 
-        return min(picks, key=lambda a: usefulness(a.card))
-    return rng.choice(actions)
-
-
-def policy_for(game: str) -> Policy:
-    if game == "blink":
-        return blink_policy
-    from protocol.rules import rules_for
-    import importlib
-
-    module = importlib.import_module(type(rules_for(game)).__module__)
-    bot_action = module.bot_action
-
-    def policy(state: Any, seat: int, rng: random.Random) -> Any:
-        return bot_action(state, seat)
-
-    return policy
+    def randbelow(self, n: int) -> int:
+        return self.rng.randrange(n)
 
 
 class Bot:
@@ -72,7 +46,8 @@ class Bot:
         self.reaction_s = reaction_s
         self.spread = spread
         self.rng = random.Random(seed)
-        self.policy = policy
+        self.chance = RandomChance(self.rng)
+        self.policy = policy  # None: the policy of the game being played (its ``Game.bot_action``)
         self.plays = 0
         self.local_bounces = 0
 
@@ -96,10 +71,10 @@ class Bot:
             # Like a person, a bot plays on what its screen shows (the prediction), not waiting for the
             # relay's verdict on its last play -- so its pace does not depend on its round trip.
             unanswered = sum(1 for p in pending if p.accepted_seq is None)
-            if state is not None and seat is not None and unanswered < MAX_IN_FLIGHT:
-                if self.policy is None:
-                    self.policy = policy_for(model.game or "blink")
-                action = self.policy(state, seat, self.rng)
+            game = model.rules
+            if state is not None and seat is not None and game is not None and unanswered < MAX_IN_FLIGHT:
+                policy = self.policy or game.bot_action
+                action = policy(state, seat, self.chance)
             if action is None:
                 await self.player.wait_change(timeout=0.5)
                 continue

@@ -203,13 +203,14 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
     from relay.core import RelayConfig
     from client.matchrun import LocalServer, run_match, write_log
     from client.player import RequestError
-    from protocol.rules import rules_for
+    from protocol.rules import game_for
 
-    rules = rules_for(args.game)
-    if not rules.min_players <= args.bots <= rules.max_players:
-        raise UserError(f"{args.game} is for {rules.min_players}-{rules.max_players} players, not {args.bots}")
+    game = game_for(args.game)
+    problem = game.seats_problem(args.bots)
+    if problem is not None:
+        raise UserError(problem)
     try:
-        rules.check_settings(args.settings, args.bots)
+        game.check_settings(args.settings, args.bots)
     except (ValueError, TypeError) as exc:
         raise UserError(f"bad --settings: {exc}") from exc
     config = RelayConfig(order=args.order)

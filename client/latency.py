@@ -60,11 +60,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 from protocol import messages as m
 from protocol.clock import ClockFilter, Sample
+from protocol.rules import blink, game_for
 from protocol.topics import Topics
 
 SEATS = 2
-#: Many short games: one game per match, then a rematch; a short countdown and stalemate pause.
-FAST_BLINK: dict[str, Any] = {"best_of": 1, "countdown_s": 0.5, "stalemate_pause_s": 0.3}
+#: Many short games (one game per match, then a rematch): each game's ``quick_settings``.
+FAST_BLINK: dict[str, Any] = dict(blink.GAME.quick_settings)
 PILE_CHANGES = frozenset({"card_revealed", "card_played", "card_flipped", "card_picked"})
 MAX_IMPAIRMENT_S = 10.0
 PING_INTERVAL_S = 0.5
@@ -286,7 +287,7 @@ class LatencyConfig:
     reaction_s: float = 0.35
     seed: int | None = None
     fair_cap_ms: float | None = None  # local relay only
-    settings: dict[str, Any] | None = None  # game settings; default FAST_BLINK for blink
+    settings: dict[str, Any] | None = None  # game settings; default: the game's quick_settings
 
 
 class RecordingClock(ClockFilter):
@@ -528,7 +529,7 @@ def _friendly(exc: BaseException, url: str) -> LatencyError:
 
 
 def match_settings(cfg: LatencyConfig, remote: bool) -> dict[str, Any]:
-    settings = dict(cfg.settings) if cfg.settings is not None else (dict(FAST_BLINK) if cfg.game == "blink" else {})
+    settings = dict(cfg.settings) if cfg.settings is not None else dict(game_for(cfg.game).quick_settings)
     if remote:
         settings["order"] = cfg.order  # the relay takes the ordering per match and strips it from the game's
     return settings

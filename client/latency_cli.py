@@ -97,8 +97,8 @@ class _Bar:
 
 
 def run(args: argparse.Namespace, topics: Any) -> int:
-    from protocol.rules import rules_for
-    from client.latency import (FAST_BLINK, BadArgument, LatencyConfig, LatencyError, format_table, have_matplotlib, plot,
+    from protocol.rules import game_for
+    from client.latency import (BadArgument, LatencyConfig, LatencyError, format_table, have_matplotlib, plot,
                                 run_blocking, seat_impairments)
 
     def fail(msg: str, status: int) -> int:
@@ -119,11 +119,11 @@ def run(args: argparse.Namespace, topics: Any) -> int:
             return fail(f"--plot: no such directory: {folder}", 2)
         if not have_matplotlib():
             return fail("--plot needs matplotlib: pip install 'blink-race[bench]' (or pip install matplotlib)", 1)
-    settings = {**(FAST_BLINK if args.game == "blink" else {}), **args.settings}
+    settings = {**game_for(args.game).quick_settings, **args.settings}
     if "order" in settings:
         return fail("--settings: set the ordering with --order, not in the settings", 2)
     try:
-        rules_for(args.game).check_settings(settings, 2)
+        game_for(args.game).check_settings(settings, 2)
     except (ValueError, TypeError) as exc:
         return fail(f"--settings: {exc}", 2)
     # A delayed message still waiting when its connection closes is never sent; that is fine here.

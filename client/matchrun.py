@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol import messages as m
+from protocol.rules import game_for
 from protocol.topics import Topics
 from relay.broker import BrokerAddress, EmbeddedBroker, free_port, parse_url
 from relay.core import RelayConfig
@@ -81,10 +82,7 @@ class MatchResult:
         games: list[dict[str, Any]] = []
         winner: Any = None
         final: dict[str, Any] = {}
-        ryo_games: list[dict[str, Any]] = []
         for ev in self.events:
-            if ev.type == "game_won" and self.game == "ryo":  # Roll Your Own's own games, inside one match
-                ryo_games.append({"game": ev.data.get("ryo_game"), "winner": ev.data.get("player")})
             if ev.type == "game_result":
                 entry = {"game": ev.game, "winner": ev.data.get("winner"), "winners": ev.data.get("winners", []),
                          "reason": ev.data.get("reason")}
@@ -92,19 +90,13 @@ class MatchResult:
                     entry["scores"] = dict(zip(self.players, ev.data["scores"]))
                 if "line" in ev.data:  # Sequence: the winning line, as [row, col] cells
                     entry["line"] = ev.data["line"]
-                if self.game == "ryo":  # Roll Your Own keeps its own games and rounds inside one match
-                    if isinstance(ev.data.get("games"), list):
-                        entry["games_won"] = dict(zip(self.players, ev.data["games"]))
-                    if isinstance(ev.data.get("rounds"), list):
-                        entry["rounds_won"] = dict(zip(self.players, ev.data["rounds"]))
                 games.append(entry)
             elif ev.type == "match_over":
                 winner = ev.data.get("winner")
                 final = ev.data
-        if self.game == "ryo" and ryo_games:
-            # One relay game holds a whole Roll Your Own match; list its games, as a player counts them.
-            games = [{**g, **{k: v for k, v in games[-1].items() if k not in ("game", "winner", "winners")}}
-                     if i == len(ryo_games) - 1 and games else g for i, g in enumerate(ryo_games)]
+        own = game_for(self.game).summarise_games
+        if own is not None:  # a game with games of its own inside one relay game (Roll Your Own)
+            games = own(self.events, self.players, games)
         out: dict[str, Any] = {
             "game": self.game,
             "match": self.code,

@@ -29,8 +29,8 @@ from typing import Any
 
 from protocol import messages as m
 from protocol.clock import ClockFilter, sample
-from protocol.rules import rules_for
-from protocol.rules.base import Accepted, Rejected
+from protocol.rules import game_for
+from protocol.rules.base import Accepted, Game, Rejected
 
 
 @dataclass
@@ -73,7 +73,7 @@ class Verdict:
 
 
 class Predictor:
-    def __init__(self, rules: Any, seat: int) -> None:
+    def __init__(self, rules: Game[Any], seat: int) -> None:
         self.rules = rules
         self.seat = seat
         self.confirmed: Any = None
@@ -164,7 +164,8 @@ class ClientModel:
         self.match, self.seat, self.spectating = code, None, True
 
     @property
-    def rules(self) -> Any:
+    def rules(self) -> Game[Any] | None:
+        """The game being played (or watched), once the relay has said which."""
         return self.predictor.rules if self.predictor else None
 
     def state(self) -> Any:
@@ -185,7 +186,7 @@ class ClientModel:
             self.match, self.seat, self.game = msg.match, msg.seat, msg.game
             self.players, self.settings = msg.players, msg.settings
             if not same:  # a repeated answer (a join sent twice) must not forget pending actions
-                self.predictor = Predictor(rules_for(msg.game), msg.seat)
+                self.predictor = Predictor(game_for(msg.game), msg.seat)
             self.version += 1
         elif isinstance(msg, m.ViewUpdated) and msg.match == self.match and self.predictor:
             try:
@@ -207,7 +208,7 @@ class ClientModel:
                 # A spectator's confirmed state is the public snapshot (nothing hidden is in it).
                 if self.predictor is None or self.game != msg.game_name:
                     self.game = msg.game_name
-                    self.predictor = Predictor(rules_for(msg.game_name), -1)
+                    self.predictor = Predictor(game_for(msg.game_name), -1)
                 try:
                     state = self.predictor.rules.from_wire(msg.state)
                 except ValueError:

@@ -50,7 +50,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--game", choices=GAME_NAMES, default="blink",
                    help="game: blink (speed cards), takeaway, sequence or ryo (Roll Your Own)")
     p.add_argument("--players", type=int, default=2, metavar="N",
-                   help="seats in a match you create (2-4 for takeaway/sequence/ryo; bots fill the others)")
+                   help="seats in a match you create (BLINK: 2; the dice games: 2 or more; bots fill the others)")
     mode.add_argument("--watch", metavar="CODE", help="spectate a running match by code (read-only; needs --server)")
     p.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating a match")
     p.add_argument("--autoplay", action="store_true", help="a bot plays for you (demos, tests)")
@@ -66,15 +66,15 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, topics: Any) -> int:
     import asyncio
 
-    allowed = (2,) if args.game == "blink" else (2, 3, 4)
-    if args.players not in allowed:
-        print(f"blink play: {args.game} in the window takes --players "
-              f"{' or '.join(str(n) for n in allowed)}, not {args.players}", file=sys.stderr)
+    from protocol.rules import game_for
+
+    game = game_for(args.game)
+    problem = game.seats_problem(args.players)
+    if problem is not None:
+        print(f"blink play: --players: {problem}", file=sys.stderr)
         return 2
     try:
-        from protocol.rules import rules_for
-
-        rules_for(args.game).check_settings(args.settings, args.players)
+        game.check_settings(args.settings, args.players)
     except (ValueError, TypeError) as exc:
         print(f"blink play: bad --settings: {exc}", file=sys.stderr)
         return 2

@@ -11,8 +11,14 @@ socket or draws a random number: time arrives as ``now_ns``, chance comes from `
 seeded by the shell, so a core fed the same inputs produces the same outputs.
 
 Ordering. In ``arrival`` mode actions are judged one at a time in the order ``handle`` sees them,
-each against the state as it is then, and stamped with ``now_ns``. In ``fair`` mode (see
-``relay/fair.py``) a race for a pile is decided by reaction time, not by network speed.
+each against the state as it is then, and stamped with ``now_ns``. In ``fair`` mode a race (for a
+BLINK pile: the game's ``RaceRule`` says which plays race) is decided by reaction time, not by
+network speed: the core computes a play's race key from the state its player saw and submits it to
+the scheduler (``relay/fair.py``), which holds it; the core asks the scheduler which held plays are
+due, judges them in its order, and includes its deadline (hold ends, probes) in ``next_deadline``.
+
+The games come from the registry (``protocol.rules.GAMES``) or ``RelayConfig.games``; the core asks
+a match's ``Game`` for everything game-specific and never compares a game's name.
 
 Every public event gets the match's next ``seq`` (gap-free) and goes to ``.../ev``; after each
 change every player gets their own view (``ViewUpdated``) on their private topic and the retained
@@ -28,105 +34,24 @@ and a ``bad_input`` log record.
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
-from typing import Any, Iterable
+from collections import OrderedDict
+from typing import Any
 
 from protocol import messages as m
 from protocol.chance import SeededChance, commitment, derive
 from protocol.codec import DecodeError, decode
-from protocol.rules import GAME_NAMES, canonical, rules_for
-from protocol.rules.base import SYSTEM, Accepted, Rejected
+from protocol.rules import GAMES, canonical, game_for
+from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
 from protocol.topics import Topics, valid_id
-from relay.fair import FairOrder
+from relay.fair import FairOrder, Table
+from relay.model import STATE_HISTORY, LogRecord, Match, Out, Publish, RelayConfig, Seat
+
+__all__ = ["RelayCore", "RelayConfig", "Match", "Seat", "Publish", "LogRecord", "Out", "ORDERS", "STATE_HISTORY"]
 
 ORDERS = ("arrival", "fair")
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
 REMEMBERED_ANSWERS = 512  # per client: duplicates older than this are answered as unknown
-STATE_HISTORY = 256  # per match: states kept to tell a lost race from a plain mistake
 NS = 1_000_000_000
-
-
-@dataclass(frozen=True)
-class Publish:
-    topic: str
-    msg: Any
-    retain: bool = False
-    qos: int = 0
-
-
-@dataclass(frozen=True)
-class LogRecord:
-    record: dict[str, Any]
-
-
-Out = Publish | LogRecord
-
-
-@dataclass
-class RelayConfig:
-    relay_id: str = "relay-0"
-    order: str = "arrival"  # arrival | fair
-    fair_cap_ns: int = 150_000_000  # fair mode: never hold a play longer than this
-    fair_floor_ns: int = 100_000_000  # fair mode: no human reacts faster than this
-    between_games_s: float = 3.0
-    max_matches: int = 10_000
-    #: Test hook only (never settable by a client): a fixed deck order per game, for forcing races.
-    fixed_decks: tuple[tuple[str, ...], ...] | None = None
-
-
-@dataclass
-class Seat:
-    client: str
-    name: str
-    rematch: bool = False
-
-
-@dataclass
-class Match:
-    code: str
-    game: str
-    rules: Any
-    settings: dict[str, Any]
-    seats: int
-    quick: bool
-    seed: int
-    players: list[Seat] = field(default_factory=list)
-    status: str = "waiting"  # waiting | playing | between | over
-    seq: int = 0
-    game_index: int = -1
-    wins: list[int] = field(default_factory=list)
-    best_of: int = 1
-    state: Any = None
-    chance: SeededChance | None = None
-    history: deque[tuple[int, Any]] = field(default_factory=lambda: deque(maxlen=STATE_HISTORY))
-    timers: dict[str, tuple[int, Any]] = field(default_factory=dict)
-    next_game_at: int | None = None
-    game_seed: int = 0
-    winner: int | None = None
-    results: list[dict[str, Any]] = field(default_factory=list)
-    order: str = "arrival"  # arrival | fair (relay default, or chosen per match)
-
-    def seat_of(self, client: str) -> int | None:
-        for i, s in enumerate(self.players):
-            if s.client == client:
-                return i
-        return None
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(s.name for s in self.players)
-
-    def match_state(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "game_index": self.game_index,
-            "best_of": self.best_of,
-            "wins": list(self.wins),
-            "players": list(self.names),
-            "winner": self.winner,
-            "results": list(self.results),
-        }
 
 
 class RelayCore:
@@ -137,11 +62,13 @@ class RelayCore:
         self._codes = SeededChance(derive(seed, "codes"))
         self.matches: dict[str, Match] = {}
         self.client_match: dict[str, str] = {}
-        self._answers: dict[str, OrderedDict[tuple[str, int], Any]] = {}
+        self._answers: dict[str, OrderedDict[tuple[str, int], m.ActionAccepted | m.ActionRejected]] = {}
         self.stats: dict[str, Any] = {"accepted": 0, "rejected": {}}
         if self.config.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.config.order!r}")
-        self.fair = FairOrder(self)  # idle for arrival-order matches; a match may choose fair itself
+        self.games = GAMES if self.config.games is None else self.config.games
+        # Idle for arrival-order matches; a match may choose fair order itself.
+        self.fair = FairOrder(self.config.fair_cap_ns, self.config.fair_floor_ns)
 
     # ------------------------------------------------------------------ entry points
 
@@ -175,7 +102,9 @@ class RelayCore:
         out: list[Out] = []
         for match in list(self.matches.values()):
             try:
-                self.fair.tick(match, now_ns, out)
+                if match.order == "fair" and self.fair.probe_due(now_ns):
+                    self._probe(now_ns, out)
+                self._release(match, now_ns, out)
                 self._fire_timers(match, now_ns, out)
                 if match.next_game_at is not None and now_ns >= match.next_game_at:
                     match.next_game_at = None
@@ -190,12 +119,9 @@ class RelayCore:
             deadlines.extend(d for d, _ in match.timers.values())
             if match.next_game_at is not None:
                 deadlines.append(match.next_game_at)
-            d = self.fair.deadline(match)
+            d = self.fair.deadline(match.code, probing=match.order == "fair" and match.status == "playing")
             if d is not None:
                 deadlines.append(d)
-            if match.order == "fair" and match.status == "playing":
-                last = self.fair.last_probe_ns
-                deadlines.append(0 if last is None else last + 500_000_000)
         return min(deadlines) if deadlines else None
 
     def shutdown(self) -> list[Out]:
@@ -258,14 +184,14 @@ class RelayCore:
                              now_ns, out)
             return None
         try:
-            rules = rules_for(game)
+            rules = game_for(game, self.games)
             settings = rules.check_settings(settings, seats)
-        except (ValueError, ImportError, TypeError) as exc:
+        except (ValueError, TypeError) as exc:
             self._reject_req(client, "bad_settings", str(exc), now_ns, out)
             return None
-        if not rules.min_players <= seats <= rules.max_players:
-            self._reject_req(client, "bad_settings",
-                             f"{game} is for {rules.min_players}-{rules.max_players} players, not {seats}", now_ns, out)
+        problem = rules.seats_problem(seats)
+        if problem is not None:
+            self._reject_req(client, "bad_settings", problem, now_ns, out)
             return None
         code = self._new_code()
         match = Match(code=code, game=canonical(game), rules=rules, settings=settings, seats=seats, quick=quick,
@@ -380,15 +306,7 @@ class RelayCore:
         match.status = "playing"
         match.game_seed = derive(match.seed, "game", match.game_index)
         match.chance = SeededChance(match.game_seed)
-        decks = self.config.fixed_decks
-        if decks and match.game == "blink":
-            from protocol.rules import blink
-
-            s = blink.make_settings(match.settings)
-            order = decks[min(match.game_index, len(decks) - 1)]
-            match.state = blink.deal(s, tuple(blink.Card.parse(c, s.deck) for c in order))
-        else:
-            match.state = match.rules.new_game(match.settings, match.seats, match.chance)
+        match.state = match.rules.new_game(match.settings, match.seats, match.chance)
         match.history.clear()
         match.timers.clear()
         self._event(match, now_ns, out, {"type": "game_started", "players": list(match.names),
@@ -425,6 +343,7 @@ class RelayCore:
                 return
             _, name = min(due)
             _, action = match.timers.pop(name)
+            assert match.chance is not None  # set when a game starts
             action = match.rules.complete(match.state, SYSTEM, action, match.chance)
             result = match.rules.apply(match.state, SYSTEM, action)
             if isinstance(result, Rejected):
@@ -434,7 +353,7 @@ class RelayCore:
             self._after_change(match, now_ns, out)
             return
 
-    def _end_game(self, match: Match, outcome: Any, now_ns: int, out: list[Out]) -> None:
+    def _end_game(self, match: Match, outcome: Outcome, now_ns: int, out: list[Out]) -> None:
         winners = list(outcome.winners)
         for w in winners:
             match.wins[w] += 1
@@ -511,10 +430,41 @@ class RelayCore:
         if act.seq > match.seq or act.seq < 0:
             self._reject(client, code, act, "bad_seq", f"seq {act.seq} is not a seq of this match", now_ns, out)
             return
-        if self.fair.wants(match, seat, action):
-            self.fair.submit(match, seat, client, act, action, now_ns, out)
+        race = match.rules.race
+        key = race.key(match.state_at(act.seq), action) if race is not None and match.order == "fair" else None
+        if key is not None:  # it races others for the same thing: the scheduler holds it until due
+            self.fair.submit(self._table(match), seat, act, action, key, now_ns)
+            self._release(match, now_ns, out)
             return
         self.judge(match, seat, client, act, action, now_ns, out)
+
+    # ------------------------------------------------------------------ fair order
+
+    def _table(self, match: Match) -> Table:
+        race = match.rules.race
+        assert race is not None  # only a game with a race rule has plays held
+
+        def could_race(seat: int, key: Any) -> bool:
+            return race.could_race(match.state, seat, key)
+
+        return Table(match.code, match.clients, could_race, match.seed)
+
+    def _release(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        """Judge the held plays that are due, in the scheduler's order, until none is."""
+        if not self.fair.holding(match.code):
+            return
+        table = self._table(match)
+        while batch := self.fair.next_batch(table, now_ns):
+            for r in batch:
+                h = r.play
+                self.judge(match, h.seat, h.client, h.act, h.action, now_ns, out, hold_ns=r.hold_ns, note=r.note)
+
+    def _probe(self, now_ns: int, out: list[Out]) -> None:
+        """Probe every player of a running fair match: their replies measure their round trips."""
+        for match in self.matches.values():
+            if match.order == "fair" and match.status in ("playing", "between"):
+                for s in match.players:
+                    out.append(Publish(self.topics.client(s.client), m.Probe(sent_ns=now_ns)))
 
     def judge(self, match: Match, seat: int, client: str, act: m.Act, action: Any, now_ns: int, out: list[Out],
               hold_ns: int = 0, note: dict[str, Any] | None = None) -> bool:
@@ -522,11 +472,12 @@ class RelayCore:
         if match.status != "playing":
             self._reject(client, match.code, act, "not_running", f"the match is {match.status}", now_ns, out)
             return False
+        assert match.chance is not None  # set when a game starts
         action = match.rules.complete(match.state, seat, action, match.chance)
         result = match.rules.apply(match.state, seat, action)
         if isinstance(result, Rejected):
             code, detail = result.code, result.detail
-            then = self._state_at(match, act.seq)
+            then = match.state_at(act.seq)
             if then is not None and then is not match.state and code != "malformed":
                 earlier = match.rules.apply(then, seat, action)
                 if isinstance(earlier, Accepted):
@@ -542,15 +493,6 @@ class RelayCore:
                      log=False)
         self._after_change(match, now_ns, out)
         return True
-
-    def _state_at(self, match: Match, seq: int) -> Any:
-        found = None
-        for s, state in match.history:
-            if s <= seq:
-                found = state
-            else:
-                break
-        return found
 
     def _commit(self, match: Match, result: Accepted[Any], now_ns: int, out: list[Out], extra: dict[str, Any]) -> None:
         match.state = result.state
@@ -589,7 +531,7 @@ class RelayCore:
 
     def _event(self, match: Match, now_ns: int, out: list[Out], data: dict[str, Any]) -> None:
         match.seq += 1
-        self.fair.note_published(match, match.seq, now_ns)
+        self.fair.note_published(match.code, match.seq, now_ns)
         etype = str(data.pop("type"))
         public = _with_names(data, match.names)
         ev = m.Event(match=match.code, seq=match.seq, ts=now_ns, game=max(match.game_index, 0), type=etype, data=public)
@@ -656,7 +598,3 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _plain(dataclasses.asdict(value))
     return value
-
-
-def known_games() -> Iterable[str]:
-    return GAME_NAMES

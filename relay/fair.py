@@ -25,26 +25,41 @@ clamped: never below ``fair_floor_ns`` (no person reacts faster), and never abov
 relay's own timestamps allow (``A - pub(seq) - rtt_p``: the play cannot have been sent before
 the player received the state). A client that lies gains nothing beyond the floor.
 
-Pure: time comes in as ``now_ns``; the coin is a ``SeededChance``.
+Which plays race is the game's business, not the scheduler's: the core computes each play's race
+key with the game's ``RaceRule`` (BLINK: the pile and the top card its player saw) and tells the
+scheduler, on every call, whether a seat could still send a play for a key (``Table.could_race``).
+
+A pure scheduler: it knows nothing of the core. The core ``submit``s plays, asks ``next_batch`` for
+the plays now due (in the order to judge them, with what the log says about their ordering) and
+judges them itself, asks again until nothing is due, and asks ``deadline`` when to call next (a
+hold ending, or the next probe). Time comes in as ``now_ns``; the coin is a ``SeededChance``.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from protocol import messages as m
 from protocol.chance import SeededChance, derive
-from protocol.rules import blink
-
-if TYPE_CHECKING:
-    from relay.core import Match, Out, RelayCore
+from protocol.rules.base import RaceKey
 
 PROBE_INTERVAL_NS = 500_000_000
 RTT_SAMPLES = 8
 MARGIN_NS = 3_000_000  # scheduling jitter allowance on top of a rival's measured round trip
 UNKNOWN_RTT_NS = 50_000_000  # assumed for a player not measured yet (the cap still bounds the hold)
+
+
+@dataclass(frozen=True)
+class Table:
+    """What the scheduler needs to know about one match, as it is at the moment of a call."""
+
+    code: str
+    clients: tuple[str, ...]  # by seat
+    #: Could ``seat`` still send a play for race ``key``? (the game's race rule on the current state)
+    could_race: Callable[[int, RaceKey], bool]
+    coin_seed: int  # the match's seed: tie-break coins are drawn from a chance derived from it
 
 
 @dataclass
@@ -57,23 +72,34 @@ class Held:
     virtual_ns: int
     reaction_ns: int
     claimed_ns: int | None
-    key: tuple[int, str]  # (pile, top card the player saw)
+    key: RaceKey  # the race it is in: e.g. (pile, top card the player saw)
     release_ns: int
 
 
+@dataclass(frozen=True)
+class Release:
+    """A held play that is due: judge it now. ``note`` goes into its log record."""
+
+    play: Held
+    hold_ns: int
+    note: dict[str, Any]
+
+
 class FairOrder:
-    def __init__(self, core: RelayCore) -> None:
-        self.core = core
+    def __init__(self, cap_ns: int, floor_ns: int, probe_interval_ns: int = PROBE_INTERVAL_NS) -> None:
+        self.cap_ns = cap_ns
+        self.floor_ns = floor_ns
+        self.probe_interval_ns = probe_interval_ns
         self.rtt: dict[str, deque[int]] = {}
-        self.last_probe_ns: int | None = None
+        self._last_probe_ns: int | None = None
         self.published: dict[str, dict[int, int]] = {}  # match -> seq -> relay time it was published
         self.held: dict[str, list[Held]] = {}
         self.coins: dict[str, SeededChance] = {}
 
     # -- measurements ------------------------------------------------------------------------
 
-    def note_published(self, match: Match, seq: int, now_ns: int) -> None:
-        book = self.published.setdefault(match.code, {})
+    def note_published(self, code: str, seq: int, now_ns: int) -> None:
+        book = self.published.setdefault(code, {})
         book[seq] = now_ns
         if len(book) > 4096:
             for k in sorted(book)[:2048]:
@@ -88,102 +114,92 @@ class FairOrder:
         samples = self.rtt.get(client)
         return min(samples) if samples else None
 
-    def probes(self, now_ns: int, out: list[Out]) -> None:
-        from relay.core import Publish
+    def probe_due(self, now_ns: int) -> bool:
+        """Is it time to probe every player of a fair match? If so, the probe counts as sent now:
+        the caller sends ``Probe(sent_ns=now_ns)`` to them all."""
+        if self._last_probe_ns is not None and now_ns - self._last_probe_ns < self.probe_interval_ns:
+            return False
+        self._last_probe_ns = now_ns
+        return True
 
-        if self.last_probe_ns is not None and now_ns - self.last_probe_ns < PROBE_INTERVAL_NS:
-            return
-        self.last_probe_ns = now_ns
-        for match in self.core.matches.values():
-            if match.order == "fair" and match.status in ("playing", "between"):
-                for s in match.players:
-                    out.append(Publish(self.core.topics.client(s.client), m.Probe(sent_ns=now_ns)))
+    def next_probe_ns(self) -> int:
+        return 0 if self._last_probe_ns is None else self._last_probe_ns + self.probe_interval_ns
 
     # -- ordering ----------------------------------------------------------------------------
 
-    def wants(self, match: Match, seat: int, action: Any) -> bool:
-        return match.order == "fair" and match.game == "blink" and isinstance(action, blink.PlayCard)
-
-    def submit(self, match: Match, seat: int, client: str, act: m.Act, action: blink.PlayCard, now_ns: int,
-               out: list[Out]) -> None:
-        cfg = self.core.config
-        seen = self.core._state_at(match, act.seq)
-        pile = action.pile if action.pile in (0, 1) else 0
-        top = seen.top(pile) if seen is not None and pile in (0, 1) else None
-        key = (pile, str(top))
-        pub = self.published.get(match.code, {}).get(act.seq, now_ns)
+    def submit(self, table: Table, seat: int, act: m.Act, action: Any, key: RaceKey, now_ns: int) -> None:
+        """Hold a play for race ``key`` until no rival's play can beat it (see ``next_batch``)."""
+        client = table.clients[seat]
+        pub = self.published.get(table.code, {}).get(act.seq, now_ns)
         rtt_p = self.rtt_of(client)
         # The most the reaction can have been, by the relay's own clock.
         bound = max(0, now_ns - pub - (rtt_p or 0))
         claimed = act.reaction_ns
-        reaction = bound if claimed is None else min(max(claimed, cfg.fair_floor_ns), bound)
+        reaction = bound if claimed is None else min(max(claimed, self.floor_ns), bound)
         virtual = pub + reaction
         release = now_ns
-        for other_seat, other in enumerate(match.players):
-            if other_seat == seat or not self._could_race(match, other_seat, key):
+        for other_seat, other in enumerate(table.clients):
+            if other_seat == seat or not self._could_race(table, other_seat, key):
                 continue
-            rtt_q = self.rtt_of(other.client)
+            rtt_q = self.rtt_of(other)
             release = max(release, virtual + (rtt_q if rtt_q is not None else UNKNOWN_RTT_NS) + MARGIN_NS)
-        release = min(release, now_ns + cfg.fair_cap_ns)
+        release = min(release, now_ns + self.cap_ns)
         held = Held(seat, client, act, action, now_ns, virtual, reaction, claimed, key, release)
-        self.held.setdefault(match.code, []).append(held)
-        self._release(match, now_ns, out)
+        self.held.setdefault(table.code, []).append(held)
 
-    def _could_race(self, match: Match, seat: int, key: tuple[int, str]) -> bool:
-        """Could ``seat`` still send a play for this pile top that beats one already held?"""
-        if any(h.seat == seat and h.key == key for h in self.held.get(match.code, [])):
+    def holding(self, code: str) -> bool:
+        return bool(self.held.get(code))
+
+    def _could_race(self, table: Table, seat: int, key: RaceKey) -> bool:
+        """Could ``seat`` still send a play for this race that beats one already held?"""
+        if any(h.seat == seat and h.key == key for h in self.held.get(table.code, [])):
             return False  # it already has: both plays are here, nothing to wait for
-        state = match.state
-        if state is None or state.phase != "running":
-            return False
-        pile = key[0]
-        top = state.top(pile)
-        if str(top) != key[1]:
-            return True  # the pile moved on; a rival's play against the old top may still be coming
-        return any(c is not None and blink.cards_match(c, top) for c in state.hands[seat])
+        return table.could_race(seat, key)
 
-    def deadline(self, match: Match) -> int | None:
-        held = self.held.get(match.code)
-        return min(h.release_ns for h in held) if held else None
+    def deadline(self, code: str, probing: bool) -> int | None:
+        """When to call again for this match: the first hold to end, or (``probing``: a fair match
+        being played) the next probe."""
+        held = self.held.get(code)
+        times = [h.release_ns for h in held] if held else []
+        if probing:
+            times.append(self.next_probe_ns())
+        return min(times) if times else None
 
-    def tick(self, match: Match, now_ns: int, out: list[Out]) -> None:
-        if match.order == "fair":
-            self.probes(now_ns, out)
-        self._release(match, now_ns, out)
+    def next_batch(self, table: Table, now_ns: int) -> list[Release]:
+        """The plays due now, in the order to judge them (empty: nothing is due). Judge them all,
+        then ask again: judging changes what rivals could still play."""
+        held = self.held.get(table.code)
+        if not held:
+            return []
+        # A play is due when its hold has expired or every rival has already played for its race.
+        due = [h for h in held if h.release_ns <= now_ns or not self._waiting_for_rival(table, h)]
+        if not due:
+            return []
+        limit = max(h.virtual_ns for h in due)
+        batch = [h for h in held if h.virtual_ns <= limit]
+        coins = {id(h): self._coin(table, h, batch) for h in batch}
+        batch.sort(key=lambda h: (h.virtual_ns, coins[id(h)]))
+        for h in batch:
+            held.remove(h)
+        return [Release(h, now_ns - h.arrival_ns,
+                        {"order": "fair", "reaction_claimed_ns": h.claimed_ns, "reaction_used_ns": h.reaction_ns,
+                         "virtual_ns": h.virtual_ns, "race_key": list(h.key),
+                         "rivals": [x.seat for x in batch if x is not h and x.key == h.key], "coin": coins[id(h)]})
+                for h in batch]
 
-    def _release(self, match: Match, now_ns: int, out: list[Out]) -> None:
-        held = self.held.get(match.code)
-        while held:
-            # A play is due when its hold has expired or every rival has already played for its pile top.
-            due = [h for h in held if h.release_ns <= now_ns or not self._waiting_for_rival(match, h)]
-            if not due:
-                return
-            limit = max(h.virtual_ns for h in due)
-            batch = [h for h in held if h.virtual_ns <= limit]
-            coins = {id(h): self._coin(match, h, batch) for h in batch}
-            batch.sort(key=lambda h: (h.virtual_ns, coins[id(h)]))
-            for h in batch:
-                held.remove(h)
-            for h in batch:
-                note = {"order": "fair", "reaction_claimed_ns": h.claimed_ns, "reaction_used_ns": h.reaction_ns,
-                        "virtual_ns": h.virtual_ns, "race_key": [h.key[0], h.key[1]],
-                        "rivals": [x.seat for x in batch if x is not h and x.key == h.key], "coin": coins[id(h)]}
-                self.core.judge(match, h.seat, h.client, h.act, h.action, now_ns, out,
-                                hold_ns=now_ns - h.arrival_ns, note=note)
-
-    def _waiting_for_rival(self, match: Match, h: Held) -> bool:
-        for seat in range(len(match.players)):
-            if seat != h.seat and self._could_race(match, seat, h.key):
+    def _waiting_for_rival(self, table: Table, h: Held) -> bool:
+        for seat in range(len(table.clients)):
+            if seat != h.seat and self._could_race(table, seat, h.key):
                 return True
         return False
 
-    def _coin(self, match: Match, h: Held, batch: list[Held]) -> int:
+    def _coin(self, table: Table, h: Held, batch: list[Held]) -> int:
         ties = [x for x in batch if x.virtual_ns == h.virtual_ns]
         if len(ties) < 2:
             return 0
-        chance = self.coins.get(match.code)
+        chance = self.coins.get(table.code)
         if chance is None:
-            chance = self.coins[match.code] = SeededChance(derive(match.seed, "coin"))
+            chance = self.coins[table.code] = SeededChance(derive(table.coin_seed, "coin"))
         return chance.randbelow(1 << 30)
 
     def drop_match(self, code: str) -> None:

@@ -24,6 +24,7 @@ from client.net import Connection
 from client.player import Player
 from tests.conftest import wait_port
 from tests.logcheck import check_blink_log, read
+from tests.decks import fixed_deck_games
 from tests.test_relay_core import race_deck
 
 pytestmark = pytest.mark.integration
@@ -78,7 +79,7 @@ def test_two_bots_finish_a_match_through_mosquitto(tmp_path: Path, mosquitto: Br
 
 def test_the_mosquitto_acl_lets_a_client_write_only_its_own_action_topic(mosquitto: BrokerAddress) -> None:
     async def main() -> list[str]:
-        async with LocalServer(mosquitto.url, seed=1, config=RelayConfig(fixed_decks=(race_deck(),))) as server:
+        async with LocalServer(mosquitto.url, seed=1, config=RelayConfig(games=fixed_deck_games((race_deck(),)))) as server:
             a = Player(server.address, "ann", client_id="pa")
             b = Player(server.address, "bob", client_id="pb")
             async with a, b:
@@ -105,7 +106,7 @@ def test_forced_conflict_through_a_real_broker_is_resolved_as_the_rules_say() ->
     lands; the other is answered pile_changed and its card is back in its owner's hand."""
 
     async def main() -> tuple[Any, Any, Any, Any]:
-        config = RelayConfig(fixed_decks=(race_deck(),))
+        config = RelayConfig(games=fixed_deck_games((race_deck(),)))
         async with LocalServer(None, seed=3, config=config) as server:
             async with Player(server.address, "ann") as a, Player(server.address, "bob") as b:
                 code = await a.create("blink", {"countdown_s": 0.2})
@@ -198,7 +199,7 @@ def test_embedded_serve_starts_and_stops_on_ctrl_c() -> None:
 
 @pytest.mark.parametrize("args,needle", [
     (["serve", "--broker", "http://x"], "unsupported scheme"),
-    (["match", "--bots", "3"], "blink is for 2-2 players"),
+    (["match", "--bots", "3"], "BLINK is for 2 players"),
     (["match", "--settings", "{bad"], "JSON"),
     (["match", "--settings", '{"best_of": 2}'], "best_of"),
     (["bot", "--server", "mqtt://127.0.0.1:1"], "cannot reach"),

@@ -12,6 +12,7 @@ from protocol.codec import encode
 from protocol.rules import blink
 from protocol.topics import Topics
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
+from tests.decks import fixed_deck_games
 
 T = Topics()
 S = 1_000_000_000
@@ -30,7 +31,9 @@ def race_deck() -> tuple[str, ...]:
 
 
 class Harness:
-    def __init__(self, **config: Any) -> None:
+    def __init__(self, fixed_decks: tuple[tuple[str, ...], ...] | None = None, **config: Any) -> None:
+        if fixed_decks:
+            config["games"] = fixed_deck_games(fixed_decks)
         self.core = RelayCore(T, RelayConfig(**config), seed=42)
         self.now = 0
         self.out: list[Any] = []

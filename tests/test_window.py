@@ -21,6 +21,7 @@ import pytest
 
 from protocol.rules import blink
 from relay.core import RelayConfig
+from tests.decks import fixed_deck_games
 from client.window import geometry as geo
 from client.window.layout import EMPTY, stable_slots, table_layout
 from client.window.session import BOT_LEVELS, parse_level
@@ -249,7 +250,7 @@ def make_app(*, mode: str = "bot", decks: tuple[tuple[str, ...], ...] | None = N
     from client.window.app import App, AppConfig
     from client.window.session import SessionConfig
 
-    relay = RelayConfig(fixed_decks=decks, between_games_s=0.5) if decks else RelayConfig(between_games_s=0.5)
+    relay = RelayConfig(games=fixed_deck_games(decks) if decks else None, between_games_s=0.5)
     session = SessionConfig(name="you", settings=dict(settings if settings is not None else FAST), relay_config=relay,
                             autoplay=autoplay, autoplay_reaction_s=autoplay_s, seed=7)
     return App(AppConfig(mode=mode, bot_reaction_s=bot_s, width=size[0], height=size[1], mute=mute, session=session))

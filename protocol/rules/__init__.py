@@ -1,23 +1,24 @@
-"""The four rule engines, found by game name in one static registry (see base.py for the surface
-they share)."""
+"""The rule engines, found by game name in one static registry (see base.py for the ``Game`` each
+engine module ends with)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from protocol.rules import blink, roll_your_own, sequence, takeaway
+from protocol.rules.base import Game
 
 #: Every game by its canonical name (as shown to users). Consumers ask the registry; none compares
 #: a game's name.
-GAMES: dict[str, Any] = {
-    "blink": blink.RULES,
-    "takeaway": takeaway.RULES,
-    "sequence": sequence.RULES,
-    "ryo": roll_your_own.RULES,
+GAMES: dict[str, Game[Any]] = {
+    "blink": blink.GAME,
+    "takeaway": takeaway.GAME,
+    "sequence": sequence.GAME,
+    "ryo": roll_your_own.GAME,
 }
 ALIASES = {"roll_your_own": "ryo"}
 
-#: Canonical names, as shown to users.
+#: Canonical names of the built-in games, as shown to users (``GAMES`` also holds registered ones).
 GAME_NAMES = tuple(GAMES)
 
 
@@ -25,12 +26,28 @@ def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def game_for(name: str) -> Any:
-    """The game called ``name`` (or an alias); raises ValueError for an unknown game."""
-    game = GAMES.get(canonical(name))
+def game_for(name: str, games: Mapping[str, Game[Any]] | None = None) -> Game[Any]:
+    """The game called ``name`` (or an alias) in ``games`` (default: the registry); raises ValueError
+    for an unknown game."""
+    games = GAMES if games is None else games
+    game = games.get(canonical(name)) if isinstance(name, str) else None
     if game is None:
-        raise ValueError(f"unknown game {name!r}; choose one of {', '.join(GAMES)}")
+        raise ValueError(f"unknown game {name!r}; choose one of {', '.join(games)}")
     return game
+
+
+def register(game: Game[Any]) -> Game[Any] | None:
+    """Add (or replace) a game in the registry, for plug-ins and tests; returns the game it
+    replaced, if any, so a test can put it back (or ``unregister`` a new one)."""
+    old = GAMES.get(game.name)
+    GAMES[game.name] = game
+    return old
+
+
+def unregister(name: str) -> None:
+    """Remove a game added with ``register`` (the built-in games are not removed)."""
+    if name not in GAME_NAMES:
+        GAMES.pop(name, None)
 
 
 rules_for = game_for  # the older name

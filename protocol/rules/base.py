@@ -3,7 +3,10 @@
 How this works
 --------------
 A game is a module (``protocol.rules.blink``, ``.takeaway``, ``.sequence``, ``.roll_your_own``)
-exposing a ``RULES`` object that satisfies ``GameRules``:
+ending in one typed ``GAME = Game(...)`` (below): its facts (name, title, player counts, whether it
+is a race) and its functions. The registry (``protocol.rules.GAMES``, ``game_for(name)``) maps names
+to these objects; the relay, the bots, the match runner and the window ask the ``Game`` and never
+compare a game's name. The functions:
 
 - ``new_game(settings, players, chance) -> state``: ``players`` is the number of seats; all
   randomness is drawn from ``chance`` (a ``Chance``: ``randbelow(n)``), which the relay seeds and
@@ -22,6 +25,12 @@ exposing a ``RULES`` object that satisfies ``GameRules``:
   ``action_from_wire`` raises ``ValueError`` for anything malformed.
 - ``timers(state) -> tuple[Timer, ...]``: what the relay must do after a delay in this state
   (``Timer(name, delay_ns, action)``), e.g. the stalemate pause; the relay owns the clock.
+- ``bot_action(state, seat, chance) -> action | None``: the bots' policy, on the bot's own view.
+- ``check_settings(settings, players)`` / ``default_settings()`` / ``best_of(settings)``: settings
+  as checked wire maps, and how many games a match is the best of.
+- ``race``: an optional ``RaceRule`` for fair ordering -- which plays race each other (BLINK: plays
+  for the same pile top) and who could still join a race; the relay's scheduler knows nothing else
+  about the game.
 
 Events are plain maps ``{"type": "card_played", ...}``; they are public by construction: an engine
 never puts a hidden card into an event.
@@ -30,7 +39,7 @@ never puts a hidden card into an event.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 from protocol.codec import DecodeError, from_dict
 
@@ -127,32 +136,84 @@ class Timer:
     action: Any  # applied with player=SYSTEM when the timer fires, if the state still asks for it
 
 
-class RulesModule:
-    """Base of each game module's ``RULES`` object: the module's engine functions, found by name in
-    the module's namespace (``RULES = _Rules(globals())``); a subclass adds the game's facts
-    (``name``, player counts, ``stale_code``, ``realtime``) and its settings checks."""
-
-    FUNCTIONS = ("new_game", "apply", "complete", "view", "legal_actions", "outcome", "timers",
-                 "to_wire", "from_wire", "action_from_wire", "action_to_wire")
-
-    def __init__(self, namespace: dict[str, Any], extra: tuple[str, ...] = ()) -> None:
-        for fn in self.FUNCTIONS + extra:
-            setattr(self, fn, namespace[fn])
+#: What makes two plays race each other in fair ordering (e.g. BLINK's ``(pile, top card seen)``).
+#: Written to the log as a list, so its parts are plain ints and strings.
+RaceKey = tuple[int | str, ...]
 
 
-class GameRules(Protocol):
-    name: str
+@dataclass(frozen=True)
+class RaceRule(Generic[S]):
+    """A realtime game's rule for fair ordering (see relay/fair.py): which plays race each other,
+    and who could still join a race. A game without one is judged in arrival order."""
 
-    def default_settings(self) -> dict[str, Any]: ...
-    def check_settings(self, settings: dict[str, Any], players: int) -> dict[str, Any]: ...
-    def new_game(self, settings: dict[str, Any], players: int, chance: Chance) -> Any: ...
-    def apply(self, state: Any, player: int | None, action: Any) -> Accepted[Any] | Rejected: ...
-    def complete(self, state: Any, player: int | None, action: Any, chance: Chance) -> Any: ...
-    def view(self, state: Any, player: int | None) -> Any: ...
-    def legal_actions(self, state: Any, player: int) -> list[Any]: ...
-    def outcome(self, state: Any) -> Outcome | None: ...
-    def timers(self, state: Any) -> tuple[Timer, ...]: ...
-    def to_wire(self, state: Any) -> dict[str, Any]: ...
-    def from_wire(self, data: dict[str, Any]) -> Any: ...
-    def action_from_wire(self, data: dict[str, Any]) -> Any: ...
-    def action_to_wire(self, action: Any) -> dict[str, Any]: ...
+    #: The race a player's action enters, from the state the player saw when sending it (``None``
+    #: when the relay no longer remembers that state); ``None`` for an action that races no one.
+    key: Callable[[S | None, Any], RaceKey | None]
+    #: Could ``seat`` still send a play for race ``key``, as far as the state as it is now says?
+    could_race: Callable[[S | None, int, RaceKey], bool]
+
+
+class PublicEvent(Protocol):
+    """A public event as the match runner sees it (``protocol.messages.Event`` is one)."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def data(self) -> dict[str, Any]: ...
+
+
+#: A game's own part of a match summary: from the match's public events (in order), the players'
+#: names and the runner's one entry per relay game, the entries to report (see client/matchrun.py).
+GamesSummary = Callable[[Sequence[PublicEvent], Sequence[str], list[dict[str, Any]]], list[dict[str, Any]]]
+
+
+def one_game(settings: dict[str, Any]) -> int:
+    """``best_of`` for a game whose match is a single game (the dice games)."""
+    return 1
+
+
+@dataclass(frozen=True, eq=False)
+class Game(Generic[S]):
+    """Everything the relay, the bots, the match runner and the window need to know about one game,
+    with ``S`` its state type. Each engine module ends with one ``GAME = Game(...)``; the registry in
+    ``protocol/rules/__init__.py`` finds it by name. Compared by identity (``eq=False``)."""
+
+    name: str  # canonical, as on the wire and the command line
+    title: str  # for people: "BLINK", "Takeaway Dice"
+    min_players: int
+    max_players: int
+    default_settings: Callable[[], dict[str, Any]]
+    #: The settings as a checked wire map; raises ValueError (or TypeError) for a bad map or player count.
+    check_settings: Callable[[dict[str, Any], int], dict[str, Any]]
+    new_game: Callable[[dict[str, Any], int, Chance], S]
+    apply: Callable[[S, int | None, Any], Accepted[S] | Rejected]
+    complete: Callable[[S, int | None, Any, Chance], Any]
+    view: Callable[[S, int | None], S]
+    legal_actions: Callable[[S, int], Sequence[Any]]
+    outcome: Callable[[S], Outcome | None]
+    timers: Callable[[S], tuple[Timer, ...]]
+    to_wire: Callable[[S], dict[str, Any]]
+    from_wire: Callable[[dict[str, Any]], S]
+    action_from_wire: Callable[[dict[str, Any]], Any]
+    action_to_wire: Callable[[Any], dict[str, Any]]
+    #: The bots' policy: an action for ``seat`` in (its view of) the state, or None to wait.
+    bot_action: Callable[[S, int, Chance], Any | None]
+    #: Games in a match (the relay plays a best-of-N); the dice games play one.
+    best_of: Callable[[dict[str, Any]], int] = one_game
+    #: The rejection code for an action that was legal in the state its player saw but lost to a change.
+    stale_code: str = "stale"
+    realtime: bool = False  # players act at the same time (a race), not in turns
+    race: RaceRule[S] | None = None  # fair ordering's rule; None: arrival order only
+    invariant_ok: Callable[[S], bool] | None = None  # a whole-state check for property tests
+    summarise_games: GamesSummary | None = None  # the match runner's per-game entries, if the game has its own
+    #: Settings that make a match short (quick tests and measurements); merged over the defaults.
+    quick_settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def seats_problem(self, seats: int) -> str | None:
+        """Why ``seats`` players cannot play this game (one readable line), or None if they can."""
+        if self.min_players <= seats <= self.max_players:
+            return None
+        if self.min_players == self.max_players:
+            return f"{self.title} is for {self.min_players} players, not {seats}"
+        return f"{self.title} is for {self.min_players} to {self.max_players} players, not {seats}"

@@ -38,9 +38,11 @@ from protocol.rules.base import (
     Outcome,
     Rejected,
     Timer,
+    Game,
+    RaceKey,
+    RaceRule,
     shuffled,
     decode_action,
-    RulesModule,
     settings_map,
 )
 
@@ -647,34 +649,107 @@ def from_wire(data: dict[str, Any]) -> State:
         raise ValueError(f"malformed BLINK state: {exc!r}") from exc
 
 
-# --- the module as a GameRules object --------------------------------------------------------------
+# --- settings as wire maps --------------------------------------------------------------------------
 
 
-class _Rules(RulesModule):
-    name = NAME
-    min_players = 2
-    max_players = 2
-    stale_code = "pile_changed"  # a play that matched the pile top its player saw, but lost the race
-    realtime = True
-
-    def default_settings(self) -> dict[str, Any]:
-        return Settings().to_wire()
-
-    def check_settings(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
-        if players != 2:
-            raise ValueError("BLINK is a game for two players")
-        return make_settings(settings).to_wire()
-
-    def best_of(self, settings: dict[str, Any]) -> int:
-        return make_settings(settings).best_of
+def default_settings() -> dict[str, Any]:
+    return Settings().to_wire()
 
 
-    def invariant_ok(self, state: State) -> bool:
-        """The cards are exactly partitioned between draw piles, hands and centre piles."""
-        seen = [c for group in (state.draw, state.hands, state.piles) for part in group for c in part]
-        if any(c is None for c in seen):
-            return False  # a view, not a state: it cannot be checked
-        return sorted(c for c in seen if c is not None) == sorted(state.settings.deck.cards()[: 2 * (len(state.settings.deck.cards()) // 2)])
+def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
+    if players != 2:
+        raise ValueError("BLINK is a game for two players")
+    return make_settings(settings).to_wire()
 
 
-RULES = _Rules(globals())
+def best_of(settings: dict[str, Any]) -> int:
+    return make_settings(settings).best_of
+
+
+def invariant_ok(state: State) -> bool:
+    """The cards are exactly partitioned between draw piles, hands and centre piles."""
+    seen = [c for group in (state.draw, state.hands, state.piles) for part in group for c in part]
+    if any(c is None for c in seen):
+        return False  # a view, not a state: it cannot be checked
+    deck = state.settings.deck.cards()
+    return sorted(c for c in seen if c is not None) == sorted(deck[: 2 * (len(deck) // 2)])
+
+
+# --- fair ordering: who races whom ------------------------------------------------------------------
+
+
+def race_key(seen: State | None, action: Any) -> tuple[int, str] | None:
+    """A play races every other play for the same pile top -- the top its player saw, so two plays
+    against the same card compete even when one of them has already landed."""
+    if not isinstance(action, PlayCard):
+        return None
+    pile = action.pile if action.pile in (0, 1) else 0
+    top = seen.top(pile) if seen is not None else None
+    return (pile, str(top))
+
+
+def could_race(state: State | None, seat: int, key: RaceKey) -> bool:
+    """Could ``seat`` still send a play for this pile top (so a play already here must wait)?"""
+    if state is None or state.phase != "running":
+        return False
+    top = state.top(int(key[0]))
+    if str(top) != key[1]:
+        return True  # the pile moved on; a rival's play against the old top may still be coming
+    return top is not None and any(c is not None and cards_match(c, top) for c in state.hands[seat])
+
+
+# --- a bot ------------------------------------------------------------------------------------------
+
+
+def bot_action(state: State, seat: int, chance: Chance) -> Action | None:
+    """Choosing the pile that leaves the opponent the fewest options is beyond a person at speed,
+    so: any legal play, chosen at random. With manual refills, draw first. During a stalemate pick,
+    place the card that is least useful to keep (the one matching the fewest of the others)."""
+    actions = legal_actions(state, seat)
+    if not actions:
+        return None
+    draws = [a for a in actions if isinstance(a, DrawCard)]
+    if draws:
+        return draws[0]
+    picks = [a for a in actions if isinstance(a, PickCard)]
+    if picks:
+        hand = [c for c in state.hands[seat] if c is not None]
+
+        def usefulness(pick: PickCard) -> int:
+            card = Card.parse(pick.card, state.settings.deck)
+            return sum(cards_match(card, other) for other in hand if other != card)
+
+        return min(picks, key=usefulness)
+    return actions[chance.randbelow(len(actions))]
+
+
+# --- the game ---------------------------------------------------------------------------------------
+
+GAME: Game[State] = Game(
+    name=NAME,
+    title="BLINK",
+    min_players=2,
+    max_players=2,
+    default_settings=default_settings,
+    check_settings=check_settings,
+    new_game=new_game,
+    apply=apply,
+    complete=complete,
+    view=view,
+    legal_actions=legal_actions,
+    outcome=outcome,
+    timers=timers,
+    to_wire=to_wire,
+    from_wire=from_wire,
+    action_from_wire=action_from_wire,
+    action_to_wire=action_to_wire,
+    bot_action=bot_action,
+    best_of=best_of,
+    stale_code="pile_changed",  # a play that matched the pile top its player saw, but lost the race
+    realtime=True,
+    race=RaceRule(key=race_key, could_race=could_race),
+    invariant_ok=invariant_ok,
+    # Many short games: one game per match; a short countdown and stalemate pause.
+    quick_settings={"best_of": 1, "countdown_s": 0.5, "stalemate_pause_s": 0.3},
+)
+RULES = GAME  # the older name

@@ -50,7 +50,8 @@ from protocol.rules.base import (
     Rejected,
     Timer,
     decode_action,
-    RulesModule,
+    Game,
+    PublicEvent,
     settings_map,
 )
 
@@ -447,10 +448,11 @@ def _lower(state: State, player: int, face: Any, timeout: bool) -> Accepted[Stat
 
 
 def _offer_choice(state: State, chooser: int, events: list[EventData]) -> tuple[State, tuple[EventData, ...]]:
-    assert state.round_winner is not None
+    winner = state.round_winner
+    assert winner is not None
     state = replace(state, chooser=chooser)
     can_raise = bool(raisable(state, chooser))
-    can_lower = bool(lowerable(state, state.round_winner))  # round_winner asserted above
+    can_lower = bool(lowerable(state, winner))
     if not can_raise and not can_lower:
         events.append({"type": "no_choice", "player": chooser, "winner": state.round_winner})
         return _next_round(state, events)
@@ -514,7 +516,8 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
             if up:
                 die = state.dice[state.chooser]
                 assert die is not None
-                face = min(up, key=lambda i: (die[i], i))  # the lowest face goes up
+                faces: Die = die
+                face = min(up, key=lambda i: (faces[i], i))  # the lowest face goes up
                 return _raise(state, state.chooser, face, timeout=True)
             return Accepted(*_lower_chosen(state, [], timeout=True))
         if state.phase == "lower":
@@ -825,7 +828,7 @@ def _versus(die: Die, dice: tuple[Die | None, ...], me: int) -> float:
     return sum(advantage(die, d) for p, d in enumerate(dice) if p != me and d is not None)
 
 
-def bot_action(state: State, player: int) -> Action | None:
+def bot_action(state: State, player: int, chance: Chance | None = None) -> Action | None:
     """Build a die that does well against the field (and against what the others built last game);
     choose the option that leaves our die best placed against everyone; as the winner, drop the face
     that costs us least."""
@@ -868,8 +871,7 @@ def bot_action(state: State, player: int) -> Action | None:
                 best = (v, LowerWinner())
         return None if best is None else best[1]
     if state.phase == "lower" and player == state.round_winner:
-        options = lowerable(state, player)
-        return LowerFace(_best_lower(state, player)) if options else None
+        return LowerFace(_best_lower(state, player)) if lowerable(state, player) else None
     return None
 
 
@@ -885,27 +887,67 @@ def _best_lower(state: State, w: int) -> int:
     return max(lowerable(state, w), key=value)
 
 
-# --- the module as a GameRules object -------------------------------------------------------------
+# --- settings as wire maps -------------------------------------------------------------------------
 
 
-class _Rules(RulesModule):
-    name = NAME
-    min_players = 2
-    max_players = MAX_PLAYERS
-    stale_code = "stale"
-    realtime = False
-
-    def default_settings(self) -> dict[str, Any]:
-        return Settings().to_wire()
-
-    def check_settings(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
-        s = make_settings(settings)
-        _check_players(players, s)
-        return s.to_wire()
-
-    def best_of(self, settings: dict[str, Any]) -> int:
-        return 1  # a match of games is played inside one engine state
+def default_settings() -> dict[str, Any]:
+    return Settings().to_wire()
 
 
+def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
+    s = make_settings(settings)
+    _check_players(players, s)
+    return s.to_wire()
 
-RULES = _Rules(globals(), extra=("bot_action", "is_valid_build", "beat_probability"))
+
+# --- the match runner's summary ---------------------------------------------------------------------
+
+
+def summarise_games(events: Sequence[PublicEvent], players: Sequence[str],
+                    games: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One relay game holds a whole Roll Your Own match: list its own games (``game_won`` events) as
+    a player counts them, the last one carrying the relay game's result, with each player's games
+    and rounds won."""
+    results = [ev for ev in events if ev.type == "game_result"]
+    entries = [dict(g) for g in games]
+    for entry, ev in zip(entries, results):
+        if isinstance(ev.data.get("games"), list):
+            entry["games_won"] = dict(zip(players, ev.data["games"]))
+        if isinstance(ev.data.get("rounds"), list):
+            entry["rounds_won"] = dict(zip(players, ev.data["rounds"]))
+    inner = [{"game": ev.data.get("ryo_game"), "winner": ev.data.get("player")} for ev in events
+             if ev.type == "game_won"]
+    if not inner:
+        return entries
+    if entries:
+        last = {k: v for k, v in entries[-1].items() if k not in ("game", "winner", "winners")}
+        inner[-1] = {**inner[-1], **last}
+    return inner
+
+
+# --- the game -------------------------------------------------------------------------------------
+
+GAME: Game[State] = Game(
+    name=NAME,
+    title="Roll Your Own",
+    min_players=2,
+    max_players=MAX_PLAYERS,
+    default_settings=default_settings,
+    check_settings=check_settings,
+    new_game=new_game,
+    apply=apply,
+    complete=complete,
+    view=view,
+    legal_actions=legal_actions,
+    outcome=outcome,
+    timers=timers,
+    to_wire=to_wire,
+    from_wire=from_wire,
+    action_from_wire=action_from_wire,
+    action_to_wire=action_to_wire,
+    bot_action=bot_action,
+    stale_code="stale",  # an action made against a state that has since moved on
+    realtime=False,
+    summarise_games=summarise_games,
+)
+RULES = GAME  # the older name

@@ -47,7 +47,7 @@ from protocol.rules.base import (
     Timer,
     roll_die,
     decode_action,
-    RulesModule,
+    Game,
     settings_map,
 )
 
@@ -614,7 +614,7 @@ def _strength(chips: Chips, colour: int, windows: tuple[tuple[Coord, ...], ...],
     return total
 
 
-def bot_action(state: State, player: int) -> Action | None:
+def bot_action(state: State, player: int, chance: Chance | None = None) -> Action | None:
     """Extend our own lines and block the opponents': try each possible move and keep the one that
     leaves our position strongest against the strongest opponent."""
     options = legal_actions(state, player)
@@ -637,30 +637,46 @@ def bot_action(state: State, player: int) -> Action | None:
     return max(options, key=lambda a: (value(a), -a.row, -a.col))  # type: ignore[union-attr]
 
 
-# --- the module as a GameRules object -------------------------------------------------------------
+# --- settings as wire maps -------------------------------------------------------------------------
 
 
-class _Rules(RulesModule):
-    name = NAME
-    min_players = 2
-    max_players = 4
-    stale_code = "stale"
-    realtime = False
-
-    def default_settings(self) -> dict[str, Any]:
-        return Settings().to_wire()
-
-    def check_settings(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
-        _check_players(players)
-        return make_settings(settings).to_wire()
-
-    def best_of(self, settings: dict[str, Any]) -> int:
-        return 1
+def default_settings() -> dict[str, Any]:
+    return Settings().to_wire()
 
 
-    def invariant_ok(self, state: State) -> bool:
-        """No colour has more chips on the board than it owns."""
-        return all(state.count(c) <= state.settings.chips_per_colour for c in range(len(COLOURS)))
+def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
+    _check_players(players)
+    return make_settings(settings).to_wire()
 
 
-RULES = _Rules(globals(), extra=("bot_action", "has_sequence"))
+def invariant_ok(state: State) -> bool:
+    """No colour has more chips on the board than it owns."""
+    return all(state.count(c) <= state.settings.chips_per_colour for c in range(len(COLOURS)))
+
+
+# --- the game -------------------------------------------------------------------------------------
+
+GAME: Game[State] = Game(
+    name=NAME,
+    title="Sequence Dice",
+    min_players=2,
+    max_players=4,
+    default_settings=default_settings,
+    check_settings=check_settings,
+    new_game=new_game,
+    apply=apply,
+    complete=complete,
+    view=view,
+    legal_actions=legal_actions,
+    outcome=outcome,
+    timers=timers,
+    to_wire=to_wire,
+    from_wire=from_wire,
+    action_from_wire=action_from_wire,
+    action_to_wire=action_to_wire,
+    bot_action=bot_action,
+    stale_code="stale",  # an action made against a state that has since moved on
+    realtime=False,
+    invariant_ok=invariant_ok,
+)
+RULES = GAME  # the older name

@@ -49,7 +49,7 @@ from protocol.rules.base import (
     roll_die,
     shuffled,
     decode_action,
-    RulesModule,
+    Game,
     settings_map,
 )
 
@@ -598,7 +598,7 @@ def from_wire(data: dict[str, Any]) -> State:
 # --- a bot ----------------------------------------------------------------------------------------
 
 
-def bot_action(state: State, player: int) -> Action | None:
+def bot_action(state: State, player: int, chance: Chance | None = None) -> Action | None:
     """A sensible policy from what the view shows: take the free Blink worth most to us (a repeat of
     a face we hold is worth 10); if the best is poor and a re-roll is allowed, re-roll first."""
     if state.phase != "turn" or player != state.current:
@@ -625,26 +625,40 @@ def bot_action(state: State, player: int) -> Action | None:
     return ClaimBlink(best[0], best[1])
 
 
-# --- the module as a GameRules object -------------------------------------------------------------
+# --- settings as wire maps -------------------------------------------------------------------------
 
 
-class _Rules(RulesModule):
-    name = NAME
-    min_players = 2
-    max_players = MAX_PLAYERS
-    stale_code = "stale"  # an action made against a state that has since moved on
-    realtime = False
-
-    def default_settings(self) -> dict[str, Any]:
-        return Settings().to_wire()
-
-    def check_settings(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
-        _check_players(players)
-        return make_settings(settings).to_wire()
-
-    def best_of(self, settings: dict[str, Any]) -> int:
-        return 1
+def default_settings() -> dict[str, Any]:
+    return Settings().to_wire()
 
 
+def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
+    _check_players(players)
+    return make_settings(settings).to_wire()
 
-RULES = _Rules(globals(), extra=("bot_action", "score", "is_locked"))
+
+# --- the game -------------------------------------------------------------------------------------
+
+GAME: Game[State] = Game(
+    name=NAME,
+    title="Takeaway Dice",
+    min_players=2,
+    max_players=MAX_PLAYERS,
+    default_settings=default_settings,
+    check_settings=check_settings,
+    new_game=new_game,
+    apply=apply,
+    complete=complete,
+    view=view,
+    legal_actions=legal_actions,
+    outcome=outcome,
+    timers=timers,
+    to_wire=to_wire,
+    from_wire=from_wire,
+    action_from_wire=action_from_wire,
+    action_to_wire=action_to_wire,
+    bot_action=bot_action,
+    stale_code="stale",  # an action made against a state that has since moved on
+    realtime=False,
+)
+RULES = GAME  # the older name
