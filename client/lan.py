@@ -213,6 +213,7 @@ class Interface:
     up: bool
     multicast: bool
     loopback: bool
+    networks: tuple[str, ...] = ()  # the same addresses with their prefix, "10.0.0.2/24"
 
 
 def _flags(name: str) -> int | None:
@@ -223,7 +224,7 @@ def _flags(name: str) -> int | None:
         return None
 
 
-def interfaces() -> list[Interface]:
+def list_interfaces() -> list[Interface]:
     """This machine's interfaces with their IPv4 addresses. Flags come from Linux's sysfs; where
     there is none, an interface with an address counts as up and multicast-capable unless it is
     a loopback address."""
@@ -232,13 +233,14 @@ def interfaces() -> list[Interface]:
     found: list[Interface] = []
     for adapter in ifaddr.get_adapters():
         v4 = tuple(str(ip.ip) for ip in adapter.ips if ip.is_IPv4)
+        nets = tuple(f"{ip.ip}/{ip.network_prefix}" for ip in adapter.ips if ip.is_IPv4)
         flags = _flags(adapter.name)
         if flags is None:
             loop = any(ipaddress.ip_address(a).is_loopback for a in v4)
-            found.append(Interface(adapter.name, v4, True, not loop, loop))
+            found.append(Interface(adapter.name, v4, True, not loop, loop, nets))
         else:
             found.append(Interface(adapter.name, v4, bool(flags & IFF_UP), bool(flags & IFF_MULTICAST),
-                                   bool(flags & IFF_LOOPBACK)))
+                                   bool(flags & IFF_LOOPBACK), nets))
     return found
 
 
@@ -246,7 +248,7 @@ def mdns_addresses(chosen: Sequence[str] | None = None) -> list[str]:
     """IPv4 addresses for zeroconf: those of the interfaces named (by name or address) in
     ``chosen``, or of every interface that is up, multicast-capable and not loopback.
     NoMulticast (with the reason) if that leaves nothing usable."""
-    ifs = interfaces()
+    ifs = list_interfaces()
     if chosen:
         out: list[str] = []
         for want in chosen:
@@ -283,7 +285,8 @@ def _label(text: str, limit: int) -> str:
 def instance_name(relay_id: str, host_name: str | None = None) -> str:
     """"<host> <relay>", at most 63 bytes (a DNS label)."""
     host = _label((host_name or socket.gethostname()).split(".")[0], 40)
-    return f"{host} {relay_id}".encode("utf-8")[:63].decode("utf-8", "ignore").strip()
+    relay = "".join(c if c.isprintable() and c != "." else "-" for c in relay_id) or "relay"
+    return f"{host} {relay}".encode("utf-8")[:63].decode("utf-8", "ignore").strip()
 
 
 def parse_match_list(payload: bytes | bytearray) -> list[dict[str, Any]] | None:
@@ -455,7 +458,7 @@ def lan_urls(port: int, host: str = "0.0.0.0", chosen: Sequence[str] | None = No
     try:
         addrs = mdns_addresses(chosen)
     except LanError:
-        addrs = [a for i in interfaces() if i.up and not i.loopback for a in i.addresses]
+        addrs = [a for i in list_interfaces() if i.up and not i.loopback for a in i.addresses]
     return [f"mqtt://{a}:{port}" for a in addrs]
 
 
@@ -487,11 +490,31 @@ class Host:
                 "prefix": self.prefix}
 
 
+def reachable_first(addresses: Sequence[str], networks: Sequence[str]) -> list[str]:
+    """A host advertises every address it has (LAN, VPN, container bridges): put first those
+    inside one of our own networks ("10.0.0.2/24"), which we can reach directly."""
+    nets = []
+    for n in networks:
+        try:
+            nets.append(ipaddress.ip_interface(n).network)
+        except ValueError:
+            continue
+
+    def local(a: str) -> bool:
+        try:
+            return any(ipaddress.ip_address(a) in net for net in nets)
+        except ValueError:
+            return False
+
+    return sorted(addresses, key=lambda a: not local(a))  # stable: the host's order otherwise
+
+
 def host_from_info(name: str, port: int | None, addresses: Sequence[str], props: Mapping[Any, Any],
-                   server: str = "") -> Host | None:
+                   server: str = "", networks: Sequence[str] = ()) -> Host | None:
     """A resolved service -> Host (None without an address or a port)."""
     if not addresses or not port:
         return None
+    addresses = reachable_first(addresses, networks)
     advert = decode_txt(props)
     instance = name[: -len(SERVICE_TYPE) - 1] if name.endswith("." + SERVICE_TYPE) else name
     return Host(instance, addresses[0], port, advert.relay, advert.matches, advert.waiting, advert.version,
@@ -504,6 +527,8 @@ class LanBrowser:
 
     def __init__(self, interfaces: Sequence[str] | None = None) -> None:
         self.interfaces = mdns_addresses(interfaces)
+        self.networks = [n for i in list_interfaces() for n in i.networks
+                         if n.split("/")[0] in self.interfaces]
         self._names: set[str] = set()
         self._lock = threading.Lock()
         self._zc: Any = None
@@ -547,7 +572,7 @@ class LanBrowser:
             except OSError as exc:
                 raise _zeroconf_error(exc) from exc
             host = host_from_info(name, info.port, info.parsed_addresses(IPVersion.V4Only), info.properties or {},
-                                  info.server or "")
+                                  info.server or "", self.networks)
             if host is not None:
                 found.append(host)
         return sorted(found, key=lambda h: (h.name.lower(), h.address, h.port))
@@ -579,7 +604,7 @@ def browse(timeout: float = 2.0, interfaces: Sequence[str] | None = None) -> lis
 
 
 __all__ = ["SERVICE_TYPE", "MAX_TXT_MATCHES", "LanError", "NoMulticast", "NoFreePort", "LanMatch", "Advert",
-           "encode_txt", "decode_txt", "pick_port", "port_is_free", "choose_port", "Interface", "interfaces",
+           "encode_txt", "decode_txt", "pick_port", "port_is_free", "choose_port", "Interface", "list_interfaces",
            "mdns_addresses", "Advertiser", "MatchFollower", "advertise", "lan_urls", "Host", "LanBrowser",
            "browse", "instance_name", "parse_match_list", "host_from_info"]
 

@@ -104,6 +104,20 @@ def test_instance_name_is_one_dns_label() -> None:
     assert long_host == "h" * 40 + " relay-0"
     assert len(lan.instance_name("r" * 100, "desk").encode()) == 63
     assert lan.instance_name("relay-0", "my_odd host") == "my-odd-host relay-0"
+    assert lan.instance_name("relay.0", "desk") == "desk relay-0"  # a dot would split the DNS name
+
+
+def test_a_host_is_reached_first_on_an_address_in_our_own_network() -> None:
+    advertised = ["172.17.0.1", "10.8.0.5", "192.168.1.20"]  # a container bridge, a VPN, the LAN
+    assert lan.reachable_first(advertised, ["192.168.1.7/24"]) == ["192.168.1.20", "172.17.0.1", "10.8.0.5"]
+    assert lan.reachable_first(advertised, []) == advertised
+    assert lan.reachable_first(advertised, ["nonsense"]) == advertised
+    host = lan.host_from_info(f"desk r.{lan.SERVICE_TYPE}", 1884, advertised, {b"relay": b"r"},
+                              networks=["192.168.1.7/24"])
+    assert host is not None and host.name == "desk r" and host.address == "192.168.1.20"
+    assert host.url == "mqtt://192.168.1.20:1884" and host.to_dict()["matches"] == []
+    assert lan.host_from_info("x", None, advertised, {}) is None
+    assert lan.host_from_info("x", 1884, [], {}) is None
 
 
 # ---------------------------------------------------------------------------------------------
