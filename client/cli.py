@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not args.verbose:
-        for name in ("amqtt", "transitions", "blink.relay"):
+        for name in ("amqtt", "transitions", "blink.relay", "zeroconf"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     if args.command is None:
         parser.print_help()

@@ -335,7 +335,7 @@ class Advertiser:
                            server=f"{self.host_name}.local.", parsed_addresses=self.addresses)
 
     async def start(self) -> None:
-        from zeroconf import IPVersion
+        from zeroconf import Error as ZeroconfError, IPVersion
         from zeroconf.asyncio import AsyncZeroconf
 
         try:
@@ -345,6 +345,9 @@ class Advertiser:
         except OSError as exc:
             await self.stop()
             raise _zeroconf_error(exc) from exc
+        except ZeroconfError as exc:  # e.g. not running: the sockets could not be used
+            await self.stop()
+            raise LanError(f"could not advertise over multicast DNS: {type(exc).__name__} {exc}") from exc
         self._task = asyncio.create_task(self._updater())
 
     def update(self, matches: Iterable[Any]) -> None:
@@ -437,7 +440,9 @@ class advertise:  # noqa: N801 - used as ``async with advertise(...)``
                  interfaces: Sequence[str] | None = None, topics: Topics | None = None,
                  host_name: str | None = None) -> None:
         topics = topics or Topics()
-        self.advertiser = Advertiser(port, relay_id, interfaces=interfaces, host_name=host_name,
+        # A broker bound to one address is reachable only there: advertise just that one.
+        only = [broker_host] if broker_host not in ("0.0.0.0", "", "127.0.0.1", "localhost") else None
+        self.advertiser = Advertiser(port, relay_id, addresses=only, interfaces=interfaces, host_name=host_name,
                                      prefix=topics.prefix)
         self.follower = MatchFollower(broker_host, port, self.advertiser.update, topics)
 
@@ -616,12 +621,22 @@ __all__ = ["SERVICE_TYPE", "MAX_TXT_MATCHES", "LanError", "NoMulticast", "NoFree
 def lan_port(host: str, port: int, interfaces: Sequence[str] | None, warn: Callable[[str], None]) -> int:
     """Before the broker starts: check ``--interface`` (LanError if it names nothing usable) and
     take ``port`` or the next free one, saying which."""
+    if host == "localhost" or (_is_ip(host) and ipaddress.ip_address(host).is_loopback):
+        raise LanError(f"--host {host} is loopback: nobody else could reach it (leave out --host)")
     if interfaces:
         mdns_addresses(interfaces)
     chosen = choose_port(host, port)
     if chosen != port:
         warn(f"port {port} is taken; hosting on {chosen}")
     return chosen
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
 
 
 class lan_hosting:  # noqa: N801 - used as ``async with lan_hosting(...)``

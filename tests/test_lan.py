@@ -155,6 +155,20 @@ def test_port_is_free_sees_a_listening_socket_on_loopback() -> None:
         assert lan.choose_port("127.0.0.1", port) != port
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["serve", "--lan", "--host", "127.0.0.1"], "loopback"),
+    (["serve", "--interface", "lo"], "--interface only goes with --lan"),
+    (["serve", "--lan", "--broker", "mqtt://127.0.0.1:1"], "leave out --broker"),
+])
+def test_serve_lan_refuses_what_cannot_work_before_starting_anything(argv: list[str], says: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from client.cli import main
+
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # Real multicast between two network namespaces
 
