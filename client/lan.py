@@ -368,7 +368,7 @@ class Advertiser:
             self._info = self._service_info(txt, self._info.name)
             try:
                 await (await self._zc.async_update_service(self._info))
-            except OSError as exc:  # a vanished interface: keep serving, the next update may work
+            except Exception as exc:  # noqa: BLE001 - e.g. a vanished interface: keep serving, retry next change
                 log.info("could not announce the new match list: %s", exc)
             await asyncio.sleep(UPDATE_INTERVAL_S)  # rate limit: the latest list wins meanwhile
 
@@ -396,7 +396,7 @@ class MatchFollower:
         self.port = port
         self.topics = topics or Topics()
         self.on_matches = on_matches
-        self.client_id = "lan-" + secrets.token_hex(12)
+        self.client_id = "lan-" + secrets.token_hex(16)  # a client id is a secret: 128 bits
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
