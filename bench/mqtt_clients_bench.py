@@ -135,7 +135,7 @@ class PahoLib:
         import paho.mqtt.client as mqtt
 
         loop = asyncio.get_running_loop()
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid, protocol=mqtt.MQTTv311)
+        client: Any = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid, protocol=mqtt.MQTTv311)
         connected = loop.create_future()
 
         def on_connect(c: Any, u: Any, flags: Any, rc: Any, props: Any) -> None:
@@ -240,7 +240,7 @@ class _RawProto(asyncio.Protocol):
         self.buf = buf[i:]
 
 
-LIBS = {"aiomqtt": AiomqttLib, "gmqtt": GmqttLib, "paho": PahoLib, "raw": RawLib}
+LIBS: dict[str, Any] = {"aiomqtt": AiomqttLib, "gmqtt": GmqttLib, "paho": PahoLib, "raw": RawLib}
 
 
 # ------------------------------------------------------------------------------- one library, one process
@@ -253,7 +253,7 @@ async def lag_probe(stop: asyncio.Event, out: list[float]) -> None:
 
 
 async def run_lib(lib_name: str, port: int, n: int, idle_s: float, busy_s: float) -> dict[str, Any]:
-    lib = LIBS[lib_name]()
+    lib: Any = LIBS[lib_name]()
     busy = [False]
     count = [0]
     handles: list[Any] = [None] * n
