@@ -351,7 +351,8 @@ def start_mosquitto() -> tuple[subprocess.Popen[bytes], int, Path]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=2000)
-    p.add_argument("--libs", default="aiomqtt,gmqtt,paho")
+    p.add_argument("--libs", default="aiomqtt,gmqtt,paho",
+                   help="comma list of aiomqtt, gmqtt, paho, raw; add +uvloop to run one on uvloop (if installed)")
     p.add_argument("--idle", type=float, default=3.0)
     p.add_argument("--busy", type=float, default=5.0)
     p.add_argument("--json", action="store_true")
@@ -362,7 +363,14 @@ def main() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if a.child:
-        print(json.dumps(asyncio.run(run_lib(a.child, a.port, a.clients, a.idle, a.busy))), flush=True)
+        lib = a.child.removesuffix("+uvloop")
+        if a.child.endswith("+uvloop"):  # the same library on uvloop's event loop (libuv, in C)
+            import uvloop
+
+            uvloop.install()
+        row = asyncio.run(run_lib(lib, a.port, a.clients, a.idle, a.busy))
+        row["lib"] = a.child
+        print(json.dumps(row), flush=True)
         return 0
     proc, port, tmp = start_mosquitto()
     rows = []

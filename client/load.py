@@ -41,22 +41,31 @@ Which MQTT client library
 -------------------------
 ``bench/mqtt_clients_bench.py`` (one process, N clients each with its own id and its own
 subscription, against Mosquitto, closed loop of one message in flight per client; CPU per
-message = one publish + one delivery, this process only; busy 2-core machine, 2026-11-30):
+message = one publish + one delivery, this process only; a busy shared 2-core machine, 2026-11-30;
+figures and commands in bench/RESULTS.md):
 
-======== ======= ============ =========== ============ ====================================
-library  clients RSS/conn     connect     CPU µs/msg   notes
-======== ======= ============ =========== ============ ====================================
-aiomqtt  500     24.9 kB      1030/s      622          an awaited publish + a task per client
-gmqtt    500     22.1 kB      1060/s      99-104
-paho     500     16.9 kB      890/s       173          driven from asyncio add_reader/writer
-raw      500     3.3 kB       1470/s      60           not a library: a bare asyncio.Protocol
-======== ======= ============ =========== ============ ====================================
+======== ======= ========= ========== =========== ================================================
+library  clients RSS/conn  connects/s CPU µs/msg  notes
+======== ======= ========= ========== =========== ================================================
+aiomqtt  500     24.9 kB   1030       622         an awaited publish; a housekeeping task per client
+aiomqtt  2000    --        --         --          no figures: stopped by hand after 3 minutes
+aiomqtt  4000    --        690        --          connected in 5.8 s, then no end to the run in 120 s
+gmqtt    500     22.1 kB   1060       99-104
+gmqtt    2000    20.6 kB   237-414    112-119     (uvloop: no change, 114)
+gmqtt    4000    20.4 kB   296        164         idle: 1.0 % CPU
+paho     500     16.9 kB   890        173         driven from asyncio add_reader/add_writer
+paho     2000    11.5 kB   516        158
+paho     4000    10.6 kB   469        247         idle: 2.5 % CPU
+raw      2000    3.1 kB    571        63          not a library: a bare QoS-0 asyncio.Protocol
+======== ======= ========= ========== =========== ================================================
 
-(2,000 and 4,000 clients: see ``bench/RESULTS.md``.) gmqtt is the lightest *library* per message
-by a wide margin (6x aiomqtt, 1.7x paho), within 1.7x of a bare protocol with no keep-alive or error
-handling, is pure asyncio (one protocol object and a keep-alive timer per connection, no thread,
-no per-client housekeeping task), is maintained (0.8.0, 2026) and is already what the relay
-benchmarks use. So players are gmqtt clients; aiomqtt stays the library of the real client.
+gmqtt is the lightest *library* per message (5x aiomqtt, 1.4-1.5x paho at 2,000-4,000 clients);
+paho holds half the memory per connection, but memory is not the limit (80 MB for 4,000 players)
+and CPU per message is. gmqtt is pure asyncio (one protocol object and one keep-alive timer per
+connection, no thread, no per-client task), maintained (0.8.0, 2026), and already what the relay
+benchmarks use. So players are gmqtt clients; aiomqtt stays the library of the real client. A bare
+protocol costs about half of gmqtt per message: that, not another library, is the next lever if the
+generator ever becomes the limit (watch ``generator_lag_ms`` and ``generator_cpu_pct``).
 """
 
 from __future__ import annotations
