@@ -26,9 +26,10 @@ once a second, like the client's clock sync.
 Everything is driven by callbacks and loop timers, not a task per player. Matches are set up in
 bounded batches (64 connects and 32 create/join exchanges in flight), the first one alone: a
 broker with no relay, or one that does not answer, is found at once and reported in one line.
-Players start to play (and ping) together when every match is set up, so the set-up meets a relay
-with nothing else to do; that is when the measured window opens. At its end players stop, verdicts get a
-bounded grace (5 s), and what never came back is counted as ``unanswered``. A periodic 50 ms timer
+Players start to play (and ping) when every match is set up, so the set-up meets a relay with
+nothing else to do; that is when the measured window opens (first moves spread over a second). At
+its end players stop, verdicts get a bounded grace (5 s), and what never came back is counted as
+``unanswered``. A periodic 50 ms timer
 measures this process's own event-loop lag: when that grows, the generator, not the relay, is the
 limit. Relay CPU and memory come from ``/proc/<pid>`` (the ``blink serve`` started here, or
 ``--relay-pid``).
@@ -101,6 +102,7 @@ MAX_IN_FLIGHT = 3  # plays awaiting a verdict, as client/bots.py
 CONNECTS_IN_FLIGHT = 64
 SETUPS_IN_FLIGHT = 32
 LAG_PERIOD_S = 0.05
+START_SPREAD_S = 1.0
 GRACE_S = 5.0
 RELAY_WAIT_S = 3.0
 REQUEST_TIMEOUT_S = 15.0
@@ -256,6 +258,10 @@ class LoadPlayer:
         client.subscribe(self.private_topic, qos=0)
 
     def on_disconnect(self, client: Any, packet: Any, exc: Any = None) -> None:
+        # A player whose connection dropped stays lost (and counted): gmqtt would otherwise keep
+        # reconnecting, as a new session with no subscriptions, until the run ends. Its reconnect
+        # task, scheduled just before this callback, checks this flag first.
+        client._is_active = False
         if not self.run.closing and not self.lost:
             self.lost = True
             self.run.lost_connections += 1
@@ -742,12 +748,12 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
         # The measured window.
         cpu0 = proc_cpu_s(relay_pid) if relay_pid else None
         own0 = time.process_time()
-        # Players start together, on a relay that had only set-up to do until now (a relay busy with
-        # the first matches' plays would make the set-up of the last ones time out).
+        # Players start now, on a relay that had only set-up to do until now (a relay busy with the
+        # first matches' plays would make the set-up of the last ones time out).
         run.window_start = time.perf_counter_ns()
         run.acting = True
-        for p in run.players:
-            p.poke()
+        for p in run.players:  # spread over a second: thousands of first moves in one instant is no load test
+            run.loop.call_later(run.rng.uniform(0.0, START_SPREAD_S), p.poke)
         deadline = time.monotonic() + cfg.duration_s
         waiter = asyncio.create_task(stop.wait())
         while not stop.is_set():
@@ -755,6 +761,8 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
             if left <= 0:
                 break
             await asyncio.wait([waiter], timeout=min(1.0, left))
+            if local is not None and local.proc is not None and local.proc.returncode is not None:
+                raise LoadError(f"the local relay (blink serve) stopped during the run, status {local.proc.returncode}")
             if progress:
                 progress(_progress_line(run, cfg, relay_pid))
         waiter.cancel()
@@ -916,6 +924,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     async def main() -> dict[str, Any]:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_quiet_cancellations)
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.add_signal_handler(sig, stop.set)
@@ -941,6 +950,14 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     if result["interrupted"]:
         return 130
     return 0 if result["matches_running"] else 1
+
+
+def _quiet_cancellations(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """gmqtt's done-callbacks ask a cancelled task for its exception when the run shuts down; that
+    is no error of the run and must not print a traceback. Anything else goes to the default."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
 
 
 def _clear(tty: bool) -> None:

@@ -201,3 +201,25 @@ def test_a_play_in_flight_is_predicted_until_a_view_contains_it() -> None:
     assert p.apply_view(view(after, 7), 0)
     assert p.inflight == []
     assert p.state() == blink.from_wire(blink.to_wire(blink.view(after, 0)))
+
+
+@pytest.mark.integration
+def test_a_relay_that_dies_ends_the_run_with_one_line() -> None:
+    proc = subprocess.Popen([*BLINK, "load", "--matches", "2", "--duration", "120"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("blink load:")  # running: the relay is up
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1
+        os.kill(int(children[0]), signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1
+    assert "Traceback" not in err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert lines[-1] == "blink load: the local relay (blink serve) stopped during the run, status -9"
+    assert all(x.startswith("blink load:") for x in lines)  # progress lines, then the one error line
