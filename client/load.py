@@ -482,7 +482,6 @@ class LoadRun:
         self.ping_ms: list[float] = []
         self.lag_ms: list[float] = []
         self.bounced = 0
-        self.late_verdicts = 0
         self.messages_in = 0
         self.bad_messages = 0
         self.lost_connections = 0
@@ -802,7 +801,9 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
             "relay_cpu_pct": (round((cpu1 - cpu0) / wall * 100, 1)
                               if cpu0 is not None and cpu1 is not None and wall > 0 else None),
             "relay_rss_mb": rss,
+            "load_avg_1m": round(os.getloadavg()[0], 2),  # a busy machine explains many a tail
             "messages_in": run.messages_in,
+            "bad_messages": run.bad_messages,
             "lost_connections": run.lost_connections,
             "setup_failed": dict(run.setup_failed),
             "request_rejected": dict(run.request_rejected),
@@ -863,6 +864,7 @@ def format_table(r: dict[str, Any]) -> str:
         f"  ping ms          p50 {_fmt(ping['p50'])}   p99 {_fmt(ping['p99'])}   (n {ping['n']})",
         f"  generator        lag p50 {_fmt(lag['p50'])} ms   p99 {_fmt(lag['p99'])} ms   cpu {_fmt(r['generator_cpu_pct'])} %",
         f"  relay            {relay}",
+        f"  machine          load average {r['load_avg_1m']} (1 min)",
         f"  set-up           {r['setup_s']} s" + (f"   failed: {sum(r['setup_failed'].values())}" if r["setup_failed"] else "")
         + (f"   lost connections: {r['lost_connections']}" if r["lost_connections"] else ""),
     ]
