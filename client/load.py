@@ -27,12 +27,12 @@ Everything is driven by callbacks and loop timers, not a task per player. Matche
 bounded batches (64 connects and 32 create/join exchanges in flight), the first one alone: a
 broker with no relay, or one that does not answer, is found at once and reported in one line.
 Players start to play (and ping) when every match is set up, so the set-up meets a relay with
-nothing else to do; that is when the measured window opens (first moves spread over a second). At
-its end players stop, verdicts get a bounded grace (5 s), and what never came back is counted as
-``unanswered``. A periodic 50 ms timer
-measures this process's own event-loop lag: when that grows, the generator, not the relay, is the
-limit. Relay CPU and memory come from ``/proc/<pid>`` (the ``blink serve`` started here, or
-``--relay-pid``).
+nothing else to do; their first moves are spread over a second or more (one more per 1,000
+players), and the measured window opens when every player has started. At its end players stop,
+verdicts get a bounded grace (5 s), and what never came back is counted as ``unanswered``. A
+periodic 50 ms timer measures this process's own event-loop lag: when that grows, the generator,
+not the relay, is the limit. Relay CPU and memory come from ``/proc/<pid>`` (the ``blink serve``
+started here, or ``--relay-pid``).
 
 Without ``--server`` a ``blink serve`` (embedded amqtt broker + relay) is started as a separate
 process on a free port, in its own session (the terminal's Ctrl-C reaches only this process,
@@ -744,17 +744,20 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
                     run.setup_failed[f"{type(exc).__name__}: {exc}"] += 1
         setup_s = time.monotonic() - started
 
-        # The measured window.
+        # Players start now, on a relay that had only set-up to do until now (a relay busy with the
+        # first matches' plays would make the set-up of the last ones time out). Their first moves
+        # are spread out (thousands of them in one instant is a burst, not a load), and the
+        # measured window opens once every player has started.
+        run.acting = True
+        spread = START_SPREAD_S * (1 + len(run.players) / 1000)
+        for p in run.players:
+            run.loop.call_later(run.rng.uniform(0.0, spread), p.poke)
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait([waiter], timeout=spread)
         cpu0 = proc_cpu_s(relay_pid) if relay_pid else None
         own0 = time.process_time()
-        # Players start now, on a relay that had only set-up to do until now (a relay busy with the
-        # first matches' plays would make the set-up of the last ones time out).
         run.window_start = time.perf_counter_ns()
-        run.acting = True
-        for p in run.players:  # spread over a second: thousands of first moves in one instant is no load test
-            run.loop.call_later(run.rng.uniform(0.0, START_SPREAD_S), p.poke)
         deadline = time.monotonic() + cfg.duration_s
-        waiter = asyncio.create_task(stop.wait())
         while not stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
