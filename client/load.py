@@ -756,6 +756,7 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
         await asyncio.wait([waiter], timeout=spread)
         cpu0 = proc_cpu_s(relay_pid) if relay_pid else None
         own0 = time.process_time()
+        msgs0 = run.messages_in
         run.window_start = time.perf_counter_ns()
         deadline = time.monotonic() + cfg.duration_s
         while not stop.is_set():
@@ -772,6 +773,7 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
         run.acting = False
         wall = (run.window_end - run.window_start) / 1e9
         own_cpu = time.process_time() - own0
+        window_msgs = run.messages_in - msgs0
         cpu1 = proc_cpu_s(relay_pid) if relay_pid else None
         rss = proc_rss_mb(relay_pid) if relay_pid else None
 
@@ -800,6 +802,8 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
             "ping_ms": percentiles(run.ping_ms, ("p50", "p99")),
             "generator_lag_ms": percentiles(run.lag_ms, ("p50", "p99", "max")),
             "generator_cpu_pct": round(own_cpu / wall * 100, 1) if wall > 0 else None,
+            # all included (the library, decoding, choosing and sending), per message received
+            "generator_us_per_msg": round(own_cpu / window_msgs * 1e6, 1) if window_msgs else None,
             "relay_pid": relay_pid,
             "relay_cpu_pct": (round((cpu1 - cpu0) / wall * 100, 1)
                               if cpu0 is not None and cpu1 is not None and wall > 0 else None),
@@ -865,7 +869,8 @@ def format_table(r: dict[str, Any]) -> str:
         f"   (n {v['n']})",
         f"  unanswered       {r['unanswered']}",
         f"  ping ms          p50 {_fmt(ping['p50'])}   p99 {_fmt(ping['p99'])}   (n {ping['n']})",
-        f"  generator        lag p50 {_fmt(lag['p50'])} ms   p99 {_fmt(lag['p99'])} ms   cpu {_fmt(r['generator_cpu_pct'])} %",
+        f"  generator        lag p50 {_fmt(lag['p50'])} ms   p99 {_fmt(lag['p99'])} ms   cpu {_fmt(r['generator_cpu_pct'])} %"
+        f"   ({_fmt(r['generator_us_per_msg'])} µs per message received)",
         f"  relay            {relay}",
         f"  machine          load average {r['load_avg_1m']} (1 min)",
         f"  set-up           {r['setup_s']} s" + (f"   failed: {sum(r['setup_failed'].values())}" if r["setup_failed"] else "")
