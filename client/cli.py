@@ -82,10 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses")
     w.add_argument("--json", action="store_true", help="print each event as a JSON line (the --log format)")
 
-    from client import latency_cli, play_cli  # no pyglet at import time: it is only loaded when `play` runs
+    from client import latency_cli, load, play_cli  # no pyglet at import time: it is only loaded when `play` runs
 
     play_cli.add_parser(sub)
     latency_cli.add_parser(sub)
+    load.add_parser(sub)
     return p
 
 
@@ -120,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from client import latency_cli
 
             return latency_cli.run(args, topics)
+        if args.command == "load":
+            from client import load
+
+            return load.run(args, topics)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (e.g. `blink watch ... | head`): nothing to report
