@@ -91,6 +91,7 @@ from typing import Any, Callable
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.rules import GAME_NAMES, game_for
+from client.bots import RandomChance
 from protocol.rules.base import Accepted
 from protocol.topics import Topics
 
@@ -131,6 +132,8 @@ class LoadConfig:
     relay_pid: int | None = None
     reaction_s: float = 0.35
     ping_s: float = 1.0
+    grace_s: float = GRACE_S  # how long verdicts may still come after the window closes
+    timeout_s: float = REQUEST_TIMEOUT_S  # a connect or a create/join with no answer by then fails
     topics: Topics = field(default_factory=Topics)
 
 
@@ -213,6 +216,7 @@ class LoadPlayer:
         self.run = run
         self.name = name
         self.rng = rng
+        self.chance = RandomChance(rng)
         self.cid = f"ld{os.urandom(6).hex()}"
         t = run.topics
         self.private_topic = t.client(self.cid)
@@ -252,7 +256,7 @@ class LoadPlayer:
         self.joined = asyncio.get_running_loop().create_future()
         async with run.connect_sem:
             await asyncio.wait_for(client.connect(run.address.host, run.address.port, keepalive=60, version=MQTT311),
-                                   CONNECT_TIMEOUT_S)
+                                   max(CONNECT_TIMEOUT_S, run.cfg.timeout_s))
         _nodelay(client)
         self.mqtt = client
         client.subscribe(self.private_topic, qos=0)
@@ -397,7 +401,7 @@ class LoadPlayer:
         st = self.state()
         if st is None:
             return
-        action = run.policy(st, self.seat, self.rng)
+        action = run.rules.bot_action(st, self.seat, self.chance)
         if action is None:
             return
         self._later(self.reaction(), self._fire, action, self.view_seq)
@@ -457,14 +461,11 @@ def _nodelay(client: Any) -> None:
 
 class LoadRun:
     def __init__(self, cfg: LoadConfig, address: Any, loop: asyncio.AbstractEventLoop) -> None:
-        from client.bots import policy_for
-
         self.cfg = cfg
         self.address = address
         self.loop = loop
         self.topics = cfg.topics
         self.rules = game_for(cfg.game)
-        self.policy = policy_for(cfg.game)
         self.reaction_s = cfg.reaction_s if cfg.pace == "human" else 0.0
         self.rng = random.Random(cfg.seed)
         self.connect_sem = asyncio.Semaphore(CONNECTS_IN_FLIGHT)
@@ -527,9 +528,9 @@ class LoadRun:
             try:
                 a.request(m.CreateMatch(name=a.name, game=self.cfg.game, settings=settings_for(self.cfg.game),
                                         seats=2))
-                code = await _answer(a.joined)
+                code = await _answer(a.joined, self.cfg.timeout_s)
                 b.request(m.JoinMatch(name=b.name, code=code))
-                await _answer(b.joined)
+                await _answer(b.joined, self.cfg.timeout_s)
             except LoadError:
                 # A relay that lets a set-up time out will not answer the next ones sooner: run with
                 # the matches that are up rather than wait for every one to time out in turn.
@@ -568,11 +569,11 @@ class LoadRun:
                 players[i].request(m.Ping(t0=now))
 
 
-async def _answer(fut: asyncio.Future[str]) -> str:
+async def _answer(fut: asyncio.Future[str], timeout_s: float) -> str:
     try:
-        return await asyncio.wait_for(asyncio.shield(fut), REQUEST_TIMEOUT_S)
+        return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
     except asyncio.TimeoutError as exc:
-        raise LoadError(f"no answer from a relay within {REQUEST_TIMEOUT_S:g} s") from exc
+        raise LoadError(f"no answer from a relay within {timeout_s:g} s") from exc
 
 
 async def wait_for_relay(address: Any, topics: Topics) -> None:
@@ -778,7 +779,7 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
         rss = proc_rss_mb(relay_pid) if relay_pid else None
 
         # Grace: verdicts still on their way.
-        grace_end = time.monotonic() + (1.0 if stop.is_set() else GRACE_S)
+        grace_end = time.monotonic() + (1.0 if stop.is_set() else run.cfg.grace_s)
         while run.unanswered() and time.monotonic() < grace_end:
             await asyncio.sleep(0.05)
         result = {
@@ -904,6 +905,10 @@ def add_parser(sub: Any) -> None:
                    help="each player pings the relay this often, seconds (default 1, as the client; 0: never)")
     p.add_argument("--seed", type=int, help="seed for the players (and the relay started here)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--grace", type=argtypes.seconds(0.0, 600.0), default=GRACE_S,
+                   help=f"seconds verdicts may still arrive after the run (default {GRACE_S:g})")
+    p.add_argument("--timeout", type=argtypes.seconds(1.0, 600.0), default=REQUEST_TIMEOUT_S,
+                   help=f"seconds to wait for a connect or a match set-up (default {REQUEST_TIMEOUT_S:g})")
 
     def one_line_error(message: str) -> None:  # argparse prints usage too; bad input is one line here
         print(f"blink load: {message}", file=sys.stderr)
@@ -915,7 +920,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, topics: Topics) -> int:
     cfg = LoadConfig(matches=args.matches, game=args.game, pace=args.pace, duration_s=args.duration,
                      server=args.server, seed=args.seed, relay_pid=args.relay_pid, reaction_s=args.reaction,
-                     ping_s=args.ping, topics=topics)
+                     ping_s=args.ping, grace_s=args.grace, timeout_s=args.timeout, topics=topics)
     if args.relay_pid is not None and not args.server:
         print("blink load: --relay-pid goes with --server (a relay started here is measured anyway)", file=sys.stderr)
         return 2

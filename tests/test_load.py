@@ -75,7 +75,8 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.integration
 def test_load_with_its_own_relay() -> None:
-    proc = run_blink("load", "--matches", "3", "--duration", "8", "--json", "--seed", "5")
+    proc = run_blink("load", "--matches", "3", "--duration", "8", "--json", "--seed", "5", "--grace", "60", "--timeout", "60",
+                     timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     check_result(out, 3)
@@ -105,14 +106,15 @@ def relay_on(mosquitto: BrokerAddress) -> Iterator[tuple[BrokerAddress, int]]:
 def test_load_against_mosquitto_and_a_separate_relay(relay_on: tuple[BrokerAddress, int]) -> None:
     broker, relay_pid = relay_on
     proc = run_blink("load", "--server", broker.url, "--relay-pid", str(relay_pid), "--matches", "3",
-                     "--duration", "6", "--json", "--pace", "max")
+                     "--duration", "6", "--json", "--pace", "max", "--grace", "60", "--timeout", "60", timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     check_result(out, 3)
     assert out["relay_local"] is False and out["relay_pid"] == relay_pid
     assert out["relay_cpu_pct"] is not None and out["relay_rss_mb"] > 0
     # The readable table, without --relay-pid: the relay's figures are unknown, not invented.
-    proc = run_blink("load", "--server", broker.url, "--matches", "1", "--duration", "2")
+    proc = run_blink("load", "--server", broker.url, "--matches", "1", "--duration", "2", "--grace", "60",
+                     "--timeout", "60", timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "verdict ms" in proc.stdout and "not local" in proc.stdout
 
