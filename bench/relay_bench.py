@@ -65,7 +65,7 @@ from protocol.codec import DecodeError, decode, encode  # noqa: E402
 from protocol.rules import blink, rules_for  # noqa: E402
 from protocol.rules.base import Accepted  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
-from relay.broker import free_port  # noqa: E402
+from mqttkit import free_port  # noqa: E402
 from client.latency import percentiles_ms  # noqa: E402
 
 MQTT311 = 4

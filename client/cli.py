@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _friendly(exc: BaseException) -> UserError:
-    from relay.broker import PortInUse
+    from mqttkit import PortInUse
 
     if isinstance(exc, PortInUse):
         return UserError(str(exc))
@@ -136,8 +136,7 @@ def _friendly(exc: BaseException) -> UserError:
 
 
 async def _serve(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.core import RelayConfig
-    from client.matchrun import LocalServer
+    from relay.local import LocalServer, RelayConfig
 
     config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
     server = LocalServer(args.broker, args.seed, config, args.log, host=args.host,
@@ -171,7 +170,7 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
 
 
 async def _bot(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.broker import parse_url
+    from mqttkit import parse_url
     from client.bots import Bot
     from client.player import Player, RequestError
 
@@ -200,8 +199,8 @@ async def _bot(args: argparse.Namespace, topics: Topics) -> int:
 
 
 async def _match(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.core import RelayConfig
-    from client.matchrun import LocalServer, run_match, write_log
+    from relay.local import LocalServer, RelayConfig
+    from client.matchrun import run_match, write_log
     from client.player import RequestError
     from protocol.rules import rules_for
 
@@ -239,7 +238,7 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
 
 
 async def _watch(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.broker import parse_url
+    from mqttkit import parse_url
     from client.matchrun import event_line
     from client.player import Player, RequestError
 
@@ -274,7 +273,7 @@ class _Nothing:
     """Stands in for LocalServer when the user brings a server."""
 
     def __init__(self, url: str) -> None:
-        from relay.broker import parse_url
+        from mqttkit import parse_url
 
         self.address = parse_url(url)
 

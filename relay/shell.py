@@ -25,10 +25,10 @@ from typing import IO, Any
 
 import aiomqtt
 
+from mqttkit import NODELAY, BrokerAddress, wait_event
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
-from relay.broker import NODELAY, BrokerAddress, wait_event
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 
 log = logging.getLogger("blink.relay")

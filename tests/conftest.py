@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from relay.broker import BrokerAddress, free_port
+from mqttkit import BrokerAddress, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

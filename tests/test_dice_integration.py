@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from relay.broker import BrokerAddress
+from mqttkit import BrokerAddress
 from tests.logcheck import read
 
 pytestmark = pytest.mark.integration

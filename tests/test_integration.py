@@ -17,9 +17,9 @@ import pytest
 from protocol import messages as m
 from protocol.codec import decode, encode
 from protocol.rules import blink
-from relay.broker import BrokerAddress, free_port
+from mqttkit import BrokerAddress, free_port
 from relay.core import RelayConfig
-from client.matchrun import LocalServer
+from relay.local import LocalServer
 from client.net import Connection
 from client.player import Player
 from tests.conftest import wait_port
