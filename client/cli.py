@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses")
     w.add_argument("--json", action="store_true", help="print each event as a JSON line (the --log format)")
 
+    bc = sub.add_parser("broker-config", help="write a Mosquitto config (conf, ACL, relay password) to DIR")
+    bc.add_argument("dir", metavar="DIR", help="directory for mosquitto.conf, mosquitto.acl and passwd")
+    bc.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    bc.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="listen port (default 1883)")
+    bc.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192, help="largest message (bytes)")
+
     from client import latency_cli, play_cli  # no pyglet at import time: it is only loaded when `play` runs
 
     play_cli.add_parser(sub)
@@ -99,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_match(args, topics))
         if args.command == "watch":
             return asyncio.run(_watch(args, topics))
+        if args.command == "broker-config":
+            return _broker_config(args, topics)
         if args.command == "play":
             from client import play_cli
 
@@ -267,6 +275,21 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
         raise
     except Exception as exc:  # noqa: BLE001
         raise _friendly(exc) from exc
+
+
+def _broker_config(args: argparse.Namespace, topics: Topics) -> int:
+    from relay.local import write_mosquitto_config
+
+    try:
+        login = write_mosquitto_config(args.dir, args.host, args.port, topics.prefix, args.max_payload)
+    except OSError as exc:
+        raise UserError(f"cannot write {args.dir}: {exc}") from exc
+    print(f"wrote mosquitto.conf, mosquitto.acl and passwd to {args.dir}\n"
+          f"run:  mosquitto -c {args.dir}/mosquitto.conf\n"
+          f"then: blink serve --broker URL   with the URL below (it holds the relay's password: keep it secret)",
+          file=sys.stderr)
+    print(login.login_url, flush=True)
+    return 0
 
 
 class _Nothing:

@@ -38,7 +38,9 @@ OnMessage = Callable[[Any, int], None]
 
 
 def new_client_id(prefix: str = "p") -> str:
-    return f"{prefix}{os.urandom(6).hex()}"
+    """A fresh MQTT client id: 128 random bits. The id is the client's only key to its seat and
+    its private topic, so it is never published (the relay names players by name and seat)."""
+    return f"{prefix}{os.urandom(16).hex()}"
 
 
 @dataclass

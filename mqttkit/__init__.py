@@ -19,8 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-__all__ = ["NODELAY", "BadURL", "BrokerAddress", "PortInUse", "check_port", "free_port", "parse_url", "stop_task",
+__all__ = ["DEFAULT_MAX_PAYLOAD", "NODELAY", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "check_port", "free_port", "parse_url", "stop_task",
            "wait_event"]
+
+#: The largest message payload a broker should pass on, in bytes. The largest legitimate message
+#: (a full view of a four-player dice game, or a snapshot) is well under half of it.
+DEFAULT_MAX_PAYLOAD = 8192
+
+#: The user name a relay logs in with, on every broker; only the relay knows its password.
+RELAY_USER = "relay"
 
 #: For every MQTT client connection we open: small publishes written back to back must not wait
 #: for a delayed ACK (Nagle's algorithm), which costs about 40 ms a time on Linux.

@@ -9,7 +9,9 @@ in the running event loop, an embedded amqtt broker on a free loopback port (or 
 and a relay on it; or, given a broker URL, just the relay against that broker. ``address`` is
 where players connect; the relay's own login (on the embedded broker: user ``relay`` and a secret
 made at this start) never leaves this object. ``start_local`` is the same as a function: it
-returns the started server, whose ``stop()`` ends both.
+returns the started server, whose ``stop()`` ends both. ``write_mosquitto_config`` (from
+``relay.mosquitto``) is here for ``blink broker-config``, the server-side command that sets up an
+external broker.
 """
 
 from __future__ import annotations
@@ -18,34 +20,36 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from mqttkit import BrokerAddress, free_port, parse_url, stop_task
+from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
 from protocol.topics import Topics
 from relay.broker import EmbeddedBroker
 from relay.core import RelayConfig
+from relay.mosquitto import write_mosquitto_config
 from relay.shell import RelayShell
 
-__all__ = ["LocalServer", "RelayConfig", "start_local"]
+__all__ = ["LocalServer", "RelayConfig", "start_local", "write_mosquitto_config"]
 
 
 class LocalServer:
     """An embedded broker plus relay on a free loopback port (or just a relay on a given broker).
 
     ``broker_url`` (``mqtt://relay:SECRET@host:port``) is the relay's login on an external broker;
-    without it the embedded broker is started and the relay logs in with the broker's secret."""
+    without it the embedded broker is started and the relay logs in with the broker's secret.
+    ``max_payload``: the largest message the embedded broker passes on and the relay reads."""
 
     def __init__(self, broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
                  log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
-                 relay: bool = True, topics: Topics | None = None) -> None:
+                 relay: bool = True, topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
         topics = topics or Topics()
         self.broker: EmbeddedBroker | None = None
         if broker_url:
             relay_address = parse_url(broker_url)
         else:
-            self.broker = EmbeddedBroker(host, port or free_port(host))
-            relay_address = self.broker.address
+            self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload)
+            relay_address = self.broker.relay_address
         #: Where players connect (never the relay's credentials).
-        self.address: BrokerAddress = relay_address.public() if self.broker else relay_address
-        self.relay = RelayShell(relay_address, topics, config, seed, log_path) if relay else None
+        self.address: BrokerAddress = relay_address.public()
+        self.relay = RelayShell(relay_address, topics, config, seed, log_path, max_payload) if relay else None
         self._task: asyncio.Task[Any] | None = None
 
     async def __aenter__(self) -> LocalServer:
@@ -87,10 +91,10 @@ class LocalServer:
 
 async def start_local(broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
                       log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
-                      topics: Topics | None = None) -> LocalServer:
+                      topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD) -> LocalServer:
     """Start an embedded broker and a relay (or a relay on ``broker_url``); ``.address`` is where
     players connect, ``await .stop()`` ends both."""
-    server = LocalServer(broker_url, seed, config, log_path, host, port, topics=topics)
+    server = LocalServer(broker_url, seed, config, log_path, host, port, topics=topics, max_payload=max_payload)
     try:
         await server.start()
     except BaseException:
