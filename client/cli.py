@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
     s.add_argument("--log", metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
     s.add_argument("--relay-id", default="relay-0", help="this relay's name (status topic)")
+    s.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192,
+                   help="largest message in bytes the embedded broker passes on and the relay reads (default 8192)")
 
     b = sub.add_parser("bot", help="one bot player")
     b.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses, e.g. mqtt://127.0.0.1:1883")
@@ -148,7 +150,7 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
 
     config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
     server = LocalServer(args.broker, args.seed, config, args.log, host=args.host,
-                         port=None if args.broker else args.port, topics=topics)
+                         port=None if args.broker else args.port, topics=topics, max_payload=args.max_payload)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -10,7 +10,13 @@ concurrently. Outbound messages are encoded and published at QoS 0: every public
 gap-free ``seq``, so a client that misses one asks for a resync instead of relying on broker
 redelivery. The relay's status topic is retained and set to offline by the MQTT last will.
 
-The shell is the only place that reads the clock or the OS's randomness (for the seed).
+The relay logs in as user ``relay`` with the password in its broker URL (the embedded broker's
+secret, or the one ``blink broker-config`` made) under a client id that is random per start and
+never published. A payload over ``max_payload`` is not handed to the core: its sender (known from
+the topic) is told ``too_large`` and it is logged, at most once a second per sender.
+
+The shell is the only place that reads the clock or the OS's randomness (for the seed and the
+client id).
 """
 
 from __future__ import annotations
