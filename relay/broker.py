@@ -153,12 +153,15 @@ class _LimitedReader(ReaderAdapter):
         self._left = 0
 
     async def read(self, n: int = -1) -> bytes:
+        head = b""
         if self._replay:
-            data, self._replay = (self._replay, b"") if n < 0 else (self._replay[:n], self._replay[n:])
-            return data
+            head, self._replay = (self._replay, b"") if n < 0 else (self._replay[:n], self._replay[n:])
+            if n < 0 or len(head) == n:
+                return head
+            n -= len(head)
         data = await (self._reader.read(n) if n == -1 else self._reader.readexactly(n))
         self._follow(data)
-        return data
+        return head + data
 
     def _follow(self, data: bytes) -> None:
         i = 0

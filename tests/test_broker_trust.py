@@ -27,7 +27,7 @@ from mqttkit import BrokerAddress, free_port
 from protocol import messages as m
 from protocol.codec import decode, encode
 from protocol.topics import Topics
-from relay.broker import Access, EmbeddedBroker
+from relay.broker import Access, EmbeddedBroker, PacketTooLarge, _LimitedReader
 from relay.local import LocalServer
 from relay.mosquitto import acl_text, hash_password, write_mosquitto_config
 from relay.shell import RelayShell
@@ -141,6 +141,23 @@ def test_the_relay_client_id_is_unique_per_start_and_not_the_old_fixed_one() -> 
 
 
 # ----------------------------------------------------------------------------- embedded broker
+
+def test_the_size_gate_follows_mqtt_framing_and_stops_at_the_announced_length() -> None:
+    async def main() -> None:
+        r = asyncio.StreamReader()
+        r.feed_data(bytes([0x30, 3, 1, 2, 3]) + bytes([0x30, 0xD0, 0x0F]) + b"x" * 10)  # 3-byte body, then 2000
+        gate = _LimitedReader(r, 1000, b"\x10\x02ab")  # the CONNECT already read, replayed first
+        assert [await gate.read(1), await gate.read(1), await gate.read(2)] == [b"\x10", b"\x02", b"ab"]
+        assert [await gate.read(1), await gate.read(1), await gate.read(3)] == [b"\x30", b"\x03", b"\x01\x02\x03"]
+        assert [await gate.read(1), await gate.read(1)] == [b"\x30", b"\xd0"]
+        with pytest.raises(PacketTooLarge):
+            await gate.read(1)  # the last length byte: 2000 > 1000, before any of the body is read
+        spanning = _LimitedReader(asyncio.StreamReader(), 1000, b"\x10\x02ab")
+        spanning._reader.feed_data(bytes([0xC0, 0]))  # a PINGREQ after the replay
+        assert await spanning.read(6) == b"\x10\x02ab\xc0\x00"
+
+    asyncio.run(main())
+
 
 def test_a_hash_subscriber_on_the_embedded_broker_sees_no_private_topic_and_no_action() -> None:
     async def main() -> None:
