@@ -84,10 +84,11 @@ class Spy:
             self.closed = str(exc) or "closed"
 
     async def send_big(self, size: int) -> None:
-        try:
-            await self.client.publish(T.req(self.client_id), os.urandom(size), timeout=30)
-        except aiomqtt.MqttError:
-            pass  # the broker may close us while the payload is still being written
+        """Publish ``size`` bytes until the broker closes us (or the publish is done)."""
+        task = asyncio.create_task(self.client.publish(T.req(self.client_id), os.urandom(size), timeout=60))
+        await until(lambda: self.closed is not None or task.done(), f"a {size}-byte publish to end")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)  # the broker may close us mid-write
 
     def decoded(self, topic_part: str = "") -> list[Any]:
         return [decode(p) for t, p in self.got if topic_part in t and p]
@@ -377,6 +378,13 @@ def test_on_generated_mosquitto_only_the_relay_with_its_secret_is_relay(configur
                     await eve.ping_barrier()
                     assert not [t for t, _ in eve.got if victim.client_id in t or t.endswith("/ev") or "/lobby/req/" in t]
                     assert [t for t, _ in eve.got if t == T.client(eve.client_id)]  # its own private topic works
+                    await eve.client.publish(T.snap("FAKE2"), encode(m.Snapshot("FAKE2", 9, 1, 0, "over", (), {})),
+                                             retain=True)
+                # The relay's former fixed id is just another client: connecting under it changes nothing.
+                async with Spy(server.address, "blink-relay-0") as old:
+                    await old.client.subscribe(T.snap("FAKE2"), qos=0)
+                    await old.ping_barrier()  # the relay still answers, and no forged snapshot was retained
+                    assert not [t for t, _ in old.got if t.endswith("/snap")]
                 # A 10 MB packet ends the sender's connection (max_packet_size).
                 await eve.send_big(10 * 1024 * 1024)
                 await until(lambda: eve.closed is not None, "Mosquitto closing the 10 MB sender")
