@@ -5,8 +5,10 @@ How this works
 For each broker (``--brokers``: ``mosquitto`` started here on a free port, and/or ``amqtt``, the
 embedded broker of ``blink serve``) the script starts, as separate processes:
 
-- the relay: ``blink serve --broker URL`` for Mosquitto, or ``blink serve --port P`` (broker and
-  relay in one process, as deployed) for amqtt;
+- the relay: ``blink serve --broker URL`` for Mosquitto, or for amqtt the broker and relay in one
+  process, as deployed (``LocalServer``, what ``blink serve --port P`` runs; this script's
+  ``--amqtt-stack`` prints the relay's login so the echo client gets the relay's rights under the
+  embedded broker's ACL);
 - a bare MQTT echo: a gmqtt client (the fastest Python MQTT client) that republishes every
   ``bench/echo/req/<id>`` message to ``bench/echo/rep/<id>``.
 
@@ -65,7 +67,7 @@ from protocol.codec import DecodeError, decode, encode  # noqa: E402
 from protocol.rules import blink  # noqa: E402
 from protocol.rules.base import Accepted  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
-from relay.broker import free_port  # noqa: E402
+from mqttkit import free_port, parse_url  # noqa: E402
 from client.latency import percentiles_ms  # noqa: E402
 
 MQTT311 = 4
@@ -115,6 +117,7 @@ class Stack:
         self.tmp: Path | None = None
         self.relay_pid = 0
         self.broker_pid = 0
+        self.login = ""  # the relay's login URL on the embedded broker (the echo clients use it)
 
     def start(self) -> None:
         if self.broker == "mosquitto":
@@ -134,19 +137,29 @@ class Stack:
             self.procs.append(proc)
             self.broker_pid = proc.pid
             wait_port(self.port)
-            serve = ["serve", "--broker", f"mqtt://127.0.0.1:{self.port}"]
+            entry = [sys.executable, str(Path(__file__).resolve()), "--nodelay-wrapper"] if self.nodelay \
+                else [sys.executable, "-m", "client.cli"]
+            cmd = [*entry, "serve", "--broker", f"mqtt://127.0.0.1:{self.port}"]
         else:
-            serve = ["serve", "--port", str(self.port)]
-        entry = [sys.executable, str(Path(__file__).resolve()), "--nodelay-wrapper"] if self.nodelay \
-            else [sys.executable, "-m", "client.cli"]
-        relay = subprocess.Popen([*entry, *serve], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # Broker and relay in one process, as `blink serve` deploys them; it prints the relay's
+            # login so the echo client can have the relay's rights on the embedded broker's ACL.
+            cmd = [sys.executable, str(Path(__file__).resolve()), *(["--nodelay-wrapper"] if self.nodelay else []),
+                   "--amqtt-stack", str(self.port)]
+        relay = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE if self.broker == "amqtt" else subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
         self.procs.append(relay)
         self.relay_pid = relay.pid
+        login = ""
         if self.broker == "amqtt":
             self.broker_pid = relay.pid
+            assert relay.stdout is not None
+            login = relay.stdout.readline().decode().strip()
+            if not login.startswith("mqtt://"):
+                raise RuntimeError("the amqtt stack did not start")
+            self.login = login
         wait_port(self.port)
         asyncio.run(wait_relay(self.port))
-        echo = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--echo-server", str(self.port)],
+        echo = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--echo-server", str(self.port), login],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.procs.append(echo)
         assert echo.stdout is not None
@@ -174,10 +187,13 @@ def new_id(prefix: str = "b") -> str:
     return f"{prefix}{os.urandom(6).hex()}"
 
 
-async def connect(port: int, client_id: str, on_message: Any) -> Any:
+async def connect(port: int, client_id: str, on_message: Any, username: str | None = None,
+                  password: str | None = None) -> Any:
     import gmqtt
 
     client = gmqtt.Client(client_id, clean_session=True)
+    if username:
+        client.set_auth_credentials(username, password)
     client.on_message = on_message
     subscribed: dict[int, asyncio.Future[None]] = {}
 
@@ -237,12 +253,19 @@ async def wait_relay(port: int) -> None:
 # ---------------------------------------------------------------------------------- echo
 
 
-async def echo_server(port: int) -> None:
+def echo_auth(login: str) -> tuple[str | None, str | None]:
+    """The echo topics are outside blink's ACL: on the embedded broker every echo client logs in
+    with the relay's login (the echo path then skips the per-client ACL check the relay path pays)."""
+    auth = parse_url(login) if login else None
+    return (auth.username, auth.password) if auth else (None, None)
+
+
+async def echo_server(port: int, login: str = "") -> None:
     def on_message(c: Any, topic: str, payload: bytes, qos: int, props: Any) -> int:
         c.publish("bench/echo/rep/" + topic.rsplit("/", 1)[1], payload, qos=0)
         return 0
 
-    client = await connect(port, new_id("echo"), on_message)
+    client = await connect(port, new_id("echo"), on_message, *echo_auth(login))
     await subscribe(client, "bench/echo/req/+")
     print("ready", flush=True)
     stop = asyncio.Event()
@@ -253,7 +276,7 @@ async def echo_server(port: int) -> None:
     await client.disconnect()
 
 
-async def echo_latency(port: int, n: int) -> list[int]:
+async def echo_latency(port: int, n: int, login: str = "") -> list[int]:
     waiter: list[asyncio.Future[int]] = []
 
     def on_message(c: Any, topic: str, payload: bytes, qos: int, props: Any) -> int:
@@ -262,7 +285,7 @@ async def echo_latency(port: int, n: int) -> list[int]:
         return 0
 
     cid = new_id("e")
-    client = await connect(port, cid, on_message)
+    client = await connect(port, cid, on_message, *echo_auth(login))
     await subscribe(client, f"bench/echo/rep/{cid}")
     out: list[int] = []
     loop = asyncio.get_running_loop()
@@ -282,7 +305,7 @@ async def echo_latency(port: int, n: int) -> list[int]:
     return out
 
 
-async def echo_throughput(port: int, window: int, seconds: float) -> float:
+async def echo_throughput(port: int, window: int, seconds: float, login: str = "") -> float:
     count = [0]
     running = [True]
     cid = new_id("t")
@@ -293,7 +316,7 @@ async def echo_throughput(port: int, window: int, seconds: float) -> float:
             c.publish(f"bench/echo/req/{cid}", payload, qos=0)
         return 0
 
-    client = await connect(port, cid, on_message)
+    client = await connect(port, cid, on_message, *echo_auth(login))
     await subscribe(client, f"bench/echo/rep/{cid}")
     for _ in range(window):
         client.publish(f"bench/echo/req/{cid}", ECHO_PAYLOAD, qos=0)
@@ -649,7 +672,7 @@ async def bench_broker(stack: Stack, args: argparse.Namespace, rng: random.Rando
     out: dict[str, Any] = {"broker": stack.broker, "nodelay": stack.nodelay}
     log(f"[{stack.broker}] latency: {args.n} sequential plays, {args.n} echo round trips")
     relay_rec = await relay_latency(stack.port, args.n, rng)
-    echo = await echo_latency(stack.port, args.n)
+    echo = await echo_latency(stack.port, args.n, stack.login)
     r, e = percentiles_ms(relay_rec.confirm), percentiles_ms(echo)
     out["latency"] = {"relay_ms": r, "echo_ms": e, "ratio_p50": ratio(r["p50"], e["p50"]),
                       "ratio_p99": ratio(r["p99"], e["p99"])}
@@ -661,7 +684,7 @@ async def bench_broker(stack: Stack, args: argparse.Namespace, rng: random.Rando
     relay_rate, tp_rec = await relay_throughput(stack.port, args.tp_matches, args.tp_seconds, rng)
     relay_cpu = (cpu_seconds(stack.relay_pid) - cpu0) / (time.perf_counter() - t0)
     gen_cpu = (time.process_time() - gen0) / (time.perf_counter() - t0)
-    echo_rate = await echo_throughput(stack.port, args.tp_matches, args.tp_seconds)
+    echo_rate = await echo_throughput(stack.port, args.tp_matches, args.tp_seconds, stack.login)
     out["throughput"] = {"relay_actions_per_s": round(relay_rate, 1), "echo_round_trips_per_s": round(echo_rate, 1),
                          "ratio": ratio(relay_rate, echo_rate), "in_flight": args.tp_matches,
                          "relay_accepted_share": round(tp_rec.accepted / tp_rec.answered, 3) if tp_rec.answered else None,
@@ -707,6 +730,21 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+async def amqtt_stack(port: int) -> None:
+    """The embedded broker and a relay in this process (what `blink serve --port` runs); prints the
+    relay's login (with this start's secret) for the echo client, then runs until SIGINT/SIGTERM."""
+    from relay.local import LocalServer
+
+    async with LocalServer(None, port=port) as server:
+        assert server.broker is not None
+        print(server.broker.relay_address.login_url, flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+
+
 def nodelay_wrapper(argv: list[str]) -> int:
     """Run ``blink`` with TCP_NODELAY on every paho (aiomqtt) socket."""
     import paho.mqtt.client as paho
@@ -719,6 +757,9 @@ def nodelay_wrapper(argv: list[str]) -> int:
         return sock
 
     paho.Client._create_socket_connection = create  # type: ignore[method-assign]
+    if argv[:1] == ["--amqtt-stack"]:
+        asyncio.run(amqtt_stack(int(argv[1])))
+        return 0
     from client.cli import main as blink_main
 
     return blink_main(argv)
@@ -728,9 +769,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--nodelay-wrapper"]:
         return nodelay_wrapper(argv[1:])
+    if argv[:1] == ["--amqtt-stack"]:
+        asyncio.run(amqtt_stack(int(argv[1])))
+        return 0
     if argv[:1] == ["--echo-server"]:
         logging.getLogger("gmqtt").setLevel(logging.CRITICAL)
-        asyncio.run(echo_server(int(argv[1])))
+        asyncio.run(echo_server(int(argv[1]), argv[2] if len(argv) > 2 else ""))
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--brokers", default="mosquitto,amqtt", help="mosquitto and/or amqtt (default both)")

@@ -20,7 +20,7 @@ def settings(text: str) -> dict[str, Any]:
 
 
 def url(text: str) -> str:
-    from relay.broker import BadURL, parse_url
+    from mqttkit import BadURL, parse_url
 
     try:
         parse_url(text)

@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
     s.add_argument("--log", metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
     s.add_argument("--relay-id", default="relay-0", help="this relay's name (status topic)")
+    s.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192,
+                   help="largest message in bytes the embedded broker passes on and the relay reads (default 8192)")
     s.add_argument("--lan", action="store_true", help="host for the local network: all interfaces, the next free "
                    "port if --port is taken, advertised over multicast DNS (found by `blink lan`)")
     s.add_argument("--interface", action="append", metavar="IF", help="with --lan: advertise only on this "
@@ -82,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses")
     w.add_argument("--json", action="store_true", help="print each event as a JSON line (the --log format)")
 
+    bc = sub.add_parser("broker-config", help="write a Mosquitto config (conf, ACL, relay password) to DIR")
+    bc.add_argument("dir", metavar="DIR", help="directory for mosquitto.conf, mosquitto.acl and passwd")
+    bc.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    bc.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="listen port (default 1883)")
+    bc.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192, help="largest message (bytes)")
+
     from client import latency_cli, load, play_cli  # no pyglet at import time: it is only loaded when `play` runs
 
     play_cli.add_parser(sub)
@@ -113,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_watch(args, topics))
         if args.command == "lan":
             return _lan(args)
+        if args.command == "broker-config":
+            return _broker_config(args, topics)
         if args.command == "play":
             from client import play_cli
 
@@ -137,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _friendly(exc: BaseException) -> UserError:
-    from relay.broker import PortInUse
+    from mqttkit import PortInUse
 
     if isinstance(exc, PortInUse):
         return UserError(str(exc))
@@ -146,6 +156,9 @@ def _friendly(exc: BaseException) -> UserError:
     try:
         import aiomqtt
 
+        if isinstance(exc, aiomqtt.MqttCodeError) and int(getattr(exc.rc, "value", exc.rc) or 0) in (4, 5, 134, 135):
+            return UserError(f"the MQTT broker refused the login ({exc}): check the user and password in the URL "
+                             "(the relay's: mqtt://relay:SECRET@HOST:PORT, as `blink broker-config` prints it)")
         if isinstance(exc, aiomqtt.MqttError):
             return UserError(f"cannot reach the MQTT broker: {exc}")
     except ImportError:
@@ -154,8 +167,7 @@ def _friendly(exc: BaseException) -> UserError:
 
 
 async def _serve(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.core import RelayConfig
-    from client.matchrun import LocalServer
+    from relay.local import LocalServer, RelayConfig
 
     config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
     host, port = args.host or ("0.0.0.0" if args.lan else "127.0.0.1"), args.port
@@ -173,7 +185,8 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
             raise UserError(str(err)) from err
         lan = lanmod.lan_hosting(port, args.relay_id, host, args.interface, topics, _say, _warn)
     server = LocalServer(args.broker, args.seed, config, args.log, host=host,
-                         port=None if args.broker else port, topics=topics)
+                         port=None if args.broker else port, topics=topics,
+                         max_payload=args.max_payload)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -227,7 +240,7 @@ def _lan(args: argparse.Namespace) -> int:
 
 
 async def _bot(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.broker import parse_url
+    from mqttkit import parse_url
     from client.bots import Bot
     from client.player import Player, RequestError
 
@@ -256,8 +269,8 @@ async def _bot(args: argparse.Namespace, topics: Topics) -> int:
 
 
 async def _match(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.core import RelayConfig
-    from client.matchrun import LocalServer, run_match, write_log
+    from relay.local import LocalServer, RelayConfig
+    from client.matchrun import run_match, write_log
     from client.player import RequestError
     from protocol.rules import game_for
 
@@ -296,7 +309,7 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
 
 
 async def _watch(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.broker import parse_url
+    from mqttkit import parse_url
     from client.matchrun import event_line
     from client.player import Player, RequestError
 
@@ -327,11 +340,26 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
         raise _friendly(exc) from exc
 
 
+def _broker_config(args: argparse.Namespace, topics: Topics) -> int:
+    from relay.local import write_mosquitto_config
+
+    try:
+        login = write_mosquitto_config(args.dir, args.host, args.port, topics.prefix, args.max_payload)
+    except OSError as exc:
+        raise UserError(f"cannot write {args.dir}: {exc}") from exc
+    print(f"wrote mosquitto.conf, mosquitto.acl and passwd to {args.dir}\n"
+          f"run:  mosquitto -c {args.dir}/mosquitto.conf\n"
+          f"then: blink serve --broker URL   with the URL below (it holds the relay's password: keep it secret)",
+          file=sys.stderr)
+    print(login.login_url, flush=True)
+    return 0
+
+
 class _Nothing:
     """Stands in for LocalServer when the user brings a server."""
 
     def __init__(self, url: str) -> None:
-        from relay.broker import parse_url
+        from mqttkit import parse_url
 
         self.address = parse_url(url)
 

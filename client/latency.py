@@ -538,15 +538,14 @@ def match_settings(cfg: LatencyConfig, remote: bool) -> dict[str, Any]:
 async def run_latency(cfg: LatencyConfig, topics: Topics | None = None, progress: Progress | None = None,
                       stop_early: asyncio.Event | None = None) -> LatencyResult:
     """Run the whole measurement; raises ``LatencyError`` (one line) for anything a user can fix."""
-    from relay.broker import parse_url
+    from mqttkit import parse_url
 
     topics = topics or Topics()
     url = cfg.server or "the local relay"
     server: Any = None
     try:
         if cfg.server is None:
-            from relay.core import RelayConfig
-            from client.matchrun import LocalServer
+            from relay.local import LocalServer, RelayConfig
 
             rc = RelayConfig(order=cfg.order)
             if cfg.fair_cap_ms is not None:

@@ -23,48 +23,11 @@ from typing import Any
 from protocol import messages as m
 from protocol.rules import game_for
 from protocol.topics import Topics
-from relay.broker import BrokerAddress, EmbeddedBroker, free_port, parse_url
-from relay.core import RelayConfig
-from relay.shell import RelayShell
+from mqttkit import BrokerAddress
+from relay.local import LocalServer  # noqa: F401 - re-exported: the commands' embedded broker + relay
 from client.bots import Bot
-from client.net import Connection, Impairment, new_client_id, stop_task
+from client.net import Connection, Impairment, new_client_id
 from client.player import Player
-
-
-class LocalServer:
-    """An embedded broker plus relay on a free loopback port (or just a relay on a given broker)."""
-
-    def __init__(self, broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
-                 log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
-                 relay: bool = True, topics: Topics | None = None) -> None:
-        self.broker = None if broker_url else EmbeddedBroker(host, port or free_port(host))
-        self.address = parse_url(broker_url) if broker_url else self.broker.address  # type: ignore[union-attr]
-        self.relay = RelayShell(self.address, topics, config, seed, log_path) if relay else None
-        self._task: asyncio.Task[Any] | None = None
-
-    async def __aenter__(self) -> LocalServer:
-        if self.broker is not None:
-            await self.broker.start()
-        if self.relay is not None:
-            self._task = asyncio.create_task(self.relay.run())
-            done, _ = await asyncio.wait({self._task, asyncio.create_task(self.relay.ready.wait())},
-                                         timeout=15, return_when=asyncio.FIRST_COMPLETED)
-            if self._task in done:
-                await self._task  # raises the relay's error (e.g. the broker is unreachable)
-            if not self.relay.ready.is_set():
-                raise ConnectionError(f"the relay could not start on {self.address.url}")
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        if self._task is not None:
-            # A cancellation can be swallowed inside a client library's await; ask again until the
-            # task is really gone (bounded), so a command never hangs on its way out.
-            await stop_task(self._task)
-        if self.broker is not None:
-            try:
-                await asyncio.wait_for(self.broker.stop(), timeout=5)
-            except asyncio.TimeoutError:
-                pass
 
 
 @dataclass

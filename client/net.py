@@ -26,31 +26,21 @@ from typing import Any, Awaitable, Callable
 
 import aiomqtt
 
+from mqttkit import NODELAY, BrokerAddress, stop_task
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics
 from client.model import ConnectionLost
-from relay.broker import NODELAY, BrokerAddress
 
 log = logging.getLogger("blink.net")
 
 OnMessage = Callable[[Any, int], None]
 
 
-async def stop_task(task: asyncio.Task[Any], tries: int = 20, wait_s: float = 0.25) -> None:
-    """Cancel a task and wait for it, asking again if a library swallowed the cancellation;
-    bounded, so shutting down never hangs."""
-    for _ in range(tries):
-        if task.done():
-            break
-        task.cancel()
-        await asyncio.wait({task}, timeout=wait_s)
-    if task.done() and not task.cancelled():
-        task.exception()  # mark as retrieved
-
-
 def new_client_id(prefix: str = "p") -> str:
-    return f"{prefix}{os.urandom(6).hex()}"
+    """A fresh MQTT client id: 128 random bits. The id is the client's only key to its seat and
+    its private topic, so it is never published (the relay names players by name and seat)."""
+    return f"{prefix}{os.urandom(16).hex()}"
 
 
 @dataclass

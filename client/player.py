@@ -15,10 +15,10 @@ import asyncio
 import time
 from typing import Any
 
+from mqttkit import BrokerAddress, wait_event
 from protocol import messages as m
 from protocol.rules.base import Rejected
 from protocol.topics import Topics
-from relay.broker import BrokerAddress, wait_event
 from client.model import ClientModel
 from client.net import Connection, Impairment, new_client_id
 

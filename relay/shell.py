@@ -10,7 +10,13 @@ concurrently. Outbound messages are encoded and published at QoS 0: every public
 gap-free ``seq``, so a client that misses one asks for a resync instead of relying on broker
 redelivery. The relay's status topic is retained and set to offline by the MQTT last will.
 
-The shell is the only place that reads the clock or the OS's randomness (for the seed).
+The relay logs in as user ``relay`` with the password in its broker URL (the embedded broker's
+secret, or the one ``blink broker-config`` made) under a client id that is random per start and
+never published. A payload over ``max_payload`` is not handed to the core: its sender (known from
+the topic) is told ``too_large`` and it is logged, at most once a second per sender.
+
+The shell is the only place that reads the clock or the OS's randomness (for the seed and the
+client id).
 """
 
 from __future__ import annotations
@@ -19,29 +25,37 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import IO, Any
 
 import aiomqtt
 
+from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, wait_event
 from protocol import messages as m
 from protocol.codec import encode
-from protocol.topics import Topics
-from relay.broker import NODELAY, BrokerAddress, wait_event
+from protocol.topics import Topics, valid_id
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 
 log = logging.getLogger("blink.relay")
 
 MAX_SLEEP_S = 0.05
+TOO_LARGE_QUIET_NS = 1_000_000_000
 
 
 class RelayShell:
     def __init__(self, address: BrokerAddress, topics: Topics | None = None, config: RelayConfig | None = None,
-                 seed: int | None = None, log_path: str | Path | None = None) -> None:
+                 seed: int | None = None, log_path: str | Path | None = None,
+                 max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
         self.address = address
         self.topics = topics or Topics()
         self.config = config or RelayConfig()
+        self.max_payload = max_payload
+        # Unique per start and never published (the status topic names relay_id, not this): nobody
+        # can knock the relay off its broker by connecting under its client id.
+        self.client_id = f"blink-{self.config.relay_id}-{secrets.token_hex(8)}"
+        self._refused: dict[str, int] = {}  # sender -> when it was last told ``too_large`` (ns)
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
         self.core = RelayCore(self.topics, self.config, self.seed)
         self.log_path = Path(log_path) if log_path else None
@@ -60,8 +74,8 @@ class RelayShell:
         try:
             # The relay logs in as "relay" unless the URL names a user: the shipped Mosquitto ACL
             # gives that user the right to publish events and private messages.
-            async with aiomqtt.Client(self.address.host, self.address.port, identifier=f"blink-{self.config.relay_id}",
-                                      username=self.address.username or "relay", password=self.address.password,
+            async with aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id,
+                                      username=self.address.username or RELAY_USER, password=self.address.password,
                                       socket_options=NODELAY,
                                       will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
                 self._client = client
@@ -76,7 +90,10 @@ class RelayShell:
                 try:
                     async for msg in client.messages:
                         payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
-                        out = self.core.handle(msg.topic.value, bytes(payload), time.time_ns())
+                        if len(payload) > self.max_payload:
+                            out = self._too_large(msg.topic.value, len(payload), time.time_ns())
+                        else:
+                            out = self.core.handle(msg.topic.value, bytes(payload), time.time_ns())
                         await self._emit(out)
                         self._wake.set()
                 finally:
@@ -89,6 +106,25 @@ class RelayShell:
             if self._log_file:
                 self._log_file.close()
                 self._log_file = None
+
+    def _too_large(self, topic: str, size: int, now_ns: int) -> list[Any]:
+        """A payload over the limit is not decoded. Its sender (known from the topic) is told
+        ``too_large`` and it is logged, once a second per sender at most: a flood costs one line."""
+        act = self.topics.parse_act(topic)
+        client = act[1] if act else self.topics.parse_req(topic)
+        key = client or "?"
+        if now_ns - self._refused.get(key, -TOO_LARGE_QUIET_NS) < TOO_LARGE_QUIET_NS:
+            return []
+        if len(self._refused) > 10_000:
+            self._refused.clear()
+        self._refused[key] = now_ns
+        detail = f"{size} bytes > {self.max_payload}"
+        out: list[Any] = [LogRecord({"kind": "bad_input", "code": "too_large", "ts": now_ns,
+                                     "client": key[:80], "detail": detail})]
+        if client and valid_id(client):
+            reply = m.ActionRejected(act[0][:16], -1, "too_large", detail) if act else m.RequestRejected("too_large", detail)
+            out.append(Publish(self.topics.client(client), reply))
+        return out
 
     async def _timer_loop(self) -> None:
         while True:

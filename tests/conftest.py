@@ -12,7 +12,8 @@ from typing import Iterator
 
 import pytest
 
-from relay.broker import BrokerAddress, free_port
+from mqttkit import BrokerAddress, free_port
+from relay.mosquitto import write_mosquitto_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +36,9 @@ def find_mosquitto() -> str | None:
 
 @pytest.fixture
 def mosquitto() -> Iterator[BrokerAddress]:
-    """A real Mosquitto on a free port, with the project's shipped ACL configuration."""
+    """A real Mosquitto on a free port, configured by ``blink broker-config`` (the shipped ACL, a
+    relay password, size limits). The address it yields is the relay's login: ``.url`` (no
+    credentials) is for players, ``.login_url`` for the relay."""
     binary = find_mosquitto()
     if binary is None:
         pytest.fail("mosquitto is not installed (.ci/run installs it)")
@@ -44,16 +47,13 @@ def mosquitto() -> Iterator[BrokerAddress]:
     # pytest's tmp_path (mode 700) is not.
     tmp_path = Path(tempfile.mkdtemp(prefix="blink-mosquitto-"))
     tmp_path.chmod(0o755)
+    login = write_mosquitto_config(tmp_path, "127.0.0.1", port)
     conf = tmp_path / "mosquitto.conf"
-    acl = (ROOT / "deploy" / "mosquitto.acl").read_text()
-    (tmp_path / "acl").write_text(acl)
-    (tmp_path / "acl").chmod(0o644)
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nacl_file {tmp_path / 'acl'}\n"
-                    f"persistence false\nset_tcp_nodelay true\nlog_dest stderr\nlog_type error\n")
+    conf.write_text(conf.read_text() + "log_dest stderr\nlog_type error\n")
     proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_port("127.0.0.1", port)
-        yield BrokerAddress("127.0.0.1", port)
+        yield login
     finally:
         proc.terminate()
         try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from relay.broker import BrokerAddress
+from mqttkit import BrokerAddress
 from tests.logcheck import read
 
 pytestmark = pytest.mark.integration
@@ -147,7 +147,7 @@ def test_roll_your_own_bot_matches(tmp_path: Path, bots: int) -> None:
 
 
 def test_dice_games_through_mosquitto(tmp_path: Path, mosquitto: BrokerAddress) -> None:
-    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.url, "--seed", "2"],
+    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.login_url, "--seed", "2"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "running" in (serve.stdout.readline() if serve.stdout else "")

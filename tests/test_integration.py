@@ -17,9 +17,9 @@ import pytest
 from protocol import messages as m
 from protocol.codec import decode, encode
 from protocol.rules import blink
-from relay.broker import BrokerAddress, free_port
+from mqttkit import BrokerAddress, free_port
 from relay.core import RelayConfig
-from client.matchrun import LocalServer
+from relay.local import LocalServer
 from client.net import Connection
 from client.player import Player
 from tests.conftest import wait_port
@@ -62,7 +62,7 @@ def test_two_bots_finish_a_match_through_the_embedded_broker(tmp_path: Path) -> 
 
 def test_two_bots_finish_a_match_through_mosquitto(tmp_path: Path, mosquitto: BrokerAddress) -> None:
     relay_log = tmp_path / "relay.jsonl"
-    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.url, "--seed", "9", "--log", str(relay_log)],
+    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.login_url, "--seed", "9", "--log", str(relay_log)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "running" in (serve.stdout.readline() if serve.stdout else "")
@@ -79,7 +79,7 @@ def test_two_bots_finish_a_match_through_mosquitto(tmp_path: Path, mosquitto: Br
 
 def test_the_mosquitto_acl_lets_a_client_write_only_its_own_action_topic(mosquitto: BrokerAddress) -> None:
     async def main() -> list[str]:
-        async with LocalServer(mosquitto.url, seed=1, config=RelayConfig(games=fixed_deck_games((race_deck(),)))) as server:
+        async with LocalServer(mosquitto.login_url, seed=1, config=RelayConfig(games=fixed_deck_games((race_deck(),)))) as server:
             a = Player(server.address, "ann", client_id="pa")
             b = Player(server.address, "bob", client_id="pb")
             async with a, b:

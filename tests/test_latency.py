@@ -224,7 +224,7 @@ def test_bad_arguments_are_one_line_and_exit_2(args: list[str], needle: str) -> 
 
 @pytest.mark.integration
 def test_an_unreachable_server_is_one_line_and_exit_1() -> None:
-    from relay.broker import free_port
+    from mqttkit import free_port
 
     proc = run_cli("--server", f"mqtt://127.0.0.1:{free_port()}", "--duration", "1", timeout=30)
     assert proc.returncode == 1
@@ -247,7 +247,7 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_latency_against_a_running_server_asks_for_the_order_per_match() -> None:
-    from relay.broker import free_port
+    from mqttkit import free_port
     from tests.conftest import wait_port
 
     port = free_port()

@@ -162,8 +162,8 @@ class Session:
 
     async def start(self) -> None:
         """Start the local broker + relay (unless a server URL was given)."""
-        from relay.broker import parse_url
-        from client.matchrun import LocalServer
+        from mqttkit import parse_url
+        from relay.local import LocalServer
 
         self.status, self.message = "starting", "starting a local relay…"
         if self.config.server_url:

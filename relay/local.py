@@ -1,0 +1,103 @@
+"""The one door from the client into the server package: a relay (and its broker) started here.
+
+How this works
+--------------
+The client's commands that deliberately run a server in their own process -- ``blink serve``,
+``blink match`` and ``blink play`` without ``--server``, ``blink latency`` without ``--server`` --
+import only this module from ``relay`` (tests/test_imports.py checks it). ``LocalServer`` starts,
+in the running event loop, an embedded amqtt broker on a free loopback port (or the given port)
+and a relay on it; or, given a broker URL, just the relay against that broker. ``address`` is
+where players connect; the relay's own login (on the embedded broker: user ``relay`` and a secret
+made at this start) never leaves this object. ``start_local`` is the same as a function: it
+returns the started server, whose ``stop()`` ends both. ``write_mosquitto_config`` (from
+``relay.mosquitto``) is here for ``blink broker-config``, the server-side command that sets up an
+external broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
+from protocol.topics import Topics
+from relay.broker import EmbeddedBroker
+from relay.core import RelayConfig
+from relay.mosquitto import write_mosquitto_config
+from relay.shell import RelayShell
+
+__all__ = ["LocalServer", "RelayConfig", "start_local", "write_mosquitto_config"]
+
+
+class LocalServer:
+    """An embedded broker plus relay on a free loopback port (or just a relay on a given broker).
+
+    ``broker_url`` (``mqtt://relay:SECRET@host:port``) is the relay's login on an external broker;
+    without it the embedded broker is started and the relay logs in with the broker's secret.
+    ``max_payload``: the largest message the embedded broker passes on and the relay reads."""
+
+    def __init__(self, broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
+                 log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
+                 relay: bool = True, topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+        topics = topics or Topics()
+        self.broker: EmbeddedBroker | None = None
+        if broker_url:
+            relay_address = parse_url(broker_url)
+        else:
+            self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload)
+            relay_address = self.broker.relay_address
+        #: Where players connect (never the relay's credentials).
+        self.address: BrokerAddress = relay_address.public()
+        self.relay = RelayShell(relay_address, topics, config, seed, log_path, max_payload) if relay else None
+        self._task: asyncio.Task[Any] | None = None
+
+    async def __aenter__(self) -> LocalServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        if self.broker is not None:
+            await self.broker.start()
+        if self.relay is not None:
+            self._task = asyncio.create_task(self.relay.run())
+            ready = asyncio.create_task(self.relay.ready.wait())
+            done, _ = await asyncio.wait({self._task, ready}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+            ready.cancel()
+            if self._task in done:
+                await self._task  # raises the relay's error (e.g. the broker is unreachable)
+            if not self.relay.ready.is_set():
+                raise ConnectionError(f"the relay could not start on {self.address.url}")
+
+    @property
+    def task(self) -> asyncio.Task[Any] | None:
+        """The running relay (done when it stops or fails)."""
+        return self._task
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            # A cancellation can be swallowed inside a client library's await; ask again until the
+            # task is really gone (bounded), so a command never hangs on its way out.
+            await stop_task(self._task)
+        if self.broker is not None:
+            try:
+                await asyncio.wait_for(self.broker.stop(), timeout=5)
+            except asyncio.TimeoutError:
+                pass
+
+
+async def start_local(broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
+                      log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
+                      topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD) -> LocalServer:
+    """Start an embedded broker and a relay (or a relay on ``broker_url``); ``.address`` is where
+    players connect, ``await .stop()`` ends both."""
+    server = LocalServer(broker_url, seed, config, log_path, host, port, topics=topics, max_payload=max_payload)
+    try:
+        await server.start()
+    except BaseException:
+        await server.stop()
+        raise
+    return server

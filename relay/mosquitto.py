@@ -1,0 +1,129 @@
+"""A ready-to-run Mosquitto configuration for a blink relay: ``blink broker-config DIR``.
+
+How this works
+--------------
+``write_mosquitto_config(DIR)`` writes three files and returns the relay's login:
+
+- ``mosquitto.conf``: one listener, anonymous clients allowed (players need no account), the
+  password file and ACL below, no persistence, TCP_NODELAY, and size limits -- a PUBLISH payload
+  over ``max_payload`` is dropped (``message_size_limit``) and any packet over the protocol's own
+  ceiling ends the connection before Mosquitto buffers it (``max_packet_size``);
+- ``mosquitto.acl``: the same rules as ``deploy/mosquitto.acl`` (``acl_text``), for the topic prefix;
+- ``passwd``: user ``relay`` with a fresh random password (128 bits), hashed as Mosquitto 2 expects:
+  by ``mosquitto_passwd -b`` when it is installed, else here in the same ``$7$`` format
+  (PBKDF2-HMAC-SHA512, 101 iterations, 12-byte salt, both base64: ``$7$101$SALT$HASH``).
+
+Anyone who logs in as ``relay`` must know that password; everyone else is anonymous and confined
+by the ACL to its own client id's topics. ``mosquitto -c DIR/mosquitto.conf`` runs it as is.
+Files are world-readable because Mosquitto started as root reads them after dropping to its own
+user; the password file holds only a salted hash of 128 random bits.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress
+from protocol.codec import MAX_MESSAGE_BYTES
+from protocol.topics import DEFAULT_PREFIX
+
+PBKDF2_ITERATIONS = 101  # mosquitto_passwd's default for sha512-pbkdf2
+SALT_BYTES = 12
+
+
+def hash_password(password: str, salt: bytes | None = None, iterations: int = PBKDF2_ITERATIONS) -> str:
+    """Mosquitto 2's ``$7$`` password hash (what ``mosquitto_passwd -H sha512-pbkdf2`` writes)."""
+    salt = salt if salt is not None else os.urandom(SALT_BYTES)
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations)
+    return f"$7${iterations}${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
+
+
+def find_mosquitto_passwd() -> str | None:
+    return shutil.which("mosquitto_passwd") or next(
+        (p for p in ("/usr/bin/mosquitto_passwd", "/usr/local/bin/mosquitto_passwd") if Path(p).exists()), None)
+
+
+def password_line(user: str, password: str, use_tool: bool = True) -> str:
+    """``user:HASH`` for a Mosquitto password file."""
+    tool = find_mosquitto_passwd() if use_tool else None
+    if tool:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "passwd"
+            done = subprocess.run([tool, "-c", "-b", str(path), user, password], capture_output=True, text=True,
+                                  timeout=30)
+            if done.returncode == 0 and path.exists():
+                line = path.read_text().strip()
+                if line.startswith(f"{user}:"):
+                    return line
+    return f"{user}:{hash_password(password)}"
+
+
+def acl_text(prefix: str = DEFAULT_PREFIX) -> str:
+    """The ACL: each client writes only its own request and action topics and reads only its own
+    private topic plus the public ones; user ``relay`` (password-protected) reads and writes all."""
+    return f"""# Mosquitto ACL for blink (topic prefix {prefix}). %c is the connecting client's MQTT client id.
+# Clients may write only their own request and action topics, and read only their own private
+# topic plus public match events, snapshots, the lobby and relay status.
+# (Mosquitto reads `topic` lines before any `user` line as rules for every client; `pattern`
+# lines apply to every client too.)
+
+topic read {prefix}/m/+/+/ev
+topic read {prefix}/m/+/+/snap
+topic read {prefix}/lobby/matches
+topic read {prefix}/relay/+/status
+
+pattern write {prefix}/lobby/req/%c
+pattern write {prefix}/m/+/+/act/%c
+pattern read {prefix}/c/%c
+
+# The relay logs in as user "relay", whose password is in the password file (password_file):
+# without it nobody can log in under that name.
+user {RELAY_USER}
+topic readwrite {prefix}/#
+"""
+
+
+def conf_text(directory: Path, host: str, port: int, max_payload: int = DEFAULT_MAX_PAYLOAD) -> str:
+    d = directory.resolve()
+    return f"""# A Mosquitto 2.x configuration for a blink relay, written by `blink broker-config`.
+# Run:  mosquitto -c {d / 'mosquitto.conf'}
+listener {port} {host}
+allow_anonymous true
+password_file {d / 'passwd'}
+acl_file {d / 'mosquitto.acl'}
+persistence false
+set_tcp_nodelay true
+max_queued_messages 10000
+# A PUBLISH payload over this is dropped; a packet over max_packet_size ends the connection
+# before Mosquitto reads it (no client of this protocol needs more).
+message_size_limit {max_payload}
+max_packet_size {MAX_MESSAGE_BYTES + 512}
+"""
+
+
+def write_mosquitto_config(directory: str | Path, host: str = "127.0.0.1", port: int = 1883,
+                           prefix: str = DEFAULT_PREFIX, max_payload: int = DEFAULT_MAX_PAYLOAD,
+                           use_tool: bool = True) -> BrokerAddress:
+    """Write DIR/mosquitto.conf, DIR/mosquitto.acl and DIR/passwd; return the relay's login
+    (``.login_url`` is what ``blink serve --broker`` takes; it holds the new secret)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_hex(16)
+    files = {
+        "passwd": password_line(RELAY_USER, secret, use_tool) + "\n",
+        "mosquitto.acl": acl_text(prefix),
+        "mosquitto.conf": conf_text(d, host, port, max_payload),
+    }
+    for name, text in files.items():
+        path = d / name
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o644)
+    connect_host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return BrokerAddress(connect_host, port, RELAY_USER, secret)

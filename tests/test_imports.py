@@ -1,0 +1,70 @@
+"""The client does not depend on the server package.
+
+``client/`` may import from ``relay`` only where a command deliberately runs a relay in its own
+process, and then only the one entry point, ``relay.local``. Shared MQTT plumbing lives in
+``mqttkit``, which imports neither side. Checked by reading the source with ``ast`` (every import
+statement, at module level or inside a function)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Files of commands that start a local relay: the match runner (re-exports LocalServer),
+#: `blink serve` / `blink match` (cli), `blink play` (window session), `blink latency`.
+ENTRY_FILES = {"client/matchrun.py", "client/cli.py", "client/window/session.py", "client/latency.py"}
+ENTRY_MODULE = "relay.local"
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in a file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # a relative import stays inside its own package
+                continue
+            base = node.module or ""
+            found.append((node.lineno, base))
+            # `from relay import shell` imports the module relay.shell
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names if base == "relay")
+    return found
+
+
+def is_relay(module: str) -> bool:
+    return module == "relay" or module.startswith("relay.")
+
+
+def test_the_checker_sees_imports_anywhere_in_a_file(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import relay.core\nfrom relay import shell\n\ndef f():\n    from relay.broker import X\n")
+    modules = [name for _, name in imported_modules(sample)]
+    assert "relay.core" in modules and "relay.shell" in modules and "relay.broker" in modules
+
+
+def test_client_imports_from_relay_only_the_local_entry_point_in_the_command_files() -> None:
+    files = sorted((ROOT / "client").rglob("*.py"))
+    assert len(files) > 10  # the walk found the package
+    bad: list[str] = []
+    for path in files:
+        rel = path.relative_to(ROOT).as_posix()
+        for line, module in imported_modules(path):
+            if not is_relay(module):
+                continue
+            if module == "relay" and rel in ENTRY_FILES:
+                continue  # `from relay import local` is the entry point too (its name is checked as relay.local)
+            if rel not in ENTRY_FILES or module != ENTRY_MODULE:
+                bad.append(f"{rel}:{line} imports {module}")
+    assert not bad, "client/ may import only relay.local, and only in " + ", ".join(sorted(ENTRY_FILES)) + ":\n" \
+        + "\n".join(bad)
+
+
+def test_the_shared_mqtt_package_imports_neither_side() -> None:
+    for path in sorted((ROOT / "mqttkit").rglob("*.py")):
+        for line, module in imported_modules(path):
+            root = module.split(".")[0]
+            assert root not in ("relay", "client", "pyglet"), f"{path.relative_to(ROOT)}:{line} imports {module}"
