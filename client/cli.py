@@ -71,10 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses")
     w.add_argument("--json", action="store_true", help="print each event as a JSON line (the --log format)")
 
-    from client import latency_cli, play_cli  # no pyglet at import time: it is only loaded when `play` runs
+    from client import latency_cli, play_cli, verify_cli  # no pyglet at import time: it is only loaded when `play` runs
 
     play_cli.add_parser(sub)
     latency_cli.add_parser(sub)
+    verify_cli.add_parser(sub)
     return p
 
 
@@ -107,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from client import latency_cli
 
             return latency_cli.run(args, topics)
+        if args.command == "verify":
+            from client import verify_cli
+
+            return verify_cli.run(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (e.g. `blink watch ... | head`): nothing to report
