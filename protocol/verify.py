@@ -91,7 +91,7 @@ class Finding:
 class Report:
     matches: int = 0
     games: int = 0  # games whose events were re-derived from their seed
-    events: int = 0  # events checked
+    events: int = 0  # events checked (all of a true match's, less ``unchecked``)
     unchecked: int = 0  # events of games that ended without revealing their seed (a forfeit)
     first: Finding | None = None
 
@@ -124,9 +124,12 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
             continue
         try:
             data = json.loads(text)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             data = None
             reason = f"not JSON ({exc.msg})"
+        except ValueError:  # e.g. a number too long to read
+            data = None
+            reason = "not JSON"
         else:
             reason = "not a JSON object"
         if not isinstance(data, dict):
@@ -190,17 +193,31 @@ def body(rec: Record) -> dict[str, Any]:
     return {k: v for k, v in rec.data.items() if k not in ENVELOPE}
 
 
-def _differences(expected: dict[str, Any], logged: dict[str, Any]) -> str:
-    keys = sorted(set(expected) | set(logged))
-    parts = []
-    for k in keys:
-        if expected.get(k, "<absent>") != logged.get(k, "<absent>"):
-            parts.append(f"{k} is {_short(logged.get(k, '<absent>'))}, the rules give {_short(expected.get(k, '<absent>'))}")
-    return "; ".join(parts[:3])
+_ABSENT = object()
+
+
+def _differences(expected: Any, logged: Any, path: str = "") -> str:
+    """Where two values first differ, as ``field[i] is X, the rules give Y`` (up to 3 fields)."""
+    if isinstance(expected, dict) and isinstance(logged, dict):
+        parts = []
+        for k in sorted(set(expected) | set(logged)):
+            a, b = expected.get(k, _ABSENT), logged.get(k, _ABSENT)
+            if a != b:
+                parts.append(_differences(a, b, f"{path}.{k}" if path else k))
+        return "; ".join(parts[:3])
+    if isinstance(expected, list) and isinstance(logged, list) and len(expected) == len(logged):
+        for i, (a, b) in enumerate(zip(expected, logged)):
+            if a != b:
+                return _differences(a, b, f"{path}[{i}]")
+    if logged is _ABSENT:
+        return f"{path} is missing, the rules give {_short(expected)}"
+    if expected is _ABSENT:
+        return f"{path} should not be there"
+    return f"{path} is {_short(logged)}, the rules give {_short(expected)}"
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) or value == "<absent>" else json.dumps(value)
+    text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -263,16 +280,25 @@ def _key(h: _Hyp) -> Any:
 
 @dataclass
 class _Miss:
-    """The furthest any candidate got, for the message about the false event."""
+    """The furthest any candidate got, and how near the nearest ones came: for the message
+    about the false event."""
 
     pos: int = -1
-    notes: list[str] = field(default_factory=list)
+    notes: list[tuple[int, str]] = field(default_factory=list)  # (distance, text)
 
-    def note(self, pos: int, text: str | None) -> None:
+    def note(self, pos: int, text: str | None, distance: int = 50) -> None:
         if pos > self.pos:
             self.pos, self.notes = pos, []
-        if pos == self.pos and text and text not in self.notes and len(self.notes) < 3:
-            self.notes.append(text)
+        if pos == self.pos and text and all(t != text for _, t in self.notes):
+            self.notes.append((distance, text))
+            self.notes.sort(key=lambda n: n[0])
+            del self.notes[3:]
+
+    def nearest(self) -> list[str]:
+        if not self.notes:
+            return []
+        best = self.notes[0][0]
+        return [t for d, t in self.notes if d == best][:2]
 
 
 def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
@@ -329,7 +355,7 @@ def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int
     where = events[miss.pos] if 0 <= miss.pos < n else events[-1]
     problem = "no action of any player and no timer of the relay produces this event here"
     if miss.notes:
-        problem += " (" + " | ".join(miss.notes) + ")"
+        problem += " (nearest: " + " | or: ".join(miss.nearest()) + ")"
     return [], Finding(where.line, where.seq, where.type, problem)
 
 
@@ -357,10 +383,11 @@ def _match_group(produced: Sequence[dict[str, Any]], names: Sequence[str], logge
         expected = public(data, names)
         rec = events[at]
         if rec.type != etype:
-            miss.note(at, f"the rules give {etype} here" if i > 0 else None)
+            miss.note(at, f"the rules give {etype} here", 100)
             return 0
         if expected != logged[at]:
-            miss.note(at, _differences(expected, logged[at]))
+            diff = [k for k in set(expected) | set(logged[at]) if expected.get(k) != logged[at].get(k)]
+            miss.note(at, _differences(expected, logged[at]), len(diff))
             return 0
         if i > 0 and rec.data.get("ts") != ts:
             miss.note(at, "one action's events must share one timestamp")
@@ -454,7 +481,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
     rematch: set[int] = set()
     i = 1
     n = len(recs)
-    report.matches += 1
+    unchecked = 0
 
     def gi() -> int:
         return max(game_index, 0)
@@ -514,7 +541,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
                                   f"seed is never revealed)")
             end = recs[j]
             if end.type == "seat_left":
-                report.unchecked += len(game_events)  # a forfeit: the seed stays secret
+                unchecked += len(game_events)  # a forfeit: the seed stays secret
                 i = j
                 continue
             if end.type != "game_result":
@@ -530,7 +557,6 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
             if finding is not None:
                 raise _False(finding)
             report.games += 1
-            report.events += len(game_events) + 1
             outcomes = [o for o in (rules.outcome(s) for s in finals) if o is not None]
             if not outcomes:
                 raise _fail(end, "game_result, but by the rules the game is not over")
@@ -593,6 +619,9 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
         i += 1
     if status == "between":
         raise _fail(recs[-1], "the log ends between two games of a running match (truncated)")
+    report.matches += 1
+    report.events += n - unchecked
+    report.unchecked += unchecked
 
 
 # --------------------------------------------------------------------------------------- entry
