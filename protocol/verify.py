@@ -308,10 +308,10 @@ class _Miss:
 
 
 def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
-                start_ts: int, events: Sequence[Record]) -> tuple[list[Any], Finding | None]:
-    """Explain ``events`` (a game's events between ``game_started`` and ``game_result``) from the
-    seed. Returns the final states that explain all of them (several only if hidden choices were
-    never told apart) or the first false event."""
+                start_ts: int, events: Sequence[Record], end: Record | None = None) -> tuple[list[Any], Finding | None]:
+    """Explain ``events`` (a game's events between ``game_started`` and ``game_result``, which is
+    ``end``) from the seed. Returns the final states that explain all of them (several only if
+    hidden choices were never told apart) or the first false event."""
     chance = SeededChance(seed)
     state0 = rules.new_game(settings, seats, chance)
     hyp0 = _Hyp(state0, chance, {} if rules.outcome(state0) is not None else _arm(rules, state0, {}, start_ts))
@@ -332,9 +332,6 @@ def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int
                 miss.note(pos, "by the rules the game was already over (a game_result was due)")
                 continue
             for player, action, deadline, timer in _candidates(rules, hint, hyp, seats, events, pos):
-                if deadline is not None and type(ts) is int and ts < deadline:
-                    miss.note(pos, "a timer's event before its time")
-                    continue
                 ch = hyp.chance.copy()
                 try:
                     done = rules.complete(hyp.state, player, action, ch)
@@ -345,6 +342,10 @@ def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int
                     continue
                 k = _match_group(result.events, names, logged, events, pos, miss)
                 if k == 0:
+                    continue
+                if deadline is not None and type(ts) is int and ts < deadline:
+                    miss.note(pos, f"the relay's timer {timer} makes this event, but not before ts {deadline}: "
+                                   f"it is {deadline - ts} ns early", 0)
                     continue
                 armed = {nm: v for nm, v in hyp.armed.items() if nm != timer}  # a fired timer is gone
                 new = _Hyp(result.state, ch, armed)
@@ -358,7 +359,10 @@ def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int
     finals = buckets.get(n)
     if finals:
         return [h.state for h in finals.values()], None
-    where = events[miss.pos] if 0 <= miss.pos < n else events[-1]
+    if 0 <= miss.pos < n:
+        where = events[miss.pos]
+    else:  # every explanation needs more events before the game's end
+        where = end if end is not None else events[-1]
     problem = "no action of any player and no timer of the relay produces this event here"
     if miss.notes:
         problem += " (nearest: " + " | or: ".join(miss.nearest()) + ")"
@@ -382,7 +386,7 @@ def _match_group(produced: Sequence[dict[str, Any]], names: Sequence[str], logge
     for i, ev in enumerate(produced):
         at = pos + i
         if at >= len(events):
-            miss.note(at, None)
+            miss.note(at, f"the rules give {ev.get('type')} here", 100)
             return 0
         data = dict(ev)
         etype = data.pop("type", None)
@@ -421,6 +425,9 @@ def _envelope(recs: Sequence[Record]) -> Finding | None:
         if "__bad__" in rec.data:
             return Finding(rec.line, None, None, f"a damaged line: {rec.data['__bad__']}")
         want = i + 1
+        if i == 0 and type(rec.seq) is int and rec.seq > 1:
+            return Finding(rec.line, rec.seq, rec.type, f"the match's log starts at seq {rec.seq}: its first "
+                                                        f"{rec.seq - 1} events are missing")
         if type(rec.seq) is not int or rec.seq != want:
             after = f"after seq {recs[i - 1].seq}" if i else "at the start"
             why = "an event is missing" if type(rec.seq) is int and rec.seq > want else "out of order or repeated"
@@ -579,7 +586,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
                 raise _fail(end, f"the revealed seed does not match the seed_commitment of game_started "
                                  f"(line {rec.line}): the shuffle and dice were not the ones committed to")
             finals, finding = replay_game(str(game_name), rules, checked, seats, names, seed,
-                                          int(rec.data.get("ts") or 0), game_events)
+                                          int(rec.data.get("ts") or 0), game_events, end)
             if finding is not None:
                 raise _False(finding)
             report.games += 1

@@ -306,9 +306,10 @@ def test_a_timer_event_before_its_time(logs: dict[str, Played]) -> None:
     records = rows(logs["blink"].public)
     start = index_of(records, "game_started")
     i = index_of(records, "card_revealed")
+    shift = records[i]["ts"] - records[start]["ts"] - 1000
     for r in records[i:]:
-        r["ts"] -= records[i]["ts"] - records[start]["ts"] - 1000  # everything after, much earlier
-    assert_false_at(dump(records), i + 1, "card_revealed", "before its time")
+        r["ts"] -= shift  # the race and everything after it, much earlier
+    assert_false_at(dump(records), i + 1, "card_revealed", "timer start", "early")
 
 
 def test_time_going_back(logs: dict[str, Played]) -> None:
@@ -598,3 +599,16 @@ def test_any_changed_value_is_found_and_never_crashes(logs: dict[str, Played], g
         else:
             # A changed match code splits the log; a changed seat count shows when the seats fill.
             assert report.first.line <= i + 1 or key in ("match", "seats")
+
+
+def test_a_game_missing_its_last_event_is_named_at_its_result(logs: dict[str, Played]) -> None:
+    records = rows(logs["blink"].public)
+    i = index_of(records, "game_over")
+    del records[i]
+    for r in records[i:]:
+        r["seq"] -= 1  # renumbered so that no gap shows: the rules still want the game_over
+    assert_false_at(dump(records), i + 1, "game_result", "the rules give game_over")
+
+
+def test_a_log_that_starts_in_the_middle_of_a_match(logs: dict[str, Played]) -> None:
+    assert_false_at(logs["sequence"].public[7:], 1, "starts at seq 8", "first 7 events are missing")
