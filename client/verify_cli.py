@@ -46,8 +46,5 @@ def run(args: argparse.Namespace) -> int:
     except RecursionError:  # absurdly nested JSON values; nothing else in verify raises
         print(f"blink verify: {path}: a record is nested too deeply to check", file=sys.stderr)
         return 2
-    if report.ok:
-        print(f"{path}: {report.summary()}")
-        return 0
     print(f"{path}: {report.summary()}")
-    return 1
+    return 0 if report.ok else 1

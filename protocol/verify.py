@@ -523,6 +523,8 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
             if type(seat) is not int or not 0 <= seat < len(names) or rec.data.get("player") != names[seat]:
                 raise _fail(rec, "seat_left names no seated player")
             _expect(rec, t, gi(), {"player": names[seat], "seat": seat})
+            if status == "over":
+                raise _fail(rec, "the relay publishes no seat_left once the match is over")
             if status == "waiting":
                 names.pop(seat)
             elif status in ("playing", "between"):
@@ -537,7 +539,6 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
                     {"winner": winner, "winners": [] if winner is None else [winner], "reason": "forfeit",
                      "wins": list(wins)}, names))
                 status = "over"
-            # a leave after the match is over makes no event
         elif t == "game_started":
             if not ((status == "waiting" and len(names) == seats) or status == "between"):
                 raise _fail(rec, "a game starts before the seats are full or while another game runs")

@@ -168,6 +168,9 @@ def test_a_rematch_and_several_matches_in_one_relay_log() -> None:
     report = check(a.relay + b.relay)
     assert report.ok, report.summary()
     assert report.matches == 2 and report.games == sum(1 for r in records if r["type"] == "game_result") + 1
+    # A relay restarted with the same seed appends the same match codes again: each is its own match.
+    again = check(a.relay + a.relay)
+    assert again.ok and again.matches == 2, again.summary()
 
 
 def test_a_forfeit_is_true_but_its_unrevealed_game_is_not_checkable() -> None:
@@ -179,7 +182,7 @@ def test_a_forfeit_is_true_but_its_unrevealed_game_is_not_checkable() -> None:
     assert report.unchecked > 0 and "not checkable" in report.summary()
 
 
-def test_a_real_blink_match_log(tmp_path: Path) -> None:
+def test_a_real_log_written_by_blink_match(tmp_path: Path) -> None:
     log = tmp_path / "m.jsonl"
     subprocess.run([sys.executable, "-m", "client.cli", "match", "--game", "takeaway", "--bots", "2", "--seed", "3",
                     "--reaction", "0.01", "--log", str(log)], check=True, capture_output=True, timeout=300)
