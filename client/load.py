@@ -628,7 +628,7 @@ class LocalRelay:
     """``blink serve`` with its embedded broker on a free port, as a child process."""
 
     def __init__(self, topics: Topics, seed: int | None) -> None:
-        from relay.broker import free_port
+        from mqttkit import free_port
 
         self.port = free_port()
         self.topics = topics
@@ -695,7 +695,7 @@ def _die_with_parent() -> None:
 async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = None,
                    stop: asyncio.Event | None = None) -> dict[str, Any]:
     """Set up ``cfg.matches`` matches, play for ``cfg.duration_s``, and return the figures."""
-    from relay.broker import parse_url
+    from mqttkit import parse_url
 
     check_config(cfg)
     raise_fd_limit(2 * cfg.matches + 8)

@@ -31,6 +31,14 @@ class SeededChance:
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
         return z ^ (z >> 31)
 
+    def copy(self) -> SeededChance:
+        """An independent twin at the same point: a checker tries a draw on the copy and keeps
+        the original unchanged if the attempt is thrown away."""
+        twin = SeededChance(self.seed)
+        twin._state = self._state
+        twin.draws = self.draws
+        return twin
+
     def randbelow(self, n: int) -> int:
         if n <= 0:
             raise ValueError("randbelow needs n > 0")

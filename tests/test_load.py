@@ -87,7 +87,7 @@ def test_load_with_its_own_relay() -> None:
 
 @pytest.fixture
 def relay_on(mosquitto: BrokerAddress) -> Iterator[tuple[BrokerAddress, int]]:
-    proc = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.url], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.login_url], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None

@@ -57,7 +57,7 @@ def test_the_registry_finds_the_toy_game_only_while_registered(toy: None) -> Non
 @pytest.mark.parametrize("broker", ["embedded", "mosquitto"])
 def test_two_bots_play_the_toy_game_to_the_end_through_the_relay(toy: None, broker: str,
                                                                  request: pytest.FixtureRequest) -> None:
-    url = request.getfixturevalue("mosquitto").url if broker == "mosquitto" else None
+    url = request.getfixturevalue("mosquitto").login_url if broker == "mosquitto" else None
 
     async def main() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         async with LocalServer(url, seed=3) as server:

@@ -1,0 +1,694 @@
+"""Checking a recorded event log against the seeds it reveals and the rules (pure: no I/O, no clock).
+
+How this works
+--------------
+A log is a list of JSON objects: the public events of ``blink match --log`` / ``blink watch
+--json``, or the relay's own ``blink serve --log`` (whose ``kind: "event"`` records are the same
+events; its other records are ignored). ``parse_log(lines)`` turns the text into numbered records;
+``verify(records)`` checks them and returns a ``Report`` with the first false line, if any.
+
+Per match (records grouped by match code; a new ``match_created`` at seq 1 starts a new one):
+
+- the envelope: ``seq`` gap-free from 1, ``ts`` never going back, ``game`` the game's index;
+- the match frame: ``match_created`` with settings the game accepts, the seats taken in order, a
+  ``game_started`` when the seats are full, ``game_result`` / ``match_over`` / rematches as the
+  relay makes them (``relay/core.py`` is the reference; this module mirrors it, it does not import
+  it);
+- each game, from the seed revealed in its ``game_result``: the seed must hash to the commitment
+  published in ``game_started``; then the game is re-created with ``new_game(settings, seats,
+  SeededChance(seed))`` -- the very chance the relay also uses for every later roll -- and the
+  logged events are explained one group at a time. A group is what the relay publishes for one
+  action: the candidates are every seat's ``legal_actions`` and the actions of the timers the
+  relay has armed (mirroring its arming: a timer keeps its first deadline while its name is
+  wanted). Each candidate goes through ``complete`` on a *copy* of the chance and ``apply``; a
+  candidate whose events equal the next logged events (in their public form: names for seats, as
+  the relay writes them) and share one timestamp, no earlier than the timer's deadline, explains
+  them. Hidden choices (a BLINK pick, a secret die) can leave several candidates that explain the
+  same events, so the walk keeps every distinct consistent state (a small breadth-first frontier)
+  until later events tell them apart. When no state explains an event, that event is false.
+- when the rules say the game is over, the next event must be ``game_result`` with the rules'
+  winners, reason, scores and the seed.
+
+A game's chance is not needed by a toy or future game in any special way: everything goes through
+the registry's engine surface (``new_game``, ``apply``, ``complete``, ``legal_actions``,
+``timers``, ``outcome``). The only game knowledge here is ``HINTS``: where a player's choice is
+secret and too large to enumerate (a Roll Your Own die), a hint reads the later reveal to
+propose the action.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from protocol.chance import SeededChance, commitment
+from protocol.rules import game_for
+from protocol.rules.base import SYSTEM, Accepted
+
+#: Fields of the envelope, not of an event's data.
+ENVELOPE = ("seq", "ts", "type", "game", "match")
+#: Events the relay makes itself around the games (everything else comes from a rule engine).
+MATCH_TYPES = frozenset({"match_created", "seat_taken", "seat_left", "game_started", "game_result", "match_over",
+                         "rematch_requested", "rematch_started"})
+ORDERS = ("arrival", "fair")
+#: Distinct consistent states kept while hidden choices are still open; more means the log is
+#: hopelessly ambiguous, and the walk keeps the first ones.
+FRONTIER_CAP = 256
+
+
+class NotALog(ValueError):
+    """The text is not an event log at all (exit status 2 on the command line)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    line: int  # 1-based line in the file
+    data: dict[str, Any]
+
+    @property
+    def seq(self) -> Any:
+        return self.data.get("seq")
+
+    @property
+    def type(self) -> Any:
+        return self.data.get("type")
+
+
+@dataclass(frozen=True)
+class Finding:
+    line: int
+    seq: Any
+    type: Any
+    problem: str
+
+    def __str__(self) -> str:
+        return f"line {self.line} (seq {self.seq}, {self.type}): {self.problem}"
+
+
+@dataclass
+class Report:
+    matches: int = 0
+    games: int = 0  # games whose events were re-derived from their seed
+    events: int = 0  # events checked (all of a true match's, less ``unchecked``)
+    unchecked: int = 0  # events of games that ended without revealing their seed (a forfeit)
+    first: Finding | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.first is None
+
+    def summary(self) -> str:
+        if self.first is not None:
+            return f"false: {self.first}"
+        text = (f"true: {self.matches} match{'es' if self.matches != 1 else ''}, {self.games} "
+                f"game{'s' if self.games != 1 else ''}, {self.events} events checked")
+        if self.unchecked:
+            text += f" ({self.unchecked} events of forfeited games not checkable: their seed was never revealed)"
+        return text
+
+
+# --------------------------------------------------------------------------------------- parsing
+
+
+def parse_log(lines: Iterable[str]) -> list[Record]:
+    """Numbered event records of a log's lines. Raises ``NotALog`` when the text is not an event
+    log (the first record is not JSON, or nothing in it is an event). A later line that is not a
+    JSON object becomes a record with ``{"__bad__": reason}`` -- a damaged line, reported as false."""
+    records: list[Record] = []
+    seen_any = False
+    for number, text in enumerate(lines, 1):
+        text = text.strip()
+        if not text:
+            continue
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            data = None
+            reason = f"not JSON ({exc.msg})"
+        except ValueError:  # e.g. a number too long to read
+            data = None
+            reason = "not JSON"
+        else:
+            reason = "not a JSON object"
+        if not isinstance(data, dict):
+            if not seen_any:
+                raise NotALog(f"line {number} is {reason}: not an event log")
+            records.append(Record(number, {"__bad__": reason}))
+            continue
+        seen_any = True
+        if "type" not in data and "kind" in data:
+            continue  # the relay's own log: plays, rejections, bad input -- not events
+        if data.get("kind") == "event":
+            # The relay's log marks its events so; an event's own "kind" (a Roll Your Own roll)
+            # overwrites the mark, and is kept.
+            del data["kind"]
+        if not isinstance(data.get("type"), str) or "seq" not in data:
+            if not records:
+                raise NotALog(f"line {number} is not an event (no seq or type): not an event log")
+            records.append(Record(number, {"__bad__": "not an event (no seq or type)"}))
+            continue
+        records.append(Record(number, data))
+    if not any("__bad__" not in r.data for r in records):
+        raise NotALog("no events in it: not an event log")
+    return records
+
+
+# --------------------------------------------------------------------------------------- public form
+
+
+def plain(value: Any) -> Any:
+    """An engine value as JSON would carry it (as the relay's ``_plain`` does)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return plain(dataclasses.asdict(value))
+    return value
+
+
+def public(data: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """An engine event's data as the log shows it: seats named, the seat kept beside the name
+    (the relay's ``_with_names``)."""
+
+    def name(seat: Any) -> Any:
+        return names[seat] if type(seat) is int and 0 <= seat < len(names) else seat
+
+    out = plain(data)
+    if "player" in out and type(out["player"]) is int:
+        out["seat"] = out["player"]
+        out["player"] = name(out["player"])
+    if "winner" in out:
+        out["winner_seat"] = out["winner"]
+        out["winner"] = name(out["winner"])
+    if "winners" in out and isinstance(out["winners"], list):
+        out["winner_seats"] = list(out["winners"])
+        out["winners"] = [name(w) for w in out["winners"]]
+    return out  # type: ignore[no-any-return]
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal as JSON values: ``true`` is not ``1`` and ``1.0`` is not ``1`` (Python's ``==`` would
+    say they are)."""
+    return a == b and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def body(rec: Record) -> dict[str, Any]:
+    return {k: v for k, v in rec.data.items() if k not in ENVELOPE}
+
+
+_ABSENT = object()
+
+
+def _differences(expected: Any, logged: Any, path: str = "") -> str:
+    """Where two values first differ, as ``field[i] is X, the rules give Y`` (up to 3 fields)."""
+    if isinstance(expected, dict) and isinstance(logged, dict):
+        parts = []
+        for k in sorted(set(expected) | set(logged)):
+            a, b = expected.get(k, _ABSENT), logged.get(k, _ABSENT)
+            if not same(a, b):
+                parts.append(_differences(a, b, f"{path}.{k}" if path else k))
+        return "; ".join(parts[:3])
+    if isinstance(expected, list) and isinstance(logged, list) and len(expected) == len(logged):
+        for i, (a, b) in enumerate(zip(expected, logged)):
+            if not same(a, b):
+                return _differences(a, b, f"{path}[{i}]")
+    if logged is _ABSENT:
+        return f"{path} is missing, the rules give {_short(expected)}"
+    if expected is _ABSENT:
+        return f"{path} should not be there"
+    return f"{path} is {_short(logged)}, the rules give {_short(expected)}"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --------------------------------------------------------------------------------------- hints
+
+
+Hint = Callable[[Any, int, Sequence[Record], int], "list[Any] | None"]
+
+
+def _ryo_build_hint(state: Any, seat: int, events: Sequence[Record], pos: int) -> list[Any] | None:
+    """A Roll Your Own die is built in secret and revealed (``dice_revealed``) once all are built:
+    the build is the revealed die, not one of the thousands of legal ones."""
+    if getattr(state, "phase", None) != "build" or state.built[seat]:
+        return None
+    from protocol.rules.roll_your_own import BuildDie
+
+    for rec in events[pos:]:
+        if rec.type == "dice_revealed":
+            dice = rec.data.get("dice")
+            if isinstance(dice, list) and seat < len(dice) and isinstance(dice[seat], list):
+                try:
+                    return [BuildDie(tuple(int(x) for x in dice[seat]))]
+                except (TypeError, ValueError):
+                    return []
+            return []
+    return []  # never revealed in this log: no build can be checked
+
+
+#: Game name -> proposer of a seat's actions from the events ahead (None: use ``legal_actions``).
+HINTS: dict[str, Hint] = {"ryo": _ryo_build_hint}
+
+
+# --------------------------------------------------------------------------------------- one game
+
+
+@dataclass
+class _Hyp:
+    state: Any
+    chance: SeededChance
+    armed: dict[str, tuple[int, Any]]  # timer name -> (deadline ns, action), as the relay keeps them
+
+
+def _arm(rules: Any, state: Any, armed: dict[str, tuple[int, Any]], now: int) -> dict[str, tuple[int, Any]]:
+    wanted = {t.name: t for t in rules.timers(state)}
+    out = {n: v for n, v in armed.items() if n in wanted}
+    for n, t in wanted.items():
+        if n not in out:
+            out[n] = (now + max(0, t.delay_ns), t.action)
+    return out
+
+
+def _key(h: _Hyp) -> Any:
+    try:
+        k = (h.state, h.chance._state, tuple(sorted((n, d) for n, (d, _) in h.armed.items())))
+        hash(k)
+        return k
+    except TypeError:
+        return id(h)
+
+
+@dataclass
+class _Miss:
+    """The furthest any candidate got, and how near the nearest ones came: for the message
+    about the false event."""
+
+    pos: int = -1
+    notes: list[tuple[int, str]] = field(default_factory=list)  # (distance, text)
+
+    def note(self, pos: int, text: str | None, distance: int = 50) -> None:
+        if pos > self.pos:
+            self.pos, self.notes = pos, []
+        if pos == self.pos and text and all(t != text for _, t in self.notes):
+            self.notes.append((distance, text))
+            self.notes.sort(key=lambda n: n[0])
+            del self.notes[3:]
+
+    def nearest(self) -> list[str]:
+        if not self.notes:
+            return []
+        best = self.notes[0][0]
+        return [t for d, t in self.notes if d == best][:2]
+
+
+def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
+                start_ts: int, events: Sequence[Record], end: Record | None = None) -> tuple[list[Any], Finding | None]:
+    """Explain ``events`` (a game's events between ``game_started`` and ``game_result``, which is
+    ``end``) from the seed. Returns the final states that explain all of them (several only if
+    hidden choices were never told apart) or the first false event."""
+    chance = SeededChance(seed)
+    state0 = rules.new_game(settings, seats, chance)
+    hyp0 = _Hyp(state0, chance, {} if rules.outcome(state0) is not None else _arm(rules, state0, {}, start_ts))
+    logged = [body(r) for r in events]
+    hint = HINTS.get(game_name)
+    buckets: dict[int, dict[Any, _Hyp]] = {0: {_key(hyp0): hyp0}}
+    miss = _Miss()
+    n = len(events)
+    for pos in range(n):
+        hyps = buckets.pop(pos, None)
+        if not hyps:
+            continue
+        miss.note(pos, None)
+        rec = events[pos]
+        ts = rec.data.get("ts")
+        for hyp in hyps.values():
+            if rules.outcome(hyp.state) is not None:
+                miss.note(pos, "by the rules the game was already over (a game_result was due)")
+                continue
+            for player, action, deadline, timer in _candidates(rules, hint, hyp, seats, events, pos):
+                ch = hyp.chance.copy()
+                try:
+                    done = rules.complete(hyp.state, player, action, ch)
+                    result = rules.apply(hyp.state, player, done)
+                except Exception:  # noqa: BLE001 - a candidate the engine chokes on explains nothing
+                    continue
+                if not isinstance(result, Accepted) or not result.events:
+                    continue
+                k = _match_group(result.events, names, logged, events, pos, miss)
+                if k == 0:
+                    continue
+                if deadline is not None and type(ts) is int and ts < deadline:
+                    miss.note(pos, f"the relay's timer {timer} makes this event, but not before ts {deadline}: "
+                                   f"it is {deadline - ts} ns early", 0)
+                    continue
+                armed = {nm: v for nm, v in hyp.armed.items() if nm != timer}  # a fired timer is gone
+                new = _Hyp(result.state, ch, armed)
+                if rules.outcome(new.state) is None:
+                    new.armed = _arm(rules, new.state, new.armed, ts if type(ts) is int else 0)
+                else:
+                    new.armed = {}
+                bucket = buckets.setdefault(pos + k, {})
+                if len(bucket) < FRONTIER_CAP:
+                    bucket.setdefault(_key(new), new)
+    finals = buckets.get(n)
+    if finals:
+        return [h.state for h in finals.values()], None
+    if 0 <= miss.pos < n:
+        where = events[miss.pos]
+    else:  # every explanation needs more events before the game's end
+        where = end if end is not None else events[-1]
+    problem = "no action of any player and no timer of the relay produces this event here"
+    if miss.notes:
+        problem += " (nearest: " + " | or: ".join(miss.nearest()) + ")"
+    return [], Finding(where.line, where.seq, where.type, problem)
+
+
+def _candidates(rules: Any, hint: Hint | None, hyp: _Hyp, seats: int, events: Sequence[Record],
+                pos: int) -> Iterable[tuple[int | None, Any, int | None, str | None]]:
+    for name, (deadline, action) in sorted(hyp.armed.items(), key=lambda kv: (kv[1][0], kv[0])):
+        yield SYSTEM, action, deadline, name
+    for seat in range(seats):
+        proposed = hint(hyp.state, seat, events, pos) if hint is not None else None
+        for action in (proposed if proposed is not None else rules.legal_actions(hyp.state, seat)):
+            yield seat, action, None, None
+
+
+def _match_group(produced: Sequence[dict[str, Any]], names: Sequence[str], logged: list[dict[str, Any]],
+                 events: Sequence[Record], pos: int, miss: _Miss) -> int:
+    """How many logged events from ``pos`` this group explains: all of them, or 0."""
+    ts = events[pos].data.get("ts")
+    for i, ev in enumerate(produced):
+        at = pos + i
+        if at >= len(events):
+            miss.note(at, f"the rules give {ev.get('type')} here", 100)
+            return 0
+        data = dict(ev)
+        etype = data.pop("type", None)
+        expected = public(data, names)
+        rec = events[at]
+        if rec.type != etype:
+            miss.note(at, f"the rules give {etype} here", 100)
+            return 0
+        if not same(expected, logged[at]):
+            diff = [k for k in set(expected) | set(logged[at]) if not same(expected.get(k), logged[at].get(k))]
+            miss.note(at, _differences(expected, logged[at]), len(diff))
+            return 0
+        if i > 0 and rec.data.get("ts") != ts:
+            miss.note(at, "one action's events must share one timestamp")
+            return 0
+    return len(produced)
+
+
+# --------------------------------------------------------------------------------------- a match
+
+
+class _False(Exception):
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(str(finding))
+        self.finding = finding
+
+
+def _fail(rec: Record, problem: str) -> _False:
+    return _False(Finding(rec.line, rec.seq, rec.type, problem))
+
+
+def _envelope(recs: Sequence[Record]) -> Finding | None:
+    """The first record whose seq, ts or kind of line is wrong."""
+    last_ts: int | None = None
+    for i, rec in enumerate(recs):
+        if "__bad__" in rec.data:
+            return Finding(rec.line, None, None, f"a damaged line: {rec.data['__bad__']}")
+        want = i + 1
+        if i == 0 and type(rec.seq) is int and rec.seq > 1:
+            return Finding(rec.line, rec.seq, rec.type, f"the match's log starts at seq {rec.seq}: its first "
+                                                        f"{rec.seq - 1} events are missing")
+        if type(rec.seq) is not int or rec.seq != want:
+            after = f"after seq {recs[i - 1].seq}" if i else "at the start"
+            why = "an event is missing" if type(rec.seq) is int and rec.seq > want else "out of order or repeated"
+            return Finding(rec.line, rec.seq, rec.type, f"seq {rec.seq} {after}, expected {want} ({why})")
+        ts = rec.data.get("ts")
+        if type(ts) is not int:
+            return Finding(rec.line, rec.seq, rec.type, "no integer ts")
+        if last_ts is not None and ts < last_ts:
+            return Finding(rec.line, rec.seq, rec.type, f"ts {ts} is earlier than the event before ({last_ts})")
+        last_ts = ts
+        if type(rec.data.get("game")) is not int:
+            return Finding(rec.line, rec.seq, rec.type, "no integer game index")
+    return None
+
+
+def _check_match(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) -> Finding | None:
+    first_env = _envelope(recs)
+    try:
+        _walk(recs, lookup, report)
+        first_rule = None
+    except _False as exc:
+        first_rule = exc.finding
+    except Exception as exc:  # noqa: BLE001 - an engine that chokes on forged input: false, never a crash
+        head = recs[0]
+        first_rule = Finding(head.line, head.seq, head.type,
+                             f"this match cannot be checked: {type(exc).__name__}: {exc}")
+    found = [f for f in (first_env, first_rule) if f is not None]
+    return min(found, key=lambda f: f.line) if found else None  # min keeps the envelope's on a tie
+
+
+def _expect(rec: Record, etype: str, game: int, fields: dict[str, Any]) -> None:
+    if rec.type != etype:
+        raise _fail(rec, f"the relay publishes {etype} here, not {rec.type}")
+    if rec.data.get("game") != game:
+        raise _fail(rec, f"game index {rec.data.get('game')}, expected {game}")
+    if not same(body(rec), fields):
+        raise _fail(rec, _differences(fields, body(rec)) or f"{etype} differs from what the relay publishes")
+
+
+def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) -> None:
+    head = recs[0]
+    if head.type != "match_created":
+        raise _fail(head, "a match's log starts with match_created")
+    d = head.data
+    game_name, seats, settings = d.get("game_name"), d.get("seats"), d.get("settings")
+    try:
+        rules = lookup(str(game_name))
+    except (ValueError, KeyError) as exc:
+        raise _fail(head, f"unknown game: {exc}") from None
+    if type(seats) is not int or not getattr(rules, "min_players", 1) <= seats <= getattr(rules, "max_players", 64):
+        raise _fail(head, f"{seats!r} seats is not a number of players for {game_name}")
+    try:
+        checked = rules.check_settings(dict(settings) if isinstance(settings, dict) else settings, seats)
+    except (ValueError, TypeError) as exc:
+        raise _fail(head, f"settings the game refuses: {exc}") from None
+    if not same(plain(checked), settings):
+        raise _fail(head, "settings are not in the game's own complete form")
+    best_of = rules.best_of(checked) if hasattr(rules, "best_of") else 1
+    if not same(d.get("best_of"), best_of):
+        raise _fail(head, f"best_of {d.get('best_of')!r}, the settings give {best_of}")
+    if type(d.get("game")) is not int or d.get("game") != 0:
+        raise _fail(head, f"game index {d.get('game')!r}, expected 0")
+    if d.get("order") not in ORDERS:
+        raise _fail(head, f"order {d.get('order')!r} is not one of {', '.join(ORDERS)}")
+
+    names: list[str] = []
+    status = "waiting"  # waiting | playing | between | over
+    game_index = -1
+    wins: list[int] = []
+    rematch: set[int] = set()
+    i = 1
+    n = len(recs)
+    unchecked = 0
+
+    def gi() -> int:
+        return max(game_index, 0)
+
+    while i < n:
+        rec = recs[i]
+        t = rec.type
+        if "__bad__" in rec.data:
+            raise _fail(rec, f"a damaged line: {rec.data['__bad__']}")
+        if t == "seat_taken":
+            if status != "waiting" or len(names) >= seats:
+                raise _fail(rec, "a seat is taken after the seats are full")
+            name = rec.data.get("name")
+            if not isinstance(name, str) or not name or name in names:
+                raise _fail(rec, f"name {name!r} is empty or already taken")
+            _expect(rec, t, gi(), {"player": name, "seat": len(names), "name": name})
+            names.append(name)
+        elif t == "seat_left":
+            seat = rec.data.get("seat")
+            if type(seat) is not int or not 0 <= seat < len(names) or rec.data.get("player") != names[seat]:
+                raise _fail(rec, "seat_left names no seated player")
+            _expect(rec, t, gi(), {"player": names[seat], "seat": seat})
+            if status == "over":
+                raise _fail(rec, "the relay publishes no seat_left once the match is over")
+            if status == "waiting":
+                names.pop(seat)
+            elif status in ("playing", "between"):
+                # The relay makes this only outside a game (a game ends in its game_result): see the
+                # forfeit handling in the game branch below.
+                others = [s for s in range(seats) if s != seat]
+                winner = others[0] if len(others) == 1 else None
+                i += 1
+                if i >= n:
+                    raise _fail(rec, "the log ends after a player left a running match (match_over missing)")
+                _expect(recs[i], "match_over", gi(), public(
+                    {"winner": winner, "winners": [] if winner is None else [winner], "reason": "forfeit",
+                     "wins": list(wins)}, names))
+                status = "over"
+        elif t == "game_started":
+            if not ((status == "waiting" and len(names) == seats) or status == "between"):
+                raise _fail(rec, "a game starts before the seats are full or while another game runs")
+            game_index += 1
+            if status == "waiting":
+                wins = [0] * seats
+            commit = rec.data.get("seed_commitment")
+            if not (isinstance(commit, str) and len(commit) == 64 and all(c in "0123456789abcdef" for c in commit)):
+                raise _fail(rec, f"seed_commitment {_short(commit)} is not a SHA-256 hex digest")
+            _expect(rec, t, game_index, {"players": list(names), "seed_commitment": commit})
+            status = "playing"
+            j = i + 1
+            while j < n and recs[j].type not in MATCH_TYPES and "__bad__" not in recs[j].data:
+                j += 1
+            game_events = recs[i + 1:j]
+            for ev in game_events:
+                if ev.data.get("game") != game_index:
+                    raise _fail(ev, f"game index {ev.data.get('game')}, expected {game_index}")
+            if j >= n:
+                last = recs[-1]
+                raise _fail(last, f"the log ends during game {game_index} (truncated: no game_result, so its "
+                                  f"seed is never revealed)")
+            end = recs[j]
+            if end.type == "seat_left":
+                unchecked += len(game_events)  # a forfeit: the seed stays secret
+                i = j
+                continue
+            if end.type != "game_result":
+                # A game_result whose type was changed still carries its seed: find it, replay up to
+                # it, and name that line if the rules say the game was over there.
+                for k, cand in enumerate(game_events):
+                    seed = cand.data.get("seed")
+                    if type(seed) is int and 0 <= seed < 1 << 64 and commitment(seed) == commit:
+                        finals, finding = replay_game(str(game_name), rules, checked, seats, names, seed,
+                                                      int(rec.data.get("ts") or 0), game_events[:k])
+                        if finding is not None:
+                            raise _False(finding)
+                        if any(rules.outcome(f) is not None for f in finals):
+                            raise _fail(cand, f"by the rules the game is over here: a game_result was due, "
+                                              f"not {cand.type}")
+                raise _fail(end, f"{end.type} during game {game_index}, before its game_result")
+            seed = end.data.get("seed")
+            if type(seed) is not int or not 0 <= seed < 1 << 64:
+                raise _fail(end, f"seed {seed!r} is not a 64-bit seed")
+            if commitment(seed) != commit:
+                raise _fail(end, f"the revealed seed does not match the seed_commitment of game_started "
+                                 f"(line {rec.line}): the shuffle and dice were not the ones committed to")
+            finals, finding = replay_game(str(game_name), rules, checked, seats, names, seed,
+                                          int(rec.data.get("ts") or 0), game_events, end)
+            if finding is not None:
+                raise _False(finding)
+            report.games += 1
+            outcomes = [o for o in (rules.outcome(s) for s in finals) if o is not None]
+            if not outcomes:
+                raise _fail(end, "game_result, but by the rules the game is not over")
+            expected = []
+            for o in outcomes:
+                ws = list(o.winners)
+                new_wins = [w + (1 if s in ws else 0) for s, w in enumerate(wins)]
+                expected.append((new_wins, ws, public({"winner": ws[0] if len(ws) == 1 else None, "winners": ws,
+                                                       "reason": o.reason, "scores": list(o.scores),
+                                                       "wins": new_wins, "seed": seed, **plain(o.extra)}, names)))
+            got = body(end)
+            hit = next((e for e in expected if same(e[2], got)), None)
+            if end.data.get("game") != game_index:
+                raise _fail(end, f"game index {end.data.get('game')}, expected {game_index}")
+            if hit is None:
+                raise _fail(end, _differences(expected[0][2], got) or "game_result differs from the rules' outcome")
+            wins = hit[0]
+            i = j
+            # What the relay does after a result: end the match, or wait for the next game.
+            need = best_of // 2 + 1
+            leaders = [s for s, w in enumerate(wins) if w >= need]
+            over: tuple[int | None, list[int], str] | None = None
+            if leaders:
+                over = (leaders[0] if len(leaders) == 1 else None, leaders, "won")
+            elif game_index + 1 >= best_of * 3:
+                top = [s for s, w in enumerate(wins) if w == max(wins)]
+                over = (top[0] if len(top) == 1 else None, top, "game_limit")
+            if over is not None:
+                i += 1
+                if i >= n:
+                    raise _fail(end, "the log ends before the match_over that this result makes (truncated)")
+                _expect(recs[i], "match_over", game_index,
+                        public({"winner": over[0], "winners": over[1], "reason": over[2], "wins": list(wins)}, names))
+                status = "over"
+            else:
+                status = "between"
+        elif t == "rematch_requested":
+            seat = rec.data.get("seat")
+            if status != "over":
+                raise _fail(rec, "a rematch is asked for before the match is over")
+            if type(seat) is not int or not 0 <= seat < len(names):
+                raise _fail(rec, "rematch_requested names no seated player")
+            _expect(rec, t, gi(), {"player": names[seat], "seat": seat})
+            rematch.add(seat)
+            if len(rematch) == seats:
+                i += 1
+                if i >= n:
+                    raise _fail(rec, "the log ends before the rematch_started this request makes (truncated)")
+                _expect(recs[i], "rematch_started", gi(), {})
+                rematch = set()
+                wins = [0] * seats
+                status = "between"  # the next record must be its game_started
+                if i + 1 >= n or recs[i + 1].type != "game_started":
+                    at = recs[i + 1] if i + 1 < n else recs[i]
+                    raise _fail(at, "a rematch_started must be followed by its game_started")
+        elif t in MATCH_TYPES:
+            raise _fail(rec, f"{t} where the relay would not publish it (the match is {status})")
+        else:
+            raise _fail(rec, f"a game event while no game is running (the match is {status})")
+        i += 1
+    if status == "between":
+        raise _fail(recs[-1], "the log ends between two games of a running match (truncated)")
+    report.matches += 1
+    report.events += n - unchecked
+    report.unchecked += unchecked
+
+
+# --------------------------------------------------------------------------------------- entry
+
+
+def verify(records: Sequence[Record], lookup: Callable[[str], Any] = game_for) -> Report:
+    """Check every match in ``records`` (see the module header). ``lookup`` finds a game's engine
+    by name (the registry by default; a test may pass its own)."""
+    report = Report()
+    matches: list[list[Record]] = []
+    open_by_code: dict[str, list[Record]] = {}
+    pending_bad: list[Record] = []
+    for rec in records:
+        if "__bad__" in rec.data:
+            pending_bad.append(rec)
+            continue
+        code = str(rec.data.get("match"))
+        recs = open_by_code.get(code)
+        if recs is None or (rec.type == "match_created" and rec.seq == 1):
+            recs = open_by_code[code] = []
+            matches.append(recs)
+        for bad in pending_bad:  # a damaged line belongs to the match being read around it
+            recs.append(bad)
+        pending_bad = []
+        recs.append(rec)
+    if pending_bad:
+        report.first = Finding(pending_bad[0].line, None, None, f"a damaged line: {pending_bad[0].data['__bad__']}")
+    findings = []
+    for recs in matches:
+        f = _check_match(recs, lookup, report)
+        if f is not None:
+            findings.append(f)
+    if report.first is not None:
+        findings.append(report.first)
+    report.first = min(findings, key=lambda f: f.line) if findings else None
+    return report
