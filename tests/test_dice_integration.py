@@ -169,4 +169,5 @@ def test_dice_games_through_mosquitto(tmp_path: Path, mosquitto: BrokerAddress) 
         check_ryo(summary, events)
     finally:
         serve.send_signal(signal.SIGINT)
-        serve.communicate(timeout=15)
+        out, err = serve.communicate(timeout=60)
+    assert serve.returncode == 0 and "stopped" in out, err
