@@ -106,7 +106,7 @@ def core_hooks(module: ModuleType, sink: Sink) -> list[tuple[Any, str, Callable[
         return []
     hooks = []
     for name in CORE_ENTRY_POINTS:
-        method = core.__dict__.get(name)
+        method = getattr(core, name, None)  # defined on RelayCore or inherited
         if callable(method) and not getattr(method, "__blink_guard__", False):
             hooks.append((core, name, watched(method, sink)))
     return hooks
