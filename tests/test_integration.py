@@ -95,9 +95,14 @@ def test_the_mosquitto_acl_lets_a_client_write_only_its_own_action_topic(mosquit
                 # ... then pings on his own topic: once the pong is back, the relay has handled
                 # everything the broker passed on from bob before it (one connection, in order).
                 pongs: list[m.Pong] = []
-                on_message = b.conn.on_message
-                b.conn.on_message = lambda msg, now: (pongs.append(msg) if isinstance(msg, m.Pong) else None,
-                                                      on_message(msg, now))
+                forward = b.conn.on_message
+
+                def keep_pongs(msg: Any, now_ns: int) -> None:
+                    if isinstance(msg, m.Pong):
+                        pongs.append(msg)
+                    forward(msg, now_ns)
+
+                b.conn.on_message = keep_pongs
                 await b.conn.request(m.Ping(t0=4242))
                 await eventually(lambda: any(p.t0 == 4242 for p in pongs), what="bob's pong")
                 match = server.relay.core.matches[code]
