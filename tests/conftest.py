@@ -17,6 +17,9 @@ from relay.mosquitto import write_mosquitto_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Every test fails on a relay internal_error or a traceback, here or in a child (tests/guards.py).
+pytest_plugins = ["tests.guards"]
+
 
 def wait_port(host: str, port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout

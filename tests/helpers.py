@@ -1,9 +1,12 @@
-"""Small helpers the rule-engine tests share."""
+"""Small helpers the tests share: a seeded chance and an accepted result for the rule engines, and
+waits on a condition with a generous deadline for everything that talks to a broker or a process."""
 
 from __future__ import annotations
 
+import asyncio
 import random
-from typing import Any
+import time
+from typing import Any, Awaitable, Callable, TypeVar
 
 from protocol.rules.base import Accepted
 
@@ -22,3 +25,43 @@ def ok(result: Any) -> Any:
     """The accepted result of an engine call (the test fails with the rejection otherwise)."""
     assert isinstance(result, Accepted), result
     return result
+
+
+# --- waiting on a condition -------------------------------------------------------------------------
+# Tests wait for what they need, never for a fixed time: a busy machine makes everything slower,
+# so deadlines are generous (they only bound a hang) and the poll is short.
+
+T = TypeVar("T")
+
+DEADLINE_S = 60.0
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = DEADLINE_S, what: str | None = None,
+               poll_s: float = 0.02) -> T:
+    """The first true value of ``predicate()``; fails the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or predicate}")
+        time.sleep(poll_s)
+
+
+async def eventually(predicate: Callable[[], T], timeout: float = DEADLINE_S, what: str | None = None,
+                     changed: Callable[[float], Awaitable[Any]] | None = None, poll_s: float = 0.02) -> T:
+    """The async ``wait_until``: between checks it awaits ``changed(seconds)`` (e.g. a player's
+    ``wait_change``, which returns early when a message arrives), or a short poll."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or predicate}")
+        if changed is not None:
+            await changed(min(left, 0.25))
+        else:
+            await asyncio.sleep(min(left, poll_s))

@@ -39,7 +39,8 @@ def check_blink_log(events: list[dict[str, Any]], players: list[str]) -> dict[st
             assert card not in landed, f"{card} landed twice in game {game}"
             if "play" in e["type"]:
                 plays += 1
-                assert tops[pile] is not None and matches(card, tops[pile]), f"{card} does not match {tops[pile]}"
+                top = tops[pile]
+                assert top is not None and matches(card, top), f"{card} does not match {top}"
             landed[card] = e["player"]
             tops[pile] = card
             per_player[e["player"]] += 1

@@ -74,6 +74,12 @@ def check_takeaway(summary: dict[str, Any], events: list[dict[str, Any]]) -> Non
     assert sorted(summary["games"][0]["winners"]) == sorted(p for p, s in scores.items() if s == best)
 
 
+def has_line(cells: set[tuple[int, int]], length: int = 5) -> bool:
+    """Five of ``cells`` in a row, column or diagonal (written here, not taken from the engine)."""
+    return any(all((r + i * dr, c + i * dc) in cells for i in range(length))
+               for r, c in cells for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)))
+
+
 def check_sequence(summary: dict[str, Any], events: list[dict[str, Any]], players: int) -> None:
     board: dict[tuple[int, int], str] = {}
     last_total = None
@@ -105,6 +111,10 @@ def check_sequence(summary: dict[str, Any], events: list[dict[str, Any]], player
         if players == 4:
             assert len(over["winners"]) == 2, "four players play as two teams"
         assert summary["games"][0]["line"] == over["line"]
+    else:  # the only other end: the turn limit, with no line on the board and no winner
+        assert over["reason"] == "max_turns" and over["winners"] == [] and over["winner"] is None, over
+        colours = set(board.values())
+        assert not any(has_line({c for c, col in board.items() if col == colour}) for colour in colours)
 
 
 def check_ryo(summary: dict[str, Any], events: list[dict[str, Any]]) -> None:
@@ -159,4 +169,5 @@ def test_dice_games_through_mosquitto(tmp_path: Path, mosquitto: BrokerAddress) 
         check_ryo(summary, events)
     finally:
         serve.send_signal(signal.SIGINT)
-        serve.communicate(timeout=15)
+        out, err = serve.communicate(timeout=60)
+    assert serve.returncode == 0 and "stopped" in out, err

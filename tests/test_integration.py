@@ -23,6 +23,7 @@ from relay.local import LocalServer
 from client.net import Connection
 from client.player import Player
 from tests.conftest import wait_port
+from tests.helpers import DEADLINE_S, eventually
 from tests.logcheck import check_blink_log, read
 from tests.decks import fixed_deck_games
 from tests.test_relay_core import race_deck
@@ -70,7 +71,7 @@ def test_two_bots_finish_a_match_through_mosquitto(tmp_path: Path, mosquitto: Br
         check_summary_and_log(summary, events)
     finally:
         serve.send_signal(signal.SIGINT)  # Ctrl-C stops it cleanly
-        out, err = serve.communicate(timeout=15)
+        out, err = serve.communicate(timeout=60)
     assert serve.returncode == 0, err
     assert "stopped" in out and "Traceback" not in err
     kinds = {json.loads(line)["kind"] for line in relay_log.read_text().splitlines()}
@@ -78,27 +79,43 @@ def test_two_bots_finish_a_match_through_mosquitto(tmp_path: Path, mosquitto: Br
 
 
 def test_the_mosquitto_acl_lets_a_client_write_only_its_own_action_topic(mosquitto: BrokerAddress) -> None:
-    async def main() -> list[str]:
+    async def main() -> tuple[list[str], str]:
         async with LocalServer(mosquitto.login_url, seed=1, config=RelayConfig(games=fixed_deck_games((race_deck(),)))) as server:
+            assert server.relay is not None
             a = Player(server.address, "ann", client_id="pa")
             b = Player(server.address, "bob", client_id="pb")
             async with a, b:
-                code = await a.create("blink", {"countdown_s": 0.1})
-                await b.join(code)
-                for _ in range(100):
-                    if a.model.state() is not None and a.model.state().phase == "running":
-                        break
-                    await a.wait_change(0.2)
-                assert a.model.state() is not None and a.model.state().phase == "running", a.model.match_state
+                code = await a.create("blink", {"countdown_s": 0.1}, timeout=DEADLINE_S)
+                await b.join(code, timeout=DEADLINE_S)
+                await eventually(lambda: a.model.state() is not None and a.model.state().phase == "running",
+                                 changed=a.wait_change, what="the race to start")
                 # bob forges a play on ann's action topic: the broker's ACL drops it
-                forged = m.Act(id=1, seq=a.model.predictor.confirmed_seq,  # type: ignore[union-attr]
-                               action=blink.action_to_wire(blink.PlayCard("3-red-star", 0)))
-                await b.conn.send_raw(a.topics.act(code, "pa"), encode(forged))
-                await asyncio.sleep(0.5)
-                return [str(c) for c in a.model.state().hands[0]]
+                forged = encode(m.Act(id=1, seq=a.model.predictor.confirmed_seq,  # type: ignore[union-attr]
+                                      action=blink.action_to_wire(blink.PlayCard("3-red-star", 0))))
+                await b.conn.send_raw(a.topics.act(code, "pa"), forged)
+                # ... then pings on his own topic: once the pong is back, the relay has handled
+                # everything the broker passed on from bob before it (one connection, in order).
+                pongs: list[m.Pong] = []
+                forward = b.conn.on_message
 
-    hand = asyncio.run(main())
+                def keep_pongs(msg: Any, now_ns: int) -> None:
+                    if isinstance(msg, m.Pong):
+                        pongs.append(msg)
+                    forward(msg, now_ns)
+
+                b.conn.on_message = keep_pongs
+                await b.conn.request(m.Ping(t0=4242))
+                await eventually(lambda: any(p.t0 == 4242 for p in pongs), what="bob's pong")
+                match = server.relay.core.matches[code]
+                hand = [str(c) for c in match.state.hands[0]]
+                # The control: the same bytes from ann herself land -- the ACL, not the message, stopped bob.
+                await a.conn.send_raw(a.topics.act(code, "pa"), forged)
+                await eventually(lambda: str(match.state.top(0)) == "3-red-star", what="ann's own play to land")
+                return hand, str(match.state.top(0))
+
+    hand, top = asyncio.run(main())
     assert "3-red-star" in hand  # ann's card was never played by bob
+    assert top == "3-red-star"
 
 
 def test_forced_conflict_through_a_real_broker_is_resolved_as_the_rules_say() -> None:
@@ -109,20 +126,19 @@ def test_forced_conflict_through_a_real_broker_is_resolved_as_the_rules_say() ->
         config = RelayConfig(games=fixed_deck_games((race_deck(),)))
         async with LocalServer(None, seed=3, config=config) as server:
             async with Player(server.address, "ann") as a, Player(server.address, "bob") as b:
-                code = await a.create("blink", {"countdown_s": 0.2})
-                await b.join(code)
+                code = await a.create("blink", {"countdown_s": 0.2}, timeout=DEADLINE_S)
+                await b.join(code, timeout=DEADLINE_S)
                 for p in (a, b):
-                    while p.model.state() is None or p.model.state().phase != "running":
-                        await p.wait_change(0.2)
+                    await eventually(lambda: p.model.state() is not None and p.model.state().phase == "running",
+                                     changed=p.wait_change, what=f"{p.model.name} to see the race start")
                 seen = a.model.predictor.confirmed_seq  # type: ignore[union-attr]
                 assert b.model.predictor.confirmed_seq == seen  # type: ignore[union-attr]
                 await asyncio.gather(a.act(blink.PlayCard("3-red-star", 0), seen_seq=seen),
                                      b.act(blink.PlayCard("5-green-triangle", 0), seen_seq=seen))
-                for _ in range(50):
-                    if len(a.model.verdicts) + len(b.model.verdicts) == 2 and \
-                            not a.model.predictor.pending and not b.model.predictor.pending:  # type: ignore[union-attr]
-                        break
-                    await asyncio.sleep(0.05)
+                await eventually(lambda: len(a.model.verdicts) + len(b.model.verdicts) == 2
+                                 and not a.model.predictor.pending  # type: ignore[union-attr]
+                                 and not b.model.predictor.pending,  # type: ignore[union-attr]
+                                 what="both verdicts and both confirmed states")
                 return list(a.model.verdicts), list(b.model.verdicts), a.model.state(), b.model.state()
 
     va, vb, sa, sb = asyncio.run(main())
@@ -148,16 +164,14 @@ def test_bad_input_through_the_broker_is_answered_and_the_relay_keeps_going() ->
                 await conn.send_raw(conn.topics.act("NOPE1", "evil1"), encode(m.Act(id=1, seq=0, action={})))
                 await conn.send_raw(conn.topics.req("evil1"), encode(m.JoinMatch(name="x", code="NOPE1")))
                 await conn.request(m.Ping(t0=time.time_ns()))
-                for _ in range(40):
-                    if any(isinstance(x, m.Pong) for x in got):
-                        break
-                    await asyncio.sleep(0.05)
+                # answers come back in the order the relay handled the requests: the pong is last
+                await eventually(lambda: any(isinstance(x, m.Pong) for x in got), what="the relay's pong")
             return got
 
     got = asyncio.run(main())
     codes = [x.code for x in got if isinstance(x, (m.RequestRejected, m.ActionRejected))]
     assert codes == ["malformed", "no_such_match", "no_such_match"]
-    assert any(isinstance(x, m.Pong) for x in got)  # still alive and answering
+    assert isinstance(got[-1], m.Pong) and len(got) == 4  # still alive and answering, and nothing else
 
 
 def test_serve_reports_a_taken_port_clearly() -> None:
@@ -165,7 +179,7 @@ def test_serve_reports_a_taken_port_clearly() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        proc = subprocess.run([*BLINK, "serve", "--port", str(port)], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run([*BLINK, "serve", "--port", str(port)], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "already in use" in proc.stderr and "--broker" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -177,23 +191,20 @@ def test_embedded_serve_starts_and_stops_on_ctrl_c() -> None:
                             text=True)
     try:
         assert "running" in (proc.stdout.readline() if proc.stdout else "")
-        wait_port("127.0.0.1", port)
+        wait_port("127.0.0.1", port, timeout=60)
 
         async def ping() -> bool:
             got: list[Any] = []
             conn = Connection(BrokerAddress("127.0.0.1", port), on_message=lambda msg, now: got.append(msg),
                               ping_interval_s=0.05)
             async with conn:
-                for _ in range(40):
-                    if any(isinstance(x, m.Pong) for x in got):
-                        return True
-                    await asyncio.sleep(0.05)
-            return False
+                await eventually(lambda: any(isinstance(x, m.Pong) for x in got), what="the relay's pong")
+            return True
 
         assert asyncio.run(ping())
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=15)
+        out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "Traceback" not in err
 
 
@@ -205,6 +216,6 @@ def test_embedded_serve_starts_and_stops_on_ctrl_c() -> None:
     (["bot", "--server", "mqtt://127.0.0.1:1"], "cannot reach"),
 ])
 def test_command_line_errors_are_one_readable_line(args: list[str], needle: str) -> None:
-    proc = subprocess.run([*BLINK, *args], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([*BLINK, *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert needle in proc.stderr and "Traceback" not in proc.stderr

@@ -5,8 +5,8 @@ No timing assertions: only that the report has its fields and is consistent with
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -165,8 +165,9 @@ def check_report(r: dict[str, Any]) -> None:
     assert r["log_gaps"] == 0
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*BLINK, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+def run_cli(*args: str, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # The timeout only bounds a hang: a run on a busy machine may take several times its --duration.
+    return subprocess.run([*BLINK, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
 @pytest.mark.integration
@@ -178,7 +179,7 @@ def test_latency_json_report_is_complete_and_consistent() -> None:
     r = json.loads(lines[0])
     check_report(r)
     assert r["matches"] == 2 and r["order"] == "arrival" and r["server"] == "local"
-    assert 5.5 <= r["duration_s"] < 20
+    assert r["duration_s"] >= 6  # ran for as long as asked (how much longer is the machine's business)
 
 
 @pytest.mark.integration
@@ -191,7 +192,6 @@ def test_latency_with_unequal_delay_and_a_table() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(importlib.util.find_spec("relay.fair") is None, reason="fair ordering not in this build")
 def test_latency_in_fair_order_reports_holds() -> None:
     proc = run_cli("--matches", "1", "--duration", "4", "--delay", "0ms,30ms", "--order", "fair", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -213,7 +213,7 @@ def test_latency_in_fair_order_reports_holds() -> None:
     (["--settings", '{"best_of": 2}'], "best_of"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], needle: str) -> None:
-    proc = run_cli(*args, "--duration", "1", timeout=30)
+    proc = run_cli(*args, "--duration", "1")
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
@@ -226,7 +226,7 @@ def test_bad_arguments_are_one_line_and_exit_2(args: list[str], needle: str) -> 
 def test_an_unreachable_server_is_one_line_and_exit_1() -> None:
     from mqttkit import free_port
 
-    proc = run_cli("--server", f"mqtt://127.0.0.1:{free_port()}", "--duration", "1", timeout=30)
+    proc = run_cli("--server", f"mqtt://127.0.0.1:{free_port()}", "--duration", "1")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach" in lines[0], proc.stderr
@@ -234,11 +234,9 @@ def test_an_unreachable_server_is_one_line_and_exit_1() -> None:
 
 @pytest.mark.integration
 def test_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="--plot needs the bench extra; its absence is tested below")
     path = tmp_path / "latency.png"
     proc = run_cli("--matches", "1", "--duration", "3", "--delay", "0ms,40ms", "--json", "--plot", str(path))
-    if importlib.util.find_spec("matplotlib") is None:
-        assert proc.returncode != 0 and "matplotlib" in proc.stderr and "Traceback" not in proc.stderr
-        return
     assert proc.returncode == 0, proc.stderr
     json.loads(proc.stdout)
     data = path.read_bytes()
@@ -246,24 +244,36 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+def test_plot_without_matplotlib_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    stub = tmp_path / "site" / "matplotlib"  # shadows an installed matplotlib: importing it fails
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(stub.parent), os.environ.get("PYTHONPATH")) if p)}
+    proc = run_cli("--matches", "1", "--duration", "1", "--json", "--plot", str(tmp_path / "x.png"), env=env)
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "matplotlib" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.integration
 def test_latency_against_a_running_server_asks_for_the_order_per_match() -> None:
     from mqttkit import free_port
-    from tests.conftest import wait_port
 
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "client.cli", "serve", "--port", str(port)], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_port("127.0.0.1", port)
-        order = "fair" if importlib.util.find_spec("relay.fair") is not None else "arrival"
+        # "running" is printed once the relay has subscribed: a request sent earlier would be lost
+        assert "running" in (serve.stdout.readline() if serve.stdout else "")
         proc = run_cli("--server", f"mqtt://127.0.0.1:{port}", "--matches", "1", "--duration", "3",
-                       "--delay", "0,20ms", "--order", order, "--json")
+                       "--delay", "0,20ms", "--order", "fair", "--json")
         assert proc.returncode == 0, proc.stderr
         r = json.loads(proc.stdout)
         check_report(r)
-        assert r["server"] == f"mqtt://127.0.0.1:{port}" and r["order"] == order
-        if order == "fair":  # the relay runs in arrival order; this match asked for fair order and got it
-            assert r["hold_ms"]["n"] > 0 and r["hold_ms"]["max"] > 0
+        assert r["server"] == f"mqtt://127.0.0.1:{port}" and r["order"] == "fair"
+        # the relay runs in arrival order; this match asked for fair order and got it
+        assert r["hold_ms"]["n"] > 0 and r["hold_ms"]["max"] > 0
     finally:
         serve.terminate()
-        serve.wait(timeout=10)
+        serve.communicate(timeout=60)

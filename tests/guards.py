@@ -1,0 +1,149 @@
+"""The relay guard: every test fails when the relay records an ``internal_error`` or anything
+shows a traceback -- in the test's own process or in any Python process it starts.
+
+How this works
+--------------
+A pytest plugin (registered by ``pytest_plugins`` in ``tests/conftest.py``). Its autouse fixture
+``relay_guard``, for each test:
+
+- wraps the relay core's entry points (``RelayCore.handle``/``tick``/...) so every record they
+  return is checked, and adds a logging handler that catches every logged traceback -- this
+  covers ``LocalServer``, the unit tests' ``Harness`` and anything else in this process;
+- sets ``BLINK_TEST_GUARD_DIR`` and puts ``tests/guard_site`` first on ``PYTHONPATH``, so each
+  Python subprocess (``blink serve``, ``blink match``, ``blink latency``, ``blink play``) installs
+  the same checks at start-up and reports to that folder (``tests/guard_site/blink_guard.py``).
+
+After the test's body the problems are collected; any makes the test fail with the records in
+the message (problems that appear later, during fixture teardown, fail its teardown). A test
+that plants a bug on purpose takes the problems it expects with ``relay_guard.take()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.guard_site import blink_guard
+from tests.guard_site.blink_guard import (ENV_DIR, ENV_FAULT, BrokenGame, InjectedFault, is_problem,  # noqa: F401
+                                          problems_in)
+
+SITE_DIR = Path(blink_guard.__file__).resolve().parent
+GUARD_KEY = pytest.StashKey["RelayGuard"]()
+
+
+class RelayGuard:
+    """The problems seen during one test, here and in the processes it started."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._local: list[dict[str, Any]] = []
+        self._done: set[str] = set()  # ids of problems taken by the test or already reported
+
+    def sink(self, report: dict[str, Any]) -> None:
+        self._local.append(report)
+
+    def reports(self) -> list[tuple[str, dict[str, Any]]]:
+        """Everything reported so far: here, then by each child (in pid order)."""
+        here = [(f"here:{i}", r) for i, r in enumerate(self._local)]
+        return here + blink_guard.read_reports(self.directory)
+
+    def problems(self) -> list[dict[str, Any]]:
+        return [r for i, r in self._pending()]
+
+    def _pending(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(i, r) for i, r in self.reports() if i not in self._done and blink_guard.is_report_of_problem(r)]
+
+    def take(self) -> list[dict[str, Any]]:
+        """The problems so far, which the test then owns: they no longer fail it."""
+        pending = self._pending()
+        self._done.update(i for i, _ in pending)
+        return [r for _, r in pending]
+
+    def children(self) -> list[dict[str, Any]]:
+        """The guard's own reports from children (one ``ready`` per child, ``watching`` once its
+        relay core is hooked, ``faults`` when a fault was planted)."""
+        return [r for i, r in self.reports() if not i.startswith("here:") and r.get("source") == "guard"
+                and "problem" not in r]
+
+    def message(self, problems: list[dict[str, Any]]) -> str:
+        lines = [f"the relay guard saw {len(problems)} problem(s) (tests/guards.py):"]
+        for p in problems[:10]:
+            where = " ".join(str(x) for x in (p.get("source"), p.get("pid") and f"pid {p['pid']}", p.get("logger"),
+                                                p.get("message") and repr(p["message"])) if x)
+            text = p.get("traceback") or p.get("record") or p.get("problem") or p
+            lines.append(f"- [{where}] {text}")
+        return "\n".join(lines)
+
+    def check(self) -> None:
+        """Fails (once per problem) if anything went wrong that the test did not take."""
+        pending = self._pending()
+        if pending:
+            self._done.update(i for i, _ in pending)
+            raise AssertionError(self.message([r for _, r in pending]))
+
+
+def install_here(guard: RelayGuard, monkeypatch: pytest.MonkeyPatch) -> logging.Handler:
+    """The checks in this process: the core's hooks until the test's monkeypatch is undone; the
+    returned log handler until the caller removes it from the root logger."""
+    import relay.core
+
+    hooks = blink_guard.core_hooks(relay.core, guard.sink)
+    if not hooks:
+        raise AssertionError(guard.message(guard.problems()))
+    for cls, name, method in hooks:
+        monkeypatch.setattr(cls, name, method)
+    handler = blink_guard.TracebackLogHandler(guard.sink)
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def child_env(directory: Path | None) -> dict[str, str]:
+    """``os.environ`` for a child: guarded (reporting to ``directory``) or, with ``None``, not."""
+    env = dict(os.environ)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != SITE_DIR]
+    env.pop(ENV_FAULT, None)
+    if directory is None:
+        env.pop(ENV_DIR, None)
+    else:
+        env[ENV_DIR] = str(directory)
+        parts.insert(0, str(SITE_DIR))
+    if parts:
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def relay_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayGuard]:
+    guard = RelayGuard(tmp_path_factory.mktemp("guard", numbered=True))
+    handler = install_here(guard, monkeypatch)
+    for key, value in child_env(guard.directory).items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    request.node.stash[GUARD_KEY] = guard
+    try:
+        yield guard
+        guard.check()  # what came after the test's body (fixture teardowns)
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    try:
+        result = yield
+    except BaseException as exc:
+        guard = item.stash.get(GUARD_KEY, None)
+        if guard is not None and guard.problems():
+            exc.add_note(guard.message(guard.problems()))
+        raise
+    guard = item.stash.get(GUARD_KEY, None)
+    if guard is not None:
+        guard.check()  # the test itself fails, not its teardown
+    return result
