@@ -35,7 +35,7 @@ import hmac
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from amqtt.adapters import BufferReader, ReaderAdapter, StreamWriterAdapter
 from amqtt.broker import Broker
@@ -207,11 +207,24 @@ async def _read_first_packet(reader: asyncio.StreamReader, limit: int) -> bytes:
     return head + bytes(raw) + await reader.readexactly(length)
 
 
+class _SubscriptionTable(dict[str, list[tuple[Session, int]]]):
+    """amqtt's subscription table, iterated over a copy: its broadcast loop awaits the topic check
+    (our access plugin) inside ``for ... in self._subscriptions.items()``, so a client subscribing or
+    leaving meanwhile raised "dictionary changed size during iteration" and the message was lost."""
+
+    def items(self) -> list[tuple[str, list[tuple[Session, int]]]]:  # type: ignore[override]
+        return [(k, list(v)) for k, v in super().items()]
+
+    def __iter__(self) -> Iterator[str]:  # amqtt also awaits inside ``for topic in self._subscriptions``
+        return iter(list(super().keys()))
+
+
 class _GuardedBroker(Broker):
     """amqtt's broker with a gate in front of every TCP connection (see the module header)."""
 
     def __init__(self, config: dict[str, Any], access: Access, secret: str, packet_limit: int) -> None:
         super().__init__(config)
+        self._subscriptions = _SubscriptionTable()
         self._access = access
         self._secret = secret
         self._packet_limit = packet_limit
