@@ -23,6 +23,7 @@ winner chooses which face drops, with a −1 under each face that may go down.
 
 from __future__ import annotations
 
+from functools import partial
 import random
 import time
 from typing import Any
@@ -180,13 +181,13 @@ class RyoScene(TurnBasedScene):
             if i == 0:
                 self.text(x - size / 2 - f * 0.6, y + size / 2 + f * 1.0, "(a)", 0.9, AMBER, ax="right", bold=True)
             self.button(c, f"raise{i}", Rect(x, y + size / 2 + f * 1.0, size, f * 1.5), "+1", ok,
-                        (lambda i=i: self.act(ryo.RaiseFace(i))), size=0.75, hot=ok)
+                        partial(self.act, ryo.RaiseFace(i)), size=0.75, hot=ok)
         elif state.phase == "lower" and state.round_winner == me:
             ok = i in ryo.lowerable(state, me)
             if i == 0:
                 self.text(x - size / 2 - f * 0.6, y - size / 2 - f * 1.9, "drop:", 0.85, AMBER, ax="right", bold=True)
             self.button(c, f"lower{i}", Rect(x, y - size / 2 - f * 1.9, size, f * 1.5), "−1", ok,
-                        (lambda i=i: self.act(ryo.LowerFace(i))), size=0.8, hot=ok)
+                        partial(self.act, ryo.LowerFace(i)), size=0.8, hot=ok)
 
     def _draw_builder(self, c: Canvas, model: Any, state: Any, me: int) -> None:
         self.vm.builder(model, state)
@@ -211,11 +212,11 @@ class RyoScene(TurnBasedScene):
             self.text(x, y - size / 2 - f * 4.2, f"face {i + 1}: {v}", 0.9, WHITE if i == self.sel else DIM, bold=i == self.sel)
             up = self.vm.can_raise(state, me, i, +1)
             self.button(c, f"plus{i}", Rect(x, y + size / 2 + f * 1.5, size * 0.8, f * 2), "+", up,
-                        (lambda i=i: self.change(i, +1)), size=1.4)
+                        partial(self.change, i, +1), size=1.4)
             self.button(c, f"minus{i}", Rect(x, y - size / 2 - f * 1.6, size * 0.8, f * 2), "−", v > 0,
-                        (lambda i=i: self.change(i, -1)), size=1.4)
-            self.target(("face", i), (lambda px, py, x=x: abs(px - x) <= size / 2 and abs(py - y) <= size / 2),
-                        (lambda i=i: self._select(i)))
+                        partial(self.change, i, -1), size=1.4)
+            self.target(("face", i), Rect(x, y, size, size).contains,
+                        partial(self._select, i))
         valid = self.vm.valid(state)
         self.button(c, "build", Rect(br.x, br.bottom + f * 1.8, f * 18, f * 2.6), "Build this die  (Enter)", valid,
                     self.build, size=1.1, hot=True)

@@ -15,6 +15,7 @@ refused one a red ring.
 
 from __future__ import annotations
 
+from functools import partial
 import random
 import time
 from typing import Any
@@ -88,8 +89,8 @@ class SequenceScene(TurnBasedScene):
                     if chip is not None:  # an opponent chip you may remove / replace: a cross
                         c.line(x - side * 0.2, y - side * 0.2, x + side * 0.2, y + side * 0.2, max(2.0, side * 0.05), WHITE)
                         c.line(x - side * 0.2, y + side * 0.2, x + side * 0.2, y - side * 0.2, max(2.0, side * 0.05), WHITE)
-                    self.target(("space", r, col), (lambda px, py, cell=cell: cell.contains(px, py)),
-                                (lambda a=a: self.act(a)))
+                    self.target(("space", r, col), cell.contains,
+                                partial(self.act, a))
                 if (r, col) in line:
                     c.ring(x, y, cell.w, cell.h, max(4.0, side * 0.08), (255, 210, 40, 255), radius=side * 0.08)
                 if (r, col) in pend:
@@ -102,9 +103,9 @@ class SequenceScene(TurnBasedScene):
         rejected = self.vm.rejected_now(now_ns)
         if isinstance(rejected, (sq.PlaceChip, sq.RemoveChip)):
             a = rejected
-            cell = self._cells.get((a.row, a.col))
-            if cell is not None:
-                c.ring(cell.x, cell.y, cell.w, cell.h, max(4.0, side * 0.09), RED, radius=side * 0.08)
+            spot = self._cells.get((a.row, a.col))
+            if spot is not None:
+                c.ring(spot.x, spot.y, spot.w, spot.h, max(4.0, side * 0.09), RED, radius=side * 0.08)
         # the dice
         dx = br.right - dice_w / 2 - f * 0.5
         dy = br.top - f * 5

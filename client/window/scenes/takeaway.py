@@ -16,6 +16,7 @@ row lists their claimed dice in order; a repeated face is shown with its worth, 
 
 from __future__ import annotations
 
+from functools import partial
 import math
 import random
 from typing import Any
@@ -115,7 +116,7 @@ class TakeawayScene(TurnBasedScene):
             if hovered:
                 ok = (q, r) in legal
                 c.outline(hex_points(x, y, rr), max(3.0, rr * 0.12), (255, 215, 60, 255) if ok else RED)
-            self.target(("cell", q, r), self._hit_hex(x, y, rr), (lambda q=q, r=r: self.claim(q, r)))
+            self.target(("cell", q, r), self._hit_hex(x, y, rr), partial(self.claim, q, r))
         for q, r in pend:  # claimed by you, not yet confirmed: a dashed amber outline where it stood
             if (q, r) in self._hex:
                 x, y, rr = self._hex[(q, r)]

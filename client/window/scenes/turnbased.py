@@ -130,8 +130,8 @@ class TurnBasedScene(Scene):
             lbl.text = s
             lbl.font_size = fs
             lbl.weight = weight
-            lbl.anchor_x = ax
-            lbl.anchor_y = ay
+            lbl.anchor_x = ax  # type: ignore[assignment]
+            lbl.anchor_y = ay  # type: ignore[assignment]
             lbl.end_update()
         if max_w is not None and s:
             for _ in range(4):

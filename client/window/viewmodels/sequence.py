@@ -129,6 +129,8 @@ class SequenceViewModel(TurnViewModel):
         if me is None or state.phase != "move" or state.current != me or self.rolling(state, now_ns):
             return legal
         for a in sq.legal_actions(state, me):
+            if not isinstance(a, (sq.PlaceChip, sq.RemoveChip)):
+                continue
             if (a.row, a.col) not in legal or isinstance(a, sq.PlaceChip):
                 legal[(a.row, a.col)] = a
         return legal
