@@ -87,10 +87,22 @@ class Room:
 def test_importing_the_view_models_does_not_import_pyglet() -> None:
     code = ("import sys, client.window.viewmodels, client.window.viewmodels.feed, client.window.viewmodels.table, "
             "client.window.viewmodels.turnbased, client.window.viewmodels.takeaway, "
-            "client.window.viewmodels.sequence, client.window.viewmodels.ryo; print('pyglet' in sys.modules)")
+            "client.window.viewmodels.sequence, client.window.viewmodels.ryo, client.window.viewmodels.games; "
+            "print('pyglet' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_seat_choices_come_from_the_games_own_player_counts() -> None:
+    from protocol.rules import GAMES
+    from client.window.viewmodels.games import MAX_SEATS, seat_choices
+
+    for name, game in GAMES.items():
+        seats = seat_choices(name)
+        assert seats[0] == game.min_players and seats[-1] == min(game.max_players, MAX_SEATS)
+        assert list(seats) == list(range(seats[0], seats[-1] + 1))
+    assert seat_choices("blink") == (2,)
 
 
 # ---------------------------------------------------------------------------------------------------

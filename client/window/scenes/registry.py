@@ -7,7 +7,7 @@ How this works
 own options (RULES.md) and whether it takes a turn timer. What the game's rules know -- how many
 players, which settings are valid, its defaults -- is asked of the game itself
 (``protocol.rules.game_for``), never repeated here. Nothing in the window compares a game's name:
-the app asks ``scene_for(game)``, the menu walks ``WINDOW_GAMES`` and ``seat_choices(game)``.
+the app asks ``scene_for(game)``, the menu walks ``WINDOW_GAMES`` and ``seat_choices(game)`` (``viewmodels/games.py``).
 A fifth game needs its rules in ``protocol.rules.GAMES``, a scene, and one entry here.
 """
 
@@ -22,9 +22,8 @@ from client.window.scenes.ryo import RyoScene
 from client.window.scenes.sequence import SequenceScene
 from client.window.scenes.table import TableScene
 from client.window.scenes.takeaway import TakeawayScene
+from client.window.viewmodels.games import MAX_SEATS, seat_choices  # noqa: F401 - part of the registry
 
-#: the most seats the window lays out (the player list, the dice rows): bots fill all but yours
-MAX_SEATS = 4
 
 
 @dataclass(frozen=True)
@@ -76,11 +75,3 @@ def scene_for(name: str) -> type[Scene]:
 def title(name: str) -> str:
     """How the game is called on screen: the game's own title, else the window's menu line."""
     return getattr(game_for(name), "title", None) or window_game(name).menu_line
-
-
-def seat_choices(name: str) -> tuple[int, ...]:
-    """The seat counts the window offers for ``name``: the game's own range, up to ``MAX_SEATS``."""
-    game = game_for(name)
-    low = int(getattr(game, "min_players", 2))
-    high = min(int(getattr(game, "max_players", low)), MAX_SEATS)
-    return tuple(range(low, max(low, high) + 1))
