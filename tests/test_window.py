@@ -256,7 +256,7 @@ def make_app(*, mode: str = "bot", decks: tuple[tuple[str, ...], ...] | None = N
 
     relay = RelayConfig(fixed_decks=decks, between_games_s=0.5) if decks else RelayConfig(between_games_s=0.5)
     session = SessionConfig(name="you", settings=dict(settings if settings is not None else FAST), relay_config=relay,
-                            autoplay=autoplay, autoplay_reaction_s=autoplay_s, seed=7)
+                            autoplay=autoplay, autoplay_reaction_s=autoplay_s, seed=7, request_timeout_s=LONG)
     return App(AppConfig(mode=mode, bot_reaction_s=bot_s, width=size[0], height=size[1], mute=mute, session=session))
 
 
@@ -272,6 +272,17 @@ async def started(app: Any) -> asyncio.Task[int]:
             raise TimeoutError("the window did not start")
         await asyncio.sleep(0.01)  # polling for the first frame (no frame waiter exists before it)
     return task
+
+
+async def until(app: Any, predicate: Any, timeout: float = LONG) -> Any:
+    """``app.wait_until``, saying what the window showed when the deadline passed."""
+    try:
+        return await app.wait_until(predicate, timeout)
+    except TimeoutError:
+        model = app.session.model
+        raise AssertionError(f"not reached in {timeout:g} s; session {app.session.status!r} {app.session.message!r}; "
+                             f"phase {getattr(model.state() if model else None, 'phase', None)!r}; "
+                             f"shown {app.describe()!r}") from None
 
 
 async def stop(app: Any, task: asyncio.Task[int]) -> int:
@@ -335,12 +346,12 @@ def test_a_play_is_drawn_on_the_very_next_frame(xdisplay: str, tmp_path: Path) -
         app = make_app(mode="bot", decks=(RACE,), bot_s=20.0, settings={**FAST, "countdown_s": 0.6})
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.describe().get("phase") == "countdown"
+            await until(app, lambda: app.describe().get("phase") == "countdown"
                                  and app.describe()["big"] in ("1", "GO!"), LONG)
             app.request_screenshot(str(tmp_path / "countdown.png"))
             await app.next_frame()
-            await app.wait_until(lambda: app.describe().get("phase") == "running", LONG)
-            await app.wait_until(lambda: app.describe()["big"] == "", LONG)  # the GO! band has gone
+            await until(app, lambda: app.describe().get("phase") == "running", LONG)
+            await until(app, lambda: app.describe()["big"] == "", LONG)  # the GO! band has gone
             before = app.describe()
             assert before["piles"][0] == "1-red-star" and before["hand"][0] == "3-blue-star"
             pile0 = app.scene.layout.piles[0]
@@ -359,8 +370,8 @@ def test_a_play_is_drawn_on_the_very_next_frame(xdisplay: str, tmp_path: Path) -
             assert app.stats.inputs == inputs + 2 and app.stats.summary()["late_inputs"] == 0
             assert app.stats.summary()["input_frames_max"] == 1
             # confirmed by the relay: the ring goes, the screen equals the relay's state
-            await app.wait_until(lambda: app.describe()["pile_rings"][0] != "pending", LONG)
-            await app.wait_until(lambda: "?" not in app.describe()["hand"], LONG)
+            await until(app, lambda: app.describe()["pile_rings"][0] != "pending", LONG)
+            await until(app, lambda: "?" not in app.describe()["hand"], LONG)
             state = relay_match(app).state
             shown = app.describe()
             assert shown["piles"] == [str(state.top(0)), str(state.top(1))]
@@ -409,14 +420,14 @@ def test_a_lost_race_bounces_back_and_the_screen_then_matches_the_relay(xdisplay
         task = await started(app)
         rival = None
         try:
-            await app.wait_until(lambda: app.session.status == "waiting" and app.session.model.match, LONG)
+            await until(app, lambda: app.session.status == "waiting" and app.session.model.match, LONG)
             app.request_screenshot(str(tmp_path / "host_waiting.png"))
             await app.next_frame()
             assert app.describe()["big"].startswith("Match code")
             rival = Player(app.session.address, "rival")
             await rival.__aenter__()
-            await rival.join(app.session.model.match)
-            await app.wait_until(lambda: app.describe().get("phase") == "running", LONG)
+            await rival.join(app.session.model.match, timeout=LONG)
+            await until(app, lambda: app.describe().get("phase") == "running", LONG)
             await asyncio.wait_for(_until_running(rival), LONG)
             # The window's connection gets a long delay each way: its play reaches the relay after
             # the rival's, and it does not hear of the rival's play before pressing.
@@ -430,15 +441,15 @@ def test_a_lost_race_bounces_back_and_the_screen_then_matches_the_relay(xdisplay
             assert shown["piles"][0] == "3-blue-star" and shown["pile_rings"][0] == "pending"
             # the relay's verdict: a bounce, animated back to the hand, with its reason -- all on
             # the frame that took the verdict
-            await app.wait_until(lambda: app.describe()["flights"] == ["3-blue-star"], LONG)
+            await until(app, lambda: app.describe()["flights"] == ["3-blue-star"], LONG)
             shown = app.describe()
             assert shown["ghost"] == "3-blue-star" and shown["message"] == "too slow — pile changed"
             assert app.session.model.bounces[-1].code == "pile_changed"
             app.request_screenshot(str(tmp_path / "bounce.png"))
             await app.next_frame()
             conn.impairment = None
-            await app.wait_until(lambda: not app.describe()["flights"], LONG)
-            await app.wait_until(lambda: app.describe()["pile_rings"][0] != "pending", LONG)
+            await until(app, lambda: not app.describe()["flights"], LONG)
+            await until(app, lambda: app.describe()["pile_rings"][0] != "pending", LONG)
             state = relay_match(app).state
             shown = app.describe()
             assert shown["piles"] == [str(state.top(0)), str(state.top(1))] == ["1-green-moon", "2-green-triangle"]
@@ -480,15 +491,15 @@ def test_the_stalemate_pause_and_the_pick_with_its_timer(xdisplay: str, tmp_path
         task = await started(app)
         rival = None
         try:
-            await app.wait_until(lambda: app.session.model is not None and app.session.model.match, LONG)
+            await until(app, lambda: app.session.model is not None and app.session.model.match, LONG)
             rival = Player(app.session.address, "rival")
             await rival.__aenter__()
-            await rival.join(app.session.model.match)
-            await app.wait_until(lambda: app.describe().get("phase") == "stalled", LONG)
+            await rival.join(app.session.model.match, timeout=LONG)
+            await until(app, lambda: app.describe().get("phase") == "stalled", LONG)
             assert app.describe()["big"] == "Stalemate" and "flip" in app.describe()["sub"]
             app.request_screenshot(str(tmp_path / "stalemate.png"))
             await app.next_frame()
-            await app.wait_until(lambda: app.describe().get("phase") == "picking", LONG)
+            await until(app, lambda: app.describe().get("phase") == "picking", LONG)
             await app.next_frame()
             shown = app.describe()
             assert shown["big"] == "Stalemate: choose a card" and shown["timer_bar"]
@@ -499,7 +510,7 @@ def test_the_stalemate_pause_and_the_pick_with_its_timer(xdisplay: str, tmp_path
             await app.next_frame()
             assert app.describe()["big"] == "Card chosen"
             # the rival never chooses: the relay does when the time is up; play resumes
-            await app.wait_until(lambda: app.describe().get("phase") == "running", LONG)
+            await until(app, lambda: app.describe().get("phase") == "running", LONG)
             await app.next_frame()
             state = relay_match(app).state
             shown = app.describe()
@@ -528,7 +539,7 @@ def test_autoplay_to_the_match_result_then_a_rematch_that_stays_on_the_table(xdi
         app = make_app(mode="bot", decks=(REDS,), bot_s=0.08, autoplay=True, autoplay_s=0.08)
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.describe()["scene"] == "results", LONG)
+            await until(app, lambda: app.describe()["scene"] == "results", LONG)
             await app.next_frame()
             match = relay_match(app)
             assert match.status == "over" and match.winner is not None
@@ -545,7 +556,7 @@ def test_autoplay_to_the_match_result_then_a_rematch_that_stays_on_the_table(xdi
                 bot.reaction_s = 0.8
             first_game = match.game_index
             press(app, key.R)
-            await app.wait_until(lambda: app.describe()["scene"] == "table", LONG)
+            await until(app, lambda: app.describe()["scene"] == "table", LONG)
             assert match.status == "playing" and match.game_index > first_game
             tables: set[int] = set()
             scenes: list[str] = []
@@ -575,7 +586,7 @@ def test_menu_keys_and_a_resized_window(xdisplay: str, tmp_path: Path) -> None:
         app = make_app(mode="menu", bot_s=BOT_LEVELS["normal"])
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.session.status == "ready", LONG)
+            await until(app, lambda: app.session.status == "ready", LONG)
             await app.next_frame()
             assert app.describe()["scene"] == "menu" and "local relay on mqtt://127.0.0.1:" in app.describe()["status"]
             assert app.describe()["index"] == 2 and app.describe()["game"] == "blink"  # "Play bots"
@@ -593,10 +604,10 @@ def test_menu_keys_and_a_resized_window(xdisplay: str, tmp_path: Path) -> None:
             await app.next_frame()
             assert not app.describe()["typing"] and app.describe()["level"] == "hard"
             press(app, key.ENTER)
-            await app.wait_until(lambda: app.describe().get("phase") == "countdown", LONG)
+            await until(app, lambda: app.describe().get("phase") == "countdown", LONG)
             app.window.set_size(720, 480)
-            await app.wait_until(lambda: app.scene.layout.w == 720, LONG)
-            await app.wait_until(lambda: app.describe().get("phase") == "running", LONG)
+            await until(app, lambda: app.scene.layout.w == 720, LONG)
+            await until(app, lambda: app.describe().get("phase") == "running", LONG)
             await app.next_frame()
             lay = app.scene.layout
             for view, rect in zip(app.scene.hand, lay.hand):
@@ -604,7 +615,7 @@ def test_menu_keys_and_a_resized_window(xdisplay: str, tmp_path: Path) -> None:
             app.request_screenshot(str(tmp_path / "small_window.png"))
             await app.next_frame()
             press(app, key.ESCAPE, key.ESCAPE)  # twice: leave (forfeit) and back to the menu
-            await app.wait_until(lambda: app.describe()["scene"] == "menu", LONG)
+            await until(app, lambda: app.describe()["scene"] == "menu", LONG)
         finally:
             assert await stop(app, task) == 0
         assert app.stats.summary()["late_inputs"] == 0
@@ -655,12 +666,12 @@ def test_joining_a_code_that_does_not_exist_says_why_in_the_window(xdisplay: str
             app = App(AppConfig(mode="join", code="ZZZZZ", mute=True, session=session))
             task = await started(app)
             try:
-                await app.wait_until(lambda: app.describe().get("big") == "Cannot play", LONG)
+                await until(app, lambda: app.describe().get("big") == "Cannot play", LONG)
                 assert "no match" in app.describe()["sub"]
                 app.request_screenshot(str(tmp_path / "join_error.png"))
                 await app.next_frame()
                 press(app, key.ESCAPE)
-                await app.wait_until(lambda: app.describe()["scene"] == "menu", LONG)
+                await until(app, lambda: app.describe()["scene"] == "menu", LONG)
                 assert "no match" in app.describe()["status"]  # the reason stays in view on the menu
             finally:
                 assert await stop(app, task) == 1  # the game could not start: exit status 1

@@ -20,7 +20,7 @@ from protocol.rules import roll_your_own as ryo
 from protocol.rules import sequence as sq
 from protocol.rules import takeaway as tk
 from relay.core import RelayConfig
-from tests.test_window import LONG, ROOT, SCENARIO_S, started, stop, xdisplay  # noqa: F401 - the Xvfb fixture
+from tests.test_window import LONG, ROOT, SCENARIO_S, started, stop, until, xdisplay  # noqa: F401 - the Xvfb fixture
 
 pytestmark = pytest.mark.timeout(SCENARIO_S + 120)
 
@@ -33,7 +33,8 @@ def make_app(game: str, *, players: int = 2, bot_s: float = 0.8, settings: dict[
     from client.window.session import SessionConfig
 
     session = SessionConfig(name="you", game=game, settings=dict(settings or {}), players=players,
-                            relay_config=RelayConfig(between_games_s=0.5), seed=11, server_url=server_url)
+                            relay_config=RelayConfig(between_games_s=0.5), seed=11, server_url=server_url,
+                            request_timeout_s=LONG)
     return App(AppConfig(mode=mode, code=code, bot_reaction_s=bot_s, mute=True, session=session))
 
 
@@ -51,8 +52,8 @@ def confirmed_wire(app: Any) -> Any:
 
 async def settle_and_match_relay(app: Any) -> None:
     """Wait until the own move is confirmed and what the window holds equals the relay's view."""
-    await app.wait_until(lambda: app.describe()["pending"] == 0, LONG)
-    await app.wait_until(lambda: confirmed_wire(app) == relay_view_wire(app), LONG)
+    await until(app, lambda: app.describe()["pending"] == 0, LONG)
+    await until(app, lambda: confirmed_wire(app) == relay_view_wire(app), LONG)
 
 
 def click(app: Any, x: float, y: float) -> None:
@@ -82,7 +83,7 @@ def test_takeaway_reroll_claim_and_a_refused_locked_blink(xdisplay: str, tmp_pat
                     return False
                 return d.get("phase") == "turn" and d.get("current") == app.session.model.seat and d["pending"] == 0
 
-            await app.wait_until(my_turn, LONG)
+            await until(app, my_turn, LONG)
             await app.next_frame()
             assert app.describe()["banner"] == "YOUR TURN" and app.describe()["buttons"]["reroll"]
             shot(app, tmp_path, "takeaway_my_turn")
@@ -92,7 +93,7 @@ def test_takeaway_reroll_claim_and_a_refused_locked_blink(xdisplay: str, tmp_pat
             await app.next_frame()
             d = app.describe()
             assert d["phase"] == "rolling" and d["pending"] == 1, d
-            await app.wait_until(lambda: app.describe()["phase"] == "turn" and app.describe()["pending"] == 0, LONG)
+            await until(app, lambda: app.describe()["phase"] == "turn" and app.describe()["pending"] == 0, LONG)
             await app.next_frame()
             assert app.describe()["buttons"]["reroll"] is False
             # a locked Blink (the middle of the hex19 cluster is) is refused locally with its
@@ -143,7 +144,7 @@ def test_sequence_legal_spaces_and_a_placed_chip(xdisplay: str, tmp_path: Path) 
                 return (d.get("phase") == "move" and d.get("current") == me and not d.get("rolling")
                         and d["pending"] == 0 and bool(sq.legal_actions(app.session.model.state(), me)))
 
-            await app.wait_until(my_move, LONG)
+            await until(app, my_move, LONG)
             await app.next_frame()
             d = app.describe()
             assert d["banner"] == "YOUR TURN" and d["drawn_spaces"] == 36
@@ -180,7 +181,7 @@ def test_ryo_builder_build_reveal_and_odds(xdisplay: str, tmp_path: Path) -> Non
         app = make_app("ryo", bot_s=0.5, settings={"rolls_per_round": 2, "rounds_per_game": 2, "games_per_match": 1})
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.describe().get("phase") == "build" and "build" in app.describe()["buttons"],
+            await until(app, lambda: app.describe().get("phase") == "build" and "build" in app.describe()["buttons"],
                                  15)
             await app.next_frame()
             d = app.describe()
@@ -207,7 +208,7 @@ def test_ryo_builder_build_reveal_and_odds(xdisplay: str, tmp_path: Path) -> Non
             shot(app, tmp_path, "ryo_built")
             await settle_and_match_relay(app)
             # the reveal: every die, and the exact odds against the others
-            await app.wait_until(lambda: app.describe()["phase"] != "build", LONG)
+            await until(app, lambda: app.describe()["phase"] != "build", LONG)
             await app.next_frame()
             state = app.session.model.state()
             assert state.dice[me] == tuple(want)  # only your own moves change your die
@@ -222,7 +223,7 @@ def test_ryo_builder_build_reveal_and_odds(xdisplay: str, tmp_path: Path) -> Non
                 if st.phase == "lower" and st.round_winner == me:
                     return "lower"
                 return st.phase == "over" and "over"
-            kind = await app.wait_until(my_choice, LONG)
+            kind = await until(app, my_choice, LONG)
             if kind != "over":
                 await app.next_frame()
                 st = app.session.model.state()
@@ -251,16 +252,16 @@ def test_watching_a_match_by_code_is_read_only(xdisplay: str, tmp_path: Path) ->
     async def scenario() -> None:
         async with LocalServer(None, 5, RelayConfig(between_games_s=0.5)) as server:
             async with Player(server.address, "ann") as a, Player(server.address, "bob") as b:
-                code = await a.create("takeaway", {}, seats=2)
-                await b.join(code)
+                code = await a.create("takeaway", {}, seats=2, timeout=LONG)
+                await b.join(code, timeout=LONG)
                 stop_ev = asyncio.Event()
                 bots = [asyncio.create_task(Bot(p, reaction_s=0.3, seed=i).run(stop=stop_ev)) for i, p in enumerate((a, b))]
                 app = make_app("blink", mode="watch", server_url=server.address.url, code=code)
                 task = await started(app)
                 try:
-                    await app.wait_until(lambda: app.describe().get("scene") == "takeaway"
+                    await until(app, lambda: app.describe().get("scene") == "takeaway"
                                          and app.describe().get("phase") == "turn", LONG)
-                    await app.wait_until(lambda: app.describe()["banner"].startswith("WATCHING"), LONG)
+                    await until(app, lambda: app.describe()["banner"].startswith("WATCHING"), LONG)
                     d = app.describe()
                     assert d["buttons"]["reroll"] is False
                     cells = app.session.model.state().coords()
@@ -300,7 +301,7 @@ def test_menu_picks_the_game_and_the_players(xdisplay: str, tmp_path: Path) -> N
         app = make_app("blink", mode="menu")
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.session.status == "ready", LONG)
+            await until(app, lambda: app.session.status == "ready", LONG)
             press = lambda *ks: [app.window.dispatch_event("on_key_press", k, 0) for k in ks]  # noqa: E731
             press(key.UP, key.UP, key.RIGHT, key.RIGHT)  # the game item: blink -> takeaway -> sequence
             await app.next_frame()
@@ -311,15 +312,15 @@ def test_menu_picks_the_game_and_the_players(xdisplay: str, tmp_path: Path) -> N
             shot(app, tmp_path, "menu")
             await app.next_frame()
             press(key.B)  # play bots
-            await app.wait_until(lambda: app.describe().get("scene") == "sequence"
+            await until(app, lambda: app.describe().get("scene") == "sequence"
                                  and app.session.model is not None and len(app.session.model.players) == 4, LONG)
-            await app.wait_until(lambda: app.describe().get("phase") in ("roll", "move"), LONG)
+            await until(app, lambda: app.describe().get("phase") in ("roll", "move"), LONG)
             await app.next_frame()
             shot(app, tmp_path, "sequence_four_players")
             await app.next_frame()
             app.window.dispatch_event("on_key_press", key.ESCAPE, 0)
             app.window.dispatch_event("on_key_press", key.ESCAPE, 0)
-            await app.wait_until(lambda: app.describe()["scene"] == "menu", LONG)
+            await until(app, lambda: app.describe()["scene"] == "menu", LONG)
         finally:
             assert await stop(app, task) == 0
 
@@ -337,7 +338,7 @@ def test_turn_timer_shows_a_countdown(xdisplay: str, game: str, tmp_path: Path) 
         app = make_app(game, settings={"turn_timer_s": 30}, bot_s=1000.0)
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.describe().get("timer") is not None
+            await until(app, lambda: app.describe().get("timer") is not None
                                  and app.describe().get("timer") > 20, LONG)
             await app.next_frame()
             first = app.describe()["timer"]
@@ -355,7 +356,7 @@ def test_turn_timer_shows_a_countdown(xdisplay: str, game: str, tmp_path: Path) 
             assert colour_pixels(p, inner, colour[:3], tol=30) > 50
             assert any(lbl.text.endswith(" s") for lbl in app.scene._pool[False])
             # it counts down, within the same wait
-            await app.wait_until(lambda: (app.describe()["timer"] or 99) <= first - 1.0, LONG)
+            await until(app, lambda: (app.describe()["timer"] or 99) <= first - 1.0, LONG)
             assert app.scene.vm._clock == wait
             app.request_screenshot(str(tmp_path / f"timer_{game}_later.png"))
             await app.next_frame()
@@ -371,7 +372,7 @@ def test_turn_timer_is_off_by_default(xdisplay: str, tmp_path: Path) -> None:
         app = make_app("takeaway")
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.describe().get("phase") == "turn", LONG)
+            await until(app, lambda: app.describe().get("phase") == "turn", LONG)
             await app.next_frame()
             assert app.describe()["timer"] is None and app.scene.timer_bar is None
         finally:
@@ -388,7 +389,7 @@ def test_menu_options_reach_the_match_settings(xdisplay: str, tmp_path: Path) ->
         app = make_app("blink", mode="menu")
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.session.status == "ready", LONG)
+            await until(app, lambda: app.session.status == "ready", LONG)
             press = lambda *ks: [app.window.dispatch_event("on_key_press", k, 0) for k in ks]  # noqa: E731
             press(key.UP, key.UP, key.RIGHT)  # the game item: blink -> takeaway
             press(key.O)  # options: the next preset, one re-roll per game
@@ -401,11 +402,11 @@ def test_menu_options_reach_the_match_settings(xdisplay: str, tmp_path: Path) ->
             await app.next_frame()
             await app.next_frame()
             press(key.B)  # play bots
-            await app.wait_until(lambda: app.describe().get("scene") == "takeaway"
+            await until(app, lambda: app.describe().get("scene") == "takeaway"
                                  and app.session.model is not None and app.session.model.match, LONG)
             match = app.session.server.relay.core.matches[app.session.model.match]
             assert match.settings["reroll_once_per_game"] is True and match.settings["turn_timer_s"] == 30
-            await app.wait_until(lambda: app.describe().get("timer") is not None, LONG)
+            await until(app, lambda: app.describe().get("timer") is not None, LONG)
             await app.next_frame()
             assert app.describe()["timer"] <= 30
             app.request_screenshot(str(tmp_path / "timer_takeaway_from_menu.png"))
@@ -414,7 +415,7 @@ def test_menu_options_reach_the_match_settings(xdisplay: str, tmp_path: Path) ->
             # back to the menu, choose Roll Your Own: its own presets, checked by its rules
             app.window.dispatch_event("on_key_press", key.ESCAPE, 0)
             app.window.dispatch_event("on_key_press", key.ESCAPE, 0)
-            await app.wait_until(lambda: app.describe()["scene"] == "menu", LONG)
+            await until(app, lambda: app.describe()["scene"] == "menu", LONG)
             while app.describe()["game"] != "ryo":
                 press(key.G)
                 await app.next_frame()

@@ -13,7 +13,7 @@ A fifth game needs its rules in ``protocol.rules.GAMES``, a scene, and one entry
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from protocol.rules import canonical, game_for
@@ -32,7 +32,6 @@ class WindowGame:
     menu_line: str
     presets: tuple[tuple[str, dict[str, Any]], ...] = (("none for this game", {}),)
     turn_timer: bool = False  # the game takes the ``turn_timer_s`` setting (the menu's Turn timer row)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 WINDOW_GAMES: dict[str, WindowGame] = {
