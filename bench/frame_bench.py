@@ -1,4 +1,4 @@
-"""Frame time of the BLINK table under software GL, and input-to-screen delay, in one run.
+"""Frame time of the window's scenes under software GL, frame rate, and input-to-screen delay.
 
 How this works
 --------------
@@ -7,15 +7,19 @@ loopback port, in-process, as ``blink play`` does) and a bot opponent, with Mesa
 rasterizer forced (``LIBGL_ALWAYS_SOFTWARE=1``: llvmpipe). Without a ``DISPLAY`` it starts its own
 Xvfb on a free display number and stops it afterwards.
 
-Once the race has started it measures for ``--seconds``:
-- frame time: the work of one frame (events, update, draw, flip), p50/p99/max, and the interval
-  between frame starts (steadiness);
-- input-to-screen: a synthetic player presses a hand card key and a pile key at random moments
-  (not aligned to frames), like a person would; each key is stamped when it is pressed and counts
-  as shown when the frame that draws its effect has been flipped. ``late_inputs`` counts inputs
-  that took more than the next frame to show.
+Once the game has started it measures for ``--seconds``:
+- frame time: the work of one frame (events, update, draw, flip), p50/p99/max;
+- frame rate: the number of frames and the interval between frame starts (p50 should sit at the
+  60 Hz period, 16.7 ms; on a quiet machine it stays under ~18.5 ms -- a figure the window tests
+  used to assert, which only says how busy the machine is, so it lives here);
+- input-to-screen (BLINK): a synthetic player presses a hand card key and a pile key at random
+  moments (not aligned to frames), like a person would; each key is stamped when it is pressed and
+  counts as shown when the frame that draws its effect has been flipped. ``late_inputs`` counts
+  inputs that took more than the next frame to show. In the turn-based games an autoplay bot plays
+  your seat (their frames change when the state does).
 
-    .venv/bin/python bench/frame_bench.py                # 10 s, prints a summary
+    .venv/bin/python bench/frame_bench.py                # BLINK, 10 s, prints a summary
+    .venv/bin/python bench/frame_bench.py --game all --seconds 8    # every scene in turn
     .venv/bin/python bench/frame_bench.py --json out.json --seconds 20 --width 1280 --height 800
 """
 
@@ -37,6 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 AIM_P99_MS = 8.0
+STEADY_P50_INTERVAL_MS = 18.5  # a 60 Hz frame loop on a quiet machine
+GAMES = ("blink", "takeaway", "sequence", "ryo")
 
 
 def _free_display() -> int:
@@ -62,7 +68,7 @@ def start_xvfb(width: int, height: int) -> subprocess.Popen[bytes]:
     return proc
 
 
-async def bench(args: argparse.Namespace) -> dict[str, Any]:
+async def bench(args: argparse.Namespace, game: str) -> dict[str, Any]:
     import pyglet
 
     pyglet.options["audio"] = ("silent",)
@@ -73,17 +79,24 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     from client.window.session import SessionConfig, parse_level
     from client.window.stats import FrameStats
 
-    session = SessionConfig(name="bench", settings={"countdown_s": 1.0, "best_of": 9}, seed=args.seed)
+    racing = game == "blink"
+    settings = {"countdown_s": 1.0, "best_of": 9} if racing else {}
+    session = SessionConfig(name="bench", game=game, settings=settings, seed=args.seed, autoplay=not racing,
+                            autoplay_reaction_s=0.6)
     app = App(AppConfig(mode="bot", bot_reaction_s=parse_level(args.bot), width=args.width, height=args.height,
                         mute=True, session=session))
     task = asyncio.create_task(app.run())
     rng = random.Random(args.seed)
     try:
-        await _wait(app, lambda: app.scene is not None and app.describe().get("phase") == "running", 30)
+        started = (lambda: app.describe().get("phase") == "running") if racing else \
+            (lambda: app.describe().get("phase") not in (None, "setup"))
+        await _wait(app, lambda: app.scene is not None and started(), 60)
         await asyncio.sleep(0.8)  # past the GO banner: the plain table
         app.stats = FrameStats()
         t_end = time.monotonic() + args.seconds
         plays = 0
+        while time.monotonic() < t_end and not racing:
+            await asyncio.sleep(0.1)
         while time.monotonic() < t_end:
             await asyncio.sleep(rng.uniform(0.25, 0.6))  # a person's pace, never aligned to frames
             model = app.session.model
@@ -105,6 +118,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         await app.next_frame()
         out = app.stats.summary()
         out["plays"] = plays
+        out["game"] = game
         out["renderer"] = pyglet.gl.gl_info.get_renderer()
         out["window"] = f"{app.window.width}x{app.window.height}"
         out["seconds"] = args.seconds
@@ -126,6 +140,7 @@ async def _wait(app: Any, pred: Any, timeout: float) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--game", default="blink", choices=GAMES + ("all",), help="the scene to measure (all: each in turn)")
     p.add_argument("--width", type=int, default=1100)
     p.add_argument("--height", type=int, default=720)
     p.add_argument("--bot", default="hard", help="opponent speed (easy/normal/hard/expert or seconds)")
@@ -136,8 +151,10 @@ def main() -> int:
     if not args.hardware_gl:
         os.environ["LIBGL_ALWAYS_SOFTWARE"] = "1"
     xvfb = start_xvfb(args.width, args.height) if not os.environ.get("DISPLAY") else None
+    results = []
     try:
-        out = asyncio.run(bench(args))
+        for game in (GAMES if args.game == "all" else (args.game,)):
+            results.append(asyncio.run(bench(args, game)))
     finally:
         if xvfb is not None:
             xvfb.terminate()
@@ -146,17 +163,22 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 xvfb.kill()
                 xvfb.wait()
-    fm, iv, ins = out["frame_ms"], out["interval_ms"], out["input_to_screen_ms"]
-    print(f"BLINK table, {out['window']}, {out['renderer']}, {out['seconds']:g} s against a {out['bot']} bot")
-    print(f"  frames          {out['frames']}  (interval p50 {iv['p50']:.2f} ms, p99 {iv['p99']:.2f} ms)")
-    print(f"  frame time      p50 {fm['p50']:.2f} ms   p99 {fm['p99']:.2f} ms   max {fm['max']:.2f} ms"
-          f"   (aim: p99 <= {AIM_P99_MS:g} ms: {'met' if fm['p99'] <= AIM_P99_MS else 'NOT met'})")
-    print(f"  input->screen   p50 {ins['p50']:.2f} ms   p99 {ins['p99']:.2f} ms   max {ins['max']:.2f} ms"
-          f"   over {out['inputs']} inputs ({out['plays']} plays)")
-    print(f"  late inputs     {out['late_inputs']}  (shown later than the next frame; most frames an input "
-          f"waited for: {out['input_frames_max']})")
+    for out in results:
+        fm, iv, ins = out["frame_ms"], out["interval_ms"], out["input_to_screen_ms"]
+        print(f"{out['game']} scene, {out['window']}, {out['renderer']}, {out['seconds']:g} s against a {out['bot']} bot")
+        print(f"  frames          {out['frames']}  ({out['frames'] / out['seconds']:.1f} a second; interval p50 "
+              f"{iv['p50']:.2f} ms, p99 {iv['p99']:.2f} ms; steady: p50 <= {STEADY_P50_INTERVAL_MS:g} ms: "
+              f"{'yes' if iv['p50'] <= STEADY_P50_INTERVAL_MS else 'NO'})")
+        print(f"  frame time      p50 {fm['p50']:.2f} ms   p99 {fm['p99']:.2f} ms   max {fm['max']:.2f} ms"
+              f"   (aim: p99 <= {AIM_P99_MS:g} ms: {'met' if fm['p99'] <= AIM_P99_MS else 'NOT met'})")
+        if out["inputs"]:
+            print(f"  input->screen   p50 {ins['p50']:.2f} ms   p99 {ins['p99']:.2f} ms   max {ins['max']:.2f} ms"
+                  f"   over {out['inputs']} inputs ({out['plays']} plays)")
+            print(f"  late inputs     {out['late_inputs']}  (shown later than the next frame; most frames an input "
+                  f"waited for: {out['input_frames_max']})")
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+        data: Any = results[0] if len(results) == 1 else results
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

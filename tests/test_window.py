@@ -2,7 +2,9 @@
 Xvfb against a real relay (embedded broker on a free loopback port) with bots and rival players.
 
 The window tests start their own Xvfb on a free display and skip only when the Xvfb binary is
-missing. Screenshots land in /tmp/shots/ (``BLINK_SHOTS`` overrides) so a person can look at them.
+missing. Screenshots go to each test's own ``tmp_path``. They hold on a busy machine: every wait is
+on a condition with a generous deadline (``LONG``), never a sleep, and nothing here measures speed
+(frame rates and intervals are bench/frame_bench.py's business).
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ from client.window.stats import FrameStats, percentile
 from client.window.texts import reason_text
 
 ROOT = Path(__file__).resolve().parent.parent
-SHOTS = Path(os.environ.get("BLINK_SHOTS", "/tmp/shots"))
+LONG = 120.0  # seconds: a deadline for a condition, generous enough for a machine under heavy load
+SCENARIO_S = 480.0  # the whole of one window scenario
+# The window, the relay, the broker and the bots share one process and the window draws with software
+# GL: on a loaded 2-core machine a scenario can take minutes. Deadlines are for hangs, not for speed.
+pytestmark = pytest.mark.timeout(SCENARIO_S + 120)
 FAST = {"countdown_s": 0.3, "stalemate_pause_s": 0.2, "pick_time_s": 1.0, "best_of": 1}
 
 
@@ -205,16 +211,15 @@ def xdisplay() -> Iterator[str]:
         n = _free_display()
         proc = subprocess.Popen([binary, f":{n}", "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + LONG
         while time.monotonic() < deadline and proc.poll() is None and not Path(f"/tmp/.X11-unix/X{n}").exists():
-            time.sleep(0.05)
+            time.sleep(0.05)  # polling for the socket file: the condition, with a deadline
         if proc.poll() is None:
             break
     else:
         pytest.fail("Xvfb would not start")
     old = os.environ.get("DISPLAY")
     os.environ["DISPLAY"] = f":{n}"
-    SHOTS.mkdir(parents=True, exist_ok=True)
     try:
         import pyglet
 
@@ -252,22 +257,38 @@ def make_app(*, mode: str = "bot", decks: tuple[tuple[str, ...], ...] | None = N
 
     relay = RelayConfig(games=fixed_deck_games(decks) if decks else None, between_games_s=0.5)
     session = SessionConfig(name="you", settings=dict(settings if settings is not None else FAST), relay_config=relay,
-                            autoplay=autoplay, autoplay_reaction_s=autoplay_s, seed=7)
+                            autoplay=autoplay, autoplay_reaction_s=autoplay_s, seed=7, request_timeout_s=LONG)
     return App(AppConfig(mode=mode, bot_reaction_s=bot_s, width=size[0], height=size[1], mute=mute, session=session))
 
 
 async def started(app: Any) -> asyncio.Task[int]:
+    """Run the app; return once its window has drawn a frame."""
     task = asyncio.create_task(app.run())
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if app.window is not None and app.stats.frames > 0:
-            return task
-    raise TimeoutError("the window did not start")
+    deadline = time.monotonic() + LONG
+    while not (app.window is not None and app.stats.frames > 0):
+        if task.done():
+            task.result()
+            raise RuntimeError("the window ended before its first frame")
+        if time.monotonic() > deadline:
+            raise TimeoutError("the window did not start")
+        await asyncio.sleep(0.01)  # polling for the first frame (no frame waiter exists before it)
+    return task
+
+
+async def until(app: Any, predicate: Any, timeout: float = LONG) -> Any:
+    """``app.wait_until``, saying what the window showed when the deadline passed."""
+    try:
+        return await app.wait_until(predicate, timeout)
+    except TimeoutError:
+        model = app.session.model
+        raise AssertionError(f"not reached in {timeout:g} s; session {app.session.status!r} {app.session.message!r}; "
+                             f"phase {getattr(model.state() if model else None, 'phase', None)!r}; "
+                             f"shown {app.describe()!r}") from None
 
 
 async def stop(app: Any, task: asyncio.Task[int]) -> int:
     app.quit()
-    return await asyncio.wait_for(task, timeout=15)
+    return await asyncio.wait_for(task, timeout=LONG)
 
 
 def press(app: Any, *symbols: int) -> None:
@@ -306,45 +327,57 @@ RACE = deck(["1-red-star", "3-blue-star", "2-yellow-moon", "5-yellow-moon"],
             ["2-green-triangle", "1-green-moon", "4-green-star", "5-green-star"])
 
 
+def test_the_window_plays_every_game_through_its_registry(xdisplay: str) -> None:
+    from protocol.rules import GAMES
+    from client.window.scenes.registry import WINDOW_GAMES, scene_for, title
+
+    assert set(WINDOW_GAMES) == set(GAMES)
+    scenes = {scene_for(name) for name in GAMES}
+    assert len(scenes) == len(GAMES)  # one scene class per game
+    assert scene_for("roll_your_own") is scene_for("ryo") and title("takeaway")
+    with pytest.raises(ValueError):
+        scene_for("chess")
+
+
 @pytest.mark.integration
-def test_a_play_is_drawn_on_the_very_next_frame(xdisplay: str) -> None:
+def test_a_play_is_drawn_on_the_very_next_frame(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key, mouse
 
     async def scenario() -> None:
         app = make_app(mode="bot", decks=(RACE,), bot_s=20.0, settings={**FAST, "countdown_s": 0.6})
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.describe().get("phase") == "countdown", 15)
-            await asyncio.sleep(0.2)
-            app.request_screenshot(str(SHOTS / "countdown.png"))
+            await until(app, lambda: app.describe().get("phase") == "countdown"
+                                 and app.describe()["big"] in ("1", "GO!"), LONG)
+            app.request_screenshot(str(tmp_path / "countdown.png"))
             await app.next_frame()
-            await app.wait_until(lambda: app.describe().get("phase") == "running", 10)
-            await app.wait_until(lambda: app.describe()["big"] == "", 5)  # the GO! band has gone
+            await until(app, lambda: app.describe().get("phase") == "running", LONG)
+            await until(app, lambda: app.describe()["big"] == "", LONG)  # the GO! band has gone
             before = app.describe()
             assert before["piles"][0] == "1-red-star" and before["hand"][0] == "3-blue-star"
             pile0 = app.scene.layout.piles[0]
-            app.request_screenshot(str(SHOTS / "table_before.png"))
+            app.request_screenshot(str(tmp_path / "table_before.png"))
             await app.next_frame()
-            assert colour_pixels(SHOTS / "table_before.png", pile0, BLUE) == 0
+            assert colour_pixels(tmp_path / "table_before.png", pile0, BLUE) == 0
             inputs = app.stats.inputs
             press(app, key._1, key.LEFT)
-            app.request_screenshot(str(SHOTS / "table_predicted.png"))
+            app.request_screenshot(str(tmp_path / "table_predicted.png"))
             await app.next_frame()  # one frame: the one that handles the keys
             after = app.describe()
             assert after["piles"][0] == "3-blue-star", after
             assert after["pile_rings"][0] == "pending"  # the relay has not answered yet
-            assert after["hand"][0] in ("?", None) or after["hand"][0] != "3-blue-star"
-            assert colour_pixels(SHOTS / "table_predicted.png", pile0, BLUE) > 200  # really on screen
+            assert after["hand"][0] == "?"  # the card drawn in its place is not known yet
+            assert colour_pixels(tmp_path / "table_predicted.png", pile0, BLUE) > 200  # really on screen
             assert app.stats.inputs == inputs + 2 and app.stats.summary()["late_inputs"] == 0
             assert app.stats.summary()["input_frames_max"] == 1
             # confirmed by the relay: the ring goes, the screen equals the relay's state
-            await app.wait_until(lambda: app.describe()["pile_rings"][0] != "pending", 5)
-            await app.wait_until(lambda: "?" not in app.describe()["hand"], 5)
+            await until(app, lambda: app.describe()["pile_rings"][0] != "pending", LONG)
+            await until(app, lambda: "?" not in app.describe()["hand"], LONG)
             state = relay_match(app).state
             shown = app.describe()
             assert shown["piles"] == [str(state.top(0)), str(state.top(1))]
             assert sorted(shown["hand"]) == sorted(str(c) for c in state.hands[0])
-            app.request_screenshot(str(SHOTS / "table.png"))
+            app.request_screenshot(str(tmp_path / "table.png"))
             await app.next_frame()
 
             # the mouse: drag 2-yellow-moon (slot 2) onto pile 1 (2-green-triangle: same count)
@@ -373,11 +406,11 @@ def test_a_play_is_drawn_on_the_very_next_frame(xdisplay: str) -> None:
         finally:
             assert await stop(app, task) == 0
 
-    asyncio.run(asyncio.wait_for(scenario(), 40))
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
 
 
 @pytest.mark.integration
-def test_a_lost_race_bounces_back_and_the_screen_then_matches_the_relay(xdisplay: str) -> None:
+def test_a_lost_race_bounces_back_and_the_screen_then_matches_the_relay(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
     from client.net import Impairment
@@ -388,53 +421,56 @@ def test_a_lost_race_bounces_back_and_the_screen_then_matches_the_relay(xdisplay
         task = await started(app)
         rival = None
         try:
-            await app.wait_until(lambda: app.session.status == "waiting" and app.session.model.match, 15)
-            app.request_screenshot(str(SHOTS / "host_waiting.png"))
+            await until(app, lambda: app.session.status == "waiting" and app.session.model.match, LONG)
+            app.request_screenshot(str(tmp_path / "host_waiting.png"))
             await app.next_frame()
             assert app.describe()["big"].startswith("Match code")
             rival = Player(app.session.address, "rival")
             await rival.__aenter__()
-            await rival.join(app.session.model.match)
-            await app.wait_until(lambda: app.describe().get("phase") == "running", 10)
-            while rival.model.state() is None or rival.model.state().phase != "running":
-                await rival.wait_change(0.2)
-            # The window's connection gets 150 ms of delay each way: its play reaches the relay
-            # after the rival's, and it does not hear of the rival's play before pressing.
+            await rival.join(app.session.model.match, timeout=LONG)
+            await until(app, lambda: app.describe().get("phase") == "running", LONG)
+            await asyncio.wait_for(_until_running(rival), LONG)
+            # The window's connection gets a long delay each way: its play reaches the relay after
+            # the rival's, and it does not hear of the rival's play before pressing.
             conn = app.session.player.conn
-            conn.impairment = Impairment(delay_s=0.15)
+            conn.impairment = Impairment(delay_s=1.0)
             await rival.act(blink.PlayCard("1-green-moon", 0))
             press(app, key._1, key.LEFT)
-            app.request_screenshot(str(SHOTS / "race_predicted.png"))
+            app.request_screenshot(str(tmp_path / "race_predicted.png"))
             await app.next_frame()
             shown = app.describe()
             assert shown["piles"][0] == "3-blue-star" and shown["pile_rings"][0] == "pending"
-            # the relay's verdict: a bounce, animated back to the hand, with its reason
-            await app.wait_until(lambda: app.describe()["flights"] == ["3-blue-star"], 5)
-            bounce = app.session.model.bounces[-1]
-            assert bounce.code == "pile_changed"
-            assert app.describe()["message"] == "too slow — pile changed"
-            await asyncio.sleep(0.18)  # mid-flight
-            app.request_screenshot(str(SHOTS / "bounce.png"))
+            # the relay's verdict: a bounce, animated back to the hand, with its reason -- all on
+            # the frame that took the verdict
+            await until(app, lambda: app.describe()["flights"] == ["3-blue-star"], LONG)
+            shown = app.describe()
+            assert shown["ghost"] == "3-blue-star" and shown["message"] == "too slow — pile changed"
+            assert app.session.model.bounces[-1].code == "pile_changed"
+            app.request_screenshot(str(tmp_path / "bounce.png"))
             await app.next_frame()
-            assert app.describe()["ghost"] == "3-blue-star"
             conn.impairment = None
-            await app.wait_until(lambda: not app.describe()["flights"], 5)
-            await app.next_frame()
+            await until(app, lambda: not app.describe()["flights"], LONG)
+            await until(app, lambda: app.describe()["pile_rings"][0] != "pending", LONG)
             state = relay_match(app).state
             shown = app.describe()
             assert shown["piles"] == [str(state.top(0)), str(state.top(1))] == ["1-green-moon", "2-green-triangle"]
             assert "3-blue-star" in shown["hand"]
             assert sorted(shown["hand"]) == sorted(str(c) for c in state.hands[0])
-            assert shown["opp_hand"] == len(state.hands[1]) and shown["pile_rings"][0] != "pending"
+            assert shown["opp_hand"] == len(state.hands[1])
             assert shown["draw"] == [str(len(state.draw[0])), str(len(state.draw[1]))]
-            app.request_screenshot(str(SHOTS / "after_bounce.png"))
+            app.request_screenshot(str(tmp_path / "after_bounce.png"))
             await app.next_frame()
         finally:
             if rival is not None:
                 await rival.close()
             await stop(app, task)
 
-    asyncio.run(asyncio.wait_for(scenario(), 40))
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+
+
+async def _until_running(player: Any) -> None:
+    while player.model.state() is None or player.model.state().phase != "running":
+        await player.wait_change(1.0)
 
 
 # Nobody can play from the start: hands are green/blue triangles and moons of 4 and 5, the centre
@@ -444,37 +480,38 @@ STALE = deck(["1-red-star", "4-green-triangle", "5-green-moon", "4-blue-moon", "
 
 
 @pytest.mark.integration
-def test_the_stalemate_pause_and_the_pick_with_its_timer(xdisplay: str) -> None:
+def test_the_stalemate_pause_and_the_pick_with_its_timer(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
     from client.player import Player
 
     async def scenario() -> None:
-        settings = {**FAST, "stalemate_pause_s": 1.0, "pick_time_s": 3.0}
+        # a countdown long enough to be drawn (and ticked) even when frames come slowly
+        settings = {**FAST, "countdown_s": 3.0, "stalemate_pause_s": 1.0, "pick_time_s": 6.0}
         app = make_app(mode="host", decks=(STALE,), settings=settings, mute=False)
         task = await started(app)
         rival = None
         try:
-            await app.wait_until(lambda: app.session.model is not None and app.session.model.match, 15)
+            await until(app, lambda: app.session.model is not None and app.session.model.match, LONG)
             rival = Player(app.session.address, "rival")
             await rival.__aenter__()
-            await rival.join(app.session.model.match)
-            await app.wait_until(lambda: app.describe().get("phase") == "stalled", 10)
+            await rival.join(app.session.model.match, timeout=LONG)
+            await until(app, lambda: app.describe().get("phase") == "stalled", LONG)
             assert app.describe()["big"] == "Stalemate" and "flip" in app.describe()["sub"]
-            app.request_screenshot(str(SHOTS / "stalemate.png"))
+            app.request_screenshot(str(tmp_path / "stalemate.png"))
             await app.next_frame()
-            await app.wait_until(lambda: app.describe().get("phase") == "picking", 10)
+            await until(app, lambda: app.describe().get("phase") == "picking", LONG)
             await app.next_frame()
             shown = app.describe()
             assert shown["big"] == "Stalemate: choose a card" and shown["timer_bar"]
             assert shown["piles"] == ["3-red-star", "1-yellow-star"]  # the flip happened
-            app.request_screenshot(str(SHOTS / "picking.png"))
+            app.request_screenshot(str(tmp_path / "picking.png"))
             await app.next_frame()
             press(app, key._1)
             await app.next_frame()
             assert app.describe()["big"] == "Card chosen"
             # the rival never chooses: the relay does when the time is up; play resumes
-            await app.wait_until(lambda: app.describe().get("phase") == "running", 8)
+            await until(app, lambda: app.describe().get("phase") == "running", LONG)
             await app.next_frame()
             state = relay_match(app).state
             shown = app.describe()
@@ -486,7 +523,7 @@ def test_the_stalemate_pause_and_the_pick_with_its_timer(xdisplay: str) -> None:
                 await rival.close()
             await stop(app, task)
 
-    asyncio.run(asyncio.wait_for(scenario(), 40))
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
 
 
 # Every card red: everything matches, a game is over in a few plays.
@@ -494,38 +531,63 @@ REDS = deck([f"{n}-red-star" for n in range(1, 6)], [f"{n}-red-triangle" for n i
 
 
 @pytest.mark.integration
-def test_autoplay_to_the_match_result_then_a_rematch(xdisplay: str) -> None:
+def test_autoplay_to_the_match_result_then_a_rematch_that_stays_on_the_table(xdisplay: str, tmp_path: Path) -> None:
+    """Issue 14: the rematch's table must not find the previous match's ``match_over`` and flip to
+    the results while the rematch runs; it shows the results once the rematch itself is over."""
     from pyglet.window import key
 
     async def scenario() -> None:
         app = make_app(mode="bot", decks=(REDS,), bot_s=0.08, autoplay=True, autoplay_s=0.08)
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.describe()["scene"] == "results", 20)
+            await until(app, lambda: app.describe()["scene"] == "results", LONG)
             await app.next_frame()
+            match = relay_match(app)
+            assert match.status == "over" and match.winner is not None
             shown = app.describe()
-            assert "wins the match" in shown["title"] or "You win" in shown["title"]
+            names = list(app.session.model.players)
+            want = "You win the match!" if match.winner == app.session.model.seat else f"{names[match.winner]} wins the match"
+            assert shown["title"] == want
             assert shown["games"] and "out of cards" in shown["games"][0]
-            app.request_screenshot(str(SHOTS / "results.png"))
+            app.request_screenshot(str(tmp_path / "results.png"))
             await app.next_frame()
+            # slow players for the rematch: it lasts several seconds (longer than the 1.6 s after
+            # which a table that saw a match_over goes to the results)
+            for bot in (app.session.bot, app.session.autobot):
+                bot.reaction_s = 0.8
+            first_game = match.game_index
             press(app, key.R)
-            await app.wait_until(lambda: app.describe()["scene"] == "table", 10)
-            await app.wait_until(lambda: app.describe().get("phase") in ("countdown", "running", "over"), 10)
+            await until(app, lambda: app.describe()["scene"] == "table", LONG)
+            assert match.status == "playing" and match.game_index > first_game
+            tables: set[int] = set()
+            scenes: list[str] = []
+            deadline = time.monotonic() + 2 * LONG
+            while app.describe()["scene"] != "results":  # every frame until the results come back
+                assert time.monotonic() < deadline, "the rematch did not end"
+                scenes.append(app.describe()["scene"])
+                if app.scene.name == "table":
+                    tables.add(id(app.scene))
+                await app.next_frame()
+            assert match.status == "over", "the results came while the rematch was still running"
+            assert len(tables) == 1 and set(scenes) == {"table"}, scenes
+            app.request_screenshot(str(tmp_path / "rematch_results.png"))
+            await app.next_frame()
+            assert app.describe()["title"] != "Match drawn"
         finally:
             assert await stop(app, task) == 0
 
-    asyncio.run(asyncio.wait_for(scenario(), 40))
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
 
 
 @pytest.mark.integration
-def test_menu_keys_and_a_resized_window(xdisplay: str) -> None:
+def test_menu_keys_and_a_resized_window(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
     async def scenario() -> None:
         app = make_app(mode="menu", bot_s=BOT_LEVELS["normal"])
         task = await started(app)
         try:
-            await app.wait_until(lambda: app.session.status == "ready", 15)
+            await until(app, lambda: app.session.status == "ready", LONG)
             await app.next_frame()
             assert app.describe()["scene"] == "menu" and "local relay on mqtt://127.0.0.1:" in app.describe()["status"]
             assert app.describe()["index"] == 2 and app.describe()["game"] == "blink"  # "Play bots"
@@ -537,45 +599,43 @@ def test_menu_keys_and_a_resized_window(xdisplay: str) -> None:
             app.window.dispatch_event("on_text", "ab1")
             await app.next_frame()
             assert app.describe()["typing"] and app.describe()["code"] == "AB1"
-            app.request_screenshot(str(SHOTS / "menu.png"))
+            app.request_screenshot(str(tmp_path / "menu.png"))
             await app.next_frame()
             press(app, key.ESCAPE, key.UP, key.UP, key.RIGHT)
             await app.next_frame()
             assert not app.describe()["typing"] and app.describe()["level"] == "hard"
             press(app, key.ENTER)
-            await app.wait_until(lambda: app.describe().get("phase") == "countdown", 15)
+            await until(app, lambda: app.describe().get("phase") == "countdown", LONG)
             app.window.set_size(720, 480)
-            await app.wait_until(lambda: app.scene.layout.w == 720, 5)
-            await app.wait_until(lambda: app.describe().get("phase") == "running", 5)
+            await until(app, lambda: app.scene.layout.w == 720, LONG)
+            await until(app, lambda: app.describe().get("phase") == "running", LONG)
             await app.next_frame()
             lay = app.scene.layout
             for view, rect in zip(app.scene.hand, lay.hand):
                 assert (view.x, view.w) == (rect.x, rect.w)
-            app.request_screenshot(str(SHOTS / "small_window.png"))
+            app.request_screenshot(str(tmp_path / "small_window.png"))
             await app.next_frame()
             press(app, key.ESCAPE, key.ESCAPE)  # twice: leave (forfeit) and back to the menu
-            await app.wait_until(lambda: app.describe()["scene"] == "menu", 5)
+            await until(app, lambda: app.describe()["scene"] == "menu", LONG)
         finally:
             assert await stop(app, task) == 0
         assert app.stats.summary()["late_inputs"] == 0
 
-    asyncio.run(asyncio.wait_for(scenario(), 40))
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
 
 
 @pytest.mark.integration
 def test_blink_play_autoplay_screenshot_and_frame_stats(xdisplay: str, tmp_path: Path) -> None:
+    """The command line end to end: frames are drawn, inputs show on the next frame, the PNG is the
+    table. How fast the frames come is measured by bench/frame_bench.py, not here."""
     shot, stats = tmp_path / "out.png", tmp_path / "stats.json"
-    t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "client.cli", "play", "--autoplay", "--screenshot", str(shot),
-                          "--quit-after", "8", "--frame-stats", str(stats), "--mute"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60, env={**os.environ, "DISPLAY": xdisplay})
+                          "--quit-after", "20", "--frame-stats", str(stats), "--mute"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=4 * LONG,
+                         env={**os.environ, "DISPLAY": xdisplay})
     assert out.returncode == 0, out.stderr
-    assert time.monotonic() - t0 < 25
-    shutil.copy(shot, SHOTS / "cli_autoplay.png")
     data = json.loads(stats.read_text())
-    # frames at a steady rate: about 60 a second for 8 seconds, evenly spaced
-    assert data["frames"] >= 8 * 40, data
-    assert 15.0 <= data["interval_ms"]["p50"] <= 18.5, data
+    assert data["frames"] > 0 and data["frame_ms"]["max"] > 0, data
     assert data["late_inputs"] == 0 and data["scene"] == "table" and data["session"] == "playing"
     # the picture is the table: felt, card faces and the blue backs, not a blank or the menu
     import pyglet
@@ -587,13 +647,14 @@ def test_blink_play_autoplay_screenshot_and_frame_stats(xdisplay: str, tmp_path:
     def share(rgb: tuple[int, int, int], tol: int = 12) -> float:
         return sum(1 for p in pixels if all(abs(p[k] - rgb[k]) <= tol for k in range(3))) / len(pixels)
 
+    # what is on the table after 20 s of play varies (hands run low, draw piles run out); whatever the
+    # moment, the felt fills most of it and at least one card shows its face
     assert share((15, 77, 51)) > 0.4  # the felt
-    assert share(geo.FACE[:3]) > 0.05  # card faces
-    assert share(geo.BACK[:3]) > 0.01  # card backs
+    assert share(geo.FACE[:3]) > 0.015  # card faces (one card is about 0.035 of the window)
 
 
 @pytest.mark.integration
-def test_joining_a_code_that_does_not_exist_says_why_in_the_window(xdisplay: str) -> None:
+def test_joining_a_code_that_does_not_exist_says_why_in_the_window(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
     from client.matchrun import LocalServer
@@ -606,14 +667,14 @@ def test_joining_a_code_that_does_not_exist_says_why_in_the_window(xdisplay: str
             app = App(AppConfig(mode="join", code="ZZZZZ", mute=True, session=session))
             task = await started(app)
             try:
-                await app.wait_until(lambda: app.describe().get("big") == "Cannot play", 15)
+                await until(app, lambda: app.describe().get("big") == "Cannot play", LONG)
                 assert "no match" in app.describe()["sub"]
-                app.request_screenshot(str(SHOTS / "join_error.png"))
+                app.request_screenshot(str(tmp_path / "join_error.png"))
                 await app.next_frame()
                 press(app, key.ESCAPE)
-                await app.wait_until(lambda: app.describe()["scene"] == "menu", 5)
+                await until(app, lambda: app.describe()["scene"] == "menu", LONG)
                 assert "no match" in app.describe()["status"]  # the reason stays in view on the menu
             finally:
                 assert await stop(app, task) == 1  # the game could not start: exit status 1
 
-    asyncio.run(asyncio.wait_for(scenario(), 40))
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))

@@ -62,19 +62,11 @@ from client.window.stats import FrameStats  # noqa: E402
 log = logging.getLogger("blink.window")
 
 
-def table_class(game: str) -> type:
-    """The scene that plays ``game``."""
-    if game == "takeaway":
-        from client.window.scenes.takeaway import TakeawayScene
-        return TakeawayScene
-    if game == "sequence":
-        from client.window.scenes.sequence import SequenceScene
-        return SequenceScene
-    if game == "ryo":
-        from client.window.scenes.ryo import RyoScene
-        return RyoScene
-    from client.window.scenes.table import TableScene
-    return TableScene
+def table_class(game: str) -> type[Scene]:
+    """The scene that plays ``game`` (the window's game registry, ``scenes/registry.py``)."""
+    from client.window.scenes.registry import scene_for
+
+    return scene_for(game)
 
 STEADY_AFTER_S = 2.0  # frame statistics also report the frames after this much start-up time
 
@@ -201,11 +193,12 @@ class App:
     def goto(self, name: str) -> None:
         from client.window.scenes.menu import MenuScene
         from client.window.scenes.results import ResultsScene
-        from client.window.scenes.table import TableScene
 
-        cls = {"menu": MenuScene, "table": TableScene, "results": ResultsScene}[name]
+        cls: type[Scene]
         if name == "table":
             cls = table_class(self.current_game())
+        else:
+            cls = {"menu": MenuScene, "results": ResultsScene}[name]
         if self.scene is not None:
             self.scene.exit()
         self.scene = cls(self)

@@ -78,6 +78,7 @@ class SessionConfig:
     seed: int | None = None
     ping_interval_s: float = 0.5
     players: int = 2  # seats in a match this window creates; bots fill all but yours
+    request_timeout_s: float = 10.0  # how long to wait for the relay's answer to create/join/watch
 
 
 async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
@@ -205,7 +206,7 @@ class Session:
         self.mode, self.bot_reaction_s = "bot", reaction_s
         me = await self._me()
         seats = max(2, int(self.config.players))
-        code = await me.create(self.config.game, self.config.settings, seats=seats)
+        code = await me.create(self.config.game, self.config.settings, seats=seats, timeout=self.config.request_timeout_s)
         self.status, self.message = "waiting", f"match {code}: seating the bot{'s' if seats > 2 else ''}…"
         for i in range(1, seats):
             suffix = "" if seats == 2 else f"{i}"
@@ -213,7 +214,7 @@ class Session:
             self.opponents.append(p)
             if self.opponent is None:
                 self.opponent = p
-            await p.join(code)
+            await p.join(code, timeout=self.config.request_timeout_s)
             seed = None if self.config.seed is None else self.config.seed + i
             bot = Bot(p, reaction_s=reaction_s, seed=seed)
             self.bots.append(bot)
@@ -229,14 +230,15 @@ class Session:
         await self.leave()
         self.status, self.message = "connecting", f"connecting to {self.server_url}…"
         self.player = await self._connect(self.config.name)
-        got = await self.player.watch(code.strip().upper())
+        got = await self.player.watch(code.strip().upper(), timeout=self.config.request_timeout_s)
         self.status, self.message = "playing", ""
         return got
 
     async def host(self) -> str:
         self.mode = "host"
         me = await self._me()
-        code = await me.create(self.config.game, self.config.settings, seats=max(2, int(self.config.players)))
+        code = await me.create(self.config.game, self.config.settings, seats=max(2, int(self.config.players)),
+                               timeout=self.config.request_timeout_s)
         self.status, self.message = "waiting", "waiting for an opponent"
         self.spawn(self._wait_started(), game=True)
         return code
@@ -244,14 +246,14 @@ class Session:
     async def join(self, code: str) -> str:
         self.mode = "join"
         me = await self._me()
-        got = await me.join(code.strip().upper())
+        got = await me.join(code.strip().upper(), timeout=self.config.request_timeout_s)
         self.status, self.message = "playing", ""
         return got
 
     async def quick(self) -> str:
         self.mode = "quick"
         me = await self._me()
-        code = await me.quick(self.config.game, self.config.settings)
+        code = await me.quick(self.config.game, self.config.settings, timeout=self.config.request_timeout_s)
         self.status, self.message = ("playing", "") if len(me.model.players) >= 2 else ("waiting", "waiting for an opponent")
         if self.status == "waiting":
             self.spawn(self._wait_started(), game=True)

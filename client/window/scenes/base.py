@@ -67,14 +67,11 @@ class Scene:
         """What the scene shows, as data (tests compare it with the relay's state)."""
         return {"scene": self.name}
 
+    def plays(self, game: str) -> bool:
+        """True if this scene is the one that plays ``game`` (see ``scenes/registry.py``)."""
+        from client.window.scenes.registry import scene_for
 
-def newer(items: Any, last: Any) -> list[Any]:
-    """The items of an append-only sequence (a bounded deque) that come after ``last``, oldest
-    first; all of them when ``last`` is not there (it aged out, or nothing was seen yet)."""
-    out: list[Any] = []
-    for item in reversed(items):
-        if item is last:
-            break
-        out.append(item)
-    out.reverse()
-    return out
+        try:
+            return scene_for(game) is type(self)
+        except ValueError:
+            return True  # a game the window does not know: stay, rather than switch scenes for ever

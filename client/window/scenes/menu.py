@@ -5,9 +5,11 @@ How this works
 A fixed list of items drawn once (panels, labels, three sample cards for decoration). Up/Down (or
 the mouse) moves the highlight and Enter activates; each item also has its own key. "Join by code"
 opens a small text field: letters and digits are typed into it, Enter joins, Esc cancels. The
-bot's speed is chosen with Left/Right on the "Play bots" item. "Options" cycles the chosen game's own
-presets from RULES.md (``OPTIONS``: Takeaway's layout and once-per-game re-roll, Sequence's length,
-Roll Your Own's rolls/rounds/games) and "Turn timer" its ``turn_timer_s`` (off / 15 / 30 s); they
+bot's speed is chosen with Left/Right on the "Play bots" item. The games, their seat counts and
+their option presets come from the window's game registry (``scenes/registry.py``) and the games'
+own rules. "Options" cycles the chosen game's own presets from RULES.md (Takeaway's layout and
+once-per-game re-roll, Sequence's length, Roll Your Own's rolls/rounds/games) and "Turn timer" its
+``turn_timer_s`` (off / 15 / 30 s) for the games that take one; they
 become the match settings, checked by the rules' ``check_settings`` before a game starts (a refusal
 shows in the status line). Untouched, the command line's ``--settings`` for that game stay. Activating an item asks the app to start
 that kind of game (``App.start_game``), which switches to the table scene at once; the network
@@ -20,11 +22,12 @@ from typing import Any
 
 from pyglet.window import key, mouse
 
-from protocol.rules import blink
+from protocol.rules import blink, game_for
 from client.window import geometry as geo
 from client.window.cards import CardView, Layer, label, set_color, set_text
 from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
+from client.window.scenes.registry import WINDOW_GAMES, seat_choices, window_game
 from client.window.session import BOT_LEVELS
 
 ITEMS = [
@@ -39,34 +42,6 @@ ITEMS = [
     ("timer", "T", "Turn timer"),
     ("quit", "Q", "Quit"),
 ]
-GAMES = [("blink", "BLINK — speed cards"), ("takeaway", "Takeaway Dice"), ("sequence", "Sequence Dice"),
-         ("ryo", "Roll Your Own")]
-#: seats each game allows in the window (bots fill all but yours)
-PLAYERS = {"blink": (2,), "takeaway": (2, 3, 4), "sequence": (2, 3, 4), "ryo": (2, 3, 4)}
-#: each game's own options from RULES.md as named presets (the Options row cycles them); the first is
-#: the rules' defaults. They become the match settings (checked by the rules' ``check_settings``).
-OPTIONS: dict[str, list[tuple[str, dict[str, Any]]]] = {
-    "blink": [("none for this game", {})],
-    "takeaway": [
-        ("hex19 · one re-roll every turn", {}),
-        ("hex19 · one re-roll per game", {"reroll_once_per_game": True}),
-        ("hex37 (37 Blinks)", {"layout": "hex37"}),
-        ("hex37 · one re-roll per game", {"layout": "hex37", "reroll_once_per_game": True}),
-        ("ring (12 Blinks)", {"layout": "ring"}),
-        ("triangle (15 Blinks)", {"layout": "triangle"}),
-        ("parallelogram (16 Blinks)", {"layout": "parallelogram"}),
-        ("random cluster (19 Blinks)", {"layout": "random"}),
-    ],
-    "sequence": [
-        ("5 in a row", {"sequence_length": 5}),
-        ("6 in a row (two players)", {"sequence_length": 6}),
-    ],
-    "ryo": [
-        ("standard 6/6/3 (rolls/rounds/games)", {"rolls_per_round": 6, "rounds_per_game": 6, "games_per_match": 3}),
-        ("short 3/2/1", {"rolls_per_round": 3, "rounds_per_game": 2, "games_per_match": 1}),
-        ("medium 4/4/2", {"rolls_per_round": 4, "rounds_per_game": 4, "games_per_match": 2}),
-    ],
-}
 #: the turn timer choices (seconds; 0 = off) for the turn-based games
 TIMERS = (0, 15, 30)
 MENU_BG = (18, 41, 33)
@@ -90,12 +65,12 @@ class MenuScene(Scene):
         self.typing = False
         self.typing_for = "join"  # join | watch: what Enter does with the typed code
         self.code = ""
-        names = [g for g, _ in GAMES]
+        self.games = list(WINDOW_GAMES)
         game = app.session.config.game
-        self.game = names.index(game) if game in names else 0
+        self.game = self.games.index(game) if game in self.games else 0
         self.players = max(2, int(getattr(app.session.config, "players", 2)))
-        self.option = {g: 0 for g in OPTIONS}  # the chosen preset per game
-        self.timer = {g: 0 for g in OPTIONS}  # the chosen index into TIMERS per game
+        self.option = {g: 0 for g in self.games}  # the chosen preset per game
+        self.timer = {g: 0 for g in self.games}  # the chosen index into TIMERS per game
         self.touched: set[tuple[str, str]] = set()  # (game, "options"|"timer") the player changed here
         self.error = ""  # settings the rules refused
         self._eat_text = False  # the J that opened the code field also arrives as text: drop it
@@ -172,13 +147,13 @@ class MenuScene(Scene):
                 geo.rounded_ring(t, w, h, h * 0.3, 2.0, (255, 220, 120, 255))
             panel.set(t)
             panel.move(x, y)
-        game = GAMES[self.game][0]
-        allowed = PLAYERS[game]
+        game = self.games[self.game]
+        allowed = seat_choices(game)
         if self.players not in allowed:
             self.players = min(allowed, key=lambda n: abs(n - self.players))
-        set_text(self.details[0], f"◀  {GAMES[self.game][1]}  ▶")
+        set_text(self.details[0], f"◀  {window_game(game).menu_line}  ▶")
         set_text(self.details[1], f"◀  {self.players}  ▶" + ("   (bots fill the other seats)" if len(allowed) > 1
-                                                            else "   (two-player game)"))
+                                                            else f"   ({self.players}-player game)"))
         set_text(self.details[2], f"{self.levels[self.level]}  (← →)")
         set_text(self.details[3], "show a code for friends")
         for i, what in ((4, "join"), (5, "watch")):
@@ -231,12 +206,13 @@ class MenuScene(Scene):
                 self.app.start_game(what)
 
     def option_label(self, game: str) -> str:
-        if game in ("takeaway", "sequence", "ryo") and (game, "options") not in self.touched and self._cli(game):
+        presets = window_game(game).presets
+        if len(presets) > 1 and (game, "options") not in self.touched and self._cli(game):
             return "from --settings"
-        return OPTIONS.get(game, OPTIONS["blink"])[self.option.get(game, 0)][0]
+        return presets[self.option.get(game, 0)][0]
 
     def timer_label(self, game: str) -> str:
-        if game not in ("takeaway", "sequence", "ryo"):
+        if not window_game(game).turn_timer:
             return "not used by this game"
         if (game, "timer") not in self.touched and "turn_timer_s" in self._cli(game):
             return f"{self._cli(game)['turn_timer_s']} s (from --settings)"
@@ -254,11 +230,10 @@ class MenuScene(Scene):
     def settings_for(self, game: str) -> dict[str, Any]:
         """The match settings for ``game``: the command line's, overlaid with what was chosen here."""
         out = self._cli(game)
-        if game not in ("takeaway", "sequence", "ryo"):
-            return out
-        if (game, "options") in self.touched or not out:
-            out.update(OPTIONS[game][self.option[game]][1])
-        if (game, "timer") in self.touched or "turn_timer_s" not in out:
+        entry = window_game(game)
+        if len(entry.presets) > 1 and ((game, "options") in self.touched or not out):
+            out.update(entry.presets[self.option[game]][1])
+        if entry.turn_timer and ((game, "timer") in self.touched or "turn_timer_s" not in out):
             t = TIMERS[self.timer[game]]
             if t or "turn_timer_s" in out:
                 out["turn_timer_s"] = float(t)
@@ -267,12 +242,10 @@ class MenuScene(Scene):
     def _choose(self) -> bool:
         """Take the chosen game, seats and settings; False (and the reason shown) when the rules
         refuse the settings."""
-        from protocol.rules import rules_for
-
-        game = GAMES[self.game][0]
+        game = self.games[self.game]
         settings = self.settings_for(game)
         try:
-            rules_for(game).check_settings(settings, self.players)
+            game_for(game).check_settings(settings, self.players)
         except ValueError as e:
             self.error = f"{game} settings: {e}"
             self._key = None
@@ -286,25 +259,25 @@ class MenuScene(Scene):
         """Left/Right on the game, players or bot-speed item."""
         what = ITEMS[self.index][0]
         if what == "game":
-            self.game = (self.game + step) % len(GAMES)
-            allowed = PLAYERS[GAMES[self.game][0]]
+            self.game = (self.game + step) % len(self.games)
+            allowed = seat_choices(self.games[self.game])
             if self.players not in allowed:
                 self.players = allowed[0]
         elif what == "players":
-            allowed = PLAYERS[GAMES[self.game][0]]
+            allowed = seat_choices(self.games[self.game])
             j = allowed.index(self.players) if self.players in allowed else 0
             self.players = allowed[(j + step) % len(allowed)]
         elif what == "bot":
             self.level = (self.level + step) % len(self.levels)
         elif what == "options":
-            game = GAMES[self.game][0]
-            n = len(OPTIONS.get(game, ()))
+            game = self.games[self.game]
+            n = len(window_game(game).presets)
             if n > 1:
                 self.option[game] = (self.option[game] + step) % n
                 self.touched.add((game, "options"))
         elif what == "timer":
-            game = GAMES[self.game][0]
-            if game in self.timer and game != "blink":
+            game = self.games[self.game]
+            if window_game(game).turn_timer:
                 self.timer[game] = (self.timer[game] + step) % len(TIMERS)
                 self.touched.add((game, "timer"))
         self.error = ""
@@ -387,7 +360,7 @@ class MenuScene(Scene):
 
     def describe(self) -> dict[str, Any]:
         return {"scene": self.name, "index": self.index, "typing": self.typing, "code": self.code,
-                "game": GAMES[self.game][0], "players": self.players,
+                "game": self.games[self.game], "players": self.players,
                 "level": self.levels[self.level], "status": self.status.text,
-                "options": self.option_label(GAMES[self.game][0]), "timer": self.timer_label(GAMES[self.game][0]),
-                "settings": self.settings_for(GAMES[self.game][0])}
+                "options": self.option_label(self.games[self.game]), "timer": self.timer_label(self.games[self.game]),
+                "settings": self.settings_for(self.games[self.game])}

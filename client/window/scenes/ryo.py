@@ -1,29 +1,31 @@
-"""Roll Your Own: the die builder, the revealed dice with the exact odds, the rolls, the tally, and
-the round's (a)/(b) choice and the winner's face choice as prompts.
+"""Roll Your Own's renderer: the die builder, the revealed dice with the exact odds, the rolls, the
+tally, and the round's (a)/(b) choice and the winner's face choice as prompts.
 
 How this works
 --------------
-While building, your six faces are shown as dice with a + above and a − below each (or keys 1–6
-to pick a face, Up/Down to change it, Enter to build): a + is greyed when the budget is used up or
-the face is at ``max_face``, a − at 0, and the total against the budget is always shown; Build is
-enabled only for a valid die (``is_valid_build``). Builds are secret: until all are in, other
-players show "building…" or "built ✓".
+What is shown comes from ``RyoViewModel`` (``client/window/viewmodels/ryo.py``): the builder's
+faces, the roll being replayed, the odds, whose choice it is. This scene draws it. While building,
+your six faces are shown as dice with a + above and a − below each (or keys 1–6 to pick a face,
+Up/Down to change it, Enter to build): a + is greyed when the budget is used up or the face is at
+``max_face``, a − at 0, and the total against the budget is always shown; Build is enabled only
+for a valid die. Builds are secret: until all are in, other players show "building…" or "built ✓".
 
 Once the dice are revealed every die is shown face by face with its total, and next to each
-opponent the exact chance your die beats theirs in one roll (``beat_probability``: ties count
-as not beating). The relay rolls a whole round in an instant, so the window replays the
-``dice_rolled`` events one by one: each roll tumbles briefly, then shows every player's face with
-the winner's ringed. The player list keeps the tally: rolls in this round, rounds in this game,
-games in the match.
+opponent the exact chance your die beats theirs in one roll (ties count as not beating). The
+relay's rolls are replayed one by one: each roll tumbles briefly, then shows every player's face
+with the winner's ringed. The player list keeps the tally: rolls in this round, rounds in this
+game, games in the match.
 
-At the end of a round the loser is asked to choose (a) raise one face of their die by one — a +1
-over each face that may go up — or (b) make the winner lower theirs (button B); after (b) the
+At the end of a round the loser is asked to choose (a) raise one face of their die by one -- a +1
+over each face that may go up -- or (b) make the winner lower theirs (button B); after (b) the
 winner chooses which face drops, with a −1 under each face that may go down.
 """
 
 from __future__ import annotations
 
+from functools import partial
 import random
+import time
 from typing import Any
 
 from pyglet.window import key
@@ -32,11 +34,9 @@ from protocol.rules import roll_your_own as ryo
 from client.window.draw2d import Canvas
 from client.window.layout import Rect
 from client.window.scenes.turnbased import AMBER, DIM, GREEN, RED, TurnBasedScene, WHITE, YELLOW
+from client.window.viewmodels.ryo import RyoViewModel
 
 NS = 1_000_000_000
-TUMBLE_S = 0.25
-SHOW_S = 0.4
-QUEUE_MAX = 3
 IVORY = (244, 238, 220, 255)
 FACE_KEYS = {key._1: 0, key._2: 1, key._3: 2, key._4: 3, key._5: 4, key._6: 5,
              key.NUM_1: 0, key.NUM_2: 1, key.NUM_3: 2, key.NUM_4: 3, key.NUM_5: 4, key.NUM_6: 5}
@@ -44,149 +44,34 @@ FACE_KEYS = {key._1: 0, key._2: 1, key._3: 2, key._4: 3, key._5: 4, key._6: 5,
 
 class RyoScene(TurnBasedScene):
     name = "ryo"
-    game = "ryo"
+    view_model = RyoViewModel
+    vm: RyoViewModel
 
-    def __init__(self, app: Any) -> None:
-        self.faces: list[int] = []
-        self.sel = 0
-        self._build_for: tuple[int, int] | None = None  # (predictor game, ryo game) the builder was made for
-        self._queue: list[dict[str, Any]] = []  # dice_rolled events to replay
-        self._showing: tuple[dict[str, Any], int] | None = None  # (event, start ns)
-        super().__init__(app)
+    @property
+    def faces(self) -> list[int]:
+        return self.vm.faces
 
-    # ------------------------------------------------------------------ what is going on
-
-    def acting(self, state: Any) -> list[int]:
-        if state.phase == "build":
-            return [p for p in range(state.players) if not state.built[p]]
-        if state.phase == "choice" and state.chooser is not None:
-            return [state.chooser]
-        if state.phase == "lower" and state.round_winner is not None:
-            return [state.round_winner]
-        return []
-
-    def prompt(self, model: Any, state: Any, me: int | None) -> tuple[str, str]:
-        s = state.settings
-        if state.phase == "build":
-            return (f"build your die: six faces, 0–{s.max_face} pips each, at most {s.budget} in all, then Build"
-                    f" (game {state.game})", "building their secret dice…")
-        if state.phase in ("rolling", "rolloff"):
-            return "", "the relay rolls every die at once…"
-        if state.phase == "choice":
-            w = self.pname(model, state.round_winner) if state.round_winner is not None else "the winner"
-            return (f"you lost the round — (a) raise one face by 1: click +1 or keys 1–6   ·   (b) make {w} lower "
-                    "their die: B", "lost the round and chooses (a) raise or (b) lower the winner")
-        if state.phase == "lower":
-            return ("you won the round, and the loser chose (b): pick one of your faces to drop by 1 "
-                    "(click −1, or 1–6)", "chooses which face of their die drops by 1")
-        return "", ""
-
-    def idle_banner(self, state: Any) -> str:
-        return "ROLLING — every die at once" if state.phase in ("rolling", "rolloff") else "waiting for the relay"
-
-    def score_text(self, state: Any, seat: int) -> str:
-        if not state.game_wins:
-            return ""
-        return f"games {state.game_wins[seat]}/{state.settings.games_per_match}"
+    @property
+    def sel(self) -> int:
+        return self.vm.sel
 
     def row_lines(self, state: Any) -> float:
         return 3.4
 
     def row_detail(self, c: Canvas, model: Any, state: Any, seat: int, rect: Rect) -> None:
-        s = state.settings
-        if not state.roll_wins:
-            return
-        line = (f"rolls {state.roll_wins[seat]}/{s.rolls_per_round}   rounds {state.round_wins[seat]}/"
-                f"{s.rounds_per_game}")
-        if state.phase == "build":
-            line += "   ·   " + ("built ✓" if state.built[seat] else "building…")
-        self.text(rect.left + self.f * 2.2, rect.y, line, 0.82, DIM, ax="left")
-
-    def hints(self, state: Any, me: int | None) -> str:
-        if state.phase == "build":
-            return "1–6  pick a face     ↑ ↓  or  + −  change it     Enter  build     Esc  menu"
-        if state.phase in ("choice", "lower"):
-            return "1–6  choose a face     B  make the winner lower (choice b)     Esc  menu"
-        return "first to win a roll-count wins the round · rounds win the game · games win the match     Esc  menu"
-
-    def animating(self, state: Any, now_ns: int) -> Any:
-        self._advance(now_ns)
-        if self._showing is None:
-            return None
-        ev, t0 = self._showing
-        if now_ns - t0 < TUMBLE_S * NS:
-            return ("tumble", id(ev), now_ns // (NS // 14))
-        return ("show", id(ev))
-
-    def _advance(self, now_ns: int) -> None:
-        if self._showing is not None and now_ns - self._showing[1] < (TUMBLE_S + SHOW_S) * NS:
-            return
-        if self._queue:
-            if len(self._queue) > QUEUE_MAX:
-                del self._queue[: len(self._queue) - QUEUE_MAX]
-            self._showing = (self._queue.pop(0), now_ns)
-        elif self._showing is not None and now_ns - self._showing[1] > 4 * NS:
-            self._showing = None
-
-    def on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
-        d = ev.data
-        if ev.type == "dice_rolled":
-            self._queue.append(dict(d))
-        elif ev.type == "round_won":
-            self.say(f"{self.who(model, d)} won round {d.get('round')}", now_ns, YELLOW)
-        elif ev.type == "game_won":
-            self.say(f"{self.who(model, d)} won game {d.get('ryo_game')} — new dice next", now_ns,
-                     YELLOW)
-        elif ev.type == "roll_tied" and d.get("ignored"):
-            pass
-        elif ev.type == "raised" or ev.type == "face_raised":
-            self.say(f"{self.who(model, d)} raised a face", now_ns, (200, 220, 255, 255))
-        elif ev.type == "no_choice":
-            self.say("no face can change: next round", now_ns, (200, 220, 255, 255))
-        elif ev.type == "lot_drawn":
-            self.say(f"identical dice: {self.who(model, d)} wins by lot", now_ns)
-
-    def result_line(self, model: Any, state: Any) -> str:
-        if state.phase != "over" or state.winner is None:
-            return ""
-        return "You win the match" if state.winner == self.me() else f"{self.pname(model, state.winner)} wins the match"
-
-    # ------------------------------------------------------------------ the builder
-
-    def _builder(self, model: Any, state: Any) -> None:
-        k = (model.predictor.game if model.predictor else 0, state.game)
-        if k != self._build_for or len(self.faces) != ryo.FACES:
-            self._build_for = k
-            try:
-                self.faces = list(ryo.default_build(state.settings, None))
-            except ValueError:
-                self.faces = [0] * ryo.FACES
-            self.sel = 0
+        line = self.vm.row_text(state, seat)
+        if line:
+            self.text(rect.left + self.f * 2.2, rect.y, line, 0.82, DIM, ax="left")
 
     def change(self, i: int, delta: int) -> None:
-        model, state = self._model()
-        if state is None or state.phase != "build":
-            return
-        self._builder(model, state)
-        s = state.settings
-        v = self.faces[i] + delta
-        self.app.note_input()
-        self.sel = i
-        self._local += 1
-        if v < 0:
-            self.say("a face cannot go below 0", None, (255, 200, 120, 255))
-        elif v > s.max_face:
-            self.say(f"a face cannot go above {s.max_face}", None, (255, 200, 120, 255))
-        elif delta > 0 and sum(self.faces) + delta > s.budget:
-            self.say(f"the budget is {s.budget}: lower another face first", None, (255, 200, 120, 255))
-        else:
-            self.faces[i] = v
+        if self.vm.change(self.app.session.model, i, delta, time.time_ns()):
+            self.app.note_input()
 
     def build(self) -> Any:
         model, state = self._model()
         if state is None:
             return None
-        return self.act(ryo.BuildDie(tuple(self.faces)))
+        return self.act(self.vm.build_action())
 
     # ------------------------------------------------------------------ the board
 
@@ -214,7 +99,7 @@ class RyoScene(TurnBasedScene):
         avail = br.h - f * 11
         rh = min(f * 5.2, avail / max(1, n))
         size = min(f * 2.6, rh * 0.55, (br.w * 0.42) / 6.8)
-        shown = self._shown_roll(now_ns)
+        shown = self.vm.shown_roll(now_ns)
         tumbling = shown is not None and shown[1]
         faces_by_seat = {}
         if shown is not None:
@@ -228,7 +113,7 @@ class RyoScene(TurnBasedScene):
         for seat in range(n):
             die = state.dice[seat]
             y = top - f * 2.4 - rh * seat - size / 2
-            self.text(br.left + f, y, self.pname(model, seat), 1.0, self.seat_colour(state, seat), ax="left", bold=True,
+            self.text(br.left + f, y, self.pname(model, seat), 1.0, self.vm.seat_colour(state, seat), ax="left", bold=True,
                       max_w=f * 8.2 - size / 2)
             if die is None:
                 continue
@@ -247,8 +132,7 @@ class RyoScene(TurnBasedScene):
                 self._face_buttons(c, model, state, me, seat, i, x, y, size)
             self.text(x0 + 6 * (size + f * 0.4) - f * 0.2, y, f"Σ {sum(die)}", 0.95, WHITE, ax="left")
             if mydie is not None and seat != me:
-                p = ryo.beat_probability(mydie, die)
-                q = ryo.beat_probability(die, mydie)
+                p, q = self.vm.odds(mydie, die)
                 colour = GREEN if p > q else RED if p < q else YELLOW
                 self.text(br.right - f, y + f * 0.6, f"you beat them {p * 100:.1f}%", 0.95, colour, ax="right",
                           bold=True)
@@ -269,16 +153,12 @@ class RyoScene(TurnBasedScene):
                 if not tumbling and best is not None and r.get("value") == best:
                     c.ring(bx, by, big, big, 4, GREEN, radius=big * 0.18)
                 self.text(bx, by - big / 2 - f * 0.9, f"{self.pname(model, seat)}: {'…' if tumbling else v}", 1.0,
-                          self.seat_colour(state, seat) if isinstance(seat, int) else WHITE, bold=True,
+                          self.vm.seat_colour(state, seat) if isinstance(seat, int) else WHITE, bold=True,
                           max_w=big * 2.1)
         # the latest roll, in words
         ly = br.bottom + f * 5.2
         if shown is not None and not tumbling:
-            parts = []
-            for r in shown[0].get("rolls", []):
-                parts.append(f"{self.pname(model, r.get('player', -1))} {r.get('value')}")
-            kind = "roll-off (lowest chooses)" if shown[0].get("kind") == "rolloff" else f"roll {shown[0].get('roll', 0) + 1}"
-            self.text(br.x, ly, f"{kind}:  " + "   ".join(parts), 1.15, YELLOW, bold=True)
+            self.text(br.x, ly, self.vm.roll_words(model, shown[0]), 1.15, YELLOW, bold=True)
         elif tumbling:
             self.text(br.x, ly, "rolling…", 1.15, DIM, bold=True)
         self.text(br.x, ly - f * 1.6, f"game {state.game} of best-of-{2 * s.games_per_match - 1} · round {state.round}"
@@ -301,22 +181,16 @@ class RyoScene(TurnBasedScene):
             if i == 0:
                 self.text(x - size / 2 - f * 0.6, y + size / 2 + f * 1.0, "(a)", 0.9, AMBER, ax="right", bold=True)
             self.button(c, f"raise{i}", Rect(x, y + size / 2 + f * 1.0, size, f * 1.5), "+1", ok,
-                        (lambda i=i: self.act(ryo.RaiseFace(i))), size=0.75, hot=ok)
+                        partial(self.act, ryo.RaiseFace(i)), size=0.75, hot=ok)
         elif state.phase == "lower" and state.round_winner == me:
             ok = i in ryo.lowerable(state, me)
             if i == 0:
                 self.text(x - size / 2 - f * 0.6, y - size / 2 - f * 1.9, "drop:", 0.85, AMBER, ax="right", bold=True)
             self.button(c, f"lower{i}", Rect(x, y - size / 2 - f * 1.9, size, f * 1.5), "−1", ok,
-                        (lambda i=i: self.act(ryo.LowerFace(i))), size=0.8, hot=ok)
-
-    def _shown_roll(self, now_ns: int) -> tuple[dict[str, Any], bool] | None:
-        if self._showing is None:
-            return None
-        ev, t0 = self._showing
-        return ev, now_ns - t0 < TUMBLE_S * NS
+                        partial(self.act, ryo.LowerFace(i)), size=0.8, hot=ok)
 
     def _draw_builder(self, c: Canvas, model: Any, state: Any, me: int) -> None:
-        self._builder(model, state)
+        self.vm.builder(model, state)
         f = self.f
         br = self.board_rect
         s = state.settings
@@ -336,27 +210,26 @@ class RyoScene(TurnBasedScene):
             if i == self.sel:
                 c.ring(x, y, size, size, 3, (255, 215, 60, 255), radius=size * 0.18)
             self.text(x, y - size / 2 - f * 4.2, f"face {i + 1}: {v}", 0.9, WHITE if i == self.sel else DIM, bold=i == self.sel)
-            up = v < s.max_face and total < s.budget
+            up = self.vm.can_raise(state, me, i, +1)
             self.button(c, f"plus{i}", Rect(x, y + size / 2 + f * 1.5, size * 0.8, f * 2), "+", up,
-                        (lambda i=i: self.change(i, +1)), size=1.4)
+                        partial(self.change, i, +1), size=1.4)
             self.button(c, f"minus{i}", Rect(x, y - size / 2 - f * 1.6, size * 0.8, f * 2), "−", v > 0,
-                        (lambda i=i: self.change(i, -1)), size=1.4)
-            self.target(("face", i), (lambda px, py, x=x: abs(px - x) <= size / 2 and abs(py - y) <= size / 2),
-                        (lambda i=i: self._select(i)))
-        valid = ryo.is_valid_build(tuple(self.faces), s.budget, s.max_face)
+                        partial(self.change, i, -1), size=1.4)
+            self.target(("face", i), Rect(x, y, size, size).contains,
+                        partial(self._select, i))
+        valid = self.vm.valid(state)
         self.button(c, "build", Rect(br.x, br.bottom + f * 1.8, f * 18, f * 2.6), "Build this die  (Enter)", valid,
                     self.build, size=1.1, hot=True)
         prev = [d for d in state.previous if d is not None]
         if prev:
             self.text(br.x, br.bottom + f * 4.4, "last game: " + "   ".join(
                 f"{self.pname(model, p)} {list(d)}" for p, d in enumerate(state.previous) if d is not None), 0.85, DIM)
-        if self.rejected is not None and isinstance(self.rejected[0], ryo.BuildDie):
+        if isinstance(self.vm.rejected_now(time.time_ns()), ryo.BuildDie):
             c.ring(br.x, br.bottom + f * 1.8, f * 14, f * 2.6, 3, RED, radius=f * 0.6)
 
     def _select(self, i: int) -> None:
         self.app.note_input()
-        self.sel = i
-        self._local += 1
+        self.vm.select(i)
 
     # ------------------------------------------------------------------ keys
 

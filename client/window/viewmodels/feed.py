@@ -1,0 +1,55 @@
+"""Reading the model's append-only histories (events, bounces, verdicts) one new item at a time.
+
+How this works
+--------------
+The model keeps bounded deques; a view-model remembers the last item it looked at (by identity)
+and takes what came after it (``newer``). ``EventFeed`` adds one rule for the public events: an
+event of an older game than the one the model is in now is never taken. The event history spans the
+whole match, rematches included, so without this a view-model made for a rematch would find the
+previous match's ``match_over`` and declare the new one over.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def newer(items: Sequence[Any], last: Any) -> list[Any]:
+    """The items of an append-only sequence (a bounded deque) that come after ``last``, oldest
+    first; all of them when ``last`` is not there (it aged out, or nothing was seen yet)."""
+    out: list[Any] = []
+    for item in reversed(items):
+        if item is last:
+            break
+        out.append(item)
+    out.reverse()
+    return out
+
+
+class Feed:
+    """The new items of one history since the last call."""
+
+    def __init__(self) -> None:
+        self._last: Any = None
+
+    def take(self, items: Sequence[Any]) -> list[Any]:
+        new = newer(items, self._last)
+        if items:
+            self._last = items[-1]
+        return new
+
+
+class EventFeed(Feed):
+    """The new public events of the current game (and later ones), each once."""
+
+    def take_current(self, model: Any) -> list[Any]:
+        game = current_game(model)
+        return [ev for ev in self.take(model.events) if game is None or ev.game >= game]
+
+
+def current_game(model: Any) -> int | None:
+    """The game number the model's confirmed state belongs to (None before the first view)."""
+    pred = getattr(model, "predictor", None)
+    if pred is None or pred.confirmed is None:
+        return None
+    return int(pred.game)

@@ -1,0 +1,200 @@
+"""Roll Your Own's view-model: the die builder, the replay of the relay's rolls, odds and choices.
+
+How this works
+--------------
+On top of ``TurnViewModel``:
+
+- the *builder*: your six faces while you build (``faces``, the selected face ``sel``), reset to
+  the rules' default build at each new game; ``change`` refuses a face below 0, above
+  ``max_face`` or past the budget with a message; ``valid`` says whether Build may be pressed;
+- the *roll replay*: the relay rolls a whole round in an instant, so each ``dice_rolled`` event is
+  queued and shown in turn (``shown_roll``: tumbling for a moment, then every player's face),
+  keeping at most a few behind;
+- the exact odds between your die and each other's (``odds``), and which faces may go up or down
+  in the round's (a)/(b) choice (the rules' ``raisable``/``lowerable``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.rules import roll_your_own as ryo
+from client.window.viewmodels.turnbased import INFO, NS, SOFT, TurnViewModel, YELLOW
+
+TUMBLE_S = 0.25
+SHOW_S = 0.4
+QUEUE_MAX = 3
+
+
+class RyoViewModel(TurnViewModel):
+    timer_events = ("build_started", "choice_started", "lower_chosen")
+
+    def __init__(self, title: str) -> None:
+        super().__init__(title)
+        self.faces: list[int] = []
+        self.sel = 0
+        self._build_for: tuple[int, int] | None = None  # (predictor game, ryo game) the builder was made for
+        self._queue: list[dict[str, Any]] = []  # dice_rolled events to replay
+        self._showing: tuple[dict[str, Any], int] | None = None  # (event, start ns)
+
+    # ------------------------------------------------------------------ what is going on
+
+    def acting(self, state: Any) -> list[int]:
+        if state.phase == "build":
+            return [p for p in range(state.players) if not state.built[p]]
+        if state.phase == "choice" and state.chooser is not None:
+            return [state.chooser]
+        if state.phase == "lower" and state.round_winner is not None:
+            return [state.round_winner]
+        return []
+
+    def prompt(self, model: Any, state: Any, now_ns: int) -> tuple[str, str]:
+        s = state.settings
+        if state.phase == "build":
+            return (f"build your die: six faces, 0–{s.max_face} pips each, at most {s.budget} in all, then Build"
+                    f" (game {state.game})", "building their secret dice…")
+        if state.phase in ("rolling", "rolloff"):
+            return "", "the relay rolls every die at once…"
+        if state.phase == "choice":
+            w = self.pname(model, state.round_winner) if state.round_winner is not None else "the winner"
+            return (f"you lost the round — (a) raise one face by 1: click +1 or keys 1–6   ·   (b) make {w} lower "
+                    "their die: B", "lost the round and chooses (a) raise or (b) lower the winner")
+        if state.phase == "lower":
+            return ("you won the round, and the loser chose (b): pick one of your faces to drop by 1 "
+                    "(click −1, or 1–6)", "chooses which face of their die drops by 1")
+        return "", ""
+
+    def idle_banner(self, state: Any) -> str:
+        return "ROLLING — every die at once" if state.phase in ("rolling", "rolloff") else "waiting for the relay"
+
+    def score_text(self, state: Any, seat: int) -> str:
+        if not state.game_wins:
+            return ""
+        return f"games {state.game_wins[seat]}/{state.settings.games_per_match}"
+
+    def row_text(self, state: Any, seat: int) -> str:
+        s = state.settings
+        if not state.roll_wins:
+            return ""
+        line = (f"rolls {state.roll_wins[seat]}/{s.rolls_per_round}   rounds {state.round_wins[seat]}/"
+                f"{s.rounds_per_game}")
+        if state.phase == "build":
+            line += "   ·   " + ("built ✓" if state.built[seat] else "building…")
+        return line
+
+    def hints(self, state: Any, me: int | None) -> str:
+        if state.phase == "build":
+            return "1–6  pick a face     ↑ ↓  or  + −  change it     Enter  build     Esc  menu"
+        if state.phase in ("choice", "lower"):
+            return "1–6  choose a face     B  make the winner lower (choice b)     Esc  menu"
+        return "first to win a roll-count wins the round · rounds win the game · games win the match     Esc  menu"
+
+    def on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
+        d = ev.data
+        if ev.type == "dice_rolled":
+            self._queue.append(dict(d))
+        elif ev.type == "round_won":
+            self.say(f"{self.who(model, d)} won round {d.get('round')}", now_ns, YELLOW)
+        elif ev.type == "game_won":
+            self.say(f"{self.who(model, d)} won game {d.get('ryo_game')} — new dice next", now_ns, YELLOW)
+        elif ev.type in ("raised", "face_raised"):
+            self.say(f"{self.who(model, d)} raised a face", now_ns, INFO)
+        elif ev.type == "no_choice":
+            self.say("no face can change: next round", now_ns, INFO)
+        elif ev.type == "lot_drawn":
+            self.say(f"identical dice: {self.who(model, d)} wins by lot", now_ns)
+
+    def result_line(self, model: Any, state: Any) -> str:
+        if state.phase != "over" or state.winner is None:
+            return ""
+        return ("You win the match" if state.winner == self.me(model)
+                else f"{self.pname(model, state.winner)} wins the match")
+
+    # ------------------------------------------------------------------ the roll replay
+
+    def animating(self, state: Any, now_ns: int) -> Any:
+        self._advance(now_ns)
+        if self._showing is None:
+            return None
+        ev, t0 = self._showing
+        if now_ns - t0 < TUMBLE_S * NS:
+            return ("tumble", id(ev), now_ns // (NS // 14))
+        return ("show", id(ev))
+
+    def _advance(self, now_ns: int) -> None:
+        if self._showing is not None and now_ns - self._showing[1] < (TUMBLE_S + SHOW_S) * NS:
+            return
+        if self._queue:
+            if len(self._queue) > QUEUE_MAX:
+                del self._queue[: len(self._queue) - QUEUE_MAX]
+            self._showing = (self._queue.pop(0), now_ns)
+        elif self._showing is not None and now_ns - self._showing[1] > 4 * NS:
+            self._showing = None
+
+    def shown_roll(self, now_ns: int) -> tuple[dict[str, Any], bool] | None:
+        """The roll being shown: (its ``dice_rolled`` data, whether it is still tumbling)."""
+        if self._showing is None:
+            return None
+        ev, t0 = self._showing
+        return ev, now_ns - t0 < TUMBLE_S * NS
+
+    def roll_words(self, model: Any, roll: dict[str, Any]) -> str:
+        parts = [f"{self.pname(model, r.get('player', -1))} {r.get('value')}" for r in roll.get("rolls", [])]
+        kind = "roll-off (lowest chooses)" if roll.get("kind") == "rolloff" else f"roll {roll.get('roll', 0) + 1}"
+        return f"{kind}:  " + "   ".join(parts)
+
+    @staticmethod
+    def odds(mine: Any, theirs: Any) -> tuple[float, float]:
+        """(chance your die beats theirs in one roll, chance theirs beats yours); ties beat nobody."""
+        return ryo.beat_probability(mine, theirs), ryo.beat_probability(theirs, mine)
+
+    # ------------------------------------------------------------------ the builder
+
+    def builder(self, model: Any, state: Any) -> list[int]:
+        """Your faces while building (a new game starts from the rules' default build)."""
+        k = (model.predictor.game if model.predictor else 0, state.game)
+        if k != self._build_for or len(self.faces) != ryo.FACES:
+            self._build_for = k
+            try:
+                self.faces = list(ryo.default_build(state.settings, None))
+            except ValueError:
+                self.faces = [0] * ryo.FACES
+            self.sel = 0
+        return self.faces
+
+    def change(self, model: Any, i: int, delta: int, now_ns: int) -> bool:
+        """+/− on face ``i``; False when there is nothing to build. A refused change says why."""
+        state = model.state() if model is not None else None
+        if state is None or state.phase != "build":
+            return False
+        self.builder(model, state)
+        s = state.settings
+        v = self.faces[i] + delta
+        self.sel = i
+        self.version += 1
+        if v < 0:
+            self.say("a face cannot go below 0", now_ns, SOFT)
+        elif v > s.max_face:
+            self.say(f"a face cannot go above {s.max_face}", now_ns, SOFT)
+        elif delta > 0 and sum(self.faces) + delta > s.budget:
+            self.say(f"the budget is {s.budget}: lower another face first", now_ns, SOFT)
+        else:
+            self.faces[i] = v
+        return True
+
+    def select(self, i: int) -> None:
+        self.sel = i % ryo.FACES
+        self.version += 1
+
+    def can_raise(self, state: Any, seat: int, face: int, delta: int) -> bool:
+        """Whether builder face ``face`` may go by ``delta`` (the + and − buttons)."""
+        s = state.settings
+        v = self.faces[face]
+        return v < s.max_face and sum(self.faces) < s.budget if delta > 0 else v > 0
+
+    def valid(self, state: Any) -> bool:
+        s = state.settings
+        return bool(ryo.is_valid_build(tuple(self.faces), s.budget, s.max_face))
+
+    def build_action(self) -> Any:
+        return ryo.BuildDie(tuple(self.faces))

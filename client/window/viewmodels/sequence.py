@@ -1,0 +1,149 @@
+"""Sequence Dice's view-model: whose turn, the roll and what it means, the spaces you may play.
+
+How this works
+--------------
+On top of ``TurnViewModel``: the dice tumble from the start of a turn until the relay's
+``dice_rolled`` has arrived and a short minimum has passed (``rolling``), then show the roll, its
+total and its meaning (2/12 bonus turn, 10 defensive, 11 wild; ``dice``), also announced on the
+message line. When it is your move, ``legal_spaces`` maps each space you may play to its action
+(a place, or the removal of an opponent chip). Chips are told apart by a letter as well as colour.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.rules import sequence as sq
+from client.window.viewmodels.turnbased import INFO, NS, RGBA, TurnViewModel, YELLOW
+
+ROLL_MIN_S = 0.7
+CHIP_RGB: dict[int, RGBA] = {0: (40, 170, 80, 255), 1: (50, 110, 230, 255), 2: (215, 55, 50, 255)}
+CHIP_LETTER = {0: "G", 1: "B", 2: "R"}
+WARN: RGBA = (255, 160, 120, 255)
+
+
+def roll_meaning(total: int) -> str:
+    if total in sq.BONUS_TOTALS:
+        return f"{total}: place on a {total} — then a BONUS turn"
+    if total == sq.DEFENSIVE:
+        return "10: DEFENSIVE roll — remove an opponent chip (not on a 2 or 12)"
+    if total == sq.WILD:
+        return "11: WILD roll — place on any open space"
+    return f"{total}: place a chip on an open {total}"
+
+
+def roll_tag(total: int) -> str:
+    return ("BONUS TURN" if total in sq.BONUS_TOTALS else "DEFENSIVE" if total == sq.DEFENSIVE else
+            "WILD" if total == sq.WILD else "")
+
+
+class SequenceViewModel(TurnViewModel):
+    timer_events = ("turn_started", "dice_rolled")
+
+    def __init__(self, title: str) -> None:
+        super().__init__(title)
+        self.roll_until = 0
+
+    def acting(self, state: Any) -> list[int]:
+        if state.phase == "rolloff":
+            return list(state.contenders)
+        return [] if state.current is None or state.phase == "over" else [state.current]
+
+    def rolling(self, state: Any, now_ns: int) -> bool:
+        return state.phase in ("roll", "rolloff") or now_ns < self.roll_until
+
+    def prompt(self, model: Any, state: Any, now_ns: int) -> tuple[str, str]:
+        if state.phase == "rolloff":
+            return "rolling for who goes first…", "rolling for who goes first…"
+        if self.rolling(state, now_ns) or state.total is None:
+            return "the relay is rolling your dice…", "the relay is rolling the dice…"
+        total = state.total
+        return (roll_meaning(total) + "  —  click a highlighted space",
+                f"rolled {total}: " + roll_meaning(total).split(": ", 1)[1])
+
+    def seat_colour(self, state: Any, seat: int) -> RGBA:
+        return CHIP_RGB[state.colour(seat)]
+
+    def seat_mark(self, state: Any, seat: int) -> str:
+        return CHIP_LETTER[state.colour(seat)]
+
+    def score_text(self, state: Any, seat: int) -> str:
+        return f"{state.count(state.colour(seat))}/{state.settings.chips_per_colour} chips"
+
+    def row_text(self, model: Any, state: Any, seat: int) -> str:
+        col = sq.COLOURS[state.colour(seat)]
+        team = ""
+        if state.players == 4:
+            mates = [self.pname(model, s) for s in sq.seats_of(state.colour(seat), 4) if s != seat]
+            team = f"  ·  team with {mates[0]}" if mates else ""
+        return f"{col} chips{team}"
+
+    def hints(self, state: Any, me: int | None) -> str:
+        return (f"click a highlighted space     SEQUENCE = {state.settings.sequence_length} in a row, column or "
+                "diagonal     2/12 bonus · 10 defensive · 11 wild     Esc  menu")
+
+    def animating(self, state: Any, now_ns: int) -> Any:
+        if self.rolling(state, now_ns):
+            return now_ns // (NS // 12)
+        return None
+
+    def on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
+        d = ev.data
+        if ev.type == "turn_started":
+            self.roll_until = now_ns + int(ROLL_MIN_S * NS)
+            if d.get("bonus"):
+                self.say(f"BONUS TURN for {self.who(model, d)}!", now_ns, YELLOW)
+        elif ev.type == "dice_rolled":
+            self.roll_until = max(self.roll_until, now_ns + int(ROLL_MIN_S * NS * 0.5))
+            total = d.get("total")
+            who = self.who(model, d)
+            if total in sq.BONUS_TOTALS:
+                self.say(f"{who} rolled {total}: BONUS turn after this one!", now_ns, YELLOW)
+            elif total == sq.DEFENSIVE:
+                self.say(f"{who} rolled 10: DEFENSIVE — remove an opponent chip", now_ns, WARN)
+            elif total == sq.WILD:
+                self.say(f"{who} rolled 11: WILD — any open space", now_ns, (170, 220, 255, 255))
+        elif ev.type == "no_move":
+            why = str(d.get("reason", "")).replace("_", " ")
+            self.say(f"{self.who(model, d)} rolled {d.get('total')}: no move ({why})", now_ns, (255, 200, 120, 255))
+        elif ev.type == "first_player":
+            self.say(f"{self.who(model, d)} rolled highest and goes first", now_ns, INFO)
+        elif ev.type == "chip_removed" and d.get("seat") != self.me(model):
+            self.say(f"{self.who(model, d)} removed a {d.get('colour')} chip", now_ns, WARN)
+
+    def result_line(self, model: Any, state: Any) -> str:
+        if state.phase != "over":
+            return ""
+        if not state.winners:
+            return "Draw: the turn limit was reached"
+        col = sq.COLOURS[state.colour(state.winners[0])].upper()
+        who = " & ".join(self.pname(model, s) for s in state.winners)
+        won = "You win" if self.me(model) in state.winners else who + " win" + ("s" if len(state.winners) == 1 else "")
+        return f"SEQUENCE! {won} ({col})"
+
+    # ------------------------------------------------------------------ the board
+
+    def legal_spaces(self, state: Any, me: int | None, now_ns: int) -> dict[tuple[int, int], Any]:
+        """The spaces you may play now, each with its action (a place wins over a removal)."""
+        legal: dict[tuple[int, int], Any] = {}
+        if me is None or state.phase != "move" or state.current != me or self.rolling(state, now_ns):
+            return legal
+        for a in sq.legal_actions(state, me):
+            if not isinstance(a, (sq.PlaceChip, sq.RemoveChip)):
+                continue
+            if (a.row, a.col) not in legal or isinstance(a, sq.PlaceChip):
+                legal[(a.row, a.col)] = a
+        return legal
+
+    @staticmethod
+    def pending_spaces(model: Any) -> set[tuple[int, int]]:
+        return {(a.row, a.col) for a in TurnViewModel.pending(model) if isinstance(a, (sq.PlaceChip, sq.RemoveChip))}
+
+    def dice(self, state: Any, now_ns: int) -> tuple[tuple[int, int] | None, str, str]:
+        """The dice panel: (faces to show, or None while tumbling / before a roll; the total line;
+        the tag of a special roll)."""
+        if self.rolling(state, now_ns):
+            return None, "rolling…", ""
+        if state.dice is None:
+            return None, "", ""
+        return tuple(state.dice), f"total {sum(state.dice)}", roll_tag(state.total) if state.total is not None else ""

@@ -1,0 +1,472 @@
+"""The BLINK table's view-model: what the table shows, from the client model and the time.
+
+How this works
+--------------
+``TableViewModel`` is fed the session's ``ClientModel`` once per frame (``observe``): new bounces,
+verdicts and public events become *cues* (sounds for the renderer to play), bounce flights, ring
+flashes, the message line, and the times the countdown ends, GO was called and the stalemate pick
+ends. From that it answers, as plain data:
+
+- ``board(model)``: the static picture -- your hand in stable slots (a selected card raised, a
+  pending stalemate pick ringed), the opponent's hand as backs, the pile tops (a play of yours the
+  relay has not answered yet -- predicted, pending -- half faded with a dashed ring), the draw
+  piles with their counts, the score line, the info line and the key hints. It changes only when
+  the model, the selection or a flight changes (``board_key``), so the renderer rebuilds only then;
+- ``band(model, session, now)``: the text band -- "Cannot play"/"Match code"/"BLINK" before a game,
+  the countdown ("3", "2", "1", "GO!"), GO!, the stalemate and the pick with its timer fraction, a
+  game's result with the score line;
+- ``flight(now)``, ``pile_flash(now)``, ``slot_flash``, ``shake(now)``, ``message(now)``: the
+  animations, each as where/how far it is at ``now``;
+- ``over_at``: when the match was seen to be over (the scene goes to the results 1.6 s later).
+
+Input is asked here too: ``select``/``play``/``pick`` turn a slot or pile into the action to send
+(or a message saying why not), and ``refused`` records a local refusal. Nothing here touches
+pyglet, the network or a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.rules import blink
+from protocol.rules.base import Rejected
+from client.window import texts
+from client.window.layout import EMPTY, stable_slots
+from client.window.viewmodels.feed import EventFeed, Feed
+
+NS = 1_000_000_000
+BOUNCE_S = 0.42
+FLASH_S = 0.45
+MESSAGE_S = 2.2
+SHAKE_S = 0.3
+GO_S = 0.7
+RESULTS_AFTER_S = 1.6
+
+RED = (255, 90, 80, 255)
+AMBER_MSG = (255, 220, 120, 255)
+RGBA = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class Flight:
+    """A card flying from a pile back to your hand (a bounce)."""
+
+    card: blink.Card
+    pile: int
+    t0: int
+
+
+@dataclass(frozen=True)
+class CardShow:
+    """One card place: ``style`` face | back | unknown | slot | none; ``ring`` None | select | pick |
+    pending; ``mid`` the text in its middle (a draw pile's count)."""
+
+    card: Any = None
+    style: str = "none"
+    alpha: float = 1.0
+    ring: str | None = None
+    raised: bool = False
+    mid: str = ""
+
+
+@dataclass(frozen=True)
+class TableBoard:
+    playing: bool
+    hand: tuple[CardShow, ...]
+    keys: tuple[tuple[str, bool], ...]  # the label under each hand slot, and whether it is selected
+    opp_hand: tuple[CardShow, ...]
+    piles: tuple[CardShow, ...]
+    pile_labels: tuple[str, ...]
+    draws: tuple[CardShow, CardShow]  # yours, theirs
+    draw_labels: tuple[str, str]
+    score: str
+    info: str
+    opp_name: str
+    hint: str
+    phase: str | None = None  # the phase of the state drawn
+
+
+@dataclass(frozen=True)
+class Band:
+    """The text band: ``where`` is screen (before a game), centre (over the piles), status (between
+    the piles and your hand) or "" (no band); ``timer`` the pick timer's fraction left, or None."""
+
+    big: str = ""
+    sub: str = ""
+    where: str = ""
+    timer: float | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """What an input did: ``action`` to send (None: nothing), ``noted`` whether the picture changed
+    because of it (it must show on the next frame)."""
+
+    action: Any = None
+    noted: bool = False
+    slot: int | None = None  # the hand slot the action plays from
+
+
+class TableViewModel:
+    def __init__(self) -> None:
+        self.slots: list[Any] = [EMPTY] * 3
+        self.selected: int | None = None
+        self.flights: list[Flight] = []
+        self.flash: dict[int, tuple[str, int]] = {}  # pile -> (ring kind, start ns)
+        self.slot_flash: dict[int, tuple[str, int]] = {}
+        self.shaking: tuple[int, int] | None = None  # (slot, start ns): a locally refused play
+        self.msg: tuple[str, int, RGBA] = ("", 0, RED)
+        self.over_at: int | None = None
+        self.start_at: int | None = None  # when the countdown ends (local clock)
+        self.go_at: int | None = None
+        self.pick_deadline: int | None = None
+        self.cues: list[str] = []  # sounds to play, drained by the renderer
+        self.version = 0  # bumped by local changes the board or the message line shows
+        self._last_tick = -1
+        self._seen_game = -1
+        self._bounces = Feed()
+        self._verdicts = Feed()
+        self._events = EventFeed()
+
+    # ------------------------------------------------------------------ reading the model
+
+    def observe(self, model: Any, now_ns: int) -> None:
+        """New bounces, verdicts and public events since the last frame."""
+        if model is None:
+            return
+        state = model.state()
+        if state is None:
+            return
+        if model.predictor is not None and model.predictor.game != self._seen_game:
+            self._seen_game = model.predictor.game
+            self.over_at = None
+            self.selected = None
+            self.flights.clear()
+            self.version += 1
+        for b in self._bounces.take(model.bounces):
+            if isinstance(b.action, blink.PlayCard):
+                try:
+                    card = blink.Card.parse(b.action.card, state.settings.deck)
+                except (ValueError, AttributeError):
+                    card = None
+                if card is not None:
+                    self.flights.append(Flight(card, b.action.pile if b.action.pile in (0, 1) else 0, now_ns))
+            self.say(texts.reason_text(b.code), now_ns)
+            self.cues.append("bounce")
+        for v in self._verdicts.take(model.verdicts):
+            if v.ok and isinstance(v.action, blink.PlayCard):
+                self.cues.append("land")
+                self.flash[v.action.pile] = ("landed", now_ns)
+        for ev in self._events.take_current(model):
+            self._on_event(ev, model, state, now_ns)
+        if self.over_at is None and (model.match_state or {}).get("status") == "over":
+            self.over_at = now_ns
+
+    def _on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
+        offset = model.clock.offset_ns or 0
+        d = ev.data
+        if ev.type == "game_started":
+            cd = int(state.settings.countdown_s * NS) if isinstance(state, blink.State) else 3 * NS
+            self.start_at = ev.ts - offset + cd
+            self.go_at = None
+            self._last_tick = -1
+        elif ev.type == "race_started":
+            self.go_at = now_ns
+            self.start_at = None
+            self.cues.append("go")
+        elif ev.type == "card_played" and d.get("seat") != model.seat:
+            self.flash[int(d.get("pile", 0)) % 2] = ("flash", now_ns)
+        elif ev.type in ("card_flipped", "card_picked"):
+            self.flash[int(d.get("pile", 0)) % 2] = ("flash", now_ns)
+        elif ev.type == "stalemate":
+            self.cues.append("stalemate")
+        elif ev.type == "pick_started":
+            self.pick_deadline = ev.ts - offset + int(float(d.get("seconds", 5.0)) * NS)
+        elif ev.type == "game_result":
+            if d.get("winner_seat") == model.seat:
+                self.cues.append("win")
+        elif ev.type == "match_over":
+            self.over_at = now_ns
+
+    def results_due(self, now_ns: int) -> bool:
+        """Time to show the results scene: the match has been over for a moment."""
+        return self.over_at is not None and now_ns - self.over_at > RESULTS_AFTER_S * NS
+
+    def drain_cues(self) -> list[str]:
+        cues, self.cues = self.cues, []
+        return cues
+
+    @staticmethod
+    def playing_state(model: Any) -> Any:
+        """The BLINK state you play in, or None (no model, no game yet, spectating, another game)."""
+        state = model.state() if model is not None else None
+        if state is None or model.seat is None or not isinstance(state, blink.State):
+            return None
+        return state
+
+    # ------------------------------------------------------------------ the static picture
+
+    def board_key(self, model: Any) -> Any:
+        """Changes whenever ``board`` would say something else."""
+        state = model.state() if model is not None else None
+        return (None if model is None else model.version, id(state), self.selected, self.version,
+                tuple(f.card for f in self.flights))
+
+    def board(self, model: Any, dragging: int | None = None) -> TableBoard:
+        """What the table shows; ``dragging`` is the hand slot being dragged with the mouse (faded)."""
+        state = self.playing_state(model)
+        if state is None:
+            seen = model.state() if model is not None else None
+            return TableBoard(False, (CardShow(),) * len(self.slots), (("", False),) * len(self.slots),
+                              (CardShow(),) * 3, (CardShow(), CardShow()), ("", ""), (CardShow(), CardShow()),
+                              ("", ""), "", "BLINK", "", "Esc  menu", getattr(seen, "phase", None))
+        seat = model.seat
+        opp = 1 - seat
+        names = list(model.players) + ["", ""]
+        ms = model.match_state or {}
+        wins = list(ms.get("wins") or [0, 0])
+        size = max(3, state.settings.hand_size)
+        self.slots = stable_slots(self.slots, state.hands[seat], size)
+        picking = state.phase == "picking" and not state.picked[seat]
+        my_pick = state.picks[seat] if state.phase == "picking" else None
+        flying = {f.card for f in self.flights}
+        hand: list[CardShow] = []
+        keys: list[tuple[str, bool]] = []
+        for i, card in enumerate(self.slots):
+            style = "face" if isinstance(card, blink.Card) else ("unknown" if card is None else "slot")
+            alpha = 0.3 if (dragging == i) or (isinstance(card, blink.Card) and card in flying) else 1.0
+            ring = None
+            if i == self.selected:
+                ring = "select"
+            elif picking and style == "face":
+                ring = "pick"
+            elif my_pick is not None and card == my_pick:
+                ring = "pending"
+            hand.append(CardShow(None if card is EMPTY else card, style, alpha, ring, i == self.selected))
+            keys.append((str(i + 1) if style != "slot" and i < 9 else "", i == self.selected))
+        n_opp = len(state.hands[opp])
+        opp_hand = tuple(CardShow(None, "back" if i < n_opp else "slot") for i in range(max(3, n_opp)))
+        pending = pending_plays(model)
+        piles: list[CardShow] = []
+        labels: list[str] = []
+        for p in (0, 1):
+            top = state.top(p)
+            is_pending = top is not None and (str(top), p) in pending
+            if not state.piles[p]:
+                piles.append(CardShow(None, "slot"))
+            elif top is None:
+                piles.append(CardShow(None, "back"))
+            else:
+                piles.append(CardShow(top, "face", 0.82 if is_pending else 1.0, "pending" if is_pending else None))
+            owner = "your" if p == seat else f"{names[p]}'s"
+            # no changing numbers here: a new text is a new text layout, and this is every play
+            labels.append(f"←  A    {owner} pile" if p == 0 else f"{owner} pile    D  →")
+        draws = tuple(CardShow(None, "back", mid=str(len(state.draw[who]))) if state.draw[who]
+                      else CardShow(None, "slot", mid="0") for who in (seat, opp))
+        best_of = ms.get("best_of") or state.settings.best_of
+        gi = ms.get("game_index", 0) or 0
+        if state.phase == "picking" and not state.picked[seat]:
+            hint = texts.PICK_HINTS
+        elif state.phase == "over" or ms.get("status") == "over":
+            hint = "Esc  menu"
+        else:
+            hint = texts.KEY_HINTS
+        return TableBoard(
+            True, tuple(hand), tuple(keys), opp_hand, tuple(piles), tuple(labels),
+            (draws[0], draws[1]), ("your draw pile", "draw pile"),
+            texts.score_line(names[:2], wins, seat), f"game {gi + 1} · best of {best_of} · match {model.match or ''}",
+            names[opp] or "opponent", hint, state.phase)
+
+    # ------------------------------------------------------------------ the text band
+
+    def band(self, model: Any, status: str, message: str, server_url: str, now_ns: int) -> Band:
+        """The band's texts now (``status``/``message``/``server_url`` are the session's)."""
+        state = model.state() if model is not None else None
+        if model is None or state is None or not isinstance(state, blink.State):
+            if status == "error":
+                return Band("Cannot play", message, "screen")
+            if status == "waiting" and model is not None and model.match:
+                return Band(f"Match code  {model.match}",
+                            f"waiting for an opponent — they run:  blink play --server {server_url} "
+                            f"--match {model.match}", "screen")
+            return Band("BLINK", message or "connecting…", "screen")
+        seat = model.seat if model.seat is not None else 0
+        ms = model.match_state or {}
+        if state.phase == "countdown":
+            if self.start_at is None:
+                return Band("Get ready", "match any colour, shape or count", "centre")
+            left = (self.start_at - now_ns) / NS
+            n = max(1, int(left) + 1) if left > 0 else 0
+            if n != self._last_tick and n > 0:
+                self._last_tick = n
+                self.cues.append("tick")
+            return Band(str(n) if n else "GO!", "match any colour, shape or count", "centre")
+        if state.phase == "running" and self.go_at is not None and now_ns - self.go_at < GO_S * NS:
+            return Band("GO!", "", "status")
+        if state.phase == "stalled":
+            return Band("Stalemate", "nobody can play — both flip a new card onto their own pile"
+                        if state.resolution == "flip" else "nobody can play — each places a hand card on their own pile",
+                        "status")
+        if state.phase == "picking":
+            left = max(0.0, ((self.pick_deadline or now_ns) - now_ns) / NS)
+            total = state.settings.pick_time_s
+            timer = max(0.0, min(1.0, left / total)) if total > 0 else 0.0
+            if 0 <= seat < len(state.picked) and state.picked[seat]:
+                return Band("Card chosen", f"waiting for {name_of(model, 1 - seat)} — {left:.1f} s", "status", timer)
+            return Band("Stalemate: choose a card",
+                        f"press 1 2 3 (or click) to place it on your own pile — {left:.1f} s", "status", timer)
+        if state.phase == "over" or ms.get("status") in ("between", "over"):
+            if state.tie or state.winner is None:
+                big = "Tie game"
+            else:
+                big = "You win the game!" if state.winner == seat else f"{name_of(model, state.winner)} wins the game"
+            sub = texts.score_line(list(model.players), list(ms.get("wins") or [0, 0]), seat)
+            sub += "   ·   match over" if ms.get("status") == "over" else "   ·   next game starting…"
+            return Band(big, sub, "centre")
+        return Band()
+
+    # ------------------------------------------------------------------ animations
+
+    def flight(self, now_ns: int) -> tuple[Flight, float, int | None] | None:
+        """The bounce in flight now: (flight, progress 0..1, the hand slot it returns to). A flight
+        that has landed is dropped here and its slot flashes."""
+        while self.flights:
+            f = self.flights[0]
+            prog = (now_ns - f.t0) / (BOUNCE_S * NS)
+            target = self.slot_of(f.card)
+            if prog < 1.0:
+                return f, prog, target
+            self.flights.pop(0)
+            if target is not None:
+                self.slot_flash[target] = ("bounce", now_ns)
+            self.version += 1
+        return None
+
+    def pile_flash(self, pile: int, now_ns: int) -> tuple[str, float] | None:
+        """A fading ring on a pile (your play landed, the opponent played, a flip): (kind, alpha)."""
+        if pile not in self.flash:
+            return None
+        kind, t0 = self.flash[pile]
+        a = 1.0 - (now_ns - t0) / (FLASH_S * NS)
+        if a <= 0:
+            del self.flash[pile]
+            return None
+        return kind, a
+
+    def hand_flash(self, slot: int, now_ns: int) -> tuple[str, float] | None:
+        """A fading ring on a hand slot a bounced card came back to: (kind, alpha)."""
+        if slot not in self.slot_flash:
+            return None
+        kind, t0 = self.slot_flash[slot]
+        a = 1.0 - (now_ns - t0) / (FLASH_S * 2 * NS)
+        if a <= 0 or slot == self.selected or slot >= len(self.slots):
+            del self.slot_flash[slot]
+            return None
+        return kind, a
+
+    def shake(self, now_ns: int) -> tuple[int, float] | None:
+        """A locally refused play shakes its card: (slot, offset in card widths)."""
+        if self.shaking is None:
+            return None
+        slot, t0 = self.shaking
+        prog = (now_ns - t0) / (SHAKE_S * NS)
+        if prog >= 1:
+            self.shaking = None
+            return slot, 0.0
+        return slot, 0.08 * (1 - prog) * (1 if int(prog * 10) % 2 else -1)
+
+    def message(self, now_ns: int) -> tuple[str, RGBA]:
+        """The message line (a bounce's reason, a hint) with its colour, fading out at the end."""
+        text, t0, colour = self.msg
+        if not text:
+            return "", colour
+        age = (now_ns - t0) / NS
+        if age > MESSAGE_S:
+            self.msg = ("", 0, colour)
+            return "", colour
+        a = 255 if age < MESSAGE_S - 0.5 else int(255 * (MESSAGE_S - age) / 0.5)
+        return text, (colour[0], colour[1], colour[2], max(0, a))
+
+    def slot_of(self, card: Any) -> int | None:
+        for i, c in enumerate(self.slots):
+            if c == card and isinstance(c, blink.Card):
+                return i
+        return None
+
+    def say(self, text: str, now_ns: int, colour: RGBA = RED) -> None:
+        self.msg = (text, now_ns, colour)
+        self.version += 1
+
+    # ------------------------------------------------------------------ input -> actions
+
+    def select(self, model: Any, slot: int, now_ns: int) -> Step:
+        """Key 1/2/3 or a click on a hand card: select it (or, in a stalemate pick, choose it)."""
+        state = self.playing_state(model)
+        if state is None:
+            return Step()
+        if state.phase == "picking":
+            return self.pick(model, slot)
+        if slot >= len(self.slots) or not isinstance(self.slots[slot], blink.Card):
+            self.say("no card there yet", now_ns, AMBER_MSG)
+            return Step()
+        self.selected = None if self.selected == slot else slot
+        self.version += 1
+        return Step(noted=True)
+
+    def hold(self, model: Any, slot: int) -> bool:
+        """A mouse press on a hand card: select it (no toggling). True if it is a card."""
+        if self.playing_state(model) is None or slot >= len(self.slots) or not isinstance(self.slots[slot], blink.Card):
+            return False
+        self.selected = slot
+        self.version += 1
+        return True
+
+    def play(self, model: Any, pile: int, slot: int | None, now_ns: int) -> Step:
+        """Left/Right (A/D) or a drop: the selected card (or ``slot``) on pile 0/1."""
+        if self.playing_state(model) is None:
+            return Step()
+        slot = self.selected if slot is None else slot
+        if slot is None:
+            self.say("choose a card first: 1 2 3", now_ns, AMBER_MSG)
+            return Step()
+        card = self.slots[slot] if slot < len(self.slots) else EMPTY
+        if not isinstance(card, blink.Card):
+            self.say("that card is still being drawn", now_ns, AMBER_MSG)
+            return Step()
+        return Step(blink.PlayCard(str(card), pile), noted=True, slot=slot)
+
+    def pick(self, model: Any, slot: int) -> Step:
+        if self.playing_state(model) is None:
+            return Step()
+        card = self.slots[slot] if slot < len(self.slots) else EMPTY
+        if not isinstance(card, blink.Card):
+            return Step()
+        return Step(blink.PickCard(str(card)), noted=True, slot=slot)
+
+    def sent(self, step: Step, result: Any, now_ns: int) -> None:
+        """What happened to an action the renderer sent: a local refusal shows its reason (and a
+        refused play shakes its card); a play taken clears the selection."""
+        if isinstance(result, Rejected):
+            self.say(texts.reason_text(result.code), now_ns)
+            if isinstance(step.action, blink.PlayCard):
+                if step.slot is not None:
+                    self.shaking = (step.slot, now_ns)
+                self.cues.append("bounce")
+        elif isinstance(step.action, blink.PlayCard):
+            self.selected = None
+        self.version += 1
+
+
+def pending_plays(model: Any) -> set[tuple[str, int]]:
+    """Your plays the relay has not answered yet, as (card, pile)."""
+    pred = model.predictor if model is not None else None
+    if pred is None:
+        return set()
+    return {(p.action.card, p.action.pile) for p in pred.pending
+            if isinstance(p.action, blink.PlayCard) and p.accepted_seq is None}
+
+
+def name_of(model: Any, seat: int) -> str:
+    names = list(model.players)
+    return names[seat] if 0 <= seat < len(names) else "opponent"

@@ -1,0 +1,344 @@
+"""What the three turn-based scenes (Takeaway, Sequence, Roll Your Own) show, as data.
+
+How this works
+--------------
+``TurnViewModel`` is the part every turn-based game shares; a game's view-model subclasses it
+with what only that game knows (who is to act, what you may do, its announcements, its result
+line, the spots you may click). Fed the ``ClientModel`` each frame (``observe``), it keeps:
+
+- the *message line*: a refused move in red with its reason (``refused``: a local refusal, or the
+  relay's bounce -- "it has been undone"), an announcement in yellow (``say``), gone after a while;
+- the refused move itself for a moment (``rejected_now``), so the board can mark its spot;
+- the *turn clock* (``turn_clock``): with the ``turn_timer_s`` setting on, the seconds left to act,
+  counted from the local receive time of the event that started the wait (``timer_events``);
+- ``over_at``: when the match was seen to be over (the scene goes to the results a moment later).
+
+``banner`` answers what the turn banner says (amber "YOUR TURN" and what you may do; "<name>'s
+turn" and what they do; GAME OVER and the result; WATCHING for a spectator) and ``rows`` what the
+player list says per seat. Events are read through ``EventFeed``: the current game's only, so a
+rematch never replays the previous match's announcements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from client.window import texts
+from client.window.viewmodels.feed import EventFeed, Feed
+
+NS = 1_000_000_000
+MESSAGE_S = 3.5
+REJECT_S = 2.5
+RESULTS_AFTER_S = 3.0
+
+RGBA = tuple[int, int, int, int]
+WHITE: RGBA = (255, 255, 255, 255)
+DIM: RGBA = (200, 210, 220, 255)
+AMBER: RGBA = (255, 176, 0, 255)
+RED: RGBA = (235, 60, 55, 255)
+YELLOW: RGBA = (255, 225, 110, 255)
+GREEN: RGBA = (90, 230, 120, 255)
+SOFT: RGBA = (255, 200, 120, 255)  # a gentle refusal (a button that cannot be used now)
+INFO: RGBA = (200, 220, 255, 255)  # what another player did
+
+#: one colour and one mark per seat (the mark tells seats apart without colour)
+SEAT_COLOURS: tuple[RGBA, ...] = (
+    (70, 200, 110, 255), (80, 150, 255, 255), (240, 90, 80, 255), (240, 190, 60, 255),
+    (190, 110, 240, 255), (80, 210, 210, 255), (240, 140, 200, 255), (170, 170, 170, 255))
+SEAT_MARKS = ("●", "■", "▲", "◆", "★", "✚", "♥", "♣")
+
+REASONS = {
+    "not_your_turn": "it is not your turn",
+    "locked": "that Blink is locked",
+    "no_such_cell": "there is no Blink there",
+    "already_rerolled": "one re-roll per turn",
+    "reroll_used": "your once-per-game re-roll is spent",
+    "wrong_phase": "not now",
+    "spectator": "spectators only watch",
+    "game_over": "the game is over",
+}
+
+PENDING_LINE = "PENDING — your move is shown; waiting for the relay to confirm it"
+
+
+def reason_text(code: str, detail: str = "") -> str:
+    if code in REASONS:
+        return REASONS[code]
+    if code in texts.REASONS:
+        return texts.reason_text(code)
+    return detail or code.replace("_", " ")
+
+
+@dataclass(frozen=True)
+class Banner:
+    """The turn banner: ``kind`` idle | over | mine | theirs (its colour), the big line, the small
+    line under it."""
+
+    kind: str
+    big: str
+    small: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """One seat in the player list."""
+
+    seat: int
+    name: str  # with "  (you)" for your own seat
+    acting: bool
+    mine: bool
+    score: str
+    colour: RGBA
+    mark: str
+
+
+class TurnViewModel:
+    #: the public events that start the wait for a player's move (the turn timer counts from the
+    #: local receive time of the latest of them; see ``turn_clock``)
+    timer_events: tuple[str, ...] = ()
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.msg: tuple[str, int, RGBA] = ("", 0, RED)
+        self.rejected: tuple[Any, int] | None = None  # (action, start ns)
+        self.over_at: int | None = None
+        self.cues: list[str] = []
+        self.version = 0  # bumped by local changes (messages, a refused move, a builder's face)
+        self._seen_game = -1
+        self._bounces = Feed()
+        self._events = EventFeed()
+        self._clock: tuple[Any, int, int] | None = None  # (timer id, confirmed seq when first seen, prev seq)
+        self._clock_seq = -1
+
+    # ------------------------------------------------------------------ what a game says (overridden)
+
+    def acting(self, state: Any) -> list[int]:
+        """Seats that are to act now."""
+        return []
+
+    def prompt(self, model: Any, state: Any, now_ns: int) -> tuple[str, str]:
+        """(what you may do when you act, what the others are doing) as short lines."""
+        return "", ""
+
+    def score_text(self, state: Any, seat: int) -> str:
+        return ""
+
+    def idle_banner(self, state: Any) -> str:
+        """The banner when no player is to act (the relay is rolling, say)."""
+        return "waiting for the relay"
+
+    def seat_colour(self, state: Any, seat: int) -> RGBA:
+        return SEAT_COLOURS[seat % len(SEAT_COLOURS)]
+
+    def seat_mark(self, state: Any, seat: int) -> str:
+        return SEAT_MARKS[seat % len(SEAT_MARKS)]
+
+    def hints(self, state: Any, me: int | None) -> str:
+        return "Esc  menu"
+
+    def animating(self, state: Any, now_ns: int) -> Any:
+        """A value that changes while something animates (the picture is redrawn when it does)."""
+        return None
+
+    def on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
+        """A public event of the current game arrived (announcements)."""
+
+    def result_line(self, model: Any, state: Any) -> str:
+        return ""
+
+    # ------------------------------------------------------------------ reading the model
+
+    @staticmethod
+    def me(model: Any) -> int | None:
+        """Your seat, or None when watching."""
+        if model is None or model.spectating:
+            return None
+        return model.seat  # type: ignore[no-any-return]
+
+    def pname(self, model: Any, seat: Any) -> str:
+        if type(seat) is not int:
+            return str(seat)
+        names = list(model.players) if model is not None else []
+        if 0 <= seat < len(names):
+            return "you" if seat == self.me(model) else str(names[seat])
+        return f"seat {seat + 1}"
+
+    def who(self, model: Any, data: dict[str, Any]) -> str:
+        """The player an event is about (events carry ``seat`` and the name in ``player``)."""
+        seat = data.get("seat")
+        if type(seat) is int:
+            return self.pname(model, seat)
+        return str(data.get("player", "?"))
+
+    def observe(self, model: Any, now_ns: int) -> None:
+        """New bounces and public events since the last frame."""
+        if model is None:
+            return
+        state = model.state()
+        if state is None:
+            return
+        if model.predictor is not None and model.predictor.game != self._seen_game:
+            self._seen_game = model.predictor.game
+            self.over_at = None
+        for b in self._bounces.take(model.bounces):
+            self.refused(b.action, b.code, b.detail, now_ns, by_relay=True)
+        for ev in self._events.take_current(model):
+            self.on_event(ev, model, state, now_ns)
+        if self.over_at is None and (model.match_state or {}).get("status") == "over":
+            self.over_at = now_ns
+
+    def results_due(self, model: Any, now_ns: int) -> bool:
+        """Time to show the results scene (players only: a spectator stays on the board)."""
+        return (self.over_at is not None and now_ns - self.over_at > RESULTS_AFTER_S * NS
+                and not (model is not None and model.spectating))
+
+    def game_over(self, model: Any, state: Any) -> bool:
+        return state is not None and (getattr(state, "phase", "") == "over" or
+                                      (model.match_state or {}).get("status") in ("between", "over"))
+
+    def banner(self, model: Any, now_ns: int) -> Banner:
+        state = model.state() if model is not None else None
+        if state is None:
+            return Banner("idle", self.title, "")
+        if self.game_over(model, state):
+            return Banner("over", "GAME OVER", self.result_line(model, state))
+        me = self.me(model)
+        acting = self.acting(state)
+        mine, others = self.prompt(model, state, now_ns)
+        if me is not None and me in acting:
+            return Banner("mine", "YOUR TURN", mine)
+        who = ", ".join(self.pname(model, s) for s in acting)
+        now = (f"{who}'s turn" if len(acting) == 1 else f"waiting for {who}") if acting else self.idle_banner(state)
+        return Banner("theirs", (f"WATCHING {model.match} — " if model.spectating else "") + now, others)
+
+    def rows(self, model: Any) -> list[Row]:
+        state = model.state() if model is not None else None
+        if state is None:
+            return []
+        names = list(model.players)
+        me = self.me(model)
+        acting = self.acting(state)
+        over = self.game_over(model, state)
+        out = []
+        for seat in range(getattr(state, "players", len(names))):
+            name = (names[seat] if seat < len(names) else f"seat {seat + 1}") + ("  (you)" if seat == me else "")
+            out.append(Row(seat, name, seat in acting and not over, seat == me, self.score_text(state, seat),
+                           self.seat_colour(state, seat), self.seat_mark(state, seat)))
+        return out
+
+    def hint_line(self, model: Any) -> str:
+        state = model.state() if model is not None else None
+        if state is None:
+            return "Esc  menu"
+        if model.spectating:
+            return "spectating a match: read-only     Esc  menu"
+        return self.hints(state, self.me(model))
+
+    def status(self, status: str, message: str, server_url: str, model: Any) -> tuple[str, str]:
+        """Before a game: the big and small line of the status overlay."""
+        if status == "error":
+            return "Cannot play", message
+        if status == "waiting" and model is not None and model.match:
+            return (f"Match code  {model.match}",
+                    f"waiting for players — they run:  blink play --server {server_url} --match {model.match}")
+        return self.title, message or "connecting…"
+
+    def tally(self, model: Any) -> str:
+        """Games won per player, and what comes next (the result overlay's second line)."""
+        ms = model.match_state or {}
+        names = list(model.players)
+        wins = list(ms.get("wins") or [])
+        tally = "   ".join(f"{names[i] if i < len(names) else i}: {w}" for i, w in enumerate(wins))
+        tail = "match over — results follow" if ms.get("status") == "over" else "next game starting…"
+        return f"games won  {tally}   ·   {tail}"
+
+    @staticmethod
+    def pending(model: Any) -> list[Any]:
+        """Your moves the relay has not answered yet."""
+        if model is None or model.predictor is None:
+            return []
+        return [p.action for p in model.predictor.pending]
+
+    def turn_clock(self, model: Any, now_ns: int) -> tuple[float, float] | None:
+        """(seconds left, seconds in all) on the running turn timer, or None when there is none.
+
+        The game's rules say which timed wait the confirmed state is in (``timers``: the timer with
+        a delay); when that wait is first seen, its start is the local receive time of the latest
+        event that starts a wait (``timer_events``) among those that came with it, else the receive
+        time of the state update itself."""
+        if model is None or model.predictor is None or model.rules is None:
+            return None
+        try:
+            total = float((model.settings or {}).get("turn_timer_s") or 0)
+        except (TypeError, ValueError):
+            return None
+        state = model.predictor.confirmed
+        if total <= 0 or state is None or (model.match_state or {}).get("status") not in (None, "playing"):
+            self._clock = None
+            return None
+        name = None
+        try:
+            for t in model.rules.timers(state):
+                if t.delay_ns > 0:
+                    name = t.name
+                    break
+        except Exception:  # a view without what the rules need: no countdown rather than a crash
+            name = None
+        seq = model.predictor.confirmed_seq
+        if name is None:
+            self._clock = None
+            self._clock_seq = seq
+            return None
+        ident = (model.predictor.game, name)
+        if self._clock is None or self._clock[0] != ident:
+            self._clock = (ident, seq, self._clock_seq if self._clock is None else self._clock[1])
+        self._clock_seq = seq
+        _, key_seq, prev_seq = self._clock
+        start = None
+        for ev in reversed(model.events):
+            if ev.seq <= prev_seq:
+                break
+            if ev.seq <= key_seq and ev.type in self.timer_events:
+                start = model.seq_received_ns.get(ev.seq)
+                if start is not None:
+                    break
+        if start is None:
+            start = model.seq_received_ns.get(key_seq, now_ns)
+        left = total - (now_ns - start) / NS
+        return max(0.0, min(total, left)), total
+
+    # ------------------------------------------------------------------ messages
+
+    def refused(self, action: Any, code: str, detail: str, now_ns: int, by_relay: bool = False) -> None:
+        why = reason_text(code, detail)
+        text = f"✗ the relay refused your move: {why} — it has been undone" if by_relay else f"✗ {why}"
+        self.say(text, now_ns, RED)
+        self.rejected = (action, now_ns)
+        self.cues.append("bounce")
+
+    def say(self, text: str, now_ns: int, colour: RGBA = YELLOW) -> None:
+        self.msg = (text, now_ns, colour)
+        self.version += 1
+
+    def message(self, now_ns: int) -> tuple[str, RGBA]:
+        text, t0, colour = self.msg
+        if text and now_ns - t0 >= MESSAGE_S * NS:
+            self.msg = ("", 0, RED)
+            return "", RED
+        return text, colour
+
+    def rejected_now(self, now_ns: int) -> Any:
+        """The move refused a moment ago (its spot is marked), or None."""
+        if self.rejected is not None and now_ns - self.rejected[1] >= REJECT_S * NS:
+            self.rejected = None
+        return None if self.rejected is None else self.rejected[0]
+
+    def live(self, now_ns: int) -> tuple[bool, bool]:
+        """Whether the message and the refused mark are still showing (they expire by time)."""
+        return (bool(self.msg[0]) and now_ns - self.msg[1] < MESSAGE_S * NS,
+                self.rejected is not None and now_ns - self.rejected[1] < REJECT_S * NS)
+
+    def drain_cues(self) -> list[str]:
+        cues, self.cues = self.cues, []
+        return cues
