@@ -161,7 +161,8 @@ def _friendly(exc: BaseException) -> UserError:
     try:
         import aiomqtt
 
-        if isinstance(exc, aiomqtt.MqttCodeError) and int(getattr(exc.rc, "value", exc.rc) or 0) in (4, 5, 134, 135):
+        rc: Any = exc.rc if isinstance(exc, aiomqtt.MqttCodeError) else None
+        if isinstance(exc, aiomqtt.MqttCodeError) and int(getattr(rc, "value", rc) or 0) in (4, 5, 134, 135):
             return UserError(f"the MQTT broker refused the login ({exc}): check the user and password in the URL "
                              "(the relay's: mqtt://relay:SECRET@HOST:PORT, as `blink broker-config` prints it)")
         if isinstance(exc, aiomqtt.MqttError):

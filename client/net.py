@@ -17,6 +17,7 @@ connection and the application, so latency experiments work on any OS and any br
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -205,7 +206,7 @@ class Connection:
             else:
                 delay = self.impairment.plan()
                 if delay is not None:
-                    self._later(delay, lambda msg=decoded: self._deliver_async(msg))
+                    self._later(delay, functools.partial(self._deliver_async, decoded))
 
     async def _deliver_async(self, msg: Any) -> None:
         self._deliver(msg)
