@@ -1,4 +1,4 @@
-"""Roll Your Own, custom dice duels (RULES.md section 4), as a pure, immutable rule engine.
+"""Roll Your Own, custom dice duels (docs/RULES.md section 4), as a pure, immutable rule engine.
 
 How this works
 --------------
