@@ -405,7 +405,8 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
                 print(f"blink watch: the relay no longer keeps events before seq {first}", file=sys.stderr)
             header = latest[-1] if latest else None
             game = header.game_name if header else events[first].data.get("game_name", "")
-            print(f"watching {game} match {code}", file=sys.stderr, flush=True)
+            players = f": {', '.join(header.players)}" if header and header.players else ""
+            print(f"watching {game} match {code}{players}", file=sys.stderr, flush=True)
             return await _follow(args, player, code, events, latest, first)
     except UserError:
         raise
