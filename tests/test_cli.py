@@ -94,6 +94,9 @@ def test_screenshot_under_proc_is_refused_at_once() -> None:
     (["watch", "ABCDE"], "--server"),
     (["play", "--no-such-option"], "unrecognized arguments"),
     (["load", "--matches", "0"], "must be from 1"),
+    (["load", "--matches", "2000"], "without --server"),
+    (["load", "--matches", "1", "--relay-pid", "1"], "--relay-pid goes with --server"),
+    (["lan", "--timeout", "0"], "must be from"),
     (["latency", "--loss", "2"], "loss"),
 ])
 def test_bad_input_is_status_2(argv: list[str], says: str) -> None:
