@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -117,6 +118,16 @@ def test_failures_at_run_time_are_status_1(mosquitto: BrokerAddress) -> None:
         proc = blink(*argv)
         assert proc.returncode == 1, (argv, proc.stderr)
         assert says in one_line(proc), argv
+    # With a relay on that broker (its shipped ACL), the relay's own answer is what is said.
+    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.url], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert "running" in (serve.stdout.readline() if serve.stdout else "")
+        proc = blink("watch", "ABCDE", "--server", mosquitto.url)
+        assert proc.returncode == 1 and "no match ABCDE on this relay" in one_line(proc)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=30)
 
 
 def test_players_accepted_are_what_each_game_allows() -> None:
