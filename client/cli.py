@@ -309,7 +309,10 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
     except Exception as exc:  # noqa: BLE001
         raise _friendly(exc) from exc
     if args.log:
-        write_log(args.log, result.events)
+        try:
+            write_log(args.log, result.events)
+        except OSError as exc:  # checked at the start; the folder may have gone since
+            raise UserError(f"could not write --log {args.log}: {exc.strerror or exc}") from exc
     summary = result.summary()
     if args.json:
         print(json.dumps(summary))
