@@ -1,12 +1,61 @@
 """Argument types shared by every ``blink`` sub-command: each turns text into a value or raises
 ``argparse.ArgumentTypeError`` with a message a person can act on (argparse then prints one line
-and exits with status 2)."""
+and exits with status 2).
+
+The exit status convention of every sub-command: 0 done; 2 bad input on the command line (a usage
+error, a value out of range, options that do not go together, a path that cannot be written) --
+found before anything starts; 1 a failure at run time (an unreachable broker, no relay, a refused
+or unknown match, a window that cannot open); 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable
+import os
+import sys
+from typing import Any, Callable, NoReturn
+
+USAGE = 2  # bad input on the command line
+FAILED = 1  # a failure at run time
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr (no usage block) and status 2;
+    sub-parsers made with ``add_subparsers`` are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(USAGE)
+
+
+def out_file(text: str) -> str:
+    """A file to write: its folder must exist (nothing creates folders: a typo is an error, not a
+    new directory somewhere) and be writable, and it must not itself be a directory. Checked when
+    the command line is read, before anything starts; argparse names the option."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs a file name")
+    path = os.path.abspath(os.path.expanduser(text))
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name (e.g. {os.path.join(text, 'out')})")
+    if not os.path.exists(folder):
+        raise argparse.ArgumentTypeError(f"no such directory: {folder} (it is not created for you)")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{folder} is not a directory")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: permission denied")
+    if not os.path.exists(path) and not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {folder}: permission denied")
+    return os.path.expanduser(text)
+
+
+def seats_problem(game: str, seats: int, option: str) -> str | None:
+    """Why ``seats`` players cannot play ``game`` (one line naming the option), or None."""
+    from protocol.rules import game_for
+
+    problem = game_for(game).seats_problem(seats)
+    return None if problem is None else f"{option}: {problem}"
 
 
 def settings(text: str) -> dict[str, Any]:

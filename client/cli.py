@@ -5,7 +5,8 @@ How this works
 Each sub-command parses and checks its arguments, then runs one asyncio coroutine. The headless
 commands never import pyglet (a server has no display); only ``play`` does, lazily. Every failure a
 user can cause -- a bad URL, a taken port, an unreachable broker, a bad setting -- ends with one
-readable line on stderr and exit status 2 (usage) or 1 (runtime), never a traceback.
+readable line on stderr and exit status 2 (bad input on the command line, found before anything
+starts) or 1 (a failure at run time), never a traceback (the convention is in ``client/args.py``).
 """
 
 from __future__ import annotations
@@ -25,11 +26,20 @@ from protocol.topics import DEFAULT_PREFIX, Topics
 
 
 class UserError(Exception):
-    """A problem the user can fix; printed as one line, exit status 1."""
+    """A problem at run time the user can fix; printed as one line, exit status 1."""
+
+    status = argtypes.FAILED
+
+
+class UsageError(UserError):
+    """Bad input on the command line (options that do not go together, a number of players the
+    game does not allow): one line, exit status 2, before anything starts."""
+
+    status = argtypes.USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="blink", description="Race BLINK and play dice games over MQTT.")
+    p = argtypes.OneLineParser(prog="blink", description="Race BLINK and play dice games over MQTT.")
     p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"topic prefix (default {DEFAULT_PREFIX})")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -41,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
     s.add_argument("--fair-cap-ms", type=float, default=150.0, help="fair order: longest hold of a play (ms)")
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
-    s.add_argument("--log", metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
+    s.add_argument("--log", type=argtypes.out_file, metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
     s.add_argument("--relay-id", default="relay-0", help="this relay's name (status topic)")
     s.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192,
                    help="largest message in bytes the embedded broker passes on and the relay reads (default 8192)")
@@ -61,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--match", metavar="CODE", help="join this match (default: quick match)")
     b.add_argument("--create", action="store_true", help="create a match and print its code")
     b.add_argument("--game", choices=GAME_NAMES, default="blink")
-    b.add_argument("--players", type=argtypes.whole(1, 64), default=2, help="seats when creating a match")
+    b.add_argument("--players", type=argtypes.whole(0, 10_000), default=2,
+                   help="seats when creating a match (as many as the game allows)")
     b.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating")
     b.add_argument("--name", default="bot")
     b.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="median reaction time in seconds")
@@ -69,14 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     mt = sub.add_parser("match", help="a whole match between bots")
     mt.add_argument("--game", choices=GAME_NAMES, default="blink")
-    mt.add_argument("--bots", type=argtypes.whole(1, 64), default=2, help="number of bot players")
+    mt.add_argument("--bots", type=argtypes.whole(0, 10_000), default=2,
+                    help="number of bot players (as many as the game allows: BLINK 2, the dice games 2 or more)")
     mt.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
     mt.add_argument("--seed", type=int, help="seed for the relay (when started here) and the bots")
     mt.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON")
     mt.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="bots' median reaction time in seconds")
     mt.add_argument("--timeout", type=argtypes.seconds(0, 3600), default=900.0, help="give up after this many seconds")
     mt.add_argument("--json", action="store_true", help="print one JSON object")
-    mt.add_argument("--log", metavar="PATH", help="write every public event as JSON Lines")
+    mt.add_argument("--log", type=argtypes.out_file, metavar="PATH", help="write every public event as JSON Lines")
     mt.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="relay ordering (local relay)")
 
     w = sub.add_parser("watch", help="spectate a running match by code (prints its public events)")
@@ -109,7 +121,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.getLogger(name).setLevel(logging.CRITICAL)
     if args.command is None:
         parser.print_help()
-        return 2
+        return argtypes.USAGE
+    problem = None
+    if args.command == "match":
+        problem = argtypes.seats_problem(args.game, args.bots, "--bots")
+    elif args.command == "bot" and args.create:
+        problem = argtypes.seats_problem(args.game, args.players, "--players")
+    if problem is not None:
+        print(f"blink {args.command}: {problem}", file=sys.stderr)
+        return argtypes.USAGE
     topics = Topics(prefix=args.prefix)
     try:
         if args.command == "serve":
@@ -146,9 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except UserError as exc:
         print(f"blink {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return exc.status
     parser.error(f"unknown command {args.command}")
-    return 2
 
 
 def _friendly(exc: BaseException) -> UserError:
@@ -179,12 +198,14 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
     host, port = args.host or ("0.0.0.0" if args.lan else "127.0.0.1"), args.port
     lan: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
     if args.interface and not args.lan:
-        raise UserError("--interface only goes with --lan")
+        raise UsageError("--interface only goes with --lan")
+    if args.lan and args.broker:
+        raise UsageError("--lan hosts its own broker on this machine: leave out --broker")
+    if args.lan and _loopback(host):
+        raise UsageError(f"--host {host} is loopback: nobody else could reach it (leave out --host)")
     if args.lan:  # all interfaces, the next free port, advertised over multicast DNS (client/lan.py)
         from client import lan as lanmod
 
-        if args.broker:
-            raise UserError("--lan hosts its own broker on this machine: leave out --broker")
         try:
             port = lanmod.lan_port(host, port, args.interface, _warn)
         except lanmod.LanError as err:
@@ -219,6 +240,15 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
         raise _friendly(exc) from exc
     print("blink relay stopped.", flush=True)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _say(line: str) -> None:
@@ -281,13 +311,10 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
     from protocol.rules import game_for
 
     game = game_for(args.game)
-    problem = game.seats_problem(args.bots)
-    if problem is not None:
-        raise UserError(problem)
     try:
         game.check_settings(args.settings, args.bots)
     except (ValueError, TypeError) as exc:
-        raise UserError(f"bad --settings: {exc}") from exc
+        raise UsageError(f"bad --settings: {exc}") from exc
     config = RelayConfig(order=args.order)
     try:
         async with LocalServer(None, args.seed, config, topics=topics, relay=True) if not args.server \
@@ -301,7 +328,10 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
     except Exception as exc:  # noqa: BLE001
         raise _friendly(exc) from exc
     if args.log:
-        write_log(args.log, result.events)
+        try:
+            write_log(args.log, result.events)
+        except OSError as exc:  # checked at the start; the folder may have gone since
+            raise UserError(f"could not write --log {args.log}: {exc.strerror or exc}") from exc
     summary = result.summary()
     if args.json:
         print(json.dumps(summary))
@@ -314,32 +344,92 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
     return 0
 
 
-async def _watch(args: argparse.Namespace, topics: Topics) -> int:
-    from mqttkit import parse_url
-    from client.matchrun import event_line
-    from client.player import Player, RequestError
+RELAY_STATUS_WAIT_S = 1.5  # retained status messages arrive at once; this is only the "none" case
+WATCH_ANSWER_S = 5.0  # the relay answers a Resync at once; this is only a relay that does not answer
+GAP_WAIT_S = 1.0  # an event missing this long is asked for again (Resync from it) ...
+GAP_GIVE_UP_S = 3.0  # ... and after this long it is skipped, with a note on stderr
 
-    last = 0
+
+async def _relay_online(address: Any, topics: Topics) -> bool:
+    """Is any relay online on this broker? Each relay keeps a retained ``RelayStatus`` on
+    ``relay/<id>/status`` (its last will turns it offline), so a subscription answers at once."""
+    import aiomqtt
+
+    from client.net import new_client_id
+    from protocol import messages as m
+    from protocol.codec import DecodeError, decode
+
+    async with aiomqtt.Client(address.host, address.port, identifier=new_client_id("wq"),
+                              username=address.username, password=address.password) as client:
+        await client.subscribe(topics.relay_status("+"), qos=0)
+        try:
+            async with asyncio.timeout(RELAY_STATUS_WAIT_S):
+                async for message in client.messages:
+                    try:
+                        msg = decode(bytes(message.payload)) if isinstance(message.payload, (bytes, bytearray)) else None
+                    except DecodeError:
+                        continue
+                    if isinstance(msg, m.RelayStatus) and msg.online:
+                        return True
+        except TimeoutError:
+            pass
+    return False
+
+
+async def _watch(args: argparse.Namespace, topics: Topics) -> int:
+    """Spectate a match from its beginning: ask the relay for its past events (``Resync`` with
+    ``from_seq`` 1), then follow the live ones, printing each seq once and in order; end with the
+    match's result."""
+    import time
+
+    from mqttkit import parse_url
+    from client.player import Player
+    from protocol import messages as m
+
+    code = args.code.strip().upper()
+    address = parse_url(args.server)
     try:
-        async with Player(parse_url(args.server), "spectator", topics) as player:
-            code = await player.watch(args.code)
-            print(f"watching {player.model.game} match {code}: {', '.join(player.model.players)}", file=sys.stderr)
-            while True:
-                for ev in [e for e in player.model.events if e.seq > last]:
-                    last = ev.seq
-                    line = event_line(ev)
-                    if args.json:
-                        print(json.dumps(line), flush=True)
-                    else:
-                        rest = {k: v for k, v in line.items() if k not in ("seq", "ts", "type", "game", "match")}
-                        print(f"{ev.seq:6d}  game {ev.game}  {ev.type:18s} {json.dumps(rest)}", flush=True)
-                    if ev.type == "match_over":
-                        return 0
-                if player.match_over():
-                    return 0
-                await player.wait_change(0.5)
-    except RequestError as exc:
-        raise UserError(str(exc)) from exc
+        if not await _relay_online(address, topics):
+            raise UserError(f"no relay is online on {address.url} (start one with `blink serve --broker {address.url}`)")
+        async with Player(address, "spectator", topics, ping_interval_s=0) as player:
+            events: dict[int, m.Event] = {}
+            latest: list[m.Snapshot] = []
+            refused: list[m.RequestRejected] = []
+            own = player.conn.on_message
+
+            def tap(msg: Any, now_ns: int) -> None:  # sees every message, the re-sent past ones too
+                if isinstance(msg, m.Event) and msg.match == code:
+                    events.setdefault(msg.seq, msg)
+                elif isinstance(msg, m.Snapshot) and msg.match == code:
+                    latest.append(msg)
+                elif isinstance(msg, m.RequestRejected):
+                    refused.append(msg)
+                own(msg, now_ns)
+
+            player.conn.on_message = tap
+            player.model.spectate(code)
+            await player.conn.watch(code)  # subscribed before asking: no live event falls between
+            await player.conn.request(m.Resync(code, from_seq=1))
+            asked = time.monotonic()
+            while not events and not refused:
+                if time.monotonic() - asked > WATCH_ANSWER_S:
+                    raise UserError(f"no answer from the relay about match {code} within {WATCH_ANSWER_S:g} s")
+                await player.wait_change(0.25)
+            if refused and not events:
+                if refused[-1].code == "no_such_match":
+                    raise UserError(f"no match {code} on this relay (a match ends when its players leave)")
+                raise UserError(f"the relay refused: {refused[-1].code}: {refused[-1].detail}")
+            # The past comes in one burst; give seq 1 a moment to arrive if a live event came first.
+            while 1 not in events and time.monotonic() - asked < GAP_WAIT_S:
+                await player.wait_change(0.1)
+            first = 1 if 1 in events else min(events)
+            if first > 1:
+                print(f"blink watch: the relay no longer keeps events before seq {first}", file=sys.stderr)
+            header = latest[-1] if latest else None
+            game = header.game_name if header else events[first].data.get("game_name", "")
+            players = f": {', '.join(header.players)}" if header and header.players else ""
+            print(f"watching {game} match {code}{players}", file=sys.stderr, flush=True)
+            return await _follow(args, player, code, events, latest, first)
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -359,6 +449,56 @@ def _broker_config(args: argparse.Namespace, topics: Topics) -> int:
           file=sys.stderr)
     print(login.login_url, flush=True)
     return 0
+
+
+async def _follow(args: argparse.Namespace, player: Any, code: str, events: dict[int, Any], latest: list[Any],
+                  first: int) -> int:
+    import time
+
+    from client.matchrun import event_line
+    from protocol import messages as m
+
+    nxt, waiting_since = first, None
+    while True:
+        while nxt in events:
+            ev = events.pop(nxt)
+            nxt += 1
+            waiting_since = None
+            line = event_line(ev)
+            if args.json:
+                print(json.dumps(line), flush=True)
+            else:
+                rest = {k: v for k, v in line.items() if k not in ("seq", "ts", "type", "game", "match")}
+                print(f"{ev.seq:6d}  game {ev.game}  {ev.type:18s} {json.dumps(rest)}", flush=True)
+            known = max([*events, *(s.seq for s in latest[-1:])], default=0)
+            if ev.type == "match_over" and known <= ev.seq:  # the end, not an earlier match before a rematch
+                players = list(latest[-1].players) if latest else list(player.model.players)
+                _print_result(args, ev.data, players)
+                return 0
+        if player.model.lost:
+            raise UserError(f"lost the connection to the broker: {player.model.lost}")
+        if events:  # a later event is here but not this one: ask again, then skip it
+            now = time.monotonic()
+            if waiting_since is None:
+                waiting_since = now
+            elif now - waiting_since > GAP_GIVE_UP_S:
+                skip_to = min(events)
+                print(f"blink watch: events {nxt} to {skip_to - 1} were lost", file=sys.stderr, flush=True)
+                nxt, waiting_since = skip_to, None
+                continue
+            elif now - waiting_since > GAP_WAIT_S:
+                await player.conn.request(m.Resync(code, from_seq=nxt))
+        await player.wait_change(0.5)
+
+
+def _print_result(args: argparse.Namespace, over: dict[str, Any], players: list[str]) -> None:
+    """The match's result, one line: to stdout, or with --json to stderr (stdout stays the log)."""
+    winners = [str(w) for w in over.get("winners") or ([over["winner"]] if over.get("winner") is not None else [])]
+    wins = over.get("wins") or []
+    score = ", ".join(f"{name} {w}" for name, w in zip(players, wins))
+    who = ("winner " + winners[0]) if len(winners) == 1 else ("winners " + " and ".join(winners)) if winners else "no winner"
+    line = f"match over: {who} ({over.get('reason', '?')}); games won: {score or '-'}"
+    print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
 
 
 class _Nothing:

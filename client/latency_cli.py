@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import types
 import warnings
@@ -67,7 +66,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--settings", type=argtypes.settings, default={},
                    help="game settings as JSON, over the harness's defaults (blink: best of 1, 0.5 s countdown)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--plot", metavar="PATH", help="write a PNG with latency CDFs and win rates (needs matplotlib)")
+    p.add_argument("--plot", type=argtypes.out_file, metavar="PATH", help="write a PNG with latency CDFs and win rates (needs matplotlib)")
     p.error = types.MethodType(_one_line_error, p)  # type: ignore[method-assign]
 
 
@@ -113,10 +112,7 @@ def run(args: argparse.Namespace, topics: Any) -> int:
         return fail("--fair-cap-ms must be from 0 to 10000", 2)
     if args.fair_cap_ms is not None and args.server:
         return fail("--fair-cap-ms applies to the local relay only (set it on `blink serve` instead)", 2)
-    if args.plot:
-        folder = os.path.dirname(os.path.abspath(args.plot))
-        if not os.path.isdir(folder):
-            return fail(f"--plot: no such directory: {folder}", 2)
+    if args.plot:  # the path itself was checked when the arguments were read (argtypes.out_file)
         if not have_matplotlib():
             return fail("--plot needs matplotlib: pip install 'blink-race[bench]' (or pip install matplotlib)", 1)
     settings = {**game_for(args.game).quick_settings, **args.settings}

@@ -924,6 +924,11 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     if args.relay_pid is not None and not args.server:
         print("blink load: --relay-pid goes with --server (a relay started here is measured anyway)", file=sys.stderr)
         return 2
+    try:  # bad input is status 2 and found before anything starts; LoadError later is a run-time failure (1)
+        check_config(cfg)
+    except LoadError as exc:
+        print(f"blink load: {exc}", file=sys.stderr)
+        return 2
     tty = sys.stderr.isatty()
     last = [0.0]
 

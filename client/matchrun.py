@@ -88,10 +88,8 @@ def event_line(ev: m.Event) -> dict[str, Any]:
 
 
 def write_log(path: str | Path, events: list[m.Event]) -> None:
-    p = Path(path)
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
-    with open(p, "w", encoding="utf-8") as f:
+    # No folder is created: the command line checked that it exists (client/args.out_file).
+    with open(Path(path), "w", encoding="utf-8") as f:
         for ev in events:
             f.write(json.dumps(event_line(ev)) + "\n")
 

@@ -10,7 +10,8 @@ broker + relay already starting, so a bot game works on a fresh machine; ``--bot
 ``--match``/``--quick``/``--autoplay`` skip the menu and start that game at once.
 
 Exit status: 0 after a normal quit, 1 when the window could not open or the game could not start
-(the reason is printed as one line), 2 for bad arguments.
+(the reason is printed as one line), 2 for bad arguments -- paths included: ``--screenshot`` and
+``--frame-stats`` must name a writable file in an existing folder, checked before the window opens.
 """
 
 from __future__ import annotations
@@ -49,14 +50,15 @@ def add_parser(sub: Any) -> None:
                    help="play a bot at once: easy, normal, hard, expert or its reaction time in seconds")
     p.add_argument("--game", choices=GAME_NAMES, default="blink",
                    help="game: blink (speed cards), takeaway, sequence or ryo (Roll Your Own)")
-    p.add_argument("--players", type=int, default=2, metavar="N",
-                   help="seats in a match you create (BLINK: 2; the dice games: 2 or more; bots fill the others)")
+    p.add_argument("--players", type=argtypes.whole(0, 10_000), default=2, metavar="N",
+                   help="seats in a match you create (BLINK: 2; Takeaway 2-6, Sequence 2-4, Roll Your Own 2-8; "
+                        "bots fill the others)")
     mode.add_argument("--watch", metavar="CODE", help="spectate a running match by code (read-only; needs --server)")
     p.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating a match")
     p.add_argument("--autoplay", action="store_true", help="a bot plays for you (demos, tests)")
-    p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
+    p.add_argument("--screenshot", type=argtypes.out_file, metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
     p.add_argument("--quit-after", type=argtypes.seconds(0, 86400), metavar="SECONDS", help="close the window after this many seconds")
-    p.add_argument("--frame-stats", metavar="PATH", help="write frame-time and input-delay statistics (JSON)")
+    p.add_argument("--frame-stats", type=argtypes.out_file, metavar="PATH", help="write frame-time and input-delay statistics (JSON)")
     p.add_argument("--width", type=argtypes.whole(320, 8192, 'pixels'), default=1100, help="window width in pixels (default 1100)")
     p.add_argument("--height", type=argtypes.whole(320, 8192, 'pixels'), default=720, help="window height in pixels (default 720)")
     p.add_argument("--mute", action="store_true", help="no sound")
@@ -69,10 +71,10 @@ def run(args: argparse.Namespace, topics: Any) -> int:
     from protocol.rules import game_for
 
     game = game_for(args.game)
-    problem = game.seats_problem(args.players)
+    problem = argtypes.seats_problem(args.game, args.players, "--players")
     if problem is not None:
-        print(f"blink play: --players: {problem}", file=sys.stderr)
-        return 2
+        print(f"blink play: {problem}", file=sys.stderr)
+        return argtypes.USAGE
     try:
         game.check_settings(args.settings, args.players)
     except (ValueError, TypeError) as exc:

@@ -64,6 +64,10 @@ class ProbeReply:
 @dataclass(frozen=True)
 class Resync:
     match: str
+    # 0: the current views and snapshot only. N >= 1: also the match's past public events from seq N
+    # that the relay still keeps (a bounded number), sent to the asker's private topic first -- a
+    # spectator that arrives late starts from the match's beginning.
+    from_seq: int = 0
 
 
 @message("Leave")

@@ -26,6 +26,10 @@ public snapshot is replaced. An action is answered to its sender only (``ActionA
 ``ActionRejected`` with a reason code). Answers are remembered per client and action id, so a
 duplicate (QoS 1 redelivery, a resend) gets the same answer again and is never applied twice.
 
+A spectator arriving late asks ``Resync(match, from_seq=1)``: the match's past public events (the
+last ``PAST_EVENTS`` since the match or its latest rematch began, at most once a second per client
+and match) go to its private topic before the snapshot, so ``blink watch`` starts from the beginning.
+
 Bad input never raises out of ``handle``: undecodable bytes, unknown types, unknown matches or
 players, actions out of phase all become a rejection to the sender (when the topic names one)
 and a ``bad_input`` log record.
@@ -34,7 +38,7 @@ and a ``bad_input`` log record.
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from protocol import messages as m
@@ -52,6 +56,7 @@ ORDERS = ("arrival", "fair")
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
 REMEMBERED_ANSWERS = 512  # per client: duplicates older than this are answered as unknown
 NS = 1_000_000_000
+PAST_EVENTS = 4096  # per match: public events kept for a late spectator's Resync(from_seq)
 
 
 class RelayCore:
@@ -63,6 +68,8 @@ class RelayCore:
         self.matches: dict[str, Match] = {}
         self.client_match: dict[str, str] = {}
         self._answers: dict[str, OrderedDict[tuple[str, int], m.ActionAccepted | m.ActionRejected]] = {}
+        # Per match: its last public events, and when each client last had them re-sent.
+        self._past: dict[str, tuple[deque[m.Event], dict[str, int]]] = {}
         self.stats: dict[str, Any] = {"accepted": 0, "rejected": {}}
         if self.config.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.config.order!r}")
@@ -151,6 +158,8 @@ class RelayCore:
             if match is None:
                 self._reject_req(client, "no_such_match", f"no match {msg.match[:16]!r}", now_ns, out)
             else:
+                if msg.from_seq > 0:
+                    self._resend_past(match.code, client, msg.from_seq, now_ns, out)
                 self._send_views(match, out, only=client)
                 self._publish_snapshot(match, now_ns, out)
         elif isinstance(msg, m.Rematch):
@@ -161,6 +170,13 @@ class RelayCore:
             self.fair.on_probe_reply(client, msg.sent_ns, now_ns)
         else:
             self._reject_req(client, "unexpected", f"{type(msg).__name__} is not a request", now_ns, out)
+
+    def _resend_past(self, code: str, client: str, from_seq: int, now_ns: int, out: list[Out]) -> None:
+        past, last_sent = self._past.get(code, (deque(), {}))
+        if now_ns - last_sent.get(client, now_ns - NS) < NS:
+            return  # a second ago already: a client cannot make the relay repeat a match in a loop
+        last_sent[client] = now_ns
+        out.extend(Publish(self.topics.client(client), ev) for ev in past if ev.seq >= from_seq)
 
     def _reject_req(self, client: str, code: str, detail: str, now_ns: int, out: list[Out]) -> None:
         out.append(Publish(self.topics.client(client), m.RequestRejected(code, detail)))
@@ -272,6 +288,7 @@ class RelayCore:
 
     def _close(self, match: Match, out: list[Out]) -> None:
         self.matches.pop(match.code, None)
+        self._past.pop(match.code, None)
         self.fair.drop_match(match.code)
         out.append(Publish(self.topics.snap(match.code), b"", retain=True))  # clears the retained snapshot
 
@@ -536,6 +553,12 @@ class RelayCore:
         public = _with_names(data, match.names)
         ev = m.Event(match=match.code, seq=match.seq, ts=now_ns, game=max(match.game_index, 0), type=etype, data=public)
         out.append(Publish(self.topics.ev(match.code), ev))
+        past = self._past.get(match.code)
+        if past is None:
+            past = self._past[match.code] = (deque(maxlen=PAST_EVENTS), {})
+        if etype == "rematch_started":  # a new match under the same code: it begins here
+            past[0].clear()
+        past[0].append(ev)
         out.append(LogRecord({"kind": "event", "match": match.code, "seq": match.seq, "ts": now_ns,
                               "game": ev.game, "type": etype, **public}))
 

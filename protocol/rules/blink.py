@@ -1,4 +1,4 @@
-"""BLINK, the speed-card race (RULES.md section 1), as a pure, immutable rule engine.
+"""BLINK, the speed-card race (docs/RULES.md section 1), as a pure, immutable rule engine.
 
 How this works
 --------------

@@ -1,4 +1,4 @@
-"""Roll Your Own, custom dice duels (RULES.md section 4), as a pure, immutable rule engine.
+"""Roll Your Own, custom dice duels (docs/RULES.md section 4), as a pure, immutable rule engine.
 
 How this works
 --------------
@@ -906,8 +906,9 @@ def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
 def summarise_games(events: Sequence[PublicEvent], players: Sequence[str],
                     games: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One relay game holds a whole Roll Your Own match: list its own games (``game_won`` events) as
-    a player counts them, the last one carrying the relay game's result, with each player's games
-    and rounds won."""
+    a player counts them, numbered from 0 like every ``game`` field, each with its ``winner``,
+    ``winners``, ``reason`` and the games won so far; the last one also carries the relay game's
+    result (its reason, scores and each player's rounds won)."""
     results = [ev for ev in events if ev.type == "game_result"]
     entries = [dict(g) for g in games]
     for entry, ev in zip(entries, results):
@@ -915,8 +916,17 @@ def summarise_games(events: Sequence[PublicEvent], players: Sequence[str],
             entry["games_won"] = dict(zip(players, ev.data["games"]))
         if isinstance(ev.data.get("rounds"), list):
             entry["rounds_won"] = dict(zip(players, ev.data["rounds"]))
-    inner = [{"game": ev.data.get("ryo_game"), "winner": ev.data.get("player")} for ev in events
-             if ev.type == "game_won"]
+    inner: list[dict[str, Any]] = []
+    for ev in events:
+        if ev.type != "game_won":
+            continue
+        number = ev.data.get("ryo_game")
+        winner = ev.data.get("player")
+        entry = {"game": number - 1 if isinstance(number, int) else len(inner), "winner": winner,
+                 "winners": [] if winner is None else [winner], "reason": "game_won"}
+        if isinstance(ev.data.get("games"), list):
+            entry["games_won"] = dict(zip(players, ev.data["games"]))
+        inner.append(entry)
     if not inner:
         return entries
     if entries:

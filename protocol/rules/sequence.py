@@ -1,4 +1,4 @@
-"""Sequence Dice (RULES.md section 3), as a pure, immutable rule engine.
+"""Sequence Dice (docs/RULES.md section 3), as a pure, immutable rule engine.
 
 How this works
 --------------

@@ -1,4 +1,4 @@
-"""Takeaway Dice, a cluster of Blinks (RULES.md section 2), as a pure, immutable rule engine.
+"""Takeaway Dice, a cluster of Blinks (docs/RULES.md section 2), as a pure, immutable rule engine.
 
 How this works
 --------------

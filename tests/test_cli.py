@@ -1,0 +1,255 @@
+"""The ``blink`` command line: paths checked before anything starts, one exit-status convention
+(2 bad input, 1 a failure at run time), players per game, ``blink watch`` from the match's
+beginning with its result, and Roll Your Own's ``--json`` games."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import messages as m
+from protocol.rules import game_for
+from relay.broker import BrokerAddress, free_port
+from relay.core import PAST_EVENTS, Publish
+from client.bots import Bot
+from client.matchrun import LocalServer
+from client.net import Connection
+from client.player import Player
+from tests.test_relay_core import Harness, T
+
+BLINK = [sys.executable, "-m", "client.cli"]
+FAST = {"countdown_s": 0.3, "stalemate_pause_s": 0.2, "pick_time_s": 1.0}
+
+
+def blink(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BLINK, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------ paths
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["play", "--screenshot", "{missing}/x.png", "--quit-after", "1"], "no such directory"),
+    (["play", "--screenshot", "{dir}", "--quit-after", "1"], "is a directory"),
+    (["play", "--frame-stats", "{missing}/stats.json"], "no such directory"),
+    (["play", "--frame-stats", "{dir}"], "is a directory"),
+    (["serve", "--port", "{port}", "--log", "{missing}/relay.jsonl"], "no such directory"),
+    (["serve", "--port", "{port}", "--log", "{dir}"], "is a directory"),
+    (["match", "--log", "{missing}/match.jsonl"], "no such directory"),
+    (["match", "--log", "{file}/match.jsonl"], "not a directory"),
+    (["latency", "--plot", "{missing}/plot.png"], "no such directory"),
+])
+def test_a_path_that_cannot_be_written_is_one_line_and_status_2_before_anything_starts(
+        tmp_path: Path, argv: list[str], says: str) -> None:
+    (tmp_path / "plain").write_text("")
+    port = str(free_port())
+    values = {"missing": str(tmp_path / "no" / "such"), "dir": str(tmp_path), "file": str(tmp_path / "plain"),
+              "port": port}
+    proc = blink(*[a.format(**values) for a in argv])
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert says in line and argv[0] in line
+    assert not (tmp_path / "no").exists(), "a missing folder is an error, never created"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"], "nothing was written"
+    assert proc.stdout == "", "nothing started (nothing said it was running)"
+
+
+def test_screenshot_under_proc_is_refused_at_once() -> None:
+    proc = blink("play", "--screenshot", "/proc/nope/x.png", "--quit-after", "1")
+    assert proc.returncode == 2 and "/proc/nope" in one_line(proc)
+    assert not Path("/proc/nope").exists()
+
+
+# ------------------------------------------------------------------------------------ exit statuses
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["match", "--bots", "3"], "BLINK is for 2 players, not 3"),
+    (["match", "--bots", "1"], "BLINK is for 2 players, not 1"),
+    (["match", "--game", "takeaway", "--bots", "9"], "Takeaway Dice is for 2 to 6 players, not 9"),
+    (["match", "--game", "sequence", "--bots", "5"], "Sequence Dice is for 2 to 4 players, not 5"),
+    (["bot", "--server", "mqtt://127.0.0.1:1", "--create", "--game", "ryo", "--players", "1"],
+     "Roll Your Own is for 2 to 8 players, not 1"),
+    (["play", "--players", "3"], "BLINK is for 2 players, not 3"),
+    (["play", "--game", "takeaway", "--players", "7"], "Takeaway Dice is for 2 to 6 players, not 7"),
+    (["match", "--settings", "{bad"], "JSON"),
+    (["match", "--settings", '{"best_of": 2}'], "best_of"),
+    (["match", "--bots", "two"], "not a whole number"),
+    (["serve", "--interface", "lo"], "--interface only goes with --lan"),
+    (["serve", "--lan", "--broker", "mqtt://127.0.0.1:1"], "leave out --broker"),
+    (["serve", "--broker", "http://x"], "unsupported scheme"),
+    (["watch", "ABCDE"], "--server"),
+    (["play", "--no-such-option"], "unrecognized arguments"),
+    (["load", "--matches", "0"], "must be from 1"),
+    (["load", "--matches", "2000"], "without --server"),
+    (["load", "--matches", "1", "--relay-pid", "1"], "--relay-pid goes with --server"),
+    (["lan", "--timeout", "0"], "must be from"),
+    (["latency", "--loss", "2"], "loss"),
+])
+def test_bad_input_is_status_2(argv: list[str], says: str) -> None:
+    proc = blink(*argv)
+    assert proc.returncode == 2, proc.stderr
+    assert says in one_line(proc)
+
+
+def test_failures_at_run_time_are_status_1(mosquitto: BrokerAddress) -> None:
+    nobody = f"mqtt://127.0.0.1:{free_port()}"
+    for argv, says in [
+        (["bot", "--server", nobody], "cannot reach"),
+        (["watch", "ABCDE", "--server", nobody], "cannot reach"),
+        (["load", "--matches", "1", "--server", nobody], "cannot reach"),
+        (["latency", "--matches", "1", "--duration", "1", "--server", nobody], "cannot reach"),
+        (["watch", "ABCDE", "--server", mosquitto.url], "no relay is online"),
+    ]:
+        proc = blink(*argv)
+        assert proc.returncode == 1, (argv, proc.stderr)
+        assert says in one_line(proc), argv
+    # With a relay on that broker (its shipped ACL), the relay's own answer is what is said.
+    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.url], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert "running" in (serve.stdout.readline() if serve.stdout else "")
+        proc = blink("watch", "ABCDE", "--server", mosquitto.url)
+        assert proc.returncode == 1 and "no match ABCDE on this relay" in one_line(proc)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=30)
+
+
+def test_players_accepted_are_what_each_game_allows() -> None:
+    from client import args as argtypes
+
+    for name in ("blink", "takeaway", "sequence", "ryo"):
+        game = game_for(name)
+        for n in range(0, 12):
+            problem = argtypes.seats_problem(name, n, "--bots")
+            assert (problem is None) == (game.min_players <= n <= game.max_players), (name, n)
+            if problem is not None:
+                assert game.title in problem and f"{game.min_players}-{game.max_players}" not in problem
+
+
+# ------------------------------------------------------------------------------------ the relay's past events
+
+
+def test_resync_from_seq_resends_the_match_past_events_to_the_asker_only() -> None:
+    h = Harness()
+    code = h.start_match({"countdown_s": 0.5})
+    past = [e for e in h.events() if e.match == code]
+    assert len(past) >= 5 and [e.seq for e in past] == list(range(1, len(past) + 1))
+
+    out = h.send(T.req("watcher"), m.Resync(code, from_seq=1))
+    again = [x for x in h.to("watcher", out) if isinstance(x, m.Event)]
+    assert again == past, "every past event, in order, to the asker's own topic"
+    assert not [o for o in out if isinstance(o, Publish) and isinstance(o.msg, m.Event)
+                and o.topic != T.client("watcher")], "nobody else gets them again"
+    assert any(isinstance(o.msg, m.Snapshot) for o in out if isinstance(o, Publish))
+
+    out = h.send(T.req("watcher"), m.Resync(code, from_seq=3))
+    assert not [x for x in h.to("watcher", out) if isinstance(x, m.Event)], "once a second at most"
+    h.tick(1.0)
+    out = h.send(T.req("watcher"), m.Resync(code, from_seq=3))
+    assert [x.seq for x in h.to("watcher", out) if isinstance(x, m.Event)] == [e.seq for e in past[2:]]
+
+    out = h.send(T.req("other"), m.Resync(code))  # a plain resync (a gap) sends no past events
+    assert not [x for x in h.to("other", out) if isinstance(x, m.Event)]
+
+    out = h.send(T.req("watcher"), m.Resync("ZZZZZ", from_seq=1))
+    assert [x.code for x in h.to("watcher", out) if isinstance(x, m.RequestRejected)] == ["no_such_match"]
+
+
+def test_the_relay_keeps_a_bounded_past_per_match() -> None:
+    h = Harness()
+    code = h.start_match()
+    match = h.core.matches[code]
+    for _ in range(PAST_EVENTS + 10):
+        h.core._event(match, h.now, [], {"type": "race_resumed"})
+    h.tick(1.0)
+    out = h.send(T.req("w"), m.Resync(code, from_seq=1))
+    got = [x.seq for x in h.to("w", out) if isinstance(x, m.Event)]
+    assert len(got) == PAST_EVENTS and got == list(range(match.seq - PAST_EVENTS + 1, match.seq + 1))
+
+
+# ------------------------------------------------------------------------------------ blink watch
+
+
+async def _watch_a_running_match(tmp: Path) -> tuple[list[dict[str, Any]], str, int, list[m.Event], str]:
+    async with LocalServer(None, 5) as server:
+        url = server.address.url
+        every: list[m.Event] = []
+        log = Connection(server.address, on_message=lambda msg, now: every.append(msg)
+                         if isinstance(msg, m.Event) else None, ping_interval_s=0)
+        async with log:
+            await log.watch_all()
+            async with Player(server.address, "ann") as a, Player(server.address, "bob") as b:
+                code = await a.create("blink", {**FAST, "best_of": 1})
+                await b.join(code)
+                bots = [asyncio.create_task(Bot(p, reaction_s=0.08, seed=i).run()) for i, p in enumerate((a, b))]
+                deadline = asyncio.get_running_loop().time() + 60
+                while max((e.seq for e in every), default=0) < 12:  # well into the match
+                    assert asyncio.get_running_loop().time() < deadline, "the match does not run"
+                    await asyncio.sleep(0.05)
+                watch = await asyncio.create_subprocess_exec(
+                    *BLINK, "watch", code.lower(), "--server", url, "--json",
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                out, err = await asyncio.wait_for(watch.communicate(), timeout=120)
+                for t in bots:
+                    t.cancel()
+                await asyncio.gather(*bots, return_exceptions=True)
+                missing = await asyncio.create_subprocess_exec(
+                    *BLINK, "watch", "QQQQQ", "--server", url, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE)
+                _, missing_err = await asyncio.wait_for(missing.communicate(), timeout=60)
+                assert missing.returncode == 1
+        lines = [json.loads(x) for x in out.decode().splitlines()]
+        assert watch.returncode == 0, err.decode()
+        return lines, err.decode(), missing.returncode, [e for e in every if e.match == code], missing_err.decode()
+
+
+def test_watch_starts_from_the_beginning_and_ends_with_the_result(tmp_path: Path) -> None:
+    lines, err, _, every, missing_err = asyncio.run(_watch_a_running_match(tmp_path))
+    assert [x["seq"] for x in lines] == list(range(1, len(lines) + 1)), "from seq 1, each once, in order"
+    assert lines[0]["type"] == "match_created" and lines[-1]["type"] == "match_over"
+    assert [(e.seq, e.type) for e in every if e.seq <= len(lines)] == [(x["seq"], x["type"]) for x in lines], \
+        "the very events the relay published"
+    over = lines[-1]
+    result = [x for x in err.splitlines() if x.startswith("match over:")]
+    assert len(result) == 1 and over["reason"] in result[0]
+    assert (over["winner"] is None) or f"winner {over['winner']}" in result[0]
+    assert "games won:" in result[0] and "Traceback" not in err
+    assert missing_err.strip() == "blink watch: no match QQQQQ on this relay (a match ends when its players leave)"
+
+
+# ------------------------------------------------------------------------------------ Roll Your Own's --json
+
+
+def test_roll_your_own_json_numbers_games_from_0_and_each_has_winners_and_reason(tmp_path: Path) -> None:
+    log = tmp_path / "ryo.jsonl"
+    proc = blink("match", "--game", "ryo", "--bots", "2", "--seed", "3", "--reaction", "0.005", "--json",
+                 "--log", str(log), "--settings", json.dumps({"rolls_per_round": 2, "rounds_per_game": 1,
+                                                              "games_per_match": 2}), timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    games = summary["games"]
+    events = [json.loads(x) for x in log.read_text().splitlines()]
+    won = [e for e in events if e["type"] == "game_won"]
+    assert len(games) == len(won) >= 2
+    assert [g["game"] for g in games] == list(range(len(games)))
+    for g, e in zip(games, won):
+        assert g["winner"] == e["player"] and g["winners"] == [e["player"]] and g["reason"]
+        assert g["games_won"] == dict(zip(summary["players"], e["games"]))
+    assert games[-1]["reason"] == next(e for e in events if e["type"] == "game_result")["reason"]
+    assert summary["winners"] == games[-1]["winners"]
