@@ -119,7 +119,7 @@ def test_failures_at_run_time_are_status_1(mosquitto: BrokerAddress) -> None:
         assert proc.returncode == 1, (argv, proc.stderr)
         assert says in one_line(proc), argv
     # With a relay on that broker (its shipped ACL), the relay's own answer is what is said.
-    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.url], stdout=subprocess.PIPE,
+    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.login_url], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
         assert "running" in (serve.stdout.readline() if serve.stdout else "")
