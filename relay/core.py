@@ -121,11 +121,11 @@ class RelayCore:
                     return out
                 self._on_act(code, client, payload, now_ns, out)
                 return out
-            client = self.topics.parse_req(topic)
-            if client is not None:
-                if valid_id(client) and not self._admit(client, None, payload, now_ns, out):
+            requester = self.topics.parse_req(topic)
+            if requester is not None:
+                if valid_id(requester) and not self._admit(requester, None, payload, now_ns, out):
                     return out
-                self._on_req(client, payload, now_ns, out)
+                self._on_req(requester, payload, now_ns, out)
                 return out
             self._bad_quietly(now_ns, out, "unknown_topic", topic=topic[:200])
         except Exception as exc:  # noqa: BLE001 - the relay never stops for bad input

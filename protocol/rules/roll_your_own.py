@@ -155,7 +155,8 @@ def _check_players(players: int, s: Settings) -> None:
         # Whatever the others take, the last builder must still find six tiles within the budget:
         # the worst case is that the others took the cheapest 6*(players-1) tiles.
         # Walked by value rather than spelled out tile by tile: a pool may hold ~20,000 tiles.
-        skip, last = FACES * (players - 1), []
+        skip = FACES * (players - 1)  # the tiles the others may take, cheapest first
+        last: list[int] = []
         for v, n in enumerate(s.tile_pool):
             taken = min(skip, n)
             skip -= taken
