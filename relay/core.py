@@ -227,6 +227,13 @@ class RelayCore:
     def _schedule(self, match: Match, at_ns: int) -> None:
         match.housekeep_at = at_ns
         self._housekeeping.add(at_ns, match.code, match.status)
+        self._compact_housekeeping()
+
+    def _compact_housekeeping(self) -> None:
+        """Drop the moot deadlines (started, closed, rematched matches) once they are the majority."""
+        if len(self._housekeeping) > 2 * len(self.matches) + 64:
+            self._housekeeping.rebuild([(x.housekeep_at, x.code, x.status) for x in self.matches.values()
+                                        if x.housekeep_at is not None])
 
     def _disown(self, match: Match) -> None:
         owned = self._owned.get(match.creator)
@@ -249,14 +256,30 @@ class RelayCore:
             elif match.status == "over":
                 out.append(LogRecord({"kind": "match_forgotten", "match": code, "ts": now_ns}))
                 self._close(match, out)
+        self._compact_housekeeping()
         clients = self._clients
-        for client in clients.idle(now_ns, HOUSEKEEPING_PER_TICK):
+        idle = clients.idle(now_ns, HOUSEKEEPING_PER_TICK)
+        for client in idle:
             self._forget_client(client, now_ns)
         over = len(clients) - self.config.max_clients
         for _ in range(min(max(0, over), HOUSEKEEPING_PER_TICK)):
             client = next(iter(clients.seen))
             del clients.seen[client]
             self._forget_client(client, now_ns)
+        if idle and not clients.seen:
+            self._release_empty_tables()
+
+    def _release_empty_tables(self) -> None:
+        """A dict keeps the table it grew to after its entries are gone: once a flood (or a busy
+        hour) has passed and one is empty again, give it a fresh, small one."""
+        for owner, names in ((self, ("matches", "client_match", "_answers", "_act_buckets", "_req_buckets",
+                                     "_owned", "_waiting", "_live")),
+                             (self.fair, ("published", "rtt", "held", "coins")),
+                             (self._quiet, ("last",)), (self._clients, ("seen",))):
+            for name in names:
+                table = getattr(owner, name)
+                if not table:
+                    setattr(owner, name, type(table)())
 
     def _forget_client(self, client: str, now_ns: int) -> None:
         """Drop what the core keeps for a client gone quiet -- unless it sits in a match still open

@@ -23,7 +23,9 @@ line per burst, not one per message; the others are counted.
 
 ``Deadlines`` is a heap of (time, code, kind) for the core's own housekeeping (a waiting match
 expiring, a finished match leaving memory). Entries are checked when they come due rather than
-removed when they become moot, so scheduling is O(log n) and nothing scans every match.
+removed when they become moot, so scheduling is O(log n); when moot entries outnumber the meant
+ones the core rebuilds the heap from its matches (amortised O(1) a change), so moot entries never
+pile up for the length of a waiting match's lifetime.
 
 Nothing here reads a clock; every object pickles (the journal snapshots the core).
 """
@@ -145,6 +147,11 @@ class Deadlines:
 
     def add(self, at_ns: int, code: str, kind: str) -> None:
         heapq.heappush(self.heap, (at_ns, code, kind))
+
+    def rebuild(self, entries: list[tuple[int, str, str]]) -> None:
+        """Replace the heap by ``entries`` (the ones still meant): drops the moot ones at once."""
+        self.heap = list(entries)
+        heapq.heapify(self.heap)
 
     def next(self) -> int | None:
         return self.heap[0][0] if self.heap else None
