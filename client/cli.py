@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("serve", help="run the relay (with an embedded MQTT broker unless --broker is given)")
-    s.add_argument("--host", default="127.0.0.1", help="embedded broker address (default 127.0.0.1)")
+    s.add_argument("--host", help="embedded broker address (default 127.0.0.1; with --lan 0.0.0.0)")
     s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="embedded broker port (default 1883)")
     s.add_argument("--broker", type=argtypes.url, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883")
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
@@ -42,6 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
     s.add_argument("--log", metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
     s.add_argument("--relay-id", default="relay-0", help="this relay's name (status topic)")
+    s.add_argument("--lan", action="store_true", help="host for the local network: all interfaces, the next free "
+                   "port if --port is taken, advertised over multicast DNS (found by `blink lan`)")
+    s.add_argument("--interface", action="append", metavar="IF", help="with --lan: advertise only on this "
+                   "interface (name or IPv4 address; repeatable)")
+
+    ln = sub.add_parser("lan", help="list blink hosts on the local network (multicast DNS)")
+    ln.add_argument("--json", action="store_true", help="print a JSON list of hosts")
+    ln.add_argument("--timeout", type=argtypes.seconds(0.1, 60), default=2.0, help="listen this long (default 2 s)")
+    ln.add_argument("--interface", action="append", metavar="IF",
+                    help="look only on this interface (name or IPv4 address; repeatable)")
 
     b = sub.add_parser("bot", help="one bot player")
     b.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses, e.g. mqtt://127.0.0.1:1883")
@@ -71,10 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses")
     w.add_argument("--json", action="store_true", help="print each event as a JSON line (the --log format)")
 
-    from client import latency_cli, play_cli  # no pyglet at import time: it is only loaded when `play` runs
+    from client import latency_cli, load, play_cli  # no pyglet at import time: it is only loaded when `play` runs
 
     play_cli.add_parser(sub)
     latency_cli.add_parser(sub)
+    load.add_parser(sub)
     return p
 
 
@@ -84,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not args.verbose:
-        for name in ("amqtt", "transitions", "blink.relay"):
+        for name in ("amqtt", "transitions", "blink.relay", "zeroconf"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     if args.command is None:
         parser.print_help()
@@ -99,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_match(args, topics))
         if args.command == "watch":
             return asyncio.run(_watch(args, topics))
+        if args.command == "lan":
+            return _lan(args)
         if args.command == "play":
             from client import play_cli
 
@@ -107,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from client import latency_cli
 
             return latency_cli.run(args, topics)
+        if args.command == "load":
+            from client import load
+
+            return load.run(args, topics)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (e.g. `blink watch ... | head`): nothing to report
@@ -140,8 +158,22 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
     from client.matchrun import LocalServer
 
     config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
-    server = LocalServer(args.broker, args.seed, config, args.log, host=args.host,
-                         port=None if args.broker else args.port, topics=topics)
+    host, port = args.host or ("0.0.0.0" if args.lan else "127.0.0.1"), args.port
+    lan: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+    if args.interface and not args.lan:
+        raise UserError("--interface only goes with --lan")
+    if args.lan:  # all interfaces, the next free port, advertised over multicast DNS (client/lan.py)
+        from client import lan as lanmod
+
+        if args.broker:
+            raise UserError("--lan hosts its own broker on this machine: leave out --broker")
+        try:
+            port = lanmod.lan_port(host, port, args.interface, _warn)
+        except lanmod.LanError as err:
+            raise UserError(str(err)) from err
+        lan = lanmod.lan_hosting(port, args.relay_id, host, args.interface, topics, _say, _warn)
+    server = LocalServer(args.broker, args.seed, config, args.log, host=host,
+                         port=None if args.broker else port, topics=topics)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -150,7 +182,7 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
         except (NotImplementedError, RuntimeError):
             pass
     try:
-        async with server:
+        async with server, lan:
             where = f"embedded broker on {server.address.url}" if server.broker else f"broker {server.address.url}"
             print(f"blink relay '{args.relay_id}' ({args.order} order) running with {where}; Ctrl-C stops it.",
                   flush=True)
@@ -167,6 +199,30 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
     except Exception as exc:  # noqa: BLE001 - turned into one readable line
         raise _friendly(exc) from exc
     print("blink relay stopped.", flush=True)
+    return 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _warn(line: str) -> None:
+    print(f"blink serve: {line}", file=sys.stderr, flush=True)
+
+
+def _lan(args: argparse.Namespace) -> int:
+    from client.lan import LanError, browse, table
+
+    try:
+        hosts = browse(args.timeout, args.interface)
+    except LanError as exc:
+        raise UserError(str(exc)) from exc
+    if args.json:
+        print(json.dumps([h.to_dict() for h in hosts]), flush=True)
+    if not hosts:
+        print("no blink hosts found on the local network", file=sys.stderr if args.json else sys.stdout)
+    elif not args.json:
+        print(table(hosts), flush=True)
     return 0
 
 
