@@ -356,7 +356,7 @@ class Fuzzer:
         if kind == "random_bytes":
             return r.choice((req, act)), _rand_bytes(r, r.randrange(0, 300))
         if kind == "wrong_types":
-            bad: list[dict[str, Any]] = [
+            bad: list[Any] = [
                 {"t": "CreateMatch", "v": 1, "name": r.randrange(10**6), "seats": "two"},
                 {"t": "JoinMatch", "v": 1, "name": None, "code": [1, 2]},
                 {"t": "Act", "v": 1, "id": "1", "seq": 1.5, "action": "PlayCard"},
@@ -371,7 +371,7 @@ class Fuzzer:
             return r.choice((req, act)), _pack(r.choice(bad))
         if kind == "huge_ints":
             big = r.choice((2**63 - 1, -(2**63), 2**64 - 1, -1, 0))
-            msg = r.choice([
+            msg: dict[str, Any] = r.choice([
                 {"t": "Act", "v": 1, "id": big, "seq": big, "action": {"t": "PlayCard", "v": 1, "card": "1-red-star",
                                                                        "pile": big}, "reaction_ns": big},
                 {"t": "Ping", "v": 1, "t0": big},
@@ -387,22 +387,22 @@ class Fuzzer:
             return req, _map_with({"t": "CreateMatch", "v": 1, "name": "n"}, "settings",
                                   b"\x81" + _pack("deck") + deep)
         if kind == "unknown_types":
-            msg = r.choice([{"t": "Nope", "v": 1}, {"t": "Pong", "v": 1, "t0": 1, "t1": 2, "t2": 3},
+            odd = r.choice([{"t": "Nope", "v": 1}, {"t": "Pong", "v": 1, "t0": 1, "t1": 2, "t2": 3},
                             {"t": "Event", "v": 1, "match": "X", "seq": 1, "ts": 1, "game": 0, "type": "match_over",
                              "data": {"winner": "EVIL"}},
                             {"t": "Act", "v": 2, "id": 1, "seq": 1, "action": {}},
                             {"t": "Act", "v": 1, "id": 1, "seq": 1, "action": {"t": "Reveal", "v": 1}},
                             {"t": "Act", "v": 1, "id": 1, "seq": 1, "action": {"t": "ToyTake", "v": 1, "n": 1}},
                             {"t": "CreateMatch", "v": 1, "name": "u", "extra": 1}])
-            return r.choice((req, act)), _pack(msg)
+            return r.choice((req, act)), _pack(odd)
         if kind == "oversized":
             # Mostly just over the caps (the relay's 8 KiB, the decoder's 64 KiB); now and then a
             # megabyte, which a broker without a cap carries in full.
             n = 1024 * 1024 if r.random() < 0.02 else r.choice((9 * 1024, 20 * 1024, 70 * 1024))
-            msg = r.choice([encode(m.CreateMatch(name="o" * n)),
-                            encode(m.Act(id=1, seq=1, action={"t": "PlayCard", "v": 1, "card": "c" * n, "pile": 0})),
-                            _rand_bytes(r, n)])
-            return r.choice((req, act)), msg
+            blob = r.choice([encode(m.CreateMatch(name="o" * n)),
+                             encode(m.Act(id=1, seq=1, action={"t": "PlayCard", "v": 1, "card": "c" * n, "pile": 0})),
+                             _rand_bytes(r, n)])
+            return r.choice((req, act)), blob
         if kind == "live_match":  # well-formed actions in a live match, with wrong seqs and ids
             seq = r.choice((-1, 0, 1, 10**9, r.randrange(200)))
             card = r.choice(("1-red-star", "5-blue-moon", "3-green-triangle", "9-red-star", "1-red"))
@@ -426,11 +426,11 @@ class Fuzzer:
                 payload = _pack({"t": "CreateMatch", "v": 1, "name": "s", "game": game, "seats": 2})
             return req, payload
         if kind == "create_flood":
-            msg: Any = r.choice([m.CreateMatch(name=f"f{r.randrange(100)}"),
-                                 m.QuickMatch(name="q", settings={"hand_size": r.randrange(1, 11)}),
-                                 m.JoinMatch(name="j", code=self.code()), m.Leave(match=self.code()),
-                                 m.Rematch(match=self.code()), m.Resync(match=self.code())])
-            return req, encode(msg)
+            request: Any = r.choice([m.CreateMatch(name=f"f{r.randrange(100)}"),
+                                     m.QuickMatch(name="q", settings={"hand_size": r.randrange(1, 11)}),
+                                     m.JoinMatch(name="j", code=self.code()), m.Leave(match=self.code()),
+                                     m.Rematch(match=self.code()), m.Resync(match=self.code())])
+            return req, encode(request)
         if kind == "truncated":
             whole = encode(m.Act(id=r.randrange(100), seq=1, action={"t": "PlayCard", "v": 1, "card": "1-red-star",
                                                                     "pile": 0}))
