@@ -706,6 +706,7 @@ class RelayCore:
 
     def _reject(self, client: str, code: str, act: m.Act, reason: str, detail: str, now_ns: int, out: list[Out],
                 hold_ns: int = 0, note: dict[str, Any] | None = None) -> None:
+        detail = detail[:DETAIL_CHARS]  # it may quote what the player sent
         match = self.matches.get(code)
         seq = match.seq if match else 0
         rej = self.stats["rejected"]
@@ -717,7 +718,7 @@ class RelayCore:
 
     def _answer(self, client: str, code: str, action_id: int, answer: Any, now_ns: int, out: list[Out],
                 log: bool = True) -> None:
-        if isinstance(answer, m.ActionRejected) and len(answer.detail) > DETAIL_CHARS:
+        if isinstance(answer, m.ActionRejected) and len(answer.detail) > DETAIL_CHARS:  # e.g. a decode error
             answer = dataclasses.replace(answer, detail=answer.detail[:DETAIL_CHARS])
         if valid_id(client):
             out.append(Publish(self.topics.client(client), answer))
