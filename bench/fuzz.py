@@ -587,6 +587,7 @@ async def fuzz(stack: Stack, payloads: int, seed: int = 1, connections: int = 40
             stalls += 1
 
     sent: Counter[str] = Counter()
+    reconnects = 0
     t0 = time.monotonic()
     for i in range(payloads):
         if i and i % window == 0:
@@ -594,15 +595,21 @@ async def fuzz(stack: Stack, payloads: int, seed: int = 1, connections: int = 40
         kind = kinds[i % len(kinds)]
         c = conns[i % len(conns)]
         topic, payload = fz.make(kind, c.client_id)
-        c.publish(topic, payload)
         sent[kind] += 1
-        if i % 16 == len(conns) % 16 or len(payload) > 64 * 1024:
-            await c.drain()
+        try:
+            c.publish(topic, payload)
+            if i % 16 == len(conns) % 16 or len(payload) > 64 * 1024:
+                await c.drain()
+        except (ConnectionError, OSError):
+            pass
         if c.closed.is_set():  # the broker dropped this connection (e.g. a payload over its cap): reconnect
             await c.close()
             n = conns.index(c)
             conns[n] = RawMqtt(c.client_id, c.on_message)
             await conns[n].connect(stack.host, stack.port)
+            reconnects += 1
+            if n < 2:  # the live match's players: they watch their private topic again
+                await conns[n].subscribe(T.client(c.client_id))
     for c in conns:
         try:
             await c.drain()
@@ -625,7 +632,7 @@ async def fuzz(stack: Stack, payloads: int, seed: int = 1, connections: int = 40
     result = {
         "broker": stack.broker, "payloads": payloads, "kinds": dict(sent), "connections": connections,
         "send_s": round(send_s, 2), "judged_per_s": round(payloads / send_s) if send_s else None,
-        "window": window, "probe_stalls": stalls,
+        "window": window, "probe_stalls": stalls, "reconnects": reconnects,
         "first_pong_after_s": None if backlog_s is None else round(backlog_s, 3),
         "relay_alive": stack.alive() and after is not None,
         "internal_errors": codes.get("internal_error", 0),
