@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import sys
 import time
 from collections import Counter
@@ -228,6 +229,7 @@ def main() -> int:
         result = asyncio.run(bench(stack, args.matches, args.seconds, args.seed))
     finally:
         stack.stop()
+        shutil.rmtree(stack.dir, ignore_errors=True)
     result["command"] = " ".join([".venv/bin/python bench/flood.py", *sys.argv[1:]])
     result["targets_met"] = {
         "p99_ratio<=1.2": result["p99_ratio"] is not None and result["p99_ratio"] <= 1.2,

@@ -666,8 +666,11 @@ def main() -> int:
     finally:
         stack.stop()
     result["command"] = " ".join(["bench/fuzz.py", *sys.argv[1:]])
+    if result["ok"]:
+        shutil.rmtree(stack.dir, ignore_errors=True)
+    else:
+        result["kept"] = str(stack.dir)  # the relay's log and the matches' logs, to look at
     print(json.dumps(result))
-    shutil.rmtree(stack.dir, ignore_errors=True) if result["ok"] else None
     return 0 if result["ok"] else 1
 
 
