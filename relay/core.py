@@ -99,6 +99,34 @@ class RelayCore:
         self._quiet = Quiet()
         self.stats["limited"] = {"dropped": 0, "bursts": 0}  # messages dropped by the rate limits; bursts of them
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (the journal's snapshots). A snapshot taken before the limits existed lacks
+        their state: start it empty and rebuild the indexes from the matches."""
+        self.__dict__.update(state)
+        if "_waiting" in state:
+            return
+        self.stats.setdefault("limited", {"dropped": 0, "bursts": 0})
+        self._waiting = {c: x for c, x in self.matches.items() if x.status == "waiting"}
+        self._live = {c: x for c, x in self.matches.items() if x.status in ("playing", "between")}
+        self._owned = {}
+        self._housekeeping = Deadlines()
+        self._clients = Clients(int(self.config.client_idle_s * NS))
+        self._act_buckets = {}
+        self._req_buckets = {}
+        self._quiet = Quiet()
+        # The relay's time when the snapshot was taken, near enough: its last publication.
+        then = max((t for book in self.fair.published.values() for t in book.values()), default=0)
+        for client in self._answers:
+            self._clients.touch(client, then)
+        for match in self.matches.values():
+            if match.status == "waiting":
+                match.creator = match.players[0].client if match.players else ""
+                if match.creator:
+                    self._owned.setdefault(match.creator, set()).add(match.code)
+                self._schedule(match, then + int(self.config.waiting_ttl_s * NS))
+            elif match.status == "over":
+                self._schedule(match, then + int(self.config.linger_s * NS))
+
     # ------------------------------------------------------------------ entry points
 
     def startup(self, now_ns: int) -> list[Out]:

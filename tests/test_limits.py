@@ -521,3 +521,27 @@ def test_garbage_from_many_bad_topics_is_logged_once_per_burst() -> None:
         out += r.send(T.req("bad/" + str(i)), msgpack.packb({"t": "Ping"}))
     assert len(bad(out, "bad_topic")) == 1
     assert len([o for o in out if isinstance(o, LogRecord)]) <= 3
+
+
+def test_a_snapshot_from_before_the_limits_loads_and_carries_on() -> None:
+    r = Relay()
+    playing = r.start("a", "b")
+    waiting = r.create("c")
+    r.send(T.req("b"), m.Leave(match=playing))  # over
+    state = dict(r.core.__dict__)
+    for name in ("_waiting", "_live", "_owned", "_housekeeping", "_clients", "_act_buckets", "_req_buckets",
+                 "_quiet"):
+        del state[name]
+    state["stats"] = {k: v for k, v in state["stats"].items() if k != "limited"}
+    old = RelayCore.__new__(RelayCore)
+    old.__dict__.update(state)
+    core = pickle.loads(pickle.dumps(old))
+    assert list(core._waiting) == [waiting] and not core._live and core._owned == {"c": {waiting}}
+    out = core.handle(T.req("d"), encode(m.JoinMatch(name="d", code=waiting)), r.now)
+    assert any(isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined) for o in out)
+    assert waiting in core._live
+    core.tick(r.now + 60 * S)
+    assert playing in core.matches  # its linger counts from the snapshot's time, not from zero
+    for _ in range(5):
+        core.tick(r.now + 10_000 * S)
+    assert playing not in core.matches  # then the finished one leaves memory
