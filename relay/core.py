@@ -33,12 +33,26 @@ and match) go to its private topic before the snapshot, so ``blink watch`` start
 Bad input never raises out of ``handle``: undecodable bytes, unknown types, unknown matches or
 players, actions out of phase all become a rejection to the sender (when the topic names one)
 and a ``bad_input`` log record.
+
+Limits (``relay/limits.py``, settings in ``RelayConfig``). Before a payload is decoded, its sender
+(named by the topic) takes a token from its action or request bucket; a flood is answered once
+(``rate_limited``), then dropped and counted until the bucket refills. A payload over
+``max_payload`` is answered ``too_large`` undecoded. A client has at most ``max_open_per_client``
+matches it created open (``too_many_matches``); the relay holds at most ``max_waiting`` waiting
+matches (``relay_full``). Limit refusals are logged once per burst. Housekeeping runs in ``tick``
+from a heap of deadlines: a match waiting longer than ``waiting_ttl_s`` expires (a ``match_expired``
+event), a finished match leaves memory ``linger_s`` after its end (its log stays on disk; a late
+Resync or Join gets ``no_such_match``), and a client not heard from for ``client_idle_s`` (or the
+least recent beyond ``max_clients``) loses everything the core keeps for it, unless it is seated
+in a match still open. The waiting matches and the running ones are kept in their own indexes, so
+the match list, quick match and ``tick`` never walk every match.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict, deque
+from itertools import islice
 from typing import Any
 
 from protocol import messages as m
@@ -48,6 +62,7 @@ from protocol.rules import GAMES, canonical, game_for
 from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
 from protocol.topics import Topics, valid_id
 from relay.fair import FairOrder, Table
+from relay.limits import Clients, Deadlines, Quiet, TokenBucket
 from relay.model import STATE_HISTORY, LogRecord, Match, Out, Publish, RelayConfig, Seat
 
 __all__ = ["RelayCore", "RelayConfig", "Match", "Seat", "Publish", "LogRecord", "Out", "ORDERS", "STATE_HISTORY"]
@@ -55,6 +70,10 @@ __all__ = ["RelayCore", "RelayConfig", "Match", "Seat", "Publish", "LogRecord", 
 ORDERS = ("arrival", "fair")
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
 REMEMBERED_ANSWERS = 512  # per client: duplicates older than this are answered as unknown
+DETAIL_CHARS = 200  # a rejection's detail is cut to this: it may quote the (hostile) input
+#: Refusals a flood meets: answered each time (within the sender's rate), logged once per burst.
+LIMIT_CODES = frozenset({"too_many_matches", "relay_full", "too_large"})
+HOUSEKEEPING_PER_TICK = 1_000  # expiries and idle clients handled per tick at most (the rest next tick)
 NS = 1_000_000_000
 PAST_EVENTS = 4096  # per match: public events kept for a late spectator's Resync(from_seq)
 
@@ -76,6 +95,44 @@ class RelayCore:
         self.games = GAMES if self.config.games is None else self.config.games
         # Idle for arrival-order matches; a match may choose fair order itself.
         self.fair = FairOrder(self.config.fair_cap_ns, self.config.fair_floor_ns)
+        # Indexes kept up to date at every change of status, so nothing walks every match.
+        self._waiting: dict[str, Match] = {}  # waiting for players, in creation order (the match list)
+        self._live: dict[str, Match] = {}  # playing or between games (what tick looks at)
+        self._owned: dict[str, set[str]] = {}  # client -> codes of the matches it created, not over yet
+        self._housekeeping = Deadlines()
+        self._clients = Clients(int(self.config.client_idle_s * NS))
+        self._act_buckets: dict[str, TokenBucket] = {}
+        self._req_buckets: dict[str, TokenBucket] = {}
+        self._quiet = Quiet()
+        self.stats["limited"] = {"dropped": 0, "bursts": 0}  # messages dropped by the rate limits; bursts of them
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (the journal's snapshots). A snapshot taken before the limits existed lacks
+        their state: start it empty and rebuild the indexes from the matches."""
+        self.__dict__.update(state)
+        if "_waiting" in state:
+            return
+        self.stats.setdefault("limited", {"dropped": 0, "bursts": 0})
+        self._waiting = {c: x for c, x in self.matches.items() if x.status == "waiting"}
+        self._live = {c: x for c, x in self.matches.items() if x.status in ("playing", "between")}
+        self._owned = {}
+        self._housekeeping = Deadlines()
+        self._clients = Clients(int(self.config.client_idle_s * NS))
+        self._act_buckets = {}
+        self._req_buckets = {}
+        self._quiet = Quiet()
+        # The relay's time when the snapshot was taken, near enough: its last publication.
+        then = max((t for book in self.fair.published.values() for t in book.values()), default=0)
+        for client in self._answers:
+            self._clients.touch(client, then)
+        for match in self.matches.values():
+            if match.status == "waiting":
+                match.creator = match.players[0].client if match.players else ""
+                if match.creator:
+                    self._owned.setdefault(match.creator, set()).add(match.code)
+                self._schedule(match, then + int(self.config.waiting_ttl_s * NS))
+            elif match.status == "over":
+                self._schedule(match, then + int(self.config.linger_s * NS))
 
     # ------------------------------------------------------------------ entry points
 
@@ -94,20 +151,29 @@ class RelayCore:
         try:
             act_addr = self.topics.parse_act(topic)
             if act_addr is not None:
-                self._on_act(act_addr[0], act_addr[1], payload, now_ns, out)
+                code, client = act_addr
+                if valid_id(client) and valid_id(code) and not self._admit(client, code, payload, now_ns, out):
+                    return out
+                self._on_act(code, client, payload, now_ns, out)
                 return out
-            client = self.topics.parse_req(topic)
-            if client is not None:
-                self._on_req(client, payload, now_ns, out)
+            requester = self.topics.parse_req(topic)
+            if requester is not None:
+                if valid_id(requester) and not self._admit(requester, None, payload, now_ns, out):
+                    return out
+                self._on_req(requester, payload, now_ns, out)
                 return out
-            out.append(self._bad(now_ns, "unknown_topic", topic=topic))
+            self._bad_quietly(now_ns, out, "unknown_topic", topic=topic[:200])
         except Exception as exc:  # noqa: BLE001 - the relay never stops for bad input
             out.append(self._bad(now_ns, "internal_error", topic=topic, detail=f"{type(exc).__name__}: {exc}"))
         return out
 
     def tick(self, now_ns: int) -> list[Out]:
         out: list[Out] = []
-        for match in list(self.matches.values()):
+        try:
+            self._housekeep(now_ns, out)
+        except Exception as exc:  # noqa: BLE001
+            out.append(self._bad(now_ns, "internal_error", detail=f"housekeeping: {type(exc).__name__}: {exc}"))
+        for match in list(self._live.values()):
             try:
                 if match.order == "fair" and self.fair.probe_due(now_ns):
                     self._probe(now_ns, out)
@@ -122,7 +188,10 @@ class RelayCore:
 
     def next_deadline(self) -> int | None:
         deadlines: list[int] = []
-        for match in self.matches.values():
+        housekeeping = self._housekeeping.next()
+        if housekeeping is not None:
+            deadlines.append(housekeeping)
+        for match in self._live.values():
             deadlines.extend(d for d, _ in match.timers.values())
             if match.next_game_at is not None:
                 deadlines.append(match.next_game_at)
@@ -134,11 +203,139 @@ class RelayCore:
     def shutdown(self) -> list[Out]:
         return [Publish(self.topics.relay_status(self.config.relay_id), m.RelayStatus(self.config.relay_id, False), retain=True)]
 
+    # ------------------------------------------------------------------ limits and housekeeping
+
+    def _admit(self, client: str, code: str | None, payload: bytes, now_ns: int, out: list[Out]) -> bool:
+        """May this message from ``client`` (an action in match ``code``, or a request when None) be
+        decoded? Costs a dict lookup and a little arithmetic -- before any decoding."""
+        self._clients.touch(client, now_ns)
+        cfg = self.config
+        buckets = self._req_buckets if code is None else self._act_buckets
+        bucket = buckets.get(client)
+        if bucket is None:
+            rate, burst = (cfg.req_rate, cfg.req_burst) if code is None else (cfg.act_rate, cfg.act_burst)
+            bucket = buckets[client] = TokenBucket(rate, burst, now_ns)
+        if not bucket.take(now_ns):
+            limited = self.stats["limited"]
+            limited["dropped"] += 1
+            if bucket.first_refusal():
+                limited["bursts"] += 1
+                what = "requests" if code is None else "actions"
+                detail = f"too many {what}: at most {bucket.rate:g} a second; the rest are dropped"
+                self._refuse(client, code, payload, "rate_limited", detail, now_ns, out)
+                out.append(self._bad(now_ns, "rate_limited", client=client, match=code or "", detail=detail))
+            return False
+        if len(payload) > cfg.max_payload:
+            detail = f"{len(payload)} bytes > {cfg.max_payload}"
+            self._refuse(client, code, b"", "too_large", detail, now_ns, out)
+            self._bad_quietly(now_ns, out, "too_large", sender=client, client=client, match=code or "", detail=detail)
+            return False
+        return True
+
+    def _refuse(self, client: str, code: str | None, payload: bytes, reason: str, detail: str, now_ns: int,
+                out: list[Out]) -> None:
+        """Tell the sender of an undecoded message that it was refused (never remembered as an answer:
+        the same action sent again later is judged)."""
+        if code is None:
+            out.append(Publish(self.topics.client(client), m.RequestRejected(reason, detail)))
+            return
+        action_id = -1
+        if payload and len(payload) <= self.config.max_payload:
+            try:
+                act = decode(payload)
+                if isinstance(act, m.Act):
+                    action_id = act.id
+            except DecodeError:
+                pass
+        match = self.matches.get(code)
+        out.append(Publish(self.topics.client(client),
+                           m.ActionRejected(code, action_id, reason, detail, match.seq if match else 0)))
+
+    def _bad_quietly(self, now_ns: int, out: list[Out], code: str, sender: str = "*", **fields: Any) -> None:
+        """A ``bad_input`` record, once per burst of this refusal from this sender (``*``: unknown)."""
+        silenced = self._quiet.log(sender, code, now_ns)
+        if silenced is not None:
+            if silenced:
+                fields["silenced_before"] = silenced
+            out.append(self._bad(now_ns, code, **fields))
+
+    def _schedule(self, match: Match, at_ns: int) -> None:
+        match.housekeep_at = at_ns
+        self._housekeeping.add(at_ns, match.code, match.status)
+        self._compact_housekeeping()
+
+    def _compact_housekeeping(self) -> None:
+        """Drop the moot deadlines (started, closed, rematched matches) once they are the majority."""
+        if len(self._housekeeping) > 2 * len(self.matches) + 64:
+            self._housekeeping.rebuild([(x.housekeep_at, x.code, x.status) for x in self.matches.values()
+                                        if x.housekeep_at is not None])
+
+    def _disown(self, match: Match) -> None:
+        owned = self._owned.get(match.creator)
+        if owned is not None:
+            owned.discard(match.code)
+            if not owned:
+                del self._owned[match.creator]
+
+    def _housekeep(self, now_ns: int, out: list[Out]) -> None:
+        """Expire waiting matches, forget finished ones, drop idle clients -- what is due, no more."""
+        for at, code, _ in self._housekeeping.due(now_ns, HOUSEKEEPING_PER_TICK):
+            match = self.matches.get(code)
+            if match is None or match.housekeep_at != at:
+                continue  # moot: closed, started, rematched, or a later deadline replaced it
+            if match.status == "waiting":
+                # The event goes to whoever waits in it (and into the log); then it closes like an empty one.
+                self._event(match, now_ns, out, {"type": "match_expired", "after_s": self.config.waiting_ttl_s})
+                self._close(match, out)
+                out.append(self._match_list())
+            elif match.status == "over":
+                out.append(LogRecord({"kind": "match_forgotten", "match": code, "ts": now_ns}))
+                self._close(match, out)
+        self._compact_housekeeping()
+        clients = self._clients
+        idle = clients.idle(now_ns, HOUSEKEEPING_PER_TICK)
+        for client in idle:
+            self._forget_client(client, now_ns)
+        over = len(clients) - self.config.max_clients
+        for _ in range(min(max(0, over), HOUSEKEEPING_PER_TICK)):
+            client = next(iter(clients.seen))
+            del clients.seen[client]
+            self._forget_client(client, now_ns)
+        if idle and not clients.seen:
+            self._release_empty_tables()
+
+    def _release_empty_tables(self) -> None:
+        """A dict keeps the table it grew to after its entries are gone: once a flood (or a busy
+        hour) has passed and one is empty again, give it a fresh, small one."""
+        for owner, names in ((self, ("matches", "client_match", "_answers", "_act_buckets", "_req_buckets",
+                                     "_owned", "_waiting", "_live")),
+                             (self.fair, ("published", "rtt", "held", "coins")),
+                             (self._quiet, ("last",)), (self._clients, ("seen",))):
+            for name in names:
+                table = getattr(owner, name)
+                if not table:
+                    setattr(owner, name, type(table)())
+
+    def _forget_client(self, client: str, now_ns: int) -> None:
+        """Drop what the core keeps for a client gone quiet -- unless it sits in a match still open
+        (a slow turn, a long think): then it counts as seen now."""
+        code = self.client_match.get(client)
+        match = self.matches.get(code) if code is not None else None
+        if match is not None and match.status != "over" and match.seat_of(client) is not None:
+            self._clients.touch(client, now_ns)
+            return
+        self.client_match.pop(client, None)
+        self._answers.pop(client, None)
+        self._act_buckets.pop(client, None)
+        self._req_buckets.pop(client, None)
+        self._quiet.forget(client)
+        self.fair.rtt.pop(client, None)
+
     # ------------------------------------------------------------------ control requests
 
     def _on_req(self, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
         if not valid_id(client):
-            out.append(self._bad(now_ns, "bad_client_id", client=client[:80]))
+            self._bad_quietly(now_ns, out, "bad_client_id", client=client[:80])
             return
         try:
             msg = decode(payload)
@@ -179,8 +376,12 @@ class RelayCore:
         out.extend(Publish(self.topics.client(client), ev) for ev in past if ev.seq >= from_seq)
 
     def _reject_req(self, client: str, code: str, detail: str, now_ns: int, out: list[Out]) -> None:
+        detail = detail[:DETAIL_CHARS]
         out.append(Publish(self.topics.client(client), m.RequestRejected(code, detail)))
-        out.append(self._bad(now_ns, code, client=client, detail=detail))
+        if code in LIMIT_CODES:  # a limit met by a flood: answered every time, logged once per burst
+            self._bad_quietly(now_ns, out, code, sender=client, client=client, detail=detail)
+        else:
+            out.append(self._bad(now_ns, code, client=client, detail=detail))
 
     def _new_code(self) -> str:
         while True:
@@ -190,7 +391,13 @@ class RelayCore:
 
     def _create(self, client: str, name: str, game: str, settings: dict[str, Any], seats: int, quick: bool,
                 now_ns: int, out: list[Out]) -> Match | None:
-        if len(self.matches) >= self.config.max_matches:
+        owned = self._owned.get(client)
+        if owned is not None and len(owned) >= self.config.max_open_per_client:
+            self._reject_req(client, "too_many_matches",
+                             f"you already have {len(owned)} matches open (at most {self.config.max_open_per_client})",
+                             now_ns, out)
+            return None
+        if len(self.matches) >= self.config.max_matches or len(self._waiting) >= self.config.max_waiting:
             self._reject_req(client, "relay_full", "this relay holds no more matches", now_ns, out)
             return None
         settings = dict(settings)
@@ -211,8 +418,12 @@ class RelayCore:
             return None
         code = self._new_code()
         match = Match(code=code, game=canonical(game), rules=rules, settings=settings, seats=seats, quick=quick,
-                      seed=derive(self.seed, "match", code), best_of=rules.best_of(settings), order=order)
+                      seed=derive(self.seed, "match", code), best_of=rules.best_of(settings), order=order,
+                      creator=client)
         self.matches[code] = match
+        self._waiting[code] = match
+        self._owned.setdefault(client, set()).add(code)
+        self._schedule(match, now_ns + int(self.config.waiting_ttl_s * NS))
         self._event(match, now_ns, out, {"type": "match_created", "game_name": match.game, "seats": seats,
                                           "settings": settings, "best_of": match.best_of, "order": order})
         self._join(client, name, code, now_ns, out)
@@ -220,15 +431,18 @@ class RelayCore:
 
     def _quick(self, client: str, msg: m.QuickMatch, now_ns: int, out: list[Out]) -> None:
         game = canonical(msg.game)
-        for match in self.matches.values():
-            if (match.quick and match.status == "waiting" and match.game == game
+        checked: dict[int, Any] = {}  # seats -> the settings asked for, checked once per call
+        for match in self._waiting.values():
+            if (match.quick and match.game == game
                     and match.seat_of(client) is None and len(match.players) < match.seats):
                 settings = dict(msg.settings)
                 order = settings.pop("order", self.config.order)
-                try:
-                    wanted = match.rules.check_settings(settings, match.seats)
-                except (ValueError, TypeError):
-                    wanted = None
+                if match.seats not in checked:
+                    try:
+                        checked[match.seats] = match.rules.check_settings(settings, match.seats)
+                    except (ValueError, TypeError):
+                        checked[match.seats] = None
+                wanted = checked[match.seats]
                 if wanted == match.settings and order == match.order:
                     self._join(client, msg.name, match.code, now_ns, out)
                     return
@@ -244,7 +458,7 @@ class RelayCore:
             if match.status != "waiting" or len(match.players) >= match.seats:
                 self._reject_req(client, "match_full", f"match {code} already has its players", now_ns, out)
                 return
-            name = _clean_name(name) or f"player{len(match.players) + 1}"
+            name = _clean_name(name[:200]) or f"player{len(match.players) + 1}"
             taken = set(match.names)
             base, n = name, 2
             while name in taken:
@@ -289,6 +503,13 @@ class RelayCore:
     def _close(self, match: Match, out: list[Out]) -> None:
         self.matches.pop(match.code, None)
         self._past.pop(match.code, None)
+        self._waiting.pop(match.code, None)
+        self._live.pop(match.code, None)
+        self._disown(match)
+        match.housekeep_at = None
+        for s in match.players:
+            if self.client_match.get(s.client) == match.code:
+                del self.client_match[s.client]
         self.fair.drop_match(match.code)
         out.append(Publish(self.topics.snap(match.code), b"", retain=True))  # clears the retained snapshot
 
@@ -313,6 +534,7 @@ class RelayCore:
             match.winner = None
             match.results = []
             match.seed = derive(match.seed, "rematch")
+            match.housekeep_at = None  # it stays while it is played again
             self._event(match, now_ns, out, {"type": "rematch_started"})
             self._start_game(match, now_ns, out)
 
@@ -321,6 +543,9 @@ class RelayCore:
     def _start_game(self, match: Match, now_ns: int, out: list[Out]) -> None:
         match.game_index += 1
         match.status = "playing"
+        if self._waiting.pop(match.code, None) is not None:
+            match.housekeep_at = None  # no longer waiting: it cannot expire
+        self._live[match.code] = match
         match.game_seed = derive(match.seed, "game", match.game_index)
         match.chance = SeededChance(match.game_seed)
         match.state = match.rules.new_game(match.settings, match.seats, match.chance)
@@ -400,6 +625,10 @@ class RelayCore:
         match.winner = winner
         match.timers.clear()
         match.next_game_at = None
+        match.history.clear()  # only a running game is judged against earlier states
+        self._live.pop(match.code, None)
+        self._disown(match)
+        self._schedule(match, now_ns + int(self.config.linger_s * NS))
         winners = winners if winners is not None else ([] if winner is None else [winner])
         self._event(match, now_ns, out, {"type": "match_over", "winner": winner, "winners": winners,
                                           "reason": reason, "wins": list(match.wins)})
@@ -410,7 +639,7 @@ class RelayCore:
 
     def _on_act(self, code: str, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
         if not valid_id(client) or not valid_id(code):
-            out.append(self._bad(now_ns, "bad_topic", match=code[:80], client=client[:80]))
+            self._bad_quietly(now_ns, out, "bad_topic", match=code[:80], client=client[:80])
             return
         try:
             act = decode(payload)
@@ -478,7 +707,7 @@ class RelayCore:
 
     def _probe(self, now_ns: int, out: list[Out]) -> None:
         """Probe every player of a running fair match: their replies measure their round trips."""
-        for match in self.matches.values():
+        for match in self._live.values():
             if match.order == "fair" and match.status in ("playing", "between"):
                 for s in match.players:
                     out.append(Publish(self.topics.client(s.client), m.Probe(sent_ns=now_ns)))
@@ -522,6 +751,7 @@ class RelayCore:
 
     def _reject(self, client: str, code: str, act: m.Act, reason: str, detail: str, now_ns: int, out: list[Out],
                 hold_ns: int = 0, note: dict[str, Any] | None = None) -> None:
+        detail = detail[:DETAIL_CHARS]  # it may quote what the player sent
         match = self.matches.get(code)
         seq = match.seq if match else 0
         rej = self.stats["rejected"]
@@ -533,6 +763,8 @@ class RelayCore:
 
     def _answer(self, client: str, code: str, action_id: int, answer: Any, now_ns: int, out: list[Out],
                 log: bool = True) -> None:
+        if isinstance(answer, m.ActionRejected) and len(answer.detail) > DETAIL_CHARS:  # e.g. a decode error
+            answer = dataclasses.replace(answer, detail=answer.detail[:DETAIL_CHARS])
         if valid_id(client):
             out.append(Publish(self.topics.client(client), answer))
             if action_id >= 0:
@@ -582,8 +814,8 @@ class RelayCore:
     def _match_list(self) -> Publish:
         waiting = tuple(
             {"code": x.code, "game": x.game, "seats": x.seats, "players": list(x.names), "quick": x.quick}
-            for x in self.matches.values() if x.status == "waiting"
-        )[:200]
+            for x in islice(self._waiting.values(), self.config.max_listed)
+        )
         return Publish(self.topics.match_list, m.MatchList(waiting), retain=True)
 
     def _bad(self, now_ns: int, code: str, **fields: Any) -> LogRecord:

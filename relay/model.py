@@ -44,6 +44,22 @@ class RelayConfig:
     fair_floor_ns: int = 100_000_000  # fair mode: no human reacts faster than this
     between_games_s: float = 3.0
     max_matches: int = 10_000
+    # -- limits (relay/limits.py): far above what a person or the project's bots ever send, so only
+    # -- a flood or an attacker meets them; every refusal is answered to its sender and logged once
+    # -- per burst.
+    #: Largest payload the core decodes, in bytes (the broker's cap is the same): larger is ``too_large``.
+    max_payload: int = 8 * 1024
+    act_rate: float = 100.0  # actions a second, per client (the bots play at most ~30)
+    act_burst: int = 200
+    req_rate: float = 20.0  # control requests a second, per client (pings, probe replies, lobby)
+    req_burst: int = 60
+    max_open_per_client: int = 3  # matches a client created that are not over yet: ``too_many_matches``
+    max_waiting: int = 1_000  # matches waiting for players, relay-wide: ``relay_full``
+    waiting_ttl_s: float = 600.0  # a match still waiting for its players after this expires
+    linger_s: float = 120.0  # a finished match stays (rematch, resync) this long, then leaves memory
+    client_idle_s: float = 300.0  # per-client state is dropped after this long without a message
+    max_clients: int = 50_000  # clients remembered at once; the least recently heard from go first
+    max_listed: int = 50  # waiting matches in the retained match list (it stays a few KiB)
     #: The games this relay offers, by name (default: the registry, ``protocol.rules.GAMES``). A test
     #: passes a variant here, e.g. BLINK dealing a fixed deck to force a race.
     games: Mapping[str, Game[Any]] | None = None
@@ -80,6 +96,10 @@ class Match:
     winner: int | None = None
     results: list[dict[str, Any]] = field(default_factory=list)
     order: str = "arrival"  # arrival | fair (relay default, or chosen per match)
+    creator: str = ""  # the client that created it (its open matches are capped)
+    #: When the core's housekeeping deadline for this match falls (waiting: it expires; over: it
+    #: leaves memory); None: none pending. A deadline on the heap that differs from this is moot.
+    housekeep_at: int | None = None
 
     def seat_of(self, client: str) -> int | None:
         for i, s in enumerate(self.players):

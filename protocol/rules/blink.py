@@ -48,6 +48,9 @@ from protocol.rules.base import (
 
 NAME = "blink"
 NS = 1_000_000_000
+#: The largest custom deck (the standard one has 60 cards): a game's cost grows with its deck, and
+#: settings are checked, and refused, before a deck is ever built.
+MAX_DECK_CARDS = 240
 
 # --- cards ---------------------------------------------------------------------------------------
 
@@ -60,6 +63,11 @@ class Deck:
     shapes: tuple[str, ...] = ("star", "triangle", "moon")
     counts: tuple[int, ...] = (1, 2, 3, 4, 5)
 
+    @property
+    def size(self) -> int:
+        """How many cards ``cards()`` would build -- known without building them."""
+        return len(self.colours) * len(self.shapes) * len(self.counts)
+
     def cards(self) -> tuple[Card, ...]:
         return tuple(Card(n, c, s) for c in self.colours for s in self.shapes for n in self.counts)
 
@@ -70,6 +78,16 @@ class Deck:
     def from_wire(cls, data: Any) -> Deck:
         if not isinstance(data, dict):
             raise ValueError("deck must be a map of colours, shapes and counts")
+        # Bounded before anything is converted or built: a description a few bytes long could
+        # otherwise ask for millions of cards (colours x shapes x counts).
+        lengths = []
+        for key in ("colours", "shapes", "counts"):
+            values = data.get(key)
+            if not isinstance(values, (list, tuple)) or not 0 < len(values) <= MAX_DECK_CARDS:
+                raise ValueError(f"deck {key} must be a list of 1 to {MAX_DECK_CARDS} values")
+            lengths.append(len(values))
+        if lengths[0] * lengths[1] * lengths[2] > MAX_DECK_CARDS:
+            raise ValueError(f"a deck has at most {MAX_DECK_CARDS} cards, not {lengths[0] * lengths[1] * lengths[2]}")
         try:
             colours = tuple(str(c) for c in data["colours"])
             shapes = tuple(str(s) for s in data["shapes"])
@@ -82,7 +100,7 @@ class Deck:
             if not values or len(set(values)) != len(values):
                 raise ValueError(f"deck {name} must be non-empty and distinct")
         for word in colours + shapes:
-            if not word or "-" in word or not word.isalpha():
+            if not word or len(word) > 24 or "-" in word or not word.isalpha():
                 raise ValueError(f"deck names must be single words: {word!r}")
         return cls(colours, shapes, counts)
 
@@ -189,7 +207,9 @@ def make_settings(data: dict[str, Any] | None = None) -> Settings:
             raise ValueError("best_of must be an odd number from 1 to 9")
         kw["best_of"] = v
     s = Settings(**kw)
-    if len(s.deck.cards()) < 2 * (s.hand_size + 1) + 2:
+    if s.deck.size > MAX_DECK_CARDS:  # an in-process Deck: still never built when too big
+        raise ValueError(f"a deck has at most {MAX_DECK_CARDS} cards, not {s.deck.size}")
+    if s.deck.size < 2 * (s.hand_size + 1) + 2:
         raise ValueError("the deck is too small for two players with this hand size")
     return s
 

@@ -154,8 +154,15 @@ def _check_players(players: int, s: Settings) -> None:
     if s.tile_pool is not None:
         # Whatever the others take, the last builder must still find six tiles within the budget:
         # the worst case is that the others took the cheapest 6*(players-1) tiles.
-        tiles = sorted(v for v, n in enumerate(s.tile_pool) for _ in range(n))
-        last = tiles[FACES * (players - 1): FACES * players]
+        # Walked by value rather than spelled out tile by tile: a pool may hold ~20,000 tiles.
+        skip = FACES * (players - 1)  # the tiles the others may take, cheapest first
+        last: list[int] = []
+        for v, n in enumerate(s.tile_pool):
+            taken = min(skip, n)
+            skip -= taken
+            last.extend([v] * min(n - taken, FACES - len(last)))
+            if len(last) == FACES:
+                break
         if len(last) < FACES or sum(last) > s.budget:
             raise ValueError(f"the tile pool is too small for {players} players to build dice within the budget")
 

@@ -208,8 +208,8 @@ def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
         kw["size"] = v
     cells = data.get("cells")
     if cells is not None:
-        if not isinstance(cells, (list, tuple)):
-            raise ValueError("cells must be a list of [q, r] pairs")
+        if not isinstance(cells, (list, tuple)) or len(cells) > MAX_CELLS:
+            raise ValueError(f"cells must be a list of at most {MAX_CELLS} [q, r] pairs")
         out = []
         for c in cells:
             if not isinstance(c, (list, tuple)) or len(c) != 2 or not all(type(x) is int for x in c):
