@@ -308,7 +308,7 @@ class RelayCore:
         """A dict keeps the table it grew to after its entries are gone: once a flood (or a busy
         hour) has passed and one is empty again, give it a fresh, small one."""
         for owner, names in ((self, ("matches", "client_match", "_answers", "_act_buckets", "_req_buckets",
-                                     "_owned", "_waiting", "_live")),
+                                     "_owned", "_waiting", "_live", "_past")),
                              (self.fair, ("published", "rtt", "held", "coins")),
                              (self._quiet, ("last",)), (self._clients, ("seen",))):
             for name in names:
