@@ -19,7 +19,7 @@ does -- with at most three plays awaiting a verdict, so at human pace it keeps i
 whatever the relay does: a relay that falls behind shows as growing verdict times and unanswered
 plays, not as a politely slower generator. ``--pace human`` waits a reaction time before each
 move, log-normal around ``--reaction`` (0.35 s) like ``client/bots.py``; ``--pace max`` plays at
-once. Matches use short settings (``FAST_BLINK``: one game, 0.5 s countdown) and both players ask
+once. Matches use the game's short settings (``Game.quick_settings``: for BLINK one game, 0.5 s countdown) and both players ask
 for a rematch when a match is over, so the load stays steady for ``--duration``. Players ping
 once a second, like the client's clock sync.
 
@@ -112,7 +112,6 @@ SERVE_START_S = 30.0
 CLOSE_TIMEOUT_S = 20.0
 MQTT311 = 4
 #: Many short games: one game per match, then a rematch; a short countdown and stalemate pause.
-FAST_BLINK: dict[str, Any] = {"best_of": 1, "countdown_s": 0.5, "stalemate_pause_s": 0.3}
 
 log = logging.getLogger("blink.load")
 
@@ -203,7 +202,8 @@ def raise_fd_limit(connections: int) -> None:
 
 
 def settings_for(game: str) -> dict[str, Any]:
-    return dict(FAST_BLINK) if game == "blink" else {}
+    """The game's own settings for short matches (the Game's ``quick_settings``)."""
+    return dict(game_for(game).quick_settings)
 
 
 # ------------------------------------------------------------------------------------ one player
