@@ -165,3 +165,18 @@ def logo_cards(width: float, half_title: float, f: float, card_h: float) -> tupl
     left = width / 2 - half_title - gap_title - cw / 2
     right = width / 2 + half_title + gap_title + cw / 2
     return cw, [left, right, right + step]
+
+
+def fit_text(text: str, max_w: float, measure: Any) -> str:
+    """``text``, cut at the end with "…" until ``measure(candidate)`` (its drawn width) is at most
+    ``max_w``: a long line (an error message) never runs out of the panel drawn behind it."""
+    if not text or measure(text) <= max_w:
+        return text
+    lo, hi = 0, len(text)  # the longest prefix that fits, by bisection (a handful of measures)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if measure(text[:mid].rstrip() + "…") <= max_w:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo].rstrip() + "…"

@@ -42,7 +42,7 @@ from pyglet.window import key, mouse
 from protocol.rules.base import Rejected
 from client.window.cards import Layer, label
 from client.window.draw2d import Canvas
-from client.window.layout import Rect
+from client.window.layout import Rect, fit_text
 from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are the scenes' palette
@@ -52,6 +52,12 @@ from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are
 PANEL = (24, 30, 40, 235)
 BANNER_COLOURS = {"idle": (40, 48, 62, 255), "over": (60, 50, 90, 255), "mine": (205, 135, 10, 255),
                   "theirs": (38, 62, 105, 255)}
+
+
+def _width(lbl: pyglet.text.Label, text: str) -> float:
+    """How wide ``text`` draws in ``lbl``'s font (the label keeps it)."""
+    lbl.text = text
+    return float(lbl.content_width)
 
 
 @dataclass
@@ -138,6 +144,8 @@ class TurnBasedScene(Scene):
                 if lbl.content_width <= max_w or lbl.font_size <= 7:
                     break
                 lbl.font_size = round(max(6.0, lbl.font_size * max_w / lbl.content_width * 0.97), 1)
+            if lbl.content_width > max_w:  # still too wide at the smallest size: cut it, visibly
+                lbl.text = fit_text(s, max_w, lambda t: _width(lbl, t))
         if tuple(lbl.color) != colour:
             lbl.color = colour
         if lbl.position != (x, y, 0):
@@ -280,7 +288,7 @@ class TurnBasedScene(Scene):
             big, sub = vm.status(session.status, session.message, session.server_url, model)
             over.rect(self.w / 2, self.h / 2, self.w * 0.9, f * 8, (10, 14, 20, 230), radius=f)
             self.text(self.w / 2, self.h / 2 + f * 1.2, big, 2.4, WHITE, bold=True, over=True)
-            self.text(self.w / 2, self.h / 2 - f * 2.0, sub, 1.0, DIM, over=True)
+            self.text(self.w / 2, self.h / 2 - f * 2.0, sub, 1.0, DIM, over=True, max_w=self.w * 0.86)
         # bottom lines
         text, colour_m = vm.message(now_ns)
         self.message_text = text
@@ -293,7 +301,7 @@ class TurnBasedScene(Scene):
             over.rect(br.x, br.y, br.w * 0.9, f * 7.5, (10, 14, 20, 225), radius=f)
             over.ring(br.x, br.y, br.w * 0.9, f * 7.5, 2, YELLOW, radius=f)
             self.text(br.x, br.y + f * 1.6, banner.small or "Game over", 1.9, WHITE, bold=True, over=True)
-            self.text(br.x, br.y - f * 1.6, vm.tally(model), 1.0, DIM, over=True)
+            self.text(br.x, br.y - f * 1.6, vm.tally(model, state), 1.0, DIM, over=True, max_w=br.w * 0.86)
         self.mesh.set(c.t)
         self.over_mesh.set(over.t)
         for o in (False, True):
