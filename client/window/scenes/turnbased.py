@@ -50,6 +50,7 @@ from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are
     reason_text)
 
 PANEL = (24, 30, 40, 235)
+WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
 BANNER_COLOURS = {"idle": (40, 48, 62, 255), "over": (60, 50, 90, 255), "mine": (205, 135, 10, 255),
                   "theirs": (38, 62, 105, 255)}
 
@@ -83,8 +84,18 @@ class TurnBasedScene(Scene):
         self.l_over = Layer(4)
         self.mesh = Mesh(self.batch, self.l_board.mesh, blend=True)
         self.over_mesh = Mesh(self.batch, self.l_over.mesh, blend=True)
+        # Labels: ``_pool[o][:_used[o]]`` are the ones drawn by the last picture (``o``: over the
+        # board or not). Each remembers what it was asked to show (``_asked``), so that the next
+        # picture hands the same request the same label: an unchanged text is only moved, never laid
+        # out again (laying out text is most of a rebuild's cost under software GL).
         self._pool: dict[bool, list[pyglet.text.Label]] = {False: [], True: []}
         self._used: dict[bool, int] = {False: 0, True: 0}
+        self._asked: dict[int, tuple[Any, ...]] = {}
+        self._free: dict[bool, dict[tuple[Any, ...], list[pyglet.text.Label]]] = {False: {}, True: {}}
+        self._live: dict[bool, list[pyglet.text.Label]] = {False: [], True: []}
+        self._sizes: set[tuple[float, str]] = set()  # (font size, weight) in use: their glyphs are warmed
+        self._warmed: set[tuple[float, str]] = set()
+        self._warm: Any = None
         self.mouse = (-1.0, -1.0)
         self.buttons: list[Button] = []
         self.targets: list[tuple[Any, Callable[[float, float], bool], Callable[[], Any] | None]] = []
@@ -122,35 +133,92 @@ class TurnBasedScene(Scene):
              max_w: float | None = None) -> pyglet.text.Label:
         """A label for this picture (``size`` is relative to the base font); ``max_w`` shrinks the
         font until the text fits that width."""
-        pool = self._pool[over]
-        i = self._used[over]
-        self._used[over] = i + 1
-        if i >= len(pool):
-            layer = self.l_over if over else self.l_board
-            pool.append(label(self.batch, layer.text, 10, WHITE, "center", "center"))
-        lbl = pool[i]
         fs = round(max(6.0, self.f * size), 1)
         weight = "bold" if bold else "normal"
-        if (lbl.text, lbl.font_size, lbl.weight, lbl.anchor_x, lbl.anchor_y) != (s, fs, weight, ax, ay):
-            lbl.begin_update()
-            lbl.text = s
-            lbl.font_size = fs
-            lbl.weight = weight
-            lbl.anchor_x = ax  # type: ignore[assignment]
-            lbl.anchor_y = ay  # type: ignore[assignment]
-            lbl.end_update()
-        if max_w is not None and s:
-            for _ in range(4):
-                if lbl.content_width <= max_w or lbl.font_size <= 7:
-                    break
-                lbl.font_size = round(max(6.0, lbl.font_size * max_w / lbl.content_width * 0.97), 1)
-            if lbl.content_width > max_w:  # still too wide at the smallest size: cut it, visibly
-                lbl.text = fit_text(s, max_w, lambda t: _width(lbl, t))
+        want = (s, fs, weight, ax, ay, None if max_w is None else round(max_w, 1))
+        same = self._free[over].get(want)
+        if same:
+            lbl = same.pop()  # showed exactly this last time: only its colour and place may change
+        else:
+            lbl = self._spare(over, fs, weight)
+            self._asked[id(lbl)] = want
+            if (lbl.text, lbl.font_size, lbl.weight, lbl.anchor_x, lbl.anchor_y) != (s, fs, weight, ax, ay):
+                lbl.begin_update()
+                lbl.text = s
+                lbl.font_size = fs
+                lbl.weight = weight
+                lbl.anchor_x = ax  # type: ignore[assignment]
+                lbl.anchor_y = ay  # type: ignore[assignment]
+                lbl.end_update()
+            if max_w is not None and s:
+                for _ in range(4):
+                    if lbl.content_width <= max_w or lbl.font_size <= 7:
+                        break
+                    lbl.font_size = round(max(6.0, lbl.font_size * max_w / lbl.content_width * 0.97), 1)
+                if lbl.content_width > max_w:  # still too wide at the smallest size: cut it, visibly
+                    lbl.text = fit_text(s, max_w, lambda t: _width(lbl, t))
+            self._sizes.add((float(lbl.font_size), weight))
+        self._live[over].append(lbl)
+        self._used[over] += 1
         if tuple(lbl.color) != colour:
             lbl.color = colour
         if lbl.position != (x, y, 0):
             lbl.position = (x, y, 0)
         return lbl
+
+    def _spare(self, over: bool, fs: float, weight: str) -> pyglet.text.Label:
+        """A label the picture being built has not used yet: one of the same font if there is one
+        (no new glyph size), else any, else a new one."""
+        free = self._free[over]
+        fallback = None
+        for k, lst in free.items():
+            if lst:
+                if k[1] == fs and k[2] == weight:
+                    return lst.pop()
+                if fallback is None:
+                    fallback = lst
+        if fallback is not None:
+            return fallback.pop()
+        layer = self.l_over if over else self.l_board
+        lbl = label(self.batch, layer.text, 10, WHITE, "center", "center")
+        self._asked[id(lbl)] = ("\0new", 10.0, "normal")
+        return lbl
+
+    def _begin_labels(self) -> None:
+        for o in (False, True):
+            free: dict[tuple[Any, ...], list[pyglet.text.Label]] = {}
+            for lbl in self._pool[o]:
+                free.setdefault(self._asked[id(lbl)], []).append(lbl)
+            self._free[o] = free
+            self._live[o] = []
+            self._used[o] = 0
+
+    def _end_labels(self) -> None:
+        for o in (False, True):
+            rest = [lbl for lst in self._free[o].values() for lbl in lst]
+            for lbl in rest:  # not in this picture: hidden, kept for a later one
+                if lbl.text:
+                    lbl.text = ""
+                self._asked[id(lbl)] = ("\0hidden", float(lbl.font_size), lbl.weight)
+            self._pool[o] = self._live[o] + rest
+            self._free[o] = {}
+        if self._sizes - self._warmed and self._warm is None:
+            self._warm = self._warm_steps()
+
+    def _warm_steps(self) -> Any:
+        """Render, a few glyphs per quiet frame, every printable glyph of each font size in use: the
+        first use of a glyph in a size costs ~1 ms (a new word in a message spiked its frame)."""
+        from client.window.cards import FONT
+
+        chars = "".join(chr(c) for c in range(32, 127)) + "—…·–←→↑↓▶✓✗⚠×"
+        while self._sizes - self._warmed:
+            size, weight = sorted(self._sizes - self._warmed)[0]
+            self._warmed.add((size, weight))
+            font = pyglet.font.load(FONT, size, weight=weight)
+            for i in range(0, len(chars), 8):
+                font.get_glyphs(chars[i:i + 8])
+                yield
+        self._warm = None
 
     def button(self, c: Canvas, id: str, rect: Rect, text: str, enabled: bool, action: Callable[[], Any] | None,
                size: float = 1.0, hot: bool = False) -> None:
@@ -218,13 +286,17 @@ class TurnBasedScene(Scene):
             self._key = key_now
             self._rebuild(model, state, now_ns)
             self.display_version += 1
+        elif self._warm is not None:  # a quiet frame: a little start-up work (glyphs) instead
+            deadline = time.perf_counter() + WARM_BUDGET_S
+            while self._warm is not None and time.perf_counter() < deadline:
+                next(self._warm, None)
         for cue in vm.drain_cues():
             self.app.sounds.play(cue)
         if vm.results_due(model, now_ns):
             self.app.goto("results")
 
     def _rebuild(self, model: Any, state: Any, now_ns: int) -> None:
-        self._used = {False: 0, True: 0}
+        self._begin_labels()
         self.buttons = []
         self.targets = []
         c = Canvas()
@@ -304,10 +376,7 @@ class TurnBasedScene(Scene):
             self.text(br.x, br.y - f * 1.6, vm.tally(model, state), 1.0, DIM, over=True, max_w=br.w * 0.86)
         self.mesh.set(c.t)
         self.over_mesh.set(over.t)
-        for o in (False, True):
-            for lbl in self._pool[o][self._used[o]:]:
-                if lbl.text:
-                    lbl.text = ""
+        self._end_labels()
 
     def pname(self, model: Any, seat: Any) -> str:
         return self.vm.pname(model, seat)
