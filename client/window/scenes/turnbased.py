@@ -51,6 +51,13 @@ from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are
 
 PANEL = (24, 30, 40, 235)
 WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
+#: relative font sizes the turn-based scenes draw most (``text(size=...)``), warmed ahead of use
+LIKELY_SIZES = (1.0, 0.95, 0.85, 1.1, 0.8, 1.05, 0.9, 0.7, 1.3, 1.6)
+#: the glyphs warmed, the most used first
+WARM_CHARS = ("etaoinsrhldcumfpgwybvk ,.:0123456789—·ETAOINSRHLDCUMFPGWYBVKxjqzXJQZ()/-+%'!?…–←→↑↓▶✓✗⚠×"
+              "[]{}<>=#&*;\"_|~$@^`")
+#: (font size, weight) whose glyphs were rendered: fonts are shared by every scene
+WARMED: set[tuple[float, str]] = set()
 BANNER_COLOURS = {"idle": (40, 48, 62, 255), "over": (60, 50, 90, 255), "mine": (205, 135, 10, 255),
                   "theirs": (38, 62, 105, 255)}
 
@@ -94,7 +101,6 @@ class TurnBasedScene(Scene):
         self._free: dict[bool, dict[tuple[Any, ...], list[pyglet.text.Label]]] = {False: {}, True: {}}
         self._live: dict[bool, list[pyglet.text.Label]] = {False: [], True: []}
         self._sizes: set[tuple[float, str]] = set()  # (font size, weight) in use: their glyphs are warmed
-        self._warmed: set[tuple[float, str]] = set()
         self._warm: Any = None
         self.mouse = (-1.0, -1.0)
         self.buttons: list[Button] = []
@@ -125,6 +131,9 @@ class TurnBasedScene(Scene):
         self.pending_y = f * 2.7
         self.hint_y = f * 1.1
         self._key = None
+        # the sizes the scenes mostly draw in: warmed from the first quiet frames on
+        self._likely = [(float(max(6, round(f * k))), w) for k in LIKELY_SIZES for w in ("bold", "normal")]
+        self._warm = self._warm or self._warm_steps()
 
     # ------------------------------------------------------------------ drawing helpers
 
@@ -133,7 +142,8 @@ class TurnBasedScene(Scene):
              max_w: float | None = None) -> pyglet.text.Label:
         """A label for this picture (``size`` is relative to the base font); ``max_w`` shrinks the
         font until the text fits that width."""
-        fs = round(max(6.0, self.f * size), 1)
+        # whole points: each new size is a new font (a glyph atlas, every glyph rendered again)
+        fs = float(max(6, round(self.f * size)))
         weight = "bold" if bold else "normal"
         want = (s, fs, weight, ax, ay, None if max_w is None else round(max_w, 1))
         same = self._free[over].get(want)
@@ -154,7 +164,7 @@ class TurnBasedScene(Scene):
                 for _ in range(4):
                     if lbl.content_width <= max_w or lbl.font_size <= 7:
                         break
-                    lbl.font_size = round(max(6.0, lbl.font_size * max_w / lbl.content_width * 0.97), 1)
+                    lbl.font_size = float(max(6, min(lbl.font_size - 1, int(lbl.font_size * max_w / lbl.content_width))))
                 if lbl.content_width > max_w:  # still too wide at the smallest size: cut it, visibly
                     lbl.text = fit_text(s, max_w, lambda t: _width(lbl, t))
             self._sizes.add((float(lbl.font_size), weight))
@@ -202,7 +212,7 @@ class TurnBasedScene(Scene):
                 self._asked[id(lbl)] = ("\0hidden", float(lbl.font_size), lbl.weight)
             self._pool[o] = self._live[o] + rest
             self._free[o] = {}
-        if self._sizes - self._warmed and self._warm is None:
+        if self._sizes - WARMED and self._warm is None:
             self._warm = self._warm_steps()
 
     def _warm_steps(self) -> Any:
@@ -210,13 +220,15 @@ class TurnBasedScene(Scene):
         first use of a glyph in a size costs ~1 ms (a new word in a message spiked its frame)."""
         from client.window.cards import FONT
 
-        chars = "".join(chr(c) for c in range(32, 127)) + "—…·–←→↑↓▶✓✗⚠×"
-        while self._sizes - self._warmed:
-            size, weight = sorted(self._sizes - self._warmed)[0]
-            self._warmed.add((size, weight))
+        while True:
+            todo = sorted(self._sizes - WARMED) or [k for k in self._likely if k not in WARMED]
+            if not todo:
+                break
+            size, weight = todo[0]  # the sizes seen in use first, then the likely ones
+            WARMED.add((size, weight))
             font = pyglet.font.load(FONT, size, weight=weight)
-            for i in range(0, len(chars), 8):
-                font.get_glyphs(chars[i:i + 8])
+            for ch in WARM_CHARS:  # one at a time: a glyph is ~1-2 ms under software GL
+                font.get_glyphs(ch)
                 yield
         self._warm = None
 
