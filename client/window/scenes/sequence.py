@@ -31,6 +31,10 @@ SPACE = (232, 224, 200, 255)
 SPACE_SPECIAL = (250, 236, 170, 255)  # the 2 and 12 spaces (not removable by a 10)
 
 
+def _space(x: float, y: float, w: float, h: float, bg: Any, radius: float, c: Canvas) -> None:
+    c.rect(x, y, w, h, bg, radius=radius)
+
+
 #: The widest the pending "sent" tag may be, in spaces: inside the chip (radius 0.3 of a space) with
 #: a margin, so a tag never crosses the chip's rim nor reaches the space's number in its corner.
 SENT_TAG_W = 0.46
@@ -76,7 +80,7 @@ class SequenceScene(TurnBasedScene):
                 cell = Rect(x, y, side * 0.94, side * 0.94)
                 self._cells[(r, col)] = cell
                 bg = SPACE_SPECIAL if n in sq.BONUS_TOTALS else SPACE
-                c.rect(x, y, cell.w, cell.h, bg, radius=side * 0.08)
+                self.piece(c, ("space", x, y, cell.w, bg), partial(_space, x, y, cell.w, cell.h, bg, side * 0.08))
                 chip = state.chips[r][col]
                 a = legal.get((r, col))
                 sent = (r, col) in pend
@@ -131,7 +135,7 @@ class SequenceScene(TurnBasedScene):
             faces = (rng.randint(1, 6), rng.randint(1, 6))
         if faces is not None:
             for i, v in enumerate(faces):
-                c.die(dx + (i - 0.5) * (ds + f * 0.8), dy, ds, v)
+                self.die(c, dx + (i - 0.5) * (ds + f * 0.8), dy, ds, v)
         self.text(dx, dy - ds / 2 - f * 1.2, total_txt, 1.2, colour, bold=True)
         if tag:
             t = state.total

@@ -33,6 +33,7 @@ marks the spot (``vm.rejected_now``) in red while the prediction is undone.
 from __future__ import annotations
 
 import time
+from functools import partial
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -51,6 +52,7 @@ from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are
 
 PANEL = (24, 30, 40, 235)
 WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
+PIECES_MAX = 2000  # cached shapes (``piece``) before the cache starts afresh
 #: relative font sizes the turn-based scenes draw most (``text(size=...)``), warmed ahead of use
 LIKELY_SIZES = (1.0, 0.95, 0.85, 1.1, 0.8, 1.05, 0.9, 0.7, 1.3, 1.6)
 #: the glyphs warmed, the most used first
@@ -60,6 +62,10 @@ WARM_CHARS = ("etaoinsrhldcumfpgwybvk ,.:0123456789—·ETAOINSRHLDCUMFPGWYBVKxj
 WARMED: set[tuple[float, str]] = set()
 BANNER_COLOURS = {"idle": (40, 48, 62, 255), "over": (60, 50, 90, 255), "mine": (205, 135, 10, 255),
                   "theirs": (38, 62, 105, 255)}
+
+
+def _die(x: float, y: float, size: float, value: int, body: Any, pip: Any, c: Canvas) -> None:
+    c.die(x, y, size, value, body=body, pip=pip)
 
 
 def _width(lbl: pyglet.text.Label, text: str) -> float:
@@ -101,6 +107,7 @@ class TurnBasedScene(Scene):
         self._free: dict[bool, dict[tuple[Any, ...], list[pyglet.text.Label]]] = {False: {}, True: {}}
         self._live: dict[bool, list[pyglet.text.Label]] = {False: [], True: []}
         self._sizes: set[tuple[float, str]] = set()  # (font size, weight) in use: their glyphs are warmed
+        self._pieces: dict[tuple[Any, ...], Any] = {}  # shapes by what they show (``piece``)
         self._warm: Any = None
         self.mouse = (-1.0, -1.0)
         self.buttons: list[Button] = []
@@ -175,6 +182,25 @@ class TurnBasedScene(Scene):
         if lbl.position != (x, y, 0):
             lbl.position = (x, y, 0)
         return lbl
+
+    def piece(self, c: Canvas, key: tuple[Any, ...], draw: Callable[[Canvas], None]) -> None:
+        """Add to ``c`` the shapes ``draw`` makes, computed once per ``key`` (which must say
+        everything they depend on: place, size, face...): a rebuild then only copies the pieces that
+        did not change (a board of dice is thousands of triangles)."""
+        got = self._pieces.get(key)
+        if got is None:
+            if len(self._pieces) > PIECES_MAX:
+                self._pieces.clear()
+            pc = Canvas()
+            draw(pc)
+            got = self._pieces[key] = pc.t
+        c.t.pos.extend(got.pos)
+        c.t.col.extend(got.col)
+
+    def die(self, c: Canvas, x: float, y: float, size: float, value: int, body: Any = (245, 245, 240, 255),
+            pip: Any = (25, 25, 30, 255)) -> None:
+        """``c.die``, made once per place, size, face and colours (``piece``)."""
+        self.piece(c, ("die", x, y, size, value, body, pip), partial(_die, x, y, size, value, body, pip))
 
     def _spare(self, over: bool, fs: float, weight: str) -> pyglet.text.Label:
         """A label the picture being built has not used yet: one of the same font if there is one
