@@ -154,7 +154,7 @@ class MenuScene(Scene):
         set_text(self.details[1], f"◀  {self.players}  ▶" + ("   (bots fill the other seats)" if len(allowed) > 1
                                                             else f"   ({self.players}-player game)"))
         set_text(self.details[2], f"{self.levels[self.level]}  (← →)")
-        set_text(self.details[3], "show a code for friends")
+        set_text(self.details[3], "open to the LAN: shows the address and code")
         for i, what in ((4, "join"), (5, "watch")):
             if self.typing and self.typing_for == what:
                 set_text(self.details[i], f"code: {self.code}_   Enter {what} · Esc cancel")
