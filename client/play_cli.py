@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, topics: Any) -> int:
 
     session = SessionConfig(server_url=args.server, name=args.name, topics=topics, game=args.game,
                             settings=args.settings, autoplay=args.autoplay and mode != "watch", seed=args.seed,
-                            players=args.players)
+                            players=args.players, lan=not args.server)
     config = AppConfig(mode=mode, code=args.watch or args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
                        width=args.width, height=args.height, screenshot=args.screenshot,
                        quit_after=args.quit_after, frame_stats=args.frame_stats,

@@ -191,6 +191,7 @@ class App:
         return True  # never let pyglet's default close the window on Esc
 
     def goto(self, name: str) -> None:
+        from client.window.scenes.lan import LanScene
         from client.window.scenes.menu import MenuScene
         from client.window.scenes.results import ResultsScene
 
@@ -198,7 +199,7 @@ class App:
         if name == "table":
             cls = table_class(self.current_game())
         else:
-            cls = {"menu": MenuScene, "results": ResultsScene}[name]
+            cls = {"menu": MenuScene, "results": ResultsScene, "lan": LanScene}[name]
         if self.scene is not None:
             self.scene.exit()
         self.scene = cls(self)
@@ -227,7 +228,7 @@ class App:
     def set_bot_level(self, name: str) -> None:
         self.bot_reaction_s = parse_level(name)
 
-    def start_game(self, mode: str, code: str | None = None) -> None:
+    def start_game(self, mode: str, code: str | None = None, url: str | None = None, prefix: str | None = None) -> None:
         """Menu choice (or command-line mode): switch to the table now, connect in the background."""
 
         async def go() -> None:
@@ -245,6 +246,8 @@ class App:
                 await self.session.quick()
             elif mode == "watch":
                 await self.session.watch(code or "")
+            elif mode == "lan":  # a match found on the LAN (scenes/lan.py): another relay
+                await self.session.join_at(url or "", code or "", prefix)
             else:
                 raise ValueError(f"unknown mode {mode!r}")
 

@@ -85,13 +85,13 @@ class Canvas:
         self.t.fan((cx, cy), hex_points(cx, cy, r), rgba)
 
     def circle(self, cx: float, cy: float, r: float, rgba: RGBA, segs: int = 20) -> None:
-        pts = [(cx + r * math.cos(2 * math.pi * k / segs), cy + r * math.sin(2 * math.pi * k / segs)) for k in range(segs)]
+        pts = [(cx + r * c, cy + r * s) for c, s in _unit_circle(segs)]
         self.t.fan((cx, cy), pts, rgba)
 
     def disc_ring(self, cx: float, cy: float, r: float, th: float, rgba: RGBA, segs: int = 24) -> None:
-        inner = [(cx + r * math.cos(2 * math.pi * k / segs), cy + r * math.sin(2 * math.pi * k / segs)) for k in range(segs)]
-        outer = [(cx + (r + th) * math.cos(2 * math.pi * k / segs), cy + (r + th) * math.sin(2 * math.pi * k / segs))
-                 for k in range(segs)]
+        unit = _unit_circle(segs)
+        inner = [(cx + r * c, cy + r * s) for c, s in unit]
+        outer = [(cx + (r + th) * c, cy + (r + th) * s) for c, s in unit]
         self.t.strip(outer, inner, rgba, closed=True)
 
     def line(self, x0: float, y0: float, x1: float, y1: float, th: float, rgba: RGBA) -> None:
@@ -116,6 +116,18 @@ class Canvas:
         """A die face of side ``size`` showing ``value`` as pips."""
         self.rect(cx, cy, size, size, body, radius=size * 0.18)
         self.pips(cx, cy, size / 2, value, pip)
+
+
+_UNIT: dict[int, list[tuple[float, float]]] = {}
+
+
+def _unit_circle(segs: int) -> list[tuple[float, float]]:
+    """(cos, sin) of ``segs`` points round the unit circle, computed once per count (a board of
+    dice draws thousands of pips: the trigonometry was a good part of a picture's cost)."""
+    pts = _UNIT.get(segs)
+    if pts is None:
+        pts = _UNIT[segs] = [(math.cos(2 * math.pi * k / segs), math.sin(2 * math.pi * k / segs)) for k in range(segs)]
+    return pts
 
 
 def _grid_spots(value: int) -> tuple[tuple[float, float], ...]:

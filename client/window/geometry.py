@@ -16,6 +16,7 @@ in words at the bottom of the card; the window adds those as labels (``face_labe
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -100,8 +101,10 @@ class Tris:
 # --- primitive outlines ----------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1024)
 def rounded_outline(w: float, h: float, r: float, segs: int = 4) -> list[tuple[float, float]]:
-    """Points around a rounded rectangle centred on the origin, counter-clockwise."""
+    """Points around a rounded rectangle centred on the origin, counter-clockwise. Cached: a board
+    redraws the same few hundred rectangles; callers only read the list."""
     r = max(0.0, min(r, w / 2, h / 2))
     hw, hh = w / 2 - r, h / 2 - r
     pts: list[tuple[float, float]] = []

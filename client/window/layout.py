@@ -151,3 +151,32 @@ class _Empty:
 
 
 EMPTY: Any = _Empty()
+
+
+def logo_cards(width: float, half_title: float, f: float, card_h: float) -> tuple[float, list[float]]:
+    """The menu's decorative cards beside the title: (card width, centre x of each of the three).
+    One sits left of the title, two right of it, with a gap between cards so that their corner
+    labels never run together ("BLUE 5YELLOW2"); the cards shrink to stay inside the window."""
+    gap_title = f * 1.5
+    cw = card_h * CARD_ASPECT
+    room = width / 2 - half_title - gap_title - f * 0.5  # from the title's end to the window's edge
+    cw = max(1.0, min(cw, room / 2.15))
+    step = cw * 1.15
+    left = width / 2 - half_title - gap_title - cw / 2
+    right = width / 2 + half_title + gap_title + cw / 2
+    return cw, [left, right, right + step]
+
+
+def fit_text(text: str, max_w: float, measure: Any) -> str:
+    """``text``, cut at the end with "…" until ``measure(candidate)`` (its drawn width) is at most
+    ``max_w``: a long line (an error message) never runs out of the panel drawn behind it."""
+    if not text or measure(text) <= max_w:
+        return text
+    lo, hi = 0, len(text)  # the longest prefix that fits, by bisection (a handful of measures)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if measure(text[:mid].rstrip() + "…") <= max_w:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo].rstrip() + "…"

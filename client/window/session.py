@@ -6,7 +6,10 @@ A ``Session`` lives on the same asyncio event loop as the window's frame task (s
 ``client/window/app.py``). It owns:
 
 - the ``LocalServer`` (embedded amqtt broker + relay on a free loopback port) when no ``--server``
-  is given, so ``blink play`` works on a fresh machine;
+  is given, so ``blink play`` works on a fresh machine. Hosting a match (``host``) with
+  ``config.lan`` moves it, once, onto every interface on a stable port (1883 or the next free one)
+  and advertises it over multicast DNS (``client/lan.py``); ``server_url`` is then the LAN address
+  friends use;
 - your ``Player`` (aiomqtt connection + ``ClientModel``), which the scenes read every frame;
 - an opponent bot (a ``Bot`` on its own ``Player``, same loop) for "play a bot", which asks for a
   rematch whenever a match ends, and optionally an autoplay bot driving *your* player.
@@ -79,6 +82,11 @@ class SessionConfig:
     ping_interval_s: float = 0.5
     players: int = 2  # seats in a match this window creates; bots fill all but yours
     request_timeout_s: float = 10.0  # how long to wait for the relay's answer to create/join/watch
+    #: hosting listens on every interface and advertises itself on the LAN (``blink play`` sets it;
+    #: off by default so that tests never send multicast out of the machine)
+    lan: bool = False
+    lan_port: int = 1883
+    lan_interfaces: list[str] | None = None  # advertise only on these (default: every multicast interface)
 
 
 async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
@@ -116,6 +124,10 @@ class Session:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._game_tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()  # tells the bots of the current game to stop
+        self.lan_urls: list[str] = []  # how friends on the LAN reach the local relay (once hosting)
+        self.lan_note = ""  # what hosting on the LAN had to say (port taken, not advertised)
+        self._advert: Any = None  # the running ``client.lan.advertise``
+        self._own: Any = None  # our loopback way into the LAN-hosted relay
 
     # ----------------------------------------------------------------- plumbing
 
@@ -125,6 +137,8 @@ class Session:
 
     @property
     def server_url(self) -> str:
+        if self.lan_urls and self.address is not None and self.address == self._own:
+            return self.lan_urls[0]  # what a friend types, not our own loopback way in
         return self.address.url if self.address is not None else (self.config.server_url or "")
 
     @property
@@ -236,12 +250,66 @@ class Session:
 
     async def host(self) -> str:
         self.mode = "host"
+        await self.leave()
+        if self._own is not None:
+            self.address = self._own  # back from someone else's relay (a LAN game joined)
+        await self._host_on_lan()
         me = await self._me()
         code = await me.create(self.config.game, self.config.settings, seats=max(2, int(self.config.players)),
                                timeout=self.config.request_timeout_s)
-        self.status, self.message = "waiting", "waiting for an opponent"
+        self.status, self.message = "waiting", self.lan_note or "waiting for an opponent"
         self.spawn(self._wait_started(), game=True)
         return code
+
+    async def _host_on_lan(self) -> None:
+        """Move the local relay onto every interface, port ``config.lan_port`` or the next free one,
+        and advertise it (once per session). Called with no match running (after ``leave``), so the
+        loopback relay it replaces has nothing anyone is in. No multicast is not fatal: friends can
+        still join by the address shown."""
+        from mqttkit import BrokerAddress
+        from client import lan as lanmod
+        from relay.local import LocalServer
+
+        if not self.config.lan or not self.local or self.lan_urls:
+            return
+        notes: list[str] = []
+        interfaces = self.config.lan_interfaces
+        port = await asyncio.to_thread(lanmod.lan_port, "0.0.0.0", self.config.lan_port, interfaces, notes.append)
+        self.status, self.message = "starting", f"opening the local relay to the LAN on port {port}…"
+        old, self.server = self.server, None
+        try:
+            await asyncio.wait_for(old.__aexit__(None, None, None), timeout=5)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - replaced anyway
+            pass
+        server = LocalServer(None, self.config.seed, self.config.relay_config, host="0.0.0.0", port=port,
+                             topics=self.config.topics)
+        await server.__aenter__()
+        self.server = server
+        self.address = self._own = BrokerAddress("127.0.0.1", port)  # our own players come in on loopback
+        self.lan_urls = lanmod.lan_urls(port, "0.0.0.0", interfaces) or [f"mqtt://127.0.0.1:{port}"]
+        relay_id = getattr(self.config.relay_config, "relay_id", None) or "relay-0"
+        adv = lanmod.advertise(port, relay_id, "0.0.0.0", interfaces, self.config.topics)
+        try:
+            await adv.__aenter__()
+            self._advert = adv
+        except lanmod.LanError as exc:
+            notes.append(f"not advertised on the LAN ({exc}); friends can still join by address")
+        self.lan_note = "; ".join(notes)
+        log.info("hosting on the LAN: %s%s", ", ".join(self.lan_urls), f" ({self.lan_note})" if self.lan_note else "")
+
+    async def join_at(self, url: str, code: str, prefix: str | None = None) -> str:
+        """Join match ``code`` on another relay (a host found on the LAN)."""
+        from mqttkit import parse_url
+
+        self.mode = "join"
+        await self.leave()
+        self.address = parse_url(url)
+        if prefix and prefix != self.config.topics.prefix:
+            self.config.topics = Topics(prefix, self.config.topics.shard)
+        me = await self._me()
+        got = await me.join(code.strip().upper(), timeout=self.config.request_timeout_s)
+        self.status, self.message = "playing", ""
+        return got
 
     async def join(self, code: str) -> str:
         self.mode = "join"
@@ -316,6 +384,12 @@ class Session:
     async def close(self) -> None:
         await self.leave()
         await _cancel(self._tasks)
+        if self._advert is not None:
+            adv, self._advert = self._advert, None
+            try:
+                await asyncio.wait_for(adv.__aexit__(None, None, None), timeout=5)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
+                pass
         if self.server is not None:
             server, self.server = self.server, None
             try:

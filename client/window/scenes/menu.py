@@ -1,4 +1,4 @@
-"""The menu: play a bot, host a match, join by code, quick match, quit.
+"""The menu: play a bot, host a match, join by code, quick match, LAN games, quit.
 
 How this works
 --------------
@@ -25,6 +25,7 @@ from pyglet.window import key, mouse
 from protocol.rules import blink, game_for
 from client.window import geometry as geo
 from client.window.cards import CardView, Layer, label, set_color, set_text
+from client.window.layout import CARD_ASPECT, logo_cards
 from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window.scenes.registry import WINDOW_GAMES, seat_choices, window_game
@@ -38,6 +39,7 @@ ITEMS = [
     ("join", "J", "Join by code"),
     ("watch", "W", "Watch by code"),
     ("quick", "K", "Quick match"),
+    ("lan", "L", "LAN games"),
     ("options", "O", "Options"),
     ("timer", "T", "Turn timer"),
     ("quit", "Q", "Quit"),
@@ -119,12 +121,9 @@ class MenuScene(Scene):
         self.hint.font_size = round(f * 0.9, 1)
         self.hint.position = (width / 2, f * 1.8, 0)
         # decorative sample cards either side of the title, clear of the tagline below it
-        ch = f * 6.4
-        cw = ch * 0.7
-        half_title = self.title.content_width / 2
+        cw, xs = logo_cards(width, self.title.content_width / 2, f, f * 6.4)
+        ch = cw / CARD_ASPECT
         y = height - f * 4.6
-        xs = (width / 2 - half_title - f * 1.5 - cw / 2, width / 2 + half_title + f * 1.5 + cw / 2,
-              width / 2 + half_title + f * 1.5 + cw * 1.2)
         for view, card, x in zip(self.samples, self._sample_cards, xs):
             view.show(card, "face", cw, ch)
             view.move(x, y)
@@ -155,7 +154,7 @@ class MenuScene(Scene):
         set_text(self.details[1], f"◀  {self.players}  ▶" + ("   (bots fill the other seats)" if len(allowed) > 1
                                                             else f"   ({self.players}-player game)"))
         set_text(self.details[2], f"{self.levels[self.level]}  (← →)")
-        set_text(self.details[3], "show a code for friends")
+        set_text(self.details[3], "open to the LAN: shows the address and code")
         for i, what in ((4, "join"), (5, "watch")):
             if self.typing and self.typing_for == what:
                 set_text(self.details[i], f"code: {self.code}_   Enter {what} · Esc cancel")
@@ -165,9 +164,10 @@ class MenuScene(Scene):
                          else "spectate a running match (read-only)")
                 set_color(self.details[i], (200, 225, 210, 255))
         set_text(self.details[6], "first free opponent on the server")
-        set_text(self.details[7], f"◀  {self.option_label(game)}  ▶")
-        set_text(self.details[8], f"◀  {self.timer_label(game)}  ▶")
-        set_text(self.details[9], "")
+        set_text(self.details[self.row("lan")], "matches hosted on the local network")
+        set_text(self.details[self.row("options")], f"◀  {self.option_label(game)}  ▶")
+        set_text(self.details[self.row("timer")], f"◀  {self.timer_label(game)}  ▶")
+        set_text(self.details[self.row("quit")], "")
         if self.error:
             set_text(self.status, f"⚠ {self.error}")
             set_color(self.status, (255, 140, 120, 255))
@@ -180,6 +180,10 @@ class MenuScene(Scene):
             set_color(self.status, (190, 215, 200, 255))
         self.display_version += 1
 
+    @staticmethod
+    def row(what: str) -> int:
+        return next(i for i, item in enumerate(ITEMS) if item[0] == what)
+
     def activate(self, i: int) -> None:
         what = ITEMS[i][0]
         if what not in ("join", "watch", "game", "players", "options", "timer"):
@@ -191,6 +195,8 @@ class MenuScene(Scene):
             self.cycle(+1)
         elif what in ("players", "options", "timer"):
             self.cycle(+1)
+        elif what == "lan":  # its own screen (scenes/lan.py): hosts found on the local network
+            self.app.goto("lan")
         elif what in ("join", "watch"):
             if self.typing and self.typing_for == what and self.code:
                 self._choose()

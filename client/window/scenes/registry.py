@@ -32,6 +32,7 @@ class WindowGame:
     menu_line: str
     presets: tuple[tuple[str, dict[str, Any]], ...] = (("none for this game", {}),)
     turn_timer: bool = False  # the game takes the ``turn_timer_s`` setting (the menu's Turn timer row)
+    score_word: str = ""  # what a game result's ``scores`` count, for the results screen ("" = not shown)
 
 
 WINDOW_GAMES: dict[str, WindowGame] = {
@@ -45,11 +46,11 @@ WINDOW_GAMES: dict[str, WindowGame] = {
         ("triangle (15 Blinks)", {"layout": "triangle"}),
         ("parallelogram (16 Blinks)", {"layout": "parallelogram"}),
         ("random cluster (19 Blinks)", {"layout": "random"}),
-    ), turn_timer=True),
+    ), turn_timer=True, score_word="points"),
     "sequence": WindowGame(SequenceScene, "Sequence Dice", (
         ("5 in a row", {"sequence_length": 5}),
         ("6 in a row (two players)", {"sequence_length": 6}),
-    ), turn_timer=True),
+    ), turn_timer=True, score_word="chips on the board"),
     "ryo": WindowGame(RyoScene, "Roll Your Own", (
         ("standard 6/6/3 (rolls/rounds/games)", {"rolls_per_round": 6, "rounds_per_game": 6, "games_per_match": 3}),
         ("short 3/2/1", {"rolls_per_round": 3, "rounds_per_game": 2, "games_per_match": 1}),
@@ -65,6 +66,15 @@ def window_game(name: str) -> WindowGame:
     if entry is None:
         raise ValueError(f"the window does not play {name!r}; it plays {', '.join(WINDOW_GAMES)}")
     return entry
+
+
+def score_word(name: str) -> str:
+    """What ``name``'s result scores count on the results screen ("" for none, or a game the window
+    does not know)."""
+    try:
+        return window_game(name).score_word
+    except ValueError:
+        return ""
 
 
 def scene_for(name: str) -> type[Scene]:

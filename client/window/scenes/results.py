@@ -20,6 +20,14 @@ from client.window.cards import Layer, label, set_color, set_text
 from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window import texts
+from client.window.viewmodels.results import game_line
+
+
+def _score_word(game: str) -> str:
+    from client.window.scenes.registry import score_word  # the registry imports every scene
+
+    return score_word(game)
+
 
 REASONS = {"out_of_cards": "out of cards", "tie": "tie", "forfeit": "forfeit", "game_limit": "game limit",
            "highest_score": "highest score", "shared_win": "shared win", "sequence": "SEQUENCE",
@@ -118,12 +126,7 @@ class ResultsScene(Scene):
             self._place(min(len(results), len(self.games)))
         for i, g in enumerate(self.games):
             if i < len(results):
-                r = results[i]
-                ws = r.get("winners") or []
-                who = ("shared: " + " & ".join(names[w] for w in ws if w < len(names))) if len(ws) > 1 else \
-                    "tie" if len(ws) != 1 else ("you won" if ws[0] == seat else
-                                                   f"{names[ws[0]] if ws[0] < len(names) else '?'} won")
-                set_text(g, f"game {i + 1}:  {who}  ({REASONS.get(r.get('reason', ''), r.get('reason', ''))})")
+                set_text(g, game_line(i, results[i], names, seat, REASONS, _score_word(self.app.current_game())))
             else:
                 set_text(g, "")
         others = [i for i in range(len(names)) if i != seat]

@@ -89,7 +89,7 @@ class RyoScene(TurnBasedScene):
                       "the players are building their dice", 1.3, WHITE, bold=True)
             if mine:
                 for i, v in enumerate(mine):
-                    c.die(br.x + (i - 2.5) * f * 4, top - f * 5, f * 3, v, body=IVORY)
+                    self.die(c, br.x + (i - 2.5) * f * 4, top - f * 5, f * 3, v, body=IVORY)
                 pend = any(isinstance(p.action, ryo.BuildDie) for p in (model.predictor.pending if model.predictor else []))
                 if pend:
                     self.text(br.x, top - f * 8.5, "PENDING — build sent, not yet confirmed", 1.0, AMBER, bold=True)
@@ -122,7 +122,7 @@ class RyoScene(TurnBasedScene):
             for i, v in enumerate(die):
                 x = x0 + i * (size + f * 0.4)
                 tumbling_here = False  # the die itself stays put; the big dice below tumble
-                c.die(x, y, size, v, body=IVORY)
+                self.die(c, x, y, size, v, body=IVORY)
                 if hl == i and not tumbling and shown is not None and any(
                         r.get("player") == seat and r.get("value") == v for r in shown[0].get("rolls", [])):
                     won = best is not None and v == best
@@ -149,7 +149,7 @@ class RyoScene(TurnBasedScene):
                 die = state.dice[seat] if isinstance(seat, int) and 0 <= seat < len(state.dice) else None
                 rng = random.Random(now_ns // (NS // 14) + 7 * k)
                 v = rng.choice(die) if tumbling and die else r.get("value", 0)
-                c.die(bx, by, big, v, body=IVORY)
+                self.die(c, bx, by, big, v, body=IVORY)
                 if not tumbling and best is not None and r.get("value") == best:
                     c.ring(bx, by, big, big, 4, GREEN, radius=big * 0.18)
                 self.text(bx, by - big / 2 - f * 0.9, f"{self.pname(model, seat)}: {'…' if tumbling else v}", 1.0,
@@ -206,7 +206,7 @@ class RyoScene(TurnBasedScene):
                   1.2, colour, bold=True)
         for i, v in enumerate(self.faces):
             x = x0 + i * (size + gap)
-            c.die(x, y, size, v, body=IVORY)
+            self.die(c, x, y, size, v, body=IVORY)
             if i == self.sel:
                 c.ring(x, y, size, size, 3, (255, 215, 60, 255), radius=size * 0.18)
             self.text(x, y - size / 2 - f * 4.2, f"face {i + 1}: {v}", 0.9, WHITE if i == self.sel else DIM, bold=i == self.sel)

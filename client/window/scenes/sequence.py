@@ -31,6 +31,15 @@ SPACE = (232, 224, 200, 255)
 SPACE_SPECIAL = (250, 236, 170, 255)  # the 2 and 12 spaces (not removable by a 10)
 
 
+def _space(x: float, y: float, w: float, h: float, bg: Any, radius: float, c: Canvas) -> None:
+    c.rect(x, y, w, h, bg, radius=radius)
+
+
+#: The widest the pending "sent" tag may be, in spaces: inside the chip (radius 0.3 of a space) with
+#: a margin, so a tag never crosses the chip's rim nor reaches the space's number in its corner.
+SENT_TAG_W = 0.46
+
+
 class SequenceScene(TurnBasedScene):
     name = "sequence"
     view_model = SequenceViewModel
@@ -71,15 +80,23 @@ class SequenceScene(TurnBasedScene):
                 cell = Rect(x, y, side * 0.94, side * 0.94)
                 self._cells[(r, col)] = cell
                 bg = SPACE_SPECIAL if n in sq.BONUS_TOTALS else SPACE
-                c.rect(x, y, cell.w, cell.h, bg, radius=side * 0.08)
+                self.piece(c, ("space", x, y, cell.w, bg), partial(_space, x, y, cell.w, cell.h, bg, side * 0.08))
                 chip = state.chips[r][col]
                 a = legal.get((r, col))
-                if chip is None:
+                sent = (r, col) in pend
+                if chip is None and not sent:
                     self.text(x, y, str(n), 1.5 * side / 60, (95, 80, 60, 255), bold=True)
                 else:
                     self.text(x - side * 0.33, y + side * 0.33, str(n), 0.7, (95, 80, 60, 255), bold=True)
+                if chip is not None:
                     c.circle(x, y, side * 0.33, (20, 20, 20, 255), segs=24)
                     c.circle(x, y, side * 0.3, CHIP_RGB[chip], segs=24)
+                if sent:
+                    # "sent" takes the chip letter's place, inside the chip's ring: it never covers
+                    # the chip's edge or the space's number (it used to sit across the chip's rim)
+                    self.text(x, y, "sent", 0.8, WHITE if chip is not None else (200, 120, 0, 255), bold=True,
+                              max_w=side * SENT_TAG_W)
+                elif chip is not None:
                     self.text(x, y, CHIP_LETTER[chip], 1.3 * side / 60, WHITE, bold=True)
                 if a is not None:
                     hov = self.hover == ("space", r, col)
@@ -93,9 +110,8 @@ class SequenceScene(TurnBasedScene):
                                 partial(self.act, a))
                 if (r, col) in line:
                     c.ring(x, y, cell.w, cell.h, max(4.0, side * 0.08), (255, 210, 40, 255), radius=side * 0.08)
-                if (r, col) in pend:
+                if sent:
                     c.disc_ring(x, y, side * 0.34, max(3.0, side * 0.06), AMBER)
-                    self.text(x + side * 0.3, y + side * 0.36, "sent", 0.7, (200, 120, 0, 255), bold=True)
         if len(state.line) >= 2:
             a0, a1 = state.line[0], state.line[-1]
             p0, p1 = self._cells[tuple(a0)], self._cells[tuple(a1)]
@@ -119,7 +135,7 @@ class SequenceScene(TurnBasedScene):
             faces = (rng.randint(1, 6), rng.randint(1, 6))
         if faces is not None:
             for i, v in enumerate(faces):
-                c.die(dx + (i - 0.5) * (ds + f * 0.8), dy, ds, v)
+                self.die(c, dx + (i - 0.5) * (ds + f * 0.8), dy, ds, v)
         self.text(dx, dy - ds / 2 - f * 1.2, total_txt, 1.2, colour, bold=True)
         if tag:
             t = state.total
@@ -143,5 +159,18 @@ class SequenceScene(TurnBasedScene):
         if state is not None:
             d.update(chips=[list(row) for row in state.chips], dice=state.dice, current=state.current,
                      line=[list(x) for x in state.line],
-                     rolling=self.vm.rolling(state, time.time_ns()), drawn_spaces=len(self._cells))
+                     rolling=self.vm.rolling(state, time.time_ns()), drawn_spaces=len(self._cells),
+                     sent_tags=self.sent_tags())
         return d
+
+    def sent_tags(self) -> list[dict[str, float]]:
+        """Each "sent" tag drawn: its box and the space it marks (tests check it stays inside the chip)."""
+        out = []
+        for lbl in self._pool[False][: self._used[False]]:
+            if lbl.text != "sent":
+                continue
+            x, y = lbl.x, lbl.y
+            cell = min(self._cells.values(), key=lambda c: (c.x - x) ** 2 + (c.y - y) ** 2)
+            out.append({"x": x, "y": y, "w": float(lbl.content_width), "h": float(lbl.content_height),
+                        "cx": cell.x, "cy": cell.y, "side": cell.w / 0.94})
+        return out

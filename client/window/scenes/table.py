@@ -28,7 +28,7 @@ from pyglet.window import key, mouse
 
 from protocol.rules import blink
 from client.window.cards import FELT, FONT, CardView, Layer, glyph_font, label, set_color, set_text
-from client.window.layout import Rect, TableLayout, table_layout
+from client.window.layout import Rect, TableLayout, fit_text, table_layout
 from client.window.mesh import Mesh, mix
 from client.window import geometry as geo
 from client.window.scenes.base import Scene
@@ -45,6 +45,12 @@ KEYS_PILE = {key.LEFT: 0, key.A: 0, key.RIGHT: 1, key.D: 1}
 def _ease_out(f: float) -> float:
     f = max(0.0, min(1.0, f))
     return 1 - (1 - f) ** 3
+
+
+def _width(lbl: Any, text: str) -> float:
+    """How wide ``text`` draws in ``lbl``'s font (the label keeps it)."""
+    lbl.text = text
+    return float(lbl.content_width)
 
 
 def _panel(w: float, h: float, rgba: tuple[int, int, int, int]) -> geo.Tris:
@@ -312,9 +318,11 @@ class TableScene(Scene):
         for lbl in (self.big_c, self.sub_c, self.big_s, self.sub_s):
             if lbl is not big_lbl and lbl is not sub_lbl:
                 set_text(lbl, "")
-        set_text(big_lbl, band.big)
-        set_text(sub_lbl, band.sub)
         f = lay.font
+        for lbl, text in ((big_lbl, band.big), (sub_lbl, band.sub)):  # never wider than the band's panel
+            set_text(lbl, text)
+            if lbl.content_width > lay.w * 0.94 - f * 2:
+                set_text(lbl, fit_text(text, lay.w * 0.94 - f * 2, lambda t, lbl=lbl: _width(lbl, t)))
         if where == "status":
             band_y, band_h = lay.status_y, lay.status_h * 0.98
         elif where == "centre":

@@ -59,7 +59,8 @@ class TakeawayScene(TurnBasedScene):
         x = rect.left + f * 2.2 + size / 2
         y = rect.y + f * 0.45
         for i, (face, worth, dup) in enumerate(dice):
-            c.die(x, y, size, face, body=(255, 215, 150, 255) if dup else IVORY, pip=PIP)
+            body = (255, 215, 150, 255) if dup else IVORY
+            self.die(c, x, y, size, face, body=body, pip=PIP)
             if seat == self.me() and pending and i >= len(dice) - pending:
                 c.ring(x, y, size, size, 2, AMBER, radius=size * 0.18, dashed=True)
             self.text(x, y - size / 2 - f * 0.55, worth, 0.7, (255, 150, 90, 255) if dup else DIM, bold=dup)
@@ -99,18 +100,8 @@ class TakeawayScene(TurnBasedScene):
             x, y, rr = self._hex[(q, r)]
             locked = tk.is_locked(coords, (q, r))
             hovered = self.hover == ("cell", q, r)
-            c.hexagon(x, y, rr, LOCKED if locked else IVORY)
-            if locked:  # hatching, inside the inscribed circle
-                ri = rr * 0.86
-                for k in (-0.6, -0.2, 0.2, 0.6):
-                    d = k * ri
-                    half = math.sqrt(max(0.0, ri * ri - d * d))
-                    # a chord at distance d from the centre, at 45 degrees
-                    cx0, cy0 = x + d / math.sqrt(2), y - d / math.sqrt(2)
-                    c.line(cx0 - half / math.sqrt(2), cy0 - half / math.sqrt(2), cx0 + half / math.sqrt(2),
-                           cy0 + half / math.sqrt(2), max(1.5, rr * 0.07), HATCH)
             shown = rng.randint(1, 6) if rolling or face is None else face
-            c.pips(x, y, rr * 0.62, shown, (235, 235, 240, 255) if locked else PIP)
+            self.piece(c, ("blink", x, y, rr, locked, shown), partial(self._blink, x, y, rr, locked, shown))
             if (q, r) in legal:
                 c.outline(hex_points(x, y, rr), max(2.0, rr * 0.06), GREEN)
             if hovered:
@@ -144,6 +135,21 @@ class TakeawayScene(TurnBasedScene):
         self.text(br.right - f, ly, f"{len(state.cells)} Blinks left", 0.85, DIM, ax="right")
         if state.settings.reroll_once_per_game:
             self.text(br.right - f, ly - f * 1.4, "re-roll: once per game", 0.8, YELLOW, ax="right")
+
+    @staticmethod
+    def _blink(x: float, y: float, rr: float, locked: bool, shown: int, c: Canvas) -> None:
+        """One Blink: its hexagon, the hatching when locked, its pips."""
+        c.hexagon(x, y, rr, LOCKED if locked else IVORY)
+        if locked:  # hatching, inside the inscribed circle
+            ri = rr * 0.86
+            for k in (-0.6, -0.2, 0.2, 0.6):
+                d = k * ri
+                half = math.sqrt(max(0.0, ri * ri - d * d))
+                # a chord at distance d from the centre, at 45 degrees
+                cx0, cy0 = x + d / math.sqrt(2), y - d / math.sqrt(2)
+                c.line(cx0 - half / math.sqrt(2), cy0 - half / math.sqrt(2), cx0 + half / math.sqrt(2),
+                       cy0 + half / math.sqrt(2), max(1.5, rr * 0.07), HATCH)
+        c.pips(x, y, rr * 0.62, shown, (235, 235, 240, 255) if locked else PIP)
 
     @staticmethod
     def _hit_hex(x: float, y: float, r: float) -> Any:

@@ -33,6 +33,7 @@ marks the spot (``vm.rejected_now``) in red while the prediction is undone.
 from __future__ import annotations
 
 import time
+from functools import partial
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -42,7 +43,7 @@ from pyglet.window import key, mouse
 from protocol.rules.base import Rejected
 from client.window.cards import Layer, label
 from client.window.draw2d import Canvas
-from client.window.layout import Rect
+from client.window.layout import Rect, fit_text
 from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are the scenes' palette
@@ -50,8 +51,27 @@ from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are
     reason_text)
 
 PANEL = (24, 30, 40, 235)
+WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
+PIECES_MAX = 2000  # cached shapes (``piece``) before the cache starts afresh
+#: relative font sizes the turn-based scenes draw most (``text(size=...)``), warmed ahead of use
+LIKELY_SIZES = (1.0, 0.95, 0.85, 1.1, 0.8, 1.05, 0.9, 0.7, 1.3, 1.6)
+#: the glyphs warmed, the most used first
+WARM_CHARS = ("etaoinsrhldcumfpgwybvk ,.:0123456789—·ETAOINSRHLDCUMFPGWYBVKxjqzXJQZ()/-+%'!?…–←→↑↓▶✓✗⚠×"
+              "[]{}<>=#&*;\"_|~$@^`")
+#: (font size, weight) whose glyphs were rendered: fonts are shared by every scene
+WARMED: set[tuple[float, str]] = set()
 BANNER_COLOURS = {"idle": (40, 48, 62, 255), "over": (60, 50, 90, 255), "mine": (205, 135, 10, 255),
                   "theirs": (38, 62, 105, 255)}
+
+
+def _die(x: float, y: float, size: float, value: int, body: Any, pip: Any, c: Canvas) -> None:
+    c.die(x, y, size, value, body=body, pip=pip)
+
+
+def _width(lbl: pyglet.text.Label, text: str) -> float:
+    """How wide ``text`` draws in ``lbl``'s font (the label keeps it)."""
+    lbl.text = text
+    return float(lbl.content_width)
 
 
 @dataclass
@@ -77,8 +97,18 @@ class TurnBasedScene(Scene):
         self.l_over = Layer(4)
         self.mesh = Mesh(self.batch, self.l_board.mesh, blend=True)
         self.over_mesh = Mesh(self.batch, self.l_over.mesh, blend=True)
+        # Labels: ``_pool[o][:_used[o]]`` are the ones drawn by the last picture (``o``: over the
+        # board or not). Each remembers what it was asked to show (``_asked``), so that the next
+        # picture hands the same request the same label: an unchanged text is only moved, never laid
+        # out again (laying out text is most of a rebuild's cost under software GL).
         self._pool: dict[bool, list[pyglet.text.Label]] = {False: [], True: []}
         self._used: dict[bool, int] = {False: 0, True: 0}
+        self._asked: dict[int, tuple[Any, ...]] = {}
+        self._free: dict[bool, dict[tuple[Any, ...], list[pyglet.text.Label]]] = {False: {}, True: {}}
+        self._live: dict[bool, list[pyglet.text.Label]] = {False: [], True: []}
+        self._sizes: set[tuple[float, str]] = set()  # (font size, weight) in use: their glyphs are warmed
+        self._pieces: dict[tuple[Any, ...], Any] = {}  # shapes by what they show (``piece``)
+        self._warm: Any = None
         self.mouse = (-1.0, -1.0)
         self.buttons: list[Button] = []
         self.targets: list[tuple[Any, Callable[[float, float], bool], Callable[[], Any] | None]] = []
@@ -108,6 +138,9 @@ class TurnBasedScene(Scene):
         self.pending_y = f * 2.7
         self.hint_y = f * 1.1
         self._key = None
+        # the sizes the scenes mostly draw in: warmed from the first quiet frames on
+        self._likely = [(float(max(6, round(f * k))), w) for k in LIKELY_SIZES for w in ("bold", "normal")]
+        self._warm = self._warm or self._warm_steps()
 
     # ------------------------------------------------------------------ drawing helpers
 
@@ -116,33 +149,114 @@ class TurnBasedScene(Scene):
              max_w: float | None = None) -> pyglet.text.Label:
         """A label for this picture (``size`` is relative to the base font); ``max_w`` shrinks the
         font until the text fits that width."""
-        pool = self._pool[over]
-        i = self._used[over]
-        self._used[over] = i + 1
-        if i >= len(pool):
-            layer = self.l_over if over else self.l_board
-            pool.append(label(self.batch, layer.text, 10, WHITE, "center", "center"))
-        lbl = pool[i]
-        fs = round(max(6.0, self.f * size), 1)
+        # whole points: each new size is a new font (a glyph atlas, every glyph rendered again)
+        fs = float(max(6, round(self.f * size)))
         weight = "bold" if bold else "normal"
-        if (lbl.text, lbl.font_size, lbl.weight, lbl.anchor_x, lbl.anchor_y) != (s, fs, weight, ax, ay):
-            lbl.begin_update()
-            lbl.text = s
-            lbl.font_size = fs
-            lbl.weight = weight
-            lbl.anchor_x = ax  # type: ignore[assignment]
-            lbl.anchor_y = ay  # type: ignore[assignment]
-            lbl.end_update()
-        if max_w is not None and s:
-            for _ in range(4):
-                if lbl.content_width <= max_w or lbl.font_size <= 7:
-                    break
-                lbl.font_size = round(max(6.0, lbl.font_size * max_w / lbl.content_width * 0.97), 1)
+        want = (s, fs, weight, ax, ay, None if max_w is None else round(max_w, 1))
+        same = self._free[over].get(want)
+        if same:
+            lbl = same.pop()  # showed exactly this last time: only its colour and place may change
+        else:
+            lbl = self._spare(over, fs, weight)
+            self._asked[id(lbl)] = want
+            if (lbl.text, lbl.font_size, lbl.weight, lbl.anchor_x, lbl.anchor_y) != (s, fs, weight, ax, ay):
+                lbl.begin_update()
+                lbl.text = s
+                lbl.font_size = fs
+                lbl.weight = weight
+                lbl.anchor_x = ax  # type: ignore[assignment]
+                lbl.anchor_y = ay  # type: ignore[assignment]
+                lbl.end_update()
+            if max_w is not None and s:
+                for _ in range(4):
+                    if lbl.content_width <= max_w or lbl.font_size <= 7:
+                        break
+                    lbl.font_size = float(max(6, min(lbl.font_size - 1, int(lbl.font_size * max_w / lbl.content_width))))
+                if lbl.content_width > max_w:  # still too wide at the smallest size: cut it, visibly
+                    lbl.text = fit_text(s, max_w, lambda t: _width(lbl, t))
+            self._sizes.add((float(lbl.font_size), weight))
+        self._live[over].append(lbl)
+        self._used[over] += 1
         if tuple(lbl.color) != colour:
             lbl.color = colour
         if lbl.position != (x, y, 0):
             lbl.position = (x, y, 0)
         return lbl
+
+    def piece(self, c: Canvas, key: tuple[Any, ...], draw: Callable[[Canvas], None]) -> None:
+        """Add to ``c`` the shapes ``draw`` makes, computed once per ``key`` (which must say
+        everything they depend on: place, size, face...): a rebuild then only copies the pieces that
+        did not change (a board of dice is thousands of triangles)."""
+        got = self._pieces.get(key)
+        if got is None:
+            if len(self._pieces) > PIECES_MAX:
+                self._pieces.clear()
+            pc = Canvas()
+            draw(pc)
+            got = self._pieces[key] = pc.t
+        c.t.pos.extend(got.pos)
+        c.t.col.extend(got.col)
+
+    def die(self, c: Canvas, x: float, y: float, size: float, value: int, body: Any = (245, 245, 240, 255),
+            pip: Any = (25, 25, 30, 255)) -> None:
+        """``c.die``, made once per place, size, face and colours (``piece``)."""
+        self.piece(c, ("die", x, y, size, value, body, pip), partial(_die, x, y, size, value, body, pip))
+
+    def _spare(self, over: bool, fs: float, weight: str) -> pyglet.text.Label:
+        """A label the picture being built has not used yet: one of the same font if there is one
+        (no new glyph size), else any, else a new one."""
+        free = self._free[over]
+        fallback = None
+        for k, lst in free.items():
+            if lst:
+                if k[1] == fs and k[2] == weight:
+                    return lst.pop()
+                if fallback is None:
+                    fallback = lst
+        if fallback is not None:
+            return fallback.pop()
+        layer = self.l_over if over else self.l_board
+        lbl = label(self.batch, layer.text, 10, WHITE, "center", "center")
+        self._asked[id(lbl)] = ("\0new", 10.0, "normal")
+        return lbl
+
+    def _begin_labels(self) -> None:
+        for o in (False, True):
+            free: dict[tuple[Any, ...], list[pyglet.text.Label]] = {}
+            for lbl in self._pool[o]:
+                free.setdefault(self._asked[id(lbl)], []).append(lbl)
+            self._free[o] = free
+            self._live[o] = []
+            self._used[o] = 0
+
+    def _end_labels(self) -> None:
+        for o in (False, True):
+            rest = [lbl for lst in self._free[o].values() for lbl in lst]
+            for lbl in rest:  # not in this picture: hidden, kept for a later one
+                if lbl.text:
+                    lbl.text = ""
+                self._asked[id(lbl)] = ("\0hidden", float(lbl.font_size), lbl.weight)
+            self._pool[o] = self._live[o] + rest
+            self._free[o] = {}
+        if self._sizes - WARMED and self._warm is None:
+            self._warm = self._warm_steps()
+
+    def _warm_steps(self) -> Any:
+        """Render, a few glyphs per quiet frame, every printable glyph of each font size in use: the
+        first use of a glyph in a size costs ~1 ms (a new word in a message spiked its frame)."""
+        from client.window.cards import FONT
+
+        while True:
+            todo = sorted(self._sizes - WARMED) or [k for k in self._likely if k not in WARMED]
+            if not todo:
+                break
+            size, weight = todo[0]  # the sizes seen in use first, then the likely ones
+            WARMED.add((size, weight))
+            font = pyglet.font.load(FONT, size, weight=weight)
+            for ch in WARM_CHARS:  # one at a time: a glyph is ~1-2 ms under software GL
+                font.get_glyphs(ch)
+                yield
+        self._warm = None
 
     def button(self, c: Canvas, id: str, rect: Rect, text: str, enabled: bool, action: Callable[[], Any] | None,
                size: float = 1.0, hot: bool = False) -> None:
@@ -210,13 +324,17 @@ class TurnBasedScene(Scene):
             self._key = key_now
             self._rebuild(model, state, now_ns)
             self.display_version += 1
+        elif self._warm is not None:  # a quiet frame: a little start-up work (glyphs) instead
+            deadline = time.perf_counter() + WARM_BUDGET_S
+            while self._warm is not None and time.perf_counter() < deadline:
+                next(self._warm, None)
         for cue in vm.drain_cues():
             self.app.sounds.play(cue)
         if vm.results_due(model, now_ns):
             self.app.goto("results")
 
     def _rebuild(self, model: Any, state: Any, now_ns: int) -> None:
-        self._used = {False: 0, True: 0}
+        self._begin_labels()
         self.buttons = []
         self.targets = []
         c = Canvas()
@@ -280,7 +398,7 @@ class TurnBasedScene(Scene):
             big, sub = vm.status(session.status, session.message, session.server_url, model)
             over.rect(self.w / 2, self.h / 2, self.w * 0.9, f * 8, (10, 14, 20, 230), radius=f)
             self.text(self.w / 2, self.h / 2 + f * 1.2, big, 2.4, WHITE, bold=True, over=True)
-            self.text(self.w / 2, self.h / 2 - f * 2.0, sub, 1.0, DIM, over=True)
+            self.text(self.w / 2, self.h / 2 - f * 2.0, sub, 1.0, DIM, over=True, max_w=self.w * 0.86)
         # bottom lines
         text, colour_m = vm.message(now_ns)
         self.message_text = text
@@ -293,13 +411,10 @@ class TurnBasedScene(Scene):
             over.rect(br.x, br.y, br.w * 0.9, f * 7.5, (10, 14, 20, 225), radius=f)
             over.ring(br.x, br.y, br.w * 0.9, f * 7.5, 2, YELLOW, radius=f)
             self.text(br.x, br.y + f * 1.6, banner.small or "Game over", 1.9, WHITE, bold=True, over=True)
-            self.text(br.x, br.y - f * 1.6, vm.tally(model), 1.0, DIM, over=True)
+            self.text(br.x, br.y - f * 1.6, vm.tally(model, state), 1.0, DIM, over=True, max_w=br.w * 0.86)
         self.mesh.set(c.t)
         self.over_mesh.set(over.t)
-        for o in (False, True):
-            for lbl in self._pool[o][self._used[o]:]:
-                if lbl.text:
-                    lbl.text = ""
+        self._end_labels()
 
     def pname(self, model: Any, seat: Any) -> str:
         return self.vm.pname(model, seat)

@@ -9,7 +9,9 @@ On top of ``TurnViewModel``:
   ``max_face`` or past the budget with a message; ``valid`` says whether Build may be pressed;
 - the *roll replay*: the relay rolls a whole round in an instant, so each ``dice_rolled`` event is
   queued and shown in turn (``shown_roll``: tumbling for a moment, then every player's face),
-  keeping at most a few behind;
+  keeping at most a few behind. What the relay says after those rolls (a round or game won, a
+  lot drawn) waits in the same queue (``later``), so "you won round 2" shows only once the roll
+  that won it has been shown, never beside the animation of an earlier roll;
 - the exact odds between your die and each other's (``odds``), and which faces may go up or down
   in the round's (a)/(b) choice (the rules' ``raisable``/``lowerable``).
 """
@@ -24,6 +26,7 @@ from client.window.viewmodels.turnbased import INFO, NS, SOFT, TurnViewModel, YE
 TUMBLE_S = 0.25
 SHOW_S = 0.4
 QUEUE_MAX = 3
+SAY = "_say"  # a queue entry that is a message to show, not a roll
 
 
 class RyoViewModel(TurnViewModel):
@@ -94,15 +97,26 @@ class RyoViewModel(TurnViewModel):
         if ev.type == "dice_rolled":
             self._queue.append(dict(d))
         elif ev.type == "round_won":
-            self.say(f"{self.who(model, d)} won round {d.get('round')}", now_ns, YELLOW)
+            self.later(f"{self.who(model, d)} won round {d.get('round')}", now_ns, YELLOW)
         elif ev.type == "game_won":
-            self.say(f"{self.who(model, d)} won game {d.get('ryo_game')} — new dice next", now_ns, YELLOW)
+            self.later(f"{self.who(model, d)} won game {d.get('ryo_game')} — new dice next", now_ns, YELLOW)
         elif ev.type in ("raised", "face_raised"):
-            self.say(f"{self.who(model, d)} raised a face", now_ns, INFO)
+            self.later(f"{self.who(model, d)} raised a face", now_ns, INFO)
         elif ev.type == "no_choice":
-            self.say("no face can change: next round", now_ns, INFO)
+            self.later("no face can change: next round", now_ns, INFO)
         elif ev.type == "lot_drawn":
-            self.say(f"identical dice: {self.who(model, d)} wins by lot", now_ns)
+            self.later(f"identical dice: {self.who(model, d)} wins by lot", now_ns, YELLOW)
+
+    def later(self, text: str, now_ns: int, colour: Any) -> None:
+        """Say ``text`` once every roll that came before it has been shown (at once if none)."""
+        if self._queue or self._showing_now(now_ns):
+            self._queue.append({SAY: (text, colour)})
+        else:
+            self.say(text, now_ns, colour)
+
+    def observe(self, model: Any, now_ns: int) -> None:
+        super().observe(model, now_ns)
+        self._advance(now_ns)  # a message waiting on a roll shows on the frame that roll ends
 
     def result_line(self, model: Any, state: Any) -> str:
         if state.phase != "over" or state.winner is None:
@@ -121,12 +135,20 @@ class RyoViewModel(TurnViewModel):
             return ("tumble", id(ev), now_ns // (NS // 14))
         return ("show", id(ev))
 
+    def _showing_now(self, now_ns: int) -> bool:
+        return self._showing is not None and now_ns - self._showing[1] < (TUMBLE_S + SHOW_S) * NS
+
     def _advance(self, now_ns: int) -> None:
-        if self._showing is not None and now_ns - self._showing[1] < (TUMBLE_S + SHOW_S) * NS:
+        if self._showing_now(now_ns):
             return
+        rolls = [i for i, e in enumerate(self._queue) if SAY not in e]
+        if len(rolls) > QUEUE_MAX:  # too far behind: skip the oldest rolls (their messages still show)
+            skip = set(rolls[: len(rolls) - QUEUE_MAX])
+            self._queue = [e for i, e in enumerate(self._queue) if i not in skip]
+        while self._queue and SAY in self._queue[0]:
+            text, colour = self._queue.pop(0)[SAY]
+            self.say(text, now_ns, colour)
         if self._queue:
-            if len(self._queue) > QUEUE_MAX:
-                del self._queue[: len(self._queue) - QUEUE_MAX]
             self._showing = (self._queue.pop(0), now_ns)
         elif self._showing is not None and now_ns - self._showing[1] > 4 * NS:
             self._showing = None

@@ -244,11 +244,27 @@ class TurnViewModel:
                     f"waiting for players — they run:  blink play --server {server_url} --match {model.match}")
         return self.title, message or "connecting…"
 
-    def tally(self, model: Any) -> str:
-        """Games won per player, and what comes next (the result overlay's second line)."""
+    def tally(self, model: Any, state: Any = None) -> str:
+        """Games won per player, and what comes next (the result overlay's second line).
+
+        ``state`` is the state the overlay's first line comes from. When it is a finished game the
+        relay has not counted yet (a predicted end: the relay's tally still says "playing"), its
+        winners are counted here, so that "You win with 78 points" never sits beside "you: 0"."""
         ms = model.match_state or {}
         names = list(model.players)
         wins = list(ms.get("wins") or [])
+        if state is not None and ms.get("status", "playing") == "playing" and getattr(state, "phase", "") == "over":
+            from protocol.rules import game_for
+
+            try:
+                outcome = game_for(model.game).outcome(state)
+            except (ValueError, AttributeError):
+                outcome = None
+            if outcome is not None:
+                wins += [0] * (max(len(names), getattr(state, "players", 0)) - len(wins))
+                for w in outcome.winners:
+                    if 0 <= w < len(wins):
+                        wins[w] += 1
         tally = "   ".join(f"{names[i] if i < len(names) else i}: {w}" for i, w in enumerate(wins))
         tail = "match over — results follow" if ms.get("status") == "over" else "next game starting…"
         return f"games won  {tally}   ·   {tail}"
