@@ -1,0 +1,219 @@
+"""Healing: seats that survive a dropped connection (grace, tokens, Rejoin), resends with the same
+id, reconnects. Pure tests drive the relay core and the client model with time as input; the
+process tests (below) run real bots, relays and brokers on free ports."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from protocol import messages as m
+from protocol.codec import encode
+from protocol.rules import blink
+from protocol.verify import parse_log, verify
+from relay.core import LogRecord, Publish
+from client.model import (GIVE_UP_NS, ClientModel, ConnectionLost, Reconnected, Reconnecting, resend_wait_ns)
+from tests.test_relay_core import S, T, Harness
+
+# ---------------------------------------------------------------------------------- relay core
+
+
+def joined(h: Harness, client: str, out: list[Any] | None = None) -> m.MatchJoined:
+    return [x for x in h.to(client, out) if isinstance(x, m.MatchJoined)][-1]  # the latest
+
+
+def verified(h: Harness) -> Any:
+    lines = [json.dumps(o.record) for o in h.out if isinstance(o, LogRecord) and o.record.get("kind") == "event"]
+    return verify(parse_log(lines))
+
+
+def test_the_seat_token_is_private_and_differs_per_seat() -> None:
+    h = Harness()
+    code = h.start_match()
+    ta, tb = joined(h, "a").token, joined(h, "b").token
+    assert len(ta) == 32 and len(tb) == 32 and ta != tb
+    for o in h.out:
+        if isinstance(o, Publish) and o.msg != b"":
+            if o.topic not in (T.client("a"), T.client("b")):
+                assert ta.encode() not in encode(o.msg) and tb.encode() not in encode(o.msg), o.topic
+    assert h.core.matches[code].status == "playing"
+
+
+def test_a_dropped_player_rejoins_from_a_new_client_within_the_grace_period() -> None:
+    h = Harness()
+    code = h.start_match()
+    token = joined(h, "b").token
+    out = h.send(T.req("b"), m.Leave(dropped=True))  # b's last will
+    [ev] = h.events(out)
+    assert ev.type == "player_dropped" and ev.data == {"player": "bob", "seat": 1, "grace_s": 30.0}
+    assert h.core.matches[code].status == "playing"
+    h.tick(29)
+    assert h.core.matches[code].status == "playing"
+    out = h.send(T.req("c"), m.Rejoin(code, token))
+    again = joined(h, "c", out)
+    assert (again.match, again.seat, again.token) == (code, 1, token)
+    assert any(isinstance(x, m.ViewUpdated) for x in h.to("c", out))
+    assert [e.type for e in h.events(out)] == ["player_returned"]
+    h.tick(5)  # past the first grace deadline: nothing happens, the player is back
+    match = h.core.matches[code]
+    assert match.status == "playing" and match.clients == ("a", "c")
+    # The old client id holds nothing any more; the new one plays.
+    hand = blink.from_wire(next(x for x in reversed(h.to("c")) if isinstance(x, m.ViewUpdated)).state)
+    assert hand is not None
+    old = h.send(T.act(code, "b"), m.Act(id=1, seq=match.seq, action={"t": "Pick", "pile": 0}))
+    assert [x.code for x in h.to("b", old) if isinstance(x, m.ActionRejected)] == ["not_a_player"]
+    # A deliberate leave still forfeits at once.
+    h.send(T.req("a"), m.Leave())
+    assert match.status == "over" and match.winner == 1
+    report = verified(h)
+    assert report.ok, report.summary()
+
+
+def test_after_the_grace_period_the_match_is_abandoned() -> None:
+    h = Harness()
+    code = h.start_match({"grace_s": 5})
+    h.send(T.req("a"), m.Leave(dropped=True))
+    assert h.core.next_deadline() is not None and h.core.next_deadline() <= h.now + 5 * S
+    h.tick(4.9)
+    assert h.core.matches[code].status == "playing"
+    out = h.tick(0.2)
+    over = [e for e in h.events(out) if e.type == "match_over"]
+    assert over and over[0].data["reason"] == "abandoned" and over[0].data["winner"] == "bob"
+    token = joined(h, "a").token
+    late = h.send(T.req("z"), m.Rejoin(code, token))
+    assert [x.code for x in h.to("z", late) if isinstance(x, m.RequestRejected)] == ["bad_token"]
+    report = verified(h)
+    assert report.ok, report.summary()
+
+
+def test_a_wrong_token_or_match_is_rejected_with_a_reason() -> None:
+    h = Harness()
+    code = h.start_match()
+    out = h.send(T.req("z"), m.Rejoin(code, "0" * 32))
+    assert [x.code for x in h.to("z", out) if isinstance(x, m.RequestRejected)] == ["bad_token"]
+    out = h.send(T.req("z"), m.Rejoin("ZZZZZ", joined(h, "a").token))
+    assert [x.code for x in h.to("z", out) if isinstance(x, m.RequestRejected)] == ["no_such_match"]
+    # A seat holder cannot take the other seat too.
+    out = h.send(T.req("a"), m.Rejoin(code, joined(h, "b").token))
+    assert [x.code for x in h.to("a", out) if isinstance(x, m.RequestRejected)] == ["bad_token"]
+    assert h.core.matches[code].clients == ("a", "b")
+
+
+@pytest.mark.parametrize("grace", [-1, 601, "30", True, None])
+def test_grace_s_is_checked(grace: Any) -> None:
+    h = Harness()
+    settings = {"grace_s": grace}
+    out = h.send(T.req("a"), m.CreateMatch(name="ann", settings=settings))
+    if grace is None:  # absent in effect: the default
+        assert joined(h, "a", out)
+        return
+    assert [x.code for x in h.to("a", out) if isinstance(x, m.RequestRejected)] == ["bad_settings"]
+
+
+def test_a_will_in_a_waiting_match_frees_the_seat_and_a_returning_seat_holder_resyncs() -> None:
+    h = Harness()
+    out = h.send(T.req("a"), m.CreateMatch(name="ann"))
+    code = joined(h, "a", out).match
+    h.send(T.req("a"), m.Leave(dropped=True))
+    assert code not in h.core.matches  # nobody left: closed, as before
+    code = h.start_match()
+    token = joined(h, "a").token
+    h.send(T.req("a"), m.Leave(dropped=True))
+    out = h.send(T.req("a"), m.Rejoin(code, token))  # same client id, after a reconnect
+    assert joined(h, "a", out).seat == 0 and [e.type for e in h.events(out)] == ["player_returned"]
+    assert h.core.matches[code].grace_deadline() is None
+
+
+def test_a_resent_action_is_answered_again_and_applied_once() -> None:
+    h = Harness()
+    code = h.start_match()
+    match = h.core.matches[code]
+    view = blink.from_wire(next(x for x in reversed(h.to("a")) if isinstance(x, m.ViewUpdated)).state)
+    act = None
+    for action in blink.legal_actions(view, 0):
+        act = m.Act(id=7, seq=match.seq, action=blink.action_to_wire(action))
+        break
+    assert act is not None
+    first = h.send(T.act(code, "a"), act)
+    seq = match.seq
+    again = h.send(T.act(code, "a"), act)
+    a1 = [x for x in h.to("a", first) if isinstance(x, (m.ActionAccepted, m.ActionRejected))]
+    a2 = [x for x in h.to("a", again) if isinstance(x, (m.ActionAccepted, m.ActionRejected))]
+    assert a1 == a2 and match.seq == seq and not h.events(again)
+
+
+# ---------------------------------------------------------------------------------- client model
+
+
+def playing_model() -> ClientModel:
+    h = Harness()
+    h.start_match()
+    model = ClientModel("a", "ann")
+    for msg in h.to("a"):
+        model.on_message(msg, 0)
+    return model
+
+
+def test_an_unanswered_action_is_resent_with_the_same_id_then_given_up() -> None:
+    model = playing_model()
+    state = model.state()
+    assert model.predictor is not None and state is not None
+    action = next(iter(blink.legal_actions(state, 0)))
+    act = model.act(action, 0)
+    assert isinstance(act, m.Act)
+    sent = [(0, act.id)]
+    now = 0
+    while now <= GIVE_UP_NS + S:
+        now += S // 10
+        sent += [(now, a.id) for a in model.resends(now)]
+    times = [t for t, _ in sent]
+    assert {i for _, i in sent} == {act.id}
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert gaps[:4] == [resend_wait_ns(n) for n in (1, 2, 3, 4)] == [S // 2, S, 2 * S, 4 * S]
+    assert max(gaps) == 4 * S and times[-1] < GIVE_UP_NS
+    assert model.failed == 1 and model.bounces[-1].code == "no_answer" and not model.predictor.pending
+
+
+def test_an_answered_action_is_not_resent_and_nothing_is_resent_while_reconnecting() -> None:
+    model = playing_model()
+    state = model.state()
+    assert state is not None and model.match
+    acts = []
+    for action in list(blink.legal_actions(state, 0))[:1]:
+        a = model.act(action, 0)
+        assert isinstance(a, m.Act)
+        acts.append(a)
+    model.on_message(Reconnecting("gone"), 1)
+    assert model.connection == "reconnecting" and model.resends(S) == []
+    out = model.on_message(Reconnected(), 2)
+    assert model.connection == "connected"
+    assert [type(x) for x in out] == [m.Rejoin, m.Resync] and out[0].token == model.token != ""
+    assert [a.id for a in model.resends(S)] == [acts[0].id]
+    model.on_message(m.ActionAccepted(model.match, acts[0].id, 10**6), 3)
+    assert model.resends(10 * S) == []
+    model.on_message(ConnectionLost("for good"), 4)
+    assert model.connection == "lost"
+
+
+def test_the_relay_coming_back_online_asks_for_a_resync() -> None:
+    model = playing_model()
+    assert model.on_message(m.RelayStatus("relay-0", True), 0) == []  # the first status: nothing missed
+    assert model.on_message(m.RelayStatus("relay-0", False), 1) == []
+    out = model.on_message(m.RelayStatus("relay-0", True), 2)
+    assert any(isinstance(x, m.Resync) for x in out) and any(isinstance(x, m.Rejoin) for x in out)
+
+
+def test_the_model_tracks_who_is_away_and_takes_its_own_seat_back() -> None:
+    model = playing_model()
+    assert model.match and model.seat == 0
+    seq = model.last_event_seq
+    out = model.on_message(m.Event(model.match, seq + 1, 0, 0, "player_dropped",
+                                   {"player": "bob", "seat": 1, "grace_s": 30.0}), 5 * S)
+    assert out == [] and model.away == {1: (5 * S, 30.0)}
+    out = model.on_message(m.Event(model.match, seq + 2, 0, 0, "player_dropped",
+                                   {"player": "ann", "seat": 0, "grace_s": 30.0}), 6 * S)
+    assert out == [m.Rejoin(model.match, model.token)]  # a stale will of our own: take the seat back
+    model.on_message(m.Event(model.match, seq + 3, 0, 0, "player_returned", {"player": "bob", "seat": 1}), 7 * S)
+    assert 1 not in model.away
