@@ -217,3 +217,218 @@ def test_the_model_tracks_who_is_away_and_takes_its_own_seat_back() -> None:
     assert out == [m.Rejoin(model.match, model.token)]  # a stale will of our own: take the seat back
     model.on_message(m.Event(model.match, seq + 3, 0, 0, "player_returned", {"player": "bob", "seat": 1}), 7 * S)
     assert 1 not in model.away
+
+
+# ---------------------------------------------------------------------------------- real processes
+
+import asyncio  # noqa: E402
+import collections  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from mqttkit import BrokerAddress  # noqa: E402
+from relay.local import LocalServer  # noqa: E402
+from client.bots import Bot  # noqa: E402
+from client.net import Impairment  # noqa: E402
+from client.player import Player  # noqa: E402
+from tests.helpers import DEADLINE_S, eventually, wait_until  # noqa: E402
+
+BLINK = [sys.executable, "-m", "client.cli"]
+QUICK = {"countdown_s": 0.2, "stalemate_pause_s": 0.2, "pick_time_s": 1.0, "best_of": 1}
+
+
+def applied_once(records: list[dict[str, Any]]) -> collections.Counter[tuple[Any, Any]]:
+    applied = collections.Counter((r["client"], r["id"]) for r in records
+                                  if r.get("kind") == "applied" and "client" in r)
+    twice = [k for k, n in applied.items() if n > 1]
+    assert not twice, f"applied more than once: {twice}"
+    return applied
+
+
+@pytest.mark.integration
+def test_ten_percent_loss_both_ways_matches_finish_and_nothing_is_applied_twice() -> None:
+    async def main() -> tuple[list[dict[str, Any]], list[Player]]:
+        async with LocalServer(None, seed=11) as server:
+            assert server.relay is not None
+            server.relay.records = []
+            players = [Player(server.address, name, impairment=Impairment(loss=0.1, seed=i))
+                       for i, name in enumerate(("ann", "bob"))]
+            for p in players:
+                await p.__aenter__()
+            try:
+                a, b = players
+                code = await _retry(lambda: a.create("blink", dict(QUICK, best_of=3), timeout=3))
+                await _retry(lambda: b.join(code, timeout=3))
+                bots = [Bot(p, reaction_s=0.05, seed=i) for i, p in enumerate(players)]
+                await asyncio.wait_for(asyncio.gather(*(bot.run() for bot in bots)), DEADLINE_S * 2)
+                records = list(server.relay.records)
+                return records, players
+            finally:
+                for p in players:
+                    await p.close()
+
+    records, players = asyncio.run(main())
+    over = [r for r in records if r.get("kind") == "event" and r.get("type") == "match_over"]
+    assert over and over[0]["reason"] in ("won", "game_limit")
+    applied_once(records)
+    duplicates = [r for r in records if r.get("kind") == "duplicate"]
+    assert duplicates, "with 10 % loss some answer was lost and its action resent"
+    assert sum(p.model.resent for p in players) > 0
+    report = verify(parse_log(json.dumps(r) for r in records if r.get("kind") == "event"))
+    assert report.ok, report.summary()
+
+
+async def _retry(call: Any, tries: int = 10) -> Any:
+    """A lobby request may be lost on an impaired link: ask again (the relay answers a repeat)."""
+    from client.player import RequestError
+
+    for i in range(tries):
+        try:
+            return await call()
+        except RequestError as exc:
+            if exc.code != "timeout" or i == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+class Procs:
+    """Child processes a test starts: every one is ended (and its output kept) at the end."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
+        self.tmp = tmp_path
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([*BLINK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=self.env)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def read_line(proc: subprocess.Popen[str], needle: str) -> str:
+    assert proc.stdout is not None
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the process ended before printing {needle!r}: {proc.stderr.read() if proc.stderr else ''}")
+        if needle in line:
+            return line.strip()
+
+
+def log_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass  # a line being written
+    return out
+
+
+def two_bots(procs: Procs, url: str, settings: dict[str, Any]) -> tuple[subprocess.Popen[str], subprocess.Popen[str], str, Path]:
+    ann = procs.start("bot", "--server", url, "--create", "--settings", json.dumps(settings), "--reaction", "0.3",
+                      "--name", "ann", "--seed", "1")
+    code = read_line(ann, " in match ").split(" in match ")[1].split()[0]
+    bob = procs.start("bot", "--server", url, "--match", code, "--reaction", "0.1", "--name", "bob", "--seed", "2")
+    saved = Path(read_line(bob, "seat saved in ").split("seat saved in ")[1].split(" (")[0])
+    return ann, bob, code, saved
+
+
+def serve(procs: Procs, broker: BrokerAddress, log: Path) -> subprocess.Popen[str]:
+    relay = procs.start("serve", "--broker", broker.login_url, "--seed", "5", "--log", str(log))
+    wait_until(lambda: any(r.get("kind") == "relay_started" for r in log_records(log)), what="the relay to start")
+    return relay
+
+
+@pytest.mark.integration
+def test_a_killed_bot_rejoins_with_its_saved_seat_and_the_match_goes_on(tmp_path: Path,
+                                                                         mosquitto: BrokerAddress) -> None:
+    procs = Procs(tmp_path)
+    log = tmp_path / "relay.log"
+    try:
+        serve(procs, mosquitto, log)
+        ann, bob, code, saved = two_bots(procs, mosquitto.url, dict(QUICK, grace_s=30))
+        assert saved.stat().st_mode & 0o077 == 0  # the token is the user's only
+        assert json.loads(saved.read_text())["match"] == code
+        wait_until(lambda: any(r.get("kind") == "applied" for r in log_records(log)), what="the race to be on")
+        bob.send_signal(signal.SIGKILL)
+        bob.wait()
+        wait_until(lambda: any(r.get("type") == "player_dropped" for r in log_records(log)),
+                   what="the relay to see bob's connection drop")
+        again = procs.start("bot", "--server", mosquitto.url, "--rejoin", str(saved), "--reaction", "0.1")
+        assert f"in match {code} (seat 1)" in read_line(again, " in match ")
+        assert again.wait(timeout=DEADLINE_S * 2) == 0 and ann.wait(timeout=DEADLINE_S) == 0
+    finally:
+        procs.close()
+    records = log_records(log)
+    types = [r.get("type") for r in records if r.get("kind") == "event"]
+    assert types.index("player_dropped") < types.index("player_returned") < types.index("match_over")
+    over = next(r for r in records if r.get("type") == "match_over")
+    assert over["reason"] in ("won", "game_limit")
+    moved = next(r for r in records if r.get("kind") == "seat_moved")
+    applied = applied_once(records)
+    assert any(client == moved["to"] for client, _ in applied), "the rejoined bot played on"
+    report = verify(parse_log(json.dumps(r) for r in records if r.get("kind") == "event"))
+    assert report.ok, report.summary()
+
+
+@pytest.mark.integration
+def test_a_killed_bot_that_does_not_return_in_time_abandons_the_match(tmp_path: Path,
+                                                                      mosquitto: BrokerAddress) -> None:
+    procs = Procs(tmp_path)
+    log = tmp_path / "relay.log"
+    try:
+        serve(procs, mosquitto, log)
+        ann, bob, code, saved = two_bots(procs, mosquitto.url, dict(QUICK, grace_s=1))
+        wait_until(lambda: any(r.get("kind") == "event" and r.get("type") == "game_started"
+                               for r in log_records(log)), what="the game to start")
+        bob.send_signal(signal.SIGKILL)
+        bob.wait()
+        assert ann.wait(timeout=DEADLINE_S) == 0
+        assert "match over: winner ann" in (ann.stdout.read() if ann.stdout else "")
+        late = procs.start("bot", "--server", mosquitto.url, "--rejoin", str(saved))
+        assert late.wait(timeout=DEADLINE_S) != 0
+        assert "bad_token" in (late.stderr.read() if late.stderr else "")
+    finally:
+        procs.close()
+    records = log_records(log)
+    over = next(r for r in records if r.get("type") == "match_over")
+    assert over["reason"] == "abandoned" and over["winner"] == "ann"
+    report = verify(parse_log(json.dumps(r) for r in records if r.get("kind") == "event"))
+    assert report.ok, report.summary()
+
+
+@pytest.mark.integration
+def test_a_rejoin_with_a_wrong_token_is_refused(tmp_path: Path, mosquitto: BrokerAddress) -> None:
+    procs = Procs(tmp_path)
+    log = tmp_path / "relay.log"
+    try:
+        serve(procs, mosquitto, log)
+        ann, bob, code, saved = two_bots(procs, mosquitto.url, dict(QUICK, grace_s=30))
+        forged = tmp_path / "forged.json"
+        forged.write_text(json.dumps(dict(json.loads(saved.read_text()), token="f" * 32)))
+        wrong = procs.start("bot", "--server", mosquitto.url, "--rejoin", str(forged))
+        assert wrong.wait(timeout=DEADLINE_S) == 1
+        err = wrong.stderr.read() if wrong.stderr else ""
+        assert "bad_token" in err and len(err.strip().splitlines()) == 1
+        missing = procs.start("bot", "--server", mosquitto.url, "--rejoin", str(tmp_path / "none.json"))
+        assert missing.wait(timeout=DEADLINE_S) != 0
+        assert "no saved seat" in (missing.stderr.read() if missing.stderr else "")
+    finally:
+        procs.close()
