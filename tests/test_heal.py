@@ -432,3 +432,41 @@ def test_a_rejoin_with_a_wrong_token_is_refused(tmp_path: Path, mosquitto: Broke
         assert "no saved seat" in (missing.stderr.read() if missing.stderr else "")
     finally:
         procs.close()
+
+
+# ---------------------------------------------------------------------------------- window and files
+
+
+def test_the_opponent_view_shows_who_is_being_waited_for_and_how_long() -> None:
+    from client.window.viewmodels.table import TableViewModel, waiting_text
+
+    model = playing_model()
+    assert model.match and waiting_text(model, 0) is None
+    model.on_message(m.Event(model.match, model.last_event_seq + 1, 0, 0, "player_dropped",
+                             {"player": "bob", "seat": 1, "grace_s": 30.0}), 10 * S)
+    assert waiting_text(model, 15 * S) == "waiting for bob to reconnect (25 s)"
+    assert waiting_text(model, 99 * S) == "waiting for bob to reconnect (0 s)"
+    band = TableViewModel().band(model, "playing", "", "mqtt://x", 15 * S)
+    assert band.sub == "waiting for bob to reconnect (25 s)"
+    model.on_message(m.Event(model.match, model.last_event_seq + 1, 0, 0, "player_returned",
+                             {"player": "bob", "seat": 1}), 16 * S)
+    assert waiting_text(model, 16 * S) is None
+
+
+def test_a_saved_seat_round_trips_and_bad_files_are_one_clear_error(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from client import seats
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    seat = seats.SavedSeat("mqtt://h:1883", "ABCDE", 1, "bob", "t" * 32)
+    path = seats.save(seat, "bot")
+    assert path == tmp_path / "blink" / "seats" / "ABCDE-1.json" and path.stat().st_mode & 0o077 == 0
+    assert seats.load(path, "bot") == seat == seats.load(None, "bot")
+    with pytest.raises(seats.SeatFileError, match="no saved seat"):
+        seats.load(None, "play")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(seats.SeatFileError, match="cannot read"):
+        seats.load(tmp_path / "bad.json", "bot")
+    (tmp_path / "odd.json").write_text("[1]")
+    with pytest.raises(seats.SeatFileError, match="not a saved seat"):
+        seats.load(tmp_path / "odd.json", "bot")
