@@ -49,6 +49,32 @@ RECONNECT_MAX_S = 4.0
 GIVE_UP_S = 120.0  # without a broker this long, the connection is lost for good
 
 
+class _Client(aiomqtt.Client):
+    """aiomqtt's client, with one race closed: paho asks for a write (a publish, a ping) just as the
+    broker drops the socket, and aiomqtt schedules ``add_writer`` on a descriptor that is closed --
+    or already reused by the reconnect -- by the time it runs (a logged traceback on every drop).
+    Here the socket is asked for its descriptor when the callback runs: a closed one is skipped."""
+
+    def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
+        def callback() -> None:
+            try:
+                client.loop_write()
+            except Exception as exc:  # noqa: BLE001 - a broken connection: the reader reports it
+                if not self._disconnected.done():
+                    self._disconnected.set_exception(exc)
+
+        def add() -> None:
+            fd = sock.fileno()
+            if fd < 0:
+                return
+            try:
+                self._loop.add_writer(fd, callback)
+            except (OSError, ValueError):
+                pass  # closed meanwhile: the reader sees the drop and reconnects
+
+        self._loop.call_soon_threadsafe(add)
+
+
 def reconnect_delay(attempt: int, first_s: float = RECONNECT_FIRST_S, max_s: float = RECONNECT_MAX_S) -> float:
     """Seconds to wait before reconnect attempt ``attempt`` (0, 1, ...): doubling, capped."""
     return min(max_s, first_s * (2 ** min(attempt, 30)))
@@ -119,7 +145,7 @@ class Connection:
 
     async def _connect(self) -> aiomqtt.Client:
         will = aiomqtt.Will(self.topics.req(self.client_id), encode(m.Leave(dropped=True)), qos=1)
-        client = aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id, will=will,
+        client = _Client(self.address.host, self.address.port, identifier=self.client_id, will=will,
                                 username=self.address.username, password=self.address.password,
                                 socket_options=NODELAY, keepalive=15, max_queued_outgoing_messages=0)
         await client.__aenter__()

@@ -470,3 +470,92 @@ def test_a_saved_seat_round_trips_and_bad_files_are_one_clear_error(tmp_path: Pa
     (tmp_path / "odd.json").write_text("[1]")
     with pytest.raises(seats.SeatFileError, match="not a saved seat"):
         seats.load(tmp_path / "odd.json", "bot")
+
+
+class RestartableMosquitto:
+    """A Mosquitto (configured as ``blink broker-config`` writes it) that a test can stop and start
+    again on the same port."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        import tempfile
+
+        from mqttkit import free_port
+        from relay.mosquitto import write_mosquitto_config
+        from tests.conftest import find_mosquitto
+
+        binary = find_mosquitto()
+        if binary is None:
+            pytest.fail("mosquitto is not installed (.ci/run installs it)")
+        self.binary = binary
+        self.dir = Path(tempfile.mkdtemp(prefix="blink-heal-mosquitto-"))
+        self.dir.chmod(0o755)
+        self.port = free_port()
+        self.login = write_mosquitto_config(self.dir, "127.0.0.1", self.port)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        from tests.conftest import wait_port
+
+        self.proc = subprocess.Popen([self.binary, "-c", str(self.dir / "mosquitto.conf")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port("127.0.0.1", self.port)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        import shutil
+
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_a_client_reconnects_after_the_broker_restarts_and_subscribes_again(tmp_path: Path) -> None:
+    """The client side of a broker restart: the connection comes back by itself, its private topic
+    and the relay status are subscribed again, its requests flow again. (The relay's own reconnect
+    is relay/shell.py's.)"""
+    import aiomqtt
+
+    from mqttkit import parse_url
+    from protocol.codec import decode
+
+    broker = RestartableMosquitto(tmp_path)
+
+    async def main() -> None:
+        player_url = parse_url(f"mqtt://127.0.0.1:{broker.port}")
+        async with Player(player_url, "ann", ping_interval_s=0.2) as p:
+            broker.stop()
+            await eventually(lambda: p.model.connection == "reconnecting", changed=p.wait_change,
+                             what="the client to notice the broker is gone")
+            broker.start()
+            await eventually(lambda: p.model.connection == "connected", changed=p.wait_change,
+                             what="the client to reconnect")
+            assert p.conn.reconnects == 1 and p.model.lost is None
+            async with aiomqtt.Client("127.0.0.1", broker.port, identifier="relay-test",
+                                      username=broker.login.username, password=broker.login.password) as relay:
+                await relay.subscribe(p.topics.req(p.client_id))
+                # The status goes offline and online again: the client asks to catch up (it is in no
+                # match, so nothing to ask), and its private topic is subscribed again.
+                for online in (False, True):
+                    await relay.publish(p.topics.relay_status("relay-0"), encode(m.RelayStatus("relay-0", online)),
+                                        retain=True, qos=1)
+                await eventually(lambda: p.model.relay_online is True, changed=p.wait_change,
+                                 what="the relay status on the renewed subscription")
+                await relay.publish(p.topics.client(p.client_id), encode(m.Pong(1, 2, 3)), qos=1)
+                await eventually(lambda: p.model.clock.rtt_ns is not None, changed=p.wait_change,
+                                 what="a message on the renewed private topic")
+                async with asyncio.timeout(DEADLINE_S):
+                    async for msg in relay.messages:  # the client's pings reach the broker again
+                        if isinstance(decode(bytes(msg.payload)), m.Ping):  # type: ignore[arg-type]
+                            break
+                await relay.publish(p.topics.relay_status("relay-0"), b"", retain=True)
+
+    try:
+        broker.start()
+        asyncio.run(main())
+    finally:
+        broker.close()
