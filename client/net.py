@@ -126,7 +126,7 @@ class Impairment:
 class Connection:
     def __init__(self, address: BrokerAddress, client_id: str | None = None, topics: Topics | None = None,
                  on_message: OnMessage | None = None, impairment: Impairment | None = None,
-                 ping_interval_s: float = 1.0, give_up_s: float = GIVE_UP_S) -> None:
+                 ping_interval_s: float = 1.0, give_up_s: float = GIVE_UP_S, relay_status: bool = False) -> None:
         self.address = address
         self.topics = topics or Topics()
         self.client_id = client_id or new_client_id()
@@ -141,6 +141,7 @@ class Connection:
         self._all = False  # watch_all was asked for
         self.connected = asyncio.Event()
         self.give_up_s = give_up_s
+        self.relay_status = relay_status  # also subscribe to the relays' retained status (a Player does)
         self.reconnects = 0
 
     async def _connect(self) -> aiomqtt.Client:
@@ -151,7 +152,8 @@ class Connection:
         await client.__aenter__()
         try:
             await client.subscribe(self.topics.client(self.client_id), qos=1)
-            await client.subscribe(self.topics.relay_status("+"), qos=1)
+            if self.relay_status:
+                await client.subscribe(self.topics.relay_status("+"), qos=1)
             if self._all:
                 await client.subscribe(f"{self.topics.prefix}/m/{self.topics.shard}/+/ev", qos=0)
             for match in self._watching:

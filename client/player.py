@@ -42,7 +42,8 @@ class Player:
         self.topics = topics or Topics()
         self.client_id = client_id or new_client_id()
         self.model = ClientModel(self.client_id, name)
-        self.conn = Connection(address, self.client_id, self.topics, self._on_message, impairment, ping_interval_s)
+        self.conn = Connection(address, self.client_id, self.topics, self._on_message, impairment, ping_interval_s,
+                               relay_status=True)
         self.resend_interval_s = 0.1
         self.changed = asyncio.Event()
         self._joined = asyncio.Event()
