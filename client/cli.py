@@ -309,6 +309,8 @@ async def _bot(args: argparse.Namespace, topics: Topics) -> int:
                 except OSError as exc:
                     print(f"blink bot: cannot save the seat token: {exc}", file=sys.stderr, flush=True)
             await Bot(player, reaction_s=args.reaction, seed=args.seed).run()
+            if player.model.connection == "lost":
+                raise UserError(f"lost the connection to the broker: {player.model.lost}")
             ms = player.model.match_state
             winner = ms.get("winner")
             names = ms.get("players", [])
