@@ -30,6 +30,13 @@ A spectator arriving late asks ``Resync(match, from_seq=1)``: the match's past p
 last ``PAST_EVENTS`` since the match or its latest rematch began, at most once a second per client
 and match) go to its private topic before the snapshot, so ``blink watch`` starts from the beginning.
 
+Seats survive a dropped connection. Joining gives a seat a secret token (in ``MatchJoined``, on
+the player's private topic only). A client's MQTT last will is ``Leave(dropped=True)``: in a
+running match it does not forfeit but marks the seat dropped (``player_dropped``) and puts the end
+of the match's ``grace_s`` on the housekeeping heap; ``Rejoin(match, token)`` from any client id
+within it gives the seat to that id (``player_returned``, ``MatchJoined`` and its view); when the
+grace runs out the match ends ``abandoned`` for those still there. A wrong token is ``bad_token``.
+
 Bad input never raises out of ``handle``: undecodable bytes, unknown types, unknown matches or
 players, actions out of phase all become a rejection to the sender (when the topic names one)
 and a ``bad_input`` log record.
