@@ -10,7 +10,9 @@ acts -- naming the seq
 of the state it looked at, so the relay can tell a lost race from a mistake. If its own client
 already knows the move has become illegal meanwhile, the move bounces locally, as it would for a
 person. A bot plays on its predicted state without waiting for verdicts (a person does not wait
-for the network either), with a small cap on plays in flight.
+for the network either), with a small cap on plays in flight. Its ``Player`` resends unanswered
+plays and reconnects by itself; the bot stops only when the match is over or the connection is
+lost for good.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class Bot:
             if stop is not None and stop.is_set():
                 return
             if until_over and self.player.match_over():
+                return
+            if model.connection == "lost":  # the broker stayed away past the reconnect budget
                 return
             state = model.state()
             seat = model.seat

@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--name", default="bot")
     b.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="median reaction time in seconds")
     b.add_argument("--seed", type=int)
+    b.add_argument("--rejoin", nargs="?", const="", metavar="FILE",
+                   help="take back the seat saved by the last `blink bot` run (or the one saved in FILE)")
 
     mt = sub.add_parser("match", help="a whole match between bots")
     mt.add_argument("--game", choices=GAME_NAMES, default="blink")
@@ -280,16 +282,35 @@ async def _bot(args: argparse.Namespace, topics: Topics) -> int:
     from client.bots import Bot
     from client.player import Player, RequestError
 
+    from client import seats
+
+    saved = None
+    if args.rejoin is not None:
+        try:
+            saved = seats.load(args.rejoin or None, "bot")
+        except seats.SeatFileError as exc:
+            raise UserError(str(exc)) from None
     try:
-        async with Player(parse_url(args.server), args.name, topics) as player:
-            if args.match:
+        async with Player(parse_url(args.server), saved.name if saved else args.name, topics) as player:
+            if saved is not None:
+                code = await player.rejoin(saved.match, saved.token)
+            elif args.match:
                 code = await player.join(args.match.upper())
             elif args.create:
                 code = await player.create(args.game, args.settings, seats=args.players)
             else:
                 code = await player.quick(args.game, args.settings)
             print(f"{player.model.name} in match {code} (seat {player.model.seat})", flush=True)
+            if player.model.token and player.model.seat is not None:
+                try:
+                    path = seats.save(seats.SavedSeat(args.server, code, player.model.seat, player.model.name,
+                                                      player.model.token), "bot")
+                    print(f"seat saved in {path} (blink bot --rejoin takes it back)", flush=True)
+                except OSError as exc:
+                    print(f"blink bot: cannot save the seat token: {exc}", file=sys.stderr, flush=True)
             await Bot(player, reaction_s=args.reaction, seed=args.seed).run()
+            if player.model.connection == "lost":
+                raise UserError(f"lost the connection to the broker: {player.model.lost}")
             ms = player.model.match_state
             winner = ms.get("winner")
             names = ms.get("players", [])

@@ -19,6 +19,14 @@ the match it is in, the public event stream (with gap detection: a gap asks for 
 clock filter (round-trip time and offset from pings) and the receive time of each seq, used for
 the reaction time a play carries to the relay (fair ordering). It is pure: time comes in as
 ``now_ns``; it returns the messages to send and never touches the network.
+
+Healing. ``resends(now_ns)`` returns the own actions still unanswered whose resend is due -- the
+same ``Act`` with the same id (the relay answers a duplicate without applying it twice), first after
+``RESEND_FIRST_NS``, the wait doubling up to ``RESEND_MAX_NS``; an action unanswered ``GIVE_UP_NS``
+after it was first sent is dropped and bounces with code ``no_answer``. ``connection`` follows the
+networking shell (``Reconnecting`` / ``Reconnected`` / ``ConnectionLost``): after a reconnect, a seat
+is asked back with its token (``Rejoin``), and the view resynced; the relay's status coming back
+online also asks for a resync. The seat token from ``MatchJoined`` is kept in ``token``.
 """
 
 from __future__ import annotations
@@ -33,6 +41,16 @@ from protocol.rules import game_for
 from protocol.rules.base import Accepted, Game, Rejected
 
 
+RESEND_FIRST_NS = 500_000_000  # an unanswered action is sent again after this ...
+RESEND_MAX_NS = 4_000_000_000  # ... the wait doubling up to this ...
+GIVE_UP_NS = 30_000_000_000  # ... and it is given up (bounces ``no_answer``) this long after it was first sent
+
+
+def resend_wait_ns(tries: int) -> int:
+    """The wait before the resend that follows ``tries`` sends (1, 2, ...): 0.5 s, 1 s, 2 s, 4 s, 4 s..."""
+    return min(RESEND_MAX_NS, RESEND_FIRST_NS << min(max(tries - 1, 0), 16))
+
+
 @dataclass
 class Pending:
     id: int
@@ -40,6 +58,9 @@ class Pending:
     seq: int  # the confirmed seq it was made against
     sent_ns: int
     accepted_seq: int | None = None
+    act: Any = None  # the wire ``Act`` (an ``m.Act``), resent as is while unanswered
+    sends: int = 1
+    resend_at_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +77,18 @@ class ConnectionLost:
     """Not a wire message: the networking shell's word that the broker connection has ended."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class Reconnecting:
+    """Not a wire message: the broker connection dropped; the shell is reconnecting."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reconnected:
+    """Not a wire message: the broker connection is back (subscriptions renewed)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +192,45 @@ class ClientModel:
     version: int = 0  # bumped on every change the screen or a bot should react to
     spectating: bool = False  # watching a match by code: read-only, state from the public snapshot
     lost: str | None = None  # set when the connection to the broker has ended
+    connection: str = "connected"  # connected | reconnecting | lost
+    token: str = ""  # this seat's secret (MatchJoined): Rejoin(match, token) takes the seat back
+    relay_online: bool | None = None  # the relay's retained status, once heard
+    #: Seats whose player's connection dropped: seat -> (our ns when we heard it, grace seconds).
+    away: dict[int, tuple[int, float]] = field(default_factory=dict)
+    resent: int = 0
+    failed: int = 0  # own actions given up without an answer
+
+    def heal(self) -> list[Any]:
+        """What to ask the relay after the connection (or the relay) came back: the seat (if held)
+        and the views and snapshot; missed public events from the relay's past ones."""
+        if self.match is None:
+            return []
+        self.resyncs += 1
+        if self.token and not self.spectating:
+            return [m.Rejoin(self.match, self.token), m.Resync(self.match, from_seq=self.last_event_seq + 1)]
+        return [m.Resync(self.match, from_seq=self.last_event_seq + 1 if self.last_event_seq else 0)]
+
+    def resends(self, now_ns: int) -> list[m.Act]:
+        """Own actions due to be sent again (same id); gives up those unanswered for too long."""
+        if self.predictor is None:
+            return []
+        due: list[m.Act] = []
+        for p in list(self.predictor.pending):
+            if p.accepted_seq is not None or p.act is None:
+                continue
+            if now_ns - p.sent_ns >= GIVE_UP_NS:
+                self.predictor.rejected(p.id)
+                detail = f"no answer from the relay in {GIVE_UP_NS // 1_000_000_000} s ({p.sends} sends)"
+                self.bounces.append(Bounce(p.id, p.action, "no_answer", detail, now_ns))
+                self.verdicts.append(Verdict(p.id, False, "no_answer", p.sent_ns, now_ns, p.action))
+                self.failed += 1
+                self.version += 1
+            elif now_ns >= p.resend_at_ns and self.connection == "connected":
+                p.sends += 1
+                p.resend_at_ns = now_ns + resend_wait_ns(p.sends)
+                self.resent += 1
+                due.append(p.act)
+        return due
 
     def spectate(self, code: str) -> None:
         self.match, self.seat, self.spectating = code, None, True
@@ -176,6 +248,19 @@ class ClientModel:
         out: list[Any] = []
         if isinstance(msg, ConnectionLost):
             self.lost = msg.reason
+            self.connection = "lost"
+            self.version += 1
+        elif isinstance(msg, Reconnecting):
+            self.connection = "reconnecting"
+            self.version += 1
+        elif isinstance(msg, Reconnected):
+            self.connection = "connected"
+            self.version += 1
+            out.extend(self.heal())
+        elif isinstance(msg, m.RelayStatus):
+            was, self.relay_online = self.relay_online, msg.online
+            if msg.online and was is False:  # the relay is back (restarted, reconnected): catch up
+                out.extend(self.heal())
             self.version += 1
         elif isinstance(msg, m.Pong):
             self.clock.add(sample(msg.t0, msg.t1, msg.t2, now_ns))
@@ -185,6 +270,7 @@ class ClientModel:
             same = self.predictor is not None and (self.match, self.seat) == (msg.match, msg.seat)
             self.match, self.seat, self.game = msg.match, msg.seat, msg.game
             self.players, self.settings = msg.players, msg.settings
+            self.token = msg.token or self.token
             if not same:  # a repeated answer (a join sent twice) must not forget pending actions
                 self.predictor = Predictor(game_for(msg.game), msg.seat)
             self.version += 1
@@ -229,6 +315,17 @@ class ClientModel:
                 for k in sorted(self.seq_received_ns)[:2048]:
                     del self.seq_received_ns[k]
             self.events.append(msg)
+            seat = msg.data.get("seat")
+            if msg.type == "player_dropped" and type(seat) is int:
+                grace = msg.data.get("grace_s")
+                self.away[seat] = (now_ns, float(grace) if isinstance(grace, (int, float)) else 30.0)
+                if seat == self.seat and self.token and self.connection == "connected" and not self.spectating:
+                    # We are here: a stale last will (a broker taking over our old session) -- take it back.
+                    out.append(m.Rejoin(msg.match, self.token))
+            elif msg.type == "player_returned" and type(seat) is int:
+                self.away.pop(seat, None)
+            elif msg.type in ("match_over", "rematch_started"):
+                self.away.clear()
             self.version += 1
         elif isinstance(msg, m.ActionAccepted) and self.predictor:
             p = self.predictor.accepted(msg.id, msg.seq)
@@ -264,7 +361,9 @@ class ClientModel:
         self.version += 1
         seen = self.seq_received_ns.get(seq)
         reaction = now_ns - seen if seen is not None else None
-        return m.Act(id=pending.id, seq=seq, action=self.predictor.rules.action_to_wire(action), reaction_ns=reaction)
+        act = m.Act(id=pending.id, seq=seq, action=self.predictor.rules.action_to_wire(action), reaction_ns=reaction)
+        pending.act, pending.resend_at_ns = act, now_ns + resend_wait_ns(1)
+        return act
 
     def ping(self, now_ns: int) -> m.Ping:
         return m.Ping(t0=now_ns)

@@ -7,8 +7,15 @@ How this works
 player's private topic, and (once in a match) to the match's public events and retained snapshot.
 Incoming payloads are decoded (bad ones are counted and dropped: a client never crashes on what a
 broker hands it) and passed to ``on_message(msg, recv_ns)`` together with the receive time.
-The last will is a ``Leave`` on the client's own request topic, so the relay learns of a client
-that vanished without saying goodbye.
+The last will is ``Leave(dropped=True)`` on the client's own request topic, so the relay learns of
+a client that vanished without saying goodbye -- and keeps its seat for the match's grace period.
+
+The connection heals itself: when the broker connection drops, the reader tells the application
+(``Reconnecting``), then reconnects with backoff (``RECONNECT_FIRST_S`` doubling to
+``RECONNECT_MAX_S``), subscribes again to everything it had (private topic, relay status, watched
+matches) and says ``Reconnected`` -- the model then asks for its seat and view back. Only after
+``give_up_s`` without a connection does it deliver ``ConnectionLost``. Publishing while
+disconnected drops the message quietly: actions are resent by the model, requests re-asked.
 
 ``Impairment`` (added delay, jitter, loss and reordering, each direction) sits between the
 connection and the application, so latency experiments work on any OS and any broker.
@@ -31,11 +38,46 @@ from mqttkit import NODELAY, BrokerAddress, stop_task
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics
-from client.model import ConnectionLost
+from client.model import ConnectionLost, Reconnected, Reconnecting
 
 log = logging.getLogger("blink.net")
 
 OnMessage = Callable[[Any, int], None]
+
+RECONNECT_FIRST_S = 0.25
+RECONNECT_MAX_S = 4.0
+GIVE_UP_S = 120.0  # without a broker this long, the connection is lost for good
+
+
+class _Client(aiomqtt.Client):
+    """aiomqtt's client, with one race closed: paho asks for a write (a publish, a ping) just as the
+    broker drops the socket, and aiomqtt schedules ``add_writer`` on a descriptor that is closed --
+    or already reused by the reconnect -- by the time it runs (a logged traceback on every drop).
+    Here the socket is asked for its descriptor when the callback runs: a closed one is skipped."""
+
+    def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
+        def callback() -> None:
+            try:
+                client.loop_write()
+            except Exception as exc:  # noqa: BLE001 - a broken connection: the reader reports it
+                if not self._disconnected.done():
+                    self._disconnected.set_exception(exc)
+
+        def add() -> None:
+            fd = sock.fileno()
+            if fd < 0:
+                return
+            try:
+                self._loop.add_writer(fd, callback)
+            except (OSError, ValueError):
+                pass  # closed meanwhile: the reader sees the drop and reconnects
+
+        self._loop.call_soon_threadsafe(add)
+
+
+def reconnect_delay(attempt: int, first_s: float = RECONNECT_FIRST_S, max_s: float = RECONNECT_MAX_S) -> float:
+    """Seconds to wait before reconnect attempt ``attempt`` (0, 1, ...): doubling, capped."""
+    return min(max_s, first_s * (2 ** min(attempt, 30)))
 
 
 def new_client_id(prefix: str = "p") -> str:
@@ -84,7 +126,7 @@ class Impairment:
 class Connection:
     def __init__(self, address: BrokerAddress, client_id: str | None = None, topics: Topics | None = None,
                  on_message: OnMessage | None = None, impairment: Impairment | None = None,
-                 ping_interval_s: float = 1.0) -> None:
+                 ping_interval_s: float = 1.0, give_up_s: float = GIVE_UP_S, relay_status: bool = False) -> None:
         self.address = address
         self.topics = topics or Topics()
         self.client_id = client_id or new_client_id()
@@ -96,19 +138,37 @@ class Connection:
         self._client: aiomqtt.Client | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._watching: set[str] = set()
+        self._all = False  # watch_all was asked for
         self.connected = asyncio.Event()
+        self.give_up_s = give_up_s
+        self.relay_status = relay_status  # also subscribe to the relays' retained status (a Player does)
+        self.reconnects = 0
+
+    async def _connect(self) -> aiomqtt.Client:
+        will = aiomqtt.Will(self.topics.req(self.client_id), encode(m.Leave(dropped=True)), qos=1)
+        client = _Client(self.address.host, self.address.port, identifier=self.client_id, will=will,
+                                username=self.address.username, password=self.address.password,
+                                socket_options=NODELAY, keepalive=15, max_queued_outgoing_messages=0)
+        await client.__aenter__()
+        try:
+            await client.subscribe(self.topics.client(self.client_id), qos=1)
+            if self.relay_status:
+                await client.subscribe(self.topics.relay_status("+"), qos=1)
+            if self._all:
+                await client.subscribe(f"{self.topics.prefix}/m/{self.topics.shard}/+/ev", qos=0)
+            for match in self._watching:
+                await client.subscribe(self.topics.ev(match), qos=0)
+                await client.subscribe(self.topics.snap(match), qos=0)
+        except aiomqtt.MqttError:
+            await _quietly_close(client)
+            raise
+        return client
 
     async def __aenter__(self) -> Connection:
-        will = aiomqtt.Will(self.topics.req(self.client_id), encode(m.Leave()), qos=1)
-        self._client = aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id, will=will,
-                                      username=self.address.username, password=self.address.password,
-                                      socket_options=NODELAY,
-                                      keepalive=15, max_queued_outgoing_messages=0)
         try:
-            await self._client.__aenter__()
+            self._client = await self._connect()
         except aiomqtt.MqttError as exc:
             raise ConnectionError(f"cannot reach the MQTT broker at {self.address.url}: {exc}") from exc
-        await self._client.subscribe(self.topics.client(self.client_id), qos=1)
         self._tasks.append(asyncio.create_task(self._reader()))
         if self.ping_interval_s > 0:
             self._tasks.append(asyncio.create_task(self._pinger()))
@@ -119,6 +179,7 @@ class Connection:
         await self.close()
 
     async def close(self, leave: bool = True) -> None:
+        self.connected.clear()
         for t in list(self._tasks):
             await stop_task(t)
         self._tasks.clear()
@@ -133,14 +194,20 @@ class Connection:
 
     async def watch(self, match: str) -> None:
         """Subscribe to a match's public events and retained snapshot."""
-        if match in self._watching or self._client is None:
+        if match in self._watching:
             return
-        self._watching.add(match)
-        await self._client.subscribe(self.topics.ev(match), qos=0)
-        await self._client.subscribe(self.topics.snap(match), qos=0)
+        self._watching.add(match)  # also subscribed again after every reconnect
+        if self._client is None or not self.connected.is_set():
+            return
+        try:
+            await self._client.subscribe(self.topics.ev(match), qos=0)
+            await self._client.subscribe(self.topics.snap(match), qos=0)
+        except aiomqtt.MqttError as exc:
+            log.debug("subscribe failed (the reconnect subscribes again): %s", exc)
 
     async def watch_all(self) -> None:
         """Subscribe to every match's events (a logger that must not miss the first ones)."""
+        self._all = True
         if self._client is not None:
             await self._client.subscribe(f"{self.topics.prefix}/m/{self.topics.shard}/+/ev", qos=0)
 
@@ -174,21 +241,49 @@ class Connection:
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 
     async def _publish(self, topic: str, payload: bytes) -> None:
-        if self._client is None:
-            return
+        if self._client is None or not self.connected.is_set():
+            return  # reconnecting: the model resends what matters once the connection is back
         try:
             await self._client.publish(topic, payload, qos=0)
         except aiomqtt.MqttError as exc:
-            log.warning("publish failed: %s", exc)
+            log.debug("publish failed: %s", exc)
 
     async def _reader(self) -> None:
-        try:
-            await self._read()
-        except aiomqtt.MqttError as exc:
-            # The broker went away (or closed us): say so once, where the application can see it.
-            self.lost = str(exc)
-            log.warning("connection to %s lost: %s", self.address.url, exc)
-            self._deliver(ConnectionLost(self.lost))
+        while True:
+            try:
+                await self._read()
+                reason = "the broker ended the message stream"
+            except aiomqtt.MqttError as exc:
+                reason = str(exc) or type(exc).__name__
+            # The broker went away (or closed us): say so once, then try to get back.
+            self.connected.clear()
+            old, self._client = self._client, None
+            if old is not None:
+                await _quietly_close(old)
+            log.warning("connection to %s lost (%s): reconnecting", self.address.url, reason)
+            self._deliver(Reconnecting(reason))
+            if not await self._reconnect():
+                self.lost = reason
+                log.warning("gave up reconnecting to %s after %g s", self.address.url, self.give_up_s)
+                self._deliver(ConnectionLost(reason))
+                return
+            self.reconnects += 1
+            self.connected.set()
+            log.info("reconnected to %s", self.address.url)
+            self._deliver(Reconnected())
+
+    async def _reconnect(self) -> bool:
+        deadline = time.monotonic() + self.give_up_s
+        attempt = 0
+        while time.monotonic() < deadline:
+            await asyncio.sleep(reconnect_delay(attempt))
+            attempt += 1
+            try:
+                self._client = await self._connect()
+                return True
+            except aiomqtt.MqttError as exc:
+                log.debug("reconnect attempt %d failed: %s", attempt, exc)
+        return False
 
     async def _read(self) -> None:
         assert self._client is not None
@@ -218,10 +313,19 @@ class Connection:
             log.exception("handler failed for %s", type(msg).__name__)
 
     async def _pinger(self) -> None:
+        await self.connected.wait()
         # A quick burst first so the round-trip time is known at once, then a steady beat.
         for i in range(5):
             await self.request(m.Ping(t0=time.time_ns()))
             await asyncio.sleep(0.05)
         while True:
             await asyncio.sleep(self.ping_interval_s)
-            await self.request(m.Ping(t0=time.time_ns()))
+            if self.connected.is_set():
+                await self.request(m.Ping(t0=time.time_ns()))
+
+
+async def _quietly_close(client: aiomqtt.Client) -> None:
+    try:
+        await asyncio.wait_for(client.__aexit__(None, None, None), timeout=2)
+    except Exception:  # noqa: BLE001 - the connection is already broken
+        pass

@@ -46,6 +46,9 @@ def add_parser(sub: Any) -> None:
     mode.add_argument("--match", metavar="CODE", help="join the match with this code")
     mode.add_argument("--host", action="store_true", help="create a match and show its code for a friend")
     mode.add_argument("--quick", action="store_true", help="quick match: the first free opponent on the server")
+    mode.add_argument("--rejoin", nargs="?", const="", metavar="FILE",
+                      help="take back your seat after a crash or a lost connection (the seat the last "
+                           "`blink play` on a server saved, or the one saved in FILE)")
     p.add_argument("--bot", type=_level_arg, metavar="LEVEL",
                    help="play a bot at once: easy, normal, hard, expert or its reaction time in seconds")
     p.add_argument("--game", choices=GAME_NAMES, default="blink",
@@ -80,6 +83,17 @@ def run(args: argparse.Namespace, topics: Any) -> int:
     except (ValueError, TypeError) as exc:
         print(f"blink play: bad --settings: {exc}", file=sys.stderr)
         return 2
+    rejoin = None
+    if args.rejoin is not None:
+        from client import seats
+
+        try:
+            rejoin = seats.load(args.rejoin or None, "play")
+        except seats.SeatFileError as exc:
+            print(f"blink play: {exc}", file=sys.stderr)
+            return 2
+        args.server = args.server or rejoin.server
+        args.match, args.name = rejoin.match, rejoin.name
     if args.watch:
         mode = "watch"
     elif args.match:
@@ -115,7 +129,8 @@ def run(args: argparse.Namespace, topics: Any) -> int:
 
     session = SessionConfig(server_url=args.server, name=args.name, topics=topics, game=args.game,
                             settings=args.settings, autoplay=args.autoplay and mode != "watch", seed=args.seed,
-                            players=args.players, lan=not args.server)
+                            players=args.players, lan=not args.server,
+                            rejoin=rejoin)
     config = AppConfig(mode=mode, code=args.watch or args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
                        width=args.width, height=args.height, screenshot=args.screenshot,
                        quit_after=args.quit_after, frame_stats=args.frame_stats,

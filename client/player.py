@@ -7,6 +7,11 @@ or (through a thread-safe bridge) the pyglet window. Incoming messages update th
 requests the model asks for (a resync after a gap) are sent back; ``changed`` is set after every
 message so a bot can wait for the next thing to react to. ``act`` predicts locally first and only
 then sends, so the state a bot or a screen reads already shows the move.
+
+A background task sends again, with the same id, the actions the relay has not answered
+(``ClientModel.resends``: bounded backoff, given up after 30 s); the connection reconnects by itself
+and the model asks for the seat and view back. ``rejoin(code, token)`` takes a seat back from a new
+process (``blink bot --rejoin``, ``blink play --rejoin``).
 """
 
 from __future__ import annotations
@@ -37,13 +42,16 @@ class Player:
         self.topics = topics or Topics()
         self.client_id = client_id or new_client_id()
         self.model = ClientModel(self.client_id, name)
-        self.conn = Connection(address, self.client_id, self.topics, self._on_message, impairment, ping_interval_s)
+        self.conn = Connection(address, self.client_id, self.topics, self._on_message, impairment, ping_interval_s,
+                               relay_status=True)
+        self.resend_interval_s = 0.1
         self.changed = asyncio.Event()
         self._joined = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
 
     async def __aenter__(self) -> Player:
         await self.conn.__aenter__()
+        self._spawn(self._resender())
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -65,6 +73,23 @@ class Player:
         if isinstance(msg, m.MatchJoined):
             self._spawn(self._watch_then_resync(msg.match))
         self.changed.set()
+
+    async def _resender(self) -> None:
+        """Send again what the relay has not answered (the model decides what and when)."""
+        while True:
+            await asyncio.sleep(self.resend_interval_s)
+            before = self.model.version
+            acts = self.model.resends(time.time_ns())
+            if acts and self.model.match:
+                for act in acts:
+                    await self.conn.act(self.model.match, act)
+            if self.model.version != before:
+                self.changed.set()
+
+    async def rejoin(self, code: str, token: str, timeout: float = 10.0) -> str:
+        """Take back a seat with its token (from ``MatchJoined``, saved by an earlier run)."""
+        await self.conn.request(m.Rejoin(code.upper(), token))
+        return await self._wait_joined(timeout)
 
     async def _watch_then_resync(self, match: str) -> None:
         await self.conn.watch(match)

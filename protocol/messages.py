@@ -74,6 +74,19 @@ class Resync:
 @dataclass(frozen=True)
 class Leave:
     match: str = ""  # empty: whatever match this client is in (also the client's MQTT last will)
+    # True in the MQTT last will only: the connection dropped, the player did not choose to go. A
+    # running match keeps the seat for its grace period (``grace_s``) before it is forfeited.
+    dropped: bool = False
+
+
+@message("Rejoin")
+@dataclass(frozen=True)
+class Rejoin:
+    """Take back a seat (after a dropped connection, from the same or a new process) with the
+    secret token the relay gave in ``MatchJoined``; the seat then belongs to this client id."""
+
+    match: str
+    token: str
 
 
 @message("Rematch")
@@ -107,6 +120,8 @@ class MatchJoined:
     seats: int
     settings: dict[str, Any]
     shard: str = "0"
+    # The seat's secret (private topic only, never public): ``Rejoin(match, token)`` takes the seat back.
+    token: str = ""
 
 
 @message("ActionAccepted")

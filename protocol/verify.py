@@ -13,7 +13,9 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
 - the match frame: ``match_created`` with settings the game accepts, the seats taken in order, a
   ``game_started`` when the seats are full, ``game_result`` / ``match_over`` / rematches as the
   relay makes them (``relay/core.py`` is the reference; this module mirrors it, it does not import
-  it);
+  it); a player's connection dropping and returning (``player_dropped`` / ``player_returned``,
+  anywhere in a running match) names a seated player in order, and a ``match_over`` for
+  ``abandoned`` comes only after a dropped player's ``grace_s`` has run out (the others win);
 - each game, from the seed revealed in its ``game_result``: the seed must hash to the commitment
   published in ``game_started``; then the game is re-created with ``new_game(settings, seats,
   SeededChance(seed))`` -- the very chance the relay also uses for every later roll -- and the
@@ -53,6 +55,12 @@ ENVELOPE = ("seq", "ts", "type", "game", "match")
 MATCH_TYPES = frozenset({"match_created", "seat_taken", "seat_left", "game_started", "game_result", "match_over",
                          "rematch_requested", "rematch_started"})
 ORDERS = ("arrival", "fair")
+#: A player's connection dropping and coming back during a running match: they may fall anywhere in
+#: a game, so they are checked on their own (a seated player, dropped before returned) and taken out
+#: of the game's events before those are replayed.
+PRESENCE_TYPES = frozenset({"player_dropped", "player_returned"})
+MAX_GRACE_S = 600.0
+NS = 1_000_000_000
 #: Distinct consistent states kept while hidden choices are still open; more means the log is
 #: hopelessly ambiguous, and the walk keeps the first ones.
 FRONTIER_CAP = 256
@@ -467,6 +475,41 @@ def _expect(rec: Record, etype: str, game: int, fields: dict[str, Any]) -> None:
         raise _fail(rec, _differences(fields, body(rec)) or f"{etype} differs from what the relay publishes")
 
 
+def _presence(rec: Record, names: Sequence[str], away: dict[int, tuple[int, float]], game: int) -> None:
+    """Check a player_dropped / player_returned against who is away; update ``away``."""
+    seat = rec.data.get("seat")
+    if type(seat) is not int or not 0 <= seat < len(names) or rec.data.get("player") != names[seat]:
+        raise _fail(rec, f"{rec.type} names no seated player")
+    if rec.type == "player_dropped":
+        grace = rec.data.get("grace_s")
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace <= MAX_GRACE_S:
+            raise _fail(rec, f"grace_s {grace!r} is not a number of seconds from 0 to {MAX_GRACE_S:g}")
+        if seat in away:
+            raise _fail(rec, f"{names[seat]} dropped again without returning")
+        _expect(rec, rec.type, game, {"player": names[seat], "seat": seat, "grace_s": grace})
+        ts = rec.data.get("ts")
+        away[seat] = (ts if type(ts) is int else 0, float(grace))
+    else:
+        if seat not in away:
+            raise _fail(rec, f"{names[seat]} returned without having dropped")
+        _expect(rec, rec.type, game, {"player": names[seat], "seat": seat})
+        del away[seat]
+
+
+def _abandoned(rec: Record, names: Sequence[str], away: dict[int, tuple[int, float]], seats: int,
+               wins: list[int], game: int) -> None:
+    """A match_over for ``abandoned``: some dropped player's grace had run out by then; the others win."""
+    ts = rec.data.get("ts")
+    now = ts if type(ts) is int else 0
+    late = [s for s, (at, grace) in away.items() if at + int(grace * NS) <= now]
+    if not late:
+        raise _fail(rec, "match_over abandoned, but no dropped player's grace period had run out")
+    others = [s for s in range(seats) if s not in late]
+    winner = others[0] if len(others) == 1 else None
+    _expect(rec, "match_over", game, public({"winner": winner, "winners": others, "reason": "abandoned",
+                                             "wins": list(wins)}, names))
+
+
 def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) -> None:
     head = recs[0]
     if head.type != "match_created":
@@ -498,6 +541,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
     game_index = -1
     wins: list[int] = []
     rematch: set[int] = set()
+    away: dict[int, tuple[int, float]] = {}  # seats whose player dropped: (relay ns then, grace s)
     i = 1
     n = len(recs)
     unchecked = 0
@@ -539,6 +583,13 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
                     {"winner": winner, "winners": [] if winner is None else [winner], "reason": "forfeit",
                      "wins": list(wins)}, names))
                 status = "over"
+        elif t in PRESENCE_TYPES:
+            if status not in ("playing", "between"):
+                raise _fail(rec, f"{t} while the match is {status} (only a running match keeps a seat)")
+            _presence(rec, names, away, gi())
+        elif t == "match_over" and rec.data.get("reason") == "abandoned" and status in ("playing", "between"):
+            _abandoned(rec, names, away, seats, wins, gi())
+            status = "over"
         elif t == "game_started":
             if not ((status == "waiting" and len(names) == seats) or status == "between"):
                 raise _fail(rec, "a game starts before the seats are full or while another game runs")
@@ -553,16 +604,18 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
             j = i + 1
             while j < n and recs[j].type not in MATCH_TYPES and "__bad__" not in recs[j].data:
                 j += 1
-            game_events = recs[i + 1:j]
-            for ev in game_events:
+            for ev in recs[i + 1:j]:
                 if ev.data.get("game") != game_index:
                     raise _fail(ev, f"game index {ev.data.get('game')}, expected {game_index}")
+                if ev.type in PRESENCE_TYPES:
+                    _presence(ev, names, away, game_index)
+            game_events = [ev for ev in recs[i + 1:j] if ev.type not in PRESENCE_TYPES]
             if j >= n:
                 last = recs[-1]
                 raise _fail(last, f"the log ends during game {game_index} (truncated: no game_result, so its "
                                   f"seed is never revealed)")
             end = recs[j]
-            if end.type == "seat_left":
+            if end.type == "seat_left" or (end.type == "match_over" and end.data.get("reason") == "abandoned"):
                 unchecked += len(game_events)  # a forfeit: the seed stays secret
                 i = j
                 continue
@@ -641,6 +694,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
                     raise _fail(rec, "the log ends before the rematch_started this request makes (truncated)")
                 _expect(recs[i], "rematch_started", gi(), {})
                 rematch = set()
+                away = {}
                 wins = [0] * seats
                 status = "between"  # the next record must be its game_started
                 if i + 1 >= n or recs[i + 1].type != "game_started":

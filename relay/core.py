@@ -30,6 +30,13 @@ A spectator arriving late asks ``Resync(match, from_seq=1)``: the match's past p
 last ``PAST_EVENTS`` since the match or its latest rematch began, at most once a second per client
 and match) go to its private topic before the snapshot, so ``blink watch`` starts from the beginning.
 
+Seats survive a dropped connection. Joining gives a seat a secret token (in ``MatchJoined``, on
+the player's private topic only). A client's MQTT last will is ``Leave(dropped=True)``: in a
+running match it does not forfeit but marks the seat dropped (``player_dropped``) and puts the end
+of the match's ``grace_s`` on the housekeeping heap; ``Rejoin(match, token)`` from any client id
+within it gives the seat to that id (``player_returned``, ``MatchJoined`` and its view); when the
+grace runs out the match ends ``abandoned`` for those still there. A wrong token is ``bad_token``.
+
 Bad input never raises out of ``handle``: undecodable bytes, unknown types, unknown matches or
 players, actions out of phase all become a rejection to the sender (when the topic names one)
 and a ``bad_input`` log record.
@@ -51,6 +58,8 @@ the match list, quick match and ``tick`` never walk every match.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 from collections import OrderedDict, deque
 from itertools import islice
 from typing import Any
@@ -76,6 +85,7 @@ LIMIT_CODES = frozenset({"too_many_matches", "relay_full", "too_large"})
 HOUSEKEEPING_PER_TICK = 1_000  # expiries and idle clients handled per tick at most (the rest next tick)
 NS = 1_000_000_000
 PAST_EVENTS = 4096  # per match: public events kept for a late spectator's Resync(from_seq)
+MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``grace_s`` setting)
 
 
 class RelayCore:
@@ -291,6 +301,8 @@ class RelayCore:
             elif match.status == "over":
                 out.append(LogRecord({"kind": "match_forgotten", "match": code, "ts": now_ns}))
                 self._close(match, out)
+            elif match.status in ("playing", "between"):
+                self._grace_over(match, now_ns, out)
         self._compact_housekeeping()
         clients = self._clients
         idle = clients.idle(now_ns, HOUSEKEEPING_PER_TICK)
@@ -362,7 +374,9 @@ class RelayCore:
         elif isinstance(msg, m.Rematch):
             self._rematch(client, msg.match, now_ns, out)
         elif isinstance(msg, m.Leave):
-            self._leave(client, msg.match, now_ns, out)
+            self._leave(client, msg.match, now_ns, out, dropped=msg.dropped)
+        elif isinstance(msg, m.Rejoin):
+            self._rejoin(client, msg.match, msg.token, now_ns, out)
         elif isinstance(msg, m.ProbeReply):
             self.fair.on_probe_reply(client, msg.sent_ns, now_ns)
         else:
@@ -406,6 +420,11 @@ class RelayCore:
             self._reject_req(client, "bad_settings", f"order must be one of {', '.join(ORDERS)}, not {order!r}",
                              now_ns, out)
             return None
+        grace_s = _grace(settings.pop("grace_s", None))
+        if grace_s is None:
+            self._reject_req(client, "bad_settings", f"grace_s must be a number of seconds from 0 to {MAX_GRACE_S:g}",
+                             now_ns, out)
+            return None
         try:
             rules = game_for(game, self.games)
             settings = rules.check_settings(settings, seats)
@@ -419,7 +438,7 @@ class RelayCore:
         code = self._new_code()
         match = Match(code=code, game=canonical(game), rules=rules, settings=settings, seats=seats, quick=quick,
                       seed=derive(self.seed, "match", code), best_of=rules.best_of(settings), order=order,
-                      creator=client)
+                      creator=client, grace_s=grace_s)
         self.matches[code] = match
         self._waiting[code] = match
         self._owned.setdefault(client, set()).add(code)
@@ -437,6 +456,8 @@ class RelayCore:
                     and match.seat_of(client) is None and len(match.players) < match.seats):
                 settings = dict(msg.settings)
                 order = settings.pop("order", self.config.order)
+                if _grace(settings.pop("grace_s", None)) != match.grace_s:
+                    continue
                 if match.seats not in checked:
                     try:
                         checked[match.seats] = match.rules.check_settings(settings, match.seats)
@@ -463,13 +484,11 @@ class RelayCore:
             base, n = name, 2
             while name in taken:
                 name, n = f"{base}-{n}", n + 1
-            match.players.append(Seat(client, name))
+            match.players.append(Seat(client, name, token=self._seat_token(code, client, now_ns)))
             seat = len(match.players) - 1
             self.client_match[client] = code
             self._event(match, now_ns, out, {"type": "seat_taken", "player": seat, "name": name})
-        out.append(Publish(self.topics.client(client), m.MatchJoined(
-            match=code, seat=seat, game=match.game, players=match.names, seats=match.seats,
-            settings=match.settings, shard=self.topics.shard)))
+        out.append(self._joined(match, seat))
         if match.status == "waiting" and len(match.players) == match.seats:
             match.wins = [0] * match.seats
             self._start_game(match, now_ns, out)
@@ -477,12 +496,32 @@ class RelayCore:
             self._publish_snapshot(match, now_ns, out)
         out.append(self._match_list())
 
-    def _leave(self, client: str, code: str, now_ns: int, out: list[Out]) -> None:
+    def _joined(self, match: Match, seat: int) -> Publish:
+        """``MatchJoined`` for a seat, with its secret token: to the seat's private topic only."""
+        s = match.players[seat]
+        return Publish(self.topics.client(s.client), m.MatchJoined(
+            match=match.code, seat=seat, game=match.game, players=match.names, seats=match.seats,
+            settings=match.settings, shard=self.topics.shard, token=s.token))
+
+    def _seat_token(self, code: str, client: str, now_ns: int) -> str:
+        """A seat's secret: from the relay's seed (the shell draws it from the OS; only the
+        operator's log holds it), so a core fed the same inputs gives the same tokens."""
+        return hashlib.sha256(f"{self.seed}:seat-token:{code}:{client}:{now_ns}".encode()).hexdigest()[:32]
+
+    def _leave(self, client: str, code: str, now_ns: int, out: list[Out], dropped: bool = False) -> None:
         match = self.matches.get(code) if code else self.matches.get(self.client_match.get(client, ""))
         if match is None:
             return
         seat = match.seat_of(client)
         if seat is None:
+            return
+        if dropped and match.status in ("playing", "between"):
+            # The connection dropped (the client's last will): the seat waits ``grace_s`` for a Rejoin.
+            s = match.players[seat]
+            if s.dropped_at is None:
+                s.dropped_at = now_ns
+                self._event(match, now_ns, out, {"type": "player_dropped", "player": seat, "grace_s": match.grace_s})
+                self._schedule_grace(match)
             return
         self.client_match.pop(client, None)
         if match.status == "waiting":
@@ -499,6 +538,60 @@ class RelayCore:
             winner = others[0] if len(others) == 1 else None
             self._end_match(match, winner, "forfeit", now_ns, out)
         out.append(self._match_list())
+
+    def _schedule_grace(self, match: Match) -> None:
+        """Housekeeping for a running match is the end of its earliest dropped seat's grace."""
+        at = match.grace_deadline()
+        if at is None:
+            match.housekeep_at = None
+        else:
+            self._schedule(match, at)
+
+    def _grace_over(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        """A dropped seat's grace ran out: the match is forfeited (``abandoned``) to those still there."""
+        grace_ns = int(match.grace_s * NS)
+        late = [i for i, s in enumerate(match.players) if s.dropped_at is not None and s.dropped_at + grace_ns <= now_ns]
+        if not late:
+            self._schedule_grace(match)
+            return
+        others = [i for i in range(match.seats) if i not in late]
+        self._end_match(match, others[0] if len(others) == 1 else None, "abandoned", now_ns, out, winners=others)
+        out.append(self._match_list())
+
+    def _rejoin(self, client: str, code: str, token: str, now_ns: int, out: list[Out]) -> None:
+        """A seat taken back with its token, by a new client id (a restarted process) or the same
+        one (a reconnect): the seat is the new client's, it gets ``MatchJoined`` and its view."""
+        match = self.matches.get(code.upper()[:16])
+        if match is None:
+            self._reject_req(client, "no_such_match", f"no match {code[:16]!r}", now_ns, out)
+            return
+        seat = next((i for i, s in enumerate(match.players)
+                     if s.token and hmac.compare_digest(s.token.encode(), token.encode()[:64])), None)
+        if seat is None:
+            self._reject_req(client, "bad_token", f"no seat of match {match.code} has this token", now_ns, out)
+            return
+        s = match.players[seat]
+        if s.client != client:
+            if match.status == "over":
+                self._reject_req(client, "bad_token", f"match {match.code} is over: its seats are closed", now_ns, out)
+                return
+            if match.seat_of(client) is not None:
+                self._reject_req(client, "bad_token", "you already hold another seat of this match", now_ns, out)
+                return
+            if self.client_match.get(s.client) == match.code:
+                del self.client_match[s.client]
+            out.append(LogRecord({"kind": "seat_moved", "match": match.code, "seat": seat, "from": s.client,
+                                  "to": client, "ts": now_ns}))
+            s.client = client
+        self.client_match[client] = match.code
+        if s.dropped_at is not None:
+            s.dropped_at = None
+            if match.status in ("playing", "between"):
+                self._event(match, now_ns, out, {"type": "player_returned", "player": seat})
+                self._schedule_grace(match)
+        out.append(self._joined(match, seat))
+        self._send_views(match, out, only=client)
+        self._publish_snapshot(match, now_ns, out)
 
     def _close(self, match: Match, out: list[Out]) -> None:
         self.matches.pop(match.code, None)
@@ -530,6 +623,7 @@ class RelayCore:
         if all(s.rematch for s in match.players):
             for s in match.players:
                 s.rematch = False
+                s.dropped_at = None  # whoever asked for the rematch is there
             match.wins = [0] * match.seats
             match.winner = None
             match.results = []
@@ -820,6 +914,15 @@ class RelayCore:
 
     def _bad(self, now_ns: int, code: str, **fields: Any) -> LogRecord:
         return LogRecord({"kind": "bad_input", "code": code, "ts": now_ns, **fields})
+
+
+def _grace(value: Any) -> float | None:
+    """The ``grace_s`` match setting, checked: None (absent) is the default 30 s; None back if bad."""
+    if value is None:
+        return 30.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_GRACE_S:
+        return None
+    return float(value)
 
 
 def _clean_name(name: str) -> str:

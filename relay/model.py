@@ -70,6 +70,8 @@ class Seat:
     client: str
     name: str
     rematch: bool = False
+    token: str = ""  # secret: ``Rejoin(match, token)`` gives the seat to a new client id
+    dropped_at: int | None = None  # relay time its connection dropped (last will); None: present
 
 
 @dataclass
@@ -100,6 +102,9 @@ class Match:
     #: When the core's housekeeping deadline for this match falls (waiting: it expires; over: it
     #: leaves memory); None: none pending. A deadline on the heap that differs from this is moot.
     housekeep_at: int | None = None
+    #: How long a dropped player's seat is kept in a running match before it is forfeited
+    #: (``abandoned``); a match setting, ``grace_s``.
+    grace_s: float = 30.0
 
     def seat_of(self, client: str) -> int | None:
         for i, s in enumerate(self.players):
@@ -114,6 +119,11 @@ class Match:
     @property
     def clients(self) -> tuple[str, ...]:
         return tuple(s.client for s in self.players)
+
+    def grace_deadline(self) -> int | None:
+        """When the earliest dropped seat's grace runs out (relay ns), or None if nobody is away."""
+        dropped = [s.dropped_at for s in self.players if s.dropped_at is not None]
+        return min(dropped) + int(self.grace_s * 1_000_000_000) if dropped else None
 
     def state_at(self, seq: int) -> Any:
         """The state as it was right after ``seq`` (None if it is older than the kept history)."""

@@ -4,7 +4,8 @@ How this works
 --------------
 One label in the app's own batch, drawn over every scene. ``update`` recomputes the text at most
 four times a second from ``model.clock`` (the lowest-delay ping sample: ``rtt_ns`` and
-``offset_ns``) and the frame statistics, and only touches the label when the text changed.
+``offset_ns``) and the frame statistics, and only touches the label when the text changed. While
+the connection heals (``model.connection``) it starts with "reconnecting…".
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ def hud_text(rtt_ns: int | None, offset_ns: int | None, fps: float | None) -> st
     if fps is not None:
         parts.append(f"{fps:.0f} fps")
     return "   ".join(parts)
+
+
+def connection_note(model: Any) -> str:
+    """What the corner says about the connection before the figures: nothing while connected."""
+    state = getattr(model, "connection", "connected") if model is not None else "connected"
+    if state == "lost" or (model is not None and getattr(model, "lost", None)):
+        return "CONNECTION LOST — the relay's broker went away   "
+    if state == "reconnecting":
+        return "reconnecting…   "
+    return ""
 
 
 class Hud:
@@ -53,8 +64,7 @@ class Hud:
         self._next = now_ns + NS // 4
         clock = model.clock if model is not None else None
         text = hud_text(clock.rtt_ns if clock else None, clock.offset_ns if clock else None, fps)
-        if model is not None and getattr(model, "lost", None):
-            text = "CONNECTION LOST — the relay's broker went away   " + text
+        text = connection_note(model) + text
         set_text(self.label, text)
 
     def draw(self) -> None:

@@ -87,6 +87,7 @@ class SessionConfig:
     lan: bool = False
     lan_port: int = 1883
     lan_interfaces: list[str] | None = None  # advertise only on these (default: every multicast interface)
+    rejoin: Any = None  # a client.seats.SavedSeat: join takes this seat back with its token
 
 
 async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
@@ -257,6 +258,7 @@ class Session:
         me = await self._me()
         code = await me.create(self.config.game, self.config.settings, seats=max(2, int(self.config.players)),
                                timeout=self.config.request_timeout_s)
+        self._save_seat(me)
         self.status, self.message = "waiting", self.lan_note or "waiting for an opponent"
         self.spawn(self._wait_started(), game=True)
         return code
@@ -314,14 +316,33 @@ class Session:
     async def join(self, code: str) -> str:
         self.mode = "join"
         me = await self._me()
-        got = await me.join(code.strip().upper(), timeout=self.config.request_timeout_s)
+        saved = self.config.rejoin
+        if saved is not None and saved.match == code.strip().upper():
+            got = await me.rejoin(saved.match, saved.token, timeout=self.config.request_timeout_s)
+        else:
+            got = await me.join(code.strip().upper(), timeout=self.config.request_timeout_s)
+        self._save_seat(me)
         self.status, self.message = "playing", ""
         return got
+
+    def _save_seat(self, me: Any) -> None:
+        """Keep the seat's token in the data directory (``blink play --rejoin``): for a server
+        others use -- a local relay ends with this window."""
+        if not self.config.server_url or not me.model.token or me.model.seat is None:
+            return
+        from client import seats
+
+        try:
+            seats.save(seats.SavedSeat(self.config.server_url, me.model.match, me.model.seat, me.model.name,
+                                       me.model.token), "play")
+        except OSError:
+            pass  # no data directory: the game goes on, only --rejoin will not find it
 
     async def quick(self) -> str:
         self.mode = "quick"
         me = await self._me()
         code = await me.quick(self.config.game, self.config.settings, timeout=self.config.request_timeout_s)
+        self._save_seat(me)
         self.status, self.message = ("playing", "") if len(me.model.players) >= 2 else ("waiting", "waiting for an opponent")
         if self.status == "waiting":
             self.spawn(self._wait_started(), game=True)

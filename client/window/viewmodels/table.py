@@ -87,6 +87,18 @@ class TableBoard:
     phase: str | None = None  # the phase of the state drawn
 
 
+def waiting_text(model: Any, now_ns: int) -> str | None:
+    """"waiting for X to reconnect (25 s)" while another player's connection is down (their seat
+    is kept for the match's grace period), or None. ``now_ns`` is the client's clock, as the
+    model's ``away`` times are."""
+    for seat, (since_ns, grace_s) in sorted(getattr(model, "away", {}).items()):
+        if seat == model.seat:
+            continue
+        left = max(0.0, grace_s - (now_ns - since_ns) / NS)
+        return f"waiting for {name_of(model, seat)} to reconnect ({left:.0f} s)"
+    return None
+
+
 @dataclass(frozen=True)
 class Band:
     """The text band: ``where`` is screen (before a game), centre (over the piles), status (between
@@ -293,6 +305,9 @@ class TableViewModel:
             return Band("BLINK", message or "connecting…", "screen")
         seat = model.seat if model.seat is not None else 0
         ms = model.match_state or {}
+        away = waiting_text(model, now_ns)
+        if away is not None and ms.get("status") != "over":
+            return Band("Opponent away", away, "status")
         if state.phase == "countdown":
             if self.start_at is None:
                 return Band("Get ready", "match any colour, shape or count", "centre")
