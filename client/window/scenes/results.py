@@ -2,7 +2,8 @@
 
 How this works
 --------------
-Reads the model's ``match_state`` (wins, per-game results, winner) and the public events
+A spectator (watching by code, or a replay) gets the same screen in the third person ("A beat
+B 2–1", "bot won" per game) and no rematch key. Reads the model's ``match_state`` (wins, per-game results, winner) and the public events
 (``match_over`` reason, ``rematch_requested``). R asks the relay for a rematch
 (``Player.rematch``); when both players asked, the relay starts a new game, the match status goes
 back to ``playing`` and this scene hands over to a fresh table scene. M (or Esc) goes back to
@@ -20,6 +21,7 @@ from client.window.cards import Layer, label, set_color, set_text
 from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window import texts
+from client.window.viewmodels.replay import match_result_line
 
 REASONS = {"out_of_cards": "out of cards", "tie": "tie", "forfeit": "forfeit", "game_limit": "game limit",
            "highest_score": "highest score", "shared_win": "shared win", "sequence": "SEQUENCE",
@@ -86,7 +88,8 @@ class ResultsScene(Scene):
         if k == self._key:
             return
         self._key = k
-        seat = model.seat if model.seat is not None else 0
+        watching = bool(getattr(model, "spectating", False)) or model.seat is None
+        seat = model.seat if model.seat is not None else -1  # -1: a spectator, nobody is "you"
         names = list(model.players)
         wins = list(ms.get("wins") or [])
         winner = ms.get("winner")
@@ -99,7 +102,10 @@ class ResultsScene(Scene):
                 asked.add(ev.data.get("seat"))
             elif ev.type in ("rematch_started", "game_started"):
                 asked.clear()
-        if winner is None:
+        if watching:
+            title = match_result_line(names, {**ms, "status": "over"})
+            title = title[:1].upper() + title[1:]
+        elif winner is None:
             title = "Match drawn"
         elif winner == seat:
             title = "You win the match!"
@@ -109,7 +115,9 @@ class ResultsScene(Scene):
             title += "  (forfeit)"
         set_text(self.title, title)
         set_color(self.title, (140, 255, 170, 255) if winner == seat else (255, 255, 255, 255))
-        if len(names) == 2:
+        if watching:
+            set_text(self.score, "   ".join(f"{n} {w}" for n, w in zip(names, wins)))
+        elif len(names) == 2:
             set_text(self.score, texts.score_line(names, wins, seat))
         else:
             set_text(self.score, "   ".join(f"{n} {w}" for n, w in zip(names, wins)))
@@ -128,7 +136,11 @@ class ResultsScene(Scene):
                 set_text(g, "")
         others = [i for i in range(len(names)) if i != seat]
         waiting = [names[i] for i in others if i not in asked]
-        if seat in asked and not waiting:
+        if watching:
+            keen = [names[i] for i in others if i in asked]
+            line = (f"{', '.join(keen)} want{'s' if len(keen) == 1 else ''} a rematch" if keen
+                    else "you watched this match")
+        elif seat in asked and not waiting:
             line = "starting the rematch…"
         elif seat in asked or self.asked:
             line = f"rematch asked — waiting for {', '.join(waiting) or 'the others'}"
@@ -138,10 +150,13 @@ class ResultsScene(Scene):
         else:
             line = "press R for a rematch"
         set_text(self.rematch_lbl, line)
+        set_text(self.hint, self.app.results_hint() if watching and hasattr(self.app, "results_hint")
+                 else ("M  menu     Q  quit" if watching else texts.OVER_HINTS))
         self.display_version += 1
 
     def on_key_press(self, symbol: int, modifiers: int) -> bool:
-        if symbol == key.R:
+        model = self.app.session.model
+        if symbol == key.R and model is not None and not model.spectating:
             if not self.asked:
                 self.app.note_input()
                 self.asked = True

@@ -1,0 +1,157 @@
+"""The replay's control bar: drawn over whatever game scene shows the replayed match.
+
+How this works
+--------------
+In replay mode the app's session is a ``ReplaySession`` (``viewmodels/replay.py``) and this bar
+sits on top of the game scene as an overlay: the app gives it input first and draws it last.
+Each frame ``update`` moves the playback on (the session feeds the spectator model, the scene
+below draws it as it would a live match) and, after a seek, asks the app for a fresh scene (its
+animations only run forwards). The bar shows play/pause, the speed, the event counter with the
+event's type, and a scrub bar: click or drag on it to seek.
+
+Keys: Space pause/play, ←/→ one event back/forward, 1/2/4 speed, Home/End start/end, Esc leaves.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyglet
+from pyglet.window import key
+
+from client.window.cards import label, set_text
+from client.window.viewmodels.replay import ReplaySession
+
+BAR_H = 46
+KEYS = "Space play/pause   ← → step   1 2 4 speed   Home End   Esc quit"
+
+
+class ReplayBar:
+    name = "replay-bar"
+
+    def __init__(self, app: Any, session: ReplaySession) -> None:
+        self.app = app
+        self.session = session
+        self.batch = pyglet.graphics.Batch()
+        back, front = pyglet.graphics.Group(order=0), pyglet.graphics.Group(order=2)
+        mid = pyglet.graphics.Group(order=1)
+        self.bg = pyglet.shapes.Rectangle(0, 0, 10, BAR_H, color=(12, 14, 22, 225), batch=self.batch, group=back)
+        self.track = pyglet.shapes.Rectangle(0, 0, 10, 6, color=(70, 80, 100, 255), batch=self.batch, group=mid)
+        self.fill = pyglet.shapes.Rectangle(0, 0, 0, 6, color=(255, 210, 90, 255), batch=self.batch, group=front)
+        self.knob = pyglet.shapes.Circle(0, 0, 7, color=(255, 230, 150, 255), batch=self.batch, group=front)
+        self.state_lbl = label(self.batch, front, 13, (255, 255, 255, 255), "left", "center", bold=True)
+        self.info_lbl = label(self.batch, front, 11, (210, 220, 235, 255), "right", "center")
+        self.keys_lbl = label(self.batch, front, 10, (160, 170, 190, 255), "left", "center", text=KEYS)
+        self.dragging = False
+        self._epoch = -1
+        self._shown: Any = None
+        self.resize(*app.size)
+
+    # ------------------------------------------------------------------ layout
+
+    def resize(self, width: int, height: int) -> None:
+        self.w, self.h = width, height
+        top = 0  # at the bottom: the game scenes keep their banners and scores at the top
+        self.bg.position = (0, top)
+        self.bg.width = width
+        self.x0, self.x1 = 250.0, max(260.0, width - 170.0)
+        self.ty = top + 30
+        self.track.position = (self.x0, self.ty - 3)
+        self.track.width = self.x1 - self.x0
+        self.fill.position = (self.x0, self.ty - 3)
+        self.state_lbl.position = (14, top + 30, 0)
+        self.info_lbl.position = (width - 14, top + 30, 0)
+        self.keys_lbl.position = (self.x0, top + 11, 0)
+        self._shown = None
+
+    def on_bar(self, x: float, y: float) -> bool:
+        return y <= BAR_H
+
+    # ------------------------------------------------------------------ per frame
+
+    def update(self, now_ns: int) -> None:
+        s = self.session
+        s.tick(now_ns)
+        if s.epoch != self._epoch:
+            self._epoch = s.epoch
+            self.app.goto("table")  # a seek: a fresh scene on the new model
+        pb = s.playback
+        n = len(s.replay)
+        shown = (pb.index, pb.paused, pb.speed, self.w, self.h)
+        if shown == self._shown:
+            return
+        self._shown = shown
+        frac = pb.t_s / s.replay.duration_s if s.replay.duration_s > 0 else (pb.index / max(1, n - 1))
+        frac = max(0.0, min(1.0, frac))
+        self.fill.width = (self.x1 - self.x0) * frac
+        self.knob.position = (self.x0 + (self.x1 - self.x0) * frac, self.ty)
+        mark = "❚❚ paused" if pb.paused else "▶ playing"
+        if pb.paused and pb.at_end:
+            mark = "■ end"
+        set_text(self.state_lbl, f"REPLAY  {mark}  {pb.speed:g}×")
+        ev = s.replay.steps[pb.index].event
+        set_text(self.info_lbl, f"event {pb.index + 1}/{n} · {ev.type}")
+
+    def draw(self) -> None:
+        self.batch.draw()
+
+    def describe(self) -> dict[str, Any]:
+        pb = self.session.playback
+        return {"index": pb.index, "events": len(self.session.replay), "paused": pb.paused, "speed": pb.speed,
+                "state": self.state_lbl.text, "info": self.info_lbl.text}
+
+    # ------------------------------------------------------------------ input
+
+    def on_key_press(self, symbol: int, modifiers: int) -> bool:
+        s, pb = self.session, self.session.playback
+        now = time.time_ns()
+        if symbol == key.SPACE:
+            pb.toggle()
+            if pb.index == 0 and not pb.paused:
+                s.seek(0, now)
+        elif symbol == key.RIGHT:
+            s.step(1, now)
+        elif symbol == key.LEFT:
+            s.step(-1, now)
+        elif symbol in (key._1, key.NUM_1):
+            pb.set_speed(1.0)
+        elif symbol in (key._2, key.NUM_2):
+            pb.set_speed(2.0)
+        elif symbol in (key._4, key.NUM_4):
+            pb.set_speed(4.0)
+        elif symbol == key.HOME:
+            s.seek(0, now)
+        elif symbol == key.END:
+            pb.paused = True
+            s.seek(len(s.replay) - 1, now)
+        elif symbol in (key.ESCAPE, key.Q, key.M):
+            self.app.leave_replay()
+        else:
+            return True  # the game scene below is only watched: its play keys do nothing here
+        self.app.note_input()
+        return True
+
+    def _seek_x(self, x: float) -> None:
+        f = (x - self.x0) / max(1.0, self.x1 - self.x0)
+        s = self.session
+        i = s.playback.seek_fraction(f)
+        s.seek(i, time.time_ns())
+
+    def on_mouse_press(self, x: int, y: int, button: int, modifiers: int) -> bool:
+        if not self.on_bar(x, y):
+            return True  # nothing below is clickable in a replay
+        if self.x0 - 10 <= x <= self.x1 + 10:
+            self.dragging = True
+            self._seek_x(x)
+            self.app.note_input()
+        return True
+
+    def on_mouse_drag(self, x: int, y: int, dx: int, dy: int, buttons: int, modifiers: int) -> bool:
+        if self.dragging:
+            self._seek_x(x)
+        return True
+
+    def on_mouse_release(self, x: int, y: int, button: int, modifiers: int) -> bool:
+        self.dragging = False
+        return True
