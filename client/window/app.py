@@ -92,7 +92,7 @@ class AppConfig:
 class App:
     def __init__(self, config: AppConfig, session: Session | None = None) -> None:
         self.config = config
-        self.session = session or Session(config.session)
+        self.session: Any = session or Session(config.session)  # a ReplaySession while a replay is shown
         self.sounds = Sounds(enabled=not config.mute)
         self.stats = FrameStats()
         self.window: Any = None
@@ -219,7 +219,9 @@ class App:
         if name == "table":
             cls = table_class(self.current_game())
         else:
-            cls = {"menu": MenuScene, "results": ResultsScene}[name]
+            from client.window.scenes.replay import ReplaysScene
+
+            cls = {"menu": MenuScene, "results": ResultsScene, "replays": ReplaysScene}[name]
         if self.scene is not None:
             self.scene.exit()
         self.scene = cls(self)
@@ -310,10 +312,10 @@ class App:
             return
         self.session, self._live_session = self._live_session, None
         self.overlay = None
-        self.goto("menu")
+        self.goto("replays")
 
     def results_hint(self) -> str:
-        return "Esc  leave the replay" if self.overlay is not None else "M  menu     Q  quit"
+        return "Home  watch again     Esc  leave the replay" if self.overlay is not None else "M  menu     Q  quit"
 
     # ----------------------------------------------------------------- input and frames
 

@@ -79,6 +79,7 @@ class SessionConfig:
     ping_interval_s: float = 0.5
     players: int = 2  # seats in a match this window creates; bots fill all but yours
     request_timeout_s: float = 10.0  # how long to wait for the relay's answer to create/join/watch
+    record_dir: str | None = None  # record every match played or watched here (``client/replays.py``)
 
 
 async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
@@ -116,6 +117,8 @@ class Session:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._game_tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()  # tells the bots of the current game to stop
+        self.recorder: Any = None  # the current match's ``Recorder`` (``config.record_dir``)
+        self._rec_conn: Any = None
 
     # ----------------------------------------------------------------- plumbing
 
@@ -199,6 +202,40 @@ class Session:
             self.spawn(self._bot_loop(self.autobot, pause_s=4.0), game=True)
         return self.player
 
+    async def _record(self, code: str | None) -> None:
+        """Start recording the next match's public events: a silent connection subscribed before
+        the match exists (every match's events, ``code`` unknown) or to ``code``'s. A failure here
+        only means no recording."""
+        if not self.config.record_dir:
+            return
+        from client.net import Connection, new_client_id
+        from client.replays import Recorder
+
+        rec = Recorder(self.config.record_dir, self.config.game)
+
+        def on_message(msg: Any, now_ns: int) -> None:
+            if isinstance(msg, m.Event):
+                rec.offer(msg)
+
+        conn = Connection(self.address, new_client_id("rec"), self.config.topics, on_message, ping_interval_s=0)
+        try:
+            await conn.__aenter__()
+            if code is None:
+                await conn.watch_all()
+            else:
+                await conn.watch(code)
+        except Exception as exc:  # noqa: BLE001 - the game goes on unrecorded
+            log.warning("not recording this match: %s", exc)
+            return
+        self.recorder, self._rec_conn = rec, conn
+        if code is not None:
+            rec.follow(code)
+
+    def _recording(self, code: str) -> str:
+        if self.recorder is not None:
+            self.recorder.follow(code)
+        return code
+
     async def play_bot(self, reaction_s: float) -> str:
         """Create a match and seat bot opponents in every other seat (``config.players`` seats)."""
         from client.bots import Bot
@@ -206,7 +243,9 @@ class Session:
         self.mode, self.bot_reaction_s = "bot", reaction_s
         me = await self._me()
         seats = max(2, int(self.config.players))
-        code = await me.create(self.config.game, self.config.settings, seats=seats, timeout=self.config.request_timeout_s)
+        await self._record(None)
+        code = self._recording(await me.create(self.config.game, self.config.settings, seats=seats,
+                                               timeout=self.config.request_timeout_s))
         self.status, self.message = "waiting", f"match {code}: seating the bot{'s' if seats > 2 else ''}…"
         for i in range(1, seats):
             suffix = "" if seats == 2 else f"{i}"
@@ -230,6 +269,7 @@ class Session:
         await self.leave()
         self.status, self.message = "connecting", f"connecting to {self.server_url}…"
         self.player = await self._connect(self.config.name)
+        await self._record(code.strip().upper())
         got = await self.player.watch(code.strip().upper(), timeout=self.config.request_timeout_s)
         self.status, self.message = "playing", ""
         return got
@@ -237,8 +277,10 @@ class Session:
     async def host(self) -> str:
         self.mode = "host"
         me = await self._me()
-        code = await me.create(self.config.game, self.config.settings, seats=max(2, int(self.config.players)),
-                               timeout=self.config.request_timeout_s)
+        await self._record(None)
+        code = self._recording(await me.create(self.config.game, self.config.settings,
+                                               seats=max(2, int(self.config.players)),
+                                               timeout=self.config.request_timeout_s))
         self.status, self.message = "waiting", "waiting for an opponent"
         self.spawn(self._wait_started(), game=True)
         return code
@@ -246,6 +288,7 @@ class Session:
     async def join(self, code: str) -> str:
         self.mode = "join"
         me = await self._me()
+        await self._record(code.strip().upper())
         got = await me.join(code.strip().upper(), timeout=self.config.request_timeout_s)
         self.status, self.message = "playing", ""
         return got
@@ -253,7 +296,9 @@ class Session:
     async def quick(self) -> str:
         self.mode = "quick"
         me = await self._me()
-        code = await me.quick(self.config.game, self.config.settings, timeout=self.config.request_timeout_s)
+        await self._record(None)
+        code = self._recording(await me.quick(self.config.game, self.config.settings,
+                                              timeout=self.config.request_timeout_s))
         self.status, self.message = ("playing", "") if len(me.model.players) >= 2 else ("waiting", "waiting for an opponent")
         if self.status == "waiting":
             self.spawn(self._wait_started(), game=True)
@@ -310,6 +355,15 @@ class Session:
                 except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
                     pass
         self.bot = self.autobot = None
+        if self._rec_conn is not None:
+            conn, self._rec_conn = self._rec_conn, None
+            try:
+                await asyncio.wait_for(conn.close(leave=False), timeout=3)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
+                pass
+        if self.recorder is not None:
+            self.recorder.close()
+            self.recorder = None
         if self.status != "error":
             self.status, self.message = ("ready" if self.address is not None else "idle"), ""
 

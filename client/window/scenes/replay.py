@@ -10,6 +10,8 @@ animations only run forwards). The bar shows play/pause, the speed, the event co
 event's type, and a scrub bar: click or drag on it to seek.
 
 Keys: Space pause/play, ←/→ one event back/forward, 1/2/4 speed, Home/End start/end, Esc leaves.
+
+``ReplaysScene`` is the menu's list of recorded matches (``client/replays.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pyglet
 from pyglet.window import key
 
 from client.window.cards import label, set_text
+from client.window.scenes.base import Scene
 from client.window.viewmodels.replay import ReplaySession
 
 BAR_H = 46
@@ -36,7 +39,7 @@ class ReplayBar:
         self.batch = pyglet.graphics.Batch()
         back, front = pyglet.graphics.Group(order=0), pyglet.graphics.Group(order=2)
         mid = pyglet.graphics.Group(order=1)
-        self.bg = pyglet.shapes.Rectangle(0, 0, 10, BAR_H, color=(12, 14, 22, 225), batch=self.batch, group=back)
+        self.bg = pyglet.shapes.Rectangle(0, 0, 10, BAR_H, color=(12, 14, 22, 255), batch=self.batch, group=back)
         self.track = pyglet.shapes.Rectangle(0, 0, 10, 6, color=(70, 80, 100, 255), batch=self.batch, group=mid)
         self.fill = pyglet.shapes.Rectangle(0, 0, 0, 6, color=(255, 210, 90, 255), batch=self.batch, group=front)
         self.knob = pyglet.shapes.Circle(0, 0, 7, color=(255, 230, 150, 255), batch=self.batch, group=front)
@@ -55,13 +58,13 @@ class ReplayBar:
         top = 0  # at the bottom: the game scenes keep their banners and scores at the top
         self.bg.position = (0, top)
         self.bg.width = width
-        self.x0, self.x1 = 250.0, max(260.0, width - 170.0)
+        self.x0, self.x1 = 250.0, max(260.0, width - 24.0)
         self.ty = top + 30
         self.track.position = (self.x0, self.ty - 3)
         self.track.width = self.x1 - self.x0
         self.fill.position = (self.x0, self.ty - 3)
         self.state_lbl.position = (14, top + 30, 0)
-        self.info_lbl.position = (width - 14, top + 30, 0)
+        self.info_lbl.position = (width - 14, top + 11, 0)
         self.keys_lbl.position = (self.x0, top + 11, 0)
         self._shown = None
 
@@ -155,3 +158,128 @@ class ReplayBar:
     def on_mouse_release(self, x: int, y: int, button: int, modifiers: int) -> bool:
         self.dragging = False
         return True
+
+
+# --------------------------------------------------------------------------------------- the list
+
+
+class ReplaysScene(Scene):
+    """The menu's "Replays": the recorded matches (``client/replays.py``), newest first; ↑/↓ and
+    Enter (or the row's number key, or a click) open one, Esc goes back to the menu. A log that
+    cannot be replayed (cut short, or false) says why in the status line instead."""
+
+    name = "replays"
+    clear_colour = (0.07, 0.16, 0.13, 1.0)
+    ROWS = 9
+
+    def __init__(self, app: Any) -> None:
+        super().__init__(app)
+        from client.replays import list_replays
+
+        b = self.batch
+        front = pyglet.graphics.Group(order=2)
+        back = pyglet.graphics.Group(order=1)
+        self.folder: str | None = getattr(app.session.config, "record_dir", None)  # None: the data directory's
+        self.entries = list_replays(self.folder)
+        self.index = 0
+        self.top = 0
+        self.error = ""
+        self.title = label(b, front, 30, (255, 255, 255, 255), "center", "center", bold=True, text="Replays")
+        self.rows = [label(b, front, 13, (225, 240, 230, 255), "left", "center") for _ in range(self.ROWS)]
+        self.keys = [label(b, front, 13, (255, 220, 120, 255), "center", "center", bold=True) for _ in range(self.ROWS)]
+        self.band = pyglet.shapes.Rectangle(0, 0, 10, 10, color=(40, 120, 90, 255), batch=b, group=back)
+        self.status = label(b, front, 11, (190, 215, 200, 255), "center", "center")
+        self.hint = label(b, front, 11, (190, 215, 200, 255), "center", "center",
+                          text="↑ ↓  choose     Enter or 1–9  watch     Esc  menu")
+        self._key: Any = None
+        self.resize(*app.size)
+
+    def resize(self, width: int, height: int) -> None:
+        self.w, self.h = width, height
+        f = max(9.0, min(15.0, height / 52))
+        self.f = f
+        self.title.position = (width / 2, height - f * 4, 0)
+        self.rx = width / 2 - min(width * 0.9, f * 60) / 2
+        self.rw = min(width * 0.9, f * 60)
+        for i, (r, k) in enumerate(zip(self.rows, self.keys)):
+            y = height - f * (9 + 3.2 * i)
+            r.font_size = round(f * 1.0, 1)
+            r.position = (self.rx + f * 3.5, y, 0)
+            k.position = (self.rx + f * 1.5, y, 0)
+        self.status.position = (width / 2, f * 4.2, 0)
+        self.hint.position = (width / 2, f * 1.8, 0)
+        self._key = None
+
+    def row_y(self, i: int) -> float:
+        return self.h - self.f * (9 + 3.2 * i)
+
+    def update(self, now_ns: int) -> None:
+        k = (self.index, self.top, self.error, self.w, self.h)
+        if k == self._key:
+            return
+        self._key = k
+        if self.index < self.top:
+            self.top = self.index
+        elif self.index >= self.top + self.ROWS:
+            self.top = self.index - self.ROWS + 1
+        for i in range(self.ROWS):
+            j = self.top + i
+            if j < len(self.entries):
+                e = self.entries[j]
+                set_text(self.keys[i], str(i + 1))
+                set_text(self.rows[i], f"{e.date}   {e.game:9s}  {' vs '.join(e.players) or '?'}   —   {e.result}")
+            else:
+                set_text(self.keys[i], "")
+                set_text(self.rows[i], "no recorded matches yet: play one, it is kept here" if j == 0 else "")
+        sel = self.index - self.top
+        self.band.position = (self.rx, self.row_y(sel) - self.f * 1.3)
+        self.band.width, self.band.height = self.rw, self.f * 2.6
+        self.band.visible = bool(self.entries)
+        where = self.folder or "the data directory"
+        set_text(self.status, f"⚠ {self.error}" if self.error else f"{len(self.entries)} recorded in {where}")
+        self.display_version += 1
+
+    def open(self, j: int) -> None:
+        from client.window.viewmodels.replay import ReplayError, load_replay
+
+        if not 0 <= j < len(self.entries):
+            return
+        self.index = j
+        path = self.entries[j].path
+        try:
+            with open(path, encoding="utf-8") as f:
+                replay = load_replay(f.read().splitlines())
+        except (OSError, UnicodeDecodeError, ReplayError, RecursionError) as exc:
+            self.error = f"{path.name}: {exc}"[:160]
+            return
+        self.app.open_replay(replay)
+
+    def on_key_press(self, symbol: int, modifiers: int) -> bool:
+        self.app.note_input()
+        if symbol in (key.UP, key.W):
+            self.index = max(0, self.index - 1)
+        elif symbol in (key.DOWN, key.S):
+            self.index = min(max(0, len(self.entries) - 1), self.index + 1)
+        elif symbol in (key.ENTER, key.RETURN, key.NUM_ENTER, key.SPACE):
+            self.open(self.index)
+        elif key._1 <= symbol <= key._9:
+            self.open(self.top + symbol - key._1)
+        elif symbol in (key.ESCAPE, key.M):
+            self.app.goto("menu")
+        elif symbol == key.Q:
+            self.app.quit()
+        else:
+            return False
+        return True
+
+    def on_mouse_press(self, x: int, y: int, button: int, modifiers: int) -> bool:
+        for i in range(self.ROWS):
+            if abs(y - self.row_y(i)) <= self.f * 1.3 and self.rx <= x <= self.rx + self.rw:
+                self.app.note_input()
+                self.open(self.top + i)
+                return True
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        return {"scene": self.name, "index": self.index, "rows": [r.text for r in self.rows if r.text],
+                "status": self.status.text}

@@ -104,7 +104,6 @@ class ResultsScene(Scene):
                 asked.clear()
         if watching:
             title = match_result_line(names, {**ms, "status": "over"})
-            title = title[:1].upper() + title[1:]
         elif winner is None:
             title = "Match drawn"
         elif winner == seat:
