@@ -381,7 +381,7 @@ class Playback:
     def seek_fraction(self, f: float) -> int:
         """The scrub bar: the step at fraction ``f`` of the replay's time."""
         f = max(0.0, min(1.0, f))
-        return self.seek(self.replay.index_at(f * self.replay.duration_s))
+        return self.seek(0 if f == 0.0 else self.replay.index_at(f * self.replay.duration_s))
 
     def set_speed(self, speed: float) -> None:
         self.speed = speed
