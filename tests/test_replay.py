@@ -33,6 +33,7 @@ from client.window.viewmodels.replay import Playback, ReplayError, ReplaySession
 from tests.test_window import LONG, SCENARIO_S, colour_pixels, started, stop, until, xdisplay  # noqa: F401
 
 T = Topics()
+BAR_H = 46  # the replay bar's strip (client/window/scenes/replay.py; checked in the window tests)
 NS = 1_000_000_000
 ROOT = Path(__file__).resolve().parent.parent
 FAST: dict[str, dict[str, Any]] = {
@@ -308,11 +309,14 @@ def test_blink_replay_screenshots_of_a_blink_match(xdisplay: str, played: Any, t
     from client.window import geometry as geo
     from client.window.layout import table_layout
 
+    from client.window.scenes import replay as bar
+
+    assert bar.BAR_H == BAR_H
     lines, _ = played["blink"]
     log = tmp_path / "blink.jsonl"
     log.write_text("\n".join(lines) + "\n")
     replay = load_replay(lines)
-    lay = table_layout(1100, 720)
+    lay = table_layout(1100, 720 - BAR_H)  # the scene has the window less the bar's strip at the top
     # a moment in the race: both piles face up, hands hidden
     at = next(i for i, s in enumerate(replay.steps) if s.event.type == "card_played" and i > 10)
     shot = tmp_path / "blink_mid.png"
@@ -324,21 +328,19 @@ def test_blink_replay_screenshots_of_a_blink_match(xdisplay: str, played: Any, t
         assert isinstance(top, blink.Card)
         colour = geo.PALETTE[top.colour][:3]
         assert colour_pixels(shot, lay.piles[p], colour) > 20, (p, str(top))  # the pile top's own colour
-    back = geo.PALETTE.get("back", (46, 62, 130))[:3] if hasattr(geo, "PALETTE") else (46, 62, 130)
     # the hidden hand: card backs, no face colours of the cards really held
     assert colour_pixels(shot, lay.hand[0], (250, 247, 238), tol=12) < 50
-    # the control bar at the bottom: the bright progress fill up to the knob
+    # the control bar at the top: the bright progress fill up to the knob
     import pyglet
 
     img = pyglet.image.load(str(shot)).get_image_data()
     data = img.get_data("RGB", img.width * 3)
-    row = 30 * img.width * 3  # the bar's track line (y = 30 from the bottom)
+    row = (720 - BAR_H + 30) * img.width * 3  # the bar's track line
     yellow = [x for x in range(img.width) if abs(data[row + 3 * x] - 255) < 30 and abs(data[row + 3 * x + 1] - 210) < 40
               and data[row + 3 * x + 2] < 140]
     assert yellow, "no progress fill on the bar"
     frac = (max(yellow) - 250) / (1100 - 24 - 250)
     assert abs(frac - replay.steps[at].at_s / replay.duration_s) < 0.05
-    del back
     # the end: the results screen in the third person
     end = tmp_path / "blink_end.png"
     out = _replay_cli(log, end, xdisplay, "--at", str(len(replay)))
@@ -385,7 +387,7 @@ def test_blink_replay_of_a_dice_game_in_process(xdisplay: str, played: Any, tmp_
             app.inject_key(key.HOME)  # from the results back to the start: the table again
             await until(app, lambda: app.describe().get("scene") == "takeaway")
             # a click on the bar seeks
-            app.window.dispatch_event("on_mouse_press", int(250 + (1100 - 24 - 250) * 0.75), 30, 1, 0)
+            app.window.dispatch_event("on_mouse_press", int(250 + (1100 - 24 - 250) * 0.75), 720 - BAR_H + 30, 1, 0)
             await until(app, lambda: app.describe()["replay"]["index"] > len(replay) // 2)
         finally:
             assert await stop(app, task) == 0

@@ -119,6 +119,15 @@ class App:
 
     @property
     def size(self) -> tuple[int, int]:
+        """The scenes' area: the window, less the replay bar's strip at the top when there is one."""
+        if self.window is None:
+            w, h = self.config.width, self.config.height
+        else:
+            w, h = self.window.width, self.window.height
+        return w, h - (self.overlay.height if self.overlay is not None else 0)
+
+    @property
+    def window_size(self) -> tuple[int, int]:
         if self.window is None:
             return self.config.width, self.config.height
         return self.window.width, self.window.height
@@ -170,12 +179,12 @@ class App:
 
         @w.event
         def on_resize(width: int, height: int) -> None:
-            if self.scene is not None:
-                self.scene.resize(width, height)
-            if self.hud is not None:
-                self.hud.resize(width, height)
             if self.overlay is not None:
                 self.overlay.resize(width, height)
+            if self.scene is not None:
+                self.scene.resize(*self.size)
+            if self.hud is not None:
+                self.hud.resize(*self.size)
             # returning None lets pyglet's default handler set the viewport and projection
 
         @w.event
@@ -303,6 +312,8 @@ class App:
         rs.seek(at if at is not None else 0, time.time_ns())
         rs.playback.paused = at is not None
         self.overlay = ReplayBar(self, rs)
+        if self.hud is not None:
+            self.hud.resize(*self.size)
         self.overlay.update(time.time_ns())
 
     def leave_replay(self) -> None:
@@ -312,6 +323,8 @@ class App:
             return
         self.session, self._live_session = self._live_session, None
         self.overlay = None
+        if self.hud is not None:
+            self.hud.resize(*self.size)
         self.goto("replays")
 
     def results_hint(self) -> str:

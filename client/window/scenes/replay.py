@@ -3,7 +3,8 @@
 How this works
 --------------
 In replay mode the app's session is a ``ReplaySession`` (``viewmodels/replay.py``) and this bar
-sits on top of the game scene as an overlay: the app gives it input first and draws it last.
+sits above the game scene in a strip of its own at the top of the window (the app gives the scenes
+the window less this strip): the app gives it input first and draws it last.
 Each frame ``update`` moves the playback on (the session feeds the spectator model, the scene
 below draws it as it would a live match) and, after a seek, asks the app for a fresh scene (its
 animations only run forwards). The bar shows play/pause, the speed, the event counter with the
@@ -49,13 +50,14 @@ class ReplayBar:
         self.dragging = False
         self._epoch = -1
         self._shown: Any = None
-        self.resize(*app.size)
+        self.height = BAR_H
+        self.resize(*app.window_size)
 
     # ------------------------------------------------------------------ layout
 
     def resize(self, width: int, height: int) -> None:
         self.w, self.h = width, height
-        top = 0  # at the bottom: the game scenes keep their banners and scores at the top
+        top = height - BAR_H  # a strip of its own at the top: the scenes lay out below it (``App.size``)
         self.bg.position = (0, top)
         self.bg.width = width
         self.x0, self.x1 = 250.0, max(260.0, width - 24.0)
@@ -69,7 +71,7 @@ class ReplayBar:
         self._shown = None
 
     def on_bar(self, x: float, y: float) -> bool:
-        return y <= BAR_H
+        return y >= self.h - BAR_H
 
     # ------------------------------------------------------------------ per frame
 

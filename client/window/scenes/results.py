@@ -56,6 +56,7 @@ class ResultsScene(Scene):
         f = max(9.0, min(15.0, height / 52))
         t = geo.Tris()
         pw = min(width * 0.86, f * 50)
+        self._pw = pw
         ph = min(height * 0.9, f * (17.5 + 2.0 * lines))
         geo.rounded_rect(t, pw, ph, f * 1.5, (10, 30, 24, 230))
         geo.rounded_ring(t, pw, ph, f * 1.5, 2.0, (255, 220, 120, 180))
@@ -123,6 +124,12 @@ class ResultsScene(Scene):
         results = list(ms.get("results") or [])
         if min(len(results), len(self.games)) != self._lines:
             self._place(min(len(results), len(self.games)))
+        # a long title (three players' names) is made smaller to stay inside the panel
+        full = round(max(9.0, min(15.0, self._size[1] / 52)) * 2.4, 1)  # as ``_place`` sizes it
+        if self.title.font_size != full:
+            self.title.font_size = full
+        while self.title.content_width > getattr(self, "_pw", 1e9) * 0.94 and self.title.font_size > 10:
+            self.title.font_size = round(self.title.font_size * 0.9, 1)
         for i, g in enumerate(self.games):
             if i < len(results):
                 r = results[i]
@@ -138,6 +145,7 @@ class ResultsScene(Scene):
         if watching:
             keen = [names[i] for i in others if i in asked]
             line = (f"{', '.join(keen)} want{'s' if len(keen) == 1 else ''} a rematch" if keen
+                    else f"replay of match {model.match}" if getattr(self.app, "overlay", None) is not None
                     else "you watched this match")
         elif seat in asked and not waiting:
             line = "starting the rematch…"
