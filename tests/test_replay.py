@@ -478,3 +478,19 @@ def test_a_spectator_gets_the_results_screen_at_the_end_of_a_watched_match(xdisp
         assert len(files) == 1 and "match_over" in files[0].read_text()
 
     asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+
+
+def test_a_recording_cut_during_a_rematch_replays_the_finished_match() -> None:
+    lines, _ = drive("takeaway", seed=5, rematch=True)
+    types = [json.loads(x)["type"] for x in lines]
+    cut = lines[: types.index("rematch_started") + 4]  # the window closed early in the rematch's game
+    with pytest.raises(ReplayError, match="truncated|ends"):
+        load_replay(cut)  # `blink replay`: a truncated log is refused
+    replay = load_replay(cut, cut_unfinished=True)  # the Replays list: the finished match
+    assert replay.steps[-1].event.type == "match_over" and len(replay) == types.index("match_over") + 1
+    with pytest.raises(ReplayError, match="stops before the end"):
+        load_replay(lines[: types.index("game_result")], cut_unfinished=True)
+    forged = _rows(cut)
+    forged[types.index("game_started")]["seed_commitment"] = "0" * 64  # false, not just short: refused
+    with pytest.raises(ReplayError, match="not a true log"):
+        load_replay([json.dumps(r) for r in forged], cut_unfinished=True)

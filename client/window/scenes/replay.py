@@ -250,7 +250,7 @@ class ReplaysScene(Scene):
         path = self.entries[j].path
         try:
             with open(path, encoding="utf-8") as f:
-                replay = load_replay(f.read().splitlines())
+                replay = load_replay(f.read().splitlines(), cut_unfinished=True)
         except (OSError, UnicodeDecodeError, ReplayError, RecursionError) as exc:
             self.error = f"{path.name}: {exc}"[:160]
             return

@@ -160,14 +160,25 @@ def match_result_line(names: list[str], ms: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------- building
 
 
-def load_replay(lines: Iterable[str], match: str | None = None) -> Replay:
+def load_replay(lines: Iterable[str], match: str | None = None, cut_unfinished: bool = False) -> Replay:
     """A replay of a log's match (the first one, or ``match``). Raises ``ReplayError`` for a text
-    that is not a log, a false log (the first bad line), or a log without that match."""
+    that is not a log, a false log (the first bad line), or a log without that match.
+
+    ``cut_unfinished`` (the window's own recordings): a log that is false only because it stops
+    early -- the window was closed during a rematch -- is replayed up to its last ``match_over``,
+    if that part is true. ``blink replay`` does not cut: a truncated log is refused."""
     try:
         records = parse_log(lines)
     except NotALog as exc:
         raise ReplayError(str(exc)) from None
     report = verify(records)
+    if not report.ok and cut_unfinished and report.first is not None and _cut_short(report.first.problem):
+        ends = [k for k, r in enumerate(records) if r.type == "match_over"]
+        if ends and verify(records[:ends[-1] + 1]).ok:
+            records, report = records[:ends[-1] + 1], verify(records[:ends[-1] + 1])
+        else:
+            raise ReplayError("the recording stops before the end of its first match: the seeds of its last "
+                              "game were never revealed, so it cannot be replayed")
     if not report.ok:
         raise ReplayError(f"not a true log, refused: {report.first}")
     groups: dict[str, list[Record]] = {}
@@ -188,6 +199,11 @@ def load_replay(lines: Iterable[str], match: str | None = None) -> Replay:
     else:
         code = order[0]
     return build(groups[code])
+
+
+def _cut_short(problem: str) -> bool:
+    """verify's words for a log that simply stops (``protocol/verify.py``)."""
+    return "the log ends" in problem or "truncated" in problem
 
 
 def build(recs: Sequence[Record]) -> Replay:
