@@ -288,9 +288,9 @@ def test_the_recorder_writes_one_match_from_seq_1_and_the_list_reads_it(played: 
     assert len(files) == 1 and files[0].read_text().splitlines() == lines
     entries = list_replays(tmp_path / "replays")
     assert len(entries) == 1
-    e = entries[0]
-    assert e.game == "sequence" and e.players == ("ann", "p1") and e.events == len(lines)
-    assert e.result == load_replay(lines).result_line() and " beat " in e.result
+    entry = entries[0]
+    assert entry.game == "sequence" and entry.players == ("ann", "p1") and entry.events == len(lines)
+    assert entry.result == load_replay(lines).result_line() and " beat " in entry.result
     assert list_replays(tmp_path / "nothing-here") == []
 
 

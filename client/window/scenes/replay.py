@@ -138,10 +138,12 @@ class ReplayBar:
         return True
 
     def _seek_x(self, x: float) -> None:
-        f = (x - self.x0) / max(1.0, self.x1 - self.x0)
+        f = max(0.0, min(1.0, (x - self.x0) / max(1.0, self.x1 - self.x0)))
         s = self.session
-        i = s.playback.seek_fraction(f)
-        s.seek(i, time.time_ns())
+        r = s.replay
+        i = 0 if f == 0.0 else r.index_at(f * r.duration_s)
+        if i != s.playback.index:  # a drag over the same event makes no new scene
+            s.seek(i, time.time_ns())
 
     def on_mouse_press(self, x: int, y: int, button: int, modifiers: int) -> bool:
         if not self.on_bar(x, y):
