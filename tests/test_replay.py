@@ -494,3 +494,17 @@ def test_a_recording_cut_during_a_rematch_replays_the_finished_match() -> None:
     forged[types.index("game_started")]["seed_commitment"] = "0" * 64  # false, not just short: refused
     with pytest.raises(ReplayError, match="not a true log"):
         load_replay([json.dumps(r) for r in forged], cut_unfinished=True)
+
+
+def test_the_relays_own_log_replays_like_the_public_one() -> None:
+    from tests.test_verify import drive as drive_both_logs
+
+    logs = drive_both_logs("ryo", 2, seed=4)
+    public, relay = load_replay(logs.public), load_replay(logs.relay)
+    assert len(public) == len(relay) and public.result_line() == relay.result_line()
+    rules = game_for("ryo")
+    for a, b in zip(public.steps, relay.steps):
+        assert a.event == b.event and a.match_state == b.match_state
+        assert (a.state is None) == (b.state is None)
+        if a.state is not None:
+            assert rules.to_wire(a.state) == rules.to_wire(b.state)
