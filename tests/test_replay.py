@@ -119,7 +119,10 @@ def test_every_event_gives_the_spectators_state_the_relay_published(game: str, p
     for i, step in enumerate(replay.steps):
         assert step.event.seq == i + 1
         snap = snaps.get(step.event.seq)
-        if snap is None or not snap.state:
+        if snap is None:
+            continue
+        assert step.match_state == snap.match_state, (i, step.event.type)
+        if not snap.state:
             continue
         assert step.state is not None, (i, step.event.type)
         assert rules.to_wire(step.state) == snap.state, (i, step.event.type)
@@ -508,3 +511,17 @@ def test_the_relays_own_log_replays_like_the_public_one() -> None:
         assert (a.state is None) == (b.state is None)
         if a.state is not None:
             assert rules.to_wire(a.state) == rules.to_wire(b.state)
+
+
+def test_a_forfeited_game_replays_over_what_was_known_before_it() -> None:
+    """A game that ended by a player leaving never revealed its seed: its events are shown (and
+    listed), over the state before it, and the match ends in the forfeit."""
+    from tests.test_verify import FAST as VFAST, drive as drive_both_logs
+
+    logs = drive_both_logs("blink", 2, seed=6, game_settings={**VFAST["blink"], "best_of": 3}, leave_after=60)
+    replay = load_replay(logs.public)
+    assert replay.steps[-1].event.type == "match_over" and replay.steps[-1].match_state["status"] == "over"
+    assert replay.steps[-1].event.data["reason"] == "forfeit"
+    for i in range(len(replay)):
+        model = replay.model_at(i, wall_ns=10**18)
+        assert model.spectating and model.events[-1].seq == i + 1

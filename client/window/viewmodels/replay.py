@@ -215,7 +215,7 @@ def build(recs: Sequence[Record]) -> Replay:
     settings = rules.check_settings(dict(head.get("settings") or {}), seats)
     code = str(head.get("match"))
     names: list[str] = []
-    ms: dict[str, Any] = {"status": "waiting", "game_index": 0, "best_of": head.get("best_of", 1), "wins": [],
+    ms: dict[str, Any] = {"status": "waiting", "game_index": -1, "best_of": head.get("best_of", 1), "wins": [],
                           "players": [], "winner": None, "results": []}
     states: list[Any] = [None] * len(recs)
     games: list[int] = [0] * len(recs)
