@@ -125,7 +125,7 @@ def describe_log(path: Path) -> ReplayEntry | None:
     """The list line of one recorded log (None when the file is not one)."""
     from client.window.viewmodels.replay import match_result_line
 
-    game, started, events = "", 0, 0
+    game, started, events, first_seq = "", 0, 0, None
     names: list[str] = []
     ms: dict[str, Any] = {"status": "unfinished"}
     try:
@@ -138,6 +138,8 @@ def describe_log(path: Path) -> ReplayEntry | None:
                 if not isinstance(d, dict) or "type" not in d:
                     continue
                 events += 1
+                if first_seq is None:
+                    first_seq = d.get("seq")
                 t = d.get("type")
                 if t == "match_created":
                     game = str(d.get("game_name", ""))
@@ -160,6 +162,8 @@ def describe_log(path: Path) -> ReplayEntry | None:
         except OSError:
             started = 0
     result = match_result_line(names, ms) if ms.get("status") == "over" else "unfinished"
+    if type(first_seq) is int and first_seq > 1:  # watched from the middle: no seeds of the start
+        result += f" (recorded from event {first_seq} on: cannot be replayed)"
     return ReplayEntry(path, game or "?", tuple(names), started, result, events)
 
 

@@ -479,6 +479,10 @@ def test_a_spectator_gets_the_results_screen_at_the_end_of_a_watched_match(xdisp
         # the watcher recorded what it saw: the match from when it started watching
         files = list((tmp_path / "replays").glob("*.jsonl"))
         assert len(files) == 1 and "match_over" in files[0].read_text()
+        from client.replays import list_replays
+
+        entry = list_replays(tmp_path / "replays")[0]  # its start was never seen: listed, and why it cannot play
+        assert entry.game == "sequence" and "cannot be replayed" in entry.result and " beat " in entry.result
 
     asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
 
