@@ -57,6 +57,12 @@ class Recorder:
             self.offer(ev)
         self._early.clear()
 
+    def note_game(self, name: str) -> None:
+        """The game being recorded, when no ``match_created`` says it (a match watched late: its
+        snapshot names the game); used for the file's name."""
+        if name and self._file is None:
+            self.game = name
+
     def offer(self, ev: m.Event) -> None:
         if self.code is None or ev.match != self.code:
             if self.code is None:  # not yet known which match is ours: keep a little of each
@@ -150,7 +156,7 @@ def describe_log(path: Path) -> ReplayEntry | None:
                     ms = {"status": "over", "winner": d.get("winner_seat"), "wins": d.get("wins") or []}
                 elif t == "rematch_started":
                     ms = {"status": "unfinished"}
-                elif t == "game_started" and not names:
+                elif t == "game_started" and d.get("players"):  # every seat's name, even if seen late
                     names = [str(n) for n in d.get("players") or []]
     except (OSError, UnicodeDecodeError):
         return None
@@ -161,6 +167,9 @@ def describe_log(path: Path) -> ReplayEntry | None:
             started = int(path.stat().st_mtime * 1e9)
         except OSError:
             started = 0
+    if not game:  # recorded from the middle: the file's name says the game (``Recorder._open``)
+        parts = path.stem.split("-")
+        game = parts[2] if len(parts) >= 4 else ""
     result = match_result_line(names, ms) if ms.get("status") == "over" else "unfinished"
     if type(first_seq) is int and first_seq > 1:  # watched from the middle: no seeds of the start
         result += f" (recorded from event {first_seq} on: cannot be replayed)"

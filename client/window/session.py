@@ -216,6 +216,8 @@ class Session:
         def on_message(msg: Any, now_ns: int) -> None:
             if isinstance(msg, m.Event):
                 rec.offer(msg)
+            elif isinstance(msg, m.Snapshot) and msg.game_name:
+                rec.note_game(msg.game_name)
 
         conn = Connection(self.address, new_client_id("rec"), self.config.topics, on_message, ping_interval_s=0)
         try:
