@@ -18,6 +18,7 @@ event. ``list_replays`` reads the folder for the menu: game, players, date, resu
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +28,12 @@ from protocol import messages as m
 
 
 def replays_dir() -> Path:
-    """``<data dir>/replays`` (``relay.journal.default_data_dir``: honours XDG_DATA_HOME)."""
-    from relay.journal import default_data_dir
-
-    return default_data_dir() / "replays"
+    """``$XDG_DATA_HOME/blink/replays`` or ``~/.local/share/blink/replays``: the data directory of
+    ``relay.journal.default_data_dir`` (the same rule, written here because the client does not
+    import the relay package), with a relative XDG_DATA_HOME ignored as the XDG spec says."""
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "share"
+    return base / "blink" / "replays"
 
 
 class Recorder:

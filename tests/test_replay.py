@@ -529,3 +529,14 @@ def test_a_forfeited_game_replays_over_what_was_known_before_it() -> None:
     for i in range(len(replay)):
         model = replay.model_at(i, wall_ns=10**18)
         assert model.spectating and model.events[-1].seq == i + 1
+
+
+def test_the_replays_folder_is_in_the_relays_data_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from client.replays import replays_dir
+    from relay.journal import default_data_dir
+
+    for value in (str(tmp_path / "xdg"), "relative/ignored", ""):
+        monkeypatch.setenv("XDG_DATA_HOME", value)
+        assert replays_dir() == default_data_dir() / "replays"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert replays_dir() == tmp_path / "xdg" / "blink" / "replays"
