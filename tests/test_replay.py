@@ -540,3 +540,46 @@ def test_the_replays_folder_is_in_the_relays_data_directory(monkeypatch: pytest.
         assert replays_dir() == default_data_dir() / "replays"
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert replays_dir() == tmp_path / "xdg" / "blink" / "replays"
+
+
+@pytest.mark.integration
+def test_a_blink_replay_played_paused_and_stepped_draws_the_spectators_table(xdisplay: str, played: Any) -> None:
+    from pyglet.window import key
+
+    from client.window.app import App, AppConfig
+    from client.window.session import SessionConfig
+
+    lines, _ = played["blink"]
+    replay = load_replay(lines)
+    target = [i for i, s in enumerate(replay.steps) if s.event.type == "card_played"][5]
+
+    def tops(i: int) -> list[Any]:
+        state = replay.steps[i].state
+        return [None if state.top(p) is None else str(state.top(p)) for p in (0, 1)]
+
+    async def scenario() -> None:
+        app = App(AppConfig(mode="replay", mute=True, session=SessionConfig(game="blink"), replay=replay,
+                            replay_speed=4.0))
+        task = await started(app)
+        try:
+            await until(app, lambda: app.describe()["replay"]["index"] >= target)  # playing at 4x
+            app.inject_key(key.SPACE)
+            await until(app, lambda: app.describe()["replay"]["paused"])
+            await app.next_frame()
+            i = app.describe()["replay"]["index"]
+            d = app.describe()
+            assert d["scene"] == "table" and d["piles"] == [t or None for t in tops(i)], (i, d)
+            assert all(c in ("back", None) for c in d["hand"]), d  # a spectator never sees a hand
+            app.inject_key(key.LEFT)
+            await until(app, lambda: app.describe()["replay"]["index"] == i - 1)
+            await app.next_frame()
+            assert app.describe()["piles"] == [t or None for t in tops(i - 1)]
+            app.inject_key(key.RIGHT)
+            app.inject_key(key.RIGHT)
+            await until(app, lambda: app.describe()["replay"]["index"] == i + 1)
+            await app.next_frame()
+            assert app.describe()["piles"] == [t or None for t in tops(i + 1)]
+        finally:
+            assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
