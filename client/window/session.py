@@ -15,6 +15,11 @@ Starting a game (``play_bot``, ``host``, ``join``, ``quick``) runs as a backgrou
 loop never awaits the network. ``status``/``message`` say what is going on for the screen, and a
 failure becomes a message, never an exception in the frame loop.
 
+With ``config.record_dir`` set (``blink play`` sets the data directory's ``replays/``), every
+match played or watched is recorded by a silent extra connection (``client/replays.py``): it
+subscribes before the match is created, so the file starts at ``match_created``, and
+``blink replay`` / the menu's Replays can play it back.
+
 ``act_now`` is how the window plays: the prediction is applied synchronously (the very frame that
 handled the key already draws the card on the pile) and only the publish is left to a task.
 ``Player.act`` is a coroutine, so calling it from an input handler would predict one loop turn too
@@ -228,6 +233,10 @@ class Session:
                 await conn.watch(code)
         except Exception as exc:  # noqa: BLE001 - the game goes on unrecorded
             log.warning("not recording this match: %s", exc)
+            try:
+                await asyncio.wait_for(conn.close(leave=False), timeout=3)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
+                pass
             return
         self.recorder, self._rec_conn = rec, conn
         if code is not None:
