@@ -29,6 +29,12 @@ Scenes (one per screen): ``MenuScene``, a table scene per game (``TableScene`` f
 ``TakeawayScene``, ``SequenceScene``, ``RyoScene`` on the shared ``TurnBasedScene``), ``ResultsScene``. The app routes
 window events to the current scene, draws it and the corner HUD, and switches scenes on request.
 
+Replays (``blink replay LOG``, the menu's Replays): ``open_replay`` swaps the session for a
+``ReplaySession`` (``viewmodels/replay.py``: a spectator model stepped through a recorded match) and
+puts the control bar (``scenes/replay.py``) in a strip at the top; the game scene below is the
+usual one, in spectator mode, laid out in ``size`` (the window less the strip). The bar gets input
+first and moves the replay on each frame before the scene updates.
+
 Headless aids: ``--quit-after`` stops after N seconds, ``--screenshot`` saves the back buffer of
 the last frame as a PNG (read before ``flip``), ``--frame-stats`` writes ``FrameStats.summary()``.
 Tests drive the same ``App`` in-process: ``inject_key`` queues a key press that the next frame
