@@ -225,6 +225,7 @@ class Session:
                 rec.note_game(msg.game_name)
 
         conn = Connection(self.address, new_client_id("rec"), self.config.topics, on_message, ping_interval_s=0)
+        self.recorder, self._rec_conn = rec, conn  # from now on ``leave`` closes it, even half-open
         try:
             await conn.__aenter__()
             if code is None:
@@ -233,12 +234,12 @@ class Session:
                 await conn.watch(code)
         except Exception as exc:  # noqa: BLE001 - the game goes on unrecorded
             log.warning("not recording this match: %s", exc)
+            self.recorder = self._rec_conn = None
             try:
                 await asyncio.wait_for(conn.close(leave=False), timeout=3)
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
                 pass
             return
-        self.recorder, self._rec_conn = rec, conn
         if code is not None:
             rec.follow(code)
 
