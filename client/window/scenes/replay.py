@@ -46,7 +46,9 @@ class ReplayBar:
         self.knob = pyglet.shapes.Circle(0, 0, 7, color=(255, 230, 150, 255), batch=self.batch, group=front)
         self.state_lbl = label(self.batch, front, 13, (255, 255, 255, 255), "left", "center", bold=True)
         self.info_lbl = label(self.batch, front, 11, (210, 220, 235, 255), "right", "center")
-        self.keys_lbl = label(self.batch, front, 10, (160, 170, 190, 255), "left", "center", text=KEYS)
+        from_menu = getattr(app, "_live_session", None) is not None
+        self.keys_lbl = label(self.batch, front, 10, (160, 170, 190, 255), "left", "center",
+                              text=KEYS.replace("Esc quit", "Esc back to the list") if from_menu else KEYS)
         self.dragging = False
         self._epoch = -1
         self._shown: Any = None
