@@ -66,6 +66,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--height", type=argtypes.whole(320, 8192, 'pixels'), default=720, help="window height in pixels (default 720)")
     p.add_argument("--mute", action="store_true", help="no sound")
     p.add_argument("--seed", type=int, help="seed for the local relay and the bots")
+    p.add_argument("--no-record", action="store_true",
+                   help="do not record the matches (by default each is kept in the data directory's replays/ folder)")
 
 
 def run(args: argparse.Namespace, topics: Any) -> int:
@@ -115,6 +117,7 @@ def run(args: argparse.Namespace, topics: Any) -> int:
               "--host starts a local match and shows its code", file=sys.stderr)
         return 2
 
+    from client.replays import replays_dir
     from client.window.session import BOT_LEVELS, SessionConfig
 
     try:
@@ -130,7 +133,8 @@ def run(args: argparse.Namespace, topics: Any) -> int:
     session = SessionConfig(server_url=args.server, name=args.name, topics=topics, game=args.game,
                             settings=args.settings, autoplay=args.autoplay and mode != "watch", seed=args.seed,
                             players=args.players, lan=not args.server,
-                            rejoin=rejoin)
+                            rejoin=rejoin,
+                            record_dir=None if args.no_record else str(replays_dir()))
     config = AppConfig(mode=mode, code=args.watch or args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
                        width=args.width, height=args.height, screenshot=args.screenshot,
                        quit_after=args.quit_after, frame_stats=args.frame_stats,

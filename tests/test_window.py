@@ -632,7 +632,7 @@ def test_blink_play_autoplay_screenshot_and_frame_stats(xdisplay: str, tmp_path:
     out = subprocess.run([sys.executable, "-m", "client.cli", "play", "--autoplay", "--screenshot", str(shot),
                           "--quit-after", "20", "--frame-stats", str(stats), "--mute"],
                          capture_output=True, text=True, cwd=ROOT, timeout=4 * LONG,
-                         env={**os.environ, "DISPLAY": xdisplay})
+                         env={**os.environ, "DISPLAY": xdisplay, "XDG_DATA_HOME": str(tmp_path / "data")})
     assert out.returncode == 0, out.stderr
     data = json.loads(stats.read_text())
     assert data["frames"] > 0 and data["frame_ms"]["max"] > 0, data

@@ -293,7 +293,7 @@ def test_blink_play_game_autoplay_screenshot(xdisplay: str, game: str, tmp_path:
     proc = subprocess.run([sys.executable, "-m", "client.cli", "play", "--game", game, "--players", "3",
                            "--autoplay", "--screenshot", str(out), "--quit-after", "6", "--seed", "4"],
                           capture_output=True, text=True, cwd=ROOT, timeout=4 * LONG,
-                          env={**os.environ, "DISPLAY": xdisplay, "BLINK_MUTE": "1"})
+                          env={**os.environ, "DISPLAY": xdisplay, "BLINK_MUTE": "1", "XDG_DATA_HOME": str(tmp_path / "data")})
     assert proc.returncode == 0, proc.stderr
     assert out.exists() and out.stat().st_size > 10_000
 

@@ -29,6 +29,12 @@ Scenes (one per screen): ``MenuScene``, a table scene per game (``TableScene`` f
 ``TakeawayScene``, ``SequenceScene``, ``RyoScene`` on the shared ``TurnBasedScene``), ``ResultsScene``. The app routes
 window events to the current scene, draws it and the corner HUD, and switches scenes on request.
 
+Replays (``blink replay LOG``, the menu's Replays): ``open_replay`` swaps the session for a
+``ReplaySession`` (``viewmodels/replay.py``: a spectator model stepped through a recorded match) and
+puts the control bar (``scenes/replay.py``) in a strip at the top; the game scene below is the
+usual one, in spectator mode, laid out in ``size`` (the window less the strip). The bar gets input
+first and moves the replay on each frame before the scene updates.
+
 Headless aids: ``--quit-after`` stops after N seconds, ``--screenshot`` saves the back buffer of
 the last frame as a PNG (read before ``flip``), ``--frame-stats`` writes ``FrameStats.summary()``.
 Tests drive the same ``App`` in-process: ``inject_key`` queues a key press that the next frame
@@ -84,12 +90,15 @@ class AppConfig:
     mute: bool = False
     fps: float = 60.0
     session: SessionConfig = field(default_factory=SessionConfig)
+    replay: Any = None  # a viewmodels.replay.Replay: mode "replay" shows it (``blink replay``)
+    replay_at: int | None = None  # start at this event index (paused), e.g. for a screenshot
+    replay_speed: float = 1.0
 
 
 class App:
     def __init__(self, config: AppConfig, session: Session | None = None) -> None:
         self.config = config
-        self.session = session or Session(config.session)
+        self.session: Any = session or Session(config.session)  # a ReplaySession while a replay is shown
         self.sounds = Sounds(enabled=not config.mute)
         self.stats = FrameStats()
         self.window: Any = None
@@ -109,11 +118,22 @@ class App:
         self._ready: asyncio.Event | None = None
         self._started = 0.0
         self.shots_saved: list[str] = []
+        self.overlay: Any = None  # the replay's control bar, over the game scene
+        self._live_session: Any = None  # the menu's session while a replay from the menu is shown
 
     # ----------------------------------------------------------------- window and scenes
 
     @property
     def size(self) -> tuple[int, int]:
+        """The scenes' area: the window, less the replay bar's strip at the top when there is one."""
+        if self.window is None:
+            w, h = self.config.width, self.config.height
+        else:
+            w, h = self.window.width, self.window.height
+        return w, h - (self.overlay.height if self.overlay is not None else 0)
+
+    @property
+    def window_size(self) -> tuple[int, int]:
         if self.window is None:
             return self.config.width, self.config.height
         return self.window.width, self.window.height
@@ -142,6 +162,8 @@ class App:
 
         @w.event
         def on_mouse_press(x: int, y: int, button: int, modifiers: int) -> bool:
+            if self.overlay is not None:
+                return bool(self.overlay.on_mouse_press(x, y, button, modifiers))
             return bool(self.scene and self.scene.on_mouse_press(x, y, button, modifiers))
 
         @w.event
@@ -151,18 +173,24 @@ class App:
 
         @w.event
         def on_mouse_drag(x: int, y: int, dx: int, dy: int, buttons: int, modifiers: int) -> bool:
+            if self.overlay is not None:
+                return bool(self.overlay.on_mouse_drag(x, y, dx, dy, buttons, modifiers))
             return bool(self.scene and self.scene.on_mouse_drag(x, y, dx, dy, buttons, modifiers))
 
         @w.event
         def on_mouse_release(x: int, y: int, button: int, modifiers: int) -> bool:
+            if self.overlay is not None:
+                return bool(self.overlay.on_mouse_release(x, y, button, modifiers))
             return bool(self.scene and self.scene.on_mouse_release(x, y, button, modifiers))
 
         @w.event
         def on_resize(width: int, height: int) -> None:
+            if self.overlay is not None:
+                self.overlay.resize(width, height)
             if self.scene is not None:
-                self.scene.resize(width, height)
+                self.scene.resize(*self.size)
             if self.hud is not None:
-                self.hud.resize(width, height)
+                self.hud.resize(*self.size)
             # returning None lets pyglet's default handler set the viewport and projection
 
         @w.event
@@ -170,6 +198,9 @@ class App:
             self.quit()
             return True
 
+        if self.config.mode == "replay":
+            self.open_replay(self.config.replay, self.config.replay_at, self.config.replay_speed)
+            return
         first = "menu" if self.config.mode == "menu" else "table"
         self.goto(first)
         if self.config.mode != "menu":
@@ -184,8 +215,13 @@ class App:
             scene.draw()
         if self.hud is not None:
             self.hud.draw()
+        if self.overlay is not None:
+            self.overlay.draw()
 
     def key_press(self, symbol: int, modifiers: int) -> bool:
+        if self.overlay is not None:
+            self.overlay.on_key_press(symbol, modifiers)
+            return True
         if self.scene is not None:
             self.scene.on_key_press(symbol, modifiers)
         return True  # never let pyglet's default close the window on Esc
@@ -199,7 +235,9 @@ class App:
         if name == "table":
             cls = table_class(self.current_game())
         else:
-            cls = {"menu": MenuScene, "results": ResultsScene, "lan": LanScene}[name]
+            from client.window.scenes.replay import ReplaysScene
+
+            cls = {"menu": MenuScene, "results": ResultsScene, "lan": LanScene, "replays": ReplaysScene}[name]
         if self.scene is not None:
             self.scene.exit()
         self.scene = cls(self)
@@ -268,6 +306,39 @@ class App:
     def quit(self) -> None:
         self.closing = True
 
+    # ----------------------------------------------------------------- replays
+
+    def open_replay(self, replay: Any, at: int | None = None, speed: float = 1.0) -> None:
+        """Show a recorded match (``viewmodels/replay.py``) with the control bar over its scene.
+        From the menu, the live session is kept and comes back when the replay is left."""
+        from client.window.scenes.replay import ReplayBar
+        from client.window.viewmodels.replay import ReplaySession
+
+        rs = ReplaySession(replay, name=self.session.config.name, speed=speed)
+        if self.config.mode != "replay" and self._live_session is None:
+            self._live_session = self.session
+        self.session = rs
+        rs.seek(at if at is not None else 0, time.time_ns())
+        rs.playback.paused = at is not None
+        self.overlay = ReplayBar(self, rs)
+        if self.hud is not None:
+            self.hud.resize(*self.size)
+        self.overlay.update(time.time_ns())
+
+    def leave_replay(self) -> None:
+        """Esc in a replay: back to the menu it was opened from, or quit (``blink replay``)."""
+        if self._live_session is None:
+            self.quit()
+            return
+        self.session, self._live_session = self._live_session, None
+        self.overlay = None
+        if self.hud is not None:
+            self.hud.resize(*self.size)
+        self.goto("replays")
+
+    def results_hint(self) -> str:
+        return "Home  watch again     Esc  leave the replay" if self.overlay is not None else "M  menu     Q  quit"
+
     # ----------------------------------------------------------------- input and frames
 
     def note_input(self) -> None:
@@ -296,6 +367,8 @@ class App:
                 finally:
                     self._input_ts = None
         now = time.time_ns()
+        if self.overlay is not None:
+            self.overlay.update(now)
         for _ in range(3):  # a scene may hand over to another during update; the new one draws now
             scene = self.scene
             assert scene is not None
@@ -415,6 +488,8 @@ class App:
                 log.warning("blink play: %s", self.session.message)
             try:
                 await asyncio.wait_for(self.session.close(), timeout=15)
+                if self._live_session is not None:  # quit while a replay from the menu was shown
+                    await asyncio.wait_for(self._live_session.close(), timeout=15)
             except asyncio.TimeoutError:
                 log.warning("the session did not close in time")
             if self.window is not None:
@@ -430,4 +505,7 @@ class App:
         return 0
 
     def describe(self) -> dict[str, Any]:
-        return self.scene.describe() if self.scene is not None else {}
+        out = self.scene.describe() if self.scene is not None else {}
+        if self.overlay is not None:
+            out = {**out, "replay": self.overlay.describe()}
+        return out

@@ -18,6 +18,11 @@ Starting a game (``play_bot``, ``host``, ``join``, ``quick``) runs as a backgrou
 loop never awaits the network. ``status``/``message`` say what is going on for the screen, and a
 failure becomes a message, never an exception in the frame loop.
 
+With ``config.record_dir`` set (``blink play`` sets the data directory's ``replays/``), every
+match played or watched is recorded by a silent extra connection (``client/replays.py``): it
+subscribes before the match is created, so the file starts at ``match_created``, and
+``blink replay`` / the menu's Replays can play it back.
+
 ``act_now`` is how the window plays: the prediction is applied synchronously (the very frame that
 handled the key already draws the card on the pile) and only the publish is left to a task.
 ``Player.act`` is a coroutine, so calling it from an input handler would predict one loop turn too
@@ -88,6 +93,7 @@ class SessionConfig:
     lan_port: int = 1883
     lan_interfaces: list[str] | None = None  # advertise only on these (default: every multicast interface)
     rejoin: Any = None  # a client.seats.SavedSeat: join takes this seat back with its token
+    record_dir: str | None = None  # record every match played or watched here (``client/replays.py``)
 
 
 async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
@@ -129,6 +135,8 @@ class Session:
         self.lan_note = ""  # what hosting on the LAN had to say (port taken, not advertised)
         self._advert: Any = None  # the running ``client.lan.advertise``
         self._own: Any = None  # our loopback way into the LAN-hosted relay
+        self.recorder: Any = None  # the current match's ``Recorder`` (``config.record_dir``)
+        self._rec_conn: Any = None
 
     # ----------------------------------------------------------------- plumbing
 
@@ -214,6 +222,47 @@ class Session:
             self.spawn(self._bot_loop(self.autobot, pause_s=4.0), game=True)
         return self.player
 
+    async def _record(self, code: str | None) -> None:
+        """Start recording the next match's public events: a silent connection subscribed before
+        the match exists (every match's events, ``code`` unknown) or to ``code``'s. A failure here
+        only means no recording."""
+        if not self.config.record_dir:
+            return
+        from client.net import Connection, new_client_id
+        from client.replays import Recorder
+
+        rec = Recorder(self.config.record_dir, self.config.game)
+
+        def on_message(msg: Any, now_ns: int) -> None:
+            if isinstance(msg, m.Event):
+                rec.offer(msg)
+            elif isinstance(msg, m.Snapshot) and msg.game_name:
+                rec.note_game(msg.game_name)
+
+        conn = Connection(self.address, new_client_id("rec"), self.config.topics, on_message, ping_interval_s=0)
+        self.recorder, self._rec_conn = rec, conn  # from now on ``leave`` closes it, even half-open
+        try:
+            await conn.__aenter__()
+            if code is None:
+                await conn.watch_all()
+            else:
+                await conn.watch(code)
+        except Exception as exc:  # noqa: BLE001 - the game goes on unrecorded
+            log.warning("not recording this match: %s", exc)
+            self.recorder = self._rec_conn = None
+            try:
+                await asyncio.wait_for(conn.close(leave=False), timeout=3)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
+                pass
+            return
+        if code is not None:
+            rec.follow(code)
+
+    def _recording(self, code: str) -> str:
+        if self.recorder is not None:
+            self.recorder.follow(code)
+        return code
+
     async def play_bot(self, reaction_s: float) -> str:
         """Create a match and seat bot opponents in every other seat (``config.players`` seats)."""
         from client.bots import Bot
@@ -221,7 +270,9 @@ class Session:
         self.mode, self.bot_reaction_s = "bot", reaction_s
         me = await self._me()
         seats = max(2, int(self.config.players))
-        code = await me.create(self.config.game, self.config.settings, seats=seats, timeout=self.config.request_timeout_s)
+        await self._record(None)
+        code = self._recording(await me.create(self.config.game, self.config.settings, seats=seats,
+                                               timeout=self.config.request_timeout_s))
         self.status, self.message = "waiting", f"match {code}: seating the bot{'s' if seats > 2 else ''}…"
         for i in range(1, seats):
             suffix = "" if seats == 2 else f"{i}"
@@ -245,6 +296,7 @@ class Session:
         await self.leave()
         self.status, self.message = "connecting", f"connecting to {self.server_url}…"
         self.player = await self._connect(self.config.name)
+        await self._record(code.strip().upper())
         got = await self.player.watch(code.strip().upper(), timeout=self.config.request_timeout_s)
         self.status, self.message = "playing", ""
         return got
@@ -256,8 +308,10 @@ class Session:
             self.address = self._own  # back from someone else's relay (a LAN game joined)
         await self._host_on_lan()
         me = await self._me()
-        code = await me.create(self.config.game, self.config.settings, seats=max(2, int(self.config.players)),
-                               timeout=self.config.request_timeout_s)
+        await self._record(None)
+        code = self._recording(await me.create(self.config.game, self.config.settings,
+                                               seats=max(2, int(self.config.players)),
+                                               timeout=self.config.request_timeout_s))
         self._save_seat(me)
         self.status, self.message = "waiting", self.lan_note or "waiting for an opponent"
         self.spawn(self._wait_started(), game=True)
@@ -309,6 +363,7 @@ class Session:
         if prefix and prefix != self.config.topics.prefix:
             self.config.topics = Topics(prefix, self.config.topics.shard)
         me = await self._me()
+        await self._record(code.strip().upper())
         got = await me.join(code.strip().upper(), timeout=self.config.request_timeout_s)
         self.status, self.message = "playing", ""
         return got
@@ -320,6 +375,7 @@ class Session:
         if saved is not None and saved.match == code.strip().upper():
             got = await me.rejoin(saved.match, saved.token, timeout=self.config.request_timeout_s)
         else:
+            await self._record(code.strip().upper())
             got = await me.join(code.strip().upper(), timeout=self.config.request_timeout_s)
         self._save_seat(me)
         self.status, self.message = "playing", ""
@@ -341,7 +397,9 @@ class Session:
     async def quick(self) -> str:
         self.mode = "quick"
         me = await self._me()
-        code = await me.quick(self.config.game, self.config.settings, timeout=self.config.request_timeout_s)
+        await self._record(None)
+        code = self._recording(await me.quick(self.config.game, self.config.settings,
+                                              timeout=self.config.request_timeout_s))
         self._save_seat(me)
         self.status, self.message = ("playing", "") if len(me.model.players) >= 2 else ("waiting", "waiting for an opponent")
         if self.status == "waiting":
@@ -399,6 +457,15 @@ class Session:
                 except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
                     pass
         self.bot = self.autobot = None
+        if self._rec_conn is not None:
+            conn, self._rec_conn = self._rec_conn, None
+            try:
+                await asyncio.wait_for(conn.close(leave=False), timeout=3)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
+                pass
+        if self.recorder is not None:
+            self.recorder.close()
+            self.recorder = None
         if self.status != "error":
             self.status, self.message = ("ready" if self.address is not None else "idle"), ""
 

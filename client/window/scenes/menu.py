@@ -7,7 +7,7 @@ the mouse) moves the highlight and Enter activates; each item also has its own k
 opens a small text field: letters and digits are typed into it, Enter joins, Esc cancels. The
 bot's speed is chosen with Left/Right on the "Play bots" item. The games, their seat counts and
 their option presets come from the window's game registry (``scenes/registry.py``) and the games'
-own rules. "Options" cycles the chosen game's own presets from RULES.md (Takeaway's layout and
+own rules. "Replays" opens the list of recorded matches (``scenes/replay.py``). "Options" cycles the chosen game's own presets from RULES.md (Takeaway's layout and
 once-per-game re-roll, Sequence's length, Roll Your Own's rolls/rounds/games) and "Turn timer" its
 ``turn_timer_s`` (off / 15 / 30 s) for the games that take one; they
 become the match settings, checked by the rules' ``check_settings`` before a game starts (a refusal
@@ -42,6 +42,7 @@ ITEMS = [
     ("lan", "L", "LAN games"),
     ("options", "O", "Options"),
     ("timer", "T", "Turn timer"),
+    ("replays", "R", "Replays"),
     ("quit", "Q", "Quit"),
 ]
 #: the turn timer choices (seconds; 0 = off) for the turn-based games
@@ -167,6 +168,7 @@ class MenuScene(Scene):
         set_text(self.details[self.row("lan")], "matches hosted on the local network")
         set_text(self.details[self.row("options")], f"◀  {self.option_label(game)}  ▶")
         set_text(self.details[self.row("timer")], f"◀  {self.timer_label(game)}  ▶")
+        set_text(self.details[self.row("replays")], "watch a recorded match again")
         set_text(self.details[self.row("quit")], "")
         if self.error:
             set_text(self.status, f"⚠ {self.error}")
@@ -191,6 +193,8 @@ class MenuScene(Scene):
         self.index = i
         if what == "quit":
             self.app.quit()
+        elif what == "replays":
+            self.app.goto("replays")
         elif what == "game":
             self.cycle(+1)
         elif what in ("players", "options", "timer"):

@@ -2,7 +2,8 @@
 
 How this works
 --------------
-Reads the model's ``match_state`` (wins, per-game results, winner) and the public events
+A spectator (watching by code, or a replay) gets the same screen in the third person ("A beat
+B 2–1", "bot won" per game) and no rematch key. Reads the model's ``match_state`` (wins, per-game results, winner) and the public events
 (``match_over`` reason, ``rematch_requested``). R asks the relay for a rematch
 (``Player.rematch``); when both players asked, the relay starts a new game, the match status goes
 back to ``playing`` and this scene hands over to a fresh table scene. M (or Esc) goes back to
@@ -20,6 +21,7 @@ from client.window.cards import Layer, label, set_color, set_text
 from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window import texts
+from client.window.viewmodels.replay import match_result_line
 from client.window.viewmodels.results import game_line
 
 
@@ -62,6 +64,7 @@ class ResultsScene(Scene):
         f = max(9.0, min(15.0, height / 52))
         t = geo.Tris()
         pw = min(width * 0.86, f * 50)
+        self._pw = pw
         ph = min(height * 0.9, f * (17.5 + 2.0 * lines))
         geo.rounded_rect(t, pw, ph, f * 1.5, (10, 30, 24, 230))
         geo.rounded_ring(t, pw, ph, f * 1.5, 2.0, (255, 220, 120, 180))
@@ -94,7 +97,8 @@ class ResultsScene(Scene):
         if k == self._key:
             return
         self._key = k
-        seat = model.seat if model.seat is not None else 0
+        watching = bool(getattr(model, "spectating", False)) or model.seat is None
+        seat = model.seat if model.seat is not None else -1  # -1: a spectator, nobody is "you"
         names = list(model.players)
         wins = list(ms.get("wins") or [])
         winner = ms.get("winner")
@@ -107,7 +111,9 @@ class ResultsScene(Scene):
                 asked.add(ev.data.get("seat"))
             elif ev.type in ("rematch_started", "game_started"):
                 asked.clear()
-        if winner is None:
+        if watching:
+            title = match_result_line(names, {**ms, "status": "over"})
+        elif winner is None:
             title = "Match drawn"
         elif winner == seat:
             title = "You win the match!"
@@ -117,13 +123,21 @@ class ResultsScene(Scene):
             title += "  (forfeit)"
         set_text(self.title, title)
         set_color(self.title, (140, 255, 170, 255) if winner == seat else (255, 255, 255, 255))
-        if len(names) == 2:
+        if watching:
+            set_text(self.score, "   ".join(f"{n} {w}" for n, w in zip(names, wins)))
+        elif len(names) == 2:
             set_text(self.score, texts.score_line(names, wins, seat))
         else:
             set_text(self.score, "   ".join(f"{n} {w}" for n, w in zip(names, wins)))
         results = list(ms.get("results") or [])
         if min(len(results), len(self.games)) != self._lines:
             self._place(min(len(results), len(self.games)))
+        # a long title (three players' names) is made smaller to stay inside the panel
+        full = round(max(9.0, min(15.0, self._size[1] / 52)) * 2.4, 1)  # as ``_place`` sizes it
+        if self.title.font_size != full:
+            self.title.font_size = full
+        while self.title.content_width > getattr(self, "_pw", 1e9) * 0.94 and self.title.font_size > 10:
+            self.title.font_size = round(self.title.font_size * 0.9, 1)
         for i, g in enumerate(self.games):
             if i < len(results):
                 set_text(g, game_line(i, results[i], names, seat, REASONS, _score_word(self.app.current_game())))
@@ -131,7 +145,12 @@ class ResultsScene(Scene):
                 set_text(g, "")
         others = [i for i in range(len(names)) if i != seat]
         waiting = [names[i] for i in others if i not in asked]
-        if seat in asked and not waiting:
+        if watching:
+            keen = [names[i] for i in others if i in asked]
+            line = (f"{', '.join(keen)} want{'s' if len(keen) == 1 else ''} a rematch" if keen
+                    else f"replay of match {model.match}" if getattr(self.app, "overlay", None) is not None
+                    else "you watched this match")
+        elif seat in asked and not waiting:
             line = "starting the rematch…"
         elif seat in asked or self.asked:
             line = f"rematch asked — waiting for {', '.join(waiting) or 'the others'}"
@@ -141,10 +160,13 @@ class ResultsScene(Scene):
         else:
             line = "press R for a rematch"
         set_text(self.rematch_lbl, line)
+        set_text(self.hint, self.app.results_hint() if watching and hasattr(self.app, "results_hint")
+                 else ("M  menu     Q  quit" if watching else texts.OVER_HINTS))
         self.display_version += 1
 
     def on_key_press(self, symbol: int, modifiers: int) -> bool:
-        if symbol == key.R:
+        model = self.app.session.model
+        if symbol == key.R and model is not None and not model.spectating:
             if not self.asked:
                 self.app.note_input()
                 self.asked = True

@@ -15,6 +15,9 @@ Each scene of the window is split in two:
 So everything the player reads can be tested by feeding a model real relay messages, without a
 window (tests/test_viewmodels.py); importing this package never imports pyglet (a test checks).
 
+``replay.py`` turns a recorded event log into the spectator models a replay shows (``blink
+replay``, the menu's Replays): the game scenes draw them as they would a live match.
+
 ``feed.EventFeed`` is how every view-model reads the model's event history: only the events of the
 current game and newer, each once -- a new scene must not act on an earlier match's ``match_over``.
 """

@@ -217,6 +217,14 @@ class TableViewModel:
             return None
         return state
 
+    @staticmethod
+    def watched_state(model: Any) -> Any:
+        """The BLINK state a spectator sees (hands and draw piles hidden), or None."""
+        state = model.state() if model is not None else None
+        if state is None or not getattr(model, "spectating", False) or not isinstance(state, blink.State):
+            return None
+        return state
+
     # ------------------------------------------------------------------ the static picture
 
     def board_key(self, model: Any) -> Any:
@@ -228,12 +236,15 @@ class TableViewModel:
     def board(self, model: Any, dragging: int | None = None) -> TableBoard:
         """What the table shows; ``dragging`` is the hand slot being dragged with the mouse (faded)."""
         state = self.playing_state(model)
+        watching = state is None and self.watched_state(model) is not None
+        if watching:
+            state = self.watched_state(model)
         if state is None:
             seen = model.state() if model is not None else None
             return TableBoard(False, (CardShow(),) * len(self.slots), (("", False),) * len(self.slots),
                               (CardShow(),) * 3, (CardShow(), CardShow()), ("", ""), (CardShow(), CardShow()),
                               ("", ""), "", "BLINK", "", "Esc  menu", getattr(seen, "phase", None))
-        seat = model.seat
+        seat = 0 if watching else model.seat  # a spectator sees the first seat at the bottom
         opp = 1 - seat
         names = list(model.players) + ["", ""]
         ms = model.match_state or {}
@@ -246,7 +257,8 @@ class TableViewModel:
         hand: list[CardShow] = []
         keys: list[tuple[str, bool]] = []
         for i, card in enumerate(self.slots):
-            style = "face" if isinstance(card, blink.Card) else ("unknown" if card is None else "slot")
+            style = "face" if isinstance(card, blink.Card) else (("back" if watching else "unknown") if card is None
+                                                                  else "slot")
             alpha = 0.3 if (dragging == i) or (isinstance(card, blink.Card) and card in flying) else 1.0
             ring = None
             if i == self.selected:
@@ -256,7 +268,7 @@ class TableViewModel:
             elif my_pick is not None and card == my_pick:
                 ring = "pending"
             hand.append(CardShow(None if card is EMPTY else card, style, alpha, ring, i == self.selected))
-            keys.append((str(i + 1) if style != "slot" and i < 9 else "", i == self.selected))
+            keys.append((str(i + 1) if style != "slot" and i < 9 and not watching else "", i == self.selected))
         n_opp = len(state.hands[opp])
         opp_hand = tuple(CardShow(None, "back" if i < n_opp else "slot") for i in range(max(3, n_opp)))
         pending = pending_plays(model)
@@ -271,14 +283,16 @@ class TableViewModel:
                 piles.append(CardShow(None, "back"))
             else:
                 piles.append(CardShow(top, "face", 0.82 if is_pending else 1.0, "pending" if is_pending else None))
-            owner = "your" if p == seat else f"{names[p]}'s"
+            owner = "your" if p == seat and not watching else f"{names[p]}'s"
             # no changing numbers here: a new text is a new text layout, and this is every play
             labels.append(f"←  A    {owner} pile" if p == 0 else f"{owner} pile    D  →")
         draws = tuple(CardShow(None, "back", mid=str(len(state.draw[who]))) if state.draw[who]
                       else CardShow(None, "slot", mid="0") for who in (seat, opp))
         best_of = ms.get("best_of") or state.settings.best_of
         gi = ms.get("game_index", 0) or 0
-        if state.phase == "picking" and not state.picked[seat]:
+        if watching:
+            hint = f"watching {names[seat]} (bottom) and {names[opp]} (top)     Esc  menu"
+        elif state.phase == "picking" and not state.picked[seat]:
             hint = texts.PICK_HINTS
         elif state.phase == "over" or ms.get("status") == "over":
             hint = "Esc  menu"
@@ -286,7 +300,7 @@ class TableViewModel:
             hint = texts.KEY_HINTS
         return TableBoard(
             True, tuple(hand), tuple(keys), opp_hand, tuple(piles), tuple(labels),
-            (draws[0], draws[1]), ("your draw pile", "draw pile"),
+            (draws[0], draws[1]), (f"{names[seat]}'s draw pile" if watching else "your draw pile", "draw pile"),
             texts.score_line(names[:2], wins, seat), f"game {gi + 1} · best of {best_of} · match {model.match or ''}",
             names[opp] or "opponent", hint, state.phase)
 
@@ -303,7 +317,7 @@ class TableViewModel:
                             f"waiting for an opponent — they run:  blink play --server {server_url} "
                             f"--match {model.match}", "screen")
             return Band("BLINK", message or "connecting…", "screen")
-        seat = model.seat if model.seat is not None else 0
+        seat = model.seat if model.seat is not None else -1  # -1: a spectator, nobody is "you"
         ms = model.match_state or {}
         away = waiting_text(model, now_ns)
         if away is not None and ms.get("status") != "over":

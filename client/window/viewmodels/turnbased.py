@@ -189,9 +189,8 @@ class TurnViewModel:
             self.over_at = now_ns
 
     def results_due(self, model: Any, now_ns: int) -> bool:
-        """Time to show the results scene (players only: a spectator stays on the board)."""
-        return (self.over_at is not None and now_ns - self.over_at > RESULTS_AFTER_S * NS
-                and not (model is not None and model.spectating))
+        """Time to show the results scene (players and spectators alike)."""
+        return self.over_at is not None and now_ns - self.over_at > RESULTS_AFTER_S * NS
 
     def game_over(self, model: Any, state: Any) -> bool:
         return state is not None and (getattr(state, "phase", "") == "over" or

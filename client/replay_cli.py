@@ -1,0 +1,114 @@
+"""``blink replay LOG``: watch a recorded match again in the game window.
+
+How this works
+--------------
+Read the log, build the replay (``client/window/viewmodels/replay.py``: ``verify`` first, then
+the spectator's state at every event) and only then open the window, in replay mode: the game's
+own scene shows the match as a spectator saw it, under a control bar (play, pause, speed, step,
+scrub). A log that is not a true log -- truncated, reordered, tampered -- is refused with its first
+bad line, in one line on stderr, exit status 1, and no window. ``--at N`` starts paused at event N
+(1-based, as the bar counts), ``--speed`` sets 1, 2 or 4; ``--screenshot``/``--quit-after`` work
+as in ``blink play``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from client import args as argtypes
+
+
+def _speed(text: str) -> float:
+    try:
+        v = float(text.lower().removesuffix("x").removesuffix("×"))
+    except ValueError:
+        v = 0.0
+    if v not in (1.0, 2.0, 4.0):
+        raise argparse.ArgumentTypeError(f"speed is 1, 2 or 4, not {text!r}")
+    return v
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("replay", help="watch a recorded match again (play, pause, speed, step, scrub)",
+                       description="Open the window on a recorded match: the log of `blink match --log`, "
+                                   "`blink watch --json`, `blink serve --log`, or a file of the Replays list. "
+                                   "The log is verified first; a false one is refused (exit 1) with its first bad line.")
+    p.add_argument("log", metavar="LOG", help="the event log (JSON Lines)")
+    p.add_argument("--match", metavar="CODE", help="which match of the log (default: the first)")
+    p.add_argument("--at", type=argtypes.whole(1, 10**9, "events"), metavar="N",
+                   help="start paused at event N (1 = the first)")
+    p.add_argument("--speed", type=_speed, default=1.0, help="playback speed: 1, 2 or 4 (default 1)")
+    p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
+    p.add_argument("--quit-after", type=argtypes.seconds(0, 86400), metavar="SECONDS",
+                   help="close the window after this many seconds")
+    p.add_argument("--width", type=argtypes.whole(320, 8192, 'pixels'), default=1100, help="window width in pixels")
+    p.add_argument("--height", type=argtypes.whole(320, 8192, 'pixels'), default=720, help="window height in pixels")
+    p.add_argument("--mute", action="store_true", help="no sound")
+
+
+def load(path: str) -> Any:
+    """The replay of ``path``; raises ``ReplayError``/``OSError`` with a readable message."""
+    from client.window.viewmodels.replay import load_replay
+
+    with open(path, encoding="utf-8") as f:
+        return load_replay(f.read().splitlines())
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from client.window.viewmodels.replay import ReplayError, load_replay
+
+    path = args.log
+    if args.screenshot:
+        shot = Path(args.screenshot)
+        if shot.is_dir() or not shot.parent.is_dir():
+            print(f"blink replay: --screenshot {args.screenshot}: not a file in an existing directory", file=sys.stderr)
+            return 1
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"blink replay: cannot read {path}: {why}", file=sys.stderr)
+        return 1
+    try:
+        replay = load_replay(lines, args.match)
+    except ReplayError as exc:
+        print(f"blink replay: {path}: {exc}", file=sys.stderr)
+        return 1
+    except RecursionError:
+        print(f"blink replay: {path}: a record is nested too deeply to read", file=sys.stderr)
+        return 1
+    at = None
+    if args.at is not None:
+        if args.at > len(replay):
+            print(f"blink replay: --at {args.at}: the match has {len(replay)} events", file=sys.stderr)
+            return 1
+        at = args.at - 1
+    try:
+        import pyglet
+
+        pyglet.options["debug_gl"] = False
+        from client.window.app import App, AppConfig
+        from client.window.session import SessionConfig
+    except Exception as exc:  # noqa: BLE001 - one readable line
+        print(f"blink replay: cannot open a window ({type(exc).__name__}: {exc}); is DISPLAY set? "
+              "Without a screen, run it under xvfb-run.", file=sys.stderr)
+        return 1
+    config = AppConfig(mode="replay", width=args.width, height=args.height, screenshot=args.screenshot,
+                       quit_after=args.quit_after, mute=args.mute or bool(os.environ.get("BLINK_MUTE")),
+                       session=SessionConfig(game=replay.game_name), replay=replay, replay_at=at,
+                       replay_speed=args.speed)
+    app = App(config)
+    try:
+        return asyncio.run(app.run())
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one readable line, not a traceback
+        print(f"blink replay: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,192 @@
+"""Recorded matches: where they are kept, how one is written as it is played, and the list of them.
+
+How this works
+--------------
+The window records every match it plays or watches into the data directory's ``replays/``
+folder (``$XDG_DATA_HOME/blink/replays`` or ``~/.local/share/blink/replays``, the same data
+directory as ``blink serve``'s journal). A file holds one match's public events in the event-log
+format of ``blink match --log`` (``client.matchrun.event_line``, one JSON object a line), so
+``blink verify`` and ``blink replay`` read it like any other log.
+
+``Recorder`` is the sink: events of any match may be offered to it (the window's recording
+connection subscribes before the match exists, so it sees ``match_created`` at seq 1); once the
+session knows its match code (``follow``), that match's events are written, in seq order, each
+line flushed as it comes, repeated seqs dropped. Nothing is written for a match that never sent an
+event. ``list_replays`` reads the folder for the menu: game, players, date, result, newest first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from protocol import messages as m
+
+
+def replays_dir() -> Path:
+    """``$XDG_DATA_HOME/blink/replays`` or ``~/.local/share/blink/replays``: the data directory of
+    ``relay.journal.default_data_dir`` (the same rule, written here because the client does not
+    import the relay package), with a relative XDG_DATA_HOME ignored as the XDG spec says."""
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "share"
+    return base / "blink" / "replays"
+
+
+class Recorder:
+    """Writes one match's public events to ``folder`` as they arrive (see the module header)."""
+
+    def __init__(self, folder: str | Path, game: str = "") -> None:
+        self.folder = Path(folder)
+        self.game = game
+        self.code: str | None = None
+        self.path: Path | None = None
+        self.last_seq = 0
+        self.written = 0
+        self.error: str | None = None
+        self._early: dict[str, list[m.Event]] = {}
+        self._file: TextIO | None = None
+
+    def follow(self, code: str) -> None:
+        """The session's match is ``code``: write its events (those already seen first)."""
+        if self.code == code:
+            return
+        self.close()
+        self.code, self.last_seq, self.written = code, 0, 0
+        for ev in sorted(self._early.pop(code, []), key=lambda e: e.seq):
+            self.offer(ev)
+        self._early.clear()
+
+    def note_game(self, name: str) -> None:
+        """The game being recorded, when no ``match_created`` says it (a match watched late: its
+        snapshot names the game); used for the file's name."""
+        if name and self._file is None:
+            self.game = name
+
+    def offer(self, ev: m.Event) -> None:
+        if self.code is None or ev.match != self.code:
+            if self.code is None:  # not yet known which match is ours: keep a little of each
+                early = self._early.setdefault(ev.match, [])
+                if len(early) < 512:
+                    early.append(ev)
+            return
+        if ev.seq <= self.last_seq or self.error is not None:
+            return
+        if ev.type == "match_created" and self.game == "":
+            self.game = str(ev.data.get("game_name", ""))
+        try:
+            f = self._open(ev)
+            from client.matchrun import event_line
+
+            f.write(json.dumps(event_line(ev)) + "\n")
+            f.flush()
+        except OSError as exc:  # a full disk or a read-only home: the game goes on unrecorded
+            self.error = f"cannot record the match: {exc.strerror or exc}"
+            return
+        self.last_seq = ev.seq
+        self.written += 1
+
+    def _open(self, ev: m.Event) -> TextIO:
+        if self._file is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime())
+            game = str(ev.data.get("game_name", "")) or self.game or "match"
+            path = self.folder / f"{stamp}-{game}-{ev.match}.jsonl"
+            n = 2
+            while path.exists():
+                path = self.folder / f"{stamp}-{game}-{ev.match}-{n}.jsonl"
+                n += 1
+            self.path = path
+            self._file = open(path, "a", encoding="utf-8")
+        return self._file
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+        self.code = None
+        self.path = None
+
+
+@dataclass(frozen=True)
+class ReplayEntry:
+    path: Path
+    game: str
+    players: tuple[str, ...]
+    started_ns: int
+    result: str
+    events: int
+
+    @property
+    def date(self) -> str:
+        if not self.started_ns:
+            return "?"
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started_ns / 1e9))
+
+
+def describe_log(path: Path) -> ReplayEntry | None:
+    """The list line of one recorded log (None when the file is not one)."""
+    from client.window.viewmodels.replay import match_result_line
+
+    game, started, events, first_seq = "", 0, 0, None
+    names: list[str] = []
+    ms: dict[str, Any] = {"status": "unfinished"}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for text in f:
+                try:
+                    d = json.loads(text)
+                except ValueError:
+                    continue
+                if not isinstance(d, dict) or "type" not in d:
+                    continue
+                events += 1
+                if first_seq is None:
+                    first_seq = d.get("seq")
+                t = d.get("type")
+                if t == "match_created":
+                    game = str(d.get("game_name", ""))
+                    started = int(d.get("ts") or 0) if type(d.get("ts")) is int else 0
+                elif t == "seat_taken":
+                    names.append(str(d.get("name")))
+                elif t == "match_over":
+                    ms = {"status": "over", "winner": d.get("winner_seat"), "wins": d.get("wins") or []}
+                elif t == "rematch_started":
+                    ms = {"status": "unfinished"}
+                elif t == "game_started" and d.get("players"):  # every seat's name, even if seen late
+                    names = [str(n) for n in d.get("players") or []]
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not events:
+        return None
+    if not started:
+        try:
+            started = int(path.stat().st_mtime * 1e9)
+        except OSError:
+            started = 0
+    if not game:  # recorded from the middle: the file's name says the game (``Recorder._open``)
+        parts = path.stem.split("-")
+        game = parts[2] if len(parts) >= 4 else ""
+    result = match_result_line(names, ms) if ms.get("status") == "over" else "unfinished"
+    if type(first_seq) is int and first_seq > 1:  # watched from the middle: no seeds of the start
+        result += f" (recorded from event {first_seq} on: cannot be replayed)"
+    return ReplayEntry(path, game or "?", tuple(names), started, result, events)
+
+
+def list_replays(folder: str | Path | None = None, limit: int = 200) -> list[ReplayEntry]:
+    """The recorded matches in ``folder`` (default: ``replays_dir()``), newest first."""
+    base = Path(folder) if folder is not None else replays_dir()
+    try:
+        files = [p for p in base.iterdir() if p.suffix == ".jsonl" and p.is_file()]
+    except OSError:
+        return []
+    files.sort(key=lambda p: (p.stat().st_mtime if p.exists() else 0, p.name), reverse=True)
+    out = [e for e in (describe_log(p) for p in files[:limit]) if e is not None]
+    out.sort(key=lambda e: (e.started_ns, e.path.name), reverse=True)
+    return out

@@ -1,0 +1,491 @@
+"""A recorded match as the sequence of states a spectator saw, and the replay's clock (pure: no pyglet).
+
+How this works
+--------------
+``load_replay(lines)`` reads an event log (``blink match --log``, ``blink watch --json``, the
+relay's ``blink serve --log``) with ``protocol.verify.parse_log`` and refuses it unless
+``verify`` calls it true: a truncated, reordered or tampered log raises ``ReplayError`` with the
+first false line, before any window opens. Of a true log it keeps one match (the first, or the
+one asked for by code).
+
+Each game of the match is then re-simulated from the seed its ``game_result`` reveals -- the same
+walk ``protocol.verify`` makes (its candidates, timers and matching are reused), but remembering
+the path: for every logged event the state right after the action that made it. Only
+``game.view(state, None)`` is kept, i.e. what a spectator may see: hidden cards stay hidden, as
+they did to anyone watching the match live. Around the games the relay's ``match_state`` (status,
+wins, results, winner) is rebuilt from the match events, as ``relay/model.py`` keeps it. A game
+that ended in a forfeit never revealed its seed: its events are shown over the state before it.
+
+``Replay.model_at(i, ...)`` builds a spectator ``ClientModel`` standing at event ``i``: a
+``Snapshot`` of the state there plus the current game's events (``m.Event`` messages), which is
+exactly what a live spectator's model holds, so the game scenes draw it unchanged. Playing on
+feeds one more event and one more snapshot to the same model (``advance_model``); going back is
+seeking, i.e. a fresh model at the earlier index (every state is cached, so any index is O(events
+of its game)).
+
+``Playback`` is the replay's clock in *replay time*: log time with every quiet stretch longer than
+``MAX_GAP_S`` cut to it (waiting for a player to join should not be watched), scaled by the speed
+(1x/2x/4x), paused or running. Wall time comes in as an argument.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from protocol import messages as m
+from protocol.chance import SeededChance
+from protocol.rules import game_for
+from protocol.rules.base import Accepted
+from protocol.verify import (HINTS, NotALog, Record, _arm, _candidates, _Hyp, _key, _match_group, _Miss, body,
+                             parse_log, verify)
+
+NS = 1_000_000_000
+MAX_GAP_S = 2.5  # a longer pause between two events plays as this long
+SPEEDS = (1.0, 2.0, 4.0)
+
+
+class ReplayError(ValueError):
+    """The log cannot be replayed: not a log, or a false one (the message names the first bad line)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    event: m.Event  # as logged
+    state: Any  # the spectator's view of the game after this event (None before the first game)
+    game: int  # the game index the state belongs to
+    match_state: dict[str, Any]
+    at_s: float  # replay time of the event (seconds from the first)
+
+
+@dataclass
+class Replay:
+    code: str
+    game_name: str
+    players: tuple[str, ...]
+    settings: dict[str, Any]
+    steps: list[Step]
+    game_start: list[int] = field(default_factory=list)  # for each step, the index of its game's game_started
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @property
+    def duration_s(self) -> float:
+        return self.steps[-1].at_s if self.steps else 0.0
+
+    def index_at(self, t_s: float) -> int:
+        """The last step at or before replay time ``t_s`` (0 at the start)."""
+        lo, hi = 0, len(self.steps) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.steps[mid].at_s <= t_s:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def result_line(self) -> str:
+        """'A beat B 2–1' (or the draw) -- for the list of replays and the results."""
+        ms = self.steps[-1].match_state if self.steps else {}
+        return match_result_line(list(self.players), ms)
+
+    # ------------------------------------------------------------------ spectator models
+
+    def _event(self, i: int, wall_ns: int, t_s: float, speed: float) -> m.Event:
+        ev = self.steps[i].event
+        # The scenes time countdowns and animations from an event's ts: give it the wall time at
+        # which the replay reaches it (earlier events: as long ago as the replay says).
+        ts = wall_ns - int(max(0.0, t_s - self.steps[i].at_s) / max(speed, 1e-9) * NS)
+        return m.Event(ev.match, ev.seq, ts, ev.game, ev.type, ev.data)
+
+    def _snapshot(self, i: int, ts: int) -> m.Snapshot | None:
+        st = self.steps[i]
+        if st.state is None:
+            return None
+        rules = game_for(self.game_name)
+        return m.Snapshot(self.code, st.event.seq, ts, st.game, st.match_state.get("status", ""),
+                          tuple(st.match_state.get("players") or self.players), rules.to_wire(st.state),
+                          dict(st.match_state), self.game_name)
+
+    def model_at(self, i: int, wall_ns: int, t_s: float | None = None, speed: float = 1.0, name: str = "replay") -> Any:
+        """A spectator ``ClientModel`` standing at step ``i`` (its game's events fed, then the snapshot)."""
+        from client.model import ClientModel, Predictor
+
+        i = max(0, min(i, len(self.steps) - 1))
+        t = self.steps[i].at_s if t_s is None else t_s
+        model = ClientModel(client_id="replay", name=name)
+        model.spectate(self.code)
+        model.game = self.game_name
+        model.players = self.players
+        model.settings = dict(self.settings)
+        model.predictor = Predictor(game_for(self.game_name), -1)
+        first = max(self.game_start[i], i - 200)
+        for j in range(first, i + 1):
+            model.on_message(self._event(j, wall_ns, t, speed), wall_ns)
+        self._confirm(model, i, wall_ns)
+        return model
+
+    def advance_model(self, model: Any, i: int, wall_ns: int, t_s: float, speed: float) -> None:
+        """Feed step ``i`` (the one after what ``model`` shows) to a model made by ``model_at``."""
+        model.on_message(self._event(i, wall_ns, t_s, speed), wall_ns)
+        self._confirm(model, i, wall_ns)
+
+    def _confirm(self, model: Any, i: int, wall_ns: int) -> None:
+        st = self.steps[i]
+        model.match_state = dict(st.match_state)
+        model.players = tuple(st.match_state.get("players") or self.players)
+        snap = self._snapshot(i, wall_ns)
+        if snap is not None:
+            model.on_message(snap, wall_ns)
+        model.version += 1
+
+
+def match_result_line(names: list[str], ms: dict[str, Any]) -> str:
+    """A match's result in the third person: "A beat B 2–1", "A and B share the match", "in progress"."""
+    wins = list(ms.get("wins") or [])
+    status = ms.get("status")
+    if status != "over":
+        return "unfinished" if status else ""
+    winner = ms.get("winner")
+    score = "–".join(str(w) for w in sorted(wins, reverse=True)) if wins else ""
+    if winner is None or not 0 <= winner < len(names):
+        top = [names[s] for s in range(min(len(names), len(wins))) if wins[s] == max(wins)] if wins else []
+        return f"{' and '.join(top)} share the match {score}".strip() if top else "match drawn"
+    others = [n for s, n in enumerate(names) if s != winner]
+    return f"{names[winner]} beat {', '.join(others)} {score}".strip()
+
+
+# --------------------------------------------------------------------------------------- building
+
+
+def load_replay(lines: Iterable[str], match: str | None = None, cut_unfinished: bool = False) -> Replay:
+    """A replay of a log's match (the first one, or ``match``). Raises ``ReplayError`` for a text
+    that is not a log, a false log (the first bad line), or a log without that match.
+
+    ``cut_unfinished`` (the window's own recordings): a log that is false only because it stops
+    early -- the window was closed during a rematch -- is replayed up to its last ``match_over``,
+    if that part is true. ``blink replay`` does not cut: a truncated log is refused."""
+    try:
+        records = parse_log(lines)
+    except NotALog as exc:
+        raise ReplayError(str(exc)) from None
+    report = verify(records)
+    if not report.ok and cut_unfinished and report.first is not None and _cut_short(report.first.problem):
+        ends = [k for k, r in enumerate(records) if r.type == "match_over"]
+        if ends and verify(records[:ends[-1] + 1]).ok:
+            records, report = records[:ends[-1] + 1], verify(records[:ends[-1] + 1])
+        else:
+            raise ReplayError("the recording stops before the end of its first match: the seeds of its last "
+                              "game were never revealed, so it cannot be replayed")
+    if not report.ok:
+        raise ReplayError(f"not a true log, refused: {report.first}")
+    groups: dict[str, list[Record]] = {}
+    order: list[str] = []
+    for rec in records:
+        code = str(rec.data.get("match"))
+        if rec.type == "match_created" and rec.seq == 1 and code in groups:
+            code = f"{code}#{order.count(code) + 1}"  # the same code reused later in the log
+        if code not in groups:
+            groups[code] = []
+            order.append(code)
+        groups[code].append(rec)
+    if match is not None:
+        wanted = [c for c in order if c.split("#")[0].upper() == match.upper()]
+        if not wanted:
+            raise ReplayError(f"no match {match} in this log (it has {', '.join(order)})")
+        code = wanted[0]
+    else:
+        code = order[0]
+    return build(groups[code])
+
+
+def _cut_short(problem: str) -> bool:
+    """verify's words for a log that simply stops (``protocol/verify.py``)."""
+    return "the log ends" in problem or "truncated" in problem
+
+
+def build(recs: Sequence[Record]) -> Replay:
+    """The steps of one true match's records (see the module header)."""
+    head = recs[0].data
+    game_name = str(head.get("game_name"))
+    rules = game_for(game_name)
+    seats = int(head.get("seats") or 2)
+    settings = rules.check_settings(dict(head.get("settings") or {}), seats)
+    code = str(head.get("match"))
+    names: list[str] = []
+    ms: dict[str, Any] = {"status": "waiting", "game_index": -1, "best_of": head.get("best_of", 1), "wins": [],
+                          "players": [], "winner": None, "results": []}
+    states: list[Any] = [None] * len(recs)
+    games: list[int] = [0] * len(recs)
+    game_start: list[int] = [0] * len(recs)
+    # Each game's states, re-derived from its seed.
+    i = 0
+    n = len(recs)
+    while i < n:
+        if recs[i].type == "game_started":
+            j = i + 1
+            while j < n and recs[j].type not in ("game_result", "seat_left", "match_over", "game_started"):
+                j += 1
+            end = recs[j] if j < n else None
+            gidx = int(recs[i].data.get("game", 0))
+            for k in range(i, min(j + 1, n)):
+                game_start[k] = i
+                games[k] = gidx
+            if end is not None and end.type == "game_result" and type(end.data.get("seed")) is int:
+                path = _game_path(game_name, rules, settings, seats, list(recs[i].data.get("players") or []),
+                                  int(end.data["seed"]), int(recs[i].data.get("ts") or 0), recs[i + 1:j])
+                for k, st in enumerate(path):
+                    states[i + k] = rules.view(st, None)
+                states[j] = states[j - 1]
+            i = j
+        i += 1
+    steps: list[Step] = []
+    last_state: Any = None
+    last_game = 0
+    last_start = 0
+    t = 0.0
+    prev_ts: int | None = None
+    for k, rec in enumerate(recs):
+        d = rec.data
+        t_type = rec.type
+        if t_type == "seat_taken":
+            names.append(str(d.get("name")))
+        elif t_type == "seat_left" and ms["status"] == "waiting":
+            seat = d.get("seat")
+            if type(seat) is int and 0 <= seat < len(names):
+                names.pop(seat)
+        elif t_type == "game_started":
+            ms["status"] = "playing"
+            ms["game_index"] = int(d.get("game", 0))
+            if not ms["wins"]:
+                ms["wins"] = [0] * seats
+        elif t_type == "game_result":
+            ms["wins"] = list(d.get("wins") or ms["wins"])
+            ms["results"] = ms["results"] + [{"game": d.get("game"), "winners": list(d.get("winner_seats") or []),
+                                              "reason": d.get("reason"), "scores": list(d.get("scores") or [])}]
+            ms["status"] = "between"
+        elif t_type == "match_over":
+            ms["status"] = "over"
+            ms["winner"] = d.get("winner_seat")
+            ms["wins"] = list(d.get("wins") or ms["wins"])
+        elif t_type == "rematch_started":
+            ms["wins"] = [0] * seats
+            ms["results"] = []
+            ms["winner"] = None
+        ms["players"] = list(names)
+        if states[k] is not None:
+            last_state, last_game, last_start = states[k], games[k], game_start[k]
+        elif t_type == "game_started" or game_start[k]:
+            last_game, last_start = games[k], game_start[k]
+        ts = d.get("ts")
+        if type(ts) is int:
+            if prev_ts is not None:
+                t += min(MAX_GAP_S, max(0, ts - prev_ts) / NS)
+            prev_ts = ts
+        ev = m.Event(code, int(d["seq"]), int(ts or 0), int(d.get("game", 0)), str(t_type),
+                     {k2: v for k2, v in body(rec).items()})
+        steps.append(Step(ev, last_state, last_game, json.loads(json.dumps(ms)), t))
+        game_start[k] = last_start
+    return Replay(code, game_name, tuple(names), dict(head.get("settings") or {}), steps, game_start)
+
+
+def _game_path(game_name: str, rules: Any, settings: Any, seats: int, names: Sequence[str], seed: int,
+               start_ts: int, events: Sequence[Record]) -> list[Any]:
+    """The states of one verified game: [initial, then the state after each of ``events``].
+
+    ``protocol.verify.replay_game``'s walk, keeping for every consistent state the one it came
+    from, so the path that explains the whole game can be read back from its end."""
+    chance = SeededChance(seed)
+    state0 = rules.new_game(settings, seats, chance)
+    hyp0 = _Hyp(state0, chance, {} if rules.outcome(state0) is not None else _arm(rules, state0, {}, start_ts))
+    logged = [body(r) for r in events]
+    hint = HINTS.get(game_name)
+    # pos -> key -> (hyp, previous pos, previous key)
+    buckets: dict[int, dict[Any, tuple[_Hyp, int, Any]]] = {0: {_key(hyp0): (hyp0, -1, None)}}
+    kept: dict[int, dict[Any, tuple[_Hyp, int, Any]]] = {}
+    miss = _Miss()
+    n = len(events)
+    for pos in range(n):
+        hyps = buckets.pop(pos, None)
+        if not hyps:
+            continue
+        kept[pos] = hyps
+        ts = events[pos].data.get("ts")
+        for hkey, (hyp, _, _) in hyps.items():
+            if rules.outcome(hyp.state) is not None:
+                continue
+            for player, action, deadline, timer in _candidates(rules, hint, hyp, seats, events, pos):
+                ch = hyp.chance.copy()
+                try:
+                    done = rules.complete(hyp.state, player, action, ch)
+                    result = rules.apply(hyp.state, player, done)
+                except Exception:  # noqa: BLE001 - as in verify: explains nothing
+                    continue
+                if not isinstance(result, Accepted) or not result.events:
+                    continue
+                k = _match_group(result.events, names, logged, events, pos, miss)
+                if k == 0 or (deadline is not None and type(ts) is int and ts < deadline):
+                    continue
+                armed = {nm: v for nm, v in hyp.armed.items() if nm != timer}
+                new = _Hyp(result.state, ch, armed)
+                new.armed = _arm(rules, new.state, armed, ts if type(ts) is int else 0) \
+                    if rules.outcome(new.state) is None else {}
+                bucket = buckets.setdefault(pos + k, {})
+                if len(bucket) < 256:
+                    bucket.setdefault(_key(new), (new, pos, hkey))
+    kept[n] = buckets.get(n, {})
+    if not kept[n]:
+        return [state0] * (n + 1)  # cannot happen for a verified log; show the start rather than fail
+    # Read the path back: positions p0=0 < p1 < ... < n, each reached from the one before.
+    path: dict[int, Any] = {}
+    pos, key = n, next(iter(kept[n]))
+    while pos >= 0:
+        hyp, prev_pos, prev_key = kept[pos][key]
+        path[pos] = hyp.state
+        if prev_pos < 0:
+            break
+        pos, key = prev_pos, prev_key
+    out: list[Any] = [state0]
+    last_known = state0
+    # event e (0-based) is covered by the group that starts at the greatest path position <= e and
+    # ends after it: show that group's resulting state for every event in it.
+    ends = sorted(path)
+    for e in range(n):
+        after = next(p for p in ends if p > e)
+        last_known = path[after]
+        out.append(last_known)
+    return out
+
+
+# --------------------------------------------------------------------------------------- the clock
+
+
+@dataclass
+class Playback:
+    """Where the replay stands: ``t_s`` in replay time, the step shown, speed and pause."""
+
+    replay: Replay
+    t_s: float = 0.0
+    index: int = 0
+    speed: float = 1.0
+    paused: bool = False
+
+    @property
+    def at_end(self) -> bool:
+        return self.index >= len(self.replay) - 1
+
+    def tick(self, dt_s: float) -> list[int]:
+        """Let ``dt_s`` of wall time pass; returns the steps reached, in order (to feed forward)."""
+        if self.paused or self.at_end:
+            return []
+        self.t_s = min(self.replay.duration_s, self.t_s + dt_s * self.speed)
+        target = self.replay.index_at(self.t_s)
+        reached = list(range(self.index + 1, target + 1))
+        self.index = max(self.index, target)
+        if self.at_end:
+            self.paused = True
+        return reached
+
+    def seek(self, index: int) -> int:
+        """Stand at step ``index`` (clamped); returns it. Going back is always a seek."""
+        self.index = max(0, min(index, len(self.replay) - 1))
+        self.t_s = self.replay.steps[self.index].at_s
+        return self.index
+
+    def seek_fraction(self, f: float) -> int:
+        """The scrub bar: the step at fraction ``f`` of the replay's time."""
+        f = max(0.0, min(1.0, f))
+        return self.seek(0 if f == 0.0 else self.replay.index_at(f * self.replay.duration_s))
+
+    def set_speed(self, speed: float) -> None:
+        self.speed = speed
+
+    def toggle(self) -> None:
+        if self.paused and self.at_end:
+            self.seek(0)
+        self.paused = not self.paused
+
+
+# --------------------------------------------------------------------------------------- the session
+
+
+class ReplaySession:
+    """Stands in for the window's ``Session`` while a replay is shown: the scenes read ``model``
+    (a spectator ``ClientModel`` at the replay's position), ``status`` and ``message`` as usual;
+    nothing is sent anywhere. ``tick`` moves the playback on and feeds the model; ``seek`` makes a
+    fresh model (and bumps ``epoch``, on which the window makes a fresh scene: a scene's animations
+    only ever run forwards)."""
+
+    def __init__(self, replay: Replay, name: str = "replay", speed: float = 1.0) -> None:
+        from client.window.session import SessionConfig
+
+        self.replay = replay
+        self.config = SessionConfig(game=replay.game_name, name=name)
+        self.playback = Playback(replay, speed=speed)
+        self.status, self.message = "playing", ""
+        self.mode = "replay"
+        self.player: Any = None
+        self.address: Any = None
+        self.server: Any = None
+        self.server_url = ""
+        self.local = False
+        self.epoch = 0
+        self.model: Any = None
+        self._tasks: set[Any] = set()
+        self._wall_ns = 0
+
+    def start_at(self, index: int, wall_ns: int) -> None:
+        self.seek(index, wall_ns)
+
+    def seek(self, index: int, wall_ns: int) -> None:
+        i = self.playback.seek(index)
+        self._wall_ns = wall_ns
+        self.model = self.replay.model_at(i, wall_ns, self.playback.t_s, self.playback.speed, self.config.name)
+        self.epoch += 1
+
+    def step(self, delta: int, wall_ns: int) -> None:
+        """One event forward (fed, so its animation plays) or back (a seek)."""
+        self.playback.paused = True
+        i = self.playback.index + delta
+        if delta == 1 and self.model is not None and i < len(self.replay):
+            self.playback.seek(i)
+            self.replay.advance_model(self.model, i, wall_ns, self.playback.t_s, self.playback.speed)
+        else:
+            self.seek(i, wall_ns)
+        self._wall_ns = wall_ns
+
+    def tick(self, wall_ns: int) -> None:
+        if self.model is None:
+            self.seek(0, wall_ns)
+        dt = max(0.0, (wall_ns - self._wall_ns) / NS) if self._wall_ns else 0.0
+        self._wall_ns = wall_ns
+        for i in self.playback.tick(min(dt, 0.5)):  # a stalled frame does not skip half the match
+            self.replay.advance_model(self.model, i, wall_ns, self.playback.t_s, self.playback.speed)
+
+    # the Session surface the scenes use
+    def spawn(self, coro: Any, game: bool = False) -> Any:
+        import asyncio
+
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def act_now(self, action: Any) -> Any:
+        from protocol.rules.base import Rejected
+
+        return Rejected("spectator", "a replay is only watched")
+
+    def rematch(self) -> None:
+        pass
+
+    async def start(self) -> None:
+        pass
+
+    async def leave(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.status = "closed"
