@@ -27,7 +27,7 @@ logged before the next one starts), so the replayed steps' lines after the last 
 the log are appended, and a torn last line is cut. Once connected, the shell publishes the
 relay's online status, the match list, every match's retained snapshot and every player's
 private view, so clients resync. Every ``snapshot_every_s`` seconds (or ``snapshot_every``
-entries) the core is pickled between two steps and saved, and the journal is compacted up to
+entries) the core is pickled between two steps (in a worker thread while the stepper waits) and saved, and the journal is compacted up to
 the previous snapshot (two stay, in case the newest cannot be read): replay stays short, and
 matches the core has forgotten leave the journal.
 
@@ -69,8 +69,8 @@ MAX_SLEEP_S = 0.05
 TOO_LARGE_QUIET_NS = 1_000_000_000
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
-SNAPSHOT_EVERY_S = 30.0
-SNAPSHOT_EVERY = 100_000  # entries
+SNAPSHOT_EVERY_S = 10.0
+SNAPSHOT_EVERY = 20_000  # entries: with thousands of players pinging, about 10 s of a busy relay
 LOG_TAIL_BYTES = 1 << 20  # how much of the event log's end recovery reads to find where it stops
 _SHELL_ONLY = ("relay_started",)  # log lines the core never writes
 
@@ -136,12 +136,20 @@ class RelayShell:
         if not isinstance(core, RelayCore):
             raise JournalError(f"the journal's snapshot at {pos} is not a relay core")
         replayed: list[tuple[Entry, list[Any]]] = []
-        for _, entry in journal.read(pos + 1):
-            if isinstance(entry, Msg):
-                out = core.handle(entry.topic, entry.payload, entry.now_ns)
-            else:
-                out = core.tick(entry.now_ns)
-            replayed.append((entry, [o for o in out if isinstance(o, LogRecord)]))
+        # Replay keeps only the log records: views and retained snapshots, most of the core's work
+        # per input, are built for nothing (the resync after recovery sends fresh ones). They only
+        # read the state, so shadowing them on this instance while replaying changes no outcome.
+        core._send_views = _nothing  # type: ignore[method-assign]
+        core._publish_snapshot = _nothing  # type: ignore[method-assign]
+        try:
+            for _, entry in journal.read(pos + 1):
+                if isinstance(entry, Msg):
+                    out = core.handle(entry.topic, entry.payload, entry.now_ns)
+                else:
+                    out = core.tick(entry.now_ns)
+                replayed.append((entry, [o for o in out if isinstance(o, LogRecord)]))
+        finally:
+            del core._send_views, core._publish_snapshot
         self.core = core
         # The journal's seed and configuration win: the matches were made with them.
         self.seed, self.config, self.topics = core.seed, core.config, core.topics
@@ -288,8 +296,10 @@ class RelayShell:
         then the outputs."""
         if self._resync and self._client is not None:
             self._resync = False
-            await self._emit(self._resync_outputs(time.time_ns()))
+            now = time.time_ns()
+            await self._emit(self.core.startup(now))  # online: from here on requests are served
             self.ready.set()
+            await self._emit(self._resync_outputs(now))
         inbox, self._inbox = self._inbox, []
         entries: list[Entry] = []
         out: list[Any] = []
@@ -322,7 +332,9 @@ class RelayShell:
         if journal is None:
             return
         pos = journal.last_position()
-        blob = pickle.dumps(self.core, protocol=pickle.HIGHEST_PROTOCOL)  # in the loop: the core is not moving
+        # In a worker thread, so the connection keeps receiving; only the stepper (awaiting here)
+        # changes the core, so it holds still while it is pickled.
+        blob = await asyncio.to_thread(pickle.dumps, self.core, pickle.HIGHEST_PROTOCOL)
         self._snap_at = time.monotonic()
         await asyncio.to_thread(journal.save_snapshot, pos, blob)
         keep = self._snap_pos  # two snapshots stay: the newest, and one to fall back to
@@ -331,10 +343,10 @@ class RelayShell:
             await asyncio.to_thread(journal.compact, keep)
 
     def _resync_outputs(self, now_ns: int) -> list[Any]:
-        """What a (re)connected relay publishes so that every client can resync: its status, the
-        match list, each match's retained snapshot and each player's view (read-only on the core)."""
+        """What a (re)connected relay publishes, after its status and the match list, so that every
+        client can resync: each match's retained snapshot and each player's view (read-only on the core)."""
         core = self.core
-        out: list[Any] = list(core.startup(now_ns))
+        out: list[Any] = []
         for match in core.matches.values():
             core._publish_snapshot(match, now_ns, out)  # noqa: SLF001 - read-only: builds messages
             core._send_views(match, out)  # noqa: SLF001
@@ -388,6 +400,10 @@ class RelayShell:
         for r in records:
             if r.record.get("kind") == "bad_input":
                 log.info("bad input: %s", r.record)
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 __all__ = ["RelayShell", "feed"]

@@ -136,6 +136,7 @@ def test_kill_9_and_restart_on_the_same_data_directory(point: str, mosquitto: Br
     relay = Relay(mosquitto.login_url, tmp_path / "data", log)
     address = parse_url(mosquitto.url)
     topics = Topics()
+    relay.start()
 
     async def scenario() -> None:
         events: list[m.Event] = []
