@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest message in bytes the embedded broker passes on and the relay reads (default 8192)")
     s.add_argument("--data", metavar="DIR", help="journal every input here and recover from it on start "
                    "(default: the per-user data directory, e.g. ~/.local/share/blink)")
+    s.add_argument("--no-journal", action="store_true", help="keep matches in memory only (lost if the relay "
+                   "stops); for throwaway relays and measurements")
     s.add_argument("--sync", choices=("full", "normal"), default="full", help="journal durability: full (fsync "
                    "every batch; survives a power cut) or normal (survives a crash of the relay) (default full)")
     s.add_argument("--lan", action="store_true", help="host for the local network: all interfaces, the next free "
@@ -181,7 +183,9 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
     from relay.local import JournalError, LocalServer, RelayConfig, default_data_dir
 
     config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
-    data_dir = args.data or default_data_dir()
+    if args.no_journal and args.data:
+        raise UserError("--no-journal and --data exclude each other")
+    data_dir = None if args.no_journal else (args.data or default_data_dir())
     host, port = args.host or ("0.0.0.0" if args.lan else "127.0.0.1"), args.port
     lan: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
     if args.interface and not args.lan:
@@ -213,7 +217,8 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
                   flush=True)
             # After the "running" line (scripts wait for it): where the journal is, what was recovered.
             assert server.relay is not None
-            print(f"blink relay data (journal): {data_dir}", flush=True)
+            print(f"blink relay data (journal): {data_dir or 'none (--no-journal): matches live in memory only'}",
+                  flush=True)
             if server.relay.recovered:
                 print(f"blink relay: {server.relay.recovered}", flush=True)
             relay_task = server._task
@@ -305,7 +310,7 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
     try:
         from relay.local import JournalError, temporary_data_dir
 
-        local_data = args.data or temporary_data_dir()
+        local_data = args.data or (temporary_data_dir() if not args.server else None)
         async with LocalServer(None, args.seed, config, topics=topics, relay=True, data_dir=local_data,
                                remove_data_dir=not args.data) if not args.server \
                 else _Nothing(args.server) as server:

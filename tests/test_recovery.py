@@ -381,3 +381,29 @@ def test_a_torn_journal_tail_keeps_the_valid_prefix_and_says_so(mosquitto: Broke
         assert set(codes[:2]) <= back
     finally:
         relay.stop()
+
+
+def test_a_ping_changes_nothing_in_the_core_so_the_shell_need_not_journal_it() -> None:
+    """The shell leaves pings out of the journal (most of the inputs under load): that is only
+    right while the core's answer to a ping changes none of its state."""
+    import pickle
+
+    from protocol.codec import encode
+    from relay.core import RelayCore
+    from relay.shell import RelayShell
+
+    topics = Topics()
+    core = RelayCore(topics, seed=3)
+    a, b = new_client_id(), new_client_id()
+    core.handle(topics.req(a), encode(m.CreateMatch(name="a", game="blink", settings={}, seats=2)), 1_000)
+    code = next(iter(core.matches))
+    core.handle(topics.req(b), encode(m.JoinMatch(name="b", code=code)), 2_000)
+    assert core.matches[code].status == "playing"
+    before = pickle.dumps(core)
+    out = core.handle(topics.req(a), encode(m.Ping(t0=5)), 3_000)
+    assert [o.msg for o in out if hasattr(o, "msg")] == [m.Pong(t0=5, t1=3_000, t2=3_000)]
+    assert pickle.dumps(core) == before
+    shell = RelayShell(parse_url("mqtt://127.0.0.1:1"), topics)
+    assert shell._state_free(topics.req(a), encode(m.Ping(t0=5)))
+    assert not shell._state_free(topics.req(a), encode(m.Resync(match=code)))
+    assert not shell._state_free(f"{topics.prefix}/m/0/{code}/act/{a}", encode(m.Ping(t0=5)))
