@@ -307,11 +307,12 @@ class RelayShell:
         entries: list[Entry] = []
         out: list[Any] = []
         core = self.core
+        journalling = self.journal is not None
         for topic, payload, now_ns in inbox:
             if len(payload) > self.max_payload:
                 out.extend(self._too_large(topic, len(payload), now_ns))
                 continue
-            if not self._state_free(topic, payload):
+            if journalling and not self._state_free(topic, payload):
                 entries.append(Msg(topic, payload, now_ns))
             out.extend(core.handle(topic, payload, now_ns))
         deadline = core.next_deadline()
