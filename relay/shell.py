@@ -48,6 +48,7 @@ client id).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -117,6 +118,21 @@ class RelayShell:
 
     def recover(self) -> None:
         """Rebuild the core from the journal (see the header). Called by ``run``; idempotent."""
+        # Unpickling and replaying allocate millions of objects that all stay alive: the cyclic
+        # garbage collector would walk the growing heap again and again (measured: 1,000 matches
+        # recovered in 6.8 s with it, 1.6 s without). Afterwards the recovered objects are frozen
+        # out of its way (refcounting still frees them as the matches move on).
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._recover()
+        finally:
+            if was_enabled:
+                gc.enable()
+        if self.recovered is not None:
+            gc.freeze()
+
+    def _recover(self) -> None:
         journal = self.journal
         if journal is None or self._snap_pos or self.recovered is not None:
             return
