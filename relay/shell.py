@@ -13,7 +13,7 @@ Two tasks share one event loop, so the core is never entered concurrently:
 - the *stepper* runs one step per event-loop turn (group commit): it takes every message
   already in the inbox, hands them to ``core.handle(topic, payload, now_ns)`` in arrival order
   (the relay is the only sequencer), calls ``core.tick(now_ns)`` if a deadline of the core is
-  due, appends all those inputs (but pings, which change nothing in the core) to the journal as ONE batch (one durable write, run in a worker
+  due (at most ``MAX_BATCH`` messages a step), appends all those inputs (but pings, which change nothing in the core) to the journal as ONE batch (one durable write, run in a worker
   thread so the loop keeps receiving meanwhile: the next batch grows while this one is written),
   and only then publishes the step's outputs and writes its event-log lines. So a player hears
   ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly the
@@ -70,6 +70,7 @@ from relay.journal import Entry, Journal, JournalError, Msg, Tick, feed
 log = logging.getLogger("blink.relay")
 
 MAX_SLEEP_S = 0.05
+MAX_BATCH = 512  # messages handled (and journalled as one write) per step
 TOO_LARGE_QUIET_NS = 1_000_000_000
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
@@ -319,7 +320,9 @@ class RelayShell:
             await self._emit(self.core.startup(now))  # online: from here on requests are served
             self.ready.set()
             await self._emit(self._resync_outputs(now))
-        inbox, self._inbox = self._inbox, []
+        # At most MAX_BATCH messages a step: an overloaded relay still answers the oldest first
+        # without waiting for a whole backlog, and snapshots still come between steps.
+        inbox, self._inbox = self._inbox[:MAX_BATCH], self._inbox[MAX_BATCH:]
         entries: list[Entry] = []
         out: list[Any] = []
         core = self.core
