@@ -10,11 +10,12 @@ Two tasks share one event loop, so the core is never entered concurrently:
   connection taken over, a network blip) it reconnects with backoff (0.1 s doubling to 5 s),
   resubscribes, and asks the stepper to republish; the core is kept. Only the very first
   connection may fail for good (a wrong URL or password is reported, not retried for ever).
-- the *stepper* runs one step per event-loop turn (group commit): it takes every message
-  already in the inbox, hands them to ``core.handle(topic, payload, now_ns)`` in arrival order
-  (the relay is the only sequencer), calls ``core.tick(now_ns)`` if a deadline of the core is
-  due (at most ``MAX_BATCH`` messages a step), appends all those inputs (but pings, which change nothing in the core) to the journal as ONE batch (one durable write, run in a worker
-  thread so the loop keeps receiving meanwhile: the next batch grows while this one is written),
+- the *stepper* runs one step per event-loop turn (group commit): it takes the messages already
+  in the inbox (at most ``MAX_BATCH``), hands them to ``core.handle(topic, payload, now_ns)`` in
+  arrival order (the relay is the only sequencer), calls ``core.tick(now_ns)`` if a deadline of
+  the core is due, appends all those inputs (but pings, which change nothing in the core) to the
+  journal as ONE batch (one durable write, run in a worker thread so the loop keeps receiving
+  meanwhile: the next batch grows while this one is written),
   and only then publishes the step's outputs and writes its event-log lines. So a player hears
   ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly the
   ``now_ns`` values the core was given, so replay is exact.
