@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--relay-id", default="relay-0", help="this relay's name (status topic)")
     s.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192,
                    help="largest message in bytes the embedded broker passes on and the relay reads (default 8192)")
+    s.add_argument("--data", metavar="DIR", help="journal every input here and recover from it on start "
+                   "(default: the per-user data directory, e.g. ~/.local/share/blink)")
+    s.add_argument("--no-journal", action="store_true", help="keep matches in memory only (lost if the relay "
+                   "stops); for throwaway relays and measurements")
+    s.add_argument("--sync", choices=("full", "normal"), default="full", help="journal durability: full (fsync "
+                   "every batch; survives a power cut) or normal (survives a crash of the relay) (default full)")
     s.add_argument("--lan", action="store_true", help="host for the local network: all interfaces, the next free "
                    "port if --port is taken, advertised over multicast DNS (found by `blink lan`)")
     s.add_argument("--interface", action="append", metavar="IF", help="with --lan: advertise only on this "
@@ -92,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--json", action="store_true", help="print one JSON object")
     mt.add_argument("--log", type=argtypes.out_file, metavar="PATH", help="write every public event as JSON Lines")
     mt.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="relay ordering (local relay)")
+    mt.add_argument("--data", metavar="DIR", help="the local relay's journal directory (default: a private "
+                    "temporary one, removed afterwards)")
 
     w = sub.add_parser("watch", help="spectate a running match by code (prints its public events)")
     w.add_argument("code", help="the match code")
@@ -199,9 +207,12 @@ def _friendly(exc: BaseException) -> UserError:
 
 
 async def _serve(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.local import LocalServer, RelayConfig
+    from relay.local import JournalError, LocalServer, RelayConfig, default_data_dir
 
     config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
+    if args.no_journal and args.data:
+        raise UserError("--no-journal and --data exclude each other")
+    data_dir = None if args.no_journal else (args.data or default_data_dir())
     host, port = args.host or ("0.0.0.0" if args.lan else "127.0.0.1"), args.port
     lan: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
     if args.interface and not args.lan:
@@ -220,7 +231,7 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
         lan = lanmod.lan_hosting(port, args.relay_id, host, args.interface, topics, _say, _warn)
     server = LocalServer(args.broker, args.seed, config, args.log, host=host,
                          port=None if args.broker else port, topics=topics,
-                         max_payload=args.max_payload)
+                         max_payload=args.max_payload, data_dir=data_dir, durable=args.sync == "full")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -233,6 +244,12 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
             where = f"embedded broker on {server.address.url}" if server.broker else f"broker {server.address.url}"
             print(f"blink relay '{args.relay_id}' ({args.order} order) running with {where}; Ctrl-C stops it.",
                   flush=True)
+            # After the "running" line (scripts wait for it): where the journal is, what was recovered.
+            assert server.relay is not None
+            print(f"blink relay data (journal): {data_dir or 'none (--no-journal): matches live in memory only'}",
+                  flush=True)
+            if server.relay.recovered:
+                print(f"blink relay: {server.relay.recovered}", flush=True)
             relay_task = server._task
             assert relay_task is not None
             waiter = asyncio.create_task(stop.wait())
@@ -243,6 +260,8 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
                 raise _friendly(exc) if exc else UserError("the relay stopped")
     except UserError:
         raise
+    except JournalError as exc:
+        raise UserError(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - turned into one readable line
         raise _friendly(exc) from exc
     print("blink relay stopped.", flush=True)
@@ -343,7 +362,11 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
         raise UsageError(f"bad --settings: {exc}") from exc
     config = RelayConfig(order=args.order)
     try:
-        async with LocalServer(None, args.seed, config, topics=topics, relay=True) if not args.server \
+        from relay.local import JournalError, temporary_data_dir
+
+        local_data = args.data or (temporary_data_dir() if not args.server else None)
+        async with LocalServer(None, args.seed, config, topics=topics, relay=True, data_dir=local_data,
+                               remove_data_dir=not args.data) if not args.server \
                 else _Nothing(args.server) as server:
             result = await run_match(server.address, args.game, args.bots, args.settings, args.seed,
                                      args.reaction, args.timeout, topics)
@@ -351,6 +374,8 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
         raise UserError(f"the relay refused: {exc}") from exc
     except UserError:
         raise
+    except JournalError as exc:
+        raise UserError(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001
         raise _friendly(exc) from exc
     if args.log:

@@ -545,12 +545,13 @@ async def run_latency(cfg: LatencyConfig, topics: Topics | None = None, progress
     server: Any = None
     try:
         if cfg.server is None:
-            from relay.local import LocalServer, RelayConfig
+            from relay.local import LocalServer, RelayConfig, temporary_data_dir
 
             rc = RelayConfig(order=cfg.order)
             if cfg.fair_cap_ms is not None:
                 rc.fair_cap_ns = int(cfg.fair_cap_ms * 1e6)
-            server = LocalServer(None, cfg.seed, rc, topics=topics)
+            # A private journal directory (removed afterwards): the measured relay journals as a served one does.
+            server = LocalServer(None, cfg.seed, rc, topics=topics, data_dir=temporary_data_dir(), remove_data_dir=True)
             await server.__aenter__()
             address = server.address
             url = address.url

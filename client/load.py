@@ -79,6 +79,7 @@ import math
 import os
 import random
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -635,6 +636,7 @@ class LocalRelay:
         self.seed = seed
         self.proc: asyncio.subprocess.Process | None = None
         self._err = tempfile.TemporaryFile()
+        self.data_dir = ""
 
     @property
     def url(self) -> str:
@@ -645,7 +647,10 @@ class LocalRelay:
         return self.proc.pid if self.proc is not None else None
 
     async def start(self) -> None:
-        cmd = [sys.executable, "-m", "client.cli", "--prefix", self.topics.prefix, "serve", "--port", str(self.port)]
+        # A private journal directory, removed in stop(): never the user's, never another run's.
+        self.data_dir = tempfile.mkdtemp(prefix="blink-load-relay-")
+        cmd = [sys.executable, "-m", "client.cli", "--prefix", self.topics.prefix, "serve", "--port", str(self.port),
+               "--data", self.data_dir]
         if self.seed is not None:
             cmd += ["--seed", str(self.seed)]
         self.proc = await asyncio.create_subprocess_exec(
@@ -677,6 +682,8 @@ class LocalRelay:
                     pass
                 await proc.wait()
         self._err.close()
+        if self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def _die_with_parent() -> None:

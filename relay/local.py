@@ -9,7 +9,14 @@ in the running event loop, an embedded amqtt broker on a free loopback port (or 
 and a relay on it; or, given a broker URL, just the relay against that broker. ``address`` is
 where players connect; the relay's own login (on the embedded broker: user ``relay`` and a secret
 made at this start) never leaves this object. ``start_local`` is the same as a function: it
-returns the started server, whose ``stop()`` ends both. ``write_mosquitto_config`` (from
+returns the started server, whose ``stop()`` ends both.
+
+``data_dir``: the relay journals every input there (``relay/journal.py``) and recovers from it on
+start; the directory is locked while the relay runs. ``None`` (the default, tests' in-process
+servers): no journal, the relay lives in memory only -- a throwaway server in a test has nothing
+to recover and no business writing to disk. ``temporary_data_dir()`` gives the commands that
+start a throwaway relay (``blink match``, ``latency``, ``load``, ``play``) a private directory of
+their own, removed when they stop, so two of them never collide on a lock. ``write_mosquitto_config`` (from
 ``relay.mosquitto``) is here for ``blink broker-config``, the server-side command that sets up an
 external broker.
 """
@@ -17,6 +24,9 @@ external broker.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +34,18 @@ from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, st
 from protocol.topics import Topics
 from relay.broker import EmbeddedBroker
 from relay.core import RelayConfig
+from relay.journal import JournalError, default_data_dir, open_journal
 from relay.mosquitto import write_mosquitto_config
 from relay.shell import RelayShell
 
-__all__ = ["LocalServer", "RelayConfig", "start_local", "write_mosquitto_config"]
+__all__ = ["JournalError", "LocalServer", "RelayConfig", "default_data_dir", "start_local", "temporary_data_dir",
+           "write_mosquitto_config"]
+
+
+def temporary_data_dir() -> Path:
+    """A private data directory for a throwaway relay (the caller removes it: ``LocalServer`` does
+    when given ``remove_data_dir=True``)."""
+    return Path(tempfile.mkdtemp(prefix="blink-relay-"))
 
 
 class LocalServer:
@@ -39,8 +57,12 @@ class LocalServer:
 
     def __init__(self, broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
                  log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
-                 relay: bool = True, topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+                 relay: bool = True, topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
+                 data_dir: str | Path | None = None, durable: bool = True, remove_data_dir: bool = False) -> None:
         topics = topics or Topics()
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.durable = durable
+        self._remove_data_dir = remove_data_dir
         self.broker: EmbeddedBroker | None = None
         if broker_url:
             relay_address = parse_url(broker_url)
@@ -60,6 +82,11 @@ class LocalServer:
         await self.stop()
 
     async def start(self) -> None:
+        if self.relay is not None and self.data_dir is not None and self.relay.journal is None:
+            # Before the broker takes its port: a held or unwritable directory is refused first.
+            self.relay.journal = open_journal(self.data_dir, durable=self.durable)
+            if self.relay.journal.recovery_note:
+                print(self.relay.journal.recovery_note, file=sys.stderr, flush=True)
         if self.broker is not None:
             await self.broker.start()
         if self.relay is not None:
@@ -87,14 +114,21 @@ class LocalServer:
                 await asyncio.wait_for(self.broker.stop(), timeout=5)
             except asyncio.TimeoutError:
                 pass
+        if self.relay is not None and self.relay.journal is not None:
+            self.relay.journal.close()
+            self.relay.journal = None
+        if self._remove_data_dir and self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 async def start_local(broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
                       log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
-                      topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD) -> LocalServer:
+                      topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
+                      data_dir: str | Path | None = None) -> LocalServer:
     """Start an embedded broker and a relay (or a relay on ``broker_url``); ``.address`` is where
     players connect, ``await .stop()`` ends both."""
-    server = LocalServer(broker_url, seed, config, log_path, host, port, topics=topics, max_payload=max_payload)
+    server = LocalServer(broker_url, seed, config, log_path, host, port, topics=topics, max_payload=max_payload,
+                         data_dir=data_dir)
     try:
         await server.start()
     except BaseException:

@@ -21,6 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["tests.guards"]
 
 
+@pytest.fixture(autouse=True)
+def _private_data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`blink serve` journals to the per-user data directory by default: every test (and the
+    processes it starts) gets its own, so tests never share a journal, a lock or recovered matches."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+
+
 def wait_port(host: str, port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
