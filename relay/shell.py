@@ -13,8 +13,8 @@ Two tasks share one event loop, so the core is never entered concurrently:
 - the *stepper* runs one step per event-loop turn (group commit): it takes the messages already
   in the inbox (at most ``MAX_BATCH``), hands them to ``core.handle(topic, payload, now_ns)`` in
   arrival order (the relay is the only sequencer), calls ``core.tick(now_ns)`` if a deadline of
-  the core is due, appends all those inputs (but pings, which change nothing in the core) to the
-  journal as ONE batch (one durable write, run in a worker thread so the loop keeps receiving
+  the core is due, appends all those inputs (pings too: they spend the sender's request tokens
+  and keep it seen, so the core is only replayed exactly from every input) to the journal as ONE batch (one durable write, run in a worker thread so the loop keeps receiving
   meanwhile: the next batch grows while this one is written),
   and only then publishes the step's outputs and writes its event-log lines. So a player hears
   ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly the
@@ -332,7 +332,7 @@ class RelayShell:
             if len(payload) > self.max_payload:
                 out.extend(self._too_large(topic, len(payload), now_ns))
                 continue
-            if journalling and not self._state_free(topic, payload):
+            if journalling:
                 entries.append(Msg(topic, payload, now_ns))
             out.extend(core.handle(topic, payload, now_ns))
         deadline = core.next_deadline()
@@ -350,17 +350,6 @@ class RelayShell:
                                     or (time.monotonic() - self._snap_at >= self.snapshot_every_s
                                         and journal.last_position() > self._snap_pos)):
             await self.snapshot()
-
-    def _state_free(self, topic: str, payload: bytes) -> bool:
-        """A ping changes nothing in the core (it is answered with the time), so it is not journalled:
-        under load pings are most of the inputs, and replay time is what a restart waits for.
-        (tests/test_recovery.py checks that a ping leaves the core's pickled state unchanged.)"""
-        if len(payload) > 64 or b"Ping" not in payload or self.topics.parse_req(topic) is None:
-            return False
-        try:
-            return isinstance(decode(payload), m.Ping)
-        except DecodeError:
-            return False
 
     async def snapshot(self) -> None:
         """Save the core (between two steps) and compact the journal up to the previous snapshot."""

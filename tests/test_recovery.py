@@ -386,27 +386,38 @@ def test_a_torn_journal_tail_keeps_the_valid_prefix_and_says_so(mosquitto: Broke
         relay.stop()
 
 
-def test_a_ping_changes_nothing_in_the_core_so_the_shell_need_not_journal_it() -> None:
-    """The shell leaves pings out of the journal (most of the inputs under load): that is only
-    right while the core's answer to a ping changes none of its state."""
+def test_a_ping_changes_the_core_so_every_input_is_journalled_and_replayed_exactly(tmp_path: Path) -> None:
+    """A ping spends the sender's request tokens and marks it seen (the limits), so the shell
+    journals every input, pings included: replaying the journal gives the very same core."""
     import pickle
 
     from protocol.codec import encode
     from relay.core import RelayCore
-    from relay.shell import RelayShell
+    from relay.journal import Msg, SqliteJournal, replay
 
     topics = Topics()
     core = RelayCore(topics, seed=3)
     a, b = new_client_id(), new_client_id()
-    core.handle(topics.req(a), encode(m.CreateMatch(name="a", game="blink", settings={}, seats=2)), 1_000)
+    journal = SqliteJournal(tmp_path / "journal.db")
+    journal.save_snapshot(0, pickle.dumps(core))
+    inputs = [(topics.req(a), encode(m.CreateMatch(name="a", game="blink", settings={}, seats=2)), 1_000)]
+    core.handle(*inputs[0])
     code = next(iter(core.matches))
-    core.handle(topics.req(b), encode(m.JoinMatch(name="b", code=code)), 2_000)
+    inputs.append((topics.req(b), encode(m.JoinMatch(name="b", code=code)), 2_000))
+    core.handle(*inputs[-1])
     assert core.matches[code].status == "playing"
-    before = pickle.dumps(core)
-    out = core.handle(topics.req(a), encode(m.Ping(t0=5)), 3_000)
+    def limits(c: RelayCore) -> tuple[Any, ...]:
+        bucket = c._req_buckets[a]
+        return bucket.tokens, bucket.at_ns, list(c._clients.seen.items())
+
+    before = limits(core)
+    ping = (topics.req(a), encode(m.Ping(t0=5)), 3_000)
+    out = core.handle(*ping)
+    inputs.append(ping)
     assert [o.msg for o in out if hasattr(o, "msg")] == [m.Pong(t0=5, t1=3_000, t2=3_000)]
-    assert pickle.dumps(core) == before
-    shell = RelayShell(parse_url("mqtt://127.0.0.1:1"), topics)
-    assert shell._state_free(topics.req(a), encode(m.Ping(t0=5)))
-    assert not shell._state_free(topics.req(a), encode(m.Resync(match=code)))
-    assert not shell._state_free(f"{topics.prefix}/m/0/{code}/act/{a}", encode(m.Ping(t0=5)))
+    assert limits(core) != before  # so a journal without pings would not replay this core
+    journal.append([Msg(t, p, n) for t, p, n in inputs])
+    again = replay(journal, lambda: RelayCore(topics, seed=3), restore=pickle.loads)
+    assert limits(again) == limits(core)
+    assert again.matches[code].seq == core.matches[code].seq
+    journal.close()
