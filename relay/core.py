@@ -631,7 +631,8 @@ class RelayCore:
             self._end_game(match, outcome, now_ns, out)
         else:
             self._arm_timers(match, now_ns)
-        self._send_views(match, out)
+        if starting or outcome is not None or not match.rules.sends_less:
+            self._send_views(match, out)  # whole views: at a game's boundaries, or for a game without an applier
         self._snapshot_soon(match, now_ns, out, now=outcome is not None or starting)
         if outcome is None:
             self._fire_timers(match, now_ns, out)
@@ -812,10 +813,19 @@ class RelayCore:
         return True
 
     def _commit(self, match: Match, result: Accepted[Any], now_ns: int, out: list[Out], extra: dict[str, Any]) -> None:
-        match.state = result.state
+        before, match.state = match.state, result.state
         first = match.seq + 1
         for ev in result.events:
             self._event(match, now_ns, out, dict(ev))
+        rules = match.rules
+        if rules.private_delta is not None and rules.sends_less:
+            # Send less: the events say what changed in public; each player is told privately only
+            # what they cannot learn from them (the cards drawn into their own hand).
+            game = max(match.game_index, 0)
+            for seat, s in enumerate(match.players):
+                delta = rules.private_delta(before, match.state, seat)
+                if delta is not None:
+                    out.append(Publish(self.topics.client(s.client), m.PrivateUpdate(match.code, match.seq, game, delta)))
         match.history.append((match.seq, match.state))
         out.append(LogRecord({"kind": "applied", "match": match.code, "game": match.game_index,
                               "seq": [first, match.seq], "ts": now_ns, **extra}))
