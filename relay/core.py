@@ -887,13 +887,13 @@ class RelayCore:
                 match_state=match.match_state())))
 
     def _snapshot_soon(self, match: Match, now_ns: int, out: list[Out], now: bool = False) -> None:
-        """Coalesce the retained snapshot: publish it now at a game boundary (``now``) or when the last
-        one is ``snapshot_interval_s`` old; otherwise once, when that interval is over (the heap)."""
-        interval = int(self.config.snapshot_interval_s * NS)
-        if now or match.snapshot_at is None or now_ns - match.snapshot_at >= interval:
+        """Coalesce the retained snapshot: publish it now at a game boundary (``now``); otherwise once,
+        ``snapshot_interval_s`` after the first change since the last one (from ``tick``, by the
+        heap) -- however many plays fall in between, and never in the play's own ``handle``."""
+        if now or match.snapshot_at is None:
             self._publish_snapshot(match, now_ns, out)
         elif match.snapshot_due is None:
-            match.snapshot_due = match.snapshot_at + interval
+            match.snapshot_due = now_ns + int(self.config.snapshot_interval_s * NS)
 
     def _publish_snapshot(self, match: Match, now_ns: int, out: list[Out]) -> None:
         match.snapshot_at, match.snapshot_due = now_ns, None
@@ -936,9 +936,12 @@ def _with_names(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, dict):  # events are mostly flat maps of scalars: no call per value for those
+        return {k if type(k) is str else str(k): v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

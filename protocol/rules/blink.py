@@ -699,7 +699,7 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
     """Tell ``seat`` its hand when cards it has not seen came into it, and its pick when it changed;
     a card leaving the hand is in a public event already."""
     old, new = before.hands[seat], after.hands[seat]
-    came = len(new) > len(old) or any(new.count(c) > old.count(c) for c in new)
+    came = len(new) > len(old) or not set(new).issubset(old)  # a deck's cards are all different
     if not came and before.picks[seat] == after.picks[seat]:
         return None
     pick = after.picks[seat]
