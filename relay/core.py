@@ -20,9 +20,20 @@ due, judges them in its order, and includes its deadline (hold ends, probes) in 
 The games come from the registry (``protocol.rules.GAMES``) or ``RelayConfig.games``; the core asks
 a match's ``Game`` for everything game-specific and never compares a game's name.
 
-Every public event gets the match's next ``seq`` (gap-free) and goes to ``.../ev``; after each
-change every player gets their own view (``ViewUpdated``) on their private topic and the retained
-public snapshot is replaced. An action is answered to its sender only (``ActionAccepted`` /
+Every public event gets the match's next ``seq`` (gap-free) and goes to ``.../ev``. Sending less:
+for a game with an event applier (``Game.apply_event``/``private_delta``/``apply_private``, e.g.
+BLINK) a change publishes only its public events and, to a player whose private part changed beyond
+what those say (cards drawn into their hand), a small ``PrivateUpdate`` after them; clients apply
+both with the engine's own code, and a player's whole view (``ViewUpdated``) goes out only when a
+game starts or ends, on joining and on ``Resync``. A game without an applier still sends every
+player their whole view after each change. The retained public snapshot is coalesced: rewritten at
+game boundaries at once, otherwise at most once per ``snapshot_interval_s`` (from ``tick``).
+
+Time. ``now_ns`` must be monotonic (it orders, holds and times everything); ``wall_ns`` (default
+``now_ns``) only stamps events, snapshots, pongs and log records. Every live match's earliest
+deadline (its game timers, a held play's release, the next game, a coalesced snapshot) sits on one
+heap (``Match.wake_at``; moot entries are skipped when popped), so ``tick`` and ``next_deadline``
+visit only the matches that are due, never all of them. An action is answered to its sender only (``ActionAccepted`` /
 ``ActionRejected`` with a reason code). Answers are remembered per client and action id, so a
 duplicate (QoS 1 redelivery, a resend) gets the same answer again and is never applied twice.
 
