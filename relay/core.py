@@ -177,6 +177,9 @@ class RelayCore:
         times everything and must never go backwards); ``wall_ns`` (default: ``now_ns``) is the wall
         clock, used only to stamp events, snapshots, pongs and log records."""
         self._wall_offset = 0 if wall_ns is None else wall_ns - now_ns
+        return self._stamped(self._handle(topic, payload, now_ns))
+
+    def _handle(self, topic: str, payload: bytes, now_ns: int) -> list[Out]:
         out: list[Out] = []
         try:
             act_addr = self.topics.parse_act(topic)
@@ -195,7 +198,7 @@ class RelayCore:
             self._bad_quietly(now_ns, out, "unknown_topic", topic=topic[:200])
         except Exception as exc:  # noqa: BLE001 - the relay never stops for bad input
             out.append(self._bad(now_ns, "internal_error", topic=topic, detail=f"{type(exc).__name__}: {exc}"))
-        return self._stamped(out)
+        return out
 
     def _stamped(self, out: list[Out]) -> list[Out]:
         """Log records carry the wall clock: shift their monotonic stamps (events are stamped as made)."""
