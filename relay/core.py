@@ -829,17 +829,22 @@ class RelayCore:
     def _commit(self, match: Match, result: Accepted[Any], now_ns: int, out: list[Out], extra: dict[str, Any]) -> None:
         before, match.state = match.state, result.state
         first = match.seq + 1
+        start = len(out)
         for ev in result.events:
             self._event(match, now_ns, out, dict(ev))
         rules = match.rules
         if rules.private_delta is not None and rules.sends_less:
             # Send less: the events say what changed in public; each player is told privately only
             # what they cannot learn from them (the cards drawn into their own hand).
+            # They go out *before* the events: a client holds one until its seq, so the view it shows
+            # after a change's last event already has the cards drawn in it.
             game = max(match.game_index, 0)
+            private: list[Out] = []
             for seat, s in enumerate(match.players):
                 delta = rules.private_delta(before, match.state, seat)
                 if delta is not None:
-                    out.append(Publish(self.topics.client(s.client), m.PrivateUpdate(match.code, match.seq, game, delta)))
+                    private.append(Publish(self.topics.client(s.client), m.PrivateUpdate(match.code, match.seq, game, delta)))
+            out[start:start] = private
         match.history.append((match.seq, match.state))
         out.append(LogRecord({"kind": "applied", "match": match.code, "game": match.game_index,
                               "seq": [first, match.seq], "ts": now_ns, **extra}))

@@ -671,7 +671,9 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
         return replace(view, phase="stalled", resolution=str(data["resolution"]), stalemates=n)
     if etype == "game_over":
         winner = data.get("winner_seat")
-        return replace(view, phase="over", winner=None if winner is None else _seat(data, "winner_seat"))
+        # A stalemate's picks may have just been placed: the game ends with them cleared.
+        return replace(view, phase="over", winner=None if winner is None else _seat(data, "winner_seat"),
+                       picked=(False, False), picks=(None, None), resolution="")
     if etype == "card_flipped":
         p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
         if not view.draw[p] or pile not in (0, 1):
@@ -679,7 +681,7 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
         return replace(view, draw=_set(view.draw, p, view.draw[p][1:]),
                        piles=_set(view.piles, pile, view.piles[pile] + (card,)))
     if etype == "race_resumed":
-        return replace(view, phase="running", resolution="")
+        return replace(view, phase="running", resolution="", picked=(False, False), picks=(None, None))
     if etype == "pick_started":
         return replace(view, phase="picking")
     if etype == "pick_made":
@@ -689,9 +691,8 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
         if pile not in (0, 1):
             raise ValueError(f"bad card_picked {dict(data)!r}")
         hand = _take_from_hand(view, seat, p, card)
-        # Both picks are placed at once: the stalemate is over for both as the first one lands.
-        return replace(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)),
-                       picked=(False, False), picks=(None, None), resolution="", phase="running")
+        # The picks are cleared (and play resumes) by the race_resumed or game_over that follows.
+        return replace(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
     return view
 
 
