@@ -239,6 +239,9 @@ class LoadPlayer:
         self.next_id = 1
         self.busy = False  # a reaction is running: a move is chosen and waits to be made
         self.rematched_game = -1
+        # A game that sends less (``Game.apply_event``): events and private updates not yet applied.
+        self.ahead: dict[int, m.Event] = {}
+        self.private: dict[int, m.PrivateUpdate] = {}
         self.lost = False
 
     # --- connection
@@ -298,7 +301,17 @@ class LoadPlayer:
         run = self.run
         run.messages_in += 1
         if topic != self.private_topic:
-            return 0  # the match's public events and snapshot: carried, counted, not needed today
+            if self.run.rules.sends_less and self.match is not None and topic == self.run.topics.ev(self.match):
+                try:
+                    ev = decode(payload)
+                except DecodeError:
+                    run.bad_messages += 1
+                    return 0
+                if isinstance(ev, m.Event) and ev.seq > self.view_seq and len(self.ahead) < 4096:
+                    self.ahead[ev.seq] = ev
+                    if self.catch_up(time.perf_counter_ns()):
+                        self.poke()
+            return 0  # otherwise the match's public events and snapshot: carried and counted
         now = time.perf_counter_ns()
         try:
             msg = decode(payload)
@@ -309,6 +322,14 @@ class LoadPlayer:
         if kind is m.ViewUpdated:
             if self.apply_view(msg, now):
                 self.poke()
+        elif kind is m.PrivateUpdate:
+            if msg.match == self.match and msg.game == self.view_game:
+                if msg.seq <= self.view_seq:  # it came after its event: apply it now
+                    self.apply_late(msg)
+                else:
+                    self.private[msg.seq] = msg
+                if self.catch_up(now):
+                    self.poke()
         elif kind is m.ActionAccepted or kind is m.ActionRejected:
             self.on_verdict(msg, now)
         elif kind is m.Pong:
@@ -346,7 +367,48 @@ class LoadPlayer:
         self.status = str(msg.match_state.get("status", ""))
         self._confirmed = self._predicted = None
         self.inflight = [e for e in self.inflight if e[2] is None or e[2] > msg.seq]
+        self.private = {s: u for s, u in self.private.items() if s > msg.seq and u.game == msg.game}
+        self.catch_up(now_ns)
         return True
+
+    def catch_up(self, now_ns: int) -> bool:
+        """Apply the public events (and the private update after each) that follow the confirmed
+        view, in seq order, with the game's own applier; a doubt asks for the whole view again."""
+        rules = self.run.rules
+        if rules.apply_event is None or rules.apply_private is None or self.seat is None:
+            return False
+        moved = False
+        while (ev := self.ahead.pop(self.view_seq + 1, None)) is not None:
+            if ev.game != self.view_game:
+                self.ahead[ev.seq] = ev  # a new game: its whole view comes first
+                break
+            if self._confirmed is None and self.state() is None:
+                break
+            try:
+                view = rules.apply_event(self._confirmed, self.seat, ev.type, ev.data)
+                update = self.private.pop(ev.seq, None)
+                if update is not None:
+                    view = rules.apply_private(view, self.seat, update.delta)
+            except (ValueError, KeyError, TypeError, IndexError):
+                self.run.bad_messages += 1
+                self.request(m.Resync(ev.match))
+                break
+            self._confirmed, self.view_seq, self.view_ns, self._predicted = view, ev.seq, now_ns, None
+            self.inflight = [e for e in self.inflight if e[2] is None or e[2] > ev.seq]
+            moved = True
+        for seq in [s for s in self.ahead if s <= self.view_seq]:
+            del self.ahead[seq]
+        return moved
+
+    def apply_late(self, update: m.PrivateUpdate) -> None:
+        apply_private = self.run.rules.apply_private
+        if apply_private is None or self.seat is None or (self._confirmed is None and self.state() is None):
+            return
+        try:
+            self._confirmed, self._predicted = apply_private(self._confirmed, self.seat, update.delta), None
+        except (ValueError, KeyError, TypeError, IndexError):
+            self.run.bad_messages += 1
+            self.request(m.Resync(update.match))
 
     def state(self) -> Any:
         """The predicted state: the confirmed view with this player's unconfirmed plays applied."""

@@ -127,6 +127,12 @@ class Predictor:
         self._dirty = True
         return True
 
+    def advance(self, state: Any, seq: int) -> None:
+        """The confirmed view moved on by applying events (and private updates) up to ``seq``."""
+        self.confirmed, self.confirmed_seq = state, seq
+        self.pending = [p for p in self.pending if p.accepted_seq is None or p.accepted_seq > seq]
+        self._dirty = True
+
     def local(self, pending: Pending) -> Accepted[Any] | Rejected:
         """Try an own action against what is drawn now; if the engine accepts it, it becomes pending."""
         current = self.predicted()
@@ -192,6 +198,11 @@ class ClientModel:
     version: int = 0  # bumped on every change the screen or a bot should react to
     spectating: bool = False  # watching a match by code: read-only, state from the public snapshot
     lost: str | None = None  # set when the connection to the broker has ended
+    #: Sending less (a game with ``apply_event``): public events and private updates not yet applied
+    #: to the confirmed view, by seq, and the seq of the last whole view.
+    ahead: dict[int, m.Event] = field(default_factory=dict)
+    private: dict[int, m.PrivateUpdate] = field(default_factory=dict)
+    view_seq: int = -1
     connection: str = "connected"  # connected | reconnecting | lost
     token: str = ""  # this seat's secret (MatchJoined): Rejoin(match, token) takes the seat back
     relay_online: bool | None = None  # the relay's retained status, once heard
@@ -280,11 +291,23 @@ class ClientModel:
             except ValueError:
                 out.append(m.Resync(msg.match))
                 return out
+            fresh = msg.seq >= self.predictor.confirmed_seq or msg.game != self.predictor.game
             if self.predictor.confirm(state, msg.seq, msg.game):
                 self.seq_received_ns.setdefault(msg.seq, now_ns)
+                self.view_seq = msg.seq
+                self._catch_up(out)
+            if fresh:
                 self.match_state = msg.match_state
                 if msg.match_state.get("players"):
                     self.players = tuple(msg.match_state["players"])
+                self.version += 1
+        elif isinstance(msg, m.PrivateUpdate) and msg.match == self.match and self.predictor:
+            pred = self.predictor
+            if msg.game == pred.game and msg.seq > self.view_seq:
+                self.private[msg.seq] = msg
+                if msg.seq <= pred.confirmed_seq:  # it came after its event: apply it now
+                    self._apply_private(msg.seq, out)
+                self._catch_up(out)
                 self.version += 1
         elif isinstance(msg, m.Snapshot) and msg.match == self.match:
             if msg.seq > self.last_event_seq:
@@ -302,8 +325,14 @@ class ClientModel:
                 if self.predictor.confirm(state, msg.seq, msg.game):
                     self.match_state = msg.match_state
                     self.seq_received_ns.setdefault(msg.seq, now_ns)
+                    self.view_seq = msg.seq
+                    self._catch_up(out)
                     self.version += 1
         elif isinstance(msg, m.Event) and msg.match == self.match:
+            known = self.predictor
+            if known is not None and known.rules.sends_less and msg.seq > known.confirmed_seq and len(self.ahead) < 4096:
+                self.ahead[msg.seq] = msg  # kept even if a snapshot said this seq already: the view needs it
+                self._catch_up(out)
             if msg.seq <= self.last_event_seq:
                 return out
             if self.last_event_seq and msg.seq > self.last_event_seq + 1:
@@ -342,6 +371,53 @@ class ClientModel:
             self.errors.append(msg)
             self.version += 1
         return out
+
+    def _catch_up(self, out: list[Any]) -> None:
+        """Apply the buffered events (and the private update after each) that follow the confirmed
+        view, in seq order, with the game's own applier. An event of another game waits for that
+        game's whole view; one that does not fit (a doubt) asks for a resync."""
+        p = self.predictor
+        if p is None or p.confirmed is None or not p.rules.sends_less:
+            return
+        for seq in [s for s in self.ahead if s <= p.confirmed_seq]:
+            del self.ahead[seq]
+        for seq in [s for s in self.private if s <= self.view_seq]:
+            del self.private[seq]
+        apply_event = p.rules.apply_event
+        assert apply_event is not None
+        seat = p.seat if p.seat >= 0 else None
+        while (ev := self.ahead.get(p.confirmed_seq + 1)) is not None:
+            if ev.game != p.game:
+                return  # a new game: its whole view comes as ViewUpdated
+            del self.ahead[ev.seq]
+            try:
+                state = apply_event(p.confirmed, seat, ev.type, ev.data)
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
+                self._doubt(out, exc)
+                return
+            p.advance(state, ev.seq)
+            if ev.seq in self.private and not self._apply_private(ev.seq, out):
+                return
+            self.version += 1
+
+    def _apply_private(self, seq: int, out: list[Any]) -> bool:
+        p = self.predictor
+        update = self.private.pop(seq)
+        apply_private = p.rules.apply_private if p is not None else None
+        if p is None or apply_private is None or p.seat < 0:
+            return True
+        try:
+            p.advance(apply_private(p.confirmed, p.seat, update.delta), p.confirmed_seq)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            self._doubt(out, exc)
+            return False
+        return True
+
+    def _doubt(self, out: list[Any], exc: Exception) -> None:
+        """The confirmed view and the relay's disagree: ask for the whole view again."""
+        if self.match is not None:
+            self.resyncs += 1
+            out.append(m.Resync(self.match))
 
     def act(self, action: Any, now_ns: int, seen_seq: int | None = None) -> m.Act | Rejected:
         """An own action: predicted at once; returns the ``Act`` to send, or the local rejection.

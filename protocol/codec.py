@@ -155,9 +155,13 @@ def from_dict(obj: Any) -> Any:
 
 
 def _check(value: Any, tp: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
     if tp is Any:
         return value
+    if tp is int or tp is str:  # the common fields first: no typing introspection for them
+        if type(value) is not tp:
+            raise DecodeError("malformed", f"{where}: expected {'an integer' if tp is int else 'a string'}")
+        return value
+    origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:

@@ -174,6 +174,20 @@ class ViewUpdated:
     match_state: dict[str, Any] = field(default_factory=dict)
 
 
+@message("PrivateUpdate")
+@dataclass(frozen=True)
+class PrivateUpdate:
+    """What changed for one player that the public events do not say (e.g. the cards drawn into
+    their hand), for a game with an event applier (``Game.apply_event``): the client applies it to
+    its view right after the public event ``seq``. Its full view comes as ``ViewUpdated`` only on
+    joining, at a game's start and end, and on ``Resync``."""
+
+    match: str
+    seq: int  # the public event after which it applies
+    game: int
+    delta: dict[str, Any]
+
+
 # --- relay -> everyone in a match, on {prefix}/m/{shard}/{match}/ev (and /snap, retained) -------------
 
 

@@ -20,9 +20,20 @@ due, judges them in its order, and includes its deadline (hold ends, probes) in 
 The games come from the registry (``protocol.rules.GAMES``) or ``RelayConfig.games``; the core asks
 a match's ``Game`` for everything game-specific and never compares a game's name.
 
-Every public event gets the match's next ``seq`` (gap-free) and goes to ``.../ev``; after each
-change every player gets their own view (``ViewUpdated``) on their private topic and the retained
-public snapshot is replaced. An action is answered to its sender only (``ActionAccepted`` /
+Every public event gets the match's next ``seq`` (gap-free) and goes to ``.../ev``. Sending less:
+for a game with an event applier (``Game.apply_event``/``private_delta``/``apply_private``, e.g.
+BLINK) a change publishes only its public events and, to a player whose private part changed beyond
+what those say (cards drawn into their hand), a small ``PrivateUpdate`` after them; clients apply
+both with the engine's own code, and a player's whole view (``ViewUpdated``) goes out only when a
+game starts or ends, on joining and on ``Resync``. A game without an applier still sends every
+player their whole view after each change. The retained public snapshot is coalesced: rewritten at
+game boundaries at once, otherwise at most once per ``snapshot_interval_s`` (from ``tick``).
+
+Time. ``now_ns`` must be monotonic (it orders, holds and times everything); ``wall_ns`` (default
+``now_ns``) only stamps events, snapshots, pongs and log records. Every live match's earliest
+deadline (its game timers, a held play's release, the next game, a coalesced snapshot) sits on one
+heap (``Match.wake_at``; moot entries are skipped when popped), so ``tick`` and ``next_deadline``
+visit only the matches that are due, never all of them. An action is answered to its sender only (``ActionAccepted`` /
 ``ActionRejected`` with a reason code). Answers are remembered per client and action id, so a
 duplicate (QoS 1 redelivery, a resend) gets the same answer again and is never applied twice.
 
@@ -60,6 +71,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import heapq
 from collections import OrderedDict, deque
 from itertools import islice
 from typing import Any
@@ -89,6 +101,8 @@ MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``
 
 
 class RelayCore:
+    _wall_offset = 0  # wall clock minus monotonic clock, for the call being handled (stamps only)
+
     def __init__(self, topics: Topics | None = None, config: RelayConfig | None = None, seed: int = 0) -> None:
         self.topics = topics or Topics()
         self.config = config or RelayConfig()
@@ -107,7 +121,10 @@ class RelayCore:
         self.fair = FairOrder(self.config.fair_cap_ns, self.config.fair_floor_ns)
         # Indexes kept up to date at every change of status, so nothing walks every match.
         self._waiting: dict[str, Match] = {}  # waiting for players, in creation order (the match list)
-        self._live: dict[str, Match] = {}  # playing or between games (what tick looks at)
+        self._live: dict[str, Match] = {}  # playing or between games
+        self._fair_live: dict[str, None] = {}  # the live matches in fair order (they are probed)
+        #: Every live match's earliest deadline (``Match.wake_at``), keyed by the monotonic clock.
+        self._wake = Deadlines()
         self._owned: dict[str, set[str]] = {}  # client -> codes of the matches it created, not over yet
         self._housekeeping = Deadlines()
         self._clients = Clients(int(self.config.client_idle_s * NS))
@@ -120,8 +137,17 @@ class RelayCore:
         """Unpickling (the journal's snapshots). A snapshot taken before the limits existed lacks
         their state: start it empty and rebuild the indexes from the matches."""
         self.__dict__.update(state)
-        if "_waiting" in state:
-            return
+        if "_waiting" not in state:
+            self._rebuild_limits()
+        if "_wake" not in state:  # a snapshot from before the deadline heap: build it
+            self._fair_live = {c: None for c, x in self._live.items() if x.order == "fair"}
+            self._wake = Deadlines()
+            for x in self.matches.values():
+                x.wake_at = None
+                x.snapshot_due = None
+                self._wake_up(x)
+
+    def _rebuild_limits(self) -> None:
         self.stats.setdefault("limited", {"dropped": 0, "bursts": 0})
         self._waiting = {c: x for c, x in self.matches.items() if x.status == "waiting"}
         self._live = {c: x for c, x in self.matches.items() if x.status in ("playing", "between")}
@@ -156,7 +182,14 @@ class RelayCore:
     def subscriptions(self) -> list[str]:
         return [self.topics.req_all, self.topics.act_all]
 
-    def handle(self, topic: str, payload: bytes, now_ns: int) -> list[Out]:
+    def handle(self, topic: str, payload: bytes, now_ns: int, wall_ns: int | None = None) -> list[Out]:
+        """One incoming message. ``now_ns`` is the relay's *monotonic* clock (it orders, holds and
+        times everything and must never go backwards); ``wall_ns`` (default: ``now_ns``) is the wall
+        clock, used only to stamp events, snapshots, pongs and log records."""
+        self._wall_offset = 0 if wall_ns is None else wall_ns - now_ns
+        return self._stamped(self._handle(topic, payload, now_ns))
+
+    def _handle(self, topic: str, payload: bytes, now_ns: int) -> list[Out]:
         out: list[Out] = []
         try:
             act_addr = self.topics.parse_act(topic)
@@ -177,38 +210,83 @@ class RelayCore:
             out.append(self._bad(now_ns, "internal_error", topic=topic, detail=f"{type(exc).__name__}: {exc}"))
         return out
 
-    def tick(self, now_ns: int) -> list[Out]:
+    def _stamped(self, out: list[Out]) -> list[Out]:
+        """Log records carry the wall clock: shift their monotonic stamps (events are stamped as made)."""
+        if self._wall_offset:
+            for o in out:
+                if isinstance(o, LogRecord) and isinstance(o.record.get("ts"), int):
+                    o.record["ts"] += self._wall_offset
+        return out
+
+    def tick(self, now_ns: int, wall_ns: int | None = None) -> list[Out]:
+        """Do what is due by ``now_ns`` (monotonic; ``wall_ns`` as in ``handle``). Only the matches
+        whose deadline has come are visited: they come off a heap, never from a scan of all matches."""
+        self._wall_offset = 0 if wall_ns is None else wall_ns - now_ns
         out: list[Out] = []
         try:
             self._housekeep(now_ns, out)
         except Exception as exc:  # noqa: BLE001
             out.append(self._bad(now_ns, "internal_error", detail=f"housekeeping: {type(exc).__name__}: {exc}"))
-        for match in list(self._live.values()):
+        if self._fair_live and self.fair.probe_due(now_ns):
+            self._probe(now_ns, out)
+        seen: set[str] = set()
+        for at, code, _ in self._wake.due(now_ns, HOUSEKEEPING_PER_TICK):
+            match = self._live.get(code)
+            if match is None or match.wake_at != at or code in seen:
+                continue  # moot: over, closed, or its deadline moved (a later entry stands for it)
+            seen.add(code)
+            match.wake_at = None
             try:
-                if match.order == "fair" and self.fair.probe_due(now_ns):
-                    self._probe(now_ns, out)
                 self._release(match, now_ns, out)
                 self._fire_timers(match, now_ns, out)
                 if match.next_game_at is not None and now_ns >= match.next_game_at:
                     match.next_game_at = None
                     self._start_game(match, now_ns, out)
+                if match.snapshot_due is not None and now_ns >= match.snapshot_due:
+                    self._publish_snapshot(match, now_ns, out)
             except Exception as exc:  # noqa: BLE001
                 out.append(self._bad(now_ns, "internal_error", match=match.code, detail=f"{type(exc).__name__}: {exc}"))
-        return out
+            self._wake_up(match)
+        return self._stamped(out)
 
     def next_deadline(self) -> int | None:
+        """When ``tick`` should run next (monotonic ns), or None. O(1) but for dropping moot heap tops."""
         deadlines: list[int] = []
         housekeeping = self._housekeeping.next()
         if housekeeping is not None:
             deadlines.append(housekeeping)
-        for match in self._live.values():
-            deadlines.extend(d for d, _ in match.timers.values())
-            if match.next_game_at is not None:
-                deadlines.append(match.next_game_at)
-            d = self.fair.deadline(match.code, probing=match.order == "fair" and match.status == "playing")
-            if d is not None:
-                deadlines.append(d)
+        heap = self._wake.heap
+        while heap:
+            at, code, _ = heap[0]
+            match = self._live.get(code)
+            if match is not None and match.wake_at == at:
+                deadlines.append(at)
+                break
+            heapq.heappop(heap)  # moot
+        if self._fair_live:
+            deadlines.append(self.fair.next_probe_ns())
         return min(deadlines) if deadlines else None
+
+    def _wake_up(self, match: Match) -> None:
+        """Put the match's earliest deadline (its timers, the next game, a held play's release, a
+        coalesced snapshot) on the heap, if it changed. One live entry per match: ``wake_at``."""
+        at: int | None = None
+        if match.status in ("playing", "between"):
+            times = [d for d, _ in match.timers.values()]
+            if match.next_game_at is not None:
+                times.append(match.next_game_at)
+            if match.snapshot_due is not None:
+                times.append(match.snapshot_due)
+            held = self.fair.deadline(match.code, probing=False)
+            if held is not None:
+                times.append(held)
+            at = min(times) if times else None
+        if at is not None and at != match.wake_at:
+            self._wake.add(at, match.code, "wake")
+            if len(self._wake) > 2 * len(self._live) + 64:
+                self._wake.rebuild([(x.wake_at, x.code, "wake") for x in self._live.values()
+                                    if x.wake_at is not None and x is not match] + [(at, match.code, "wake")])
+        match.wake_at = at
 
     def shutdown(self) -> list[Out]:
         return [Publish(self.topics.relay_status(self.config.relay_id), m.RelayStatus(self.config.relay_id, False), retain=True)]
@@ -355,7 +433,7 @@ class RelayCore:
             self._reject_req(client, exc.code, exc.detail, now_ns, out)
             return
         if isinstance(msg, m.Ping):
-            out.append(Publish(self.topics.client(client), m.Pong(t0=msg.t0, t1=now_ns, t2=now_ns)))
+            out.append(Publish(self.topics.client(client), m.Pong(t0=msg.t0, t1=now_ns + self._wall_offset, t2=now_ns + self._wall_offset)))
         elif isinstance(msg, m.CreateMatch):
             self._create(client, msg.name, msg.game, msg.settings, msg.seats, False, now_ns, out)
         elif isinstance(msg, m.JoinMatch):
@@ -598,6 +676,7 @@ class RelayCore:
         self._past.pop(match.code, None)
         self._waiting.pop(match.code, None)
         self._live.pop(match.code, None)
+        self._fair_live.pop(match.code, None)
         self._disown(match)
         match.housekeep_at = None
         for s in match.players:
@@ -640,6 +719,8 @@ class RelayCore:
         if self._waiting.pop(match.code, None) is not None:
             match.housekeep_at = None  # no longer waiting: it cannot expire
         self._live[match.code] = match
+        if match.order == "fair":
+            self._fair_live[match.code] = None
         match.game_seed = derive(match.seed, "game", match.game_index)
         match.chance = SeededChance(match.game_seed)
         match.state = match.rules.new_game(match.settings, match.seats, match.chance)
@@ -648,9 +729,9 @@ class RelayCore:
         self._event(match, now_ns, out, {"type": "game_started", "players": list(match.names),
                                           "seed_commitment": commitment(match.game_seed)})
         match.history.append((match.seq, match.state))
-        self._after_change(match, now_ns, out)
+        self._after_change(match, now_ns, out, starting=True)
 
-    def _after_change(self, match: Match, now_ns: int, out: list[Out]) -> None:
+    def _after_change(self, match: Match, now_ns: int, out: list[Out], starting: bool = False) -> None:
         """Re-arm timers from the new state, publish views and snapshot, and handle the end."""
         outcome = match.rules.outcome(match.state)
         if outcome is not None:
@@ -658,10 +739,12 @@ class RelayCore:
             self._end_game(match, outcome, now_ns, out)
         else:
             self._arm_timers(match, now_ns)
-        self._send_views(match, out)
-        self._publish_snapshot(match, now_ns, out)
+        if starting or outcome is not None or not match.rules.sends_less:
+            self._send_views(match, out)  # whole views: at a game's boundaries, or for a game without an applier
+        self._snapshot_soon(match, now_ns, out, now=outcome is not None or starting)
         if outcome is None:
             self._fire_timers(match, now_ns, out)
+        self._wake_up(match)
 
     def _arm_timers(self, match: Match, now_ns: int) -> None:
         wanted = {t.name: t for t in match.rules.timers(match.state)}
@@ -721,6 +804,7 @@ class RelayCore:
         match.next_game_at = None
         match.history.clear()  # only a running game is judged against earlier states
         self._live.pop(match.code, None)
+        self._fair_live.pop(match.code, None)
         self._disown(match)
         self._schedule(match, now_ns + int(self.config.linger_s * NS))
         winners = winners if winners is not None else ([] if winner is None else [winner])
@@ -775,6 +859,7 @@ class RelayCore:
         if key is not None:  # it races others for the same thing: the scheduler holds it until due
             self.fair.submit(self._table(match), seat, act, action, key, now_ns)
             self._release(match, now_ns, out)
+            self._wake_up(match)
             return
         self.judge(match, seat, client, act, action, now_ns, out)
 
@@ -801,8 +886,9 @@ class RelayCore:
 
     def _probe(self, now_ns: int, out: list[Out]) -> None:
         """Probe every player of a running fair match: their replies measure their round trips."""
-        for match in self._live.values():
-            if match.order == "fair" and match.status in ("playing", "between"):
+        for code in self._fair_live:
+            match = self._live[code]
+            if match.status in ("playing", "between"):
                 for s in match.players:
                     out.append(Publish(self.topics.client(s.client), m.Probe(sent_ns=now_ns)))
 
@@ -835,10 +921,24 @@ class RelayCore:
         return True
 
     def _commit(self, match: Match, result: Accepted[Any], now_ns: int, out: list[Out], extra: dict[str, Any]) -> None:
-        match.state = result.state
+        before, match.state = match.state, result.state
         first = match.seq + 1
+        start = len(out)
         for ev in result.events:
             self._event(match, now_ns, out, dict(ev))
+        rules = match.rules
+        if rules.private_delta is not None and rules.sends_less:
+            # Send less: the events say what changed in public; each player is told privately only
+            # what they cannot learn from them (the cards drawn into their own hand).
+            # They go out *before* the events: a client holds one until its seq, so the view it shows
+            # after a change's last event already has the cards drawn in it.
+            game = max(match.game_index, 0)
+            private: list[Out] = []
+            for seat, s in enumerate(match.players):
+                delta = rules.private_delta(before, match.state, seat)
+                if delta is not None:
+                    private.append(Publish(self.topics.client(s.client), m.PrivateUpdate(match.code, match.seq, game, delta)))
+            out[start:start] = private
         match.history.append((match.seq, match.state))
         out.append(LogRecord({"kind": "applied", "match": match.code, "game": match.game_index,
                               "seq": [first, match.seq], "ts": now_ns, **extra}))
@@ -877,7 +977,7 @@ class RelayCore:
         self.fair.note_published(match.code, match.seq, now_ns)
         etype = str(data.pop("type"))
         public = _with_names(data, match.names)
-        ev = m.Event(match=match.code, seq=match.seq, ts=now_ns, game=max(match.game_index, 0), type=etype, data=public)
+        ev = m.Event(match=match.code, seq=match.seq, ts=now_ns + self._wall_offset, game=max(match.game_index, 0), type=etype, data=public)
         out.append(Publish(self.topics.ev(match.code), ev))
         past = self._past.get(match.code)
         if past is None:
@@ -885,7 +985,7 @@ class RelayCore:
         if etype == "rematch_started":  # a new match under the same code: it begins here
             past[0].clear()
         past[0].append(ev)
-        out.append(LogRecord({"kind": "event", "match": match.code, "seq": match.seq, "ts": now_ns,
+        out.append(LogRecord({"kind": "event", "match": match.code, "seq": match.seq, "ts": now_ns,  # made wall later
                               "game": ev.game, "type": etype, **public}))
 
     def _send_views(self, match: Match, out: list[Out], only: str | None = None) -> None:
@@ -899,10 +999,20 @@ class RelayCore:
                 match=match.code, seq=match.seq, game=max(match.game_index, 0), state=state,
                 match_state=match.match_state())))
 
+    def _snapshot_soon(self, match: Match, now_ns: int, out: list[Out], now: bool = False) -> None:
+        """Coalesce the retained snapshot: publish it now at a game boundary (``now``); otherwise once,
+        ``snapshot_interval_s`` after the first change since the last one (from ``tick``, by the
+        heap) -- however many plays fall in between, and never in the play's own ``handle``."""
+        if now or match.snapshot_at is None:
+            self._publish_snapshot(match, now_ns, out)
+        elif match.snapshot_due is None:
+            match.snapshot_due = now_ns + int(self.config.snapshot_interval_s * NS)
+
     def _publish_snapshot(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        match.snapshot_at, match.snapshot_due = now_ns, None
         state = match.rules.to_wire(match.rules.view(match.state, None)) if match.state is not None else {}
         out.append(Publish(self.topics.snap(match.code), m.Snapshot(
-            match=match.code, seq=match.seq, ts=now_ns, game=max(match.game_index, 0), status=match.status,
+            match=match.code, seq=match.seq, ts=now_ns + self._wall_offset, game=max(match.game_index, 0), status=match.status,
             players=match.names, state=state, match_state=match.match_state(), game_name=match.game), retain=True))
 
     def _match_list(self) -> Publish:
@@ -948,9 +1058,12 @@ def _with_names(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, dict):  # events are mostly flat maps of scalars: no call per value for those
+        return {k if type(k) is str else str(k): v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -43,6 +43,9 @@ class RelayConfig:
     fair_cap_ns: int = 150_000_000  # fair mode: never hold a play longer than this
     fair_floor_ns: int = 100_000_000  # fair mode: no human reacts faster than this
     between_games_s: float = 3.0
+    #: The retained public snapshot of a running match is rewritten at most this often (and at
+    #: every game boundary): between, the public events carry every change.
+    snapshot_interval_s: float = 0.25
     max_matches: int = 10_000
     # -- limits (relay/limits.py): far above what a person or the project's bots ever send, so only
     # -- a flood or an attacker meets them; every refusal is answered to its sender and logged once
@@ -105,6 +108,11 @@ class Match:
     #: How long a dropped player's seat is kept in a running match before it is forfeited
     #: (``abandoned``); a match setting, ``grace_s``.
     grace_s: float = 30.0
+    #: The match's entry on the core's deadline heap (its earliest timer, hold, next game or due
+    #: snapshot; monotonic ns); an entry on the heap that differs from this is moot.
+    wake_at: int | None = None
+    snapshot_at: int | None = None  # when its retained snapshot was last published
+    snapshot_due: int | None = None  # a coalesced snapshot is owed at this time
 
     def seat_of(self, client: str) -> int | None:
         for i, s in enumerate(self.players):

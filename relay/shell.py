@@ -157,20 +157,15 @@ class RelayShell:
         if not isinstance(core, RelayCore):
             raise JournalError(f"the journal's snapshot at {pos} is not a relay core")
         replayed: list[tuple[Entry, list[Any]]] = []
-        # Replay keeps only the log records: views and retained snapshots, most of the core's work
-        # per input, are built for nothing (the resync after recovery sends fresh ones). They only
-        # read the state, so shadowing them on this instance while replaying changes no outcome.
-        core._send_views = _nothing  # type: ignore[method-assign]
-        core._publish_snapshot = _nothing  # type: ignore[method-assign]
-        try:
-            for _, entry in journal.read(pos + 1):
-                if isinstance(entry, Msg):
-                    out = core.handle(entry.topic, entry.payload, entry.now_ns)
-                else:
-                    out = core.tick(entry.now_ns)
-                replayed.append((entry, [o for o in out if isinstance(o, LogRecord)]))
-        finally:
-            del core._send_views, core._publish_snapshot
+        # Replay keeps only the log records (the resync after recovery sends fresh views and
+        # snapshots). The core runs unshadowed: publishing a snapshot also schedules the next
+        # coalesced one, so skipping it would change the core's own deadlines.
+        for _, entry in journal.read(pos + 1):
+            if isinstance(entry, Msg):
+                out = core.handle(entry.topic, entry.payload, entry.now_ns)
+            else:
+                out = core.tick(entry.now_ns)
+            replayed.append((entry, [o for o in out if isinstance(o, LogRecord)]))
         self.core = core
         # The journal's seed and configuration win: the matches were made with them.
         self.seed, self.config, self.topics = core.seed, core.config, core.topics
@@ -425,10 +420,6 @@ class RelayShell:
         for r in records:
             if r.record.get("kind") == "bad_input":
                 log.info("bad input: %s", r.record)
-
-
-def _nothing(*args: Any, **kwargs: Any) -> None:
-    return None
 
 
 __all__ = ["RelayShell", "feed"]

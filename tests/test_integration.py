@@ -135,9 +135,13 @@ def test_forced_conflict_through_a_real_broker_is_resolved_as_the_rules_say() ->
                 assert b.model.predictor.confirmed_seq == seen  # type: ignore[union-attr]
                 await asyncio.gather(a.act(blink.PlayCard("3-red-star", 0), seen_seq=seen),
                                      b.act(blink.PlayCard("5-green-triangle", 0), seen_seq=seen))
+                # The loser's rejection (its private topic) may come before the winner's event (the
+                # match's public topic): wait until both confirmed states hold the winning card.
+                landed = {"3-red-star", "5-green-triangle"}
                 await eventually(lambda: len(a.model.verdicts) + len(b.model.verdicts) == 2
                                  and not a.model.predictor.pending  # type: ignore[union-attr]
-                                 and not b.model.predictor.pending,  # type: ignore[union-attr]
+                                 and not b.model.predictor.pending  # type: ignore[union-attr]
+                                 and str(a.model.state().top(0)) in landed and str(b.model.state().top(0)) in landed,
                                  what="both verdicts and both confirmed states")
                 return list(a.model.verdicts), list(b.model.verdicts), a.model.state(), b.model.state()
 

@@ -209,6 +209,24 @@ class Game(Generic[S]):
     summarise_games: GamesSummary | None = None  # the match runner's per-game entries, if the game has its own
     #: Settings that make a match short (quick tests and measurements); merged over the defaults.
     quick_settings: Mapping[str, Any] = field(default_factory=dict)
+    # -- Sending less (optional, all three or none). With them the relay publishes, after a change,
+    # -- only the public events and, to each player whose private part changed beyond what the events
+    # -- say, a ``PrivateUpdate``; a client builds its confirmed view by applying both in ``seq``
+    # -- order with the same engine code. Without them every player gets a whole view after each
+    # -- change, as before.
+    #: ``apply_event(view, seat, type, data) -> view``: one public event (``data`` as published:
+    #: seats under ``seat``/``winner_seat``) applied to ``seat``'s view (None: a spectator's).
+    #: Raises ValueError when the event does not fit the view (the client then resyncs).
+    apply_event: Callable[[S, int | None, str, Mapping[str, Any]], S] | None = None
+    #: ``private_delta(before, after, seat) -> delta | None``: what ``seat`` must be told privately
+    #: after a change from the full state ``before`` to ``after`` (None: the events say it all).
+    private_delta: Callable[[S, S, int], dict[str, Any] | None] | None = None
+    #: ``apply_private(view, seat, delta) -> view``; raises ValueError when it does not fit.
+    apply_private: Callable[[S, int, Mapping[str, Any]], S] | None = None
+
+    @property
+    def sends_less(self) -> bool:
+        return self.apply_event is not None and self.private_delta is not None and self.apply_private is not None
 
     def seats_problem(self, seats: int) -> str | None:
         """Why ``seats`` players cannot play this game (one readable line), or None if they can."""

@@ -27,7 +27,7 @@ each against the state as it is then.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Mapping
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
@@ -608,6 +608,116 @@ def view(state: State, player: int | None) -> State:
     return replace(state, hands=hands, draw=draw, piles=piles, picks=picks)  # type: ignore[arg-type]
 
 
+# --- sending less: a view kept up to date from the public events plus private updates -------------
+
+
+def _seat(data: Mapping[str, Any], key: str = "seat") -> int:
+    p = data.get(key)
+    if type(p) is not int or p not in (0, 1):
+        raise ValueError(f"event without a seat: {dict(data)!r}")
+    return p
+
+
+def _card_or_none(view: State, text: Any) -> Card | None:
+    return None if text is None else Card.parse(str(text), view.settings.deck)
+
+
+def _take_from_draw(view: State, p: int, count: int) -> State:
+    if type(count) is not int or not 0 <= count <= len(view.draw[p]):
+        raise ValueError(f"cannot take {count!r} cards from a draw pile of {len(view.draw[p])}")
+    moved = view.draw[p][:count]
+    hidden = tuple(None for _ in moved)  # own cards are named by the private update that follows
+    return replace(view, hands=_set(view.hands, p, view.hands[p] + hidden),
+                   draw=_set(view.draw, p, view.draw[p][count:]))
+
+
+def _take_from_hand(view: State, seat: int | None, p: int, card: Card | None) -> Hand:
+    hand = view.hands[p]
+    if p == seat and card is not None:
+        rest = _remove(hand, card)
+        if rest is None:
+            raise ValueError(f"{card} is not in the hand this view holds")
+        return rest
+    if not hand:
+        raise ValueError("a card left an empty hand")
+    return hand[1:]  # a hidden hand: all unknown
+
+
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+    """One public event applied to ``seat``'s view (see ``Game.apply_event``): the same changes the
+    rules make, with what a view cannot know (the cards drawn into a hand) left unknown until the
+    private update names them. Events the game does not make (seats, results) change nothing."""
+    if etype == "card_played":
+        p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
+        if pile not in (0, 1) or card is None:
+            raise ValueError(f"bad card_played {dict(data)!r}")
+        hand = _take_from_hand(view, seat, p, card)
+        return replace(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
+    if etype == "hand_refilled":
+        return _take_from_draw(view, _seat(data), data["count"])
+    if etype == "card_drawn":
+        return _take_from_draw(view, _seat(data), 1)
+    if etype == "card_revealed":
+        p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
+        if pile not in (0, 1) or not view.piles[pile]:
+            raise ValueError(f"bad card_revealed {dict(data)!r}")
+        return replace(view, piles=_set(view.piles, pile, view.piles[pile][:-1] + (card,)))
+    if etype == "race_started":
+        return replace(view, phase="running")
+    if etype == "stalemate":
+        n = int(data["stalemate"])
+        if data["resolution"] == "tie":
+            return replace(view, tie=True, stalemates=n)
+        return replace(view, phase="stalled", resolution=str(data["resolution"]), stalemates=n)
+    if etype == "game_over":
+        winner = data.get("winner_seat")
+        # A stalemate's picks may have just been placed: the game ends with them cleared.
+        return replace(view, phase="over", winner=None if winner is None else _seat(data, "winner_seat"),
+                       picked=(False, False), picks=(None, None), resolution="")
+    if etype == "card_flipped":
+        p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
+        if not view.draw[p] or pile not in (0, 1):
+            raise ValueError(f"bad card_flipped {dict(data)!r}")
+        return replace(view, draw=_set(view.draw, p, view.draw[p][1:]),
+                       piles=_set(view.piles, pile, view.piles[pile] + (card,)))
+    if etype == "race_resumed":
+        return replace(view, phase="running", resolution="", picked=(False, False), picks=(None, None))
+    if etype == "pick_started":
+        return replace(view, phase="picking")
+    if etype == "pick_made":
+        return replace(view, picked=_set(view.picked, _seat(data), True))
+    if etype == "card_picked":
+        p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
+        if pile not in (0, 1):
+            raise ValueError(f"bad card_picked {dict(data)!r}")
+        hand = _take_from_hand(view, seat, p, card)
+        # The picks are cleared (and play resumes) by the race_resumed or game_over that follows.
+        return replace(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
+    return view
+
+
+def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | None:
+    """Tell ``seat`` its hand when cards it has not seen came into it, and its pick when it changed;
+    a card leaving the hand is in a public event already."""
+    old, new = before.hands[seat], after.hands[seat]
+    came = len(new) > len(old) or not set(new).issubset(old)  # a deck's cards are all different
+    if not came and before.picks[seat] == after.picks[seat]:
+        return None
+    pick = after.picks[seat]
+    return {"hand": _cards_out(new), "pick": None if pick is None else str(pick)}
+
+
+def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+    try:
+        hand = tuple(_card_or_none(view, c) for c in delta["hand"])
+        pick = _card_or_none(view, delta["pick"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed BLINK private update: {exc!r}") from exc
+    if seat not in (0, 1) or len(hand) != len(view.hands[seat]) or None in hand:
+        raise ValueError("the private update does not fit this view's hand")
+    return replace(view, hands=_set(view.hands, seat, hand), picks=_set(view.picks, seat, pick))
+
+
 # --- wire form -------------------------------------------------------------------------------------
 
 
@@ -769,6 +879,9 @@ GAME: Game[State] = Game(
     realtime=True,
     race=RaceRule(key=race_key, could_race=could_race),
     invariant_ok=invariant_ok,
+    apply_event=apply_event,
+    private_delta=private_delta,
+    apply_private=apply_private,
     # Many short games: one game per match; a short countdown and stalemate pause.
     quick_settings={"best_of": 1, "countdown_s": 0.5, "stalemate_pause_s": 0.3},
 )
