@@ -51,6 +51,9 @@ def resend_wait_ns(tries: int) -> int:
     return min(RESEND_MAX_NS, RESEND_FIRST_NS << min(max(tries - 1, 0), 16))
 
 
+STUCK_EVERY = 8  # events: how often a client whose confirmed view is stuck asks again for a resync
+
+
 @dataclass
 class Pending:
     id: int
@@ -203,6 +206,10 @@ class ClientModel:
     ahead: dict[int, m.Event] = field(default_factory=dict)
     private: dict[int, m.PrivateUpdate] = field(default_factory=dict)
     view_seq: int = -1
+    #: The buffered-event count (or seq) at the last resync asked for because the confirmed view is
+    #: stuck (an event or a private update lost, or the Resync itself lost): asked again every
+    #: ``STUCK_EVERY`` events more, so a lossy network cannot leave the view behind for good.
+    stuck_asked: int | None = None
     connection: str = "connected"  # connected | reconnecting | lost
     token: str = ""  # this seat's secret (MatchJoined): Rejoin(match, token) takes the seat back
     relay_online: bool | None = None  # the relay's retained status, once heard
@@ -387,8 +394,10 @@ class ClientModel:
         assert apply_event is not None
         seat = p.seat if p.seat >= 0 else None
         while (ev := self.ahead.get(p.confirmed_seq + 1)) is not None:
-            if ev.game != p.game:
-                return  # a new game: its whole view comes as ViewUpdated
+            if ev.game != p.game:  # a new game: its whole view comes as ViewUpdated, right after its
+                if len(self.ahead) >= STUCK_EVERY:  # first events; asked for if it never comes
+                    self._stuck(out, p.confirmed_seq + len(self.ahead))
+                return
             del self.ahead[ev.seq]
             try:
                 state = apply_event(p.confirmed, seat, ev.type, ev.data)
@@ -399,6 +408,20 @@ class ClientModel:
             if ev.seq in self.private and not self._apply_private(ev.seq, out):
                 return
             self.version += 1
+        complete = p.rules.private_complete
+        # An update comes before the events it belongs to: one still held for a later seq will fill
+        # the hand when its event is applied; with none held, the hand's unknown cards mean it was lost.
+        missing_private = (complete is not None and seat is not None and not self.private
+                           and not complete(p.confirmed, seat))
+        if self.ahead or missing_private:  # blocked on a lost event, or a lost private update
+            self._stuck(out, p.confirmed_seq + len(self.ahead))
+        else:
+            self.stuck_asked = None
+
+    def _stuck(self, out: list[Any], mark: int) -> None:
+        if self.stuck_asked is None or mark - self.stuck_asked >= STUCK_EVERY:
+            self.stuck_asked = mark
+            self._doubt(out, ValueError("the confirmed view is stuck"))
 
     def _apply_private(self, seq: int, out: list[Any]) -> bool:
         p = self.predictor

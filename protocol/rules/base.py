@@ -223,6 +223,9 @@ class Game(Generic[S]):
     private_delta: Callable[[S, S, int], dict[str, Any] | None] | None = None
     #: ``apply_private(view, seat, delta) -> view``; raises ValueError when it does not fit.
     apply_private: Callable[[S, int, Mapping[str, Any]], S] | None = None
+    #: ``private_complete(view, seat) -> bool``: does the view hold all ``seat`` may know (no card of
+    #: its own hand unknown)? False after the events means a private update was lost: resync.
+    private_complete: Callable[[S, int], bool] | None = None
 
     @property
     def sends_less(self) -> bool:

@@ -707,6 +707,11 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
     return {"hand": _cards_out(new), "pick": None if pick is None else str(pick)}
 
 
+def private_complete(view: State, seat: int) -> bool:
+    """Every card of the seat's own hand is known (a lost ``PrivateUpdate`` leaves one unknown)."""
+    return seat not in (0, 1) or None not in view.hands[seat]
+
+
 def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
     try:
         hand = tuple(_card_or_none(view, c) for c in delta["hand"])
@@ -882,6 +887,7 @@ GAME: Game[State] = Game(
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,
+    private_complete=private_complete,
     # Many short games: one game per match; a short countdown and stalemate pause.
     quick_settings={"best_of": 1, "countdown_s": 0.5, "stalemate_pause_s": 0.3},
 )
