@@ -85,7 +85,7 @@ def kill_and_recover(mosquitto: BrokerAddress, tmp_path: Path, game: str, settin
                              for i, p in enumerate(players)]
                     mine = lambda: [e for e in events if e.match == code]  # noqa: E731
                     over = lambda: any(e.type == "match_over" for e in mine())  # noqa: E731
-                    await until(lambda: kill_when(mine()) or over(), 240, "the kill point or the end of the match")
+                    await until(lambda: kill_when(mine()) or over(), 400, "the kill point or the end of the match")
                     if not kill_when(mine()):
                         continue  # this match never got there: another one
                     relay.kill9()
