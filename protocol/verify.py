@@ -33,9 +33,8 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
 
 A game's chance is not needed by a toy or future game in any special way: everything goes through
 the registry's engine surface (``new_game``, ``apply``, ``complete``, ``legal_actions``,
-``timers``, ``outcome``). The only game knowledge here is ``HINTS``: where a player's choice is
-secret and too large to enumerate (a Roll Your Own die), a hint reads the later reveal to
-propose the action.
+``timers``, ``outcome``), and where a player's choice is secret and too large to enumerate (a
+Roll Your Own die), the game's own ``secret_choice`` reads the later reveal to propose the action.
 """
 
 from __future__ import annotations
@@ -241,27 +240,6 @@ def _short(value: Any) -> str:
 Hint = Callable[[Any, int, Sequence[Record], int], "list[Any] | None"]
 
 
-def _ryo_build_hint(state: Any, seat: int, events: Sequence[Record], pos: int) -> list[Any] | None:
-    """A Roll Your Own die is built in secret and revealed (``dice_revealed``) once all are built:
-    the build is the revealed die, not one of the thousands of legal ones."""
-    if getattr(state, "phase", None) != "build" or state.built[seat]:
-        return None
-    from protocol.rules.roll_your_own import BuildDie
-
-    for rec in events[pos:]:
-        if rec.type == "dice_revealed":
-            dice = rec.data.get("dice")
-            if isinstance(dice, list) and seat < len(dice) and isinstance(dice[seat], list):
-                try:
-                    return [BuildDie(tuple(int(x) for x in dice[seat]))]
-                except (TypeError, ValueError):
-                    return []
-            return []
-    return []  # never revealed in this log: no build can be checked
-
-
-#: Game name -> proposer of a seat's actions from the events ahead (None: use ``legal_actions``).
-HINTS: dict[str, Hint] = {"ryo": _ryo_build_hint}
 
 
 # --------------------------------------------------------------------------------------- one game
@@ -324,7 +302,7 @@ def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int
     state0 = rules.new_game(settings, seats, chance)
     hyp0 = _Hyp(state0, chance, {} if rules.outcome(state0) is not None else _arm(rules, state0, {}, start_ts))
     logged = [body(r) for r in events]
-    hint = HINTS.get(game_name)
+    hint = rules.secret_choice
     buckets: dict[int, dict[Any, _Hyp]] = {0: {_key(hyp0): hyp0}}
     miss = _Miss()
     n = len(events)

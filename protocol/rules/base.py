@@ -223,6 +223,10 @@ class Game(Generic[S]):
     private_delta: Callable[[S, S, int], dict[str, Any] | None] | None = None
     #: ``apply_private(view, seat, delta) -> view``; raises ValueError when it does not fit.
     apply_private: Callable[[S, int, Mapping[str, Any]], S] | None = None
+    #: ``secret_choice(state, seat, events, pos) -> actions | None``: for a log checker, the actions
+    #: a seat's secret choice can have been, read from the reveal among the public ``events`` after
+    #: ``pos`` (None: try ``legal_actions``) -- a choice too large to enumerate (a Roll Your Own die).
+    secret_choice: Callable[[S, int, Sequence[PublicEvent], int], list[Any] | None] | None = None
     #: ``private_complete(view, seat) -> bool``: does the view hold all ``seat`` may know (no card of
     #: its own hand unknown)? False after the events means a private update was lost: resync.
     private_complete: Callable[[S, int], bool] | None = None

@@ -944,6 +944,23 @@ def summarise_games(events: Sequence[PublicEvent], players: Sequence[str],
 
 # --- the game -------------------------------------------------------------------------------------
 
+def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: int) -> list[Any] | None:
+    """For a log checker: a die is built in secret and revealed (``dice_revealed``) once all are
+    built, so the seat's build is the revealed die, not one of the thousands of legal ones."""
+    if state.phase != "build" or state.built[seat]:
+        return None
+    for rec in events[pos:]:
+        if rec.type == "dice_revealed":
+            dice = rec.data.get("dice")
+            if isinstance(dice, list) and seat < len(dice) and isinstance(dice[seat], list):
+                try:
+                    return [BuildDie(tuple(int(x) for x in dice[seat]))]
+                except (TypeError, ValueError):
+                    return []
+            return []
+    return []  # never revealed in this log: no build can be checked
+
+
 GAME: Game[State] = Game(
     name=NAME,
     title="Roll Your Own",
@@ -966,5 +983,6 @@ GAME: Game[State] = Game(
     stale_code="stale",  # an action made against a state that has since moved on
     realtime=False,
     summarise_games=summarise_games,
+    secret_choice=revealed_build,
 )
 RULES = GAME  # the older name

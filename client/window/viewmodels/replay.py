@@ -38,7 +38,7 @@ from protocol import messages as m
 from protocol.chance import SeededChance
 from protocol.rules import game_for
 from protocol.rules.base import Accepted
-from protocol.verify import (HINTS, NotALog, Record, _arm, _candidates, _Hyp, _key, _match_group, _Miss, body,
+from protocol.verify import (NotALog, Record, _arm, _candidates, _Hyp, _key, _match_group, _Miss, body,
                              parse_log, verify)
 
 NS = 1_000_000_000
@@ -301,7 +301,7 @@ def _game_path(game_name: str, rules: Any, settings: Any, seats: int, names: Seq
     state0 = rules.new_game(settings, seats, chance)
     hyp0 = _Hyp(state0, chance, {} if rules.outcome(state0) is not None else _arm(rules, state0, {}, start_ts))
     logged = [body(r) for r in events]
-    hint = HINTS.get(game_name)
+    hint = rules.secret_choice
     # pos -> key -> (hyp, previous pos, previous key)
     buckets: dict[int, dict[Any, tuple[_Hyp, int, Any]]] = {0: {_key(hyp0): (hyp0, -1, None)}}
     kept: dict[int, dict[Any, tuple[_Hyp, int, Any]]] = {}
