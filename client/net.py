@@ -55,6 +55,15 @@ class _Client(aiomqtt.Client):
     or already reused by the reconnect -- by the time it runs (a logged traceback on every drop).
     Here the socket is asked for its descriptor when the callback runs: a closed one is skipped."""
 
+    def _on_disconnect(self, *args: Any, **kwargs: Any) -> None:
+        super()._on_disconnect(*args, **kwargs)
+        # aiomqtt keeps an unexpected drop as an exception on a future that only ``__aexit__``
+        # reads; our reader reports the drop itself (and reconnects), so mark it read: otherwise
+        # asyncio logs "Future exception was never retrieved" when the future is dropped.
+        fut = self._disconnected
+        if fut.done() and not fut.cancelled():
+            fut.exception()
+
     def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
         def callback() -> None:
             try:

@@ -261,10 +261,11 @@ def test_ten_percent_loss_both_ways_matches_finish_and_nothing_is_applied_twice(
                 await p.__aenter__()
             try:
                 a, b = players
-                code = await _retry(lambda: a.create("blink", dict(QUICK, best_of=3), timeout=3))
+                code = await _retry(lambda: a.create("blink", dict(QUICK), timeout=3))
                 await _retry(lambda: b.join(code, timeout=3))
                 bots = [Bot(p, reaction_s=0.05, seed=i) for i, p in enumerate(players)]
-                await asyncio.wait_for(asyncio.gather(*(bot.run() for bot in bots)), DEADLINE_S * 2)
+                # One message in ten lost: slow on a loaded machine, never stuck.
+                await asyncio.wait_for(asyncio.gather(*(bot.run() for bot in bots)), DEADLINE_S * 4)
                 records = list(server.relay.records)
                 return records, players
             finally:
