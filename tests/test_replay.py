@@ -32,6 +32,9 @@ from relay.core import Publish, RelayConfig, RelayCore
 from client.window.viewmodels.replay import Playback, ReplayError, ReplaySession, load_replay, match_result_line
 from tests.test_window import LONG, SCENARIO_S, colour_pixels, started, stop, until, xdisplay  # noqa: F401
 
+#: the window scenarios here wait up to SCENARIO_S themselves (a loaded machine is slow, never wrong)
+pytestmark = pytest.mark.timeout(SCENARIO_S + 120)
+
 T = Topics()
 BAR_H = 46  # the replay bar's strip (client/window/scenes/replay.py; checked in the window tests)
 NS = 1_000_000_000
