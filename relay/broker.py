@@ -15,7 +15,7 @@ Trust (the same rules as ``deploy/mosquitto.acl``, by MQTT client id):
   handed to the in-process relay only; ``address`` (what players get) has no credentials.
 - Anyone else (anonymous, or any other user name) is a client ``C`` = its client id: it publishes
   only to ``lobby/req/C`` and ``m/+/+/act/C``; it reads (subscribes to and receives) only
-  ``c/C`` and the public ``m/+/+/ev``, ``m/+/+/snap``, ``lobby/matches``, ``relay/+/status``.
+  ``c/C`` and the public ``m/+/+/ev``, ``m/+/+/snap``, ``lobby/matches`` (and ``/+``, per shard), ``relay/+/status``.
   ``#`` and other clients' private topics give nothing. ``BlinkAccessPlugin`` (an amqtt auth and
   topic-checking plugin) enforces this on every publish, subscribe and delivery.
 - Three holes amqtt leaves open are closed before amqtt sees a connection (``_GuardedBroker``):
@@ -70,7 +70,7 @@ class Access:
         p = prefix.split("/")
         self._prefix = p
         self._public = [p + ["m", "+", "+", "ev"], p + ["m", "+", "+", "snap"], p + ["lobby", "matches"],
-                        p + ["relay", "+", "status"]]
+                        p + ["lobby", "matches", "+"], p + ["relay", "+", "status"]]
 
     def may_publish(self, client: str, topic: str) -> bool:
         """A client writes only its own request topic and its own action topics."""

@@ -82,6 +82,7 @@ from protocol.codec import DecodeError, decode
 from protocol.rules import GAMES, canonical, game_for
 from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
 from protocol.topics import Topics, valid_id
+from relay import shards
 from relay.fair import FairOrder, Table
 from relay.limits import Clients, Deadlines, Quiet, TokenBucket
 from relay.model import STATE_HISTORY, LogRecord, Match, Out, Publish, RelayConfig, Seat
@@ -476,8 +477,13 @@ class RelayCore:
             out.append(self._bad(now_ns, code, client=client, detail=detail))
 
     def _new_code(self) -> str:
+        total = self.config.shards_total
         while True:
-            code = "".join(CODE_ALPHABET[self._codes.randbelow(len(CODE_ALPHABET))] for _ in range(5))
+            if total > 1:  # several relays: the code names this core's shard (relay/shards.py)
+                shard = int(self.topics.shard)
+                code = shards.code_in_shard(self._codes.randbelow(shards.codes_in_shard(shard, total)), shard, total)
+            else:
+                code = "".join(CODE_ALPHABET[self._codes.randbelow(len(CODE_ALPHABET))] for _ in range(5))
             if code not in self.matches:
                 return code
 
@@ -1020,7 +1026,9 @@ class RelayCore:
             {"code": x.code, "game": x.game, "seats": x.seats, "players": list(x.names), "quick": x.quick}
             for x in islice(self._waiting.values(), self.config.max_listed)
         )
-        return Publish(self.topics.match_list, m.MatchList(waiting), retain=True)
+        # Several shards: one retained list each (relays must not overwrite each other's); clients merge.
+        topic = self.topics.match_list if self.config.shards_total < 1 else f"{self.topics.match_list}/{self.topics.shard}"
+        return Publish(topic, m.MatchList(waiting), retain=True)
 
     def _bad(self, now_ns: int, code: str, **fields: Any) -> LogRecord:
         return LogRecord({"kind": "bad_input", "code": code, "ts": now_ns, **fields})

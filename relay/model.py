@@ -66,6 +66,10 @@ class RelayConfig:
     #: The games this relay offers, by name (default: the registry, ``protocol.rules.GAMES``). A test
     #: passes a variant here, e.g. BLINK dealing a fixed deck to force a race.
     games: Mapping[str, Game[Any]] | None = None
+    #: Scale-out (relay/cluster.py): how many shards the matches are spread over; 0 is the single
+    #: relay (codes drawn freely, the one match list). With N >= 1 a shard's codes name the shard
+    #: (relay/shards.py) and its match list is ``lobby/matches/{shard}``.
+    shards_total: int = 0
 
 
 @dataclass

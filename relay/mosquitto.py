@@ -77,6 +77,7 @@ def acl_text(prefix: str = DEFAULT_PREFIX) -> str:
 topic read {prefix}/m/+/+/ev
 topic read {prefix}/m/+/+/snap
 topic read {prefix}/lobby/matches
+topic read {prefix}/lobby/matches/+
 topic read {prefix}/relay/+/status
 
 pattern write {prefix}/lobby/req/%c

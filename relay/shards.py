@@ -1,0 +1,160 @@
+"""Which shard handles what: pure routing for several relays on one broker.
+
+How this works
+--------------
+With ``total`` shards (named ``"0"`` .. ``str(total - 1)``) every match lives in exactly one shard,
+and the shard is a level of every match topic, so a match's actions reach only its shard's owner
+(relays subscribe to the action topics of the shards they own). Lobby requests all arrive on
+``{prefix}/lobby/req/{client}``: NATS's MQTT has no shared subscriptions, so *every* relay
+receives every request and each decides here, from the topic and the payload alone, which shard
+handles it. Every relay computes the same answer, so exactly one owner handles each request:
+
+- a match code names its shard: codes are 5 letters of ``CODE_ALPHABET`` read as a base-32
+  number, and a code belongs to shard ``number % total`` (``code_in_shard`` makes one; the core
+  draws codes this way when ``total > 1``). Join, Resync, Rematch, Rejoin and a Leave that names
+  its match go to the code's shard; a code that is not 5 alphabet letters hashes to a shard,
+  whose core then answers ``no_such_match`` -- still exactly once;
+- a quick match goes to the shard of its game and settings (normalised by the game's own
+  ``check_settings``), so every player asking for the same thing is paired in one place;
+- create, pings, and anything undecodable or unknown go to the client's *home* shard (a hash of
+  the client id), whose core answers (a pong, a match, a rejection with its reason);
+- a ``Leave`` without a match (the client's MQTT last will) and a ``ProbeReply`` say nothing
+  about their match: ``KNOWN`` means "every owned shard whose core knows this client" (the relay
+  looks; the shard's journal records what its core was given, so replay stays exact).
+
+Hashes are BLAKE2b (Python's ``hash`` is salted per process: relays would disagree). With
+``total == 1`` everything is shard ``"0"``, and codes are drawn exactly as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Final
+
+from protocol import messages as m
+from protocol.codec import DecodeError, decode
+from protocol.rules import canonical, game_for
+
+CODE_ALPHABET: Final = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # the core's alphabet (tests/test_shards.py checks)
+CODE_LEN: Final = 5
+CODE_SPACE: Final = len(CODE_ALPHABET) ** CODE_LEN
+MAX_SHARDS: Final = 1024  # each shard still has ~32,000 codes, plenty for the waiting and running matches
+KNOWN: Final = "*"  # route: every owned shard whose core knows the client
+_INDEX = {c: i for i, c in enumerate(CODE_ALPHABET)}
+
+
+def shard_names(total: int) -> list[str]:
+    check_total(total)
+    return [str(i) for i in range(total)]
+
+
+def check_total(total: int) -> int:
+    if isinstance(total, bool) or not isinstance(total, int) or not 1 <= total <= MAX_SHARDS:
+        raise ValueError(f"the shard count must be a whole number from 1 to {MAX_SHARDS}, not {total!r}")
+    return total
+
+
+def _hash_shard(kind: str, text: str, total: int) -> str:
+    digest = hashlib.blake2b(f"{kind}:{text}".encode("utf-8", "replace"), digest_size=8).digest()
+    return str(int.from_bytes(digest, "big") % total)
+
+
+def code_number(code: str) -> int | None:
+    """A code's number (base 32, first letter most significant), or None if it is not a code."""
+    if len(code) != CODE_LEN:
+        return None
+    n = 0
+    for c in code:
+        i = _INDEX.get(c)
+        if i is None:
+            return None
+        n = n * len(CODE_ALPHABET) + i
+    return n
+
+
+def shard_of_code(code: str, total: int) -> str:
+    if total == 1:
+        return "0"
+    code = code.upper()
+    n = code_number(code)
+    return str(n % total) if n is not None else _hash_shard("code", code[:64], total)
+
+
+def codes_in_shard(shard: int, total: int) -> int:
+    """How many codes belong to ``shard``: the ``k`` of ``code_in_shard`` is below this."""
+    return (CODE_SPACE - 1 - shard) // total + 1
+
+
+def code_in_shard(k: int, shard: int, total: int) -> str:
+    """The ``k``-th code of ``shard`` (``0 <= k < codes_in_shard(shard, total)``)."""
+    n = k * total + shard
+    if not 0 <= shard < total or not 0 <= n < CODE_SPACE:
+        raise ValueError(f"no code {k} in shard {shard} of {total}")
+    letters = []
+    for _ in range(CODE_LEN):
+        n, i = divmod(n, len(CODE_ALPHABET))
+        letters.append(CODE_ALPHABET[i])
+    return "".join(reversed(letters))
+
+
+def home_shard(client: str, total: int) -> str:
+    """Where a client's own requests go (create, ping): spread evenly, the same on every relay."""
+    return "0" if total == 1 else _hash_shard("client", client, total)
+
+
+def quick_key(game: str, settings: dict[str, Any]) -> str:
+    """What a quick match pairs on, normalised the way the core compares: the game's canonical name
+    and its checked settings (the ``order`` and ``grace_s`` the core takes out first, kept as given)."""
+    settings = dict(settings)
+    order = settings.pop("order", None)
+    grace = settings.pop("grace_s", None)
+    name = canonical(game) if isinstance(game, str) else repr(game)
+    try:
+        settings = game_for(name).check_settings(settings, 2)
+    except Exception:  # noqa: BLE001 - a bad request: its shard rejects it, routing just needs a key
+        pass
+    return json.dumps([name, settings, order, grace], sort_keys=True, default=repr)
+
+
+def shard_of_quick(game: str, settings: dict[str, Any], total: int) -> str:
+    return "0" if total == 1 else _hash_shard("quick", quick_key(game, settings), total)
+
+
+def route_request(client: str, payload: bytes, total: int) -> str:
+    """The shard that handles the lobby request ``payload`` from ``client`` (or ``KNOWN``)."""
+    if total == 1:
+        return "0"
+    try:
+        msg = decode(payload)
+    except DecodeError:
+        return home_shard(client, total)
+    return route_message(client, msg, total)
+
+
+def route_message(client: str, msg: Any, total: int) -> str:
+    if isinstance(msg, m.JoinMatch):
+        return shard_of_code(msg.code, total)
+    if isinstance(msg, (m.Resync, m.Rematch, m.Rejoin)):
+        return shard_of_code(msg.match, total)
+    if isinstance(msg, m.Leave):
+        return shard_of_code(msg.match, total) if msg.match else KNOWN
+    if isinstance(msg, m.ProbeReply):
+        return KNOWN
+    if isinstance(msg, m.QuickMatch):
+        return shard_of_quick(msg.game, msg.settings, total)
+    return home_shard(client, total)  # CreateMatch, Ping, and anything the core will refuse
+
+
+def shard_of_act_topic(topic: str, prefix: str) -> str | None:
+    """The shard level of ``{prefix}/m/{shard}/{match}/act/{client}``, or None."""
+    head = f"{prefix}/m/"
+    if not topic.startswith(head):
+        return None
+    shard, _, rest = topic[len(head):].partition("/")
+    return shard if shard and rest else None
+
+
+__all__ = ["CODE_ALPHABET", "KNOWN", "MAX_SHARDS", "check_total", "code_in_shard", "code_number", "codes_in_shard",
+           "home_shard", "quick_key", "route_message", "route_request", "shard_names", "shard_of_act_topic",
+           "shard_of_code", "shard_of_quick"]
