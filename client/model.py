@@ -27,6 +27,12 @@ after it was first sent is dropped and bounces with code ``no_answer``. ``connec
 networking shell (``Reconnecting`` / ``Reconnected`` / ``ConnectionLost``): after a reconnect, a seat
 is asked back with its token (``Rejoin``), and the view resynced; the relay's status coming back
 online also asks for a resync. The seat token from ``MatchJoined`` is kept in ``token``.
+
+Shards (several relays on one broker): ``MatchJoined`` names the match's shard (``shard``). Each
+shard has its own status, relay id ``shard-{n}`` (``relay/cluster.py``): only the own shard's
+counts, and it coming online again -- a relay took the shard over, or its owner reconnected --
+heals at once and makes every unanswered action due for resending now (the new owner has its
+journal; a duplicate is answered, never applied twice). Other relays' statuses are ignored.
 """
 
 from __future__ import annotations
@@ -213,6 +219,9 @@ class ClientModel:
     connection: str = "connected"  # connected | reconnecting | lost
     token: str = ""  # this seat's secret (MatchJoined): Rejoin(match, token) takes the seat back
     relay_online: bool | None = None  # the relay's retained status, once heard
+    shard: str = "0"  # the shard of the match (MatchJoined)
+    #: Every shard's status heard (``shard-{n}`` -> online): a change of owner is a fresh "online".
+    shard_status: dict[str, bool] = field(default_factory=dict)
     #: Seats whose player's connection dropped: seat -> (our ns when we heard it, grace seconds).
     away: dict[int, tuple[int, float]] = field(default_factory=dict)
     resent: int = 0
@@ -275,6 +284,17 @@ class ClientModel:
             self.connection = "connected"
             self.version += 1
             out.extend(self.heal())
+        elif isinstance(msg, m.RelayStatus) and msg.relay.startswith("shard-"):
+            heard = msg.relay in self.shard_status
+            self.shard_status[msg.relay] = msg.online
+            if self.match is not None and msg.relay == f"shard-{self.shard}":
+                self.relay_online = msg.online
+                if msg.online and heard:  # the shard is served (again): catch up, resend now
+                    out.extend(self.heal())
+                    if self.predictor is not None:
+                        for p in self.predictor.pending:
+                            p.resend_at_ns = min(p.resend_at_ns, now_ns)
+                self.version += 1
         elif isinstance(msg, m.RelayStatus):
             was, self.relay_online = self.relay_online, msg.online
             if msg.online and was is False:  # the relay is back (restarted, reconnected): catch up
@@ -289,6 +309,7 @@ class ClientModel:
             self.match, self.seat, self.game = msg.match, msg.seat, msg.game
             self.players, self.settings = msg.players, msg.settings
             self.token = msg.token or self.token
+            self.shard = msg.shard
             if not same:  # a repeated answer (a join sent twice) must not forget pending actions
                 self.predictor = Predictor(game_for(msg.game), msg.seat)
             self.version += 1

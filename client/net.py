@@ -17,6 +17,13 @@ matches) and says ``Reconnected`` -- the model then asks for its seat and view b
 ``give_up_s`` without a connection does it deliver ``ConnectionLost``. Publishing while
 disconnected drops the message quietly: actions are resent by the model, requests re-asked.
 
+Shards (several relays on one broker, ``relay/shards.py``): a match lives in one shard, named in
+its topics. ``MatchJoined`` says which; the connection remembers it per match and uses it for the
+match's action, event and snapshot topics (a match watched by code before that -- a spectator --
+is followed on every shard, ``m/+/{code}/...``). ``watch_lobby`` follows the match list: the single
+relay's ``lobby/matches`` and every shard's ``lobby/matches/{shard}``, delivered merged as one
+``MatchList``.
+
 ``Impairment`` (added delay, jitter, loss and reordering, each direction) sits between the
 connection and the application, so latency experiments work on any OS and any broker.
 """
@@ -147,6 +154,8 @@ class Connection:
         self._client: aiomqtt.Client | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._watching: set[str] = set()
+        self._shards: dict[str, str] = {}  # match -> its shard, from MatchJoined
+        self._lobby: dict[str, tuple[dict[str, Any], ...]] | None = None  # match list topic -> its entries
         self._all = False  # watch_all was asked for
         self.connected = asyncio.Event()
         self.give_up_s = give_up_s
@@ -164,10 +173,13 @@ class Connection:
             if self.relay_status:
                 await client.subscribe(self.topics.relay_status("+"), qos=1)
             if self._all:
-                await client.subscribe(f"{self.topics.prefix}/m/{self.topics.shard}/+/ev", qos=0)
+                await client.subscribe(f"{self.topics.prefix}/m/+/+/ev", qos=0)
             for match in self._watching:
-                await client.subscribe(self.topics.ev(match), qos=0)
-                await client.subscribe(self.topics.snap(match), qos=0)
+                await client.subscribe(self._match_topic(match, "ev"), qos=0)
+                await client.subscribe(self._match_topic(match, "snap"), qos=0)
+            if self._lobby is not None:
+                await client.subscribe(self.topics.match_list, qos=1)
+                await client.subscribe(f"{self.topics.match_list}/+", qos=1)
         except aiomqtt.MqttError:
             await _quietly_close(client)
             raise
@@ -201,6 +213,14 @@ class Connection:
             except Exception:  # noqa: BLE001 - closing; the broker may be gone
                 pass
 
+    def shard_of(self, match: str) -> str | None:
+        """The shard a match lives in, once ``MatchJoined`` said so."""
+        return self._shards.get(match)
+
+    def _match_topic(self, match: str, kind: str) -> str:
+        # A match whose shard is not known yet (watched by code) is followed on every shard.
+        return f"{self.topics.prefix}/m/{self._shards.get(match, '+')}/{match}/{kind}"
+
     async def watch(self, match: str) -> None:
         """Subscribe to a match's public events and retained snapshot."""
         if match in self._watching:
@@ -209,22 +229,32 @@ class Connection:
         if self._client is None or not self.connected.is_set():
             return
         try:
-            await self._client.subscribe(self.topics.ev(match), qos=0)
-            await self._client.subscribe(self.topics.snap(match), qos=0)
+            await self._client.subscribe(self._match_topic(match, "ev"), qos=0)
+            await self._client.subscribe(self._match_topic(match, "snap"), qos=0)
         except aiomqtt.MqttError as exc:
             log.debug("subscribe failed (the reconnect subscribes again): %s", exc)
 
     async def watch_all(self) -> None:
-        """Subscribe to every match's events (a logger that must not miss the first ones)."""
+        """Subscribe to every match's events, on every shard (a logger that must not miss the first ones)."""
         self._all = True
         if self._client is not None:
-            await self._client.subscribe(f"{self.topics.prefix}/m/{self.topics.shard}/+/ev", qos=0)
+            await self._client.subscribe(f"{self.topics.prefix}/m/+/+/ev", qos=0)
+
+    async def watch_lobby(self) -> None:
+        """Follow the waiting matches: every shard's list, delivered merged as one ``MatchList``."""
+        if self._lobby is not None:
+            return
+        self._lobby = {}
+        if self._client is not None:
+            await self._client.subscribe(self.topics.match_list, qos=1)
+            await self._client.subscribe(f"{self.topics.match_list}/+", qos=1)
 
     async def request(self, msg: Any) -> None:
         await self._send(self.topics.req(self.client_id), encode(msg))
 
     async def act(self, match: str, act: m.Act) -> None:
-        await self._send(self.topics.act(match, self.client_id), encode(act))
+        shard = self._shards.get(match, self.topics.shard)
+        await self._send(f"{self.topics.prefix}/m/{shard}/{match}/act/{self.client_id}", encode(act))
 
     async def send_raw(self, topic: str, payload: bytes) -> None:
         await self._send(topic, payload)
@@ -298,13 +328,20 @@ class Connection:
         assert self._client is not None
         async for msg in self._client.messages:
             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
-            if not payload:
-                continue  # a cleared retained message
+            if not payload:  # a cleared retained message
+                if self._lobby is not None and self._lobby.pop(msg.topic.value, None) is not None:
+                    self._deliver(m.MatchList(merge_match_lists(self._lobby)))
+                continue
             try:
                 decoded = decode(payload)
             except DecodeError:
                 self.bad_messages += 1
                 continue
+            if isinstance(decoded, m.MatchJoined):
+                self._shards[decoded.match] = decoded.shard  # before anyone watches or acts on it
+            elif isinstance(decoded, m.MatchList) and self._lobby is not None:
+                self._lobby[msg.topic.value] = decoded.matches
+                decoded = m.MatchList(merge_match_lists(self._lobby))
             if self.impairment is None:
                 self._deliver(decoded)
             else:
@@ -331,6 +368,21 @@ class Connection:
             await asyncio.sleep(self.ping_interval_s)
             if self.connected.is_set():
                 await self.request(m.Ping(t0=time.time_ns()))
+
+
+def merge_match_lists(lists: dict[str, tuple[dict[str, Any], ...]]) -> tuple[dict[str, Any], ...]:
+    """One list of the waiting matches from each list topic's latest (each relay writes only its
+    own shard's): by topic, codes once each."""
+    seen: set[Any] = set()
+    merged: list[dict[str, Any]] = []
+    for topic in sorted(lists):
+        for entry in lists[topic]:
+            code = entry.get("code") if isinstance(entry, dict) else None
+            if code in seen:
+                continue
+            seen.add(code)
+            merged.append(entry)
+    return tuple(merged)
 
 
 async def _quietly_close(client: aiomqtt.Client) -> None:

@@ -1,0 +1,573 @@
+"""Several relays on one broker: a relay process that serves the shards it owns, one core each.
+
+How this works
+--------------
+``ClusterRelay`` is the scale-out sibling of ``relay/shell.py``'s ``RelayShell`` (which stays the
+single-process default, untouched). It holds one MQTT connection and, for every shard its
+``Ownership`` (``relay/ownership.py``: static shards, or leases in NATS JetStream) hands it, a
+``ShardServer``: that shard's ``RelayCore``, its journal (one per shard) and its fence.
+
+- Receiving. The relay subscribes to every lobby request (``lobby/req/+``: NATS's MQTT has no
+  shared subscriptions, so every relay sees every request) and to the action topics of the shards
+  it serves only (``m/{shard}/+/act/+``, subscribed on gain, unsubscribed on loss). Each request
+  is routed by ``relay/shards.py`` -- the same answer on every relay -- and handled only if this
+  relay serves the shard it names; ``KNOWN`` requests (a ``Leave`` without a match, a probe reply)
+  go to each served core that knows the client.
+- Stepping. One stepper for all shards, as in the shell: the messages already received are
+  handed to their shard's core, each due shard ticks, every shard's batch is appended to its own
+  journal with the shard's fence (the journals are written side by side, in worker threads), and
+  only then are the outputs published. An append refused by the fence (``FencedError``: another
+  relay took the shard) drops the shard at once, its outputs unpublished. Any other journal error
+  (a NATS node went away) drops the shard's core too -- its memory got ahead of its journal -- and
+  rebuilds it from the journal while the shard is still owned.
+- Gaining a shard (``on_gain(shard, fence)``, which only starts this, so lease renewals never wait
+  on a replay): open the shard's journal, append an empty batch with the new fence (from then on
+  the previous owner's appends are refused, so nothing lands behind the replay's back), replay it
+  (the latest snapshot, then every later entry), then serve: the shard's status ``shard-{n}``
+  online (retained, on ``relay/shard-{n}/status``: clients of that shard resync and resend what
+  is unanswered), its match list, every match's snapshot and every player's view. A fresh journal
+  gets a snapshot of the fresh core at position 0, so the shard's seed and configuration survive
+  every change of owner; a journal made with another shard count is refused (conflicting
+  configuration), the relay stops with that one line.
+- Losing a shard (``on_loss``): its server is removed at once -- nothing more is published or
+  appended for it -- and its action topics unsubscribed. A clean stop (``close``) publishes each
+  shard's status offline first and then releases the shards, so a successor starts at once.
+- Time. The cores get the wall clock (``time.time_ns``) so a successor on another machine carries
+  on the same deadlines; per shard it is kept from going backwards (also across owners: the replay
+  ends at the last journalled time).
+- The relay process's own status is ``relays/{relay_id}/status`` (retained, offline by MQTT last
+  will) -- for operators; clients follow their shard's status instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import pickle
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import aiomqtt
+
+from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, stop_task, wait_event
+from protocol import messages as m
+from protocol.codec import encode
+from protocol.topics import Topics
+from relay import shards
+from relay.core import LogRecord, Publish, RelayConfig, RelayCore
+from relay.journal import Entry, FencedError, Journal, JournalError, Msg, Tick, open_journal
+from relay.ownership import Ownership
+
+log = logging.getLogger("blink.cluster")
+
+MAX_SLEEP_S = 0.05
+MAX_BATCH = 512
+SNAPSHOT_EVERY_S = 10.0
+SNAPSHOT_EVERY = 20_000
+RECONNECT_FIRST_S = 0.1
+RECONNECT_MAX_S = 5.0
+REBUILD_FIRST_S = 0.2
+REBUILD_MAX_S = 5.0
+
+#: Opens the journal of one shard (called in a worker thread).
+JournalOpener = Callable[[str], Journal]
+
+
+class ConfigConflict(JournalError):
+    """A shard's journal was made under another configuration (the shard count)."""
+
+
+def shard_status_id(shard: str) -> str:
+    return f"shard-{shard}"
+
+
+def process_status_topic(prefix: str, relay_id: str) -> str:
+    return f"{prefix}/relays/{relay_id}/status"
+
+
+@dataclasses.dataclass
+class ShardServer:
+    shard: str
+    fence: int
+    core: RelayCore
+    journal: Journal
+    last_now: int = 0  # the shard's clock never goes back (also across owners)
+    snap_pos: int = 0
+    prev_snap: int = 0
+    snap_at: float = 0.0
+    steps: int = 0
+
+    def now(self, t: int) -> int:
+        self.last_now = max(self.last_now, t)
+        return self.last_now
+
+
+class ClusterRelay:
+    def __init__(self, address: BrokerAddress, ownership: Ownership, open_journal: JournalOpener, shards_total: int,
+                 prefix: str = "blink/v1", config: RelayConfig | None = None, relay_id: str | None = None,
+                 log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
+                 snapshot_every_s: float = SNAPSHOT_EVERY_S, snapshot_every: int = SNAPSHOT_EVERY) -> None:
+        self.address = address
+        self.ownership = ownership
+        self.open_journal = open_journal
+        self.total = shards.check_total(shards_total)
+        self.prefix = prefix
+        self.topics = Topics(prefix)
+        self.config = config or RelayConfig()
+        self.relay_id = relay_id or self.config.relay_id
+        self.client_id = f"blink-{self.relay_id}-{secrets.token_hex(8)}"
+        self.max_payload = max_payload
+        self.snapshot_every_s = snapshot_every_s
+        self.snapshot_every = snapshot_every
+        self.log_path = Path(log_path) if log_path else None
+        self._log_file: IO[str] | None = None
+        self.servers: dict[str, ShardServer] = {}
+        self._starting: dict[str, asyncio.Task[None]] = {}
+        self._inbox: list[tuple[str, bytes, int]] = []
+        self._wake = asyncio.Event()
+        self._client: aiomqtt.Client | None = None
+        self._announce: list[str] = []  # shards gained and not yet announced (status, list, snapshots)
+        self._fatal: BaseException | None = None
+        self._stopped = asyncio.Event()
+        self.ready = asyncio.Event()  # connected and taking part
+        self.records: list[dict[str, Any]] | None = None
+        self.reconnects = 0
+        #: (shard, when it began serving, monotonic) -- tests and the failover benchmark read it.
+        self.gained: list[tuple[str, float]] = []
+        self.lost: list[tuple[str, float]] = []
+        ownership.subscribe(self._on_gain, self._on_loss)
+
+    # ------------------------------------------------------------------ ownership
+
+    async def _on_gain(self, shard: str, fence: int) -> None:
+        if shard in self.servers or shard in self._starting:
+            return
+        if shard not in shards.shard_names(self.total):
+            self._fail(ConfigConflict(f"was handed shard {shard!r}, which is not one of the {self.total} shards "
+                                      f"of --shards-total {self.total}: every relay must be started with the same count"))
+            return
+        task = asyncio.create_task(self._bring_up(shard, fence))
+        self._starting[shard] = task
+        task.add_done_callback(lambda t, s=shard: self._started(s, t))  # type: ignore[misc]
+
+    def _started(self, shard: str, task: asyncio.Task[None]) -> None:
+        if self._starting.get(shard) is task:
+            del self._starting[shard]
+        if not task.cancelled() and task.exception() is not None:
+            self._fail(task.exception())  # type: ignore[arg-type]
+
+    async def _on_loss(self, shard: str) -> None:
+        task = self._starting.pop(shard, None)
+        if task is not None:
+            task.cancel()
+        srv = self.servers.pop(shard, None)
+        if srv is None:
+            return
+        self.lost.append((shard, time.monotonic()))
+        log.warning("relay %s stopped serving shard %s", self.relay_id, shard)
+        await self._unsubscribe(shard)
+        await asyncio.to_thread(_close_quietly, srv.journal)
+
+    async def _bring_up(self, shard: str, fence: int) -> None:
+        delay = REBUILD_FIRST_S
+        while True:
+            journal: Journal | None = None
+            try:
+                journal = await asyncio.to_thread(self.open_journal, shard)
+                # The fence first: from here on the previous owner cannot append behind the replay.
+                await asyncio.to_thread(journal.append, [], fence)
+                srv = await asyncio.to_thread(self._replay, shard, fence, journal)
+            except ConfigConflict:
+                if journal is not None:
+                    await asyncio.to_thread(_close_quietly, journal)
+                raise
+            except FencedError as exc:
+                log.warning("shard %s: %s", shard, exc)
+                if journal is not None:
+                    await asyncio.to_thread(_close_quietly, journal)
+                return  # someone newer holds it; the ownership will tell us it is lost
+            except asyncio.CancelledError:
+                if journal is not None:
+                    await asyncio.to_thread(_close_quietly, journal)
+                raise
+            except Exception as exc:  # noqa: BLE001 - a journal that cannot be read now: try again
+                if journal is not None:
+                    await asyncio.to_thread(_close_quietly, journal)
+                if shard not in self.ownership.owned():
+                    return
+                log.warning("shard %s: cannot open its journal yet (%s: %s); again in %.1f s",
+                            shard, type(exc).__name__, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(REBUILD_MAX_S, delay * 2)
+                continue
+            break
+        if shard not in self.ownership.owned():
+            await asyncio.to_thread(_close_quietly, srv.journal)
+            return
+        self.servers[shard] = srv
+        self.gained.append((shard, time.monotonic()))
+        log.warning("relay %s serves shard %s (fence %d): %d match(es)", self.relay_id, shard, fence,
+                    len(srv.core.matches))
+        self._announce.append(shard)
+        self._wake.set()
+
+    def _replay(self, shard: str, fence: int, journal: Journal) -> ShardServer:
+        """The shard's core from its journal (in a worker thread: nothing else sees it yet)."""
+        snapshot = journal.latest_snapshot()
+        if snapshot is None and journal.last_position() == 0:
+            cfg = dataclasses.replace(self.config, relay_id=shard_status_id(shard), shards_total=self.total)
+            core = RelayCore(Topics(self.prefix, shard), cfg, int.from_bytes(os.urandom(8), "big"))
+            journal.save_snapshot(0, pickle.dumps(core, protocol=pickle.HIGHEST_PROTOCOL))
+            return ShardServer(shard, fence, core, journal, time.time_ns(), snap_at=time.monotonic())
+        if snapshot is None:
+            raise JournalError(f"the journal of shard {shard} holds entries but no snapshot to start them from")
+        pos, blob = snapshot
+        core = pickle.loads(blob)
+        if not isinstance(core, RelayCore):
+            raise JournalError(f"the snapshot of shard {shard} is not a relay core")
+        if core.config.shards_total != self.total or core.topics.shard != shard or core.topics.prefix != self.prefix:
+            raise ConfigConflict(
+                f"shard {shard}'s journal was made with {core.config.shards_total} shard(s) and prefix "
+                f"{core.topics.prefix!r}; this relay has --shards-total {self.total} and prefix {self.prefix!r}: "
+                f"every relay of a cluster must use the same")
+        last = 0
+        n = 0
+        for _, entry in journal.read(pos + 1):
+            if isinstance(entry, Msg):
+                core.handle(entry.topic, entry.payload, entry.now_ns)
+            else:
+                core.tick(entry.now_ns)
+            last = entry.now_ns
+            n += 1
+        log.info("shard %s: snapshot at %d + %d entries replayed", shard, pos, n)
+        return ShardServer(shard, fence, core, journal, max(last, core_time(core)), snap_pos=pos, prev_snap=pos,
+                           snap_at=time.monotonic())
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+        self._wake.set()
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self) -> None:
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(self.log_path, "a", encoding="utf-8")
+        self._write([LogRecord({"kind": "relay_started", "ts": time.time_ns(), "relay": self.relay_id,
+                                "shards_total": self.total, "order": self.config.order})])
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            tasks = [asyncio.create_task(self._connection_loop()), asyncio.create_task(self._step_loop())]
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()
+            raise RuntimeError("the relay stopped unexpectedly")
+        finally:
+            for t in tasks:
+                if not t.done():
+                    await stop_task(t)
+            await self._release()
+            if self._log_file:
+                self._log_file.close()
+                self._log_file = None
+
+    async def _release(self) -> None:
+        """Stop serving every shard (saying so on each shard's status), then give the shards up."""
+        for task in list(self._starting.values()):
+            task.cancel()
+        servers, self.servers = dict(self.servers), {}
+        client = self._client
+        if client is not None:
+            try:
+                out = [o for srv in servers.values() for o in srv.core.shutdown()]
+                out.append(Publish(process_status_topic(self.prefix, self.relay_id), m.RelayStatus(self.relay_id, False),
+                                   retain=True))
+                await asyncio.wait_for(self._publish(client, out), 2)
+            except BaseException:  # noqa: BLE001 - the broker may be gone already
+                pass
+        for srv in servers.values():
+            await asyncio.to_thread(_close_quietly, srv.journal)
+        try:
+            await asyncio.wait_for(self.ownership.close(), 10)
+        except BaseException as exc:  # noqa: BLE001 - leases run out by themselves
+            log.warning("giving up the shards: %s", exc)
+
+    async def _connection_loop(self) -> None:
+        status = process_status_topic(self.prefix, self.relay_id)
+        will = aiomqtt.Will(status, encode(m.RelayStatus(self.relay_id, False)), qos=1, retain=True)
+        delay = RECONNECT_FIRST_S
+        first = True
+        while True:
+            try:
+                async with aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id,
+                                          username=self.address.username or RELAY_USER,
+                                          password=self.address.password, socket_options=NODELAY,
+                                          will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
+                    await client.subscribe(self.topics.req_all, qos=1)
+                    for shard in list(self.servers):
+                        await client.subscribe(self._act_all(shard), qos=1)
+                    await client.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=1, retain=True)
+                    self._client = client
+                    if first:
+                        await self.ownership.start()  # only now: a shard gained is served at once
+                        self.ready.set()
+                    else:
+                        self.reconnects += 1
+                        log.warning("reconnected to the broker %s", self.address.url)
+                        self._announce.extend(s for s in self.servers if s not in self._announce)
+                    first = False
+                    delay = RECONNECT_FIRST_S
+                    self._wake.set()
+                    try:
+                        async for msg in client.messages:
+                            payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
+                            self._inbox.append((msg.topic.value, bytes(payload), time.time_ns()))
+                            self._wake.set()
+                    finally:
+                        self._client = None
+            except aiomqtt.MqttError as exc:
+                self._client = None
+                if first:
+                    raise
+                log.warning("lost the broker %s (%s); reconnecting in %.1f s", self.address.url, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(RECONNECT_MAX_S, delay * 2)
+
+    def _act_all(self, shard: str) -> str:
+        return f"{self.prefix}/m/{shard}/+/act/+"
+
+    async def _subscribe(self, shard: str) -> None:
+        client = self._client
+        if client is not None:
+            try:
+                await client.subscribe(self._act_all(shard), qos=1)
+            except aiomqtt.MqttError as exc:
+                log.warning("subscribing to shard %s failed (%s): the reconnect subscribes again", shard, exc)
+
+    async def _unsubscribe(self, shard: str) -> None:
+        client = self._client
+        if client is not None:
+            try:
+                await client.unsubscribe(self._act_all(shard))
+            except aiomqtt.MqttError:
+                pass
+
+    async def _step_loop(self) -> None:
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            now = time.time_ns()
+            deadlines = [d for d in (s.core.next_deadline() for s in self.servers.values()) if d is not None]
+            due = bool(deadlines) and min(deadlines) <= now
+            announce = bool(self._announce) and self._client is not None
+            if not self._inbox and not due and not announce:
+                delay = MAX_SLEEP_S if not deadlines else min(MAX_SLEEP_S, max(0.0, (min(deadlines) - now) / 1e9))
+                self._wake.clear()
+                await wait_event(self._wake, delay)
+                continue
+            await self.step()
+
+    async def step(self) -> None:
+        """One group-committed step over every served shard."""
+        if self._announce and self._client is not None:
+            todo, self._announce = self._announce, []
+            for shard in todo:
+                srv = self.servers.get(shard)
+                if srv is not None:
+                    await self._subscribe(shard)
+                    if self.servers.get(shard) is srv:
+                        await self._emit(srv, self._announcement(srv))
+        inbox, self._inbox = self._inbox[:MAX_BATCH], self._inbox[MAX_BATCH:]
+        batches: dict[str, tuple[ShardServer, list[Entry], list[Any]]] = {}
+        servers = self.servers
+        req_head = f"{self.prefix}/lobby/req/"
+        for topic, payload, t in inbox:
+            if topic.startswith(req_head):
+                client = topic[len(req_head):]
+                shard = shards.route_request(client, payload[:self.max_payload + 1], self.total)
+                if shard == shards.KNOWN:
+                    targets = [s for s in servers.values() if client in s.core.client_match]
+                else:
+                    srv = servers.get(shard)
+                    targets = [srv] if srv is not None else []
+            else:
+                shard_name = shards.shard_of_act_topic(topic, self.prefix)
+                srv = servers.get(shard_name) if shard_name is not None else None
+                targets = [srv] if srv is not None else []
+            if len(payload) > self.max_payload:
+                payload = payload[:self.max_payload + 1]  # still too large: the core answers ``too_large``
+            for srv in targets:
+                batch = batches.get(srv.shard)
+                if batch is None:
+                    batch = batches[srv.shard] = (srv, [], [])
+                now = srv.now(t)
+                batch[1].append(Msg(topic, payload, now))
+                batch[2].extend(srv.core.handle(topic, payload, now))
+        t = time.time_ns()
+        for srv in list(servers.values()):
+            deadline = srv.core.next_deadline()
+            if deadline is not None and deadline <= srv.now(t):
+                batch = batches.get(srv.shard)
+                if batch is None:
+                    batch = batches[srv.shard] = (srv, [], [])
+                batch[1].append(Tick(srv.last_now))
+                batch[2].extend(srv.core.tick(srv.last_now))
+        if not batches:
+            return
+        work = list(batches.values())
+        results = await asyncio.gather(*(asyncio.to_thread(srv.journal.append, entries, srv.fence)
+                                         for srv, entries, _ in work), return_exceptions=True)
+        for (srv, _, out), result in zip(work, results):
+            if self.servers.get(srv.shard) is not srv:
+                continue  # lost meanwhile: not a word more for it
+            if isinstance(result, FencedError):
+                log.warning("shard %s: %s; stopped serving it", srv.shard, result)
+                await self._drop(srv, rebuild=False)
+                continue
+            if isinstance(result, BaseException):
+                log.warning("shard %s: journal append failed (%s: %s); rebuilding it from its journal",
+                            srv.shard, type(result).__name__, result)
+                await self._drop(srv, rebuild=True)
+                continue
+            srv.steps += 1
+            if out:
+                await self._emit(srv, out)
+            await self._maybe_snapshot(srv)
+
+    async def _drop(self, srv: ShardServer, rebuild: bool) -> None:
+        if self.servers.get(srv.shard) is srv:
+            del self.servers[srv.shard]
+        self.lost.append((srv.shard, time.monotonic()))
+        await self._unsubscribe(srv.shard)
+        await asyncio.to_thread(_close_quietly, srv.journal)
+        if rebuild and srv.shard in self.ownership.owned() and srv.shard not in self._starting:
+            fence = self.ownership.owned()[srv.shard]
+            await self._on_gain(srv.shard, fence)
+
+    async def _maybe_snapshot(self, srv: ShardServer) -> None:
+        journal = srv.journal
+        pos = journal.last_position()
+        if pos - srv.snap_pos < self.snapshot_every and not (
+                time.monotonic() - srv.snap_at >= self.snapshot_every_s and pos > srv.snap_pos):
+            return
+        blob = await asyncio.to_thread(pickle.dumps, srv.core, pickle.HIGHEST_PROTOCOL)
+        srv.snap_at = time.monotonic()
+        try:
+            await asyncio.to_thread(journal.save_snapshot, pos, blob)
+            keep = srv.snap_pos
+            srv.prev_snap, srv.snap_pos = srv.snap_pos, pos
+            if keep > 0:
+                await asyncio.to_thread(journal.compact, keep)
+        except JournalError as exc:  # the next one will do: the journal still holds every entry
+            log.warning("shard %s: snapshot not saved (%s)", srv.shard, exc)
+
+    def _announcement(self, srv: ShardServer) -> list[Any]:
+        """What a shard's new server publishes: its status online and match list, then each match's
+        snapshot and each player's view, so that every client resyncs."""
+        core = srv.core
+        now = srv.now(time.time_ns())
+        out: list[Any] = list(core.startup(now))
+        for match in core.matches.values():
+            core._publish_snapshot(match, now, out)  # noqa: SLF001 - builds messages from the state
+            core._send_views(match, out)  # noqa: SLF001
+        return out
+
+    async def _emit(self, srv: ShardServer, out: list[Any]) -> None:
+        records = [o for o in out if isinstance(o, LogRecord)]
+        if records:
+            self._write(records, srv.shard)
+        client = self._client
+        if client is not None:
+            try:
+                await self._publish(client, out)
+            except aiomqtt.MqttError as exc:
+                log.warning("publish failed (%s); waiting for the broker", exc)
+
+    async def _publish(self, client: aiomqtt.Client, out: list[Any]) -> None:
+        for o in out:
+            if isinstance(o, Publish):
+                payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
+                await client.publish(o.topic, payload, qos=o.qos, retain=o.retain)
+
+    def _write(self, records: list[LogRecord], shard: str | None = None) -> None:
+        if self.records is not None:
+            self.records.extend(dict(r.record, shard=shard) for r in records)
+        if self._log_file is not None:
+            for r in records:
+                self._log_file.write(json.dumps(dict(r.record, shard=shard) if shard is not None else r.record,
+                                                default=str) + "\n")
+            self._log_file.flush()
+
+
+def sqlite_opener(data_dir: str | Path, durable: bool = True) -> JournalOpener:
+    """One SQLite journal per shard, each in ``DIR/shard-{n}`` (locked by the relay that opens it):
+    the static (no NATS) set-up, several relays on one broker and one machine."""
+    base = Path(data_dir)
+
+    def open_shard(shard: str) -> Journal:
+        return open_journal(base / f"shard-{shard}", durable=durable)
+
+    return open_shard
+
+
+class ClusterServer:
+    """A ``ClusterRelay`` started in the running loop (like ``relay.local.LocalServer``): ``start``
+    returns once the relay is connected and taking part; ``stop`` hands its shards over."""
+
+    def __init__(self, relay: ClusterRelay, on_stop: Callable[[], Any] | None = None) -> None:
+        self.relay = relay
+        self._on_stop = on_stop
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._task
+
+    async def start(self, timeout_s: float = 30.0) -> None:
+        self._task = asyncio.create_task(self.relay.run())
+        ready = asyncio.create_task(self.relay.ready.wait())
+        done, _ = await asyncio.wait({self._task, ready}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if self._task in done:
+            await self._task  # raises why it stopped
+        if not self.relay.ready.is_set():
+            await self.stop()
+            raise ConnectionError(f"the relay could not start on {self.relay.address.url}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await stop_task(self._task, tries=40)
+        if self._on_stop is not None:
+            result = self._on_stop()
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def __aenter__(self) -> ClusterServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+
+def core_time(core: RelayCore) -> int:
+    """The latest time a restored core has seen, near enough (its last publication)."""
+    return max((t for book in core.fair.published.values() for t in book.values()), default=0)
+
+
+def _close_quietly(journal: Journal) -> None:
+    try:
+        journal.close()
+    except Exception as exc:  # noqa: BLE001 - closing a journal whose backend is gone
+        log.info("closing a journal: %s", exc)
+
+
+__all__ = ["ClusterRelay", "ClusterServer", "ConfigConflict", "sqlite_opener", "JournalOpener", "ShardServer", "process_status_topic",
+           "shard_status_id"]
