@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "port if --port is taken, advertised over multicast DNS (found by `blink lan`)")
     s.add_argument("--interface", action="append", metavar="IF", help="with --lan: advertise only on this "
                    "interface (name or IPv4 address; repeatable)")
+    s.add_argument("--cluster", metavar="NATS_URL", help="join the relays of this NATS cluster (with --broker): "
+                   "shards are leased in its JetStream and journalled there, e.g. nats://127.0.0.1:4222")
+    s.add_argument("--shards-total", type=argtypes.whole(1, 1024), default=None, metavar="N",
+                   help="how many shards the matches are spread over (every relay of a broker the same; default 8)")
+    s.add_argument("--shards", metavar="LIST", help="without --cluster: serve exactly these shards (e.g. 0,1), each "
+                   "journalled in DIR/shard-N of --data; the other relays on the broker serve the rest")
 
     ln = sub.add_parser("lan", help="list blink hosts on the local network (multicast DNS)")
     ln.add_argument("--json", action="store_true", help="print a JSON list of hosts")
@@ -207,6 +213,8 @@ def _friendly(exc: BaseException) -> UserError:
 
 
 async def _serve(args: argparse.Namespace, topics: Topics) -> int:
+    if args.cluster or args.shards or args.shards_total:
+        return await _serve_cluster(args, topics)
     from relay.local import JournalError, LocalServer, RelayConfig, default_data_dir
 
     config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
@@ -261,6 +269,78 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
     except UserError:
         raise
     except JournalError as exc:
+        raise UserError(str(exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - turned into one readable line
+        raise _friendly(exc) from exc
+    print("blink relay stopped.", flush=True)
+    return 0
+
+
+DEFAULT_SHARDS_TOTAL = 8
+
+
+async def _serve_cluster(args: argparse.Namespace, topics: Topics) -> int:
+    """``blink serve --broker URL --cluster NATS_URL`` (or ``--shards LIST``): one of several relays."""
+    from relay import local
+
+    return await _run_cluster(args, topics, local)
+
+
+async def _run_cluster(args: argparse.Namespace, topics: Topics, local: Any) -> int:
+    if not args.broker:
+        raise UsageError("--cluster and --shards serve a shared broker: give it with --broker MQTT_URL")
+    if args.lan or args.interface or args.host:
+        raise UsageError("--lan, --interface and --host are for the embedded broker, not for --cluster/--shards")
+    if args.no_journal:
+        raise UsageError("a relay of several keeps its shards in a journal (another relay takes them over from "
+                         "it): leave out --no-journal")
+    if args.seed is not None:
+        raise UsageError("--seed is for a single relay: each shard draws its own seed when it is first served")
+    if args.cluster and args.shards:
+        raise UsageError("--shards forces shards without a cluster; with --cluster the relays lease them: "
+                         "leave out one of the two")
+    total = args.shards_total or DEFAULT_SHARDS_TOTAL
+    owned: list[str] | None = None
+    if args.shards:
+        owned = [x.strip() for x in args.shards.split(",") if x.strip()]
+        bad = [x for x in owned if not (x.isdigit() and int(x) < total and str(int(x)) == x)]
+        if bad or not owned:
+            raise UsageError(f"--shards must list shard numbers from 0 to {total - 1} (--shards-total {total}), "
+                             f"not {args.shards!r}")
+        if len(set(owned)) != len(owned):
+            raise UsageError(f"--shards names a shard twice: {args.shards!r}")
+    elif not args.cluster:
+        raise UsageError("--shards-total needs --cluster NATS_URL (or --shards LIST)")
+    data_dir = args.data or (None if args.cluster else str(local.default_data_dir() / "shards"))
+    config = local.RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        server = await local.cluster_server(args.broker, cluster_url=args.cluster, shards=owned, shards_total=total,
+                                            data_dir=data_dir, topics=topics, config=config, log_path=args.log,
+                                            max_payload=args.max_payload, durable=args.sync == "full")
+        async with server:
+            how = f"cluster {args.cluster}" if args.cluster else f"shards {','.join(owned or [])}"
+            print(f"blink relay '{args.relay_id}' ({args.order} order) running on broker "
+                  f"{local.public_url(args.broker)}, {how} of {total}; Ctrl-C stops it.", flush=True)
+            relay_task = server.task
+            assert relay_task is not None
+            waiter = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait({waiter, relay_task}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if relay_task in done and not stop.is_set():
+                exc = relay_task.exception()
+                if isinstance(exc, local.JournalError):
+                    raise UserError(str(exc))
+                raise _friendly(exc) if exc else UserError("the relay stopped")
+    except UserError:
+        raise
+    except local.JournalError as exc:
         raise UserError(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - turned into one readable line
         raise _friendly(exc) from exc

@@ -292,8 +292,8 @@ class ClientModel:
                 if msg.online and heard:  # the shard is served (again): catch up, resend now
                     out.extend(self.heal())
                     if self.predictor is not None:
-                        for p in self.predictor.pending:
-                            p.resend_at_ns = min(p.resend_at_ns, now_ns)
+                        for waiting in self.predictor.pending:
+                            waiting.resend_at_ns = min(waiting.resend_at_ns, now_ns)
                 self.version += 1
         elif isinstance(msg, m.RelayStatus):
             was, self.relay_online = self.relay_online, msg.online

@@ -62,7 +62,7 @@ from protocol.topics import Topics
 from relay import shards
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import Entry, FencedError, Journal, JournalError, Msg, Tick, open_journal
-from relay.ownership import Ownership
+from relay.ownership import Ownership, StaticOwnership
 
 log = logging.getLogger("blink.cluster")
 
@@ -512,7 +512,13 @@ def sqlite_opener(data_dir: str | Path, durable: bool = True) -> JournalOpener:
     base = Path(data_dir)
 
     def open_shard(shard: str) -> Journal:
-        return open_journal(base / f"shard-{shard}", durable=durable)
+        try:
+            return open_journal(base / f"shard-{shard}", durable=durable)
+        except JournalError as exc:
+            if "is in use by" in str(exc):  # the directory lock: another relay serves this shard
+                raise ConfigConflict(f"shard {shard} is already served by another relay ({exc}); "
+                                     f"two relays were given the same shard") from exc
+            raise
 
     return open_shard
 
@@ -557,6 +563,30 @@ class ClusterServer:
         await self.stop()
 
 
+async def make_cluster_server(broker_url: str, *, cluster_url: str | None, shards: list[str] | None,
+                              shards_total: int, data_dir: str | Path | None, topics: Topics | None = None,
+                              config: RelayConfig | None = None, log_path: str | Path | None = None,
+                              max_payload: int = DEFAULT_MAX_PAYLOAD, durable: bool = True) -> ClusterServer:
+    """What ``blink serve --broker URL (--cluster NATS_URL | --shards LIST)`` runs (see relay/local.py)."""
+    from mqttkit import parse_url
+
+    address = parse_url(broker_url)
+    prefix = (topics or Topics()).prefix
+    config = config or RelayConfig()
+    if cluster_url is None:
+        if shards is None or data_dir is None:
+            raise ValueError("without a cluster a relay needs its shards and a data directory")
+        relay = ClusterRelay(address, StaticOwnership(shards), sqlite_opener(data_dir, durable), shards_total, prefix,
+                             config, config.relay_id, log_path, max_payload)
+        return ClusterServer(relay)
+    return await nats_cluster_server(address, cluster_url, shards_total, prefix, config, log_path, max_payload)
+
+
+async def nats_cluster_server(address: BrokerAddress, cluster_url: str, shards_total: int, prefix: str,
+                              config: RelayConfig, log_path: str | Path | None, max_payload: int) -> ClusterServer:
+    raise JournalError("this build has no NATS support for --cluster yet (relay/leases.py, relay/jetstream.py)")
+
+
 def core_time(core: RelayCore) -> int:
     """The latest time a restored core has seen, near enough (its last publication)."""
     return max((t for book in core.fair.published.values() for t in book.values()), default=0)
@@ -569,5 +599,5 @@ def _close_quietly(journal: Journal) -> None:
         log.info("closing a journal: %s", exc)
 
 
-__all__ = ["ClusterRelay", "ClusterServer", "ConfigConflict", "sqlite_opener", "JournalOpener", "ShardServer", "process_status_topic",
+__all__ = ["ClusterRelay", "ClusterServer", "make_cluster_server", "ConfigConflict", "sqlite_opener", "JournalOpener", "ShardServer", "process_status_topic",
            "shard_status_id"]

@@ -38,8 +38,8 @@ from relay.journal import JournalError, default_data_dir, open_journal
 from relay.mosquitto import write_mosquitto_config
 from relay.shell import RelayShell
 
-__all__ = ["JournalError", "LocalServer", "RelayConfig", "default_data_dir", "start_local", "temporary_data_dir",
-           "write_mosquitto_config"]
+__all__ = ["JournalError", "LocalServer", "RelayConfig", "cluster_server", "default_data_dir", "public_url",
+           "start_local", "temporary_data_dir", "write_mosquitto_config"]
 
 
 def temporary_data_dir() -> Path:
@@ -135,3 +135,22 @@ async def start_local(broker_url: str | None = None, seed: int | None = None, co
         await server.stop()
         raise
     return server
+
+
+def public_url(broker_url: str) -> str:
+    """A broker URL without its credentials (for printing)."""
+    return parse_url(broker_url).public().url
+
+
+async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: list[str] | None, shards_total: int,
+                         data_dir: str | Path | None, topics: Topics | None = None, config: RelayConfig | None = None,
+                         log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
+                         durable: bool = True) -> Any:
+    """One of several relays on a shared broker (``relay/cluster.py``): with ``cluster_url`` the shards
+    are leased and journalled in that NATS cluster's JetStream; else it serves exactly ``shards``,
+    each journalled under ``data_dir``. Returns a not yet started ``ClusterServer``."""
+    from relay.cluster import make_cluster_server
+
+    return await make_cluster_server(broker_url, cluster_url=cluster_url, shards=shards, shards_total=shards_total,
+                                     data_dir=data_dir, topics=topics, config=config, log_path=log_path,
+                                     max_payload=max_payload, durable=durable)
