@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any, Sequence
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fair-cap-ms", type=float, default=150.0, help="fair order: longest hold of a play (ms)")
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
     s.add_argument("--log", type=argtypes.out_file, metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
-    s.add_argument("--relay-id", default="relay-0", help="this relay's name (status topic)")
+    s.add_argument("--relay-id", help="this relay's name (status topic; default relay-0, with --cluster a "
+                   "random one: every relay of a cluster needs its own)")
     s.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192,
                    help="largest message in bytes the embedded broker passes on and the relay reads (default 8192)")
     s.add_argument("--data", metavar="DIR", help="journal every input here and recover from it on start "
@@ -69,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "shards are leased in its JetStream and journalled there, e.g. nats://127.0.0.1:4222")
     s.add_argument("--shards-total", type=argtypes.whole(1, 1024), default=None, metavar="N",
                    help="how many shards the matches are spread over (every relay of a broker the same; default 8)")
-    s.add_argument("--shards", metavar="LIST", help="without --cluster: serve exactly these shards (e.g. 0,1), each "
-                   "journalled in DIR/shard-N of --data; the other relays on the broker serve the rest")
+    s.add_argument("--shards", metavar="LIST", help="serve exactly these shards (e.g. 0,1): with --cluster they are "
+                   "pinned to this relay (the others share the rest); without, each is journalled in DIR/shard-N of "
+                   "--data and the other relays on the broker serve the rest")
 
     ln = sub.add_parser("lan", help="list blink hosts on the local network (multicast DNS)")
     ln.add_argument("--json", action="store_true", help="print a JSON list of hosts")
@@ -215,6 +218,7 @@ def _friendly(exc: BaseException) -> UserError:
 async def _serve(args: argparse.Namespace, topics: Topics) -> int:
     if args.cluster or args.shards or args.shards_total:
         return await _serve_cluster(args, topics)
+    args.relay_id = args.relay_id or "relay-0"
     from relay.local import JournalError, LocalServer, RelayConfig, default_data_dir
 
     config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
@@ -296,9 +300,6 @@ async def _run_cluster(args: argparse.Namespace, topics: Topics, local: Any) -> 
                          "it): leave out --no-journal")
     if args.seed is not None:
         raise UsageError("--seed is for a single relay: each shard draws its own seed when it is first served")
-    if args.cluster and args.shards:
-        raise UsageError("--shards forces shards without a cluster; with --cluster the relays lease them: "
-                         "leave out one of the two")
     total = args.shards_total or DEFAULT_SHARDS_TOTAL
     owned: list[str] | None = None
     if args.shards:
@@ -312,6 +313,10 @@ async def _run_cluster(args: argparse.Namespace, topics: Topics, local: Any) -> 
     elif not args.cluster:
         raise UsageError("--shards-total needs --cluster NATS_URL (or --shards LIST)")
     data_dir = args.data or (None if args.cluster else str(local.default_data_dir() / "shards"))
+    if args.relay_id is None:
+        args.relay_id = f"relay-{os.urandom(4).hex()}" if args.cluster else "relay-0"
+    if not all(c.isalnum() or c in "-_" for c in args.relay_id) or not args.relay_id:
+        raise UsageError(f"--relay-id must be letters, digits, '-' or '_', not {args.relay_id!r}")
     config = local.RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

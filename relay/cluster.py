@@ -49,7 +49,7 @@ import os
 import pickle
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -79,8 +79,13 @@ REBUILD_MAX_S = 5.0
 JournalOpener = Callable[[str], Journal]
 
 
-class ConfigConflict(JournalError):
-    """A shard's journal was made under another configuration (the shard count)."""
+class ClusterError(JournalError):
+    """The cluster cannot be used as configured (unreachable, no JetStream, a conflict); one line."""
+
+
+class ConfigConflict(ClusterError):
+    """A shard's journal was made under another configuration (the shard count), or a shard was
+    given to two relays."""
 
 
 def shard_status_id(shard: str) -> str:
@@ -316,7 +321,12 @@ class ClusterRelay:
                     await client.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=1, retain=True)
                     self._client = client
                     if first:
-                        await self.ownership.start()  # only now: a shard gained is served at once
+                        try:  # only now: a shard gained is served at once
+                            await self.ownership.start()
+                        except (aiomqtt.MqttError, asyncio.CancelledError):
+                            raise
+                        except Exception as exc:  # noqa: BLE001 - one line for a person
+                            raise ClusterError(str(exc) or type(exc).__name__) from exc
                         self.ready.set()
                     else:
                         self.reconnects += 1
@@ -566,8 +576,10 @@ class ClusterServer:
 async def make_cluster_server(broker_url: str, *, cluster_url: str | None, shards: list[str] | None,
                               shards_total: int, data_dir: str | Path | None, topics: Topics | None = None,
                               config: RelayConfig | None = None, log_path: str | Path | None = None,
-                              max_payload: int = DEFAULT_MAX_PAYLOAD, durable: bool = True) -> ClusterServer:
-    """What ``blink serve --broker URL (--cluster NATS_URL | --shards LIST)`` runs (see relay/local.py)."""
+                              max_payload: int = DEFAULT_MAX_PAYLOAD, durable: bool = True,
+                              lease_ttl_s: float | None = None) -> ClusterServer:
+    """What ``blink serve --broker URL (--cluster NATS_URL | --shards LIST)`` runs (see relay/local.py).
+    With a cluster, ``shards`` are pinned to this relay (the leases refuse a shard pinned twice)."""
     from mqttkit import parse_url
 
     address = parse_url(broker_url)
@@ -579,12 +591,36 @@ async def make_cluster_server(broker_url: str, *, cluster_url: str | None, shard
         relay = ClusterRelay(address, StaticOwnership(shards), sqlite_opener(data_dir, durable), shards_total, prefix,
                              config, config.relay_id, log_path, max_payload)
         return ClusterServer(relay)
-    return await nats_cluster_server(address, cluster_url, shards_total, prefix, config, log_path, max_payload)
+    return await nats_cluster_server(address, cluster_url, shards_total, prefix, config, log_path, max_payload,
+                                     pinned=shards or (), lease_ttl_s=lease_ttl_s)
 
 
 async def nats_cluster_server(address: BrokerAddress, cluster_url: str, shards_total: int, prefix: str,
-                              config: RelayConfig, log_path: str | Path | None, max_payload: int) -> ClusterServer:
-    raise JournalError("this build has no NATS support for --cluster yet (relay/leases.py, relay/jetstream.py)")
+                              config: RelayConfig, log_path: str | Path | None, max_payload: int,
+                              pinned: Sequence[str] = (), lease_ttl_s: float | None = None) -> ClusterServer:
+    """Leases and journals in the JetStream of the NATS cluster at ``cluster_url`` (``a,b,c`` for several
+    nodes): one NATS connection for every shard's journal, another for the leases."""
+    try:
+        from relay.jetstream import JetStreamJournal, NatsLink
+        from relay.leases import NatsLeases
+    except ImportError as exc:
+        raise ClusterError(f"this installation cannot use a NATS cluster ({exc}): install nats-py") from exc
+    link = await asyncio.to_thread(NatsLink, cluster_url)  # JournalError in one line: unreachable, no JetStream
+    try:
+        kwargs: dict[str, Any] = {"pinned": pinned, "relay_id": config.relay_id}
+        if lease_ttl_s is not None:
+            kwargs["ttl"] = lease_ttl_s
+        leases = NatsLeases(cluster_url, shards_total, **kwargs)
+    except Exception as exc:
+        await asyncio.to_thread(link.close)
+        raise ClusterError(str(exc)) from exc
+
+    def open_shard(shard: str) -> Journal:
+        return JetStreamJournal(link, shard)
+
+    relay = ClusterRelay(address, leases, open_shard, shards_total, prefix, config, config.relay_id, log_path,
+                         max_payload)
+    return ClusterServer(relay, on_stop=lambda: asyncio.to_thread(link.close))
 
 
 def core_time(core: RelayCore) -> int:
@@ -599,5 +635,5 @@ def _close_quietly(journal: Journal) -> None:
         log.info("closing a journal: %s", exc)
 
 
-__all__ = ["ClusterRelay", "ClusterServer", "make_cluster_server", "ConfigConflict", "sqlite_opener", "JournalOpener", "ShardServer", "process_status_topic",
+__all__ = ["ClusterError", "ClusterRelay", "ClusterServer", "ConfigConflict", "make_cluster_server", "sqlite_opener", "JournalOpener", "ShardServer", "process_status_topic",
            "shard_status_id"]
