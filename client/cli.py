@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the relay (with an embedded MQTT broker unless --broker is given)")
     s.add_argument("--host", help="embedded broker address (default 127.0.0.1; with --lan 0.0.0.0)")
     s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="embedded broker port (default 1883)")
-    s.add_argument("--broker", type=argtypes.url, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883")
+    s.add_argument("--broker", type=_urls, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883 "
+                   "(with --cluster/--shards: the nodes of a clustered broker, comma-separated, tried in turn)")
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
     s.add_argument("--fair-cap-ms", type=float, default=150.0, help="fair order: longest hold of a play (ms)")
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
@@ -71,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "shards are leased in its JetStream and journalled there, e.g. nats://127.0.0.1:4222")
     s.add_argument("--shards-total", type=argtypes.whole(1, 1024), default=None, metavar="N",
                    help="how many shards the matches are spread over (every relay of a broker the same; default 8)")
+    s.add_argument("--lease-ttl", type=argtypes.seconds(1, 600), metavar="S", help="with --cluster: a dead relay's "
+                   "shards are free this long after its last lease renewal (default: the leases' own, 4 s)")
     s.add_argument("--shards", metavar="LIST", help="serve exactly these shards (e.g. 0,1): with --cluster they are "
                    "pinned to this relay (the others share the rest); without, each is journalled in DIR/shard-N of "
                    "--data and the other relays on the broker serve the rest")
@@ -216,9 +219,11 @@ def _friendly(exc: BaseException) -> UserError:
 
 
 async def _serve(args: argparse.Namespace, topics: Topics) -> int:
-    if args.cluster or args.shards or args.shards_total:
+    if args.cluster or args.shards or args.shards_total or args.lease_ttl is not None:
         return await _serve_cluster(args, topics)
     args.relay_id = args.relay_id or "relay-0"
+    if args.broker and "," in args.broker:
+        raise UsageError("several --broker URLs are for relays of a cluster (--cluster or --shards); give one")
     from relay.local import JournalError, LocalServer, RelayConfig, default_data_dir
 
     config = RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
@@ -283,6 +288,16 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
 DEFAULT_SHARDS_TOTAL = 8
 
 
+def _urls(text: str) -> str:
+    """One broker URL, or several comma-separated (each checked)."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"an empty URL in {text!r}")
+    for p in parts:
+        argtypes.url(p)
+    return ",".join(parts)
+
+
 async def _serve_cluster(args: argparse.Namespace, topics: Topics) -> int:
     """``blink serve --broker URL --cluster NATS_URL`` (or ``--shards LIST``): one of several relays."""
     from relay import local
@@ -300,6 +315,8 @@ async def _run_cluster(args: argparse.Namespace, topics: Topics, local: Any) -> 
                          "it): leave out --no-journal")
     if args.seed is not None:
         raise UsageError("--seed is for a single relay: each shard draws its own seed when it is first served")
+    if args.lease_ttl is not None and not args.cluster:
+        raise UsageError("--lease-ttl is for leases in a cluster: it needs --cluster")
     total = args.shards_total or DEFAULT_SHARDS_TOTAL
     owned: list[str] | None = None
     if args.shards:
@@ -328,7 +345,8 @@ async def _run_cluster(args: argparse.Namespace, topics: Topics, local: Any) -> 
     try:
         server = await local.cluster_server(args.broker, cluster_url=args.cluster, shards=owned, shards_total=total,
                                             data_dir=data_dir, topics=topics, config=config, log_path=args.log,
-                                            max_payload=args.max_payload, durable=args.sync == "full")
+                                            max_payload=args.max_payload, durable=args.sync == "full",
+                                            lease_ttl_s=args.lease_ttl)
         async with server:
             how = f"cluster {args.cluster}" if args.cluster else f"shards {','.join(owned or [])}"
             print(f"blink relay '{args.relay_id}' ({args.order} order) running on broker "

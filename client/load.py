@@ -223,6 +223,7 @@ class LoadPlayer:
         self.private_topic = t.client(self.cid)
         self.req_topic = t.req(self.cid)
         self.act_topic = ""
+        self.match_topics = t  # the topics of the shard the match lives in (MatchJoined names it)
         self.mqtt: Any = None
         self.match: str | None = None
         self.seat: int | None = None
@@ -301,7 +302,7 @@ class LoadPlayer:
         run = self.run
         run.messages_in += 1
         if topic != self.private_topic:
-            if self.run.rules.sends_less and self.match is not None and topic == self.run.topics.ev(self.match):
+            if self.run.rules.sends_less and self.match is not None and topic == self.match_topics.ev(self.match):
                 try:
                     ev = decode(payload)
                 except DecodeError:
@@ -347,10 +348,11 @@ class LoadPlayer:
 
     def on_joined(self, msg: m.MatchJoined) -> None:
         self.match, self.seat = msg.match, msg.seat
-        self.act_topic = self.run.topics.act(msg.match, self.cid)
+        self.match_topics = Topics(self.run.topics.prefix, msg.shard)
+        self.act_topic = self.match_topics.act(msg.match, self.cid)
         if self.mqtt is not None:
-            self.mqtt.subscribe(self.run.topics.ev(msg.match), qos=0)
-            self.mqtt.subscribe(self.run.topics.snap(msg.match), qos=0)
+            self.mqtt.subscribe(self.match_topics.ev(msg.match), qos=0)
+            self.mqtt.subscribe(self.match_topics.snap(msg.match), qos=0)
         if self.joined is not None and not self.joined.done():
             self.joined.set_result(msg.match)
 

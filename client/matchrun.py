@@ -6,8 +6,12 @@ How this works
 broker on a free loopback port and a relay on it, in this process and event loop.
 ``run_match`` then connects one ``Player`` per bot (the first creates the match, the others join
 it by its code), plus a silent spectator that subscribes to every match's events *before* the
-match is created, so the log it writes starts at seq 1 and has no gaps. When the relay announces
-``match_over`` the bots stop and the summary is built from the events and the bots' verdicts.
+match is created, so the log it writes starts at seq 1 and has no gaps. Events are QoS 0 and a
+relay may die between journalling a step and publishing it (another relay then takes its shard
+over): the spectator keeps each seq once and, on a gap or after a reconnect, asks the relay for the
+missing ones (``Resync(from_seq)``: the relay's recent public events, to the spectator's private
+topic). When the relay announces ``match_over`` the bots stop, the log's gaps (if any) are filled
+the same way, and the summary is built from the events and the bots' verdicts.
 """
 
 from __future__ import annotations
@@ -26,8 +30,13 @@ from protocol.topics import Topics
 from mqttkit import BrokerAddress
 from relay.local import LocalServer  # noqa: F401 - re-exported: the commands' embedded broker + relay
 from client.bots import Bot
+from client.model import Reconnected
 from client.net import Connection, Impairment, new_client_id
 from client.player import Player
+
+
+RESYNC_EVERY_S = 1.1  # the relay re-sends a match's past events to one client at most once a second
+GAP_FILL_S = 30.0  # after the match: how long to keep asking for events the log lacks
 
 
 @dataclass
@@ -100,11 +109,41 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
                     names: list[str] | None = None) -> MatchResult:
     topics = topics or Topics()
     events: list[m.Event] = []
+    seen: set[tuple[str, int]] = set()
     over = asyncio.Event()
+    doubt = asyncio.Event()  # a gap or a reconnect: ask for the missing events
+    code = ""
 
     def on_spectated(msg: Any, now: int) -> None:
         if isinstance(msg, m.Event):
-            events.append(msg)
+            if (msg.match, msg.seq) not in seen:
+                seen.add((msg.match, msg.seq))
+                events.append(msg)
+                if msg.match == code and missing_from(code) is not None:
+                    doubt.set()
+        elif isinstance(msg, Reconnected):
+            doubt.set()
+
+    def missing_from(match: str) -> int | None:
+        """The first seq of ``match`` not heard (below the newest heard), or None."""
+        have = sorted(seq for (c, seq) in seen if c == match)
+        for want, got in enumerate(have, start=1):
+            if got != want:
+                return want
+        return None
+
+    async def heal(until: asyncio.Event) -> None:
+        """Ask for missed events while there is a doubt (the relay re-sends at most once a second)."""
+        while not until.is_set():
+            await doubt.wait()
+            doubt.clear()
+            first = missing_from(code) if code else None
+            if code and (first is not None or spectator.reconnects):
+                newest = max((seq for (c, seq) in seen if c == code), default=0)
+                await spectator.request(m.Resync(code, from_seq=first or newest + 1))
+            await asyncio.sleep(RESYNC_EVERY_S)
+            if code and missing_from(code) is not None:
+                doubt.set()
 
     spectator = Connection(address, new_client_id("log"), topics, on_spectated, ping_interval_s=0)
     players: list[Player] = []
@@ -119,6 +158,8 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
                 await p.__aenter__()
                 players.append(p)
             code = await players[0].create(game, settings or {}, seats=bots)
+            if missing_from(code) is not None:
+                doubt.set()
             for p in players[1:]:
                 await p.join(code)
             robots = [Bot(p, reaction_s=reaction_s, seed=None if seed is None else seed * 100 + i)
@@ -131,17 +172,24 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
                 over.set()
 
             watcher = asyncio.create_task(watch_end())
+            healer = asyncio.create_task(heal(over))
             try:
                 await asyncio.wait_for(over.wait(), timeout=timeout_s)
             except asyncio.TimeoutError as exc:
                 raise TimeoutError(f"the match did not finish within {timeout_s:.0f} s") from exc
             finally:
                 watcher.cancel()
+                healer.cancel()
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
             duration = time.monotonic() - started
             await asyncio.sleep(0.05)  # the last views and verdicts
+            # Whatever the log still lacks (events lost with a relay that died), from the relay's past.
+            deadline = time.monotonic() + GAP_FILL_S
+            while missing_from(code) is not None and time.monotonic() < deadline:
+                await spectator.request(m.Resync(code, from_seq=missing_from(code) or 1))
+                await asyncio.sleep(RESYNC_EVERY_S)
         finally:
             for p in players:
                 await p.close()

@@ -114,11 +114,16 @@ class ShardServer:
 
 
 class ClusterRelay:
-    def __init__(self, address: BrokerAddress, ownership: Ownership, open_journal: JournalOpener, shards_total: int,
+    def __init__(self, address: BrokerAddress | Sequence[BrokerAddress], ownership: Ownership, open_journal: JournalOpener, shards_total: int,
                  prefix: str = "blink/v1", config: RelayConfig | None = None, relay_id: str | None = None,
                  log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
                  snapshot_every_s: float = SNAPSHOT_EVERY_S, snapshot_every: int = SNAPSHOT_EVERY) -> None:
-        self.address = address
+        # Several addresses: nodes of one clustered broker. The relay connects to the first and, when
+        # it loses a node, goes on to the next (a stopped node must not take the relay's shards with it).
+        self.addresses = [address] if isinstance(address, BrokerAddress) else list(address)
+        if not self.addresses:
+            raise ValueError("a relay needs a broker address")
+        self.address = self.addresses[0]
         self.ownership = ownership
         self.open_journal = open_journal
         self.total = shards.check_total(shards_total)
@@ -309,7 +314,9 @@ class ClusterRelay:
         will = aiomqtt.Will(status, encode(m.RelayStatus(self.relay_id, False)), qos=1, retain=True)
         delay = RECONNECT_FIRST_S
         first = True
+        node = 0
         while True:
+            self.address = self.addresses[node % len(self.addresses)]
             try:
                 async with aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id,
                                           username=self.address.username or RELAY_USER,
@@ -344,8 +351,11 @@ class ClusterRelay:
                         self._client = None
             except aiomqtt.MqttError as exc:
                 self._client = None
-                if first:
+                node += 1  # a node that failed or went away: the next one (it comes round again last)
+                if first and node >= len(self.addresses):
                     raise
+                if first:
+                    continue
                 log.warning("lost the broker %s (%s); reconnecting in %.1f s", self.address.url, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
@@ -582,7 +592,7 @@ async def make_cluster_server(broker_url: str, *, cluster_url: str | None, shard
     With a cluster, ``shards`` are pinned to this relay (the leases refuse a shard pinned twice)."""
     from mqttkit import parse_url
 
-    address = parse_url(broker_url)
+    address = [parse_url(u.strip()) for u in broker_url.split(",") if u.strip()]
     prefix = (topics or Topics()).prefix
     config = config or RelayConfig()
     if cluster_url is None:
@@ -595,7 +605,7 @@ async def make_cluster_server(broker_url: str, *, cluster_url: str | None, shard
                                      pinned=shards or (), lease_ttl_s=lease_ttl_s)
 
 
-async def nats_cluster_server(address: BrokerAddress, cluster_url: str, shards_total: int, prefix: str,
+async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str, shards_total: int, prefix: str,
                               config: RelayConfig, log_path: str | Path | None, max_payload: int,
                               pinned: Sequence[str] = (), lease_ttl_s: float | None = None) -> ClusterServer:
     """Leases and journals in the JetStream of the NATS cluster at ``cluster_url`` (``a,b,c`` for several

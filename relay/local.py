@@ -138,14 +138,14 @@ async def start_local(broker_url: str | None = None, seed: int | None = None, co
 
 
 def public_url(broker_url: str) -> str:
-    """A broker URL without its credentials (for printing)."""
-    return parse_url(broker_url).public().url
+    """Broker URL(s, comma-separated) without credentials (for printing)."""
+    return ",".join(parse_url(u.strip()).public().url for u in broker_url.split(",") if u.strip())
 
 
 async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: list[str] | None, shards_total: int,
                          data_dir: str | Path | None, topics: Topics | None = None, config: RelayConfig | None = None,
                          log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
-                         durable: bool = True) -> Any:
+                         durable: bool = True, lease_ttl_s: float | None = None) -> Any:
     """One of several relays on a shared broker (``relay/cluster.py``): with ``cluster_url`` the shards
     are leased and journalled in that NATS cluster's JetStream; else it serves exactly ``shards``,
     each journalled under ``data_dir``. Returns a not yet started ``ClusterServer``."""
@@ -153,4 +153,4 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
 
     return await make_cluster_server(broker_url, cluster_url=cluster_url, shards=shards, shards_total=shards_total,
                                      data_dir=data_dir, topics=topics, config=config, log_path=log_path,
-                                     max_payload=max_payload, durable=durable)
+                                     max_payload=max_payload, durable=durable, lease_ttl_s=lease_ttl_s)
