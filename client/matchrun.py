@@ -37,6 +37,7 @@ from client.player import Player
 
 RESYNC_EVERY_S = 1.1  # the relay re-sends a match's past events to one client at most once a second
 GAP_FILL_S = 30.0  # after the match: how long to keep asking for events the log lacks
+QUIET_S = 3.0  # no doubt for this long: ask for what may have followed the newest event anyway
 
 
 @dataclass
@@ -133,16 +134,21 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
         return None
 
     async def heal(until: asyncio.Event) -> None:
-        """Ask for missed events while there is a doubt (the relay re-sends at most once a second)."""
+        """Ask for missed events when in doubt (a gap, a reconnect) or when the match has been quiet
+        for a while (its last events may be what was lost); the relay re-sends at most once a second."""
         while not until.is_set():
-            await doubt.wait()
+            try:
+                await asyncio.wait_for(doubt.wait(), QUIET_S)
+            except asyncio.TimeoutError:
+                pass
             doubt.clear()
-            first = missing_from(code) if code else None
-            if code and (first is not None or spectator.reconnects):
-                newest = max((seq for (c, seq) in seen if c == code), default=0)
-                await spectator.request(m.Resync(code, from_seq=first or newest + 1))
+            if not code:
+                continue
+            first = missing_from(code)
+            newest = max((seq for (c, seq) in seen if c == code), default=0)
+            await spectator.request(m.Resync(code, from_seq=first or newest + 1))
             await asyncio.sleep(RESYNC_EVERY_S)
-            if code and missing_from(code) is not None:
+            if missing_from(code) is not None:
                 doubt.set()
 
     spectator = Connection(address, new_client_id("log"), topics, on_spectated, ping_interval_s=0)
