@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -40,7 +41,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Iterator, NoReturn
 
 from client import args as argtypes
 
@@ -147,6 +148,12 @@ def _free_ports(count: int) -> list[int]:
 
 
 def server_binary() -> str:
+    """The nats-server to run: ``$BLINK_NATS_SERVER`` if set, else the one on PATH or in /usr/sbin."""
+    chosen = os.environ.get("BLINK_NATS_SERVER")
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise ClusterError(f"BLINK_NATS_SERVER={chosen} is not an executable file")
+        return chosen
     found = shutil.which("nats-server") or ("/usr/sbin/nats-server" if os.access("/usr/sbin/nats-server", os.X_OK)
                                            else None)
     if found is None:
@@ -393,6 +400,15 @@ def _require_state(root: Path) -> Cluster:
     if cluster is None:
         raise ClusterError(f"no cluster in {root} (no {STATE})")
     return cluster
+
+
+@contextlib.contextmanager
+def running_cluster(nodes: int, directory: str | Path, ready_s: float = READY_S) -> Iterator[Cluster]:
+    """A cluster for the length of a ``with`` block (tests): always stopped afterwards."""
+    try:
+        yield start_cluster(nodes, directory, ready_s=ready_s)
+    finally:
+        stop_cluster(directory)
 
 
 def load_cluster(directory: str | Path) -> Cluster:
