@@ -124,13 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="listen port (default 1883)")
     bc.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192, help="largest message (bytes)")
 
-    from client import latency_cli, load, play_cli, replay_cli, verify_cli  # no pyglet at import time: it is only loaded when `play` runs
+    from client import cluster_cli, latency_cli, load, play_cli, replay_cli, verify_cli  # no pyglet at import time: it is only loaded when `play` runs
 
     play_cli.add_parser(sub)
     latency_cli.add_parser(sub)
     load.add_parser(sub)
     verify_cli.add_parser(sub)
     replay_cli.add_parser(sub)
+    cluster_cli.add_parser(sub)
     return p
 
 
@@ -187,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from client import replay_cli
 
             return replay_cli.run(args)
+        if args.command == "cluster":
+            from client import cluster_cli
+
+            return cluster_cli.run(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (e.g. `blink watch ... | head`): nothing to report
