@@ -91,10 +91,14 @@ def test_three_relays_survive_a_killed_relay_and_a_stopped_node(tmp_path: Path) 
     cluster_cli = _cluster_fns()
     nats_dir = tmp_path / "nats"
     with cluster_cli.running_cluster(3, nats_dir) as cluster:
-        relays = [start_relay(i, cluster.mqtt, cluster.nats, tmp_path) for i in range(3)]
+        relays: list[tuple[subprocess.Popen[bytes], Path]] = []
         try:
-            errs = [e for _, e in relays]
-            wait(lambda: served_by_all(errs), "every shard served by one relay")
+            # One after the other: the first creates the cluster's lease buckets (relays starting at
+            # the very same moment can race on that).
+            for i in range(3):
+                relays.append(start_relay(i, cluster.mqtt, cluster.nats, tmp_path))
+                errs = [e for _, e in relays]
+                wait(lambda: served_by_all(errs) and bool(owned_now(errs[-1])), f"relay {i} serving shards")
             report = asyncio.run(asyncio.wait_for(drive(cluster, relays, nats_dir, cluster_cli), DEADLINE_S))
         finally:
             for proc, _ in relays:
