@@ -351,7 +351,7 @@ async def _run_cluster(args: argparse.Namespace, topics: Topics, local: Any) -> 
         server = await local.cluster_server(args.broker, cluster_url=args.cluster, shards=owned, shards_total=total,
                                             data_dir=data_dir, topics=topics, config=config, log_path=args.log,
                                             max_payload=args.max_payload, durable=args.sync == "full",
-                                            lease_ttl_s=args.lease_ttl)
+                                            lease_ttl_s=args.lease_ttl, say=lambda line: _say(f"blink {line}"))
         async with server:
             how = f"cluster {args.cluster}" if args.cluster else f"shards {','.join(owned or [])}"
             print(f"blink relay '{args.relay_id}' ({args.order} order) running on broker "

@@ -42,6 +42,7 @@ single-process default, untouched). It holds one MQTT connection and, for every 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -51,7 +52,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import aiomqtt
 
@@ -65,6 +66,7 @@ from relay.journal import Entry, FencedError, Journal, JournalError, Msg, Tick, 
 from relay.ownership import Ownership, StaticOwnership
 
 log = logging.getLogger("blink.cluster")
+T = TypeVar("T")
 
 MAX_SLEEP_S = 0.05
 MAX_BATCH = 512
@@ -117,7 +119,10 @@ class ClusterRelay:
     def __init__(self, address: BrokerAddress | Sequence[BrokerAddress], ownership: Ownership, open_journal: JournalOpener, shards_total: int,
                  prefix: str = "blink/v1", config: RelayConfig | None = None, relay_id: str | None = None,
                  log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
-                 snapshot_every_s: float = SNAPSHOT_EVERY_S, snapshot_every: int = SNAPSHOT_EVERY) -> None:
+                 snapshot_every_s: float = SNAPSHOT_EVERY_S, snapshot_every: int = SNAPSHOT_EVERY,
+                 say: Callable[[str], None] | None = None) -> None:
+        #: Told one line at each change of the shards served (``blink serve`` prints it).
+        self.say = say
         # Several addresses: nodes of one clustered broker. The relay connects to the first and, when
         # it loses a node, goes on to the next (a stopped node must not take the relay's shards with it).
         self.addresses = [address] if isinstance(address, BrokerAddress) else list(address)
@@ -139,6 +144,11 @@ class ClusterRelay:
         self._log_file: IO[str] | None = None
         self.servers: dict[str, ShardServer] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}
+        self._chores: set[asyncio.Future[Any]] = set()
+        # Journal calls block a thread each (a JetStream append waits for its acknowledgement, longer
+        # while a node is away): a pool of our own, so they never queue behind each other per shard.
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(64, 3 * self.total + 4),
+                                                           thread_name_prefix="blink-journal")
         self._inbox: list[tuple[str, bytes, int]] = []
         self._wake = asyncio.Event()
         self._client: aiomqtt.Client | None = None
@@ -180,35 +190,37 @@ class ClusterRelay:
         if srv is None:
             return
         self.lost.append((shard, time.monotonic()))
-        log.warning("relay %s stopped serving shard %s", self.relay_id, shard)
+        self._tell(f"stopped serving shard {shard}")
+        # Closed in the background: a journal busy with an append (a NATS node going away) must not
+        # hold up the ownership's next callbacks (the shard another relay died with, say).
+        self._background(self._io(_close_quietly, srv.journal))
         await self._unsubscribe(shard)
-        await asyncio.to_thread(_close_quietly, srv.journal)
 
     async def _bring_up(self, shard: str, fence: int) -> None:
         delay = REBUILD_FIRST_S
         while True:
             journal: Journal | None = None
             try:
-                journal = await asyncio.to_thread(self.open_journal, shard)
+                journal = await self._io(self.open_journal, shard)
                 # The fence first: from here on the previous owner cannot append behind the replay.
-                await asyncio.to_thread(journal.append, [], fence)
-                srv = await asyncio.to_thread(self._replay, shard, fence, journal)
+                await self._io(journal.append, [], fence)
+                srv = await self._io(self._replay, shard, fence, journal)
             except ConfigConflict:
                 if journal is not None:
-                    await asyncio.to_thread(_close_quietly, journal)
+                    await self._io(_close_quietly, journal)
                 raise
             except FencedError as exc:
                 log.warning("shard %s: %s", shard, exc)
                 if journal is not None:
-                    await asyncio.to_thread(_close_quietly, journal)
+                    await self._io(_close_quietly, journal)
                 return  # someone newer holds it; the ownership will tell us it is lost
             except asyncio.CancelledError:
                 if journal is not None:
-                    await asyncio.to_thread(_close_quietly, journal)
+                    await self._io(_close_quietly, journal)
                 raise
             except Exception as exc:  # noqa: BLE001 - a journal that cannot be read now: try again
                 if journal is not None:
-                    await asyncio.to_thread(_close_quietly, journal)
+                    await self._io(_close_quietly, journal)
                 if shard not in self.ownership.owned():
                     return
                 log.warning("shard %s: cannot open its journal yet (%s: %s); again in %.1f s",
@@ -218,12 +230,11 @@ class ClusterRelay:
                 continue
             break
         if shard not in self.ownership.owned():
-            await asyncio.to_thread(_close_quietly, srv.journal)
+            await self._io(_close_quietly, srv.journal)
             return
         self.servers[shard] = srv
         self.gained.append((shard, time.monotonic()))
-        log.warning("relay %s serves shard %s (fence %d): %d match(es)", self.relay_id, shard, fence,
-                    len(srv.core.matches))
+        self._tell(f"serves shard {shard} (fence {fence}, {len(srv.core.matches)} match(es))")
         self._announce.append(shard)
         self._wake.set()
 
@@ -259,6 +270,20 @@ class ClusterRelay:
         return ShardServer(shard, fence, core, journal, max(last, core_time(core)), snap_pos=pos, prev_snap=pos,
                            snap_at=time.monotonic())
 
+    def _io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        return asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    def _tell(self, what: str) -> None:
+        line = f"relay {self.relay_id} {what} at {time.time():.3f}"
+        log.info("%s", line)
+        if self.say is not None:
+            self.say(line)
+
     def _fail(self, exc: BaseException) -> None:
         if self._fatal is None:
             self._fatal = exc
@@ -284,6 +309,7 @@ class ClusterRelay:
                 if not t.done():
                     await stop_task(t)
             await self._release()
+            self._pool.shutdown(wait=False, cancel_futures=True)
             if self._log_file:
                 self._log_file.close()
                 self._log_file = None
@@ -303,7 +329,7 @@ class ClusterRelay:
             except BaseException:  # noqa: BLE001 - the broker may be gone already
                 pass
         for srv in servers.values():
-            await asyncio.to_thread(_close_quietly, srv.journal)
+            await self._io(_close_quietly, srv.journal)
         try:
             await asyncio.wait_for(self.ownership.close(), 10)
         except BaseException as exc:  # noqa: BLE001 - leases run out by themselves
@@ -442,7 +468,7 @@ class ClusterRelay:
         if not batches:
             return
         work = list(batches.values())
-        results = await asyncio.gather(*(asyncio.to_thread(srv.journal.append, entries, srv.fence)
+        results = await asyncio.gather(*(self._io(srv.journal.append, entries, srv.fence)
                                          for srv, entries, _ in work), return_exceptions=True)
         for (srv, _, out), result in zip(work, results):
             if self.servers.get(srv.shard) is not srv:
@@ -465,8 +491,9 @@ class ClusterRelay:
         if self.servers.get(srv.shard) is srv:
             del self.servers[srv.shard]
         self.lost.append((srv.shard, time.monotonic()))
+        self._tell(f"stopped serving shard {srv.shard}")
+        self._background(self._io(_close_quietly, srv.journal))
         await self._unsubscribe(srv.shard)
-        await asyncio.to_thread(_close_quietly, srv.journal)
         if rebuild and srv.shard in self.ownership.owned() and srv.shard not in self._starting:
             fence = self.ownership.owned()[srv.shard]
             await self._on_gain(srv.shard, fence)
@@ -477,14 +504,14 @@ class ClusterRelay:
         if pos - srv.snap_pos < self.snapshot_every and not (
                 time.monotonic() - srv.snap_at >= self.snapshot_every_s and pos > srv.snap_pos):
             return
-        blob = await asyncio.to_thread(pickle.dumps, srv.core, pickle.HIGHEST_PROTOCOL)
+        blob = await self._io(pickle.dumps, srv.core, pickle.HIGHEST_PROTOCOL)
         srv.snap_at = time.monotonic()
         try:
-            await asyncio.to_thread(journal.save_snapshot, pos, blob)
+            await self._io(journal.save_snapshot, pos, blob)
             keep = srv.snap_pos
             srv.prev_snap, srv.snap_pos = srv.snap_pos, pos
             if keep > 0:
-                await asyncio.to_thread(journal.compact, keep)
+                await self._io(journal.compact, keep)
         except JournalError as exc:  # the next one will do: the journal still holds every entry
             log.warning("shard %s: snapshot not saved (%s)", srv.shard, exc)
 
@@ -587,7 +614,8 @@ async def make_cluster_server(broker_url: str, *, cluster_url: str | None, shard
                               shards_total: int, data_dir: str | Path | None, topics: Topics | None = None,
                               config: RelayConfig | None = None, log_path: str | Path | None = None,
                               max_payload: int = DEFAULT_MAX_PAYLOAD, durable: bool = True,
-                              lease_ttl_s: float | None = None) -> ClusterServer:
+                              lease_ttl_s: float | None = None, say: Callable[[str], None] | None = None
+                              ) -> ClusterServer:
     """What ``blink serve --broker URL (--cluster NATS_URL | --shards LIST)`` runs (see relay/local.py).
     With a cluster, ``shards`` are pinned to this relay (the leases refuse a shard pinned twice)."""
     from mqttkit import parse_url
@@ -599,15 +627,16 @@ async def make_cluster_server(broker_url: str, *, cluster_url: str | None, shard
         if shards is None or data_dir is None:
             raise ValueError("without a cluster a relay needs its shards and a data directory")
         relay = ClusterRelay(address, StaticOwnership(shards), sqlite_opener(data_dir, durable), shards_total, prefix,
-                             config, config.relay_id, log_path, max_payload)
+                             config, config.relay_id, log_path, max_payload, say=say)
         return ClusterServer(relay)
     return await nats_cluster_server(address, cluster_url, shards_total, prefix, config, log_path, max_payload,
-                                     pinned=shards or (), lease_ttl_s=lease_ttl_s)
+                                     pinned=shards or (), lease_ttl_s=lease_ttl_s, say=say)
 
 
 async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str, shards_total: int, prefix: str,
                               config: RelayConfig, log_path: str | Path | None, max_payload: int,
-                              pinned: Sequence[str] = (), lease_ttl_s: float | None = None) -> ClusterServer:
+                              pinned: Sequence[str] = (), lease_ttl_s: float | None = None,
+                              say: Callable[[str], None] | None = None) -> ClusterServer:
     """Leases and journals in the JetStream of the NATS cluster at ``cluster_url`` (``a,b,c`` for several
     nodes): one NATS connection for every shard's journal, another for the leases."""
     try:
@@ -629,7 +658,7 @@ async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str
         return JetStreamJournal(link, shard)
 
     relay = ClusterRelay(address, leases, open_shard, shards_total, prefix, config, config.relay_id, log_path,
-                         max_payload)
+                         max_payload, say=say)
     return ClusterServer(relay, on_stop=lambda: asyncio.to_thread(link.close))
 
 

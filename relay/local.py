@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
 from protocol.topics import Topics
@@ -145,7 +145,8 @@ def public_url(broker_url: str) -> str:
 async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: list[str] | None, shards_total: int,
                          data_dir: str | Path | None, topics: Topics | None = None, config: RelayConfig | None = None,
                          log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
-                         durable: bool = True, lease_ttl_s: float | None = None) -> Any:
+                         durable: bool = True, lease_ttl_s: float | None = None,
+                         say: Callable[[str], None] | None = None) -> Any:
     """One of several relays on a shared broker (``relay/cluster.py``): with ``cluster_url`` the shards
     are leased and journalled in that NATS cluster's JetStream; else it serves exactly ``shards``,
     each journalled under ``data_dir``. Returns a not yet started ``ClusterServer``."""
@@ -153,4 +154,4 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
 
     return await make_cluster_server(broker_url, cluster_url=cluster_url, shards=shards, shards_total=shards_total,
                                      data_dir=data_dir, topics=topics, config=config, log_path=log_path,
-                                     max_payload=max_payload, durable=durable, lease_ttl_s=lease_ttl_s)
+                                     max_payload=max_payload, durable=durable, lease_ttl_s=lease_ttl_s, say=say)
