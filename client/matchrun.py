@@ -37,6 +37,7 @@ from client.player import Player
 
 RESYNC_EVERY_S = 1.1  # the relay re-sends a match's past events to one client at most once a second
 GAP_FILL_S = 30.0  # after the match: how long to keep asking for events the log lacks
+RESYNC_MAX_S = 10.0  # the longest wait for an asked-for gap before asking again
 QUIET_S = 3.0  # no doubt for this long: ask for what may have followed the newest event anyway
 
 
@@ -147,7 +148,12 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
             first = missing_from(code)
             newest = max((seq for (c, seq) in seen if c == code), default=0)
             await spectator.request(m.Resync(code, from_seq=first or newest + 1))
-            await asyncio.sleep(RESYNC_EVERY_S)
+            # The relay answers with every event from there on: give it time before asking again
+            # (asking faster than it can send would only pile up copies on a busy broker).
+            wait = RESYNC_EVERY_S
+            while not until.is_set() and first is not None and missing_from(code) == first and wait < RESYNC_MAX_S:
+                await asyncio.sleep(wait)
+                wait *= 2
             if missing_from(code) is not None:
                 doubt.set()
 
@@ -193,9 +199,11 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
             await asyncio.sleep(0.05)  # the last views and verdicts
             # Whatever the log still lacks (events lost with a relay that died), from the relay's past.
             deadline = time.monotonic() + GAP_FILL_S
+            wait = RESYNC_EVERY_S
             while missing_from(code) is not None and time.monotonic() < deadline:
                 await spectator.request(m.Resync(code, from_seq=missing_from(code) or 1))
-                await asyncio.sleep(RESYNC_EVERY_S)
+                await asyncio.sleep(wait)
+                wait = min(RESYNC_MAX_S, wait * 2)
         finally:
             for p in players:
                 await p.close()
