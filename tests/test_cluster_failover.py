@@ -136,12 +136,27 @@ async def drive(cluster: Any, relays: list[tuple[subprocess.Popen[bytes], Path]]
                                reaction_s=0.15, timeout_s=DEADLINE_S - 60)
 
     tasks = [asyncio.create_task(one(i)) for i in range(MATCHES)]
-    victim_proc, victim_err = relays[1]
 
-    # Kill once most matches are under way (a quarter of them have finished at most).
+    def live(i: int) -> tuple[int, int]:
+        """Matches created and still running in relay ``i``'s own log."""
+        made = over = 0
+        path = relays[i][1].with_suffix(".jsonl")
+        for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+            if '"match_created"' in line:
+                made += 1
+            elif '"match_over"' in line:
+                over += 1
+        return made, made - over
+
+    # Once every match is made and one has finished, kill the relay running the most matches.
     async def chaos() -> dict[str, Any]:
-        while sum(t.done() for t in tasks) < MATCHES // 4:
+        while True:
+            counts = [live(i) for i in range(len(relays))]
+            if sum(c[0] for c in counts) >= MATCHES and sum(t.done() for t in tasks) >= 1:
+                break
             await asyncio.sleep(0.2)
+        victim = max(range(len(relays)), key=lambda i: counts[i][1])
+        victim_proc, victim_err = relays[victim]
         held = owned_now(victim_err)
         kill_ns = time.time_ns()
         os.kill(victim_proc.pid, signal.SIGKILL)
@@ -149,7 +164,8 @@ async def drive(cluster: Any, relays: list[tuple[subprocess.Popen[bytes], Path]]
         await asyncio.sleep(1.0)  # the new owners start taking over; then a node goes too
         stop_ns = time.time_ns()
         await asyncio.to_thread(cluster_cli.stop_node, nats_dir, 2)
-        return {"killed": "r1", "held": sorted(held, key=int), "kill_ns": kill_ns, "node_stopped_ns": stop_ns}
+        return {"killed": f"r{victim}", "live_matches": counts[victim][1], "held": sorted(held, key=int),
+                "kill_ns": kill_ns, "node_stopped_ns": stop_ns}
 
     chaos_task = asyncio.create_task(chaos())
     gathered = await asyncio.gather(*tasks, return_exceptions=True)
@@ -185,8 +201,8 @@ async def drive(cluster: Any, relays: list[tuple[subprocess.Popen[bytes], Path]]
     assert set(per_game) == set(GAMES)
     assert moved > 0, "no match of the killed relay's shards carried on after the kill"
     assert first_verdict_ns is not None
-    takeover = [t for _, e in relays[::2] for t in _gain_times(e) if t > kill_ns]
-    return {"matches": len(done), "per_game": per_game, "shards": SHARDS, "killed_relay_shards": sorted(held, key=int),
+    takeover = [t for _, e in relays for t in _gain_times(e) if t > kill_ns]
+    return {"killed": info["killed"], "its_live_matches": info["live_matches"], "matches": len(done), "per_game": per_game, "shards": SHARDS, "killed_relay_shards": sorted(held, key=int),
             "matches_moved": moved,
             "kill_to_first_verdict_s": round((first_verdict_ns - kill_ns) / 1e9, 3),
             "kill_to_first_shard_served_s": round((min(takeover) - kill_ns) / 1e9, 3) if takeover else None,
