@@ -113,6 +113,7 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
     events: list[m.Event] = []
     seen: set[tuple[str, int]] = set()
     over = asyncio.Event()
+    ended = asyncio.Event()  # match_over of our match heard (set by the handler: no scanning)
     doubt = asyncio.Event()  # a gap or a reconnect: ask for the missing events
     code = ""
 
@@ -121,6 +122,8 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
             if (msg.match, msg.seq) not in seen:
                 seen.add((msg.match, msg.seq))
                 events.append(msg)
+                if msg.type == "match_over" and msg.match == code:
+                    ended.set()
                 if msg.match == code and missing_from(code) is not None:
                     doubt.set()
         elif isinstance(msg, Reconnected):
@@ -179,8 +182,10 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
             tasks = [asyncio.create_task(b.run()) for b in robots]
 
             async def watch_end() -> None:
-                while not any(e.type == "match_over" and e.match == code for e in events):
-                    await asyncio.sleep(0.02)
+                # match_over may have come before the code was known (it cannot, but be exact)
+                if any(e.type == "match_over" and e.match == code for e in events):
+                    ended.set()
+                await ended.wait()
                 over.set()
 
             watcher = asyncio.create_task(watch_end())
