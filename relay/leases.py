@@ -47,6 +47,7 @@ Callbacks run in order on a separate task, so a long replay in ``on_gain`` never
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import json
 import logging
@@ -237,7 +238,7 @@ class NatsLeases:
         self._releasing: set[str] = set()
         self.view = View()
         #: (time, what) of every change, for tests and logs
-        self.history: list[tuple[float, str, str]] = []
+        self.history: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=1000)
 
     # ---- Ownership
 

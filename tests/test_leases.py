@@ -310,6 +310,33 @@ def test_a_killed_relay_is_taken_over_and_its_journal_writes_are_fenced(cluster:
     asyncio.run(scenario())
 
 
+def test_shards_stay_served_when_a_nats_node_stops(tmp_path: Path) -> None:
+    """A node of three goes down under two relays: leases may move (a relay whose node vanished cannot
+    renew until it has reconnected and the bucket has a leader), but every shard ends up served again,
+    never by two relays at once."""
+    async def scenario(cluster: Cluster, directory: Path) -> None:
+        log: list[Any] = []
+        a, ra = relay(cluster, "a", "nodes", log)
+        b, rb = relay(cluster, "b", "nodes", log)
+        a.servers, b.servers = cluster.nats[0:1] + cluster.nats[1:], cluster.nats[1:] + cluster.nats[0:1]
+        await a.start()
+        await b.start()
+        await until(lambda: len(ra.serving) == 3 and len(rb.serving) == 3, "a 3/3 split")
+        await asyncio.to_thread(cluster_cli.stop_node, directory, 0)  # a's node
+        await until(lambda: len(ra.serving) + len(rb.serving) == 6 and set(ra.serving) | set(rb.serving) == set(SHARDS)
+                    and a.history[-1][0] + 2 * TTL < time.monotonic() > b.history[-1][0] + 2 * TTL,
+                    "every shard served again, and quiet for a while")
+        print("moves after the node stopped:", [(round(t - log[0][0], 1), w, what, s) for t, w, what, s in log[6:]])
+        no_overlap(log)
+        await a.close()
+        await b.close()
+        no_overlap(log)
+
+    directory = tmp_path / "c3"
+    with cluster_cli.running_cluster(3, directory) as cluster:
+        asyncio.run(scenario(cluster, directory))
+
+
 def test_pins_and_shard_count_conflicts_are_refused(cluster: Cluster) -> None:
     async def scenario() -> None:
         log: list[Any] = []
