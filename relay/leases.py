@@ -266,6 +266,7 @@ class NatsLeases:
         self._tasks = [asyncio.create_task(self._run_events(), name="blink-lease-events")]
         await self._tick()
         self._tasks.append(asyncio.create_task(self._run_ticks(), name="blink-lease-ticks"))
+        await self._events.join()  # like StaticOwnership: the first shards' on_gain has run when start returns
 
     async def close(self) -> None:
         """Give every shard up: ``on_loss`` for each, then the lease entries are deleted (others take over
@@ -460,6 +461,12 @@ class NatsLeases:
         if heartbeat is not None:
             await asyncio.gather(heartbeat, return_exceptions=True)
         view = self.view
+        for shard, mine in list(self._held.items()):
+            owner = view.owners.get(shard)
+            if owner is not None and owner.relay == self.relay_id and owner.revision > mine.revision:
+                # a renewal whose answer was lost did land: renew from its revision (only we write our id
+                # there); its send time is unknown, so the give-up clock keeps the older one
+                self._held[shard] = Held(mine.fence, owner.revision, mine.renewed_at)
         # the heartbeat may not be in the view yet on the very first tick
         if self.relay_id not in view.members:
             view = View(view.owners, {**view.members, self.relay_id: self.pinned}, view.since)
