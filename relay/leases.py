@@ -13,7 +13,7 @@ Two buckets (``<ns>`` is the namespace, ``blink`` by default):
 
 A relay **acquires** a shard by writing its key when it is absent (free, released or expired),
 **renews** it with ``update(last=revision)`` every ``ttl/3`` and **releases** it with
-``delete(last=revision)``. The fence of a tenure is the revision of the ``create``: revisions are
+``delete(last=revision)``. The fence of a tenure is the revision of its acquiring write: revisions are
 the bucket stream's sequence numbers, so a later tenure always has a larger fence (renewals
 make new revisions too, but the fence stays the tenure's first).
 
@@ -41,7 +41,8 @@ run); it does not take a shard it released or lost back for ``2 * ttl``, so anot
 ``decide`` is that logic as a pure function (time is an argument); ``NatsLeases`` is the thin
 nats-py shell: every tick (``ttl/8``, at most 0.5 s) it reads the bucket (one stream-info request
 listing the present keys, then their values), calls ``decide``, and carries out the plan.
-Callbacks run in order on a separate task, so a long replay in ``on_gain`` never delays renewals.
+Callbacks run in order on a separate task, so a long replay in ``on_gain`` never delays renewals;
+``start`` returns once the callbacks for the shards taken at start have run.
 """
 
 from __future__ import annotations
