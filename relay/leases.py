@@ -450,17 +450,17 @@ class NatsLeases:
         if self._closing:
             return
         now = self.clock()
-        heartbeat = None
+        # Renewals and the heartbeat that are due go out first, beside the read of the bucket: a slow
+        # read must not eat into the time left before the give-up.
+        writes: list[Awaitable[None]] = [self._renew(s) for s, h in self._held.items()
+                                         if self.ttl * RENEW_AT <= now - h.renewed_at < self.ttl * GIVE_UP_AT]
         if now - self._member_at >= self.ttl * RENEW_AT:
-            heartbeat = asyncio.create_task(self._heartbeat(now))
+            writes.append(self._heartbeat(now))
+        early = asyncio.gather(*writes, return_exceptions=True)
         try:
             self.view = await asyncio.wait_for(self._observe(), self.request_s * 2)
-        except Exception:
-            if heartbeat is not None:
-                await asyncio.gather(heartbeat, return_exceptions=True)
-            raise
-        if heartbeat is not None:
-            await asyncio.gather(heartbeat, return_exceptions=True)
+        finally:
+            await early
         view = self.view
         for shard, mine in list(self._held.items()):
             owner = view.owners.get(shard)
