@@ -54,7 +54,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 import msgpack
@@ -118,17 +118,43 @@ async def connect_jetstream(servers: str | Sequence[str], connect_timeout: float
         await nc.jetstream(timeout=min(5.0, connect_timeout)).account_info()
     except (nats.js.errors.ServiceUnavailableError, nats.js.errors.NoStreamResponseError,
             nats.errors.NoRespondersError) as exc:
-        await nc.close()
+        await close_nats(nc)
         raise JournalError(f"the NATS server at {', '.join(urls)} has no JetStream (enable it: a jetstream {{}} "
                            f"block in its config, or -js)") from exc
     except (asyncio.TimeoutError, nats.errors.TimeoutError) as exc:
-        await nc.close()
+        await close_nats(nc)
         raise JournalError(f"the NATS cluster at {', '.join(urls)} does not answer JetStream requests "
                            f"(no JetStream, or no meta leader yet)") from exc
     except Exception as exc:
-        await nc.close()
+        await close_nats(nc)
         raise JournalError(f"JetStream at {', '.join(urls)} is not usable: {_one_line(exc)}") from exc
     return nc
+
+
+async def bounded(awaitable: Awaitable[T], timeout: float) -> T | None:
+    """``awaitable``'s result, or None when it is not done within ``timeout`` (it is then cancelled but
+    not waited for: unlike ``asyncio.wait_for``, this never hangs on a task that ignores its cancel --
+    nats-py's close and flush swallow ``CancelledError`` in places). Its exceptions are raised."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        task.add_done_callback(_consume)
+        return None
+    return task.result()
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned task's failure is not "never retrieved"
+
+
+async def close_nats(nc: Any, timeout: float = 5.0) -> None:
+    """Close a nats-py connection without ever hanging on it."""
+    try:
+        await bounded(nc.close(), timeout)
+    except Exception:  # noqa: BLE001 -- closing is best effort
+        pass
 
 
 class NatsLink:
@@ -175,10 +201,7 @@ class NatsLink:
         self._stop_loop()
 
     async def _close_nc(self) -> None:
-        try:
-            await asyncio.wait_for(self.nc.close(), 5)
-        except Exception:  # noqa: BLE001
-            pass
+        await close_nats(self.nc)
 
     def _stop_loop(self) -> None:
         self._closed = True
@@ -643,4 +666,4 @@ class JetStreamJournal:
         self.close()
 
 
-__all__ = ["JetStreamJournal", "NatsLink", "connect_jetstream", "parse_servers", "decode_entries", "encode_entries"]
+__all__ = ["JetStreamJournal", "NatsLink", "bounded", "close_nats", "connect_jetstream", "parse_servers", "decode_entries", "encode_entries"]

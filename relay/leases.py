@@ -60,7 +60,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.jetstream import connect_jetstream
+from relay.jetstream import bounded, close_nats, connect_jetstream
 from relay.journal import JournalError
 from relay.ownership import OnGain, OnLoss
 
@@ -260,7 +260,7 @@ class NatsLeases:
         try:
             await self._setup()
         except BaseException:
-            await self._nc.close()
+            await close_nats(self._nc)
             self._nc = None
             raise
         self._events = asyncio.Queue()
@@ -278,24 +278,27 @@ class NatsLeases:
         ticker = [t for t in self._tasks if t.get_name() == "blink-lease-ticks"]
         for t in ticker:
             t.cancel()
-        await asyncio.gather(*ticker, return_exceptions=True)
+        await bounded(asyncio.gather(*ticker, return_exceptions=True), self.ttl)
         held, self._held = dict(self._held), {}
         for shard, h in held.items():
             self._note("close", shard)
             await self._emit("loss", shard, h.fence, self._deleter(shard, h.revision))
         if self._events is not None:
-            await self._events.join()
+            runner = [t for t in self._tasks if t.get_name() == "blink-lease-events"]
+            if runner and not runner[0].done():
+                await self._events.join()  # the relay's own on_loss callbacks: not bounded here
+            else:  # the callback task is gone (cancelled from outside): run what is left here
+                while not self._events.empty():
+                    await self._handle(*self._events.get_nowait())
+                    self._events.task_done()
         for t in self._tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await bounded(asyncio.gather(*self._tasks, return_exceptions=True), self.ttl)
         try:
-            await asyncio.wait_for(self._kv.delete(f"m.{self.relay_id}"), self.request_s * 2)
+            await bounded(self._kv.delete(f"m.{self.relay_id}"), self.request_s * 2)
         except Exception:  # noqa: BLE001 -- it expires anyway
             pass
-        try:
-            await asyncio.wait_for(self._nc.close(), 5)
-        except Exception:  # noqa: BLE001
-            pass
+        await close_nats(self._nc)
         self._nc = None
 
     # ---- setup
@@ -458,7 +461,10 @@ class NatsLeases:
             writes.append(self._heartbeat(now))
         early = asyncio.gather(*writes, return_exceptions=True)
         try:
-            self.view = await asyncio.wait_for(self._observe(), self.request_s * 2)
+            view_now = await bounded(self._observe(), self.request_s * 2)
+            if view_now is None:
+                raise TimeoutError("reading the lease bucket timed out")
+            self.view = view_now
         finally:
             await early
         view = self.view
@@ -491,7 +497,8 @@ class NatsLeases:
 
     async def _heartbeat(self, sent: float) -> None:
         try:
-            await asyncio.wait_for(self._kv.put(f"m.{self.relay_id}", self._member_value()), self.request_s)
+            if await bounded(self._kv.put(f"m.{self.relay_id}", self._member_value()), self.request_s) is None:
+                raise TimeoutError("no answer")
             self._member_at = sent
         except Exception as exc:  # noqa: BLE001
             log.info("heartbeat failed: %s", " ".join(str(exc).split()) or type(exc).__name__)
@@ -504,8 +511,10 @@ class NatsLeases:
             return
         sent = self.clock()
         try:
-            rev = await asyncio.wait_for(self._kv.update(f"s.{shard}", self.relay_id.encode(), last=h.revision),
-                                         self.request_s)
+            rev = await bounded(self._kv.update(f"s.{shard}", self.relay_id.encode(), last=h.revision),
+                                self.request_s)
+            if rev is None:
+                raise TimeoutError("no answer")
         except nats.js.errors.KeyWrongLastSequenceError:
             await self._lose(shard, "lease taken")
             return
@@ -542,7 +551,7 @@ class NatsLeases:
     async def _acquire(self, shard: str) -> None:
         sent = self.clock()
         try:
-            rev = await asyncio.wait_for(
+            rev = await bounded(
                 self._create_exclusive(self._stream, f"{self._prefix}s.{shard}", self.relay_id.encode()),
                 self.request_s * 3)
         except Exception:  # noqa: BLE001 -- no answer: next tick
@@ -569,7 +578,7 @@ class NatsLeases:
     def _deleter(self, shard: str, revision: int) -> Callable[[], Awaitable[None]]:
         async def delete() -> None:
             try:
-                await asyncio.wait_for(self._kv.delete(f"s.{shard}", last=revision), self.request_s * 2)
+                await bounded(self._kv.delete(f"s.{shard}", last=revision), self.request_s * 2)
             except Exception:  # noqa: BLE001 -- renewed meanwhile or no answer: the entry expires anyway
                 pass
         return delete
@@ -586,20 +595,24 @@ class NatsLeases:
     async def _run_events(self) -> None:
         assert self._events is not None
         while True:
-            kind, shard, fence, after = await self._events.get()
+            event = await self._events.get()
             try:
-                for cb in (self._gain if kind == "gain" else []):
-                    await cb(shard, fence)
-                for cb2 in (self._loss if kind == "loss" else []):
-                    await cb2(shard)
-                if after is not None:
-                    await after()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 -- one failing callback must not stop the others
-                log.warning("%s callback for shard %s failed: %s", kind, shard, exc)
+                await self._handle(*event)
             finally:
                 self._events.task_done()
+
+    async def _handle(self, kind: str, shard: str, fence: int, after: Callable[[], Awaitable[None]] | None) -> None:
+        try:
+            for cb in (self._gain if kind == "gain" else []):
+                await cb(shard, fence)
+            for cb2 in (self._loss if kind == "loss" else []):
+                await cb2(shard)
+            if after is not None:
+                await after()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- one failing callback must not stop the others
+            log.warning("%s callback for shard %s failed: %s", kind, shard, exc)
 
 
 __all__ = ["Held", "LeaseError", "NatsLeases", "Owner", "Plan", "View", "decide", "parse_shards", "pin_conflict",

@@ -14,7 +14,7 @@ import pytest
 from client import cluster_cli
 from client.cluster_cli import Cluster
 from mqttkit import free_port
-from relay.jetstream import JetStreamJournal, NatsLink
+from relay.jetstream import JetStreamJournal, NatsLink, close_nats
 from relay.journal import FencedError, Tick
 from relay.leases import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, NatsLeases, Owner, View, decide, parse_shards,
                           pin_conflict, preference)
@@ -179,13 +179,40 @@ class Recorder:
         self.log.append((time.monotonic(), self.name, "loss", shard))
 
 
+_started: list[NatsLeases] = []
+
+
 def relay(cluster: Cluster, name: str, space: str, log: list[Any], count: int = 6, **kw: Any) -> tuple[NatsLeases, Recorder]:
     leases = NatsLeases(cluster.nats, count, namespace=space, relay_id=name, ttl=TTL, **kw)
+    _started.append(leases)
     rec = Recorder(name, log)
     leases.subscribe(rec.gain, rec.loss)
     ownership: Ownership = leases  # it implements the Protocol
     assert ownership is leases
     return leases, rec
+
+
+async def close_all() -> None:
+    """Close every NatsLeases a scenario made (also when it failed); a close that hangs fails the test
+    with the stack of every task, rather than hanging it."""
+    while _started:
+        leases = _started.pop()
+        closing = asyncio.ensure_future(leases.close())
+        done, _ = await asyncio.wait({closing}, timeout=60)
+        if not done:
+            for task in asyncio.all_tasks():
+                task.print_stack()
+            raise AssertionError(f"closing relay {leases.relay_id} hung")
+        closing.result()
+
+
+def run(scenario: Any) -> None:
+    async def guarded() -> None:
+        try:
+            await scenario
+        finally:
+            await close_all()
+    asyncio.run(guarded())
 
 
 async def until(predicate: Any, what: str) -> None:
@@ -227,7 +254,7 @@ def test_two_relays_split_the_shards_and_a_closing_one_hands_over(cluster: Clust
         assert all(ra.serving[s] > f for s, f in fences_b.items())  # a later tenure, a larger fence
         await a.close()
         no_overlap(log)
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_relays_starting_together_never_share_a_shard(cluster: Cluster) -> None:
@@ -245,7 +272,7 @@ def test_relays_starting_together_never_share_a_shard(cluster: Cluster) -> None:
         for leases, _ in relays:
             await leases.close()
         no_overlap(log)
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_relay_that_stops_renewing_loses_its_shards_before_the_other_takes_them(cluster: Cluster) -> None:
@@ -274,9 +301,9 @@ def test_a_relay_that_stops_renewing_loses_its_shards_before_the_other_takes_the
         for t in a._tasks:
             t.cancel()
         await asyncio.gather(*a._tasks, return_exceptions=True)
-        await a._nc.close()
+        await close_nats(a._nc)
         await b.close()
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_killed_relay_is_taken_over_and_its_journal_writes_are_fenced(cluster: Cluster) -> None:
@@ -295,7 +322,7 @@ def test_a_killed_relay_is_taken_over_and_its_journal_writes_are_fenced(cluster:
             for t in a._tasks:
                 t.cancel()
             await asyncio.gather(*a._tasks, return_exceptions=True)
-            await a._nc.close()
+            await close_nats(a._nc)
             b, rb = relay(cluster, "b", space, log, count=2)
             await b.start()
             await until(lambda: len(rb.serving) == 2, "b to take over")
@@ -307,7 +334,7 @@ def test_a_killed_relay_is_taken_over_and_its_journal_writes_are_fenced(cluster:
             await b.close()
         finally:
             await asyncio.to_thread(link.close)
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_shards_stay_served_when_a_nats_node_stops(tmp_path: Path) -> None:
@@ -334,7 +361,7 @@ def test_shards_stay_served_when_a_nats_node_stops(tmp_path: Path) -> None:
 
     directory = tmp_path / "c3"
     with cluster_cli.running_cluster(3, directory) as cluster:
-        asyncio.run(scenario(cluster, directory))
+        run(scenario(cluster, directory))
 
 
 def test_pins_and_shard_count_conflicts_are_refused(cluster: Cluster) -> None:
@@ -357,7 +384,7 @@ def test_pins_and_shard_count_conflicts_are_refused(cluster: Cluster) -> None:
         await until(lambda: len(ra.serving) == 6, "a to take the pinned shards once p is gone")
         await a.close()
         no_overlap(log)
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_bad_configuration_and_unreachable_cluster() -> None:
