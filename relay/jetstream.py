@@ -85,6 +85,11 @@ def parse_servers(servers: str | Sequence[str]) -> list[str]:
     urls = [s.strip() if "://" in s else f"nats://{s.strip()}" for s in items if s.strip()]
     if not urls:
         raise JournalError("no NATS server URL given")
+    for url in urls:
+        scheme = url.split("://", 1)[0].lower()
+        if scheme not in ("nats", "tls", "ws", "wss"):
+            raise JournalError(f"{url} is not a NATS URL (nats://host:port; the MQTT port is for players and relays' "
+                               f"MQTT, the NATS port for leases and journals)")
     return urls
 
 

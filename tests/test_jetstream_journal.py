@@ -197,6 +197,8 @@ def test_unreachable_and_no_jetstream_are_one_line_errors(tmp_path: Path) -> Non
     finally:
         plain.terminate()
         plain.wait(30)
+    with pytest.raises(JournalError, match="is not a NATS URL"):
+        JetStreamJournal(f"mqtt://127.0.0.1:{port}", "0")
     with pytest.raises(JournalError, match="shard name"):
         JetStreamJournal(f"nats://127.0.0.1:{port}", "a.b")
 
