@@ -50,6 +50,8 @@ HOST = "127.0.0.1"
 PORTS_PER_NODE = 4  # NATS, MQTT, cluster route, monitoring
 READY_S = 60.0
 STOP_S = 10.0
+#: Servers started by this process (tests): judged and reaped through their Popen, not their pid alone.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "node.conf.in"
 
 
@@ -209,13 +211,14 @@ def _spawn(binary: str, node: Node) -> None:
         node.proc = subprocess.Popen([binary, "-c", node.conf], stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
     node.pid = node.proc.pid
+    _CHILDREN[node.pid] = node.proc
 
 
 def start_node(directory: str | Path, index: int, ready_s: float = READY_S) -> Cluster:
     """Start node ``index`` (from 0) of a cluster again (after ``stop_node``) and wait for the cluster."""
     cluster = _require_state(Path(directory).expanduser().resolve())
     node = cluster.nodes[index]
-    if _alive(node.pid, node.conf):
+    if _node_alive(node):
         return cluster
     _spawn(server_binary(), node)
     _save_state(cluster)
@@ -241,19 +244,27 @@ def stop_cluster(directory: str | Path, deadline_s: float = STOP_S) -> tuple[int
 
 
 def _stop_nodes(nodes: list[Node], deadline_s: float) -> int:
-    live = [n for n in nodes if n.pid and _alive(n.pid, n.conf)]
+    live = [n for n in nodes if n.pid and _node_alive(n)]
     for n in live:
         _signal(n.pid, signal.SIGTERM)
     end = time.monotonic() + deadline_s
-    while any(_alive(n.pid, n.conf) for n in live) and time.monotonic() < end:
+    while any(_node_alive(n) for n in live) and time.monotonic() < end:
         time.sleep(0.05)
     for n in live:
-        if _alive(n.pid, n.conf):
+        if _node_alive(n):
             _signal(n.pid, signal.SIGKILL)
     end = time.monotonic() + deadline_s
-    while any(_alive(n.pid, n.conf) for n in live) and time.monotonic() < end:
+    while any(_node_alive(n) for n in live) and time.monotonic() < end:
         time.sleep(0.05)
     return len(live)
+
+
+def _node_alive(node: Node) -> bool:
+    """A node we started in this process is judged by its ``Popen`` (exact, reaps it); one recorded by
+    another process (``down``) by its pid and command line."""
+    if node.proc is not None:
+        return node.proc.poll() is None
+    return _alive(node.pid, node.conf)
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -323,8 +334,10 @@ def _wait_ready(cluster: Cluster, ready_s: float) -> None:
 
 
 def _check_running(node: Node) -> None:
-    if not _alive(node.pid, node.conf):
-        raise ClusterError(f"nats-server {node.name} exited ({_log_tail(node)})")
+    if not _node_alive(node):
+        code = node.proc.returncode if node.proc is not None else None
+        how = "" if code is None else f" with status {code}" if code >= 0 else f" on signal {-code}"
+        raise ClusterError(f"nats-server {node.name} exited{how} ({_log_tail(node)})")
 
 
 def _healthy(node: Node) -> bool:
@@ -388,6 +401,8 @@ def _load_state(root: Path) -> Cluster | None:
         data = json.loads((root / STATE).read_text())
         nodes = [Node(d["name"], int(d["client"]), int(d["mqtt"]), int(d["route"]), int(d["http"]), int(d["pid"]),
                       str(d["conf"]), str(d["log"])) for d in data["node_detail"]]
+        for n in nodes:
+            n.proc = _CHILDREN.get(n.pid)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -403,10 +418,20 @@ def _require_state(root: Path) -> Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(nodes: int, directory: str | Path, ready_s: float = READY_S) -> Iterator[Cluster]:
-    """A cluster for the length of a ``with`` block (tests): always stopped afterwards."""
+def running_cluster(nodes: int, directory: str | Path, ready_s: float = READY_S, attempts: int = 2) -> Iterator[Cluster]:
+    """A cluster for the length of a ``with`` block (tests): always stopped afterwards. A start that
+    fails (on a shared machine a free port can be taken between picking and binding it) is tried
+    again on fresh ports, ``attempts`` times in all."""
     try:
-        yield start_cluster(nodes, directory, ready_s=ready_s)
+        for attempt in range(attempts):
+            try:
+                cluster = start_cluster(nodes, directory, ready_s=ready_s)
+                break
+            except ClusterError as exc:
+                if attempt + 1 >= attempts:
+                    raise
+                print(f"blink cluster: start failed ({exc}); trying again", file=sys.stderr)
+        yield cluster
     finally:
         stop_cluster(directory)
 

@@ -11,11 +11,19 @@ Two buckets (``<ns>`` is the namespace, ``blink`` by default):
 - ``<ns>_meta`` (no expiry): ``shards``, the shard count, written by the first relay ever started;
   a relay started with another count is refused. Shards are named "0" .. "N-1".
 
-A relay **acquires** a shard with ``create`` (only succeeds when the key is absent: free, released,
-or expired), **renews** it with ``update(last=revision)`` every ``ttl/3`` and **releases** it with
-``delete(last=revision)``. The fence of a tenure is the revision of the ``create``: revisions are
+A relay **acquires** a shard by writing its key when it is absent (free, released or expired),
+**renews** it with ``update(last=revision)`` every ``ttl/3`` and **releases** it with
+``delete(last=revision)``. The fence of a tenure is the revision of its acquiring write: revisions are
 the bucket stream's sequence numbers, so a later tenure always has a larger fence (renewals
 make new revisions too, but the fence stays the tenure's first).
+
+Acquiring is not KV ``create``: nats-server before 2.9.21 checks a clustered stream's per-subject
+condition (``Nats-Expected-Last-Subject-Sequence``, what ``create`` and ``update`` use) only before
+the write is replicated, so two relays racing for one key could both "create" it (nats-server#4320;
+199 of 200 races on 2.9.10 here). The stream-wide ``Nats-Expected-Last-Sequence`` is checked in
+order: an acquisition reads the bucket's last sequence, checks the key is absent, and writes with
+that sequence expected; any write to the bucket in between (a renewal elsewhere) makes it fail and
+read again. Renewals keep ``update(last=revision)``: only the owner writes its key while it holds it.
 
 Safety: a renewal is counted from the moment it was *sent* (the server's expiry clock starts
 later). A relay that has had no successful renewal for ``ttl/2`` gives the shard up at once
@@ -28,17 +36,19 @@ live member (``shards=[...]``) are its alone; the others are shared by the unpin
 aiming at ceil(shards/members): a relay below that takes free shards (in an order hashed from its
 id, so two relays starting together prefer different shards), one above it, or above the floor
 while some member is below the floor, releases one shard per tick (after its ``on_loss`` has
-run); it does not take a shard it released back for ``2 * ttl``, so the newcomer gets it.
+run); it does not take a shard it released or lost back for ``2 * ttl``, so another relay gets it.
 
 ``decide`` is that logic as a pure function (time is an argument); ``NatsLeases`` is the thin
 nats-py shell: every tick (``ttl/8``, at most 0.5 s) it reads the bucket (one stream-info request
 listing the present keys, then their values), calls ``decide``, and carries out the plan.
-Callbacks run in order on a separate task, so a long replay in ``on_gain`` never delays renewals.
+Callbacks run in order on a separate task, so a long replay in ``on_gain`` never delays renewals;
+``start`` returns once the callbacks for the shards taken at start have run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import json
 import logging
@@ -50,7 +60,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.jetstream import connect_jetstream
+from relay.jetstream import bounded, close_nats, connect_jetstream
 from relay.journal import JournalError
 from relay.ownership import OnGain, OnLoss
 
@@ -229,7 +239,7 @@ class NatsLeases:
         self._releasing: set[str] = set()
         self.view = View()
         #: (time, what) of every change, for tests and logs
-        self.history: list[tuple[float, str, str]] = []
+        self.history: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=1000)
 
     # ---- Ownership
 
@@ -250,13 +260,14 @@ class NatsLeases:
         try:
             await self._setup()
         except BaseException:
-            await self._nc.close()
+            await close_nats(self._nc)
             self._nc = None
             raise
         self._events = asyncio.Queue()
         self._tasks = [asyncio.create_task(self._run_events(), name="blink-lease-events")]
         await self._tick()
         self._tasks.append(asyncio.create_task(self._run_ticks(), name="blink-lease-ticks"))
+        await self._events.join()  # like StaticOwnership: the first shards' on_gain has run when start returns
 
     async def close(self) -> None:
         """Give every shard up: ``on_loss`` for each, then the lease entries are deleted (others take over
@@ -267,67 +278,97 @@ class NatsLeases:
         ticker = [t for t in self._tasks if t.get_name() == "blink-lease-ticks"]
         for t in ticker:
             t.cancel()
-        await asyncio.gather(*ticker, return_exceptions=True)
+        await bounded(asyncio.gather(*ticker, return_exceptions=True), self.ttl)
         held, self._held = dict(self._held), {}
         for shard, h in held.items():
             self._note("close", shard)
             await self._emit("loss", shard, h.fence, self._deleter(shard, h.revision))
         if self._events is not None:
-            await self._events.join()
+            runner = [t for t in self._tasks if t.get_name() == "blink-lease-events"]
+            if runner and not runner[0].done():
+                await self._events.join()  # the relay's own on_loss callbacks: not bounded here
+            else:  # the callback task is gone (cancelled from outside): run what is left here
+                while not self._events.empty():
+                    await self._handle(*self._events.get_nowait())
+                    self._events.task_done()
         for t in self._tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await bounded(asyncio.gather(*self._tasks, return_exceptions=True), self.ttl)
         try:
-            await asyncio.wait_for(self._kv.delete(f"m.{self.relay_id}"), self.request_s * 2)
+            await bounded(self._kv.delete(f"m.{self.relay_id}"), self.request_s * 2)
         except Exception:  # noqa: BLE001 -- it expires anyway
             pass
-        try:
-            await asyncio.wait_for(self._nc.close(), 5)
-        except Exception:  # noqa: BLE001
-            pass
+        await close_nats(self._nc)
         self._nc = None
 
     # ---- setup
 
     async def _setup(self) -> None:
+        import nats.errors
         import nats.js.errors
         from nats.js.api import KeyValueConfig, StorageType
 
-        js = self._nc.jetstream(timeout=max(2.0, self.connect_timeout))
+        # Short requests, retried: right after a stream is created (by another relay starting at the same
+        # moment, say) nats-server 2.9 may answer a request to it with silence until its leader is up.
+        js = self._nc.jetstream(timeout=2.0)
         bucket = f"{self.namespace}_leases"
         meta_bucket = f"{self.namespace}_meta"
         replicas_choices = [self.replicas] if self.replicas else [3, 2, 1]
 
+        deadline = time.monotonic() + max(30.0, self.connect_timeout)
+        transient = (nats.errors.TimeoutError, asyncio.TimeoutError, nats.js.errors.ServiceUnavailableError,
+                     nats.errors.NoRespondersError)
+
         async def bucket_of(name: str, ttl: float | None) -> Any:
-            try:
-                return await js.key_value(name)
-            except nats.js.errors.BucketNotFoundError:
-                pass
-            last: Exception | None = None
-            for r in replicas_choices:
+            """The bucket, created if missing; several relays starting at once may all try, and a busy
+            cluster may time a creation out that still happens: look again until the deadline."""
+            choices = list(replicas_choices)
+            while True:
                 try:
-                    return await js.create_key_value(KeyValueConfig(bucket=name, history=1, ttl=ttl, replicas=r,
-                                                                    storage=StorageType.FILE))
+                    return await js.key_value(name)
+                except nats.js.errors.BucketNotFoundError:
+                    pass
+                except transient:
+                    if time.monotonic() > deadline:
+                        raise
+                    continue
+                try:
+                    return await js.create_key_value(KeyValueConfig(bucket=name, history=1, ttl=ttl,
+                                                                    replicas=choices[0], storage=StorageType.FILE))
+                except transient:
+                    if time.monotonic() > deadline:
+                        raise
                 except nats.js.errors.APIError as exc:
-                    last = exc
                     if "already in use" in str(exc):
-                        return await js.key_value(name)
-                    if self.replicas or ("replica" not in str(exc).lower() and exc.err_code != 10074):
-                        break
-            raise LeaseError(f"cannot create the key-value bucket {name}: {' '.join(str(last).split())}")
+                        continue
+                    if self.replicas or len(choices) == 1 or ("replica" not in str(exc).lower()
+                                                              and exc.err_code != 10074):
+                        raise LeaseError(f"cannot create the key-value bucket {name}: {' '.join(str(exc).split())}")
+                    choices.pop(0)
+                await asyncio.sleep(0.2)
+
+        async def again(make: Callable[[], Awaitable[Any]]) -> Any:
+            while True:
+                try:
+                    return await make()
+                except transient:
+                    if time.monotonic() > deadline:
+                        raise
+                await asyncio.sleep(0.2)
 
         try:
             meta = await bucket_of(meta_bucket, None)
-            try:
-                await meta.create("shards", str(self.shard_count).encode())
-            except nats.js.errors.KeyWrongLastSequenceError:
-                stored = (await meta.get("shards")).value or b""
+            self._js = js
+            written = await again(lambda: self._create_exclusive(f"KV_{meta_bucket}", f"$KV.{meta_bucket}.shards",
+                                                                 str(self.shard_count).encode()))
+            if written is None:
+                stored = (await again(lambda: meta.get("shards"))).value or b""
                 if stored.decode(errors="replace") != str(self.shard_count):
                     raise LeaseError(f"the cluster has {stored.decode(errors='replace')} shards "
                                      f"(namespace {self.namespace}); this relay was started with {self.shard_count}: "
                                      f"use the same shard count on every relay")
             self._kv = await bucket_of(bucket, self.ttl)
-            info = await js.stream_info(f"KV_{bucket}")
+            info = await again(lambda: js.stream_info(f"KV_{bucket}"))
             age = float(info.config.max_age or 0)
             if age and abs(age - self.ttl) > 1e-3:
                 log.warning("the lease bucket %s expires entries after %.1f s, not %.1f s: using %.1f s",
@@ -335,20 +376,19 @@ class NatsLeases:
                 self.ttl = age
                 self.tick_s = min(0.5, age / 8)
                 self.request_s = age / 6
-            self._js = js
             self._stream = f"KV_{bucket}"
             self._prefix = f"$KV.{bucket}."
-            self.view = await self._observe()
+            self.view = await again(self._observe)
             if self.pinned:
                 problem = pin_conflict(self.relay_id, self.pinned, self.view, None)
                 if problem:
                     raise LeaseError(f"refused: {problem}; two relays cannot be forced onto one shard")
-            self._since = await self._kv.create(f"m.{self.relay_id}", self._member_value())
+            self._since = await again(lambda: self._kv.create(f"m.{self.relay_id}", self._member_value()))
             if self.pinned:
-                self.view = await self._observe()
+                self.view = await again(self._observe)
                 problem = pin_conflict(self.relay_id, self.pinned, self.view, self._since)
                 if problem:
-                    await self._kv.delete(f"m.{self.relay_id}")
+                    await again(lambda: self._kv.delete(f"m.{self.relay_id}"))
                     raise LeaseError(f"refused: {problem}; two relays cannot be forced onto one shard")
         except LeaseError:
             raise
@@ -413,18 +453,27 @@ class NatsLeases:
         if self._closing:
             return
         now = self.clock()
-        heartbeat = None
+        # Renewals and the heartbeat that are due go out first, beside the read of the bucket: a slow
+        # read must not eat into the time left before the give-up.
+        writes: list[Awaitable[None]] = [self._renew(s) for s, h in self._held.items()
+                                         if self.ttl * RENEW_AT <= now - h.renewed_at < self.ttl * GIVE_UP_AT]
         if now - self._member_at >= self.ttl * RENEW_AT:
-            heartbeat = asyncio.create_task(self._heartbeat(now))
+            writes.append(self._heartbeat(now))
+        early = asyncio.gather(*writes, return_exceptions=True)
         try:
-            self.view = await asyncio.wait_for(self._observe(), self.request_s * 2)
-        except Exception:
-            if heartbeat is not None:
-                await asyncio.gather(heartbeat, return_exceptions=True)
-            raise
-        if heartbeat is not None:
-            await asyncio.gather(heartbeat, return_exceptions=True)
+            view_now = await bounded(self._observe(), self.request_s * 2)
+            if view_now is None:
+                raise TimeoutError("reading the lease bucket timed out")
+            self.view = view_now
+        finally:
+            await early
         view = self.view
+        for shard, mine in list(self._held.items()):
+            owner = view.owners.get(shard)
+            if owner is not None and owner.relay == self.relay_id and owner.revision > mine.revision:
+                # a renewal whose answer was lost did land: renew from its revision (only we write our id
+                # there); its send time is unknown, so the give-up clock keeps the older one
+                self._held[shard] = Held(mine.fence, owner.revision, mine.renewed_at)
         # the heartbeat may not be in the view yet on the very first tick
         if self.relay_id not in view.members:
             view = View(view.owners, {**view.members, self.relay_id: self.pinned}, view.since)
@@ -441,11 +490,15 @@ class NatsLeases:
             self._cooldown[shard] = now + self.ttl * COOLDOWN_TTLS
             self._note("release", shard)
             await self._emit("loss", shard, h.fence, self._deleter(shard, h.revision))
-        await asyncio.gather(*(self._acquire(s) for s in plan.acquire))
+        for shard in plan.acquire:  # one at a time: concurrent ones would only spoil each other's condition
+            if self._closing:
+                break
+            await self._acquire(shard)
 
     async def _heartbeat(self, sent: float) -> None:
         try:
-            await asyncio.wait_for(self._kv.put(f"m.{self.relay_id}", self._member_value()), self.request_s)
+            if await bounded(self._kv.put(f"m.{self.relay_id}", self._member_value()), self.request_s) is None:
+                raise TimeoutError("no answer")
             self._member_at = sent
         except Exception as exc:  # noqa: BLE001
             log.info("heartbeat failed: %s", " ".join(str(exc).split()) or type(exc).__name__)
@@ -458,8 +511,10 @@ class NatsLeases:
             return
         sent = self.clock()
         try:
-            rev = await asyncio.wait_for(self._kv.update(f"s.{shard}", self.relay_id.encode(), last=h.revision),
-                                         self.request_s)
+            rev = await bounded(self._kv.update(f"s.{shard}", self.relay_id.encode(), last=h.revision),
+                                self.request_s)
+            if rev is None:
+                raise TimeoutError("no answer")
         except nats.js.errors.KeyWrongLastSequenceError:
             await self._lose(shard, "lease taken")
             return
@@ -469,11 +524,39 @@ class NatsLeases:
         if self._held.get(shard) is h:
             self._held[shard] = Held(h.fence, int(rev), sent)
 
+    async def _create_exclusive(self, stream: str, subject: str, value: bytes, attempts: int = 8) -> int | None:
+        """Write ``value`` to ``subject`` only if that key is absent (or deleted) and nobody has written to
+        the bucket since it was read: the stream-wide ``Nats-Expected-Last-Sequence`` (see the module
+        docstring for why not KV ``create``). Returns the revision, or None (taken, or too busy to tell)."""
+        import nats.js.errors
+
+        for _ in range(attempts):
+            info = await self._js.stream_info(stream)
+            last = int(info.state.last_seq)
+            try:
+                msg = await self._js.get_msg(stream, subject=subject)
+                if (msg.headers or {}).get("KV-Operation") not in ("DEL", "PURGE"):
+                    return None
+            except nats.js.errors.NotFoundError:
+                pass
+            try:
+                ack = await self._js.publish(subject, value, headers={"Nats-Expected-Last-Sequence": str(last)})
+            except nats.js.errors.APIError as exc:
+                if exc.err_code in (10071, 10164):
+                    continue  # someone wrote to the bucket meanwhile (often a renewal elsewhere): read again
+                raise
+            return int(ack.seq)
+        return None
+
     async def _acquire(self, shard: str) -> None:
         sent = self.clock()
         try:
-            rev = await asyncio.wait_for(self._kv.create(f"s.{shard}", self.relay_id.encode()), self.request_s)
-        except Exception:  # noqa: BLE001 -- taken by someone else, or no answer: next tick
+            rev = await bounded(
+                self._create_exclusive(self._stream, f"{self._prefix}s.{shard}", self.relay_id.encode()),
+                self.request_s * 3)
+        except Exception:  # noqa: BLE001 -- no answer: next tick
+            return
+        if rev is None:
             return
         if self._closing:
             return
@@ -485,6 +568,9 @@ class NatsLeases:
         h = self._held.pop(shard, None)
         if h is None:
             return
+        # A relay whose renewals fail must not grab the shard straight back (it would only lose it again
+        # and keep the healthy relays from it): it waits like after a release.
+        self._cooldown[shard] = self.clock() + self.ttl * COOLDOWN_TTLS
         log.warning("relay %s lost shard %s (%s)", self.relay_id, shard, why)
         self._note(f"loss: {why}", shard)
         await self._emit("loss", shard, h.fence, None)
@@ -492,7 +578,7 @@ class NatsLeases:
     def _deleter(self, shard: str, revision: int) -> Callable[[], Awaitable[None]]:
         async def delete() -> None:
             try:
-                await asyncio.wait_for(self._kv.delete(f"s.{shard}", last=revision), self.request_s * 2)
+                await bounded(self._kv.delete(f"s.{shard}", last=revision), self.request_s * 2)
             except Exception:  # noqa: BLE001 -- renewed meanwhile or no answer: the entry expires anyway
                 pass
         return delete
@@ -509,20 +595,24 @@ class NatsLeases:
     async def _run_events(self) -> None:
         assert self._events is not None
         while True:
-            kind, shard, fence, after = await self._events.get()
+            event = await self._events.get()
             try:
-                for cb in (self._gain if kind == "gain" else []):
-                    await cb(shard, fence)
-                for cb2 in (self._loss if kind == "loss" else []):
-                    await cb2(shard)
-                if after is not None:
-                    await after()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 -- one failing callback must not stop the others
-                log.warning("%s callback for shard %s failed: %s", kind, shard, exc)
+                await self._handle(*event)
             finally:
                 self._events.task_done()
+
+    async def _handle(self, kind: str, shard: str, fence: int, after: Callable[[], Awaitable[None]] | None) -> None:
+        try:
+            for cb in (self._gain if kind == "gain" else []):
+                await cb(shard, fence)
+            for cb2 in (self._loss if kind == "loss" else []):
+                await cb2(shard)
+            if after is not None:
+                await after()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- one failing callback must not stop the others
+            log.warning("%s callback for shard %s failed: %s", kind, shard, exc)
 
 
 __all__ = ["Held", "LeaseError", "NatsLeases", "Owner", "Plan", "View", "decide", "parse_shards", "pin_conflict",
