@@ -4,7 +4,9 @@ How this works
 --------------
 One asyncio event loop runs everything in one thread: the frame task below, your ``Player``'s
 MQTT reader and pinger, the bot opponent's ``Player`` and ``Bot``, and -- when no ``--server`` is
-given -- the embedded broker and the relay (``LocalServer``). The frame task does, ~60 times a
+given -- the embedded broker and the relay run in a child process of their own (``blink play``:
+``relay/localproc.py``; a dead child ends the window with exit status 1 and one line), or on this
+loop (``LocalServer``, in-process tests). The frame task does, ~60 times a
 second and without ever awaiting inside a frame:
 
     pyglet.clock.tick(); window.dispatch_events()   # X events -> scene input handlers
@@ -430,6 +432,10 @@ class App:
         quit_at = self._started + self.config.quit_after if self.config.quit_after is not None else None
         steady_at = self._started + STEADY_AFTER_S
         while not self.closing:
+            if getattr(self.session, "server_lost", None):
+                # The local relay's process is gone: nothing can be played; say so and end.
+                self.exit_code = 1
+                break
             if time.monotonic() >= steady_at:
                 self.stats.mark_steady()
             last = quit_at is not None and time.monotonic() >= quit_at
@@ -484,7 +490,7 @@ class App:
                                                            "session": self.session.status})
             starter.cancel()
             failed = self.session.status == "error"
-            if failed:
+            if failed and not getattr(self.session, "server_lost", None):  # that one ``blink play`` prints
                 log.warning("blink play: %s", self.session.message)
             try:
                 await asyncio.wait_for(self.session.close(), timeout=15)
