@@ -77,6 +77,11 @@ def table_class(game: str) -> type[Scene]:
     return scene_for(game)
 
 STEADY_AFTER_S = 2.0  # frame statistics also report the frames after this much start-up time
+#: The least pause between two frames, even when they are late. A message goes through a chain of
+#: callbacks (socket readable -> MQTT client -> queue -> reader task), one loop turn each; with no
+#: pause a late frame task is ready on every turn and a whole frame is drawn between two links, so
+#: on a busy machine a pong took four frames to arrive (the HUD's RTT in the hundreds of ms).
+MIN_FRAME_GAP_S = 0.003
 
 
 @dataclass
@@ -449,7 +454,7 @@ class App:
             if delay < -period:  # fell behind (a stall): start afresh instead of racing to catch up
                 next_t = loop.time()
                 delay = 0.0
-            await asyncio.sleep(max(0.0, delay))
+            await asyncio.sleep(max(MIN_FRAME_GAP_S, delay))
 
     # ----------------------------------------------------------------- lifecycle
 
