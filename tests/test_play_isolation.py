@@ -219,3 +219,53 @@ def test_a_child_that_cannot_start_says_why_in_one_line() -> None:
             assert server.proc is not None and server.proc.returncode is not None  # nothing left running
 
     asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+
+
+def test_hosting_on_the_lan_moves_the_relay_child_onto_every_interface(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``blink play --host``: the loopback child is replaced by one listening on every interface
+    (advertised -- here to a recorder, no multicast); a friend joins through it."""
+    import client.lan as lanmod
+    from client.player import Player
+    from client.window.session import Session, SessionConfig
+    from mqttkit import BrokerAddress
+
+    adverts: list[tuple[int, str]] = []
+
+    class Recorder:  # the advertiser, without multicast
+        def __init__(self, port: int, relay_id: str, broker_host: str, *rest: Any) -> None:
+            adverts.append((port, broker_host))
+
+        async def __aenter__(self) -> Any:
+            return self
+
+        async def __aexit__(self, *exc: Any) -> None:
+            adverts.append((-1, "closed"))
+
+    monkeypatch.setattr(lanmod, "advertise", Recorder)
+
+    async def scenario() -> None:
+        from mqttkit import free_port
+
+        # A port of its own (not 1883): other tests on this machine host on the LAN at the same time.
+        session = Session(SessionConfig(game="takeaway", relay_process=True, lan=True, request_timeout_s=LONG,
+                                        lan_port=free_port("0.0.0.0")))
+        await session.start()
+        first = session.server
+        try:
+            code = await session.host()
+            server = session.server
+            assert server is not first and first.proc.returncode == 0  # the loopback one stopped in order
+            assert server.pid != os.getpid() and server.broker.host == "0.0.0.0"
+            assert session.lan_urls and adverts[0] == (server.broker.port, "0.0.0.0")
+            friend = Player(BrokerAddress("127.0.0.1", server.broker.port), "friend")
+            await friend.__aenter__()
+            try:
+                await friend.join(code, timeout=LONG)
+            finally:
+                await friend.close()
+            assert session.server_lost is None
+        finally:
+            await session.close()
+        assert server.proc.returncode == 0 and adverts[-1] == (-1, "closed")
+
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
