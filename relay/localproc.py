@@ -20,7 +20,9 @@ Child side, ``main``: no orphan, whatever happens to the parent --
 
 - ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux, through ctypes): the kernel kills the child when
   the parent dies, even by SIGKILL; a parent that died before the call is caught by comparing
-  ``getppid()`` with the pid the parent passed;
+  ``getppid()`` with the pid the parent passed. (The kernel ties it to the parent *thread* that
+  started the child: start it from the thread that runs the event loop for the whole session --
+  ``blink play``'s main thread.);
 - the child reads its stdin until EOF: the parent's end of that pipe closes when the parent exits
   in any way (on every platform), and the child then stops;
 - Ctrl-C in a terminal signals its foreground process group: the child runs in a session of its
