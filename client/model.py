@@ -329,11 +329,17 @@ class ClientModel:
                     state = self.predictor.rules.from_wire(msg.state)
                 except ValueError:
                     return out
+                # A game that sends less has brought the view to this seq by its events already:
+                # the snapshot still tells the match's status (over, between games).
+                fresh = msg.seq >= self.predictor.confirmed_seq or msg.game != self.predictor.game
                 if self.predictor.confirm(state, msg.seq, msg.game):
                     self.match_state = msg.match_state
                     self.seq_received_ns.setdefault(msg.seq, now_ns)
                     self.view_seq = msg.seq
                     self._catch_up(out)
+                    self.version += 1
+                elif fresh:
+                    self.match_state = msg.match_state
                     self.version += 1
         elif isinstance(msg, m.Event) and msg.match == self.match:
             known = self.predictor

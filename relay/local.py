@@ -19,6 +19,9 @@ start a throwaway relay (``blink match``, ``latency``, ``load``, ``play``) a pri
 their own, removed when they stop, so two of them never collide on a lock. ``write_mosquitto_config`` (from
 ``relay.mosquitto``) is here for ``blink broker-config``, the server-side command that sets up an
 external broker.
+
+``ChildServer`` (``relay/localproc.py``) is the same embedded broker + relay in a child process of
+its own: what ``blink play`` starts, so its window and the relay never share an event loop.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ from protocol.topics import Topics
 from relay.broker import EmbeddedBroker
 from relay.core import RelayConfig
 from relay.journal import JournalError, default_data_dir, open_journal
+from relay.localproc import ChildServer
 from relay.mosquitto import write_mosquitto_config
 from relay.shell import RelayShell
 
-__all__ = ["JournalError", "LocalServer", "RelayConfig", "default_data_dir", "start_local", "temporary_data_dir",
+__all__ = ["ChildServer", "JournalError", "LocalServer", "RelayConfig", "default_data_dir", "start_local", "temporary_data_dir",
            "write_mosquitto_config"]
 
 

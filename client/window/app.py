@@ -4,7 +4,9 @@ How this works
 --------------
 One asyncio event loop runs everything in one thread: the frame task below, your ``Player``'s
 MQTT reader and pinger, the bot opponent's ``Player`` and ``Bot``, and -- when no ``--server`` is
-given -- the embedded broker and the relay (``LocalServer``). The frame task does, ~60 times a
+given -- the embedded broker and the relay run in a child process of their own (``blink play``:
+``relay/localproc.py``; a dead child ends the window with exit status 1 and one line), or on this
+loop (``LocalServer``, in-process tests). The frame task does, ~60 times a
 second and without ever awaiting inside a frame:
 
     pyglet.clock.tick(); window.dispatch_events()   # X events -> scene input handlers
@@ -75,6 +77,11 @@ def table_class(game: str) -> type[Scene]:
     return scene_for(game)
 
 STEADY_AFTER_S = 2.0  # frame statistics also report the frames after this much start-up time
+#: The least pause between two frames, even when they are late. A message goes through a chain of
+#: callbacks (socket readable -> MQTT client -> queue -> reader task), one loop turn each; with no
+#: pause a late frame task is ready on every turn and a whole frame is drawn between two links, so
+#: on a busy machine a pong took four frames to arrive (the HUD's RTT in the hundreds of ms).
+MIN_FRAME_GAP_S = 0.003
 
 
 @dataclass
@@ -430,6 +437,10 @@ class App:
         quit_at = self._started + self.config.quit_after if self.config.quit_after is not None else None
         steady_at = self._started + STEADY_AFTER_S
         while not self.closing:
+            if getattr(self.session, "server_lost", None):
+                # The local relay's process is gone: nothing can be played; say so and end.
+                self.exit_code = 1
+                break
             if time.monotonic() >= steady_at:
                 self.stats.mark_steady()
             last = quit_at is not None and time.monotonic() >= quit_at
@@ -443,7 +454,7 @@ class App:
             if delay < -period:  # fell behind (a stall): start afresh instead of racing to catch up
                 next_t = loop.time()
                 delay = 0.0
-            await asyncio.sleep(max(0.0, delay))
+            await asyncio.sleep(max(MIN_FRAME_GAP_S, delay))
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -484,7 +495,7 @@ class App:
                                                            "session": self.session.status})
             starter.cancel()
             failed = self.session.status == "error"
-            if failed:
+            if failed and not getattr(self.session, "server_lost", None):  # that one ``blink play`` prints
                 log.warning("blink play: %s", self.session.message)
             try:
                 await asyncio.wait_for(self.session.close(), timeout=15)
