@@ -221,10 +221,10 @@ class Intake:
             return True
         bucket = self.buckets.get(key)
         if bucket is None:
+            if len(self.buckets) >= self._prune_at:
+                self._prune(now_ns)
             rate, burst = self.act if key[0] == "a" else self.req
             bucket = self.buckets[key] = TokenBucket(rate, burst, now_ns)
-            if len(self.buckets) > self._prune_at:
-                self._prune(now_ns)
         if bucket.take(now_ns):
             self.admitted += 1
             return True
