@@ -152,14 +152,15 @@ class PacketTooLarge(Exception):
     """Raised inside amqtt's reader loop: ends the connection (a MQTTError would only skip a packet)."""
 
 
-#: Packets one client connection may have read a second (burst: as many), whatever they are. Far
+#: Packets one client connection may have read a second (burst: as many), whatever they are. Well
 #: above what a player sends (its publishes are limited to the core's ``act_rate + req_rate``, 120/s
-#: by default, plus a ping or two); a connection sending faster is simply read more slowly, so its
-#: excess waits in its own socket (TCP pushes back on the sender) instead of costing this process --
-#: which also runs the relay -- time to read and drop it. At ~10-20 us a dropped packet this caps a
-#: flooding connection at a few percent of the event loop.
-READ_RATE = 1_000.0
-READ_BURST = 1_000.0
+#: by default, plus a ping or two; the project's bots at full speed send ~40/s) and above those
+#: limits, so the excess still meets them and its sender is told; a connection sending faster is
+#: simply read more slowly, so its excess waits in its own socket (TCP pushes back on the sender)
+#: instead of costing this process -- which also runs the relay -- time to read and drop it. At
+#: ~10-20 us a dropped packet this caps a flooding connection at well under 1 % of the event loop.
+READ_RATE = 300.0
+READ_BURST = 300.0
 PUBLISH_TYPE, PUBREL_TYPE = 3, 6
 
 
@@ -177,34 +178,41 @@ class _Gate:
         self.writer = writer
         self.pace = TokenBucket(READ_RATE, READ_BURST, time.monotonic_ns())
         self.unreleased: set[bytes] = set()  # packet ids of dropped QoS 2 publishes (PUBREC sent)
+        self._topic = b""  # the last PUBLISH topic (raw, decoded) and whether the client may publish
+        self._topic_str = ""  # to it: a flood repeats one topic, so the ACL is asked once
+        self._topic_ok = False
 
     async def keep(self, first: int, body: bytes) -> bool:
         """Pass this packet (its first byte and its body) on to amqtt?"""
         now = time.monotonic_ns()
-        if not self.pace.take(now):
-            await asyncio.sleep((1.0 - self.pace.tokens) / self.pace.rate)
+        pace = self.pace
+        if not pace.take(now):
+            await asyncio.sleep((1.0 - pace.tokens) / pace.rate)
             now = time.monotonic_ns()
-            self.pace.take(now)
+            pace.take(now)
         kind = first >> 4
-        if kind == PUBREL_TYPE:
-            pid = body[:2]
-            if pid in self.unreleased:  # the release of a publish dropped here: complete it here
-                self.unreleased.discard(pid)
-                self._send(0x70, pid)
-                return False
-            return True
         if kind != PUBLISH_TYPE:
+            if kind == PUBREL_TYPE and body[:2] in self.unreleased:
+                self.unreleased.discard(body[:2])  # the release of a publish dropped here: complete it here
+                self._send(0x70, body[:2])
+                return False
             return True
         qos = (first >> 1) & 3
         n = int.from_bytes(body[:2], "big")
-        topic = body[2:2 + n].decode("utf-8", "replace")
-        broker = self.broker
-        if broker.access.may_publish(self.client, topic):
-            if broker.intake.admit(topic, now):
+        raw = body[2:2 + n]
+        if raw != self._topic:
+            self._topic, self._topic_str = raw, raw.decode("utf-8", "replace")
+            self._topic_ok = self.broker.access.may_publish(self.client, self._topic_str)
+        if self._topic_ok:
+            intake = self.broker.intake
+            topic = self._topic_str
+            if intake.admit(topic, now):
                 return True
-            broker.limited += 1
-            payload = body[2 + n + (2 if qos else 0):]
-            await self._limited(topic, payload, now)
+            self.broker.limited += 1
+            if intake.first_refusal():
+                log.info("client %s over its rate on %s: the excess is dropped at the broker", self.client, topic)
+            if intake.tell(now):
+                await self._tell(topic, body[2 + n + (2 if qos else 0):])
         if qos == 1:
             self._send(0x40, body[2 + n:4 + n])  # PUBACK: the sender may go on; nobody gets it
         elif qos == 2:
@@ -219,12 +227,9 @@ class _Gate:
         except Exception:  # noqa: BLE001 - the connection is going away
             pass
 
-    async def _limited(self, topic: str, payload: bytes, now: int) -> None:
+    async def _tell(self, topic: str, payload: bytes) -> None:
+        """``rate_limited`` to the sender's private topic (an action's refusal names the action)."""
         broker = self.broker
-        if broker.intake.first_refusal(topic):
-            log.info("client %s over its rate on %s: the excess is dropped at the broker", self.client, topic)
-        if not broker.intake.tell(topic, now):
-            return
         act = broker.topics.parse_act(topic)
         what = "actions" if act else "requests"
         rate = broker.intake.act[0] if act else broker.intake.req[0]
@@ -273,22 +278,21 @@ class _LimitedReader(ReaderAdapter):
     async def _next_packet(self) -> bytes:
         reader = self._reader
         while True:
-            head = await reader.readexactly(1)
-            length, mult, raw = 0, 1, bytearray()
-            while True:
+            head = await reader.readexactly(2)  # the type and the first length byte
+            length, b = head[1] & 0x7F, head[1]
+            mult = 128
+            while b & 0x80:
+                if len(head) >= 5:
+                    raise PacketTooLarge("bad remaining length")
                 b = (await reader.readexactly(1))[0]
-                raw.append(b)
+                head += bytes((b,))
                 length += (b & 0x7F) * mult
                 mult *= 128
-                if not b & 0x80:
-                    break
-                if len(raw) >= 4:
-                    raise PacketTooLarge("bad remaining length")
             if length > self._limit:
                 raise PacketTooLarge(f"packet of {length} bytes > {self._limit}")
             body = await reader.readexactly(length) if length else b""
             if self._gate is None or await self._gate.keep(head[0], body):
-                return head + bytes(raw) + body
+                return head + body
 
     def feed_eof(self) -> None:
         self._reader.feed_eof()

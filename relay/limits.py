@@ -196,6 +196,7 @@ class Intake:
         self.admitted = 0
         self.dropped = 0
         self._prune_at = max_clients
+        self._refused: tuple[str, TokenBucket] = ("", TokenBucket(0.0, 0.0, 0))  # the last refusal's key, bucket
 
     @classmethod
     def for_config(cls, config: RelayConfig, slack: float = 1.0) -> Intake:
@@ -215,7 +216,8 @@ class Intake:
 
     def admit(self, topic: str, now_ns: int) -> bool:
         """May this message go on to be decoded? Topics that are neither a request nor an action
-        pass (whoever reads them refuses them)."""
+        pass (whoever reads them refuses them). After a refusal, ``first_refusal`` and ``tell``
+        are about the refused sender and kind."""
         key = self.key(topic)
         if key is None:
             return True
@@ -229,19 +231,16 @@ class Intake:
             self.admitted += 1
             return True
         self.dropped += 1
+        self._refused = (key, bucket)
         return False
 
-    def first_refusal(self, topic: str) -> bool:
+    def first_refusal(self) -> bool:
         """After a refused ``admit``: the first refusal of this sender's burst (log it)?"""
-        key = self.key(topic)
-        bucket = self.buckets.get(key) if key is not None else None
-        return bucket is not None and bucket.first_refusal()
+        return self._refused[1].first_refusal()
 
-    def tell(self, topic: str, now_ns: int) -> bool:
+    def tell(self, now_ns: int) -> bool:
         """After a refused ``admit``: should its sender be told now (at most once per ``tell_ns``)?"""
-        key = self.key(topic)
-        if key is None:
-            return False
+        key = self._refused[0]
         last = self.told.get(key)
         if last is not None and now_ns - last < self.tell_ns:
             return False
