@@ -163,8 +163,12 @@ async def flood(stack: Stack, kind: str, seconds: float, seed: int) -> dict[str,
             c.publish(topic, payloads[i % len(payloads)])
             i += 1
         sent += 64
-        # Waits while the socket is full: a broker that reads this client slowly holds it back here.
-        await c.drain()
+        # Waits while the socket is full: a broker that reads this client slowly holds it back
+        # here (then the flood stops on time, with what it wrote still on its way).
+        try:
+            await asyncio.wait_for(c.drain(), max(0.001, end - time.monotonic()))
+        except asyncio.TimeoutError:
+            break
     elapsed = time.monotonic() - t0
     await c.close()
     if h is not None:
@@ -207,7 +211,8 @@ async def phase(stack: Stack, kind: str, matches: int, seconds: float, seed: int
     rtts = sorted(v * 1000 for v in prober.rtt.values())
     return {
         "verdict_ms": during["verdict_ms"], "unanswered": during["unanswered"], "actions": during["actions"],
-        "load_avg_1m": during["load_avg_1m"], "request_rejected": during["request_rejected"],
+        "load_avg_1m": during["load_avg_1m"], "relay_cpu_pct": during.get("relay_cpu_pct"),
+        "request_rejected": during["request_rejected"],
         "setup_failed": during["setup_failed"],
         "flood": flooded,
         "backlog_clear_s": None if backlog_s is None else round(backlog_s, 3),
@@ -240,7 +245,8 @@ async def bench(stack: Stack, matches: int, seconds: float, seed: int, kinds: li
     return {
         "broker": stack.broker, "matches": matches, "seconds": seconds,
         "baseline": {"verdict_ms": baseline["verdict_ms"], "unanswered": baseline["unanswered"],
-                     "actions": baseline["actions"], "load_avg_1m": baseline["load_avg_1m"]},
+                     "actions": baseline["actions"], "load_avg_1m": baseline["load_avg_1m"],
+                     "relay_cpu_pct": baseline.get("relay_cpu_pct")},
         "floods": phases,
         "relay_logged": {k: codes[k] for k in ("rate_limited", "too_many_matches", "relay_full", "internal_error")},
         "relay_alive": stack.alive(),
