@@ -157,8 +157,8 @@ class PacketTooLarge(Exception):
 #: by default, plus a ping or two; the project's bots at full speed send ~40/s) and above those
 #: limits, so the excess still meets them and its sender is told; a connection sending faster is
 #: simply read more slowly, so its excess waits in its own socket (TCP pushes back on the sender)
-#: instead of costing this process -- which also runs the relay -- time to read and drop it. At
-#: ~10-20 us a dropped packet this caps a flooding connection at well under 1 % of the event loop.
+#: instead of costing this process -- which also runs the relay -- time to read and drop it (~20 us
+#: a dropped packet; a connection flooding at full speed measured 1.5 % of a core, bench/RESULTS.md).
 READ_RATE = 300.0
 READ_BURST = 300.0
 PACE_BATCH = READ_RATE / 10
