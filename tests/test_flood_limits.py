@@ -219,3 +219,52 @@ def test_intake_limits_each_client_and_kind_tells_once_a_second_and_forgets_only
         flooding.admit(t, 0)
         assert not flooding.admit(t, 0)
     assert len(flooding.buckets) == 10
+
+
+def test_publishes_the_broker_drops_are_still_acknowledged_at_qos_1_and_2() -> None:
+    """A client publishing at QoS 1 or 2 (blink's clients use 0) waits for acknowledgements: the
+    gate must give them for what it drops, or the client's in-flight window would stall."""
+
+    def packet(first: int, body: bytes) -> bytes:
+        out, n = bytearray([first]), len(body)
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out) + body
+
+    def utf8(text: str) -> bytes:
+        return len(text.encode()).to_bytes(2, "big") + text.encode()
+
+    async def main() -> None:
+        async with LocalServer(None, seed=7, config=RelayConfig(req_rate=0.5, req_burst=2)) as server:
+            assert server.broker is not None and server.broker._broker is not None  # noqa: SLF001
+            gate = server.broker._broker  # noqa: SLF001
+            cid = new_client_id("qos")
+            reader, writer = await asyncio.open_connection(server.address.host, server.address.port)
+            writer.write(packet(0x10, utf8("MQTT") + bytes([4, 0x02, 0, 0]) + utf8(cid)))
+            assert (await asyncio.wait_for(reader.readexactly(4), DEADLINE_S))[3] == 0  # CONNACK: accepted
+            ping, topic = encode(m.Ping(t0=1)), utf8(T.req(cid))
+            for pid in range(1, 11):  # QoS 1
+                writer.write(packet(0x32, topic + pid.to_bytes(2, "big") + ping))
+            for pid in range(11, 16):  # QoS 2
+                writer.write(packet(0x34, topic + pid.to_bytes(2, "big") + ping))
+            await writer.drain()
+            acks: dict[int, set[int]] = {}  # packet type -> packet ids
+
+            async def read_until(want: Callable[[], bool]) -> None:
+                while not want():
+                    head = await asyncio.wait_for(reader.readexactly(2), DEADLINE_S)
+                    body = await reader.readexactly(head[1])  # acks and our answers are short
+                    if head[0] >> 4 in (4, 5, 7):
+                        acks.setdefault(head[0] >> 4, set()).add(int.from_bytes(body[:2], "big"))
+
+            await read_until(lambda: acks.get(4, set()) >= set(range(1, 11)) and acks.get(5, set()) >= set(range(11, 16)))
+            for pid in range(11, 16):
+                writer.write(packet(0x62, pid.to_bytes(2, "big")))  # PUBREL
+            await writer.drain()
+            await read_until(lambda: acks.get(7, set()) >= set(range(11, 16)))  # PUBCOMP for each
+            assert gate.limited > 0  # most of the 15 were over the rate: the gate answered those itself
+            writer.close()
+
+    asyncio.run(main())
