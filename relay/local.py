@@ -71,7 +71,7 @@ class LocalServer:
         if broker_url:
             relay_address = parse_url(broker_url)
         else:
-            self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload)
+            self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload, config)
             relay_address = self.broker.relay_address
         #: Where players connect (never the relay's credentials).
         self.address: BrokerAddress = relay_address.public()

@@ -67,6 +67,7 @@ from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics, valid_id
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import Entry, Journal, JournalError, Msg, Tick, feed
+from relay.limits import RELAY_INTAKE_SLACK, Intake
 
 log = logging.getLogger("blink.relay")
 
@@ -94,6 +95,7 @@ class RelayShell:
         # can knock the relay off its broker by connecting under its client id.
         self.client_id = f"blink-{self.config.relay_id}-{secrets.token_hex(8)}"
         self._refused: dict[str, int] = {}  # sender -> when it was last told ``too_large`` (ns)
+        self.intake = Intake.for_config(self.config, RELAY_INTAKE_SLACK)  # before decoding (Mosquitto cannot limit rates)
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
         self.core = RelayCore(self.topics, self.config, self.seed)
         self.journal = journal
@@ -276,6 +278,8 @@ class RelayShell:
                     self._wake.set()
                     try:
                         async for msg in client.messages:
+                            if not self.intake.admit(msg.topic.value, time.monotonic_ns()):
+                                continue  # a flood's excess (relay/limits.py Intake): dropped undecoded
                             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
                             self._inbox.append((msg.topic.value, bytes(payload), time.time_ns()))
                             self._wake.set()
