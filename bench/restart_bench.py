@@ -115,7 +115,7 @@ def process_cpu(pid: int) -> float:
 def restart(prefix: str, port: int, url: str, data: Path) -> dict[str, Any]:
     box: dict[str, float] = {}
     started = threading.Event()
-    pinger = threading.Thread(target=lambda: asyncio.run(asyncio.wait_for(first_pong(prefix, port, started, box), 600)),
+    pinger = threading.Thread(target=lambda: asyncio.run(asyncio.wait_for(first_pong(prefix, port, started, box), 180)),
                               daemon=True)
     pinger.start()
     deadline = time.monotonic() + 60
@@ -129,7 +129,7 @@ def restart(prefix: str, port: int, url: str, data: Path) -> dict[str, Any]:
         serving = time.monotonic() - start
         cpu = process_cpu(relay.pid)
         rec, _ = wait_line(relay, "blink relay: recovered", 60)
-        pinger.join(600)
+        pinger.join(180)
         return {"start_to_serving_s": round(serving, 3), "cpu_to_serving_s": round(cpu, 3),
                 "start_to_first_answer_s": round(box.get("pong_s", -1), 3), "recovered": rec.strip()}
     finally:
