@@ -228,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p.wait()
         shutil.rmtree(work / "data", ignore_errors=True)
         shutil.rmtree(work / "broker", ignore_errors=True)
+        if not (work / "kept").exists():
+            shutil.rmtree(work, ignore_errors=True)  # else the killed relay's journal stays there (reported)
     if args.json:
         print(json.dumps(report))
     return 0
