@@ -27,13 +27,13 @@ step whose log lines can be missing is the last one journalled before the crash 
 logged before the next one starts), so the replayed steps' lines after the last line found in
 the log are appended, and a torn last line is cut. Once connected, the shell publishes the
 relay's online status and the match list (from then on it serves requests), then every match's
-retained snapshot and every player's private view, so clients resync. While replaying, the core's
-view and snapshot builders are shadowed on the instance (they only read the state, and fresh ones
-follow anyway): that is most of the core's work per input. Every ``snapshot_every_s`` seconds (or
-``snapshot_every`` entries, but never more than a tenth of the relay's time) the core is serialised between two steps (in a worker thread, while the
-stepper waits) and saved, and the journal is compacted up to the previous snapshot (two stay, in
-case the newest cannot be read): replay stays short, and matches the core has forgotten leave the
-journal.
+retained snapshot and every player's private view, so clients resync. While replaying, the core
+runs as it did live (publishing a snapshot also schedules its next one) and only its log records
+are kept. Every ``snapshot_every_s`` seconds or ``snapshot_every`` entries (but no sooner after the
+last than ``SNAPSHOT_COST_RATIO`` times its CPU time) the core is serialised between two steps (in
+a worker thread, while the stepper waits) and saved, and the journal is compacted up to the
+previous snapshot (two stay, in case the newest cannot be read): replay stays short, and matches
+the core has forgotten leave the journal.
 
 Outbound messages are published at QoS 0: every public event carries a gap-free ``seq``, so a
 client that misses one asks for a resync. The relay's status topic is retained and set to
@@ -64,8 +64,8 @@ from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, wai
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics, valid_id
-from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay import snapshot as snapshots
+from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import Entry, Journal, JournalError, Msg, Tick, feed
 
 log = logging.getLogger("blink.relay")
