@@ -15,8 +15,8 @@ it, not its bytes:
   all plain scalars (a BLINK ``Card``) is an immutable value, and equal ones are interchangeable. The pickler writes each distinct value
   once and every equal one as a reference to it (pickle's memo), so 1,000 live BLINK matches
   carry 60 cards, not 60,000 (measured: the cards were two thirds of the objects in such a
-  snapshot). After a restart equal cards are one object: nothing compares cards by identity
-  (states, which the stale check does compare by identity, are never merged: they hold tuples).
+  snapshot). After a restart equal cards are one object: nothing compares cards by identity.
+  Match states, which the stale check does compare by identity, are never merged.
 
 Everything else -- including each match's state history (``Match.history``: up to
 ``STATE_HISTORY`` past states, which the core needs after a restart exactly as before it, to tell a
@@ -57,10 +57,11 @@ def _value_fields(cls: type) -> Callable[[Any], tuple[Any, ...]] | None:
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, file: io.BytesIO) -> None:
+    def __init__(self, file: io.BytesIO, keep: set[int]) -> None:
         super().__init__(file, pickle.HIGHEST_PROTOCOL)
         self._types: dict[type, Callable[[Any], tuple[Any, ...]] | None] = {}
         self._values: dict[tuple[Any, ...], Any] = {}
+        self._keep = keep  # ids of objects never merged with an equal one
 
     def reducer_override(self, obj: Any) -> Any:
         cls = type(obj)
@@ -68,7 +69,7 @@ class _Pickler(pickle.Pickler):
             fields = self._types[cls]
         except KeyError:
             fields = self._types[cls] = _value_fields(cls)
-        if fields is None:
+        if fields is None or id(obj) in self._keep:
             return NotImplemented
         values = fields(obj)
         types = tuple(map(type, values))
@@ -90,7 +91,10 @@ def dump(core: RelayCore) -> bytes:
     buf = io.BytesIO()
     buf.write(MAGIC)
     buf.write(_HEAD.pack(VERSION))
-    _Pickler(buf).dump(core)
+    # Match states are compared by identity (is the state a play was made against still the
+    # current one?): a game whose state is all scalars must not have two equal states merged.
+    keep = {id(s) for x in core.matches.values() for s in (x.state, *(st for _, st in x.history))}
+    _Pickler(buf, keep).dump(core)
     return buf.getvalue()
 
 

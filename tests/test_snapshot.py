@@ -180,3 +180,36 @@ def test_snapshots_are_spaced_by_their_own_cost(tmp_path: Path) -> None:
         asyncio.run(shell.snapshot(force=True))
         assert (j.latest_snapshot() or (None,))[0] == 1
         assert 0.0 <= shell.snapshot_s < 3600.0  # measured afresh
+
+
+def test_equal_states_are_never_merged_even_when_all_scalar() -> None:
+    """The stale check asks whether the state a play was made against *is* the current one; a
+    snapshot must keep two equal states two objects, whatever a game's state is made of."""
+    from dataclasses import dataclass
+
+    import protocol.rules.base as base_module
+
+    @dataclass(frozen=True)
+    class Flat:  # an all-scalar value type of a game module
+        turn: int
+        phase: str
+
+    Flat.__module__ = base_module.__name__
+    Flat.__qualname__ = Flat.__name__ = "_TestFlatState"
+    setattr(base_module, "_TestFlatState", Flat)
+    try:
+        core = RelayCore(T, seed=1)
+        core.handle(T.req("a1"), encode(m.CreateMatch(name="a")), 0)
+        match = next(iter(core.matches.values()))
+        then, now = Flat(1, "turn"), Flat(1, "turn")
+        match.history.clear()
+        match.history.append((1, then))
+        match.state = now
+        values = [Flat(2, "x"), Flat(2, "x")]  # not states: merged
+        match.settings = {"values": values}
+        restored = snapshot.load(snapshot.dump(core))
+        x = restored.matches[match.code]
+        assert x.state == x.history[0][1] and x.state is not x.history[0][1]
+        assert x.settings["values"][0] is x.settings["values"][1]
+    finally:
+        delattr(base_module, "_TestFlatState")
