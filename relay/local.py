@@ -31,16 +31,18 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
 from protocol.topics import Topics
-from relay.broker import EmbeddedBroker
 from relay.core import RelayConfig
 from relay.journal import JournalError, default_data_dir, open_journal
 from relay.localproc import ChildServer
 from relay.mosquitto import write_mosquitto_config
 from relay.shell import RelayShell
+
+if TYPE_CHECKING:  # imported where it is started: a relay on an outside broker never loads amqtt (start-up time)
+    from relay.broker import EmbeddedBroker
 
 __all__ = ["ChildServer", "JournalError", "LocalServer", "RelayConfig", "default_data_dir", "start_local", "temporary_data_dir",
            "write_mosquitto_config"]
@@ -71,6 +73,8 @@ class LocalServer:
         if broker_url:
             relay_address = parse_url(broker_url)
         else:
+            from relay.broker import EmbeddedBroker
+
             self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload, config)
             relay_address = self.broker.relay_address
         #: Where players connect (never the relay's credentials).

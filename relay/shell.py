@@ -20,20 +20,20 @@ Two tasks share one event loop, so the core is never entered concurrently:
   ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly the
   ``now_ns`` values the core was given, so replay is exact.
 
-Recovery (``--data DIR`` holding a journal): the latest snapshot (a pickle of the core) is loaded
+Recovery (``--data DIR`` holding a journal): the latest snapshot (the core, ``relay/snapshot.py``) is loaded
 -- a new journal gets a snapshot of the fresh core at position 0, so its seed and configuration
 survive -- and every later entry is replayed. The event log's tail is then completed: the only
 step whose log lines can be missing is the last one journalled before the crash (a step is
 logged before the next one starts), so the replayed steps' lines after the last line found in
 the log are appended, and a torn last line is cut. Once connected, the shell publishes the
 relay's online status and the match list (from then on it serves requests), then every match's
-retained snapshot and every player's private view, so clients resync. While replaying, the core's
-view and snapshot builders are shadowed on the instance (they only read the state, and fresh ones
-follow anyway): that is most of the core's work per input. Every ``snapshot_every_s`` seconds (or
-``snapshot_every`` entries) the core is pickled between two steps (in a worker thread, while the
-stepper waits) and saved, and the journal is compacted up to the previous snapshot (two stay, in
-case the newest cannot be read): replay stays short, and matches the core has forgotten leave the
-journal.
+retained snapshot and every player's private view, so clients resync. While replaying, the core
+runs as it did live (publishing a snapshot also schedules its next one) and only its log records
+are kept. Every ``snapshot_every_s`` seconds or ``snapshot_every`` entries (but no sooner after the
+last than ``SNAPSHOT_COST_RATIO`` times its CPU time) the core is serialised between two steps (in
+a worker thread, while the stepper waits) and saved, and the journal is compacted up to the
+previous snapshot (two stay, in case the newest cannot be read): replay stays short, and matches
+the core has forgotten leave the journal.
 
 Outbound messages are published at QoS 0: every public event carries a gap-free ``seq``, so a
 client that misses one asks for a resync. The relay's status topic is retained and set to
@@ -53,7 +53,6 @@ import gc
 import json
 import logging
 import os
-import pickle
 import secrets
 import time
 from pathlib import Path
@@ -65,6 +64,7 @@ from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, wai
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics, valid_id
+from relay import snapshot as snapshots
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import Entry, Journal, JournalError, Msg, Tick, feed
 from relay.limits import RELAY_INTAKE_SLACK, Intake
@@ -77,7 +77,13 @@ TOO_LARGE_QUIET_NS = 1_000_000_000
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
 SNAPSHOT_EVERY_S = 10.0
-SNAPSHOT_EVERY = 20_000  # entries: with thousands of players pinging, about 10 s of a busy relay
+#: Entries after which a snapshot is due: replay costs about 0.2 ms of CPU an entry (BLINK plays),
+#: so a restart replays at most about 0.2 s of them (it was 20,000: 4 s or more).
+SNAPSHOT_EVERY = 1_000
+#: ... but a snapshot costs the running relay its own time (0.2-0.3 s of CPU at 1,000 live
+#: matches, the stepper waits): the next one comes no sooner than this many times its CPU time
+#: after it, so snapshots never take more than about a tenth of the relay's CPU, however busy it is.
+SNAPSHOT_COST_RATIO = 10.0
 LOG_TAIL_BYTES = 1 << 20  # how much of the event log's end recovery reads to find where it stops
 _SHELL_ONLY = ("relay_started",)  # log lines the core never writes
 
@@ -113,6 +119,7 @@ class RelayShell:
         #: is how long reading the snapshot and replaying took.
         self.recovered: str | None = None
         self.recovery_s = 0.0
+        self.snapshot_s = 0.0  # CPU seconds the last snapshot took to serialise (it spaces them out)
         self.reconnects = 0
         self._snap_pos = 0
         self._snap_at = time.monotonic()
@@ -144,20 +151,18 @@ class RelayShell:
         snapshot = journal.latest_snapshot()
         if snapshot is None and journal.last_position() == 0:
             # A new journal: the fresh core at position 0 carries the seed and the configuration.
-            journal.save_snapshot(0, pickle.dumps(self.core, protocol=pickle.HIGHEST_PROTOCOL))
+            journal.save_snapshot(0, snapshots.dump(self.core))
             self._snap_at = time.monotonic()
             return
         if snapshot is None:
             raise JournalError("the journal holds entries but no snapshot to start them from: "
                                "move the data directory aside to start afresh")
         pos, blob = snapshot
-        try:
-            core = pickle.loads(blob)
-        except Exception as exc:  # noqa: BLE001 - one line, not a traceback
-            raise JournalError(f"the journal's snapshot at {pos} cannot be read by this version "
-                               f"({type(exc).__name__}: {exc}): move the data directory aside to start afresh") from exc
-        if not isinstance(core, RelayCore):
-            raise JournalError(f"the journal's snapshot at {pos} is not a relay core")
+        cpu = time.thread_time()
+        core = snapshots.load(blob, f"the journal's snapshot at {pos}")  # refuses a newer format in one line
+        # Writing a snapshot costs about twice reading it: until the first one is measured, that
+        # spaces it out, so a restarted relay does not spend its first moments on one.
+        self.snapshot_s = 2 * (time.thread_time() - cpu)
         replayed: list[tuple[Entry, list[Any]]] = []
         # Replay keeps only the log records (the resync after recovery sends fresh views and
         # snapshots). The core runs unshadowed: publishing a snapshot also schedules the next
@@ -350,15 +355,19 @@ class RelayShell:
                                         and journal.last_position() > self._snap_pos)):
             await self.snapshot()
 
-    async def snapshot(self) -> None:
-        """Save the core (between two steps) and compact the journal up to the previous snapshot."""
+    async def snapshot(self, force: bool = False) -> None:
+        """Save the core (between two steps) and compact the journal up to the previous snapshot.
+        Skipped (unless ``force``) when the last one ended less than ``SNAPSHOT_COST_RATIO`` times
+        its own CPU time ago: the stepper asks again after its next step."""
         journal = self.journal
         if journal is None:
+            return
+        if not force and time.monotonic() - self._snap_at < self.snapshot_s * SNAPSHOT_COST_RATIO:
             return
         pos = journal.last_position()
         # In a worker thread, so the connection keeps receiving; only the stepper (awaiting here)
         # changes the core, so it holds still while it is pickled.
-        blob = await asyncio.to_thread(pickle.dumps, self.core, pickle.HIGHEST_PROTOCOL)
+        blob, self.snapshot_s = await asyncio.to_thread(_dump_timed, self.core)
         self._snap_at = time.monotonic()
         await asyncio.to_thread(journal.save_snapshot, pos, blob)
         keep = self._snap_pos  # two snapshots stay: the newest, and one to fall back to
@@ -424,6 +433,14 @@ class RelayShell:
         for r in records:
             if r.record.get("kind") == "bad_input":
                 log.info("bad input: %s", r.record)
+
+
+def _dump_timed(core: RelayCore) -> tuple[bytes, float]:
+    """The core's snapshot blob and the CPU time serialising it took (this thread's only: the wall
+    time of a busy machine, or of the event loop receiving meanwhile, is not the snapshot's cost)."""
+    started = time.thread_time()
+    blob = snapshots.dump(core)
+    return blob, time.thread_time() - started
 
 
 __all__ = ["RelayShell", "feed"]
