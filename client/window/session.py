@@ -257,6 +257,10 @@ class Session:
             return
         if code is not None:
             rec.follow(code)
+            try:  # a match watched late: its past events from seq 1, so the recording can be replayed
+                await conn.request(m.Resync(code, from_seq=1))
+            except Exception as exc:  # noqa: BLE001 - recorded from where it is, then
+                log.warning("cannot ask for the match's past events: %s", exc)
 
     def _recording(self, code: str) -> str:
         if self.recorder is not None:

@@ -113,6 +113,9 @@ class TableScene(Scene):
         self._band_key: Any = None
         self._bar_key: Any = None
         self._bar_y = 0.0
+        self._still = False  # the last update changed nothing drawn but what bumped display_version
+        self._moved = True
+        self._look: Any = None
         self.resize(*app.size)
 
     # ------------------------------------------------------------------ frame
@@ -180,6 +183,9 @@ class TableScene(Scene):
     def enter(self) -> None:
         self._key = None
 
+    def still(self) -> bool:
+        return self._still
+
     def update(self, now_ns: int) -> None:
         session = self.app.session
         model = session.model
@@ -199,8 +205,16 @@ class TableScene(Scene):
                 if next(self._warm, StopIteration) is StopIteration:
                     self._warm = None
                     break
+        # Anything that moves without a new board (a bounce in flight, fading rings, a shake, a drag,
+        # the pick timer, the countdown's text, a fading message) keeps frames being drawn, and so
+        # does the frame after it stopped (its last change, e.g. a ring cleared).
+        moving = bool(vm.flights or vm.flash or vm.slot_flash or vm.shaking is not None or self.dragging)
         self._animate(now_ns)
-        self._overlay(vm.band(model, session.status, session.message, session.server_url, now_ns))
+        band = vm.band(model, session.status, session.message, session.server_url, now_ns)
+        self._overlay(band)
+        look = (vm.message(now_ns), band)
+        self._still = not moving and not self._moved and look == self._look
+        self._moved, self._look = moving, look
         for cue in vm.drain_cues():
             self.app.sounds.play(cue)
         if vm.results_due(now_ns):
