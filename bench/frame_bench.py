@@ -179,7 +179,7 @@ def _watch_state_changes(app: Any, profile: Any = None) -> Changes:
         model = app.session.model
         version = (id(model), model.version) if model is not None else None
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        if profile is not None:
+        if profile is not None and version != last[0]:  # the frames that draw a new state
             profile.enable()
             step()
             profile.disable()
@@ -215,7 +215,7 @@ def main() -> int:
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--hardware-gl", action="store_true", help="do not force software GL")
     p.add_argument("--profile", type=int, default=0, metavar="N",
-                   help="profile every frame (cProfile) and print the N functions with the most cumulative time")
+                   help="profile the frames that draw a new state (cProfile); print the N functions with the most cumulative time")
     args = p.parse_args()
     if not args.hardware_gl:
         os.environ["LIBGL_ALWAYS_SOFTWARE"] = "1"

@@ -114,7 +114,6 @@ class TableScene(Scene):
         self._bar_key: Any = None
         self._bar_y = 0.0
         self._still = False  # the last update changed nothing drawn but what bumped display_version
-        self._moved = True
         self._look: Any = None
         self.resize(*app.size)
 
@@ -205,16 +204,17 @@ class TableScene(Scene):
                 if next(self._warm, StopIteration) is StopIteration:
                     self._warm = None
                     break
-        # Anything that moves without a new board (a bounce in flight, fading rings, a shake, a drag,
-        # the pick timer, the countdown's text, a fading message) keeps frames being drawn, and so
-        # does the frame after it stopped (its last change, e.g. a ring cleared).
-        moving = bool(vm.flights or vm.flash or vm.slot_flash or vm.shaking is not None or self.dragging)
         self._animate(now_ns)
         band = vm.band(model, session.status, session.message, session.server_url, now_ns)
         self._overlay(band)
-        look = (vm.message(now_ns), band)
-        self._still = not moving and not self._moved and look == self._look
-        self._moved, self._look = moving, look
+        # What moves without a new board -- a bounce in flight, a shake, a drag, the rings as they
+        # fade (in eighths: ``CardView.set_ring``), the band's texts and pick timer, the message --
+        # as drawn: a frame that changed none of it is not drawn again.
+        look = (vm.message(now_ns), band, [v._ring_key for v in self.piles], [v._ring_key for v in self.hand],
+                [(v.x, v.y) for v in self.hand], (self.ghost.style, self.ghost.x, self.ghost.y),
+                (self.drag.style, self.drag.x, self.drag.y))
+        self._still = look == self._look
+        self._look = look
         for cue in vm.drain_cues():
             self.app.sounds.play(cue)
         if vm.results_due(now_ns):

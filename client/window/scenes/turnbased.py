@@ -212,6 +212,10 @@ class TurnBasedScene(Scene):
         """``c.die``, made once per place, size, face and colours (``piece``)."""
         self.piece(c, ("die", x, y, size, value, body, pip), partial(_die, x, y, size, value, body, pip))
 
+    def drawn_labels(self, part: str) -> list[pyglet.text.Label]:
+        """The labels part ``part`` ("frame", "board" or "over") drew in its last picture."""
+        return self._pool[part][: self._used[part]]
+
     def _spare(self, part: str, fs: float, weight: str) -> pyglet.text.Label:
         """A label the picture being built has not used yet: one of the same font if there is one
         (no new glyph size), else any, else a new one."""
