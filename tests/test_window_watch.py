@@ -103,6 +103,36 @@ def test_the_past_of_a_watched_match_comes_after_its_snapshot_without_being_appl
     assert tk.to_wire(model.predictor.confirmed) == tk.to_wire(tk.view(room.match.state, None))
 
 
+def test_the_recorder_writes_a_late_watched_match_from_seq_1_in_order(tmp_path: Path) -> None:
+    import json
+
+    from client.replays import HOLD_FOR_START, Recorder
+
+    evs = _events("ABCDE", 12)
+    rec = Recorder(tmp_path)
+    rec.follow("ABCDE")
+    for ev in evs[9:11]:  # live events first ...
+        rec.offer(ev)
+    assert rec.path is None  # ... held: nothing written before seq 1
+    for ev in evs[:10]:  # ... then the relay's re-sent past, 10 again
+        rec.offer(ev)
+    rec.offer(evs[11])
+    rec.close()
+    (path,) = tmp_path.iterdir()
+    assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == list(range(1, 13))
+
+    # a lost event: the ones after it are held a while, then written with the gap
+    rec = Recorder(tmp_path / "gap")
+    rec.follow("ABCDE")
+    many = _events("ABCDE", HOLD_FOR_START + 5)
+    for ev in many[:1] + many[2:]:
+        rec.offer(ev)
+    rec.close()
+    (path,) = (tmp_path / "gap").iterdir()
+    seqs = [json.loads(line)["seq"] for line in path.read_text().splitlines()]
+    assert seqs == [1] + list(range(3, HOLD_FOR_START + 6))
+
+
 # ------------------------------------------------------------------------------ the window
 
 
@@ -170,5 +200,40 @@ def test_the_window_watching_late_holds_the_match_from_seq_1_and_records_it(xdis
                 seqs = [json.loads(line)["seq"] for line in files[0].read_text().splitlines()]
                 assert seqs[0] == 1 and seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 12
                 assert (tmp_path / "watch_takeaway.png").stat().st_size > 10_000
+
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+
+
+@pytest.mark.integration
+def test_a_frame_that_shows_nothing_new_is_not_drawn_and_one_that_does_is(xdisplay: str, tmp_path: Path) -> None:
+    """Waiting on your own turn nothing changes: the window skips drawing those frames (only the
+    HUD's once-a-second text is drawn); the pointer moving onto a Blink is drawn by that frame."""
+    from tests.test_window_dice import make_app
+
+    async def scenario() -> None:
+        app = make_app("takeaway", bot_s=1000.0)
+        task = await started(app)
+        try:
+            await until(app, lambda: app.describe().get("phase") == "turn"
+                                 and app.describe()["banner"].startswith("YOUR TURN"), LONG)
+            for _ in range(5):
+                await app.next_frame()
+            frames, drawn = app.stats.frames, len(app.stats.presented_ms)
+            for _ in range(40):
+                await app.next_frame()
+            assert app.stats.frames - frames == 40
+            assert len(app.stats.presented_ms) - drawn < 20, "unchanged frames were drawn"
+            cell = sorted(app.scene._hex)[0]
+            x, y = app.scene.cell_centre(*cell)
+            drawn = len(app.stats.presented_ms)
+            app.window.dispatch_event("on_mouse_motion", int(x), int(y), 0, 0)
+            await app.next_frame()
+            assert len(app.stats.presented_ms) == drawn + 1 and app.scene.hover == ("cell", *cell)
+            shot = tmp_path / "hover.png"
+            app.request_screenshot(str(shot))  # a screenshot draws its frame even when nothing changed
+            await app.next_frame()
+            assert shot.stat().st_size > 10_000
+        finally:
+            assert await stop(app, task) == 0
 
     asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
