@@ -98,6 +98,8 @@ def mix(tris: Tris, alpha: float, bg: tuple[int, int, int]) -> list[int]:
 
 
 def _mix(col: list[int], alpha: float, bg: tuple[int, int, int]) -> list[int]:
+    if alpha >= 1.0 and (not col or min(col[3::4]) == 255):
+        return col  # opaque already (most pictures): nothing to mix
     out = list(col)
     br, bgg, bb = bg
     for i in range(0, len(col), 4):
