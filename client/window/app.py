@@ -9,7 +9,8 @@ second and without ever awaiting inside a frame:
 
     pyglet.clock.tick(); window.dispatch_events()   # X events -> scene input handlers
     scene.update(now)                               # read the model, update drawables in place
-    app.draw(); window.flip()                       # draw the batches, present
+    app.draw(); window.flip()                       # draw the batches, present -- only when the
+                                                    # picture changed (``Scene.still``, the HUD)
 
 and then sleeps until the next frame is due (``asyncio.sleep``), which is when the network tasks
 run. Why one loop and not pyglet's own ``pyglet.app.run`` with asyncio in a second thread:
