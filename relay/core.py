@@ -79,6 +79,7 @@ from typing import Any
 from protocol import messages as m
 from protocol.chance import SeededChance, commitment, derive
 from protocol.codec import DecodeError, decode
+from protocol.records import plain, with_names
 from protocol.rules import GAMES, canonical, game_for
 from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
 from protocol.topics import Topics, valid_id
@@ -781,7 +782,7 @@ class RelayCore:
         self._event(match, now_ns, out, {"type": "game_result", "winner": winners[0] if len(winners) == 1 else None,
                                           "winners": winners, "reason": outcome.reason,
                                           "scores": list(outcome.scores), "wins": list(match.wins),
-                                          "seed": match.game_seed, **_plain(outcome.extra)})
+                                          "seed": match.game_seed, **plain(outcome.extra)})
         need = match.best_of // 2 + 1
         leaders = [i for i, w in enumerate(match.wins) if w >= need]
         played = match.game_index + 1
@@ -976,7 +977,7 @@ class RelayCore:
         match.seq += 1
         self.fair.note_published(match.code, match.seq, now_ns)
         etype = str(data.pop("type"))
-        public = _with_names(data, match.names)
+        public = with_names(data, match.names)
         ev = m.Event(match=match.code, seq=match.seq, ts=now_ns + self._wall_offset, game=max(match.game_index, 0), type=etype, data=public)
         out.append(Publish(self.topics.ev(match.code), ev))
         past = self._past.get(match.code)
@@ -1037,35 +1038,3 @@ def _grace(value: Any) -> float | None:
 
 def _clean_name(name: str) -> str:
     return "".join(c for c in name if c.isprintable() and c not in "/+#")[:24].strip()
-
-
-def _with_names(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """Public events name players: ``player``/``winner`` become names, the seat stays beside them."""
-
-    def name(seat: Any) -> Any:
-        return names[seat] if type(seat) is int and 0 <= seat < len(names) else seat
-
-    out = _plain(data)
-    if "player" in out and type(out["player"]) is int:
-        out["seat"] = out["player"]
-        out["player"] = name(out["player"])
-    if "winner" in out:
-        out["winner_seat"] = out["winner"]
-        out["winner"] = name(out["winner"])
-    if "winners" in out and isinstance(out["winners"], list):
-        out["winner_seats"] = list(out["winners"])
-        out["winners"] = [name(w) for w in out["winners"]]
-    return out
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):  # events are mostly flat maps of scalars: no call per value for those
-        return {k if type(k) is str else str(k): v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain(dataclasses.asdict(value))
-    return value

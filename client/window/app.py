@@ -11,7 +11,8 @@ second and without ever awaiting inside a frame:
 
     pyglet.clock.tick(); window.dispatch_events()   # X events -> scene input handlers
     scene.update(now)                               # read the model, update drawables in place
-    app.draw(); window.flip()                       # draw the batches, present
+    app.draw(); window.flip()                       # draw the batches, present -- only when the
+                                                    # picture changed (``Scene.still``, the HUD)
 
 and then sleeps until the next frame is due (``asyncio.sleep``), which is when the network tasks
 run. Why one loop and not pyglet's own ``pyglet.app.run`` with asyncio in a second thread:
@@ -116,6 +117,7 @@ class App:
         self.exit_code = 0
         self.drawn = 0  # display counter: goes up when the drawn picture changed
         self._seen: tuple[int, int] = (0, 0)
+        self._present_left = 2  # frames to present whatever changed (a new window, size or scene)
         self._injected: list[tuple[int, int, int]] = []
         self._input_ts: int | None = None
         self._frame_waiters: list[asyncio.Future[int]] = []
@@ -191,7 +193,12 @@ class App:
             return bool(self.scene and self.scene.on_mouse_release(x, y, button, modifiers))
 
         @w.event
+        def on_expose() -> None:  # the window was uncovered (no compositor keeps its pixels): draw again
+            self.present_again()
+
+        @w.event
         def on_resize(width: int, height: int) -> None:
+            self.present_again()
             if self.overlay is not None:
                 self.overlay.resize(width, height)
             if self.scene is not None:
@@ -249,6 +256,7 @@ class App:
             self.scene.exit()
         self.scene = cls(self)
         self.scene.enter()
+        self.present_again()
 
     def current_game(self) -> str:
         """The game being played: the match's (joined or watched), else the one chosen."""
@@ -339,6 +347,7 @@ class App:
             return
         self.session, self._live_session = self._live_session, None
         self.overlay = None
+        self.present_again()
         if self.hud is not None:
             self.hud.resize(*self.size)
         self.goto("replays")
@@ -382,22 +391,31 @@ class App:
             scene.update(now)
             if self.scene is scene:
                 break
-        seen = (id(self.scene), self.scene.display_version)  # type: ignore[union-attr]
-        if seen != self._seen:
+        scene = self.scene
+        assert scene is not None
+        seen = (id(scene), scene.display_version)
+        changed = seen != self._seen
+        if changed:
             self._seen = seen
             self.drawn += 1
-        if self.hud is not None:
-            self.hud.update(self.session.model, now)
-        w.switch_to()
-        # Drawn directly: pyglet's xlib window would queue a dispatched on_draw until the next
-        # dispatch_events, i.e. draw one frame late.
-        self.draw()
-        if self._shot is not None:
-            self._save(self._shot)
-            self._shot = None
-        w.flip()
+        if self.hud is not None and self.hud.update(self.session.model, now):
+            changed = True
+        # Present only a frame that shows something new: under software GL clearing, drawing and
+        # flipping the window is most of a frame's cost, and the last picture stays on screen.
+        present = (changed or not scene.still() or self.overlay is not None or self._shot is not None
+                   or self._present_left > 0)
+        if present:
+            self._present_left = max(0, self._present_left - 1)
+            w.switch_to()
+            # Drawn directly: pyglet's xlib window would queue a dispatched on_draw until the next
+            # dispatch_events, i.e. draw one frame late.
+            self.draw()
+            if self._shot is not None:
+                self._save(self._shot)
+                self._shot = None
+            w.flip()
         t1 = time.perf_counter_ns()
-        self.stats.frame(t0, t1, self.drawn)
+        self.stats.frame(t0, t1, self.drawn, presented=present)
         if self._frame_waiters:
             waiters, self._frame_waiters = self._frame_waiters, []
             for f in waiters:
@@ -410,6 +428,11 @@ class App:
             p.parent.mkdir(parents=True, exist_ok=True)
         pyglet.image.get_buffer_manager().get_color_buffer().save(str(p))
         self.shots_saved.append(str(p))
+
+    def present_again(self) -> None:
+        """Draw and present the next frames even if no scene says it changed (the window was
+        uncovered or resized, a scene or an overlay came or went)."""
+        self._present_left = 2
 
     def request_screenshot(self, path: str) -> None:
         """Save the next frame (as drawn, before it is presented) to ``path``."""

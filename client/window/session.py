@@ -20,8 +20,9 @@ failure becomes a message, never an exception in the frame loop.
 
 With ``config.record_dir`` set (``blink play`` sets the data directory's ``replays/``), every
 match played or watched is recorded by a silent extra connection (``client/replays.py``): it
-subscribes before the match is created, so the file starts at ``match_created``, and
-``blink replay`` / the menu's Replays can play it back.
+subscribes before the match is created, so the file starts at ``match_created`` (a match watched
+by code asks the relay for its past events from seq 1), and ``blink replay`` / the menu's Replays
+can play it back. Watching by code starts from the match's first event too (``Player.watch``).
 
 ``act_now`` is how the window plays: the prediction is applied synchronously (the very frame that
 handled the key already draws the card on the pile) and only the publish is left to a task.
@@ -281,6 +282,10 @@ class Session:
             return
         if code is not None:
             rec.follow(code)
+            try:  # a match watched late: its past events from seq 1, so the recording can be replayed
+                await conn.request(m.Resync(code, from_seq=1))
+            except Exception as exc:  # noqa: BLE001 - recorded from where it is, then
+                log.warning("cannot ask for the match's past events: %s", exc)
 
     def _recording(self, code: str) -> str:
         if self.recorder is not None:
