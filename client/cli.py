@@ -134,13 +134,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     if command in OWN_COMMANDS:
         return p
-    from client import latency_cli, load, play_cli, replay_cli, verify_cli  # no pyglet at import time: it is only loaded when `play` runs
+    from client import cluster_cli, latency_cli, load, play_cli, replay_cli, verify_cli  # no pyglet at import time: it is only loaded when `play` runs
 
     play_cli.add_parser(sub)
     latency_cli.add_parser(sub)
     load.add_parser(sub)
     verify_cli.add_parser(sub)
     replay_cli.add_parser(sub)
+    cluster_cli.add_parser(sub)
     return p
 
 
@@ -197,6 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from client import replay_cli
 
             return replay_cli.run(args)
+        if args.command == "cluster":
+            from client import cluster_cli
+
+            return cluster_cli.run(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (e.g. `blink watch ... | head`): nothing to report

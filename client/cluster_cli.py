@@ -1,0 +1,500 @@
+"""``blink cluster up`` / ``blink cluster down``: a local NATS cluster (MQTT + JetStream) for tests and demos.
+
+How this works
+--------------
+``up`` renders ``deploy/nats/node.conf.in`` once per node into ``DIR/nX.conf`` (node *i*, from 0, uses
+four ports: NATS, MQTT, cluster route, monitoring; ``--base-port P`` gives node *i* P+4i .. P+4i+3, without
+it every port is a free one picked by the kernel), starts one ``nats-server`` per node in a new session
+(so the servers outlive the command; output to ``DIR/nX.log``, JetStream state in ``DIR/nX/``), records
+what it started in ``DIR/cluster.json`` and then waits until the cluster is usable:
+
+- every node's monitoring port answers ``/healthz`` with 200 (nats-server 2.9 reports JetStream there),
+- JetStream has a meta leader: a stream replicated on min(3, N) nodes is created and deleted through
+  ``nats-py`` (a cluster without a leader refuses that),
+- every MQTT port accepts a TCP connection.
+
+A node that exits or never gets ready stops the others, and the failure is one line (with the tail
+of that node's log). ``down`` reads ``DIR/cluster.json``, sends SIGTERM to each server that is still
+the process it started (checked through ``/proc/PID/cmdline``, so a reused pid is never hit), waits,
+then SIGKILLs what is left; running it again is harmless.
+
+The same functions (``start_cluster``, ``stop_cluster``, ``stop_node``, ``start_node``) are what the
+tests' fixtures use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import types
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, NoReturn
+
+from client import args as argtypes
+
+STATE = "cluster.json"
+HOST = "127.0.0.1"
+PORTS_PER_NODE = 4  # NATS, MQTT, cluster route, monitoring
+READY_S = 60.0
+STOP_S = 10.0
+#: Servers started by this process (tests): judged and reaped through their Popen, not their pid alone.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "node.conf.in"
+
+
+class ClusterError(Exception):
+    """A cluster cannot be started or stopped as asked; one line for a person."""
+
+
+@dataclass
+class Node:
+    name: str
+    client: int
+    mqtt: int
+    route: int
+    http: int
+    pid: int = 0
+    conf: str = ""
+    log: str = ""
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class Cluster:
+    dir: Path
+    nodes: list[Node]
+
+    @property
+    def mqtt(self) -> list[str]:
+        return [f"mqtt://{HOST}:{n.mqtt}" for n in self.nodes]
+
+    @property
+    def nats(self) -> list[str]:
+        return [f"nats://{HOST}:{n.client}" for n in self.nodes]
+
+    def summary(self) -> dict[str, Any]:
+        return {"dir": str(self.dir), "nodes": len(self.nodes), "mqtt": self.mqtt, "nats": self.nats,
+                "http": [f"http://{HOST}:{n.http}" for n in self.nodes], "pids": [n.pid for n in self.nodes],
+                "names": [n.name for n in self.nodes]}
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+def render(template: str, node: Node, nodes: list[Node], store_dir: str) -> str:
+    """One node's configuration: the template with its fields filled (a cluster block only when N > 1)."""
+    if len(nodes) > 1:
+        routes = ",\n    ".join(f'"nats-route://{HOST}:{n.route}"' for n in nodes)
+        cluster = (f'cluster {{\n  name: "blink"\n  listen: "{HOST}:{node.route}"\n'
+                   f"  routes: [\n    {routes}\n  ]\n}}")
+    else:
+        cluster = "# one node: no cluster block (JetStream runs standalone)"
+    values = {"NAME": node.name, "HOST": HOST, "CLIENT_PORT": str(node.client), "HTTP_PORT": str(node.http),
+              "MQTT_PORT": str(node.mqtt), "STORE_DIR": store_dir, "CLUSTER": cluster}
+    text = template
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", value)
+    return text
+
+
+def plan_nodes(count: int, base_port: int | None) -> list[Node]:
+    """Names and ports for ``count`` nodes: P+4i.. with a base port (checked free), else free ports."""
+    if base_port is not None:
+        top = base_port + PORTS_PER_NODE * count - 1
+        if base_port < 1 or top > 65535:
+            raise ClusterError(f"--base-port {base_port} with {count} nodes needs ports up to {top}: out of range")
+        ports = list(range(base_port, top + 1))
+        taken = [p for p in ports if not _port_free(p)]
+        if taken:
+            raise ClusterError(f"port{'s' if len(taken) > 1 else ''} {', '.join(map(str, taken))} already in use "
+                               f"(--base-port {base_port} needs {base_port}..{top}): pick another base port")
+    else:
+        ports = _free_ports(PORTS_PER_NODE * count)
+    k = PORTS_PER_NODE
+    return [Node(f"n{i + 1}", ports[k * i], ports[k * i + 1], ports[k * i + 2], ports[k * i + 3]) for i in range(count)]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(count: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((HOST, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def server_binary() -> str:
+    """The nats-server to run: ``$BLINK_NATS_SERVER`` if set, else the one on PATH or in /usr/sbin."""
+    chosen = os.environ.get("BLINK_NATS_SERVER")
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise ClusterError(f"BLINK_NATS_SERVER={chosen} is not an executable file")
+        return chosen
+    found = shutil.which("nats-server") or ("/usr/sbin/nats-server" if os.access("/usr/sbin/nats-server", os.X_OK)
+                                           else None)
+    if found is None:
+        raise ClusterError("nats-server is not installed (Debian: apt-get install nats-server)")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- up / down
+
+def start_cluster(nodes: int, directory: str | Path, base_port: int | None = None,
+                  ready_s: float = READY_S) -> Cluster:
+    """Start ``nodes`` nats-server processes under ``directory`` and wait until the cluster is usable."""
+    if nodes < 1:
+        raise ClusterError(f"--nodes must be at least 1, not {nodes}")
+    binary = server_binary()
+    if not TEMPLATE.is_file():
+        raise ClusterError(f"the node template {TEMPLATE} is missing")
+    root = Path(directory).expanduser().resolve()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".blink-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ClusterError(f"cannot write in {root}: {exc.strerror or exc}") from exc
+    old = _load_state(root)
+    if old is not None and any(_alive(n.pid, n.conf) for n in old.nodes):
+        raise ClusterError(f"{root} already has a running cluster (pids "
+                           f"{', '.join(str(n.pid) for n in old.nodes)}): run `blink cluster down --dir {root}` first")
+    plan = plan_nodes(nodes, base_port)
+    template = TEMPLATE.read_text()
+    for node in plan:
+        store = root / node.name
+        store.mkdir(exist_ok=True)
+        node.conf = str(root / f"{node.name}.conf")
+        node.log = str(root / f"{node.name}.log")
+        Path(node.conf).write_text(render(template, node, plan, str(store)))
+    cluster = Cluster(root, plan)
+    try:
+        for node in plan:
+            _spawn(binary, node)
+        _save_state(cluster)
+        _wait_ready(cluster, ready_s)
+    except BaseException:
+        _stop_nodes(plan, STOP_S)
+        _save_state(cluster, stopped=True)
+        raise
+    return cluster
+
+
+def _spawn(binary: str, node: Node) -> None:
+    with open(node.log, "ab") as log:
+        node.proc = subprocess.Popen([binary, "-c", node.conf], stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    node.pid = node.proc.pid
+    _CHILDREN[node.pid] = node.proc
+
+
+def start_node(directory: str | Path, index: int, ready_s: float = READY_S) -> Cluster:
+    """Start node ``index`` (from 0) of a cluster again (after ``stop_node``) and wait for the cluster."""
+    cluster = _require_state(Path(directory).expanduser().resolve())
+    node = cluster.nodes[index]
+    if _node_alive(node):
+        return cluster
+    _spawn(server_binary(), node)
+    _save_state(cluster)
+    _wait_ready(cluster, ready_s)
+    return cluster
+
+
+def stop_node(directory: str | Path, index: int, deadline_s: float = STOP_S) -> None:
+    """Stop one node (SIGTERM, then SIGKILL): the rest of the cluster keeps running."""
+    cluster = _require_state(Path(directory).expanduser().resolve())
+    _stop_nodes([cluster.nodes[index]], deadline_s)
+
+
+def stop_cluster(directory: str | Path, deadline_s: float = STOP_S) -> tuple[int, bool]:
+    """Stop every node recorded in ``directory``; returns (how many were running, whether a cluster was recorded)."""
+    root = Path(directory).expanduser().resolve()
+    cluster = _load_state(root)
+    if cluster is None:
+        return 0, False
+    running = _stop_nodes(cluster.nodes, deadline_s)
+    _save_state(cluster, stopped=True)
+    return running, True
+
+
+def _stop_nodes(nodes: list[Node], deadline_s: float) -> int:
+    live = [n for n in nodes if n.pid and _node_alive(n)]
+    for n in live:
+        _signal(n.pid, signal.SIGTERM)
+    end = time.monotonic() + deadline_s
+    while any(_node_alive(n) for n in live) and time.monotonic() < end:
+        time.sleep(0.05)
+    for n in live:
+        if _node_alive(n):
+            _signal(n.pid, signal.SIGKILL)
+    end = time.monotonic() + deadline_s
+    while any(_node_alive(n) for n in live) and time.monotonic() < end:
+        time.sleep(0.05)
+    return len(live)
+
+
+def _node_alive(node: Node) -> bool:
+    """A node we started in this process is judged by its ``Popen`` (exact, reaps it); one recorded by
+    another process (``down``) by its pid and command line."""
+    if node.proc is not None:
+        return node.proc.poll() is None
+    return _alive(node.pid, node.conf)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int, conf: str) -> bool:
+    """Whether ``pid`` is still the nats-server started with ``conf`` (a zombie child is reaped, not alive)."""
+    if pid <= 0:
+        return False
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)  # our own child (tests): reap it once it has exited
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    if state in (b"Z", b"X"):
+        return False
+    return conf.encode() in cmdline and any(part.endswith(b"nats-server") for part in cmdline)
+
+
+# ---------------------------------------------------------------------------------------------- readiness
+
+def _wait_ready(cluster: Cluster, ready_s: float) -> None:
+    end = time.monotonic() + ready_s
+    pending = list(cluster.nodes)
+    while pending:
+        for node in list(pending):
+            _check_running(node)
+            if _healthy(node):
+                pending.remove(node)
+        if pending:
+            if time.monotonic() > end:
+                raise ClusterError(f"node {pending[0].name} did not get ready within {ready_s:.0f} s "
+                                   f"({_log_tail(pending[0])})")
+            time.sleep(0.2)
+    replicas = min(3, len(cluster.nodes))
+    problem: str | None = "no answer"
+    while True:
+        for node in cluster.nodes:
+            _check_running(node)
+        problem = asyncio.run(_jetstream_problem(cluster.nats, replicas))
+        if problem is None:
+            break
+        if time.monotonic() > end:
+            raise ClusterError(f"JetStream did not get ready within {ready_s:.0f} s: {problem}")
+        time.sleep(0.3)
+    for node in cluster.nodes:
+        while True:
+            _check_running(node)
+            try:
+                with socket.create_connection((HOST, node.mqtt), timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > end:
+                    raise ClusterError(f"node {node.name}'s MQTT port {node.mqtt} does not accept connections")
+                time.sleep(0.2)
+
+
+def _check_running(node: Node) -> None:
+    if not _node_alive(node):
+        code = node.proc.returncode if node.proc is not None else None
+        how = "" if code is None else f" with status {code}" if code >= 0 else f" on signal {-code}"
+        raise ClusterError(f"nats-server {node.name} exited{how} ({_log_tail(node)})")
+
+
+def _healthy(node: Node) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{node.http}/healthz", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+async def _jetstream_problem(servers: list[str], replicas: int) -> str | None:
+    """None when a stream replicated on ``replicas`` nodes can be created and deleted, else why not."""
+    import nats
+    from nats.js.api import StorageType, StreamConfig
+
+    try:
+        nc = await nats.connect(servers=servers, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0)
+    except Exception as exc:  # noqa: BLE001 -- any failure here means "not ready yet"
+        return f"cannot connect: {exc or type(exc).__name__}"
+    try:
+        js = nc.jetstream(timeout=5)
+        name = f"BLINK_READY_{os.getpid()}"
+        await js.add_stream(StreamConfig(name=name, subjects=[f"blink.ready.{os.getpid()}"], num_replicas=replicas,
+                                         storage=StorageType.MEMORY))
+        await js.delete_stream(name)
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return str(exc) or type(exc).__name__
+    finally:
+        try:
+            await nc.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _log_tail(node: Node) -> str:
+    try:
+        lines = [ln for ln in Path(node.log).read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    errors = [ln for ln in lines if "[FTL]" in ln or "[ERR]" in ln]
+    last: str = (errors or lines or ["empty log"])[-1]
+    return f"log {node.log}: {last.strip()[-200:]}"
+
+
+# ---------------------------------------------------------------------------------------------- state file
+
+def _save_state(cluster: Cluster, stopped: bool = False) -> None:
+    data = cluster.summary()
+    data["stopped"] = stopped
+    data["node_detail"] = [{"name": n.name, "client": n.client, "mqtt": n.mqtt, "route": n.route, "http": n.http,
+                            "pid": n.pid, "conf": n.conf, "log": n.log} for n in cluster.nodes]
+    path = cluster.dir / STATE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _load_state(root: Path) -> Cluster | None:
+    try:
+        data = json.loads((root / STATE).read_text())
+        nodes = [Node(d["name"], int(d["client"]), int(d["mqtt"]), int(d["route"]), int(d["http"]), int(d["pid"]),
+                      str(d["conf"]), str(d["log"])) for d in data["node_detail"]]
+        for n in nodes:
+            n.proc = _CHILDREN.get(n.pid)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ClusterError(f"{root / STATE} is unreadable ({exc}): stop the servers by hand") from exc
+    return Cluster(root, nodes)
+
+
+def _require_state(root: Path) -> Cluster:
+    cluster = _load_state(root)
+    if cluster is None:
+        raise ClusterError(f"no cluster in {root} (no {STATE})")
+    return cluster
+
+
+@contextlib.contextmanager
+def running_cluster(nodes: int, directory: str | Path, ready_s: float = READY_S, attempts: int = 2) -> Iterator[Cluster]:
+    """A cluster for the length of a ``with`` block (tests): always stopped afterwards. A start that
+    fails (on a shared machine a free port can be taken between picking and binding it) is tried
+    again on fresh ports, ``attempts`` times in all."""
+    try:
+        for attempt in range(attempts):
+            try:
+                cluster = start_cluster(nodes, directory, ready_s=ready_s)
+                break
+            except ClusterError as exc:
+                if attempt + 1 >= attempts:
+                    raise
+                print(f"blink cluster: start failed ({exc}); trying again", file=sys.stderr)
+        yield cluster
+    finally:
+        stop_cluster(directory)
+
+
+def load_cluster(directory: str | Path) -> Cluster:
+    """The cluster recorded in ``directory`` (for callers that need its URLs)."""
+    return _require_state(Path(directory).expanduser().resolve())
+
+
+# ---------------------------------------------------------------------------------------------- command line
+
+def _one_line_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
+    print(f"{self.prog}: {message}", file=sys.stderr)
+    raise SystemExit(argtypes.USAGE)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="start or stop a local NATS cluster (MQTT + JetStream) for relays",
+                       description="Start N nats-server processes (MQTT and JetStream on, routed together) in the "
+                                   "background, or stop them. Configuration: deploy/nats/.")
+    actions = p.add_subparsers(dest="cluster_action", metavar="ACTION")
+    up = actions.add_parser("up", help="start a cluster and print its URLs as JSON")
+    up.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    up.add_argument("--dir", required=True, help="directory for configs, logs, JetStream state and pids")
+    up.add_argument("--base-port", type=int, default=None,
+                    help="node i uses ports P+4i..P+4i+3 (NATS, MQTT, route, monitoring); default: free ports")
+    up.add_argument("--json", action="store_true", help="print only the JSON object (the default output too)")
+    up.add_argument("--ready-timeout", type=float, default=READY_S, help=argparse.SUPPRESS)
+    down = actions.add_parser("down", help="stop the cluster recorded in DIR")
+    down.add_argument("--dir", required=True, help="the directory given to `up`")
+    for parser in (p, up, down):
+        parser.error = types.MethodType(_one_line_error, parser)  # type: ignore[method-assign]
+
+
+def run(args: argparse.Namespace) -> int:
+    action = getattr(args, "cluster_action", None)
+    try:
+        if action == "up":
+            if args.nodes < 1:
+                print(f"blink cluster up: --nodes must be at least 1, not {args.nodes}", file=sys.stderr)
+                return argtypes.USAGE
+            if args.base_port is not None and not 1 <= args.base_port <= 65535:
+                print(f"blink cluster up: --base-port must be 1..65535, not {args.base_port}", file=sys.stderr)
+                return argtypes.USAGE
+            cluster = start_cluster(args.nodes, args.dir, args.base_port, ready_s=args.ready_timeout)
+            print(json.dumps(cluster.summary()), flush=True)
+            return 0
+        if action == "down":
+            running, recorded = stop_cluster(args.dir)
+            if not recorded:
+                print(f"blink cluster down: no cluster in {args.dir} (no {STATE} there)", file=sys.stderr)
+                return argtypes.FAILED
+            print(f"stopped {running} nats-server process{'es' if running != 1 else ''}" if running
+                  else "no server was running (already stopped)")
+            return 0
+        print("blink cluster: give an action: up or down (see blink cluster --help)", file=sys.stderr)
+        return argtypes.USAGE
+    except ClusterError as exc:
+        print(f"blink cluster {action}: {exc}", file=sys.stderr)
+        return argtypes.FAILED
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            print(f"blink cluster {action}: no space left on the device", file=sys.stderr)
+        else:
+            print(f"blink cluster {action}: {exc.strerror or exc}", file=sys.stderr)
+        return argtypes.FAILED

@@ -1,0 +1,619 @@
+"""Shard ownership by leases in a NATS JetStream key-value bucket: ``NatsLeases`` implements
+``relay.ownership.Ownership``.
+
+How this works
+--------------
+Two buckets (``<ns>`` is the namespace, ``blink`` by default):
+
+- ``<ns>_leases``, a KV bucket whose entries expire ``ttl`` seconds after their last write (the
+  stream's ``max_age``; file storage, replicated). Key ``s.<shard>`` holds the id of the relay that
+  owns the shard; key ``m.<relay>`` is a relay's heartbeat (its pinned shards, when it has any).
+- ``<ns>_meta`` (no expiry): ``shards``, the shard count, written by the first relay ever started;
+  a relay started with another count is refused. Shards are named "0" .. "N-1".
+
+A relay **acquires** a shard by writing its key when it is absent (free, released or expired),
+**renews** it with ``update(last=revision)`` every ``ttl/3`` and **releases** it with
+``delete(last=revision)``. The fence of a tenure is the revision of its acquiring write: revisions are
+the bucket stream's sequence numbers, so a later tenure always has a larger fence (renewals
+make new revisions too, but the fence stays the tenure's first).
+
+Acquiring is not KV ``create``: nats-server before 2.9.21 checks a clustered stream's per-subject
+condition (``Nats-Expected-Last-Subject-Sequence``, what ``create`` and ``update`` use) only before
+the write is replicated, so two relays racing for one key could both "create" it (nats-server#4320;
+199 of 200 races on 2.9.10 here). The stream-wide ``Nats-Expected-Last-Sequence`` is checked in
+order: an acquisition reads the bucket's last sequence, checks the key is absent, and writes with
+that sequence expected; any write to the bucket in between (a renewal elsewhere) makes it fail and
+read again. Renewals keep ``update(last=revision)``: only the owner writes its key while it holds it.
+
+Safety: a renewal is counted from the moment it was *sent* (the server's expiry clock starts
+later). A relay that has had no successful renewal for ``ttl/2`` gives the shard up at once
+(``on_loss``), well before the entry can expire on the server and another relay can create it; a
+renewal refused because the revision moved on means the lease is gone: ``on_loss`` at once too.
+Should a relay still write after that (a frozen process), the journal's fence refuses it.
+
+Balance: every relay sees the live members (heartbeat keys) and the owners. Shards pinned by a
+live member (``shards=[...]``) are its alone; the others are shared by the unpinned members, each
+aiming at ceil(shards/members): a relay below that takes free shards (in an order hashed from its
+id, so two relays starting together prefer different shards), one above it, or above the floor
+while some member is below the floor, releases one shard per tick (after its ``on_loss`` has
+run); it does not take a shard it released or lost back for ``2 * ttl``, so another relay gets it.
+
+``decide`` is that logic as a pure function (time is an argument); ``NatsLeases`` is the thin
+nats-py shell: every tick (``ttl/8``, at most 0.5 s) it reads the bucket (one stream-info request
+listing the present keys, then their values), calls ``decide``, and carries out the plan.
+Callbacks run in order on a separate task, so a long replay in ``on_gain`` never delays renewals;
+``start`` returns once the callbacks for the shards taken at start have run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import json
+import logging
+import math
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay.jetstream import bounded, close_nats, connect_jetstream
+from relay.journal import JournalError
+from relay.ownership import OnGain, OnLoss
+
+log = logging.getLogger("blink.relay.leases")
+
+RENEW_AT = 1 / 3  # of the ttl, after the last successful renewal was sent
+GIVE_UP_AT = 1 / 2  # of the ttl: no renewal for that long -> stop serving
+COOLDOWN_TTLS = 2.0
+_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class LeaseError(Exception):
+    """Leases cannot be used as configured; one line for a person."""
+
+
+# ---------------------------------------------------------------------------------------------- pure logic
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A shard this relay holds: its tenure's fence, the newest revision, when the last renewal was sent."""
+
+    fence: int
+    revision: int
+    renewed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    relay: str
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the bucket says now: the owner of each present shard key; live members and their pins."""
+
+    owners: Mapping[str, Owner] = field(default_factory=dict)
+    members: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    since: Mapping[str, int] = field(default_factory=dict)  # member -> revision it registered at
+
+
+@dataclass(slots=True)
+class Plan:
+    lose: list[str] = field(default_factory=list)  # stop serving now: the lease is gone or too late
+    renew: list[str] = field(default_factory=list)
+    release: list[str] = field(default_factory=list)
+    acquire: list[str] = field(default_factory=list)
+
+
+def preference(me: str, shard: str) -> int:
+    """Rendezvous hashing: each relay ranks the shards differently, so simultaneous starts collide less."""
+    return int.from_bytes(hashlib.blake2b(f"{me}/{shard}".encode(), digest_size=8).digest(), "big")
+
+
+def decide(now: float, me: str, shards: Sequence[str], pinned: frozenset[str], held: Mapping[str, Held],
+           view: View, ttl: float, cooldown: Mapping[str, float] | None = None) -> Plan:
+    """What to do this tick. ``held`` is what this relay holds; ``view`` what the bucket showed at the
+    start of the tick (after this relay's previous actions); ``cooldown``: shard -> time until which this
+    relay does not take it back."""
+    plan = Plan()
+    cooldown = cooldown or {}
+    keep: dict[str, Held] = {}
+    for shard, h in held.items():
+        owner = view.owners.get(shard)
+        if now - h.renewed_at >= ttl * GIVE_UP_AT or owner is None or owner.relay != me:
+            plan.lose.append(shard)
+        else:
+            keep[shard] = h
+            if now - h.renewed_at >= ttl * RENEW_AT:
+                plan.renew.append(shard)
+    members = dict(view.members)
+    members[me] = pinned
+    others_pins = set().union(*(p for m, p in members.items() if m != me)) if len(members) > 1 else set()
+    if pinned:
+        for shard in sorted(pinned, key=lambda s: preference(me, s)):
+            if shard not in keep and shard not in view.owners:
+                plan.acquire.append(shard)
+        return plan
+    shared = [s for s in shards if s not in others_pins]
+    sharers = sorted(m for m, p in members.items() if not p)
+    for shard in sorted(keep, key=lambda s: preference(me, s)):
+        if shard in others_pins:  # a live relay is forced onto it: hand it over
+            plan.release.append(shard)
+    mine = [s for s in keep if s in shared]
+    hi = math.ceil(len(shared) / len(sharers)) if shared else 0
+    lo = len(shared) // len(sharers) if shared else 0
+    counts = {m: 0 for m in sharers}
+    for shard, owner in view.owners.items():
+        if owner.relay in counts and shard in shared:
+            counts[owner.relay] += 1
+    counts[me] = len(mine)
+    if len(mine) < hi:
+        free = [s for s in shared if s not in view.owners and s not in keep and cooldown.get(s, -math.inf) <= now]
+        free.sort(key=lambda s: preference(me, s))
+        plan.acquire.extend(free[:hi - len(mine)])
+    elif not plan.release and (len(mine) > hi or (len(mine) > lo and any(c < lo for m, c in counts.items() if m != me))):
+        plan.release.append(min(mine, key=lambda s: preference(me, s)))
+    return plan
+
+
+def pin_conflict(me: str, pinned: frozenset[str], view: View, my_since: int | None) -> str | None:
+    """Why this relay may not run with these pins (another live relay, registered earlier, pins one of
+    them), or None. Two relays starting together: the later registration is the one refused."""
+    for other, pins in sorted(view.members.items()):
+        if other == me or not (pins & pinned):
+            continue
+        theirs = view.since.get(other, 0)
+        if my_since is None or theirs < my_since:
+            both = ", ".join(sorted(pins & pinned, key=_shard_key))
+            return f"shard{'s' if len(pins & pinned) > 1 else ''} {both} already pinned by relay {other}"
+    return None
+
+
+def _shard_key(s: str) -> tuple[int, str]:
+    return (int(s), s) if s.isdigit() else (1 << 30, s)
+
+
+def parse_shards(text: str, count: int) -> frozenset[str]:
+    """``--shards 0,1`` -> {"0", "1"}, each checked against the shard count."""
+    out = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit() or int(part) >= count:
+            raise LeaseError(f"--shards: {part!r} is not a shard (shards are 0..{count - 1})")
+        out.add(str(int(part)))
+    if not out:
+        raise LeaseError("--shards: no shard given")
+    return frozenset(out)
+
+
+# ---------------------------------------------------------------------------------------------- the nats-py shell
+
+class NatsLeases:
+    """``Ownership`` backed by leases in JetStream KV (see the module docstring)."""
+
+    def __init__(self, servers: str | Sequence[str], shard_count: int, *, pinned: Iterable[str] = (),
+                 ttl: float = 4.0, namespace: str = "blink", relay_id: str | None = None,
+                 replicas: int | None = None, connect_timeout: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if shard_count < 1:
+            raise LeaseError(f"the shard count must be at least 1, not {shard_count}")
+        if not 1.0 <= ttl <= 600:
+            raise LeaseError(f"the lease ttl must be 1..600 s, not {ttl}")
+        if not _ID.match(namespace):
+            raise LeaseError(f"namespace {namespace!r} must be letters, digits, '-' or '_'")
+        self.relay_id = relay_id or f"r-{uuid.uuid4().hex[:12]}"
+        if not _ID.match(self.relay_id):
+            raise LeaseError(f"relay id {self.relay_id!r} must be letters, digits, '-' or '_'")
+        self.servers = servers
+        self.shard_count = shard_count
+        self.shards = [str(i) for i in range(shard_count)]
+        self.pinned = frozenset(pinned)
+        bad = sorted(s for s in self.pinned if s not in self.shards)
+        if bad:
+            raise LeaseError(f"pinned shard{'s' if len(bad) > 1 else ''} {', '.join(bad)} not in 0..{shard_count - 1}")
+        self.ttl = ttl
+        self.tick_s = min(0.5, ttl / 8)
+        self.request_s = ttl / 6  # a renewal that takes longer cannot beat the give-up time anyway
+        self.namespace = namespace
+        self.replicas = replicas
+        self.connect_timeout = connect_timeout
+        self.clock = clock
+        self._held: dict[str, Held] = {}
+        self._cooldown: dict[str, float] = {}
+        self._gain: list[OnGain] = []
+        self._loss: list[OnLoss] = []
+        self._events: asyncio.Queue[tuple[str, str, int, Callable[[], Awaitable[None]] | None]] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._nc: Any = None
+        self._kv: Any = None
+        self._stream = ""
+        self._since: int | None = None
+        self._closing = False
+        self._releasing: set[str] = set()
+        self.view = View()
+        #: (time, what) of every change, for tests and logs
+        self.history: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=1000)
+
+    # ---- Ownership
+
+    def subscribe(self, on_gain: OnGain, on_loss: OnLoss) -> None:
+        self._gain.append(on_gain)
+        self._loss.append(on_loss)
+
+    def owned(self) -> Mapping[str, int]:
+        return {s: h.fence for s, h in self._held.items()}
+
+    async def start(self) -> None:
+        if self._nc is not None:
+            return
+        try:
+            self._nc = await connect_jetstream(self.servers, self.connect_timeout, name=f"blink-leases-{self.relay_id}")
+        except JournalError as exc:
+            raise LeaseError(str(exc)) from exc
+        try:
+            await self._setup()
+        except BaseException:
+            await close_nats(self._nc)
+            self._nc = None
+            raise
+        self._events = asyncio.Queue()
+        self._tasks = [asyncio.create_task(self._run_events(), name="blink-lease-events")]
+        await self._tick()
+        self._tasks.append(asyncio.create_task(self._run_ticks(), name="blink-lease-ticks"))
+        await self._events.join()  # like StaticOwnership: the first shards' on_gain has run when start returns
+
+    async def close(self) -> None:
+        """Give every shard up: ``on_loss`` for each, then the lease entries are deleted (others take over
+        at once); the heartbeat goes last."""
+        if self._nc is None or self._closing:
+            return
+        self._closing = True
+        ticker = [t for t in self._tasks if t.get_name() == "blink-lease-ticks"]
+        for t in ticker:
+            t.cancel()
+        await bounded(asyncio.gather(*ticker, return_exceptions=True), self.ttl)
+        held, self._held = dict(self._held), {}
+        for shard, h in held.items():
+            self._note("close", shard)
+            await self._emit("loss", shard, h.fence, self._deleter(shard, h.revision))
+        if self._events is not None:
+            runner = [t for t in self._tasks if t.get_name() == "blink-lease-events"]
+            if runner and not runner[0].done():
+                await self._events.join()  # the relay's own on_loss callbacks: not bounded here
+            else:  # the callback task is gone (cancelled from outside): run what is left here
+                while not self._events.empty():
+                    await self._handle(*self._events.get_nowait())
+                    self._events.task_done()
+        for t in self._tasks:
+            t.cancel()
+        await bounded(asyncio.gather(*self._tasks, return_exceptions=True), self.ttl)
+        try:
+            await bounded(self._kv.delete(f"m.{self.relay_id}"), self.request_s * 2)
+        except Exception:  # noqa: BLE001 -- it expires anyway
+            pass
+        await close_nats(self._nc)
+        self._nc = None
+
+    # ---- setup
+
+    async def _setup(self) -> None:
+        import nats.errors
+        import nats.js.errors
+        from nats.js.api import KeyValueConfig, StorageType
+
+        # Short requests, retried: right after a stream is created (by another relay starting at the same
+        # moment, say) nats-server 2.9 may answer a request to it with silence until its leader is up.
+        js = self._nc.jetstream(timeout=2.0)
+        bucket = f"{self.namespace}_leases"
+        meta_bucket = f"{self.namespace}_meta"
+        replicas_choices = [self.replicas] if self.replicas else [3, 2, 1]
+
+        deadline = time.monotonic() + max(30.0, self.connect_timeout)
+        transient = (nats.errors.TimeoutError, asyncio.TimeoutError, nats.js.errors.ServiceUnavailableError,
+                     nats.errors.NoRespondersError)
+
+        async def bucket_of(name: str, ttl: float | None) -> Any:
+            """The bucket, created if missing; several relays starting at once may all try, and a busy
+            cluster may time a creation out that still happens: look again until the deadline."""
+            choices = list(replicas_choices)
+            while True:
+                try:
+                    return await js.key_value(name)
+                except nats.js.errors.BucketNotFoundError:
+                    pass
+                except transient:
+                    if time.monotonic() > deadline:
+                        raise
+                    continue
+                try:
+                    return await js.create_key_value(KeyValueConfig(bucket=name, history=1, ttl=ttl,
+                                                                    replicas=choices[0], storage=StorageType.FILE))
+                except transient:
+                    if time.monotonic() > deadline:
+                        raise
+                except nats.js.errors.APIError as exc:
+                    if "already in use" in str(exc):
+                        continue
+                    if self.replicas or len(choices) == 1 or ("replica" not in str(exc).lower()
+                                                              and exc.err_code != 10074):
+                        raise LeaseError(f"cannot create the key-value bucket {name}: {' '.join(str(exc).split())}")
+                    choices.pop(0)
+                await asyncio.sleep(0.2)
+
+        async def again(make: Callable[[], Awaitable[Any]]) -> Any:
+            while True:
+                try:
+                    return await make()
+                except transient:
+                    if time.monotonic() > deadline:
+                        raise
+                await asyncio.sleep(0.2)
+
+        try:
+            meta = await bucket_of(meta_bucket, None)
+            self._js = js
+            written = await again(lambda: self._create_exclusive(f"KV_{meta_bucket}", f"$KV.{meta_bucket}.shards",
+                                                                 str(self.shard_count).encode()))
+            if written is None:
+                stored = (await again(lambda: meta.get("shards"))).value or b""
+                if stored.decode(errors="replace") != str(self.shard_count):
+                    raise LeaseError(f"the cluster has {stored.decode(errors='replace')} shards "
+                                     f"(namespace {self.namespace}); this relay was started with {self.shard_count}: "
+                                     f"use the same shard count on every relay")
+            self._kv = await bucket_of(bucket, self.ttl)
+            info = await again(lambda: js.stream_info(f"KV_{bucket}"))
+            age = float(info.config.max_age or 0)
+            if age and abs(age - self.ttl) > 1e-3:
+                log.warning("the lease bucket %s expires entries after %.1f s, not %.1f s: using %.1f s",
+                            bucket, age, self.ttl, age)
+                self.ttl = age
+                self.tick_s = min(0.5, age / 8)
+                self.request_s = age / 6
+            self._stream = f"KV_{bucket}"
+            self._prefix = f"$KV.{bucket}."
+            self.view = await again(self._observe)
+            if self.pinned:
+                problem = pin_conflict(self.relay_id, self.pinned, self.view, None)
+                if problem:
+                    raise LeaseError(f"refused: {problem}; two relays cannot be forced onto one shard")
+            self._since = await again(lambda: self._kv.create(f"m.{self.relay_id}", self._member_value()))
+            if self.pinned:
+                self.view = await again(self._observe)
+                problem = pin_conflict(self.relay_id, self.pinned, self.view, self._since)
+                if problem:
+                    await again(lambda: self._kv.delete(f"m.{self.relay_id}"))
+                    raise LeaseError(f"refused: {problem}; two relays cannot be forced onto one shard")
+        except LeaseError:
+            raise
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise LeaseError(f"a relay with id {self.relay_id} is already running") from exc
+        except Exception as exc:
+            raise LeaseError(f"cannot set up the leases: {' '.join(str(exc).split()) or type(exc).__name__}") from exc
+        self._member_at = self.clock()
+
+    def _member_value(self) -> bytes:
+        return json.dumps({"pins": sorted(self.pinned), "since": self._since}).encode()
+
+    # ---- the tick
+
+    async def _observe(self) -> View:
+        """One read of the bucket: the present keys (stream info), then each key's newest message."""
+        info = await self._js.stream_info(self._stream, subjects_filter=">")
+        subjects = list((info.state.subjects or {}).keys())
+        msgs = await asyncio.gather(*(self._js.get_msg(self._stream, subject=s) for s in subjects),
+                                    return_exceptions=True)
+        owners: dict[str, Owner] = {}
+        members: dict[str, frozenset[str]] = {}
+        since: dict[str, int] = {}
+        for subject, msg in zip(subjects, msgs):
+            if isinstance(msg, BaseException):
+                continue  # expired between the two requests
+            op = (msg.headers or {}).get("KV-Operation")
+            if op in ("DEL", "PURGE"):
+                continue
+            key = subject[len(self._prefix):]
+            if key.startswith("s."):
+                owners[key[2:]] = Owner((msg.data or b"").decode(errors="replace"), int(msg.seq))
+            elif key.startswith("m."):
+                try:
+                    value = json.loads(msg.data or b"{}")
+                    members[key[2:]] = frozenset(str(p) for p in value.get("pins", []))
+                    since[key[2:]] = int(value.get("since") or msg.seq)
+                except (ValueError, TypeError, AttributeError):
+                    members[key[2:]] = frozenset()
+                    since[key[2:]] = int(msg.seq)
+        return View(owners, members, since)
+
+    async def _run_ticks(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            try:
+                await self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- a failed read: the give-up clock decides
+                log.warning("lease tick failed: %s", " ".join(str(exc).split()) or type(exc).__name__)
+                await self._expire_only()
+
+    async def _expire_only(self) -> None:
+        """When the bucket cannot be read: still give up what is too old."""
+        now = self.clock()
+        for shard, h in list(self._held.items()):
+            if now - h.renewed_at >= self.ttl * GIVE_UP_AT:
+                await self._lose(shard, "no renewal in time")
+
+    async def _tick(self) -> None:
+        if self._closing:
+            return
+        now = self.clock()
+        # Renewals and the heartbeat that are due go out first, beside the read of the bucket: a slow
+        # read must not eat into the time left before the give-up.
+        writes: list[Awaitable[None]] = [self._renew(s) for s, h in self._held.items()
+                                         if self.ttl * RENEW_AT <= now - h.renewed_at < self.ttl * GIVE_UP_AT]
+        if now - self._member_at >= self.ttl * RENEW_AT:
+            writes.append(self._heartbeat(now))
+        early = asyncio.gather(*writes, return_exceptions=True)
+        try:
+            view_now = await bounded(self._observe(), self.request_s * 2)
+            if view_now is None:
+                raise TimeoutError("reading the lease bucket timed out")
+            self.view = view_now
+        finally:
+            await early
+        view = self.view
+        for shard, mine in list(self._held.items()):
+            owner = view.owners.get(shard)
+            if owner is not None and owner.relay == self.relay_id and owner.revision > mine.revision:
+                # a renewal whose answer was lost did land: renew from its revision (only we write our id
+                # there); its send time is unknown, so the give-up clock keeps the older one
+                self._held[shard] = Held(mine.fence, owner.revision, mine.renewed_at)
+        # the heartbeat may not be in the view yet on the very first tick
+        if self.relay_id not in view.members:
+            view = View(view.owners, {**view.members, self.relay_id: self.pinned}, view.since)
+        now = self.clock()
+        plan = decide(now, self.relay_id, self.shards, self.pinned, self._held, view, self.ttl, self._cooldown)
+        for shard in plan.lose:
+            why = "renewal too late" if now - self._held[shard].renewed_at >= self.ttl * GIVE_UP_AT else "lease taken"
+            await self._lose(shard, why)
+        await asyncio.gather(*(self._renew(s) for s in plan.renew))
+        for shard in plan.release:
+            h = self._held.pop(shard, None)
+            if h is None:
+                continue
+            self._cooldown[shard] = now + self.ttl * COOLDOWN_TTLS
+            self._note("release", shard)
+            await self._emit("loss", shard, h.fence, self._deleter(shard, h.revision))
+        for shard in plan.acquire:  # one at a time: concurrent ones would only spoil each other's condition
+            if self._closing:
+                break
+            await self._acquire(shard)
+
+    async def _heartbeat(self, sent: float) -> None:
+        try:
+            if await bounded(self._kv.put(f"m.{self.relay_id}", self._member_value()), self.request_s) is None:
+                raise TimeoutError("no answer")
+            self._member_at = sent
+        except Exception as exc:  # noqa: BLE001
+            log.info("heartbeat failed: %s", " ".join(str(exc).split()) or type(exc).__name__)
+
+    async def _renew(self, shard: str) -> None:
+        import nats.js.errors
+
+        h = self._held.get(shard)
+        if h is None:
+            return
+        sent = self.clock()
+        try:
+            rev = await bounded(self._kv.update(f"s.{shard}", self.relay_id.encode(), last=h.revision),
+                                self.request_s)
+            if rev is None:
+                raise TimeoutError("no answer")
+        except nats.js.errors.KeyWrongLastSequenceError:
+            await self._lose(shard, "lease taken")
+            return
+        except Exception as exc:  # noqa: BLE001 -- try again next tick, until the give-up time
+            log.info("renewal of shard %s failed: %s", shard, " ".join(str(exc).split()) or type(exc).__name__)
+            return
+        if self._held.get(shard) is h:
+            self._held[shard] = Held(h.fence, int(rev), sent)
+
+    async def _create_exclusive(self, stream: str, subject: str, value: bytes, attempts: int = 8) -> int | None:
+        """Write ``value`` to ``subject`` only if that key is absent (or deleted) and nobody has written to
+        the bucket since it was read: the stream-wide ``Nats-Expected-Last-Sequence`` (see the module
+        docstring for why not KV ``create``). Returns the revision, or None (taken, or too busy to tell)."""
+        import nats.js.errors
+
+        for _ in range(attempts):
+            info = await self._js.stream_info(stream)
+            last = int(info.state.last_seq)
+            try:
+                msg = await self._js.get_msg(stream, subject=subject)
+                if (msg.headers or {}).get("KV-Operation") not in ("DEL", "PURGE"):
+                    return None
+            except nats.js.errors.NotFoundError:
+                pass
+            try:
+                ack = await self._js.publish(subject, value, headers={"Nats-Expected-Last-Sequence": str(last)})
+            except nats.js.errors.APIError as exc:
+                if exc.err_code in (10071, 10164):
+                    continue  # someone wrote to the bucket meanwhile (often a renewal elsewhere): read again
+                raise
+            return int(ack.seq)
+        return None
+
+    async def _acquire(self, shard: str) -> None:
+        sent = self.clock()
+        try:
+            rev = await bounded(
+                self._create_exclusive(self._stream, f"{self._prefix}s.{shard}", self.relay_id.encode()),
+                self.request_s * 3)
+        except Exception:  # noqa: BLE001 -- no answer: next tick
+            return
+        if rev is None:
+            return
+        if self._closing:
+            return
+        self._held[shard] = Held(int(rev), int(rev), sent)
+        self._note("gain", shard)
+        await self._emit("gain", shard, int(rev), None)
+
+    async def _lose(self, shard: str, why: str) -> None:
+        h = self._held.pop(shard, None)
+        if h is None:
+            return
+        # A relay whose renewals fail must not grab the shard straight back (it would only lose it again
+        # and keep the healthy relays from it): it waits like after a release.
+        self._cooldown[shard] = self.clock() + self.ttl * COOLDOWN_TTLS
+        log.warning("relay %s lost shard %s (%s)", self.relay_id, shard, why)
+        self._note(f"loss: {why}", shard)
+        await self._emit("loss", shard, h.fence, None)
+
+    def _deleter(self, shard: str, revision: int) -> Callable[[], Awaitable[None]]:
+        async def delete() -> None:
+            try:
+                await bounded(self._kv.delete(f"s.{shard}", last=revision), self.request_s * 2)
+            except Exception:  # noqa: BLE001 -- renewed meanwhile or no answer: the entry expires anyway
+                pass
+        return delete
+
+    def _note(self, what: str, shard: str) -> None:
+        self.history.append((self.clock(), what, shard))
+
+    # ---- callbacks, in order, off the tick
+
+    async def _emit(self, kind: str, shard: str, fence: int, after: Callable[[], Awaitable[None]] | None) -> None:
+        assert self._events is not None
+        self._events.put_nowait((kind, shard, fence, after))
+
+    async def _run_events(self) -> None:
+        assert self._events is not None
+        while True:
+            event = await self._events.get()
+            try:
+                await self._handle(*event)
+            finally:
+                self._events.task_done()
+
+    async def _handle(self, kind: str, shard: str, fence: int, after: Callable[[], Awaitable[None]] | None) -> None:
+        try:
+            for cb in (self._gain if kind == "gain" else []):
+                await cb(shard, fence)
+            for cb2 in (self._loss if kind == "loss" else []):
+                await cb2(shard)
+            if after is not None:
+                await after()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- one failing callback must not stop the others
+            log.warning("%s callback for shard %s failed: %s", kind, shard, exc)
+
+
+__all__ = ["Held", "LeaseError", "NatsLeases", "Owner", "Plan", "View", "decide", "parse_shards", "pin_conflict",
+           "preference"]
