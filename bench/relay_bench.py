@@ -362,6 +362,10 @@ class SeatClient:
         self.joined: asyncio.Future[str] | None = None
         self.next_id = 1
         self.rematched = -1
+        # The relay sends less: after a game's whole view, the public events (and a private update
+        # after some) move it on; they are applied with the engine's own code, as clients do.
+        self.ahead: dict[int, m.Event] = {}
+        self.private: dict[int, m.PrivateUpdate] = {}
 
     async def open(self, port: int) -> None:
         self.joined = asyncio.get_running_loop().create_future()
@@ -378,14 +382,28 @@ class SeatClient:
             fut = self.answers.pop(msg.id, None)
             if fut is not None and not fut.done():
                 fut.set_result((now, msg))
+        elif isinstance(msg, m.Event):
+            if msg.seq > self.view_seq:
+                self.ahead[msg.seq] = msg
+                self.catch_up()
+        elif isinstance(msg, m.PrivateUpdate):
+            if msg.game == self.view_game:
+                if msg.seq <= self.view_seq:
+                    self._state = RULES.apply_private(self.state(), self.seat, msg.delta)  # type: ignore[misc]
+                else:
+                    self.private[msg.seq] = msg
+                    self.catch_up()
         elif isinstance(msg, m.ViewUpdated):
             if msg.seq > self.view_seq or msg.game != self.view_game:
                 self.view_seq, self.view_game, self.view_wire = msg.seq, msg.game, msg.state
                 self.status = str(msg.match_state.get("status", ""))
                 self._state = None
+                self.private = {k: u for k, u in self.private.items() if k > msg.seq and u.game == msg.game}
+                self.catch_up()
                 self.driver.bump()
         elif isinstance(msg, m.MatchJoined):
             self.match, self.seat = msg.match, msg.seat
+            self.client.subscribe(TOPICS.ev(msg.match), qos=0)
             if self.joined is not None and not self.joined.done():
                 self.joined.set_result(msg.match)
         elif isinstance(msg, m.RequestRejected):
@@ -399,6 +417,24 @@ class SeatClient:
         if self._state is None and self.view_wire is not None:
             self._state = RULES.from_wire(self.view_wire)
         return self._state
+
+    def catch_up(self) -> None:
+        """Apply the events (and private updates) that follow the view, in seq order."""
+        moved = False
+        while (ev := self.ahead.pop(self.view_seq + 1, None)) is not None:
+            if ev.game != self.view_game or self.state() is None:
+                self.ahead[ev.seq] = ev  # a new game: its whole view comes first
+                break
+            view = RULES.apply_event(self._state, self.seat, ev.type, ev.data)  # type: ignore[misc]
+            update = self.private.pop(ev.seq, None)
+            if update is not None:
+                view = RULES.apply_private(view, self.seat, update.delta)  # type: ignore[misc]
+            self._state, self.view_seq = view, ev.seq
+            moved = True
+        for seq in [k for k in self.ahead if k <= self.view_seq]:
+            del self.ahead[seq]
+        if moved:
+            self.driver.bump()
 
     def request(self, msg: Any) -> None:
         self.client.publish(TOPICS.req(self.cid), encode(msg), qos=0)
