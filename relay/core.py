@@ -203,9 +203,10 @@ class RelayCore:
             act_addr = self.topics.parse_act(topic)
             if act_addr is not None:
                 code, client = act_addr
-                if valid_id(client) and valid_id(code) and not self._admit(client, code, payload, now_ns, out):
+                ids_ok = valid_id(client) and valid_id(code)
+                if ids_ok and not self._admit(client, code, payload, now_ns, out):
                     return out
-                self._on_act(code, client, payload, now_ns, out)
+                self._on_act(code, client, payload, now_ns, out, ids_ok)
                 return out
             requester = self.topics.parse_req(topic)
             if requester is not None:
@@ -824,8 +825,11 @@ class RelayCore:
 
     # ------------------------------------------------------------------ actions
 
-    def _on_act(self, code: str, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
-        if not valid_id(client) or not valid_id(code):
+    def _on_act(self, code: str, client: str, payload: bytes, now_ns: int, out: list[Out],
+                ids_ok: bool | None = None) -> None:
+        if ids_ok is None:  # not checked by the caller
+            ids_ok = valid_id(client) and valid_id(code)
+        if not ids_ok:
             self._bad_quietly(now_ns, out, "bad_topic", match=code[:80], client=client[:80])
             return
         try:

@@ -20,11 +20,16 @@ Two tasks share one event loop, so the core is never entered concurrently:
   ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly the
   ``now_ns``/``wall_ns`` values the core was given, so replay is exact.
 
-Publishing. A step's outputs go out together, without a trip through the event loop per message:
-each is handed to the paho client under aiomqtt (``publish`` there only queues the packet; QoS 0
-needs no acknowledgement), and the writer callback aiomqtt registers on the loop writes the whole
-queue on the next turn. aiomqtt's own ``await client.publish`` waits for that callback for every
-message, one loop turn each (bench/RESULTS.md has the figures). A publish on a dropped
+Publishing. A step's outputs go out together, without a trip through the event loop per message
+and without a system call per message: the QoS-0 messages of a step (all the core sends but the
+retained status) are packed as MQTT PUBLISH packets, back to back, into one buffer, and that buffer
+is queued in the paho client under aiomqtt as one outgoing "packet" (paho writes queued bytes as
+they are; the broker reads a stream). The writer callback aiomqtt registers on the loop then
+writes it with one ``send`` on the next turn (paho keeps what the socket does not take and writes
+it when it drains). A QoS-1 message goes through paho's ``publish`` (ids, acknowledgements), after
+the buffer so far, keeping the order. aiomqtt's own ``await client.publish`` costs a loop turn per
+message, and paho a ``send`` per message: on this busy 2-core machine a loopback ``send`` took
+0.3-0.9 ms, most of the relay's time per action (bench/RESULTS.md has the figures). A publish on a dropped
 connection is counted and logged once per step, never raised: the connection task reconnects and
 the stepper resyncs everyone then.
 
@@ -81,7 +86,7 @@ from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, wai
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics, valid_id
-from paho.mqtt.client import MQTT_ERR_SUCCESS
+from paho.mqtt.client import MQTT_ERR_SUCCESS, MQTTv5, PUBLISH, MQTTMessageInfo
 
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import Entry, Journal, JournalError, Msg, Tick, feed
@@ -446,26 +451,48 @@ class RelayShell:
     _last_failure = ""
 
     def _send(self, client: aiomqtt.Client, out: list[Any]) -> int:
-        """Queue every ``Publish`` of ``out`` in paho and write the queue once; return how many
-        could not be queued (the connection is down). Never raises for a dropped connection."""
-        paho = client._client  # noqa: SLF001 - aiomqtt's paho client: publish there only queues
+        """Queue the ``Publish``es of ``out`` in paho as one buffer (see "Publishing"); return how
+        many could not be queued (the connection is down). Never raises for a dropped connection."""
+        paho = client._client  # noqa: SLF001 - aiomqtt's paho client: queueing there is synchronous
+        publishes = [o for o in out if isinstance(o, Publish)]
+        if not publishes:
+            return 0
+        if not paho.is_connected():
+            self._last_failure = "not connected"
+            return len(publishes)
+        v5 = paho.protocol == MQTTv5
+        buf = bytearray()
         failed = 0
-        for o in out:
-            if isinstance(o, Publish):
-                payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
-                try:
-                    rc = paho.publish(o.topic, payload, o.qos, o.retain).rc
-                except (ValueError, OSError, RuntimeError) as exc:  # e.g. a socket torn down under it
-                    self._last_failure = f"{type(exc).__name__}: {exc}"
-                    failed += 1
+        for o in publishes:
+            payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
+            try:
+                if o.qos == 0:
+                    _pack_publish(buf, o.topic, payload, o.retain, v5)
                     continue
-                if rc != MQTT_ERR_SUCCESS:
-                    self._last_failure = f"paho rc {rc}"
-                    failed += 1
-        # Not written here: the first publish asked aiomqtt for a writer callback, which writes
-        # the whole queue on the loop's next turn and then unregisters itself. (Calling paho's
-        # loop_write here would race that deferred registration and leave a writer registered.)
+                if buf:
+                    self._queue(paho, buf)
+                    buf = bytearray()
+                rc = paho.publish(o.topic, payload, o.qos, o.retain).rc
+            except (ValueError, OSError, RuntimeError) as exc:  # a bad topic; a socket torn down under it
+                self._last_failure = f"{type(exc).__name__}: {exc}"
+                failed += 1
+                continue
+            if rc != MQTT_ERR_SUCCESS:
+                self._last_failure = f"paho rc {rc}"
+                failed += 1
+        if buf:
+            self._queue(paho, buf)
+        # Not written here: queueing asked aiomqtt for a writer callback, which writes the whole
+        # queue on the loop's next turn and then unregisters itself. (Calling paho's loop_write
+        # here would race that deferred registration and could leave a writer registered.)
         return failed
+
+    @staticmethod
+    def _queue(paho: Any, buf: bytearray) -> None:
+        # mid 0 is never a real message id (paho's run 1..65535): aiomqtt's on_publish ignores it.
+        rc = paho._packet_queue(PUBLISH, bytes(buf), 0, 0, MQTTMessageInfo(0))  # noqa: SLF001
+        if rc != MQTT_ERR_SUCCESS:
+            raise OSError(f"paho rc {rc}")
 
     async def _publish(self, client: aiomqtt.Client, out: list[Any]) -> None:
         """Publish and wait until each message is written (for the last words before stopping)."""
@@ -484,6 +511,27 @@ class RelayShell:
         for r in records:
             if r.record.get("kind") == "bad_input":
                 log.info("bad input: %s", r.record)
+
+
+def _pack_publish(buf: bytearray, topic: str, payload: bytes | bytearray, retain: bool, v5: bool) -> None:
+    """Append an MQTT PUBLISH packet at QoS 0 (3.1.1, or 5 with no properties) to ``buf``."""
+    t = topic.encode("utf-8")
+    if not t or len(t) > 0xFFFF or "+" in topic or "#" in topic or "\0" in topic:
+        raise ValueError(f"not a topic to publish to: {topic[:80]!r}")
+    remaining = 2 + len(t) + len(payload) + (1 if v5 else 0)
+    if remaining > 268_435_455:
+        raise ValueError("message too large for MQTT")
+    buf.append(0x30 | (1 if retain else 0))
+    while True:  # the remaining length: 7 bits a byte, least significant first
+        byte, remaining = remaining & 0x7F, remaining >> 7
+        buf.append(byte | 0x80 if remaining else byte)
+        if not remaining:
+            break
+    buf += len(t).to_bytes(2, "big")
+    buf += t
+    if v5:
+        buf.append(0)  # no properties
+    buf += payload
 
 
 __all__ = ["RelayShell", "feed"]

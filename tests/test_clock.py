@@ -235,3 +235,26 @@ def test_a_publish_on_a_dropped_connection_is_counted_not_raised(clock: Clock) -
     shell = asyncio.run(main())
     assert shell.publish_failures == 2
     assert shell.records == [{"kind": "x"}]  # the step's log line is written all the same
+
+
+@pytest.mark.parametrize("v5", [False, True])
+def test_the_shells_packed_publishes_are_the_packets_paho_would_send(v5: bool) -> None:
+    """The stepper packs a step's QoS-0 messages itself (one buffer, one send): byte for byte what
+    paho's publish would queue, for short and long payloads, retained or not."""
+    import paho.mqtt.client as paho
+
+    from relay.shell import _pack_publish
+
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5 if v5 else paho.MQTTv311)
+    queued: list[bytes] = []
+    client._sock = object()  # type: ignore[assignment]  # noqa: SLF001 - "connected" for _send_publish
+    client._packet_queue = lambda command, packet, mid, qos, info=None: queued.append(bytes(packet)) or 0  # type: ignore[method-assign,func-returns-value]  # noqa: E501, SLF001
+    for topic, payload, retain in [("blink/v1/c/abc", b"", False), ("blink/v1/m/0/ABCDE/ev", b"x" * 100, False),
+                                   ("blink/v1/m/0/ABCDE/snap", b"y" * 300, True), ("t/é", b"z" * 20_000, False)]:
+        client._send_publish(0, topic.encode(), payload, 0, retain)  # noqa: SLF001
+        buf = bytearray()
+        _pack_publish(buf, topic, payload, retain, v5)
+        assert bytes(buf) == queued[-1]
+    with pytest.raises(ValueError):
+        _pack_publish(bytearray(), "a/+/b", b"", False, v5)
+    client._sock = None  # noqa: SLF001 - nothing to close
