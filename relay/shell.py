@@ -23,10 +23,11 @@ Two tasks share one event loop, so the core is never entered concurrently:
 Publishing. A step's outputs go out together, without a trip through the event loop per message
 and without a system call per message: the QoS-0 messages of a step (all the core sends but the
 retained status) are packed as MQTT PUBLISH packets, back to back, into one buffer, and that buffer
-is queued in the paho client under aiomqtt as one outgoing "packet" (paho writes queued bytes as
-they are; the broker reads a stream). The writer callback aiomqtt registers on the loop then
-writes it with one ``send`` on the next turn (paho keeps what the socket does not take and writes
-it when it drains). A QoS-1 message goes through paho's ``publish`` (ids, acknowledgements), after
+is written with one ``send`` straight away when paho has nothing else waiting to be written;
+otherwise (or for what the socket does not take) it is queued in the paho client under aiomqtt as
+one outgoing "packet" (paho writes queued bytes as they are; the broker reads a stream), which the
+writer callback aiomqtt registers on the loop writes on the next turn, after what was queued
+before it. A QoS-1 message goes through paho's ``publish`` (ids, acknowledgements), after
 the buffer so far, keeping the order. aiomqtt's own ``await client.publish`` costs a loop turn per
 message, and paho a ``send`` per message: on this busy 2-core machine a loopback ``send`` took
 0.3-0.9 ms, most of the relay's time per action (bench/RESULTS.md has the figures). A publish on a dropped
@@ -87,6 +88,7 @@ from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics, valid_id
 from paho.mqtt.client import MQTT_ERR_SUCCESS, MQTTv5, PUBLISH, MQTTMessageInfo
+from paho.mqtt.client import time_func as paho_time
 
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import Entry, Journal, JournalError, Msg, Tick, feed
@@ -481,16 +483,33 @@ class RelayShell:
                 self._last_failure = f"paho rc {rc}"
                 failed += 1
         if buf:
-            self._queue(paho, buf)
-        # Not written here: queueing asked aiomqtt for a writer callback, which writes the whole
+            try:
+                self._queue(paho, buf)
+            except (ValueError, OSError, RuntimeError) as exc:  # the connection broke under it
+                self._last_failure = f"{type(exc).__name__}: {exc}"
+                failed += sum(1 for o in publishes if o.qos == 0)  # an upper bound: what this step sent
+        # What was not written here: queueing asked aiomqtt for a writer callback, which writes the whole
         # queue on the loop's next turn and then unregisters itself. (Calling paho's loop_write
         # here would race that deferred registration and could leave a writer registered.)
         return failed
 
     @staticmethod
     def _queue(paho: Any, buf: bytearray) -> None:
+        data = bytes(buf)
+        sock = paho._sock  # noqa: SLF001
+        if sock is not None and not paho._ssl and not paho._out_packet:  # noqa: SLF001
+            # Nothing of paho's is waiting to be written: write now, on this turn of the loop,
+            # rather than on the next through the writer callback (one wake-up less per step).
+            try:
+                sent = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            paho._last_msg_out = paho_time()  # noqa: SLF001 - as paho's own writes do (keep-alive)
+            if sent == len(data):
+                return
+            data = data[sent:]  # the socket is full: paho writes the rest when it drains
         # mid 0 is never a real message id (paho's run 1..65535): aiomqtt's on_publish ignores it.
-        rc = paho._packet_queue(PUBLISH, bytes(buf), 0, 0, MQTTMessageInfo(0))  # noqa: SLF001
+        rc = paho._packet_queue(PUBLISH, data, 0, 0, MQTTMessageInfo(0))  # noqa: SLF001
         if rc != MQTT_ERR_SUCCESS:
             raise OSError(f"paho rc {rc}")
 
