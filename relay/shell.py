@@ -5,7 +5,8 @@ How this works
 Two tasks share one event loop, so the core is never entered concurrently:
 
 - the *connection* task holds the aiomqtt connection: it subscribes to every client's request
-  topic and every match's action topics and puts each incoming message, stamped on arrival with
+  topic and every match's action topics, and paho's message callback puts each incoming message
+  (not through aiomqtt's queue and async iterator: a task and a loop turn per message), stamped on arrival with
   the relay's monotonic time and the wall clock (see "Time" below), into an inbox. When the broker goes away (restarted, the
   connection taken over, a network blip) it reconnects with backoff (0.1 s doubling to 5 s),
   resubscribes, and asks the stepper to republish; the core is kept. Only the very first
@@ -307,6 +308,9 @@ class RelayShell:
                                           username=self.address.username or RELAY_USER,
                                           password=self.address.password, socket_options=NODELAY,
                                           will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
+                    # Incoming messages go from paho's callback straight into the inbox: aiomqtt's
+                    # queue and async iterator cost a task, a wait and a loop turn per message.
+                    client._client.on_message = self._on_paho_message  # noqa: SLF001
                     for t in self.core.subscriptions():
                         await client.subscribe(t, qos=1)
                     self._client = client
@@ -318,6 +322,8 @@ class RelayShell:
                     self._resync = True
                     self._wake.set()
                     try:
+                        # Nothing arrives here any more (see on_message above): this waits for the
+                        # connection to drop, which ends the iteration with an MqttError.
                         async for msg in client.messages:
                             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
                             self._inbox.append((msg.topic.value, bytes(payload),
@@ -339,6 +345,17 @@ class RelayShell:
                 log.warning("lost the broker %s (%s); reconnecting in %.1f s", self.address.url, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
+
+    def _on_paho_message(self, _client: Any, _userdata: Any, message: Any) -> None:
+        """paho's on_message (on the loop, inside aiomqtt's reader callback): stamp and queue."""
+        try:
+            topic = message.topic
+        except UnicodeDecodeError:  # not a topic any broker should pass on
+            return
+        payload = message.payload
+        self._inbox.append((topic, bytes(payload) if isinstance(payload, (bytes, bytearray)) else b"",
+                            time.monotonic_ns() + self._mono_offset, time.time_ns()))
+        self._wake.set()
 
     async def _step_loop(self) -> None:
         while True:
