@@ -103,6 +103,9 @@ MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``
 
 class RelayCore:
     _wall_offset = 0  # wall clock minus monotonic clock, for the call being handled (stamps only)
+    #: The ``now_ns`` of the latest ``handle``/``tick`` (with ``_wall_offset``: its wall clock). It
+    #: travels in snapshots, so a restarted shell can continue the core's monotonic time.
+    last_now_ns = 0
 
     def __init__(self, topics: Topics | None = None, config: RelayConfig | None = None, seed: int = 0) -> None:
         self.topics = topics or Topics()
@@ -180,6 +183,10 @@ class RelayCore:
             self._match_list(),
         ]
 
+    def last_clock(self) -> tuple[int, int]:
+        """(monotonic, wall) ns of the latest input: where a restarted shell continues the clock."""
+        return self.last_now_ns, self.last_now_ns + self._wall_offset
+
     def subscriptions(self) -> list[str]:
         return [self.topics.req_all, self.topics.act_all]
 
@@ -188,6 +195,7 @@ class RelayCore:
         times everything and must never go backwards); ``wall_ns`` (default: ``now_ns``) is the wall
         clock, used only to stamp events, snapshots, pongs and log records."""
         self._wall_offset = 0 if wall_ns is None else wall_ns - now_ns
+        self.last_now_ns = now_ns
         return self._stamped(self._handle(topic, payload, now_ns))
 
     def _handle(self, topic: str, payload: bytes, now_ns: int) -> list[Out]:
@@ -196,9 +204,10 @@ class RelayCore:
             act_addr = self.topics.parse_act(topic)
             if act_addr is not None:
                 code, client = act_addr
-                if valid_id(client) and valid_id(code) and not self._admit(client, code, payload, now_ns, out):
+                ids_ok = valid_id(client) and valid_id(code)
+                if ids_ok and not self._admit(client, code, payload, now_ns, out):
                     return out
-                self._on_act(code, client, payload, now_ns, out)
+                self._on_act(code, client, payload, now_ns, out, ids_ok)
                 return out
             requester = self.topics.parse_req(topic)
             if requester is not None:
@@ -223,6 +232,7 @@ class RelayCore:
         """Do what is due by ``now_ns`` (monotonic; ``wall_ns`` as in ``handle``). Only the matches
         whose deadline has come are visited: they come off a heap, never from a scan of all matches."""
         self._wall_offset = 0 if wall_ns is None else wall_ns - now_ns
+        self.last_now_ns = now_ns
         out: list[Out] = []
         try:
             self._housekeep(now_ns, out)
@@ -816,8 +826,11 @@ class RelayCore:
 
     # ------------------------------------------------------------------ actions
 
-    def _on_act(self, code: str, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
-        if not valid_id(client) or not valid_id(code):
+    def _on_act(self, code: str, client: str, payload: bytes, now_ns: int, out: list[Out],
+                ids_ok: bool | None = None) -> None:
+        if ids_ok is None:  # not checked by the caller
+            ids_ok = valid_id(client) and valid_id(code)
+        if not ids_ok:
             self._bad_quietly(now_ns, out, "bad_topic", match=code[:80], client=client[:80])
             return
         try:
