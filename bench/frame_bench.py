@@ -8,7 +8,8 @@ rasterizer forced (``LIBGL_ALWAYS_SOFTWARE=1``: llvmpipe). Without a ``DISPLAY``
 Xvfb on a free display number and stops it afterwards.
 
 Once the game has started it measures for ``--seconds``:
-- frame time: the work of one frame (events, update, draw, flip), p50/p99/max;
+- frame time: the work of one frame (events, update, draw, flip), p50/p99/max; the window draws
+  and flips only a frame that shows something new, so the frames drawn are also given apart;
 - frame rate: the number of frames and the interval between frame starts (p50 should sit at the
   60 Hz period, 16.7 ms; on a quiet machine it stays under ~18.5 ms -- a figure the window tests
   used to assert, which only says how busy the machine is, so it lives here);
@@ -26,6 +27,7 @@ Once the game has started it measures for ``--seconds``:
     .venv/bin/python bench/frame_bench.py                # BLINK, 10 s, prints a summary
     .venv/bin/python bench/frame_bench.py --game all --seconds 8    # every scene in turn
     .venv/bin/python bench/frame_bench.py --json out.json --seconds 20 --width 1280 --height 800
+    .venv/bin/python bench/frame_bench.py --game takeaway --profile 40   # where the frames' time goes
 """
 
 from __future__ import annotations
@@ -99,7 +101,12 @@ async def bench(args: argparse.Namespace, game: str) -> dict[str, Any]:
         await _wait(app, lambda: app.scene is not None and started(), 60)
         await asyncio.sleep(0.8)  # past the GO banner: the plain table
         app.stats = FrameStats()
-        changes = _watch_state_changes(app)
+        profile = None
+        if args.profile:
+            import cProfile
+
+            profile = cProfile.Profile()
+        changes = _watch_state_changes(app, profile)
         t_end = time.monotonic() + args.seconds
         plays = 0
         while time.monotonic() < t_end and not racing:
@@ -137,6 +144,13 @@ async def bench(args: argparse.Namespace, game: str) -> dict[str, Any]:
         out["window"] = f"{app.window.width}x{app.window.height}"
         out["seconds"] = args.seconds
         out["bot"] = args.bot
+        if profile is not None:
+            import io
+            import pstats
+
+            text = io.StringIO()
+            pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(args.profile)
+            out["profile"] = text.getvalue()
         return out
     finally:
         app.quit()
@@ -156,7 +170,7 @@ class Changes:
         self.cpu_all: list[float] = []
 
 
-def _watch_state_changes(app: Any) -> Changes:
+def _watch_state_changes(app: Any, profile: Any = None) -> Changes:
     out = Changes()
     step = app.step
     last: list[Any] = [None]
@@ -165,7 +179,12 @@ def _watch_state_changes(app: Any) -> Changes:
         model = app.session.model
         version = (id(model), model.version) if model is not None else None
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        step()
+        if profile is not None and version != last[0]:  # the frames that draw a new state
+            profile.enable()
+            step()
+            profile.disable()
+        else:
+            step()
         cpu = (time.thread_time_ns() - c0) / 1e6
         out.cpu_all.append(cpu)
         if version != last[0] and last[0] is not None:
@@ -195,6 +214,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--hardware-gl", action="store_true", help="do not force software GL")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="profile the frames that draw a new state (cProfile); print the N functions with the most cumulative time")
     args = p.parse_args()
     if not args.hardware_gl:
         os.environ["LIBGL_ALWAYS_SOFTWARE"] = "1"
@@ -219,6 +240,10 @@ def main() -> int:
               f"{'yes' if iv['p50'] <= STEADY_P50_INTERVAL_MS else 'NO'})")
         print(f"  frame time      p50 {fm['p50']:.2f} ms   p99 {fm['p99']:.2f} ms   max {fm['max']:.2f} ms"
               f"   (aim: p99 <= {AIM_P99_MS:g} ms: {'met' if fm['p99'] <= AIM_P99_MS else 'NOT met'})")
+        pr = out.get("presented_ms")
+        if pr:
+            print(f"  drawn frames    {pr['frames']} drawn and flipped (the rest showed nothing new): p50 {pr['p50']:.2f} ms"
+                  f"   p99 {pr['p99']:.2f} ms   max {pr['max']:.2f} ms")
         ch = out["state_change_frame_ms"]
         print(f"  state changes   {ch['frames']} frames drew a new state: p50 {ch['p50']:.2f} ms   max {ch['max']:.2f} ms"
               f"   (aim: none over {AIM_CHANGE_MAX_MS:g} ms: {'met' if ch['max'] <= AIM_CHANGE_MAX_MS else 'NOT met'})")
@@ -231,6 +256,8 @@ def main() -> int:
                   f"   over {out['inputs']} inputs ({out['plays']} plays)")
             print(f"  late inputs     {out['late_inputs']}  (shown later than the next frame; most frames an input "
                   f"waited for: {out['input_frames_max']})")
+        if out.get("profile"):
+            print(out["profile"])
     if args.json:
         data: Any = results[0] if len(results) == 1 else results
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

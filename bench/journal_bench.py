@@ -15,6 +15,10 @@ How this works
    (the shell would hold the turn's outputs until the write is done), so fsync and judging overlap.
 3. restart: opening a journal of ``--restart-entries`` entries (the checksum check of the tail)
    and reading them all back, in seconds.
+4. snapshot: a core with ``--snapshot-matches`` live BLINK matches in play, serialised and read
+   back in the snapshot format (``relay/snapshot.py``) against the first format (a bare pickle of
+   the core) as the baseline: CPU seconds (best of 5, interleaved), bytes, and the ratios; and
+   replay's CPU per journal entry (what the entries after the newest snapshot cost a restart).
 
 Everything runs in one process on a temporary directory (``--dir`` to choose the disk).
 
@@ -41,6 +45,7 @@ from protocol import messages as m  # noqa: E402
 from protocol.codec import encode  # noqa: E402
 from protocol.rules import blink  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
+from relay import snapshot  # noqa: E402
 from relay.core import RelayCore  # noqa: E402
 from relay.journal import Entry, Msg, SqliteJournal, Tick, feed  # noqa: E402
 
@@ -189,6 +194,44 @@ def bench_restart(workdir: Path, entries: int) -> dict[str, Any]:
     return {"entries": entries, "open_s": round(opened, 3), "read_s": round(read, 3)}
 
 
+def bench_snapshot(matches: int, turns: int) -> dict[str, Any]:
+    import gc
+    import pickle
+
+    batches = record_matches(matches, turns)
+    core = RelayCore(T, seed=7)
+    for batch in batches[:-20]:
+        feed(core, batch)
+    tail = [e for batch in batches[-20:] for e in batch]
+    v1 = pickle.dumps(core, pickle.HIGHEST_PROTOCOL)
+    v2 = snapshot.dump(core)
+    best: dict[str, float] = {}
+
+    def cpu(name: str, fn: Callable[[], object]) -> None:
+        start = time.process_time()
+        fn()
+        best[name] = min(best.get(name, float("inf")), time.process_time() - start)
+
+    gc.disable()  # as recovery runs
+    try:
+        for _ in range(5):
+            cpu("v1_dump", lambda: pickle.dumps(core, pickle.HIGHEST_PROTOCOL))
+            cpu("v2_dump", lambda: snapshot.dump(core))
+            cpu("v1_load", lambda: pickle.loads(v1))
+            cpu("v2_load", lambda: snapshot.load(v2))
+        for _ in range(3):
+            fresh = snapshot.load(v2)
+            cpu("replay", lambda: feed(fresh, tail))
+    finally:
+        gc.enable()
+    live = sum(1 for x in core.matches.values() if x.status != "over")
+    return {"matches": live, "v1_bytes": len(v1), "v2_bytes": len(v2),
+            **{k + "_cpu_s": round(v, 4) for k, v in best.items() if k != "replay"},
+            "load_ratio": round(best["v1_load"] / best["v2_load"], 3),
+            "dump_ratio": round(best["v1_dump"] / best["v2_dump"], 3),
+            "replay_entries": len(tail), "replay_cpu_us_per_entry": round(best["replay"] / len(tail) * 1e6, 1)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--seconds", type=float, default=1.0, help="per append measurement (default 1)")
@@ -196,17 +239,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=120, help="50 ms turns in the core measurement")
     ap.add_argument("--repeats", type=int, default=2, help="core runs per mode, interleaved; the best counts")
     ap.add_argument("--restart-entries", type=int, default=50_000)
+    ap.add_argument("--snapshot-matches", type=int, default=1000, help="live matches in the snapshot measurement")
+    ap.add_argument("--only-snapshot", action="store_true", help="run only the snapshot measurement")
     ap.add_argument("--dir", type=Path, default=None, help="where the journals go (default: a temp dir)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="journal-bench-", dir=args.dir))
     try:
+        snap = bench_snapshot(args.snapshot_matches, 80)
+        if args.only_snapshot:
+            print(json.dumps({"snapshot": snap}) if args.json else _snapshot_lines(snap))
+            return 0
         appends = bench_appends(workdir, args.seconds)
         core = bench_core(workdir, args.matches, args.turns, args.repeats)
         restart = bench_restart(workdir, args.restart_entries)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    report = {"appends": appends, "core": core, "restart": restart}
+    report = {"appends": appends, "core": core, "restart": restart, "snapshot": snap}
     if args.json:
         print(json.dumps(report))
         return 0
@@ -228,7 +277,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("  (overlap: the turn's durable write runs in a thread while the core handles the turn)")
     r = restart
     print(f"\nrestart: open (tail verified) {r['open_s']} s, read back {r['read_s']} s for {r['entries']:,} entries")
+    print("\n" + _snapshot_lines(snap))
     return 0
+
+
+def _snapshot_lines(s: dict[str, Any]) -> str:
+    return (f"snapshot of {s['matches']} live BLINK matches (CPU s, best of 5; baseline: a bare pickle)\n"
+            f"  bare pickle  {s['v1_bytes']:>10,} bytes  dump {s['v1_dump_cpu_s']:.3f}  load {s['v1_load_cpu_s']:.3f}\n"
+            f"  format {snapshot.VERSION}     {s['v2_bytes']:>10,} bytes  dump {s['v2_dump_cpu_s']:.3f}  "
+            f"load {s['v2_load_cpu_s']:.3f}  (load x{s['load_ratio']} faster, dump x{s['dump_ratio']})\n"
+            f"  replay: {s['replay_cpu_us_per_entry']} us CPU per entry ({s['replay_entries']} entries)")
 
 
 if __name__ == "__main__":

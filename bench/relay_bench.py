@@ -109,9 +109,13 @@ def cpu_seconds(pid: int) -> float:
 class Stack:
     """A broker, a relay and an echo client, as child processes; stopped in reverse order."""
 
-    def __init__(self, broker: str, nodelay: bool) -> None:
+    def __init__(self, broker: str, nodelay: bool, relay_root: Path | None = None,
+                 relay_profile: Path | None = None, journal: str = "full") -> None:
         self.broker = broker
         self.nodelay = nodelay
+        self.relay_root = relay_root  # run the relay from another checkout (a before/after comparison)
+        self.relay_profile = relay_profile  # run the relay under cProfile, writing its stats here
+        self.journal = journal  # Mosquitto: the relay's journal (full: fsync per step, as `blink serve`)
         self.port = free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.tmp: Path | None = None
@@ -139,13 +143,23 @@ class Stack:
             wait_port(self.port)
             entry = [sys.executable, str(Path(__file__).resolve()), "--nodelay-wrapper"] if self.nodelay \
                 else [sys.executable, "-m", "client.cli"]
-            cmd = [*entry, "serve", "--broker", f"mqtt://127.0.0.1:{self.port}"]
+            if self.relay_root is not None or self.relay_profile is not None:
+                # The relay sets TCP_NODELAY itself (since 2026-11-29): no wrapper needed. With cwd
+                # at the other checkout, ``-m client.cli`` imports that checkout's packages.
+                entry = [sys.executable,
+                         *(["-m", "cProfile", "-o", str(self.relay_profile)] if self.relay_profile else []),
+                         "-m", "client.cli"]
+            # A journal of its own (as `blink serve` journals by default), never the user's.
+            journal = {"full": ["--data", str(self.tmp / "data")],
+                       "normal": ["--data", str(self.tmp / "data"), "--sync", "normal"],
+                       "off": ["--no-journal"]}[self.journal]
+            cmd = [*entry, "serve", "--broker", f"mqtt://127.0.0.1:{self.port}", *journal]
         else:
             # Broker and relay in one process, as `blink serve` deploys them; it prints the relay's
             # login so the echo client can have the relay's rights on the embedded broker's ACL.
             cmd = [sys.executable, str(Path(__file__).resolve()), *(["--nodelay-wrapper"] if self.nodelay else []),
                    "--amqtt-stack", str(self.port)]
-        relay = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE if self.broker == "amqtt" else subprocess.DEVNULL,
+        relay = subprocess.Popen(cmd, cwd=self.relay_root or ROOT, stdout=subprocess.PIPE if self.broker == "amqtt" else subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
         self.procs.append(relay)
         self.relay_pid = relay.pid
@@ -362,6 +376,11 @@ class SeatClient:
         self.joined: asyncio.Future[str] | None = None
         self.next_id = 1
         self.rematched = -1
+        # The relay sends less: after a game's whole view, the public events (and a private update
+        # after some) move it on; they are applied with the engine's own code, as clients do.
+        self.ahead: dict[int, m.Event] = {}
+        self.private: dict[int, m.PrivateUpdate] = {}
+        self.resynced = 0.0
 
     async def open(self, port: int) -> None:
         self.joined = asyncio.get_running_loop().create_future()
@@ -378,14 +397,29 @@ class SeatClient:
             fut = self.answers.pop(msg.id, None)
             if fut is not None and not fut.done():
                 fut.set_result((now, msg))
+        elif isinstance(msg, m.Event):
+            if msg.seq > self.view_seq:
+                self.ahead[msg.seq] = msg
+                self.catch_up()
+        elif isinstance(msg, m.PrivateUpdate):
+            if msg.game == self.view_game:
+                if msg.seq <= self.view_seq:
+                    self._state = RULES.apply_private(self.state(), self.seat, msg.delta)  # type: ignore[misc]
+                else:
+                    self.private[msg.seq] = msg
+                    self.catch_up()
         elif isinstance(msg, m.ViewUpdated):
-            if msg.seq > self.view_seq or msg.game != self.view_game:
+            # >=: the view a game's end brings has the seq its events already brought us to.
+            if msg.seq >= self.view_seq or msg.game != self.view_game:
                 self.view_seq, self.view_game, self.view_wire = msg.seq, msg.game, msg.state
                 self.status = str(msg.match_state.get("status", ""))
                 self._state = None
+                self.private = {k: u for k, u in self.private.items() if k > msg.seq and u.game == msg.game}
+                self.catch_up()
                 self.driver.bump()
         elif isinstance(msg, m.MatchJoined):
             self.match, self.seat = msg.match, msg.seat
+            self.client.subscribe(TOPICS.ev(msg.match), qos=0)
             if self.joined is not None and not self.joined.done():
                 self.joined.set_result(msg.match)
         elif isinstance(msg, m.RequestRejected):
@@ -399,6 +433,28 @@ class SeatClient:
         if self._state is None and self.view_wire is not None:
             self._state = RULES.from_wire(self.view_wire)
         return self._state
+
+    def catch_up(self) -> None:
+        """Apply the events (and private updates) that follow the view, in seq order."""
+        moved = False
+        while (ev := self.ahead.pop(self.view_seq + 1, None)) is not None:
+            if ev.game != self.view_game or self.state() is None:
+                self.ahead[ev.seq] = ev  # a new game: its whole view comes first
+                break
+            view = RULES.apply_event(self._state, self.seat, ev.type, ev.data)  # type: ignore[misc]
+            update = self.private.pop(ev.seq, None)
+            if update is not None:
+                view = RULES.apply_private(view, self.seat, update.delta)  # type: ignore[misc]
+            self._state, self.view_seq = view, ev.seq
+            moved = True
+        for seq in [k for k in self.ahead if k <= self.view_seq]:
+            del self.ahead[seq]
+        if self.ahead and self.match and time.monotonic() - self.resynced > 0.5:
+            # A gap (events sent before the subscription to them took effect): the whole view again.
+            self.resynced = time.monotonic()
+            self.request(m.Resync(self.match))
+        if moved:
+            self.driver.bump()
 
     def request(self, msg: Any) -> None:
         self.client.publish(TOPICS.req(self.cid), encode(msg), qos=0)
@@ -470,6 +526,19 @@ class MatchDriver:
         deadline = time.monotonic() + 10
         while not all(s.status == "playing" for s in self.seats) and time.monotonic() < deadline:
             await self.wait_change(self.version, 0.5)
+        await self.even_up()
+
+    async def even_up(self, timeout: float = 10.0) -> None:
+        """Until both seats hold the same seq: the events sent before a seat's subscription to them
+        took effect are missed (the relay sends less: no whole view after each), so the seat that
+        is behind asks for its whole view again."""
+        deadline = time.monotonic() + timeout
+        while self.seats[0].view_seq != self.seats[1].view_seq and time.monotonic() < deadline:
+            await self.wait_change(self.version, 0.3)
+            a, b = self.seats
+            if a.view_seq != b.view_seq and a.match:
+                behind = a if a.view_seq < b.view_seq else b
+                behind.request(m.Resync(a.match))
 
     async def close(self) -> None:
         await asyncio.gather(*(s.close() for s in self.seats))
@@ -481,6 +550,8 @@ class MatchDriver:
             v = self.version
             if a.view_seq != b.view_seq:
                 await self.wait_change(v, 0.2)
+                if self.version == v and a.view_seq != b.view_seq:
+                    await self.even_up(2.0)
                 continue
             for s in self.seats:
                 s.rematch_if_over()
@@ -791,6 +862,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="a short smoke run")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--relay-root", type=Path, help="Mosquitto: start the relay from this checkout (e.g. an "
+                   "exported older commit) to compare it with this one")
+    p.add_argument("--relay-profile", type=Path, help="Mosquitto: run the relay under cProfile and write its "
+                   "stats to this file when it stops")
+    p.add_argument("--journal", choices=("full", "normal", "off"), default="full",
+                   help="Mosquitto: the relay's journal, in a directory of its own: full (fsync every step, "
+                   "`blink serve`'s default), normal (`--sync normal`) or off (`--no-journal`)")
     args = p.parse_args(argv)
     args.steps = [int(x) for x in args.steps.split(",") if x.strip()]
     if args.quick:
@@ -810,7 +888,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"noise floor: idle event-loop lag p50 {report['idle_loop_lag_ms']['p50']} ms, "
         f"p99 {report['idle_loop_lag_ms']['p99']} ms; load average {report['load_average'][0]:.2f}")
     for broker in brokers:
-        stack = Stack(broker, args.nodelay)
+        stack = Stack(broker, args.nodelay, args.relay_root.resolve() if args.relay_root else None,
+                      args.relay_profile.resolve() if args.relay_profile else None, args.journal)
         try:
             stack.start()
             report["brokers"].append(asyncio.run(bench_broker(stack, args, rng, broker in capacity_on)))

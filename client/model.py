@@ -57,6 +57,7 @@ def resend_wait_ns(tries: int) -> int:
     return min(RESEND_MAX_NS, RESEND_FIRST_NS << min(max(tries - 1, 0), 16))
 
 
+PAST_KEPT = 4096  # events a spectator keeps (the relay re-sends at most this many past ones)
 STUCK_EVERY = 8  # events: how often a client whose confirmed view is stuck asks again for a resync
 
 
@@ -196,8 +197,11 @@ class ClientModel:
     match_state: dict[str, Any] = field(default_factory=dict)
     predictor: Predictor | None = None
     clock: ClockFilter = field(default_factory=ClockFilter)
-    events: deque[m.Event] = field(default_factory=lambda: deque(maxlen=256))
+    events: deque[m.Event] = field(default_factory=lambda: deque(maxlen=256))  # PAST_KEPT when spectating
     last_event_seq: int = 0
+    #: seqs of events filed in ``events`` after the model had passed them (re-sent past events): the
+    #: record of the match, not news -- the window reads them but does not animate them.
+    history: set[int] = field(default_factory=set)
     bounces: deque[Bounce] = field(default_factory=lambda: deque(maxlen=32))
     verdicts: deque[Verdict] = field(default_factory=lambda: deque(maxlen=100_000))
     errors: deque[m.RequestRejected] = field(default_factory=lambda: deque(maxlen=32))
@@ -260,7 +264,41 @@ class ClientModel:
         return due
 
     def spectate(self, code: str) -> None:
+        """Watch ``code``: ask the relay ``watch_from()`` so the history starts at the match's beginning."""
         self.match, self.seat, self.spectating = code, None, True
+        if self.events.maxlen is not None and self.events.maxlen < PAST_KEPT:
+            self.events = deque(self.events, maxlen=PAST_KEPT)
+
+    def watch_from(self) -> m.Resync:
+        """The request that starts watching: the views and snapshot, and the match's past events from
+        seq 1 (those the relay still keeps), which ``on_message`` files as history (``_past``)."""
+        assert self.match is not None
+        return m.Resync(self.match, from_seq=1)
+
+    def _past(self, ev: m.Event) -> None:
+        """An event at or below ``last_event_seq``: the relay re-sent it (``Resync`` from a seq) or it
+        came late. Its effect on the state is already in the snapshot or view that moved
+        ``last_event_seq`` past it, so it is not applied again; if the history lacks it, it takes its
+        place there in seq order (and in ``history``, so the window does not announce it as news)."""
+        events = self.events
+        if events and ev.seq > events[-1].seq:
+            at = len(events)
+        else:
+            at = len(events)
+            while at > 0 and events[at - 1].seq > ev.seq:
+                at -= 1
+            if at > 0 and events[at - 1].seq == ev.seq:
+                return  # already there
+            if at == 0 and events.maxlen is not None and len(events) >= events.maxlen:
+                return  # older than everything a full history keeps
+        if events.maxlen is not None and len(events) >= events.maxlen:
+            events.popleft()
+            at -= 1
+        events.insert(at, ev)
+        if len(self.history) >= PAST_KEPT:
+            self.history.clear()
+        self.history.add(ev.seq)
+        self.version += 1
 
     @property
     def rules(self) -> Game[Any] | None:
@@ -350,11 +388,17 @@ class ClientModel:
                     state = self.predictor.rules.from_wire(msg.state)
                 except ValueError:
                     return out
+                # A game that sends less has brought the view to this seq by its events already:
+                # the snapshot still tells the match's status (over, between games).
+                fresh = msg.seq >= self.predictor.confirmed_seq or msg.game != self.predictor.game
                 if self.predictor.confirm(state, msg.seq, msg.game):
                     self.match_state = msg.match_state
                     self.seq_received_ns.setdefault(msg.seq, now_ns)
                     self.view_seq = msg.seq
                     self._catch_up(out)
+                    self.version += 1
+                elif fresh:
+                    self.match_state = msg.match_state
                     self.version += 1
         elif isinstance(msg, m.Event) and msg.match == self.match:
             known = self.predictor
@@ -362,6 +406,7 @@ class ClientModel:
                 self.ahead[msg.seq] = msg  # kept even if a snapshot said this seq already: the view needs it
                 self._catch_up(out)
             if msg.seq <= self.last_event_seq:
+                self._past(msg)
                 return out
             if self.last_event_seq and msg.seq > self.last_event_seq + 1:
                 self.resyncs += 1

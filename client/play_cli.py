@@ -6,11 +6,12 @@ How this works
 (also the headless ``serve``/``bot``/``match``) builds the whole parser. ``run`` checks the
 arguments, then imports pyglet and the window package (``client/window``) and runs the app on a
 fresh asyncio event loop. With no arguments the window opens on the menu with a local embedded
-broker + relay already starting, so a bot game works on a fresh machine; ``--bot``/``--host``/
+broker + relay already starting (in a child process of their own, ``relay/localproc.py``, so the
+window's frames never delay the relay; it dies with this process), so a bot game works on a fresh machine; ``--bot``/``--host``/
 ``--match``/``--quick``/``--autoplay`` skip the menu and start that game at once.
 
-Exit status: 0 after a normal quit, 1 when the window could not open or the game could not start
-(the reason is printed as one line), 2 for bad arguments -- paths included: ``--screenshot`` and
+Exit status: 0 after a normal quit, 1 when the window could not open, the game could not start or
+the local relay's process died (the reason is printed as one line), 2 for bad arguments -- paths included: ``--screenshot`` and
 ``--frame-stats`` must name a writable file in an existing folder, checked before the window opens.
 """
 
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace, topics: Any) -> int:
 
     session = SessionConfig(server_url=args.server, name=args.name, topics=topics, game=args.game,
                             settings=args.settings, autoplay=args.autoplay and mode != "watch", seed=args.seed,
-                            players=args.players, lan=not args.server,
+                            players=args.players, lan=not args.server, relay_process=True,
                             rejoin=rejoin,
                             record_dir=None if args.no_record else str(replays_dir()))
     config = AppConfig(mode=mode, code=args.watch or args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace, topics: Any) -> int:
                        mute=args.mute or bool(os.environ.get("BLINK_MUTE")), session=session)
     app = App(config)
     try:
-        return asyncio.run(app.run())
+        code = asyncio.run(app.run())
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - one readable line, not a traceback
@@ -152,3 +153,7 @@ def run(args: argparse.Namespace, topics: Any) -> int:
         else:
             print(f"blink play: {name}: {exc}", file=sys.stderr)
         return 1
+    lost = getattr(app.session, "server_lost", None)
+    if lost:
+        print(f"blink play: {lost}; the game cannot go on", file=sys.stderr)
+    return code

@@ -124,12 +124,17 @@ class Player:
         return await self._wait_joined(timeout)
 
     async def watch(self, code: str, timeout: float = 10.0) -> str:
-        """Spectate a match by code: a read-only view from its public events and snapshot."""
+        """Spectate a match by code: a read-only view from its public events and snapshot, with the
+        match's history from its first event (the relay re-sends the past ones it keeps)."""
         code = code.upper()
         self.model.spectate(code)
-        await self.conn.watch(code)
+        before = {id(e) for e in self.model.errors}
+        await self.conn.watch(code)  # subscribed first: no live event falls between the past and them
+        await self.conn.request(self.model.watch_from())
         deadline = time.monotonic() + timeout
         while self.model.predictor is None:
+            if any(e.code == "no_such_match" and id(e) not in before for e in self.model.errors):
+                raise RequestError("no_such_match", f"no running match {code!r} on this relay")
             if time.monotonic() > deadline:
                 raise RequestError("no_such_match", f"no running match {code!r} on this broker")
             await self.wait_change(0.25)

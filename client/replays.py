@@ -10,8 +10,9 @@ format of ``blink match --log`` (``client.matchrun.event_line``, one JSON object
 
 ``Recorder`` is the sink: events of any match may be offered to it (the window's recording
 connection subscribes before the match exists, so it sees ``match_created`` at seq 1); once the
-session knows its match code (``follow``), that match's events are written, in seq order, each
-line flushed as it comes, repeated seqs dropped. Nothing is written for a match that never sent an
+session knows its match code (``follow``), that match's events are written, in seq order (one that
+comes early waits for those before it, up to ``HOLD_FOR_START`` events), each line flushed as it
+comes, repeated seqs dropped. Nothing is written for a match that never sent an
 event. ``list_replays`` reads the folder for the menu: game, players, date, result, newest first.
 """
 
@@ -36,6 +37,9 @@ def replays_dir() -> Path:
     return base / "blink" / "replays"
 
 
+HOLD_FOR_START = 64  # live events held while a watched match's past events (from seq 1) are awaited
+
+
 class Recorder:
     """Writes one match's public events to ``folder`` as they arrive (see the module header)."""
 
@@ -48,6 +52,7 @@ class Recorder:
         self.written = 0
         self.error: str | None = None
         self._early: dict[str, list[m.Event]] = {}
+        self._held: dict[int, m.Event] = {}  # the followed match's events that came before their turn
         self._file: TextIO | None = None
 
     def follow(self, code: str) -> None:
@@ -55,7 +60,7 @@ class Recorder:
         if self.code == code:
             return
         self.close()
-        self.code, self.last_seq, self.written = code, 0, 0
+        self.code, self.last_seq, self.written, self._held = code, 0, 0, {}
         for ev in sorted(self._early.pop(code, []), key=lambda e: e.seq):
             self.offer(ev)
         self._early.clear()
@@ -73,6 +78,27 @@ class Recorder:
                 if len(early) < 512:
                     early.append(ev)
             return
+        if ev.seq <= self.last_seq or self.error is not None:
+            return
+        if ev.seq != self.last_seq + 1:
+            # Out of order: a match watched late gets its live events before the re-sent past ones
+            # (the session asks the relay for them from seq 1), or an event was lost. Held a while
+            # so the file stays in seq order; past HOLD_FOR_START held, the gap is given up on.
+            self._held[ev.seq] = ev
+            if len(self._held) < HOLD_FOR_START:
+                return
+            self._flush_held()
+            return
+        self._write(ev)
+        while self.last_seq + 1 in self._held:
+            self._write(self._held.pop(self.last_seq + 1))
+
+    def _flush_held(self) -> None:
+        held, self._held = self._held, {}
+        for seq in sorted(held):
+            self._write(held[seq])
+
+    def _write(self, ev: m.Event) -> None:
         if ev.seq <= self.last_seq or self.error is not None:
             return
         if ev.type == "match_created" and self.game == "":
@@ -104,6 +130,8 @@ class Recorder:
         return self._file
 
     def close(self) -> None:
+        if self._held and self.code is not None:
+            self._flush_held()  # what came, with its gap
         if self._file is not None:
             try:
                 self._file.close()

@@ -10,13 +10,20 @@ incoming topic back into (match, client) or client, or None for anything that is
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 DEFAULT_PREFIX = "blink/v1"
 
+# The relay checks every incoming topic's ids: ASCII ones (all of them, in practice) by one regex.
+_ASCII_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
 
 def valid_id(text: str) -> bool:
-    """Ids used as topic levels: short, no MQTT wildcards or separators."""
+    """Ids used as topic levels: short, no MQTT wildcards or separators (letters and digits of
+    any script, ``-``, ``_``, ``.``)."""
+    if text.isascii():
+        return _ASCII_ID.fullmatch(text) is not None
     return 0 < len(text) <= 64 and all(c.isalnum() or c in "-_." for c in text)
 
 

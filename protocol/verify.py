@@ -13,9 +13,10 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
 - the match frame: ``match_created`` with settings the game accepts, the seats taken in order, a
   ``game_started`` when the seats are full, ``game_result`` / ``match_over`` / rematches as the
   relay makes them (``relay/core.py`` is the reference; this module mirrors it, it does not import
-  it); a player's connection dropping and returning (``player_dropped`` / ``player_returned``,
-  anywhere in a running match) names a seated player in order, and a ``match_over`` for
-  ``abandoned`` comes only after a dropped player's ``grace_s`` has run out (the others win);
+  it -- the events' public form is the one module both use, ``protocol/records.py``); a player's
+  connection dropping and returning (``player_dropped`` / ``player_returned``, anywhere in a running
+  match) names a seated player in order, and a ``match_over`` for ``abandoned`` comes only after a
+  dropped player's ``grace_s`` has run out (the others win);
 - each game, from the seed revealed in its ``game_result``: the seed must hash to the commitment
   published in ``game_started``; then the game is re-created with ``new_game(settings, seats,
   SeededChance(seed))`` -- the very chance the relay also uses for every later roll -- and the
@@ -39,12 +40,12 @@ Roll Your Own die), the game's own ``secret_choice`` reads the later reveal to p
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from protocol.chance import SeededChance, commitment
+from protocol.records import plain, with_names
 from protocol.rules import game_for
 from protocol.rules.base import SYSTEM, Accepted
 
@@ -165,35 +166,9 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
 # --------------------------------------------------------------------------------------- public form
 
 
-def plain(value: Any) -> Any:
-    """An engine value as JSON would carry it (as the relay's ``_plain`` does)."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return plain(dataclasses.asdict(value))
-    return value
-
-
-def public(data: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    """An engine event's data as the log shows it: seats named, the seat kept beside the name
-    (the relay's ``_with_names``)."""
-
-    def name(seat: Any) -> Any:
-        return names[seat] if type(seat) is int and 0 <= seat < len(names) else seat
-
-    out = plain(data)
-    if "player" in out and type(out["player"]) is int:
-        out["seat"] = out["player"]
-        out["player"] = name(out["player"])
-    if "winner" in out:
-        out["winner_seat"] = out["winner"]
-        out["winner"] = name(out["winner"])
-    if "winners" in out and isinstance(out["winners"], list):
-        out["winner_seats"] = list(out["winners"])
-        out["winners"] = [name(w) for w in out["winners"]]
-    return out  # type: ignore[no-any-return]
+# ``plain``/``public`` are the relay's own shaping of events (protocol/records.py): the expected
+# events are built exactly as the relay writes them.
+public = with_names
 
 
 def same(a: Any, b: Any) -> bool:

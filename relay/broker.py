@@ -26,6 +26,16 @@ Trust (the same rules as ``deploy/mosquitto.acl``, by MQTT client id):
   packet whole, so a packet longer than ``max_payload`` plus a small header allowance ends the
   connection as soon as its length is read, before its body is. Only the relay may leave
   retained messages.
+
+Rates (issue 12: one flooding client must not hurt the others): a flood has to be stopped before
+it costs this process -- which runs the relay too -- more than a sliver of its time, so amqtt never
+sees it. The gate reads each client's packets whole, before amqtt does (``_LimitedReader`` and
+``_Gate``): a PUBLISH over its sender's request or action rate (``relay.limits.Intake`` at the
+relay core's own rates, per client id) is dropped there, undecoded (acknowledged if its QoS asks),
+and the sender is told ``rate_limited`` on its private topic at most once a second (logged once per
+burst); ``limited`` counts the drops. Whatever a connection sends, its packets are read at most
+``READ_RATE`` a second: beyond that the flood waits in the sender's own socket. The relay's
+connection is not limited.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import asyncio
 import hmac
 import logging
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -48,8 +59,11 @@ from amqtt.session import Session
 # The helpers below moved to ``mqttkit`` (shared with the client); re-exported for older importers.
 from mqttkit import (DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BadURL, BrokerAddress, PortInUse, check_port,
                      free_port, parse_url, wait_event)
-from protocol.codec import MAX_MESSAGE_BYTES
-from protocol.topics import DEFAULT_PREFIX, valid_id
+from protocol import messages as m
+from protocol.codec import MAX_MESSAGE_BYTES, DecodeError, decode, encode
+from protocol.topics import DEFAULT_PREFIX, Topics, valid_id
+from relay.limits import Intake, TokenBucket
+from relay.model import RelayConfig
 
 __all__ = ["NODELAY", "BadURL", "BrokerAddress", "EmbeddedBroker", "PortInUse", "check_port", "free_port",
            "parse_url", "wait_event", "RELAY_USER", "Access", "BlinkAccessPlugin"]
@@ -138,53 +152,150 @@ class PacketTooLarge(Exception):
     """Raised inside amqtt's reader loop: ends the connection (a MQTTError would only skip a packet)."""
 
 
+#: Packets one client connection may have read a second (burst: as many), whatever they are. Well
+#: above what a player sends (its publishes are limited to the core's ``act_rate + req_rate``, 120/s
+#: by default, plus a ping or two; the project's bots at full speed send ~40/s) and above those
+#: limits, so the excess still meets them and its sender is told; a connection sending faster is
+#: simply read more slowly, so its excess waits in its own socket (TCP pushes back on the sender)
+#: instead of costing this process -- which also runs the relay -- time to read and drop it (~20 us
+#: a dropped packet; a connection flooding at full speed measured 1.5 % of a core, bench/RESULTS.md).
+READ_RATE = 300.0
+READ_BURST = 300.0
+PACE_BATCH = READ_RATE / 10
+PUBLISH_TYPE, PUBREL_TYPE = 3, 6
+
+
+class _Gate:
+    """One client connection's limits, applied to whole packets before amqtt reads them: every
+    packet is paced (``READ_RATE``); a PUBLISH outside the client's own topics (which amqtt's ACL
+    would refuse anyway) or over its rate (the broker's ``Intake``, shared by all connections and
+    keyed by client id, so reconnecting buys nothing) is dropped here, undecoded, and acknowledged
+    if its QoS asks for it; the sender is told ``rate_limited`` on its private topic at most once a
+    second."""
+
+    def __init__(self, broker: _GuardedBroker, client: str, writer: asyncio.StreamWriter) -> None:
+        self.broker = broker
+        self.client = client
+        self.writer = writer
+        self.pace = TokenBucket(READ_RATE, READ_BURST, time.monotonic_ns())
+        self.unreleased: set[bytes] = set()  # packet ids of dropped QoS 2 publishes (PUBREC sent)
+        self._topic = b""  # the last PUBLISH topic (raw, decoded) and whether the client may publish
+        self._topic_str = ""  # to it: a flood repeats one topic, so the ACL is asked once
+        self._topic_ok = False
+
+    async def keep(self, first: int, body: bytes) -> bool:
+        """Pass this packet (its first byte and its body) on to amqtt?"""
+        now = time.monotonic_ns()
+        pace = self.pace
+        if not pace.take(now):
+            # Sleep until a batch of tokens is back, not one: a paced flood then wakes this
+            # connection ten times a second rather than READ_RATE times.
+            await asyncio.sleep((PACE_BATCH - pace.tokens) / pace.rate)
+            now = time.monotonic_ns()
+            pace.take(now)
+        kind = first >> 4
+        if kind != PUBLISH_TYPE:
+            if kind == PUBREL_TYPE and body[:2] in self.unreleased:
+                self.unreleased.discard(body[:2])  # the release of a publish dropped here: complete it here
+                self._send(0x70, body[:2])
+                return False
+            return True
+        qos = (first >> 1) & 3
+        n = int.from_bytes(body[:2], "big")
+        raw = body[2:2 + n]
+        if raw != self._topic:
+            self._topic, self._topic_str = raw, raw.decode("utf-8", "replace")
+            self._topic_ok = self.broker.access.may_publish(self.client, self._topic_str)
+        if self._topic_ok:
+            intake = self.broker.intake
+            topic = self._topic_str
+            if intake.admit(topic, now):
+                return True
+            self.broker.limited += 1
+            if intake.first_refusal():
+                log.info("client %s over its rate on %s: the excess is dropped at the broker", self.client, topic)
+            if intake.tell(now):
+                await self._tell(topic, body[2 + n + (2 if qos else 0):])
+        if qos == 1:
+            self._send(0x40, body[2 + n:4 + n])  # PUBACK: the sender may go on; nobody gets it
+        elif qos == 2:
+            pid = body[2 + n:4 + n]
+            self.unreleased.add(pid)
+            self._send(0x50, pid)  # PUBREC
+        return False
+
+    def _send(self, first: int, pid: bytes) -> None:
+        try:
+            self.writer.write(bytes((first, 2)) + pid)  # one write: never inside another packet
+        except Exception:  # noqa: BLE001 - the connection is going away
+            pass
+
+    async def _tell(self, topic: str, payload: bytes) -> None:
+        """``rate_limited`` to the sender's private topic (an action's refusal names the action)."""
+        broker = self.broker
+        act = broker.topics.parse_act(topic)
+        what = "actions" if act else "requests"
+        rate = broker.intake.act[0] if act else broker.intake.req[0]
+        detail = f"too many {what}: at most {rate:g} a second; the rest are dropped"
+        reply: Any
+        if act:
+            action_id = -1
+            try:
+                msg = decode(payload)
+                if isinstance(msg, m.Act):
+                    action_id = msg.id
+            except DecodeError:
+                pass
+            reply = m.ActionRejected(act[0][:16], action_id, "rate_limited", detail)
+        else:
+            reply = m.RequestRejected("rate_limited", detail)
+        await broker.internal_message_broadcast(broker.topics.client(self.client), encode(reply))
+
+
 class _LimitedReader(ReaderAdapter):
     """The client's byte stream as amqtt reads it: first the CONNECT we already read, then the
-    socket, following MQTT framing so that a packet whose announced length is over the limit ends
-    the connection before any of its body is read."""
+    socket, a whole packet at a time: a packet whose announced length is over the limit ends the
+    connection before any of its body is read, and the gate (if any: not for the relay) may drop
+    a packet before amqtt sees it."""
 
-    def __init__(self, reader: asyncio.StreamReader, limit: int, replay: bytes) -> None:
+    def __init__(self, reader: asyncio.StreamReader, limit: int, replay: bytes, gate: _Gate | None = None) -> None:
         self._reader = reader
         self._limit = limit
-        self._replay = replay
-        self._state = "type"  # type -> length -> body
-        self._length = 0
-        self._mult = 1
-        self._left = 0
+        self._buf = replay
+        self._pos = 0
+        self._gate = gate
 
     async def read(self, n: int = -1) -> bytes:
-        head = b""
-        if self._replay:
-            head, self._replay = (self._replay, b"") if n < 0 else (self._replay[:n], self._replay[n:])
-            if n < 0 or len(head) == n:
-                return head
-            n -= len(head)
-        data = await (self._reader.read(n) if n == -1 else self._reader.readexactly(n))
-        self._follow(data)
-        return head + data
+        if self._pos >= len(self._buf):
+            self._buf, self._pos = await self._next_packet(), 0
+        end = len(self._buf) if n < 0 else self._pos + n
+        out = self._buf[self._pos:end]
+        self._pos += len(out)
+        while n >= 0 and len(out) < n:  # amqtt reads within one packet; this is only for safety
+            self._buf, self._pos = await self._next_packet(), 0
+            more = self._buf[:n - len(out)]
+            self._pos = len(more)
+            out += more
+        return out
 
-    def _follow(self, data: bytes) -> None:
-        i = 0
-        while i < len(data):
-            if self._state == "body":
-                take = min(self._left, len(data) - i)
-                self._left -= take
-                i += take
-                if self._left == 0:
-                    self._state = "type"
-                continue
-            byte = data[i]
-            i += 1
-            if self._state == "type":
-                self._state, self._length, self._mult = "length", 0, 1
-                continue
-            self._length += (byte & 0x7F) * self._mult
-            self._mult *= 128
-            if not byte & 0x80:
-                if self._length > self._limit:
-                    raise PacketTooLarge(f"packet of {self._length} bytes > {self._limit}")
-                self._left = self._length
-                self._state = "body" if self._length else "type"
+    async def _next_packet(self) -> bytes:
+        reader = self._reader
+        while True:
+            head = await reader.readexactly(2)  # the type and the first length byte
+            length, b = head[1] & 0x7F, head[1]
+            mult = 128
+            while b & 0x80:
+                if len(head) >= 5:
+                    raise PacketTooLarge("bad remaining length")
+                b = (await reader.readexactly(1))[0]
+                head += bytes((b,))
+                length += (b & 0x7F) * mult
+                mult *= 128
+            if length > self._limit:
+                raise PacketTooLarge(f"packet of {length} bytes > {self._limit}")
+            body = await reader.readexactly(length) if length else b""
+            if self._gate is None or await self._gate.keep(head[0], body):
+                return head + body
 
     def feed_eof(self) -> None:
         self._reader.feed_eof()
@@ -222,10 +333,14 @@ class _SubscriptionTable(dict[str, list[tuple[Session, int]]]):
 class _GuardedBroker(Broker):
     """amqtt's broker with a gate in front of every TCP connection (see the module header)."""
 
-    def __init__(self, config: dict[str, Any], access: Access, secret: str, packet_limit: int) -> None:
+    def __init__(self, config: dict[str, Any], access: Access, secret: str, packet_limit: int,
+                 intake: Intake, topics: Topics) -> None:
         super().__init__(config)
         self._subscriptions = _SubscriptionTable()
-        self._access = access
+        self.access = access
+        self.intake = intake
+        self.topics = topics
+        self.limited = 0  # publishes dropped for their sender's rate
         self._secret = secret
         self._packet_limit = packet_limit
 
@@ -234,7 +349,7 @@ class _GuardedBroker(Broker):
         out = StreamWriterAdapter(writer)
         try:
             first = await asyncio.wait_for(_read_first_packet(reader, self._packet_limit), timeout=10)
-            refusal, relay = await self._check_connect(first)
+            refusal, relay, client = await self._check_connect(first)
         except (PacketTooLarge, asyncio.IncompleteReadError, TimeoutError, ConnectionError, ValueError) as exc:
             log.info("connection refused before CONNECT: %s", exc)
             await _close(out)
@@ -250,12 +365,14 @@ class _GuardedBroker(Broker):
                 pass
             await _close(out)
             return
-        # The relay's own messages (a long match list) may be larger than a client's ever need be.
+        # The relay's own messages (a long match list) may be larger than a client's ever need be;
+        # the relay is never rate limited.
         limit = RELAY_PACKET_LIMIT if relay else self._packet_limit
-        await self.external_connected(_LimitedReader(reader, limit, first), out, listener_name)
+        gate = None if relay else _Gate(self, client, writer)
+        await self.external_connected(_LimitedReader(reader, limit, first, gate), out, listener_name)
 
-    async def _check_connect(self, first: bytes) -> tuple[int | None, bool]:
-        """(None, relay?) to let amqtt handle this CONNECT, else (the CONNACK code refusing it, _)."""
+    async def _check_connect(self, first: bytes) -> tuple[int | None, bool, str]:
+        """(None, relay?, client id) to let amqtt handle this CONNECT, else (the CONNACK code refusing it, _, _)."""
         if first[0] >> 4 != CONNECT_TYPE:
             raise ValueError("the first packet is not a CONNECT")
         connect = await ConnectPacket.from_stream(BufferReader(first))
@@ -264,16 +381,16 @@ class _GuardedBroker(Broker):
         client = connect.payload.client_id or ""
         relay = is_relay_login(connect.username, connect.password, self._secret)
         if connect.username == RELAY_USER and not relay:
-            return BAD_USERNAME_PASSWORD, False
+            return BAD_USERNAME_PASSWORD, False, client
         if not relay and not connect.payload.client_id_is_random and not valid_id(client):
-            return IDENTIFIER_REJECTED, False
+            return IDENTIFIER_REJECTED, False, client
         live = self.sessions.get(client)
         if live is not None and live[0].transitions.is_connected() and not relay:
-            return IDENTIFIER_REJECTED, False  # someone is connected under this id: no take-over without the secret
+            return IDENTIFIER_REJECTED, False, client  # someone is connected under this id: no take-over without the secret
         if connect.will_flag and not relay:
-            if connect.will_retain_flag or not self._access.may_publish(client, connect.will_topic or ""):
-                return NOT_AUTHORIZED, False
-        return None, relay
+            if connect.will_retain_flag or not self.access.may_publish(client, connect.will_topic or ""):
+                return NOT_AUTHORIZED, False, client
+        return None, relay, client
 
     async def retain_message(self, source_session: Session | None, topic_name: str | None,
                              data: bytes | bytearray | None, qos: int | None = None) -> None:
@@ -295,11 +412,14 @@ class EmbeddedBroker:
     rules; ``relay_address`` carries this start's relay secret (give it to the relay only)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 1883, prefix: str = DEFAULT_PREFIX,
-                 max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+                 max_payload: int = DEFAULT_MAX_PAYLOAD, config: RelayConfig | None = None) -> None:
         self.host = host
         self.port = port
         self.prefix = prefix
         self.max_payload = max_payload
+        #: Each client's publishes are limited here at the relay core's own rates (``config``):
+        #: the core then never has to see a flood, and nobody under the rates is ever affected.
+        self.intake = Intake.for_config(config or RelayConfig())
         self._secret = secrets.token_hex(16)
         self._broker: _GuardedBroker | None = None
 
@@ -321,7 +441,8 @@ class EmbeddedBroker:
             "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}", "max_connections": 1000}},
             "plugins": {f"{__name__}.BlinkAccessPlugin": {"relay_secret": self._secret, "prefix": self.prefix}},
         }
-        broker = _GuardedBroker(config, Access(self.prefix), self._secret, self.max_payload + HEADER_ALLOWANCE)
+        broker = _GuardedBroker(config, Access(self.prefix), self._secret, self.max_payload + HEADER_ALLOWANCE,
+                                self.intake, Topics(self.prefix))
         try:
             await broker.start()
         except Exception as exc:  # noqa: BLE001 - amqtt wraps bind errors in BrokerError

@@ -79,6 +79,7 @@ from typing import Any
 from protocol import messages as m
 from protocol.chance import SeededChance, commitment, derive
 from protocol.codec import DecodeError, decode
+from protocol.records import plain, with_names
 from protocol.rules import GAMES, canonical, game_for
 from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
 from protocol.topics import Topics, valid_id
@@ -103,6 +104,9 @@ MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``
 
 class RelayCore:
     _wall_offset = 0  # wall clock minus monotonic clock, for the call being handled (stamps only)
+    #: The ``now_ns`` of the latest ``handle``/``tick`` (with ``_wall_offset``: its wall clock). It
+    #: travels in snapshots, so a restarted shell can continue the core's monotonic time.
+    last_now_ns = 0
 
     def __init__(self, topics: Topics | None = None, config: RelayConfig | None = None, seed: int = 0) -> None:
         self.topics = topics or Topics()
@@ -180,6 +184,10 @@ class RelayCore:
             self._match_list(),
         ]
 
+    def last_clock(self) -> tuple[int, int]:
+        """(monotonic, wall) ns of the latest input: where a restarted shell continues the clock."""
+        return self.last_now_ns, self.last_now_ns + self._wall_offset
+
     def subscriptions(self) -> list[str]:
         return [self.topics.req_all, self.topics.act_all]
 
@@ -188,6 +196,7 @@ class RelayCore:
         times everything and must never go backwards); ``wall_ns`` (default: ``now_ns``) is the wall
         clock, used only to stamp events, snapshots, pongs and log records."""
         self._wall_offset = 0 if wall_ns is None else wall_ns - now_ns
+        self.last_now_ns = now_ns
         return self._stamped(self._handle(topic, payload, now_ns))
 
     def _handle(self, topic: str, payload: bytes, now_ns: int) -> list[Out]:
@@ -196,9 +205,10 @@ class RelayCore:
             act_addr = self.topics.parse_act(topic)
             if act_addr is not None:
                 code, client = act_addr
-                if valid_id(client) and valid_id(code) and not self._admit(client, code, payload, now_ns, out):
+                ids_ok = valid_id(client) and valid_id(code)
+                if ids_ok and not self._admit(client, code, payload, now_ns, out):
                     return out
-                self._on_act(code, client, payload, now_ns, out)
+                self._on_act(code, client, payload, now_ns, out, ids_ok)
                 return out
             requester = self.topics.parse_req(topic)
             if requester is not None:
@@ -223,6 +233,7 @@ class RelayCore:
         """Do what is due by ``now_ns`` (monotonic; ``wall_ns`` as in ``handle``). Only the matches
         whose deadline has come are visited: they come off a heap, never from a scan of all matches."""
         self._wall_offset = 0 if wall_ns is None else wall_ns - now_ns
+        self.last_now_ns = now_ns
         out: list[Out] = []
         try:
             self._housekeep(now_ns, out)
@@ -787,7 +798,7 @@ class RelayCore:
         self._event(match, now_ns, out, {"type": "game_result", "winner": winners[0] if len(winners) == 1 else None,
                                           "winners": winners, "reason": outcome.reason,
                                           "scores": list(outcome.scores), "wins": list(match.wins),
-                                          "seed": match.game_seed, **_plain(outcome.extra)})
+                                          "seed": match.game_seed, **plain(outcome.extra)})
         need = match.best_of // 2 + 1
         leaders = [i for i, w in enumerate(match.wins) if w >= need]
         played = match.game_index + 1
@@ -821,8 +832,11 @@ class RelayCore:
 
     # ------------------------------------------------------------------ actions
 
-    def _on_act(self, code: str, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
-        if not valid_id(client) or not valid_id(code):
+    def _on_act(self, code: str, client: str, payload: bytes, now_ns: int, out: list[Out],
+                ids_ok: bool | None = None) -> None:
+        if ids_ok is None:  # not checked by the caller
+            ids_ok = valid_id(client) and valid_id(code)
+        if not ids_ok:
             self._bad_quietly(now_ns, out, "bad_topic", match=code[:80], client=client[:80])
             return
         try:
@@ -982,7 +996,7 @@ class RelayCore:
         match.seq += 1
         self.fair.note_published(match.code, match.seq, now_ns)
         etype = str(data.pop("type"))
-        public = _with_names(data, match.names)
+        public = with_names(data, match.names)
         ev = m.Event(match=match.code, seq=match.seq, ts=now_ns + self._wall_offset, game=max(match.game_index, 0), type=etype, data=public)
         out.append(Publish(self.topics.ev(match.code), ev))
         past = self._past.get(match.code)
@@ -1045,35 +1059,3 @@ def _grace(value: Any) -> float | None:
 
 def _clean_name(name: str) -> str:
     return "".join(c for c in name if c.isprintable() and c not in "/+#")[:24].strip()
-
-
-def _with_names(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """Public events name players: ``player``/``winner`` become names, the seat stays beside them."""
-
-    def name(seat: Any) -> Any:
-        return names[seat] if type(seat) is int and 0 <= seat < len(names) else seat
-
-    out = _plain(data)
-    if "player" in out and type(out["player"]) is int:
-        out["seat"] = out["player"]
-        out["player"] = name(out["player"])
-    if "winner" in out:
-        out["winner_seat"] = out["winner"]
-        out["winner"] = name(out["winner"])
-    if "winners" in out and isinstance(out["winners"], list):
-        out["winner_seats"] = list(out["winners"])
-        out["winners"] = [name(w) for w in out["winners"]]
-    return out
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):  # events are mostly flat maps of scalars: no call per value for those
-        return {k if type(k) is str else str(k): v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain(dataclasses.asdict(value))
-    return value

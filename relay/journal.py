@@ -36,8 +36,13 @@ The embedded backend, ``SqliteJournal``, is one SQLite file (stdlib ``sqlite3``)
   power cut may lose the last batches (never corrupt the file). ``bench/journal_bench.py``
   measures both.
 - Group commit: ``append`` is one ``BEGIN IMMEDIATE … COMMIT``, whatever the batch size.
-- Records: one row per entry (``pos``, ``kind``, ``now_ns``, ``topic``, ``payload`` as a BLOB) with
-  a CRC-32 over all of them. SQLite's own WAL checksums already drop a torn last transaction
+- Records: one row per entry (``pos``, ``kind``, ``now_ns``, ``topic``, ``payload`` as a BLOB,
+  ``wall_ns``) with a CRC-32 over all of them. ``now_ns`` is the core's monotonic time (it orders
+  and times everything), ``wall_ns`` the wall clock the shell read with it (it only stamps events
+  and log lines): replay needs both to reproduce the same outputs. A row whose ``wall_ns`` is NULL
+  (written before schema 2, when the core ran on the wall clock) means ``wall_ns == now_ns`` and
+  keeps its old checksum, so opening a schema-1 journal migrates it in place by adding the column
+  (no row is rewritten). SQLite's own WAL checksums already drop a torn last transaction
   whole; the per-entry CRC also catches damage SQLite cannot see (a bad disk, a stray writer).
 - On open the live entries are verified in order (checksum, and positions without gaps): at the
   first bad one the valid prefix is kept and the rest is set aside (table ``discarded``); if the
@@ -45,7 +50,8 @@ The embedded backend, ``SqliteJournal``, is one SQLite file (stdlib ``sqlite3``)
   file and the damaged one is moved aside. Either way ``recovery_note`` says what happened in one
   line; it is ``None`` when the journal was sound.
 - A ``meta`` table holds the schema version (a journal written by a newer version is refused with
-  a clear ``JournalError``), the newest fence and the position compaction reached.
+  a clear ``JournalError``; an older one is migrated), the newest fence and the position compaction
+  reached.
 
 ``open_journal(data_dir)`` is what ``blink serve --data DIR`` uses: it creates the directory,
 checks that it is really writable (by creating a file: root passes every permission check), takes
@@ -75,7 +81,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: entries carry wall_ns beside the monotonic now_ns
 READ_CHUNK = 1024  # rows fetched per query while reading: no statement stays open across a yield
 
 KIND_MSG = 0
@@ -92,18 +98,22 @@ class FencedError(JournalError):
 
 @dataclass(frozen=True, slots=True)
 class Msg:
-    """One message handed to ``core.handle(topic, payload, now_ns)``."""
+    """One message handed to ``core.handle(topic, payload, now_ns, wall_ns)``. ``now_ns`` is the
+    core's monotonic time; ``wall_ns`` the wall clock (None: the same as ``now_ns``, as in entries
+    written before the core had two clocks)."""
 
     topic: str
     payload: bytes
     now_ns: int
+    wall_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """One ``core.tick(now_ns)`` call."""
+    """One ``core.tick(now_ns, wall_ns)`` call (``wall_ns`` as in ``Msg``)."""
 
     now_ns: int
+    wall_ns: int | None = None
 
 
 Entry = Msg | Tick
@@ -149,31 +159,44 @@ class Journal(Protocol):
 _HEAD = struct.Struct("<qBqI")  # pos, kind, now_ns, len(topic)
 
 
-def _crc(pos: int, kind: int, now_ns: int, topic: bytes, payload: bytes) -> int:
+_WALL = struct.Struct("<q")
+
+
+def _crc(pos: int, kind: int, now_ns: int, topic: bytes, payload: bytes, wall_ns: int | None = None) -> int:
     # The position is inside the checksum: a row that is intact but in the wrong place is caught too.
-    return zlib.crc32(payload, zlib.crc32(topic, zlib.crc32(_HEAD.pack(pos, kind, now_ns, len(topic)))))
+    # Without wall_ns it is schema 1's checksum, so rows written before the migration stay valid.
+    crc = zlib.crc32(payload, zlib.crc32(topic, zlib.crc32(_HEAD.pack(pos, kind, now_ns, len(topic)))))
+    return crc if wall_ns is None else zlib.crc32(_WALL.pack(wall_ns), crc)
 
 
-def _row(pos: int, entry: Entry) -> tuple[int, int, int, str | None, bytes | None, int]:
+Row = tuple[int, int, int, str | None, bytes | None, int, int | None]
+
+
+def _row(pos: int, entry: Entry) -> Row:
     if isinstance(entry, Msg):
+        wall = entry.wall_ns
         topic = entry.topic.encode("utf-8")
         payload = bytes(entry.payload)
-        return pos, KIND_MSG, entry.now_ns, entry.topic, payload, _crc(pos, KIND_MSG, entry.now_ns, topic, payload)
+        return (pos, KIND_MSG, entry.now_ns, entry.topic, payload,
+                _crc(pos, KIND_MSG, entry.now_ns, topic, payload, wall), wall)
     if isinstance(entry, Tick):
-        return pos, KIND_TICK, entry.now_ns, None, None, _crc(pos, KIND_TICK, entry.now_ns, b"", b"")
+        wall = entry.wall_ns
+        return pos, KIND_TICK, entry.now_ns, None, None, _crc(pos, KIND_TICK, entry.now_ns, b"", b"", wall), wall
     raise TypeError(f"a journal entry is a Msg or a Tick, not {type(entry).__name__}")
 
 
 def _entry(row: Sequence[Any]) -> Entry | None:
     """The entry a stored row holds, or None when the row fails its checksum or makes no sense."""
-    pos, kind, now_ns, topic, payload, crc = row
+    pos, kind, now_ns, topic, payload, crc, wall = row
     try:
+        if wall is not None and type(wall) is not int:
+            return None
         if kind == KIND_MSG and isinstance(topic, str) and isinstance(payload, bytes):
-            if _crc(pos, kind, now_ns, topic.encode("utf-8"), payload) == crc:
-                return Msg(topic, payload, now_ns)
+            if _crc(pos, kind, now_ns, topic.encode("utf-8"), payload, wall) == crc:
+                return Msg(topic, payload, now_ns, wall)
         elif kind == KIND_TICK and topic is None and payload is None:
-            if _crc(pos, kind, now_ns, b"", b"") == crc:
-                return Tick(now_ns)
+            if _crc(pos, kind, now_ns, b"", b"", wall) == crc:
+                return Tick(now_ns, wall)
     except (UnicodeEncodeError, struct.error, TypeError):
         pass
     return None
@@ -183,12 +206,14 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
     pos INTEGER PRIMARY KEY, kind INTEGER NOT NULL, now_ns INTEGER NOT NULL,
-    topic TEXT, payload BLOB, crc INTEGER NOT NULL);
+    topic TEXT, payload BLOB, crc INTEGER NOT NULL, wall_ns INTEGER);
 CREATE TABLE IF NOT EXISTS snapshots (pos INTEGER PRIMARY KEY, blob BLOB NOT NULL, crc INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS discarded (
-    pos INTEGER, kind INTEGER, now_ns INTEGER, topic TEXT, payload BLOB, crc INTEGER, reason TEXT);
+    pos INTEGER, kind INTEGER, now_ns INTEGER, topic TEXT, payload BLOB, crc INTEGER, reason TEXT, wall_ns INTEGER);
 """
-_COLUMNS = "pos, kind, now_ns, topic, payload, crc"
+_COLUMNS = "pos, kind, now_ns, topic, payload, crc, wall_ns"
+#: Schema 1 had no wall_ns: read as NULL (the same as now_ns).
+_COLUMNS_V1 = "pos, kind, now_ns, topic, payload, crc, NULL"
 
 
 # ---------------------------------------------------------------------------------------------- SQLite
@@ -271,11 +296,25 @@ class SqliteJournal:
                     f"the journal {self.path} was written by a newer version of blink (journal schema "
                     f"{row[0]}, this version reads up to {SCHEMA_VERSION}): upgrade blink, or use another "
                     f"data directory")
+            elif int(row[0]) < SCHEMA_VERSION:
+                self._migrate(int(row[0]))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _migrate(self, schema: int) -> None:
+        """Bring an older journal up to ``SCHEMA_VERSION`` (inside ``_init_schema``'s transaction)."""
+        conn = self._conn
+        if schema < 2:
+            # Schema 2 adds wall_ns; existing rows keep NULL (= now_ns) and their checksums.
+            for table in ("entries", "discarded"):
+                have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+                if "wall_ns" not in have:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN wall_ns INTEGER")
+        conn.execute("UPDATE meta SET value=? WHERE key='schema'", (SCHEMA_VERSION,))
+        self._notes.append(f"migrated from journal schema {schema} to {SCHEMA_VERSION}")
 
     def _meta(self, key: str, default: int = 0) -> int:
         row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -324,7 +363,8 @@ class SqliteJournal:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute(f"INSERT INTO discarded SELECT {_COLUMNS}, ? FROM entries WHERE pos >= ?", (reason, from_pos))
+            conn.execute(f"INSERT INTO discarded ({_COLUMNS}, reason) SELECT {_COLUMNS}, ? FROM entries WHERE pos >= ?",
+                         (reason, from_pos))
             count, top = conn.execute("SELECT count(*), max(pos) FROM entries WHERE pos >= ?", (from_pos,)).fetchone()
             conn.execute("DELETE FROM entries WHERE pos >= ?", (from_pos,))
             conn.execute("COMMIT")
@@ -368,13 +408,15 @@ class SqliteJournal:
                 raise JournalError(f"the journal {self.path} is damaged ({why}) and no snapshot covering its "
                                    f"compacted part is readable: move it aside to start afresh")
             base = snaps[0][0] if snaps else 0
-            rows = _valid_run(old, compacted)
+            columns = _COLUMNS if int(meta.get("schema", 0)) >= 2 else _COLUMNS_V1
+            rows = _valid_run(old, compacted, columns)
             if compacted + len(rows) < base:
-                compacted, rows = base, _valid_run(old, base)  # the snapshot stands for the lost ones
+                compacted, rows = base, _valid_run(old, base, columns)  # the snapshot stands for the lost ones
         finally:
             old.close()
         last = compacted + len(rows)
         meta["compacted"] = compacted
+        meta["schema"] = SCHEMA_VERSION  # the rows are copied into a fresh file of this schema
         fresh = self.path.with_name(self.path.name + ".rebuild")
         for p in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
             p.unlink(missing_ok=True)
@@ -387,7 +429,7 @@ class SqliteJournal:
                     new.execute(statement)
             new.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(meta.items()))
             new.executemany("INSERT INTO snapshots VALUES (?, ?, ?)", snaps)
-            new.executemany(f"INSERT INTO entries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows)
+            new.executemany(f"INSERT INTO entries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             new.execute("COMMIT")
             new.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
@@ -427,7 +469,7 @@ class SqliteJournal:
                                               f"the journal has a newer owner")
                         if newest is None or fence > int(newest[0]):
                             conn.execute("INSERT OR REPLACE INTO meta VALUES ('fence', ?)", (fence,))
-                    conn.executemany(f"INSERT INTO entries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                    conn.executemany(f"INSERT INTO entries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -612,11 +654,11 @@ def open_journal(data_dir: str | Path, *, durable: bool = True) -> SqliteJournal
     return SqliteJournal(data_dir / "journal.db", durable=durable, lock=lock)
 
 
-def _valid_run(conn: sqlite3.Connection, after: int) -> list[Any]:
+def _valid_run(conn: sqlite3.Connection, after: int, columns: str = _COLUMNS) -> list[Any]:
     """The valid, gap-free entries after position ``after`` of a damaged file, up to the first bad one."""
     rows: list[Any] = []
     try:
-        for row in conn.execute(f"SELECT {_COLUMNS} FROM entries WHERE pos > ? ORDER BY pos", (after,)):
+        for row in conn.execute(f"SELECT {columns} FROM entries WHERE pos > ? ORDER BY pos", (after,)):
             if row[0] != after + len(rows) + 1 or _entry(row) is None:
                 break
             rows.append(row)
@@ -644,9 +686,9 @@ def _why(exc: BaseException) -> str:
 class Replayable(Protocol):
     """The part of the relay core that replay drives (``relay.core.RelayCore`` fits)."""
 
-    def handle(self, topic: str, payload: bytes, now_ns: int) -> object: ...
+    def handle(self, topic: str, payload: bytes, now_ns: int, wall_ns: int | None = None) -> object: ...
 
-    def tick(self, now_ns: int) -> object: ...
+    def tick(self, now_ns: int, wall_ns: int | None = None) -> object: ...
 
 
 C = TypeVar("C", bound=Replayable)
@@ -655,10 +697,16 @@ C = TypeVar("C", bound=Replayable)
 def feed(core: Replayable, entries: Iterable[Entry]) -> None:
     """Feed entries into a core in order, discarding its outputs (they were published before the crash)."""
     for entry in entries:
+        # wall_ns only when there is one: an entry without it was handled with the one clock.
         if isinstance(entry, Msg):
-            core.handle(entry.topic, entry.payload, entry.now_ns)
-        else:
+            if entry.wall_ns is None:
+                core.handle(entry.topic, entry.payload, entry.now_ns)
+            else:
+                core.handle(entry.topic, entry.payload, entry.now_ns, entry.wall_ns)
+        elif entry.wall_ns is None:
             core.tick(entry.now_ns)
+        else:
+            core.tick(entry.now_ns, entry.wall_ns)
 
 
 def replay(journal: Journal, core_factory: Callable[[], C], restore: Callable[[bytes], C] | None = None) -> C:

@@ -27,6 +27,17 @@ removed when they become moot, so scheduling is O(log n); when moot entries outn
 ones the core rebuilds the heap from its matches (amortised O(1) a change), so moot entries never
 pile up for the length of a waiting match's lifetime.
 
+``Intake`` is the same per-client limit applied *before* anything is decoded, where messages
+enter: in the embedded broker (``relay/broker.py``, at the core's own rates: a flooder's excess
+never reaches the relay) and in the relay's shell as each message arrives from the broker
+(``relay/shell.py``; on Mosquitto, which cannot limit a client's rate, this is the first place
+that can). A topic's last level is its sender's client id (``.../lobby/req/C``,
+``.../m/G/CODE/act/C``; the broker's ACL makes sure of that), the level before it says whether it
+is a request or an action, so ``admit`` costs a ``rpartition``, a dict lookup and a token bucket.
+It keeps at most about ``max_clients`` buckets: past that, the buckets that have refilled (their
+clients are under the rate, so forgetting them changes nothing) are dropped, all at once, and the
+next clean-up waits until the table has doubled again (amortised O(1) a message).
+
 Nothing here reads a clock; every object pickles (the journal snapshots the core).
 """
 
@@ -36,7 +47,13 @@ import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from relay.model import RelayConfig
+
 NS = 1_000_000_000
+#: The relay's own intake lets a client through at this many times the core's rates, so that the
+#: core still sees a flood begin and answers it (``rate_limited``, once per burst) while the bulk
+#: of the flood is dropped undecoded before it.
+RELAY_INTAKE_SLACK = 1.5
 
 
 class TokenBucket:
@@ -162,3 +179,79 @@ class Deadlines:
         while self.heap and self.heap[0][0] <= now_ns and len(out) < limit:
             out.append(heapq.heappop(self.heap))
         return out
+
+
+class Intake:
+    """Per-client request and action buckets, keyed by the client id a topic ends with, checked
+    before a message is decoded (see the module doc)."""
+
+    def __init__(self, act_rate: float, act_burst: float, req_rate: float, req_burst: float,
+                 max_clients: int = 50_000, tell_ns: int = NS) -> None:
+        self.act = (act_rate, act_burst)
+        self.req = (req_rate, req_burst)
+        self.max_clients = max_clients
+        self.tell_ns = tell_ns
+        self.buckets: dict[str, TokenBucket] = {}  # "a/C" or "r/C" -> bucket
+        self.told: dict[str, int] = {}  # same keys -> when the sender was last told it is limited
+        self.admitted = 0
+        self.dropped = 0
+        self._prune_at = max_clients
+        self._refused: tuple[str, TokenBucket] = ("", TokenBucket(0.0, 0.0, 0))  # the last refusal's key, bucket
+
+    @classmethod
+    def for_config(cls, config: RelayConfig, slack: float = 1.0) -> Intake:
+        """The core's rates (``config``), times ``slack``."""
+        return cls(config.act_rate * slack, config.act_burst * slack, config.req_rate * slack,
+                   config.req_burst * slack, config.max_clients)
+
+    @staticmethod
+    def key(topic: str) -> str | None:
+        """"a/C" for an action topic, "r/C" for a request topic, None for any other."""
+        head, _, client = topic.rpartition("/")
+        if head.endswith("/act"):
+            return "a/" + client
+        if head.endswith("/req"):
+            return "r/" + client
+        return None
+
+    def admit(self, topic: str, now_ns: int) -> bool:
+        """May this message go on to be decoded? Topics that are neither a request nor an action
+        pass (whoever reads them refuses them). After a refusal, ``first_refusal`` and ``tell``
+        are about the refused sender and kind."""
+        key = self.key(topic)
+        if key is None:
+            return True
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            if len(self.buckets) >= self._prune_at:
+                self._prune(now_ns)
+            rate, burst = self.act if key[0] == "a" else self.req
+            bucket = self.buckets[key] = TokenBucket(rate, burst, now_ns)
+        if bucket.take(now_ns):
+            self.admitted += 1
+            return True
+        self.dropped += 1
+        self._refused = (key, bucket)
+        return False
+
+    def first_refusal(self) -> bool:
+        """After a refused ``admit``: the first refusal of this sender's burst (log it)?"""
+        return self._refused[1].first_refusal()
+
+    def tell(self, now_ns: int) -> bool:
+        """After a refused ``admit``: should its sender be told now (at most once per ``tell_ns``)?"""
+        key = self._refused[0]
+        last = self.told.get(key)
+        if last is not None and now_ns - last < self.tell_ns:
+            return False
+        self.told[key] = now_ns
+        return True
+
+    def _prune(self, now_ns: int) -> None:
+        keep: dict[str, TokenBucket] = {}
+        for key, b in self.buckets.items():
+            if b.tokens + max(0, now_ns - b.at_ns) * b.rate / NS < b.burst:
+                keep[key] = b  # still being limited: forgetting it would hand the sender a fresh burst
+        self.buckets = keep
+        self.told = {k: v for k, v in self.told.items() if k in keep}
+        self._prune_at = max(self.max_clients, 2 * len(keep))

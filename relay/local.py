@@ -19,6 +19,9 @@ start a throwaway relay (``blink match``, ``latency``, ``load``, ``play``) a pri
 their own, removed when they stop, so two of them never collide on a lock. ``write_mosquitto_config`` (from
 ``relay.mosquitto``) is here for ``blink broker-config``, the server-side command that sets up an
 external broker.
+
+``ChildServer`` (``relay/localproc.py``) is the same embedded broker + relay in a child process of
+its own: what ``blink play`` starts, so its window and the relay never share an event loop.
 """
 
 from __future__ import annotations
@@ -28,18 +31,21 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
 from protocol.topics import Topics
-from relay.broker import EmbeddedBroker
 from relay.core import RelayConfig
 from relay.journal import JournalError, default_data_dir, open_journal
+from relay.localproc import ChildServer
 from relay.mosquitto import write_mosquitto_config
 from relay.shell import RelayShell
 
-__all__ = ["JournalError", "LocalServer", "RelayConfig", "cluster_server", "default_data_dir", "public_url",
-           "start_local", "temporary_data_dir", "write_mosquitto_config"]
+if TYPE_CHECKING:  # imported where it is started: a relay on an outside broker never loads amqtt (start-up time)
+    from relay.broker import EmbeddedBroker
+
+__all__ = ["ChildServer", "JournalError", "LocalServer", "RelayConfig", "cluster_server", "default_data_dir",
+           "public_url", "start_local", "temporary_data_dir", "write_mosquitto_config"]
 
 
 def temporary_data_dir() -> Path:
@@ -67,7 +73,9 @@ class LocalServer:
         if broker_url:
             relay_address = parse_url(broker_url)
         else:
-            self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload)
+            from relay.broker import EmbeddedBroker
+
+            self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload, config)
             relay_address = self.broker.relay_address
         #: Where players connect (never the relay's credentials).
         self.address: BrokerAddress = relay_address.public()

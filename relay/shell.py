@@ -5,8 +5,9 @@ How this works
 Two tasks share one event loop, so the core is never entered concurrently:
 
 - the *connection* task holds the aiomqtt connection: it subscribes to every client's request
-  topic and every match's action topics and puts each incoming message, stamped with
-  ``time.time_ns()`` on arrival, into an inbox. When the broker goes away (restarted, the
+  topic and every match's action topics, and paho's message callback puts each incoming message
+  (not through aiomqtt's queue and async iterator: a task and a loop turn per message), stamped on arrival with
+  the relay's monotonic time and the wall clock (see "Time" below), into an inbox. When the broker goes away (restarted, the
   connection taken over, a network blip) it reconnects with backoff (0.1 s doubling to 5 s),
   resubscribes, and asks the stepper to republish; the core is kept. Only the very first
   connection may fail for good (a wrong URL or password is reported, not retried for ever).
@@ -18,22 +19,44 @@ Two tasks share one event loop, so the core is never entered concurrently:
   meanwhile: the next batch grows while this one is written),
   and only then publishes the step's outputs and writes its event-log lines. So a player hears
   ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly the
-  ``now_ns`` values the core was given, so replay is exact.
+  ``now_ns``/``wall_ns`` values the core was given, so replay is exact.
 
-Recovery (``--data DIR`` holding a journal): the latest snapshot (a pickle of the core) is loaded
+Publishing. A step's outputs go out together, without a trip through the event loop per message
+and without a system call per message: the QoS-0 messages of a step (all the core sends but the
+retained status) are packed as MQTT PUBLISH packets, back to back, into one buffer, and that buffer
+is written with one ``send`` straight away when paho has nothing else waiting to be written;
+otherwise (or for what the socket does not take) it is queued in the paho client under aiomqtt as
+one outgoing "packet" (paho writes queued bytes as they are; the broker reads a stream), which the
+writer callback aiomqtt registers on the loop writes on the next turn, after what was queued
+before it. A QoS-1 message goes through paho's ``publish`` (ids, acknowledgements), after
+the buffer so far, keeping the order. aiomqtt's own ``await client.publish`` costs a loop turn per
+message, and paho a ``send`` per message: on this busy 2-core machine a loopback ``send`` took
+0.3-0.9 ms, most of the relay's time per action (bench/RESULTS.md has the figures). A publish on a dropped
+connection is counted and logged once per step, never raised: the connection task reconnects and
+the stepper resyncs everyone then.
+
+Time. The core runs on a monotonic clock (``time.monotonic_ns()`` plus an offset): deadlines,
+holds, rate limits and timers never jump when the wall clock is set. The wall clock
+(``time.time_ns()``) is read beside it and passed as ``wall_ns`` only to stamp events, snapshots,
+pongs and log lines. Both are journalled. The monotonic clock restarts with the machine, so a
+relay that recovers a core continues the core's time where its last input left it plus the wall
+time elapsed since then (never backwards): a deadline due 2 s after the last input before a crash
+is due 2 s after it still, or at once if the outage was longer.
+
+Recovery (``--data DIR`` holding a journal): the latest snapshot (the core, ``relay/snapshot.py``) is loaded
 -- a new journal gets a snapshot of the fresh core at position 0, so its seed and configuration
 survive -- and every later entry is replayed. The event log's tail is then completed: the only
 step whose log lines can be missing is the last one journalled before the crash (a step is
 logged before the next one starts), so the replayed steps' lines after the last line found in
 the log are appended, and a torn last line is cut. Once connected, the shell publishes the
 relay's online status and the match list (from then on it serves requests), then every match's
-retained snapshot and every player's private view, so clients resync. While replaying, the core's
-view and snapshot builders are shadowed on the instance (they only read the state, and fresh ones
-follow anyway): that is most of the core's work per input. Every ``snapshot_every_s`` seconds (or
-``snapshot_every`` entries) the core is pickled between two steps (in a worker thread, while the
-stepper waits) and saved, and the journal is compacted up to the previous snapshot (two stay, in
-case the newest cannot be read): replay stays short, and matches the core has forgotten leave the
-journal.
+retained snapshot and every player's private view, so clients resync. While replaying, the core
+runs as it did live (publishing a snapshot also schedules its next one) and only its log records
+are kept. Every ``snapshot_every_s`` seconds or ``snapshot_every`` entries (but no sooner after the
+last than ``SNAPSHOT_COST_RATIO`` times its CPU time) the core is serialised between two steps (in
+a worker thread, while the stepper waits) and saved, and the journal is compacted up to the
+previous snapshot (two stay, in case the newest cannot be read): replay stays short, and matches
+the core has forgotten leave the journal.
 
 Outbound messages are published at QoS 0: every public event carries a gap-free ``seq``, so a
 client that misses one asks for a resync. The relay's status topic is retained and set to
@@ -53,7 +76,6 @@ import gc
 import json
 import logging
 import os
-import pickle
 import secrets
 import time
 from pathlib import Path
@@ -65,8 +87,13 @@ from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, wai
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics, valid_id
+from paho.mqtt.client import MQTT_ERR_SUCCESS, MQTTv5, PUBLISH, MQTTMessageInfo
+from paho.mqtt.client import time_func as paho_time
+
+from relay import snapshot as snapshots
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import Entry, Journal, JournalError, Msg, Tick, feed
+from relay.limits import RELAY_INTAKE_SLACK, Intake
 
 log = logging.getLogger("blink.relay")
 
@@ -76,7 +103,13 @@ TOO_LARGE_QUIET_NS = 1_000_000_000
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
 SNAPSHOT_EVERY_S = 10.0
-SNAPSHOT_EVERY = 20_000  # entries: with thousands of players pinging, about 10 s of a busy relay
+#: Entries after which a snapshot is due: replay costs about 0.2 ms of CPU an entry (BLINK plays),
+#: so a restart replays at most about 0.2 s of them (it was 20,000: 4 s or more).
+SNAPSHOT_EVERY = 1_000
+#: ... but a snapshot costs the running relay its own time (0.2-0.3 s of CPU at 1,000 live
+#: matches, the stepper waits): the next one comes no sooner than this many times its CPU time
+#: after it, so snapshots never take more than about a tenth of the relay's CPU, however busy it is.
+SNAPSHOT_COST_RATIO = 10.0
 LOG_TAIL_BYTES = 1 << 20  # how much of the event log's end recovery reads to find where it stops
 _SHELL_ONLY = ("relay_started",)  # log lines the core never writes
 
@@ -94,6 +127,7 @@ class RelayShell:
         # can knock the relay off its broker by connecting under its client id.
         self.client_id = f"blink-{self.config.relay_id}-{secrets.token_hex(8)}"
         self._refused: dict[str, int] = {}  # sender -> when it was last told ``too_large`` (ns)
+        self.intake = Intake.for_config(self.config, RELAY_INTAKE_SLACK)  # before decoding (Mosquitto cannot limit rates)
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
         self.core = RelayCore(self.topics, self.config, self.seed)
         self.journal = journal
@@ -102,7 +136,10 @@ class RelayShell:
         self.log_path = Path(log_path) if log_path else None
         self._log_file: IO[str] | None = None
         self._client: aiomqtt.Client | None = None
-        self._inbox: list[tuple[str, bytes, int]] = []
+        self._inbox: list[tuple[str, bytes, int, int]] = []  # topic, payload, monotonic ns, wall ns
+        #: The core's time is ``time.monotonic_ns() + _mono_offset`` (set by ``_resume_clock``).
+        self._mono_offset = 0
+        self.publish_failures = 0  # messages a dropped connection would not take
         self._wake = asyncio.Event()
         self._resync = False  # set on (re)connect: the stepper republishes status, snapshots and views
         self.ready = asyncio.Event()
@@ -111,12 +148,27 @@ class RelayShell:
         #: is how long reading the snapshot and replaying took.
         self.recovered: str | None = None
         self.recovery_s = 0.0
+        self.snapshot_s = 0.0  # CPU seconds the last snapshot took to serialise (it spaces them out)
         self.reconnects = 0
         self._snap_pos = 0
         self._snap_at = time.monotonic()
         self._prev_snap = 0
 
     # ------------------------------------------------------------------ recovery
+
+    def now(self) -> tuple[int, int]:
+        """The core's (monotonic, wall) time in ns."""
+        return time.monotonic_ns() + self._mono_offset, time.time_ns()
+
+    def _resume_clock(self) -> None:
+        """Continue a recovered core's monotonic time: where its last input left it, plus the wall
+        time elapsed since (a restart may be a reboot: the monotonic clock then starts again at 0,
+        and it never says how long the relay was down). Never backwards."""
+        last_mono, last_wall = self.core.last_clock()
+        if last_mono == 0 and last_wall == 0:
+            return  # a fresh core: nothing to continue
+        mono, wall = time.monotonic_ns(), time.time_ns()
+        self._mono_offset = last_mono + max(0, wall - last_wall) - mono
 
     def recover(self) -> None:
         """Rebuild the core from the journal (see the header). Called by ``run``; idempotent."""
@@ -142,29 +194,27 @@ class RelayShell:
         snapshot = journal.latest_snapshot()
         if snapshot is None and journal.last_position() == 0:
             # A new journal: the fresh core at position 0 carries the seed and the configuration.
-            journal.save_snapshot(0, pickle.dumps(self.core, protocol=pickle.HIGHEST_PROTOCOL))
+            journal.save_snapshot(0, snapshots.dump(self.core))
             self._snap_at = time.monotonic()
             return
         if snapshot is None:
             raise JournalError("the journal holds entries but no snapshot to start them from: "
                                "move the data directory aside to start afresh")
         pos, blob = snapshot
-        try:
-            core = pickle.loads(blob)
-        except Exception as exc:  # noqa: BLE001 - one line, not a traceback
-            raise JournalError(f"the journal's snapshot at {pos} cannot be read by this version "
-                               f"({type(exc).__name__}: {exc}): move the data directory aside to start afresh") from exc
-        if not isinstance(core, RelayCore):
-            raise JournalError(f"the journal's snapshot at {pos} is not a relay core")
+        cpu = time.thread_time()
+        core = snapshots.load(blob, f"the journal's snapshot at {pos}")  # refuses a newer format in one line
+        # Writing a snapshot costs about twice reading it: until the first one is measured, that
+        # spaces it out, so a restarted relay does not spend its first moments on one.
+        self.snapshot_s = 2 * (time.thread_time() - cpu)
         replayed: list[tuple[Entry, list[Any]]] = []
         # Replay keeps only the log records (the resync after recovery sends fresh views and
         # snapshots). The core runs unshadowed: publishing a snapshot also schedules the next
         # coalesced one, so skipping it would change the core's own deadlines.
         for _, entry in journal.read(pos + 1):
             if isinstance(entry, Msg):
-                out = core.handle(entry.topic, entry.payload, entry.now_ns)
+                out = core.handle(entry.topic, entry.payload, entry.now_ns, entry.wall_ns)
             else:
-                out = core.tick(entry.now_ns)
+                out = core.tick(entry.now_ns, entry.wall_ns)
             replayed.append((entry, [o for o in out if isinstance(o, LogRecord)]))
         self.core = core
         # The journal's seed and configuration win: the matches were made with them.
@@ -225,6 +275,7 @@ class RelayShell:
 
     async def run(self) -> None:
         self.recover()
+        self._resume_clock()
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = open(self.log_path, "a", encoding="utf-8")
@@ -264,6 +315,9 @@ class RelayShell:
                                           username=self.address.username or RELAY_USER,
                                           password=self.address.password, socket_options=NODELAY,
                                           will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
+                    # Incoming messages go from paho's callback straight into the inbox: aiomqtt's
+                    # queue and async iterator cost a task, a wait and a loop turn per message.
+                    client._client.on_message = self._on_paho_message  # noqa: SLF001
                     for t in self.core.subscriptions():
                         await client.subscribe(t, qos=1)
                     self._client = client
@@ -275,9 +329,14 @@ class RelayShell:
                     self._resync = True
                     self._wake.set()
                     try:
+                        # Nothing arrives here any more (see on_message above): this waits for the
+                        # connection to drop, which ends the iteration with an MqttError.
                         async for msg in client.messages:
+                            if not self.intake.admit(msg.topic.value, time.monotonic_ns()):
+                                continue  # a flood's excess (relay/limits.py Intake): dropped undecoded
                             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
-                            self._inbox.append((msg.topic.value, bytes(payload), time.time_ns()))
+                            self._inbox.append((msg.topic.value, bytes(payload),
+                                                time.monotonic_ns() + self._mono_offset, time.time_ns()))
                             self._wake.set()
                     except asyncio.CancelledError:
                         # Stopping: say so on the retained status while the connection is up.
@@ -296,10 +355,24 @@ class RelayShell:
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
 
+    def _on_paho_message(self, _client: Any, _userdata: Any, message: Any) -> None:
+        """paho's on_message (on the loop, inside aiomqtt's reader callback): stamp and queue."""
+        try:
+            topic = message.topic
+        except UnicodeDecodeError:  # not a topic any broker should pass on
+            return
+        mono = time.monotonic_ns()
+        if not self.intake.admit(topic, mono):
+            return  # a flood's excess (relay/limits.py Intake): dropped undecoded
+        payload = message.payload
+        self._inbox.append((topic, bytes(payload) if isinstance(payload, (bytes, bytearray)) else b"",
+                            mono + self._mono_offset, time.time_ns()))
+        self._wake.set()
+
     async def _step_loop(self) -> None:
         while True:
             deadline = self.core.next_deadline()
-            now = time.time_ns()
+            now = time.monotonic_ns() + self._mono_offset
             resync = self._resync and self._client is not None
             if not self._inbox and not resync and (deadline is None or deadline > now):
                 delay = MAX_SLEEP_S if deadline is None else min(MAX_SLEEP_S, max(0.0, (deadline - now) / 1e9))
@@ -312,10 +385,10 @@ class RelayShell:
         then the outputs."""
         if self._resync and self._client is not None:
             self._resync = False
-            now = time.time_ns()
-            await self._emit(self.core.startup(now))  # online: from here on requests are served
+            now, wall = self.now()
+            self._emit(self.core.startup(now))  # online: from here on requests are served
             self.ready.set()
-            await self._emit(self._resync_outputs(now))
+            self._emit(self._resync_outputs(now, wall))
         # At most MAX_BATCH messages a step: an overloaded relay still answers the oldest first
         # without waiting for a whole backlog, and snapshots still come between steps.
         inbox, self._inbox = self._inbox[:MAX_BATCH], self._inbox[MAX_BATCH:]
@@ -323,38 +396,42 @@ class RelayShell:
         out: list[Any] = []
         core = self.core
         journalling = self.journal is not None
-        for topic, payload, now_ns in inbox:
+        for topic, payload, now_ns, wall_ns in inbox:
             if len(payload) > self.max_payload:
-                out.extend(self._too_large(topic, len(payload), now_ns))
+                out.extend(self._too_large(topic, len(payload), now_ns, wall_ns))
                 continue
             if journalling:
-                entries.append(Msg(topic, payload, now_ns))
-            out.extend(core.handle(topic, payload, now_ns))
+                entries.append(Msg(topic, payload, now_ns, wall_ns))
+            out.extend(core.handle(topic, payload, now_ns, wall_ns))
         deadline = core.next_deadline()
-        now = time.time_ns()
+        now, wall = self.now()
         if deadline is not None and deadline <= now:
-            entries.append(Tick(now))
-            out.extend(core.tick(now))
+            entries.append(Tick(now, wall))
+            out.extend(core.tick(now, wall))
         journal = self.journal
         if journal is not None and entries:
             # Before anything of this step is published: nothing a player hears accepted is lost.
             await asyncio.to_thread(journal.append, entries)
         if out:
-            await self._emit(out)
+            self._emit(out)
         if journal is not None and (journal.last_position() - self._snap_pos >= self.snapshot_every
                                     or (time.monotonic() - self._snap_at >= self.snapshot_every_s
                                         and journal.last_position() > self._snap_pos)):
             await self.snapshot()
 
-    async def snapshot(self) -> None:
-        """Save the core (between two steps) and compact the journal up to the previous snapshot."""
+    async def snapshot(self, force: bool = False) -> None:
+        """Save the core (between two steps) and compact the journal up to the previous snapshot.
+        Skipped (unless ``force``) when the last one ended less than ``SNAPSHOT_COST_RATIO`` times
+        its own CPU time ago: the stepper asks again after its next step."""
         journal = self.journal
         if journal is None:
+            return
+        if not force and time.monotonic() - self._snap_at < self.snapshot_s * SNAPSHOT_COST_RATIO:
             return
         pos = journal.last_position()
         # In a worker thread, so the connection keeps receiving; only the stepper (awaiting here)
         # changes the core, so it holds still while it is pickled.
-        blob = await asyncio.to_thread(pickle.dumps, self.core, pickle.HIGHEST_PROTOCOL)
+        blob, self.snapshot_s = await asyncio.to_thread(_dump_timed, self.core)
         self._snap_at = time.monotonic()
         await asyncio.to_thread(journal.save_snapshot, pos, blob)
         keep = self._snap_pos  # two snapshots stay: the newest, and one to fall back to
@@ -362,17 +439,18 @@ class RelayShell:
         if keep > 0:
             await asyncio.to_thread(journal.compact, keep)
 
-    def _resync_outputs(self, now_ns: int) -> list[Any]:
+    def _resync_outputs(self, now_ns: int, wall_ns: int) -> list[Any]:
         """What a (re)connected relay publishes, after its status and the match list, so that every
         client can resync: each match's retained snapshot and each player's view (read-only on the core)."""
         core = self.core
+        core._wall_offset = wall_ns - now_ns  # noqa: SLF001 - the snapshots' stamps
         out: list[Any] = []
         for match in core.matches.values():
             core._publish_snapshot(match, now_ns, out)  # noqa: SLF001 - read-only: builds messages
             core._send_views(match, out)  # noqa: SLF001
         return out
 
-    def _too_large(self, topic: str, size: int, now_ns: int) -> list[Any]:
+    def _too_large(self, topic: str, size: int, now_ns: int, wall_ns: int) -> list[Any]:
         """A payload over the limit is not decoded. Its sender (known from the topic) is told
         ``too_large`` and it is logged, once a second per sender at most: a flood costs one line."""
         act = self.topics.parse_act(topic)
@@ -384,27 +462,92 @@ class RelayShell:
             self._refused.clear()
         self._refused[key] = now_ns
         detail = f"{size} bytes > {self.max_payload}"
-        out: list[Any] = [LogRecord({"kind": "bad_input", "code": "too_large", "ts": now_ns,
+        out: list[Any] = [LogRecord({"kind": "bad_input", "code": "too_large", "ts": wall_ns,
                                      "client": key[:80], "detail": detail})]
         if client and valid_id(client):
             reply = m.ActionRejected(act[0][:16], -1, "too_large", detail) if act else m.RequestRejected("too_large", detail)
             out.append(Publish(self.topics.client(client), reply))
         return out
 
-    async def _emit(self, out: list[Any]) -> None:
+    def _emit(self, out: list[Any]) -> None:
+        """Write a step's log lines and publish its messages, all at once (see "Publishing")."""
         records = [o for o in out if isinstance(o, LogRecord)]
         if records:
             self._write(records)
         client = self._client
         if client is not None:
-            try:
-                await self._publish(client, out)
-            except aiomqtt.MqttError as exc:
+            failed = self._send(client, out)
+            if failed:
                 # The connection dropped: the connection task reconnects and the stepper resyncs
                 # everyone then; what this step would have said is in the state they will get.
-                log.warning("publish failed (%s); waiting for the broker", exc)
+                self.publish_failures += failed
+                log.warning("%d publish(es) failed (%s); waiting for the broker", failed, self._last_failure)
+
+    _last_failure = ""
+
+    def _send(self, client: aiomqtt.Client, out: list[Any]) -> int:
+        """Queue the ``Publish``es of ``out`` in paho as one buffer (see "Publishing"); return how
+        many could not be queued (the connection is down). Never raises for a dropped connection."""
+        paho = client._client  # noqa: SLF001 - aiomqtt's paho client: queueing there is synchronous
+        publishes = [o for o in out if isinstance(o, Publish)]
+        if not publishes:
+            return 0
+        if not paho.is_connected():
+            self._last_failure = "not connected"
+            return len(publishes)
+        v5 = paho.protocol == MQTTv5
+        buf = bytearray()
+        failed = 0
+        for o in publishes:
+            payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
+            try:
+                if o.qos == 0:
+                    _pack_publish(buf, o.topic, payload, o.retain, v5)
+                    continue
+                if buf:
+                    self._queue(paho, buf)
+                    buf = bytearray()
+                rc = paho.publish(o.topic, payload, o.qos, o.retain).rc
+            except (ValueError, OSError, RuntimeError) as exc:  # a bad topic; a socket torn down under it
+                self._last_failure = f"{type(exc).__name__}: {exc}"
+                failed += 1
+                continue
+            if rc != MQTT_ERR_SUCCESS:
+                self._last_failure = f"paho rc {rc}"
+                failed += 1
+        if buf:
+            try:
+                self._queue(paho, buf)
+            except (ValueError, OSError, RuntimeError) as exc:  # the connection broke under it
+                self._last_failure = f"{type(exc).__name__}: {exc}"
+                failed += sum(1 for o in publishes if o.qos == 0)  # an upper bound: what this step sent
+        # What was not written here: queueing asked aiomqtt for a writer callback, which writes the whole
+        # queue on the loop's next turn and then unregisters itself. (Calling paho's loop_write
+        # here would race that deferred registration and could leave a writer registered.)
+        return failed
+
+    @staticmethod
+    def _queue(paho: Any, buf: bytearray) -> None:
+        data = bytes(buf)
+        sock = paho._sock  # noqa: SLF001
+        if sock is not None and not paho._ssl and not paho._out_packet:  # noqa: SLF001
+            # Nothing of paho's is waiting to be written: write now, on this turn of the loop,
+            # rather than on the next through the writer callback (one wake-up less per step).
+            try:
+                sent = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            paho._last_msg_out = paho_time()  # noqa: SLF001 - as paho's own writes do (keep-alive)
+            if sent == len(data):
+                return
+            data = data[sent:]  # the socket is full: paho writes the rest when it drains
+        # mid 0 is never a real message id (paho's run 1..65535): aiomqtt's on_publish ignores it.
+        rc = paho._packet_queue(PUBLISH, data, 0, 0, MQTTMessageInfo(0))  # noqa: SLF001
+        if rc != MQTT_ERR_SUCCESS:
+            raise OSError(f"paho rc {rc}")
 
     async def _publish(self, client: aiomqtt.Client, out: list[Any]) -> None:
+        """Publish and wait until each message is written (for the last words before stopping)."""
         for o in out:
             if isinstance(o, Publish):
                 payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
@@ -420,6 +563,35 @@ class RelayShell:
         for r in records:
             if r.record.get("kind") == "bad_input":
                 log.info("bad input: %s", r.record)
+
+
+def _dump_timed(core: RelayCore) -> tuple[bytes, float]:
+    """The core's snapshot blob and the CPU time serialising it took (this thread's only: the wall
+    time of a busy machine, or of the event loop receiving meanwhile, is not the snapshot's cost)."""
+    started = time.thread_time()
+    blob = snapshots.dump(core)
+    return blob, time.thread_time() - started
+
+
+def _pack_publish(buf: bytearray, topic: str, payload: bytes | bytearray, retain: bool, v5: bool) -> None:
+    """Append an MQTT PUBLISH packet at QoS 0 (3.1.1, or 5 with no properties) to ``buf``."""
+    t = topic.encode("utf-8")
+    if not t or len(t) > 0xFFFF or "+" in topic or "#" in topic or "\0" in topic:
+        raise ValueError(f"not a topic to publish to: {topic[:80]!r}")
+    remaining = 2 + len(t) + len(payload) + (1 if v5 else 0)
+    if remaining > 268_435_455:
+        raise ValueError("message too large for MQTT")
+    buf.append(0x30 | (1 if retain else 0))
+    while True:  # the remaining length: 7 bits a byte, least significant first
+        byte, remaining = remaining & 0x7F, remaining >> 7
+        buf.append(byte | 0x80 if remaining else byte)
+        if not remaining:
+            break
+    buf += len(t).to_bytes(2, "big")
+    buf += t
+    if v5:
+        buf.append(0)  # no properties
+    buf += payload
 
 
 __all__ = ["RelayShell", "feed"]

@@ -154,7 +154,7 @@ def test_kill_9_and_restart_on_the_same_data_directory(point: str, mosquitto: Br
                 await players[1].join(code)
                 tasks = [asyncio.create_task(Bot(p, reaction_s=0.05, seed=i).run()) for i, p in enumerate(players)]
                 mine = lambda: [e for e in events if e.match == code]  # noqa: E731
-                await until(lambda: kill_when(mine()), 60, f"the kill point {point}")
+                await until(lambda: kill_when(mine()), 180, f"the kill point {point}")
                 relay.kill9()
                 seen = max(e.seq for e in mine())
                 heard = {(p.client_id, v.id) for p in players for v in p.model.verdicts if v.ok}

@@ -485,13 +485,18 @@ def test_a_spectator_gets_the_results_screen_at_the_end_of_a_watched_match(xdisp
                         t.cancel()
                     await asyncio.gather(*bots, return_exceptions=True)
                     assert await stop(app, task) == 0
-        # the watcher recorded what it saw: the match from when it started watching
+        # the watcher recorded the match from its first event (the relay re-sent the past ones): a
+        # true log that replays
         files = list((tmp_path / "replays").glob("*.jsonl"))
         assert len(files) == 1 and "match_over" in files[0].read_text()
+        lines = files[0].read_text().splitlines()
+        assert json.loads(lines[0])["seq"] == 1 and json.loads(lines[0])["type"] == "match_created"
         from client.replays import list_replays
+        from protocol.verify import parse_log, verify
 
-        entry = list_replays(tmp_path / "replays")[0]  # its start was never seen: listed, and why it cannot play
-        assert entry.game == "sequence" and "cannot be replayed" in entry.result and " beat " in entry.result
+        assert verify(parse_log(lines)).ok
+        entry = list_replays(tmp_path / "replays")[0]
+        assert entry.game == "sequence" and "cannot be replayed" not in entry.result and " beat " in entry.result
 
     asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
 

@@ -1,8 +1,11 @@
 """Sending less: a client that applies the public events plus its private updates holds exactly the
-relay's view for its seat after every seq (and a spectator the public view), for random games."""
+relay's view for its seat after every seq (and a spectator the public view), for random games of all
+four kinds; a private update only ever reaches its owner's topic."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -11,7 +14,7 @@ from hypothesis import strategies as st
 from client.model import ClientModel
 from protocol import messages as m
 from protocol.codec import decode, encode
-from protocol.rules import blink
+from protocol.rules import blink, roll_your_own, sequence, takeaway
 from protocol.topics import Topics
 from relay.core import Publish, RelayConfig, RelayCore
 
@@ -19,28 +22,44 @@ T = Topics()
 S = 1_000_000_000
 
 
+CLIENTS = "abcdefgh"
+
+
 class Table:
-    """A relay core, two players' models and a spectator's, fed every output in order (through the
+    """A relay core, every player's model and a spectator's, fed every output in order (through the
     codec, as on the wire)."""
 
-    def __init__(self, seed: int, game_settings: dict[str, Any]) -> None:
+    def __init__(self, seed: int, game_settings: dict[str, Any], game: str = "blink", seats: int = 2) -> None:
         self.core = RelayCore(T, RelayConfig(), seed=seed)
         self.now = 1
-        self.models = {"a": ClientModel("a", "a"), "b": ClientModel("b", "b")}
+        self.clients = CLIENTS[:seats]
+        self.models = {c: ClientModel(c, c) for c in self.clients}
         self.spectator = ClientModel("s", "s")
         self.ids = 0
         self.resyncs: list[tuple[str, Any]] = []
-        out = self.core.handle(T.req("a"), encode(m.CreateMatch(name="ann", settings=game_settings)), self.now)
+        self.private = 0  # private updates sent (each checked as it goes out)
+        self.private_checked = 0  # ... and of them, those checked against the seat's own view
+        self.kinds: set[str] = set()  # the types of the events published
+        self.views = 0  # whole views sent after the game started (sending less: only at its boundaries)
+        out = self.core.handle(T.req("a"), encode(m.CreateMatch(name="ann", game=game, settings=game_settings,
+                                                                 seats=seats)), self.now)
         self.code = next(o.msg.match for o in out if isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined))
         self.spectator.spectate(self.code)
         self.deliver(out)
-        self.send(T.req("b"), m.JoinMatch(name="bob", code=self.code))
+        for c in self.clients[1:]:
+            self.send(T.req(c), m.JoinMatch(name=f"p{c}", code=self.code))
 
     def deliver(self, out: list[Any]) -> None:
         for o in out:
             if not isinstance(o, Publish) or isinstance(o.msg, bytes):
                 continue
             msg = decode(encode(o.msg))
+            if isinstance(msg, m.Event):
+                self.kinds.add(msg.type)
+            if isinstance(msg, m.PrivateUpdate):
+                self.check_private(o.topic, msg)
+            elif isinstance(msg, m.ViewUpdated):
+                self.views += 1
             for client, model in self.models.items():
                 if o.topic in (T.client(client), T.ev(self.code)):
                     for req in model.on_message(msg, self.now):
@@ -48,6 +67,23 @@ class Table:
             if o.topic in (T.ev(self.code), T.snap(self.code)):
                 for req in self.spectator.on_message(msg, self.now):
                     self.resyncs.append(("s", req))
+
+    def check_private(self, topic: str, update: m.PrivateUpdate) -> None:
+        """A private update goes to its owner's topic only and holds nothing but what that seat's own
+        view holds at its seq (never another seat's hidden part)."""
+        self.private += 1
+        match = self.core.matches[self.code]
+        owners = {T.client(s.client): seat for seat, s in enumerate(match.players)}
+        assert topic in owners, topic
+        seat = owners[topic]
+        state = match.state_at(update.seq)
+        if state is None or update.game != max(match.game_index, 0):
+            return  # the game ended in the same step (its history is gone): the topic was checked
+        self.private_checked += 1
+        rules = match.rules
+        assert rules.apply_private is not None
+        own = rules.view(state, seat)
+        assert rules.to_wire(rules.apply_private(own, seat, update.delta)) == rules.to_wire(own)
 
     def send(self, topic: str, msg: Any) -> list[Any]:
         out = self.core.handle(topic, encode(msg), self.now)
@@ -63,7 +99,7 @@ class Table:
         if match.state is None:
             return
         rules = match.rules
-        for seat, client in enumerate(("a", "b")):
+        for seat, client in enumerate(self.clients):
             p = self.models[client].predictor
             assert p is not None and p.confirmed_seq == match.seq, (client, p and p.confirmed_seq, match.seq)
             assert rules.to_wire(p.confirmed) == rules.to_wire(rules.view(match.state, seat)), client
@@ -73,28 +109,42 @@ class Table:
             assert rules.to_wire(sp.confirmed) == rules.to_wire(rules.view(match.state, None))
 
 
+#: An action of each dice game for a seat that may not act (refused: the views must not move).
+DUMMY: dict[str, Any] = {"takeaway": takeaway.Reroll(), "sequence": sequence.RemoveChip(0, 0),
+                         "ryo": roll_your_own.RaiseFace(0)}
+
 SMALL_DECK = {"colours": ["red", "blue", "green"], "shapes": ["star", "moon"], "counts": [1, 2, 3]}
 
 
 def play_out(table: Table, steps: list[tuple[int, int]]) -> None:
-    """Drive the match: ``(who, pick)`` -- who 0..3: seat who % 2 makes its pick-th legal action
-    (from the true state); who 4: time passes (pick ms)."""
+    """Drive the match: ``(who, pick)`` -- who 0..3: seat who % seats (or, in a turn game, whoever
+    may act) makes its pick-th legal action (from the true state); who 4: time passes (pick ms)."""
     table.check()
+    seats = len(table.clients)
     for who, pick in steps:
         match = table.core.matches.get(table.code)
         if match is None or match.status == "over":
             break
         if who == 4 or match.status != "playing":
-            table.tick(pick * 1_000_000)  # up to a second: countdowns, stalemates, picks, snapshots
+            table.tick(pick * 1_000_000)  # up to a second: countdowns, stalemates, picks, timers, snapshots
         else:
-            legal = blink.legal_actions(match.state, who % 2)
-            if not legal:
+            rules = match.rules
+            seat = who % seats
+            if not rules.realtime and who != 3:  # a turn game: whoever may act (who 3: anyone, maybe refused)
+                seat = next(((seat + i) % seats for i in range(seats)
+                             if rules.legal_actions(match.state, (seat + i) % seats)), seat)
+            legal = rules.legal_actions(match.state, seat)
+            if not legal and who == 3 and not rules.realtime:
+                table.ids += 1  # refused (not this seat's turn): nothing may change
+                table.send(T.act(table.code, table.clients[seat]), m.Act(id=table.ids, seq=match.seq,
+                                                                         action=rules.action_to_wire(DUMMY[rules.name])))
+            elif not legal:
                 table.tick(100_000_000)
             else:
                 action = legal[pick % len(legal)]
                 table.ids += 1
-                table.send(T.act(table.code, "ab"[who % 2]), m.Act(id=table.ids, seq=match.seq,
-                                                                   action=blink.action_to_wire(action)))
+                table.send(T.act(table.code, table.clients[seat]), m.Act(id=table.ids, seq=match.seq,
+                                                                         action=rules.action_to_wire(action)))
                 table.now += 1_000_000
         table.check()
     assert table.resyncs == []  # delivered in order, nothing is ever in doubt
@@ -165,3 +215,114 @@ def test_a_private_update_never_reaches_another_players_topic() -> None:
         state = table.core.matches[table.code].state_at(o.msg.seq)
         if state is not None:
             assert o.msg.delta["hand"] == [str(c) for c in state.hands[seat]]
+
+
+# --- the dice games ---------------------------------------------------------------------------------
+
+STEPS = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 1000)), min_size=1, max_size=300)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), seats=st.integers(2, 6), layout=st.sampled_from(["hex19", "random"]),
+       once=st.booleans(), timer=st.sampled_from([0.0, 0.2]), steps=STEPS)
+def test_takeaway_events_rebuild_every_view(seed: int, seats: int, layout: str, once: bool, timer: float,
+                                            steps: list[tuple[int, int]]) -> None:
+    game_settings = {"layout": layout, "size": 12, "reroll_once_per_game": once, "turn_timer_s": timer}
+    if layout != "random":
+        del game_settings["size"]
+    table = Table(seed, game_settings, "takeaway", seats)
+    play_out(table, steps)
+    assert table.private == 0  # nothing is secret: the events say it all
+    assert table.views <= 3 * seats  # whole views only at the start, the game's end and the match's end
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), seats=st.integers(2, 4), length=st.integers(3, 5),
+       max_turns=st.sampled_from([12, 400]), timer=st.sampled_from([0.0, 0.2]), steps=STEPS)
+def test_sequence_events_rebuild_every_view(seed: int, seats: int, length: int, max_turns: int, timer: float,
+                                            steps: list[tuple[int, int]]) -> None:
+    game_settings = {"sequence_length": length, "max_turns": max_turns, "turn_timer_s": timer}
+    table = Table(seed, game_settings, "sequence", seats)
+    play_out(table, steps)
+    assert table.private == 0
+    assert table.views <= 3 * seats
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), seats=st.integers(2, 4), budget=st.sampled_from([1, 6, 21]),
+       pool=st.sampled_from([None, 8]), timer=st.sampled_from([0.0, 0.2]), steps=STEPS)
+def test_roll_your_own_events_plus_private_updates_rebuild_every_view(seed: int, seats: int, budget: int,
+                                                                      pool: int | None, timer: float,
+                                                                      steps: list[tuple[int, int]]) -> None:
+    # Small budgets make identical one-valued dice (lots drawn) and choices that cannot be made.
+    game_settings: dict[str, Any] = {"budget": budget, "rolls_per_round": 2, "rounds_per_game": 2,
+                                     "games_per_match": 2, "turn_timer_s": timer}
+    if pool is not None and budget == 21:  # a finite pool: tiles swap in and out, and run short
+        game_settings["tile_pool"] = pool
+    table = Table(seed, game_settings, "ryo", seats)
+    play_out(table, steps)
+    assert table.views <= 3 * seats
+
+
+def test_whole_dice_matches_rebuild_every_view() -> None:
+    """Whole seeded dice matches (timeouts included): the same check at length, and every event kind
+    the appliers read is seen."""
+    import random
+
+    kinds: set[str] = set()
+    privates = 0
+    for game, game_settings in (("takeaway", {"layout": "random", "size": 14, "turn_timer_s": 0.3}),
+                                ("sequence", {"sequence_length": 3, "turn_timer_s": 0.3}),
+                                ("sequence", {"max_turns": 20}),
+                                ("ryo", {"rolls_per_round": 2, "rounds_per_game": 2, "games_per_match": 2,
+                                         "turn_timer_s": 0.3, "tile_pool": 8}),
+                                ("ryo", {"budget": 0, "rolls_per_round": 1, "rounds_per_game": 2, "games_per_match": 1}),
+                                ("ryo", {"rolls_per_round": 2, "rounds_per_game": 2, "games_per_match": 2})):
+        for seed in range(4):
+            rnd = random.Random(seed)
+            seats = rnd.randint(2, 4)
+            table = Table(seed, dict(game_settings), game, seats)
+            play_out(table, [(rnd.randint(0, 4), rnd.randint(0, 1000)) for _ in range(3000)])
+            assert table.core.matches[table.code].status == "over", (game, seed)
+            privates += table.private_checked
+            kinds |= table.kinds
+    assert privates > 0  # Roll Your Own's builds went to their builders
+    assert {"order_decided", "reroll_requested", "blink_claimed", "turn_timeout",  # Takeaway
+            "rolloff", "first_player", "chip_placed", "chip_removed", "no_move",  # Sequence
+            "die_built", "dice_revealed", "face_raised", "face_lowered", "lower_chosen", "choice_started",
+            "roll_won", "round_won", "game_won", "build_started", "lot_drawn", "roll_tied"} <= kinds, kinds
+
+
+def test_a_roll_your_own_build_stays_secret_until_the_reveal() -> None:
+    """While dice are built, no public message (event or snapshot) carries a built die; each builder
+    hears its own die on its own topic."""
+    table = Table(3, {"budget": 21}, "ryo", 3)
+    public: list[Any] = []
+    seen = table.deliver
+
+    def watching(out: list[Any]) -> None:
+        public.extend(o for o in out if isinstance(o, Publish) and o.topic in (T.ev(table.code), T.snap(table.code)))
+        seen(out)
+
+    table.deliver = watching  # type: ignore[method-assign]
+    builds = [(1, 2, 3, 4, 5, 6), (0, 0, 0, 7, 7, 7), (3, 3, 3, 3, 3, 3)]
+    for seat in range(3):
+        table.ids += 1
+        table.send(T.act(table.code, table.clients[seat]), m.Act(id=table.ids, seq=table.core.matches[table.code].seq,
+                                                                 action=roll_your_own.action_to_wire(
+                                                                     roll_your_own.BuildDie(builds[seat]))))
+        table.tick(1_000_000_000)  # snapshots too
+        table.check()
+        state = table.models[table.clients[seat]].predictor
+        assert state is not None and state.confirmed.dice[seat] == builds[seat]
+        if seat < 2:
+            for client in table.clients[seat + 1:]:  # the others do not know it yet
+                p = table.models[client].predictor
+                assert p is not None and p.confirmed.dice[seat] is None
+    assert table.private == 3
+    revealed = next(i for i, o in enumerate(public) if isinstance(o.msg, m.Event) and o.msg.type == "dice_revealed")
+    before = json.dumps([dataclasses.asdict(o.msg) for o in public[:revealed]], default=str)
+    assert public[:revealed] and '"die_built"' in before
+    for faces in builds:
+        assert json.dumps(list(faces)) not in before  # no die, as a list, in any public message before the reveal
+    assert table.resyncs == []

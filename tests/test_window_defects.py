@@ -178,7 +178,7 @@ def test_cannot_play_text_fits_its_panel(xdisplay: str, tmp_path: Path) -> None:
                 for lbl in (scene.big_c, scene.sub_c):
                     assert lbl.content_width <= panel_w, (lbl.text, lbl.content_width, panel_w)
             else:
-                labels = [lbl for lbl in scene._pool[True][: scene._used[True]] if lbl.text]
+                labels = [lbl for lbl in scene.drawn_labels("over") if lbl.text]
                 assert any(lbl.text == "Cannot play" for lbl in labels)
                 for lbl in labels:
                     assert lbl.content_width <= scene.w * 0.9, (lbl.text, lbl.content_width, scene.w)

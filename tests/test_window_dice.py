@@ -359,7 +359,7 @@ def test_turn_timer_shows_a_countdown(xdisplay: str, game: str, tmp_path: Path) 
             # the bar really is on screen (its filled part, in its colour) and the seconds show
             inner = type(bar)(bar.x, bar.y, bar.w * 0.8, bar.h * 0.6)
             assert colour_pixels(p, inner, colour[:3], tol=30) > 50
-            assert any(lbl.text.endswith(" s") for lbl in app.scene._pool[False])
+            assert any(lbl.text.endswith(" s") for lbl in app.scene.drawn_labels("frame"))
             # it counts down, within the same wait
             await until(app, lambda: (app.describe()["timer"] or 99) <= first - 1.0, LONG)
             assert app.scene.vm._clock == wait

@@ -4,12 +4,15 @@ How this works
 --------------
 One asyncio event loop runs everything in one thread: the frame task below, your ``Player``'s
 MQTT reader and pinger, the bot opponent's ``Player`` and ``Bot``, and -- when no ``--server`` is
-given -- the embedded broker and the relay (``LocalServer``). The frame task does, ~60 times a
+given -- the embedded broker and the relay run in a child process of their own (``blink play``:
+``relay/localproc.py``; a dead child ends the window with exit status 1 and one line), or on this
+loop (``LocalServer``, in-process tests). The frame task does, ~60 times a
 second and without ever awaiting inside a frame:
 
     pyglet.clock.tick(); window.dispatch_events()   # X events -> scene input handlers
     scene.update(now)                               # read the model, update drawables in place
-    app.draw(); window.flip()                       # draw the batches, present
+    app.draw(); window.flip()                       # draw the batches, present -- only when the
+                                                    # picture changed (``Scene.still``, the HUD)
 
 and then sleeps until the next frame is due (``asyncio.sleep``), which is when the network tasks
 run. Why one loop and not pyglet's own ``pyglet.app.run`` with asyncio in a second thread:
@@ -75,6 +78,11 @@ def table_class(game: str) -> type[Scene]:
     return scene_for(game)
 
 STEADY_AFTER_S = 2.0  # frame statistics also report the frames after this much start-up time
+#: The least pause between two frames, even when they are late. A message goes through a chain of
+#: callbacks (socket readable -> MQTT client -> queue -> reader task), one loop turn each; with no
+#: pause a late frame task is ready on every turn and a whole frame is drawn between two links, so
+#: on a busy machine a pong took four frames to arrive (the HUD's RTT in the hundreds of ms).
+MIN_FRAME_GAP_S = 0.003
 
 
 @dataclass
@@ -109,6 +117,7 @@ class App:
         self.exit_code = 0
         self.drawn = 0  # display counter: goes up when the drawn picture changed
         self._seen: tuple[int, int] = (0, 0)
+        self._present_left = 2  # frames to present whatever changed (a new window, size or scene)
         self._injected: list[tuple[int, int, int]] = []
         self._input_ts: int | None = None
         self._frame_waiters: list[asyncio.Future[int]] = []
@@ -184,7 +193,12 @@ class App:
             return bool(self.scene and self.scene.on_mouse_release(x, y, button, modifiers))
 
         @w.event
+        def on_expose() -> None:  # the window was uncovered (no compositor keeps its pixels): draw again
+            self.present_again()
+
+        @w.event
         def on_resize(width: int, height: int) -> None:
+            self.present_again()
             if self.overlay is not None:
                 self.overlay.resize(width, height)
             if self.scene is not None:
@@ -242,6 +256,7 @@ class App:
             self.scene.exit()
         self.scene = cls(self)
         self.scene.enter()
+        self.present_again()
 
     def current_game(self) -> str:
         """The game being played: the match's (joined or watched), else the one chosen."""
@@ -332,6 +347,7 @@ class App:
             return
         self.session, self._live_session = self._live_session, None
         self.overlay = None
+        self.present_again()
         if self.hud is not None:
             self.hud.resize(*self.size)
         self.goto("replays")
@@ -375,22 +391,31 @@ class App:
             scene.update(now)
             if self.scene is scene:
                 break
-        seen = (id(self.scene), self.scene.display_version)  # type: ignore[union-attr]
-        if seen != self._seen:
+        scene = self.scene
+        assert scene is not None
+        seen = (id(scene), scene.display_version)
+        changed = seen != self._seen
+        if changed:
             self._seen = seen
             self.drawn += 1
-        if self.hud is not None:
-            self.hud.update(self.session.model, now)
-        w.switch_to()
-        # Drawn directly: pyglet's xlib window would queue a dispatched on_draw until the next
-        # dispatch_events, i.e. draw one frame late.
-        self.draw()
-        if self._shot is not None:
-            self._save(self._shot)
-            self._shot = None
-        w.flip()
+        if self.hud is not None and self.hud.update(self.session.model, now):
+            changed = True
+        # Present only a frame that shows something new: under software GL clearing, drawing and
+        # flipping the window is most of a frame's cost, and the last picture stays on screen.
+        present = (changed or not scene.still() or self.overlay is not None or self._shot is not None
+                   or self._present_left > 0)
+        if present:
+            self._present_left = max(0, self._present_left - 1)
+            w.switch_to()
+            # Drawn directly: pyglet's xlib window would queue a dispatched on_draw until the next
+            # dispatch_events, i.e. draw one frame late.
+            self.draw()
+            if self._shot is not None:
+                self._save(self._shot)
+                self._shot = None
+            w.flip()
         t1 = time.perf_counter_ns()
-        self.stats.frame(t0, t1, self.drawn)
+        self.stats.frame(t0, t1, self.drawn, presented=present)
         if self._frame_waiters:
             waiters, self._frame_waiters = self._frame_waiters, []
             for f in waiters:
@@ -403,6 +428,11 @@ class App:
             p.parent.mkdir(parents=True, exist_ok=True)
         pyglet.image.get_buffer_manager().get_color_buffer().save(str(p))
         self.shots_saved.append(str(p))
+
+    def present_again(self) -> None:
+        """Draw and present the next frames even if no scene says it changed (the window was
+        uncovered or resized, a scene or an overlay came or went)."""
+        self._present_left = 2
 
     def request_screenshot(self, path: str) -> None:
         """Save the next frame (as drawn, before it is presented) to ``path``."""
@@ -430,6 +460,10 @@ class App:
         quit_at = self._started + self.config.quit_after if self.config.quit_after is not None else None
         steady_at = self._started + STEADY_AFTER_S
         while not self.closing:
+            if getattr(self.session, "server_lost", None):
+                # The local relay's process is gone: nothing can be played; say so and end.
+                self.exit_code = 1
+                break
             if time.monotonic() >= steady_at:
                 self.stats.mark_steady()
             last = quit_at is not None and time.monotonic() >= quit_at
@@ -443,7 +477,7 @@ class App:
             if delay < -period:  # fell behind (a stall): start afresh instead of racing to catch up
                 next_t = loop.time()
                 delay = 0.0
-            await asyncio.sleep(max(0.0, delay))
+            await asyncio.sleep(max(MIN_FRAME_GAP_S, delay))
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -484,7 +518,7 @@ class App:
                                                            "session": self.session.status})
             starter.cancel()
             failed = self.session.status == "error"
-            if failed:
+            if failed and not getattr(self.session, "server_lost", None):  # that one ``blink play`` prints
                 log.warning("blink play: %s", self.session.message)
             try:
                 await asyncio.wait_for(self.session.close(), timeout=15)

@@ -3,7 +3,7 @@
 How this works
 --------------
 One label in the app's own batch, drawn over every scene. ``update`` recomputes the text at most
-four times a second from ``model.clock`` (the lowest-delay ping sample: ``rtt_ns`` and
+once a second from ``model.clock`` (the lowest-delay ping sample: ``rtt_ns`` and
 ``offset_ns``) and the frame statistics, and only touches the label when the text changed. While
 the connection heals (``model.connection``) it starts with "reconnecting…".
 """
@@ -53,19 +53,23 @@ class Hud:
         self.label.font_size = round(f, 1)
         self.label.position = (width - f, height - f * 0.8, 0)
 
-    def update(self, model: Any, now_ns: int) -> None:
+    def update(self, model: Any, now_ns: int) -> bool:
+        """Bring the text up to date; True if it changed (the frame must be drawn)."""
         self._frames += 1
         if now_ns < self._next:
-            return
+            return False
         fps = None
         if self._since:
             fps = self._frames * NS / max(1, now_ns - self._since)
         self._since, self._frames = now_ns, 0
-        self._next = now_ns + NS // 4
+        self._next = now_ns + NS  # a new text is a new layout (a few ms): once a second is plenty
         clock = model.clock if model is not None else None
         text = hud_text(clock.rtt_ns if clock else None, clock.offset_ns if clock else None, fps)
         text = connection_note(model) + text
+        if text == self.label.text:
+            return False
         set_text(self.label, text)
+        return True
 
     def draw(self) -> None:
         self.batch.draw()

@@ -98,6 +98,8 @@ def mix(tris: Tris, alpha: float, bg: tuple[int, int, int]) -> list[int]:
 
 
 def _mix(col: list[int], alpha: float, bg: tuple[int, int, int]) -> list[int]:
+    if alpha >= 1.0 and (not col or min(col[3::4]) == 255):
+        return col  # opaque already (most pictures): nothing to mix
     out = list(col)
     br, bgg, bb = bg
     for i in range(0, len(col), 4):
@@ -142,7 +144,7 @@ class Mesh:
         assert tris is not None
         pos = tris.pos[: 2 * n]
         if self.blend:
-            col = list(tris.col[: 4 * n])
+            col = tris.col[: 4 * n]  # a slice is a copy already
             if alpha != 1.0:
                 for i in range(3, len(col), 4):
                     col[i] = int(col[i] * alpha)
@@ -150,13 +152,13 @@ class Mesh:
             col = mix(tris, alpha, self.bg)[: 4 * n]
         cap = self.count
         if self._vl is not None and cap // 2 < n <= cap:
-            # Same vertex list: pad with zero-area triangles (cheaper than a new list, which makes
-            # the batch rebuild its draw list).
-            if n < cap:
-                pos = list(pos) + [0.0] * (2 * (cap - n))
-                col = list(col) + [0] * (4 * (cap - n))
-            self._vl.position[:] = pos
-            self._vl.colors[:] = col
+            # Same vertex list (cheaper than a new one, which makes the batch rebuild its draw
+            # list): the new picture's vertices written over the old ones, and where the old one
+            # was longer, its rest made zero-area triangles (the tail beyond was zero already).
+            self._vl.position[: 2 * n] = pos
+            self._vl.colors[: 4 * n] = col
+            if n < self.used:
+                self._vl.position[2 * n: 2 * self.used] = [0.0] * (2 * (self.used - n))
             self.used = n
             return
         if self._vl is not None:

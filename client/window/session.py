@@ -20,8 +20,9 @@ failure becomes a message, never an exception in the frame loop.
 
 With ``config.record_dir`` set (``blink play`` sets the data directory's ``replays/``), every
 match played or watched is recorded by a silent extra connection (``client/replays.py``): it
-subscribes before the match is created, so the file starts at ``match_created``, and
-``blink replay`` / the menu's Replays can play it back.
+subscribes before the match is created, so the file starts at ``match_created`` (a match watched
+by code asks the relay for its past events from seq 1), and ``blink replay`` / the menu's Replays
+can play it back. Watching by code starts from the match's first event too (``Player.watch``).
 
 ``act_now`` is how the window plays: the prediction is applied synchronously (the very frame that
 handled the key already draws the card on the pile) and only the publish is left to a task.
@@ -83,6 +84,10 @@ class SessionConfig:
     autoplay: bool = False
     autoplay_reaction_s: float = 0.55
     relay_config: Any = None  # a RelayConfig for the local relay (tests force decks with it)
+    #: Run the local broker + relay in a child process (``blink play`` does: the window's frames
+    #: then never delay the relay); False keeps them on this event loop (in-process tests read the
+    #: relay's state directly; ``bench/hud_bench.py`` measures both).
+    relay_process: bool = False
     seed: int | None = None
     ping_interval_s: float = 0.5
     players: int = 2  # seats in a match this window creates; bots fill all but yours
@@ -116,7 +121,9 @@ async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
 class Session:
     def __init__(self, config: SessionConfig) -> None:
         self.config = config
-        self.server: Any = None  # LocalServer
+        self.server: Any = None  # LocalServer, or ChildServer (``config.relay_process``)
+        #: Why the local relay's child process ended on its own (one line), once it has.
+        self.server_lost: str | None = None
         self.address: Any = None  # BrokerAddress
         self.player: Any = None  # Player
         self.opponent: Any = None  # the bot's Player
@@ -187,20 +194,38 @@ class Session:
     async def start(self) -> None:
         """Start the local broker + relay (unless a server URL was given)."""
         from mqttkit import parse_url
-        from relay.local import LocalServer
 
         self.status, self.message = "starting", "starting a local relay…"
         if self.config.server_url:
             self.address = parse_url(self.config.server_url)
         else:
-            self.server = LocalServer(None, self.config.seed, self.config.relay_config, topics=self.config.topics)
-            try:
-                await self.server.__aenter__()
-            except BaseException:
-                self.server = None
-                raise
+            self.server = await self._local_server()
             self.address = self.server.address
         self.status, self.message = "ready", ""
+
+    async def _local_server(self, host: str = "127.0.0.1", port: int | None = None) -> Any:
+        """Start the local broker + relay: in a child process (``config.relay_process``), watched so
+        that its end shows at once, or on this loop."""
+        from relay.local import ChildServer, LocalServer
+
+        server: Any
+        if self.config.relay_process:
+            server = ChildServer(self.config.seed, self.config.relay_config, host=host, port=port,
+                                 topics=self.config.topics)
+        else:
+            server = LocalServer(None, self.config.seed, self.config.relay_config, host=host, port=port,
+                                 topics=self.config.topics)
+        await server.__aenter__()
+        if self.config.relay_process and server.task is not None:
+            server.task.add_done_callback(lambda _t, server=server: self._server_ended(server))
+        return server
+
+    def _server_ended(self, server: Any) -> None:
+        lost = getattr(server, "lost", None)
+        if lost and server is self.server:  # not one we stopped (closing, or moving onto the LAN)
+            log.info("%s", lost)  # ``blink play`` says it once, as its last line
+            self.server_lost = lost
+            self.status, self.message = "error", f"{lost}: the game cannot go on"
 
     # ----------------------------------------------------------------- starting a game
 
@@ -257,6 +282,10 @@ class Session:
             return
         if code is not None:
             rec.follow(code)
+            try:  # a match watched late: its past events from seq 1, so the recording can be replayed
+                await conn.request(m.Resync(code, from_seq=1))
+            except Exception as exc:  # noqa: BLE001 - recorded from where it is, then
+                log.warning("cannot ask for the match's past events: %s", exc)
 
     def _recording(self, code: str) -> str:
         if self.recorder is not None:
@@ -324,7 +353,6 @@ class Session:
         still join by the address shown."""
         from mqttkit import BrokerAddress
         from client import lan as lanmod
-        from relay.local import LocalServer
 
         if not self.config.lan or not self.local or self.lan_urls:
             return
@@ -337,10 +365,7 @@ class Session:
             await asyncio.wait_for(old.__aexit__(None, None, None), timeout=5)
         except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - replaced anyway
             pass
-        server = LocalServer(None, self.config.seed, self.config.relay_config, host="0.0.0.0", port=port,
-                             topics=self.config.topics)
-        await server.__aenter__()
-        self.server = server
+        self.server = await self._local_server("0.0.0.0", port)
         self.address = self._own = BrokerAddress("127.0.0.1", port)  # our own players come in on loopback
         self.lan_urls = lanmod.lan_urls(port, "0.0.0.0", interfaces) or [f"mqtt://127.0.0.1:{port}"]
         relay_id = getattr(self.config.relay_config, "relay_id", None) or "relay-0"

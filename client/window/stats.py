@@ -2,8 +2,9 @@
 
 How this works
 --------------
-The frame loop calls ``frame(start_ns, end_ns)`` once per presented frame: the frame time is the
-work of one frame (events, update, draw, flip), the interval is the time between frame starts.
+The frame loop calls ``frame(start_ns, end_ns, version, presented)`` once per frame: the frame time
+is the work of one frame (events, update, and when something changed draw and flip: ``presented``,
+whose times are also kept apart), the interval is the time between frame starts.
 An input that changes what is drawn is registered with ``input(at_ns, version)``, where
 ``version`` is the scene's display version that will show it; ``frame`` marks every input whose
 version the frame drew as shown, with its delay (input to end of that frame's flip) and the number
@@ -44,6 +45,7 @@ class FrameStats:
     frame_ms: list[float] = field(default_factory=list)
     interval_ms: list[float] = field(default_factory=list)
     input_ms: list[float] = field(default_factory=list)
+    presented_ms: list[float] = field(default_factory=list)  # the frames drawn and flipped (not skipped)
     input_frames: list[int] = field(default_factory=list)
     late_inputs: int = 0
     inputs: int = 0
@@ -61,11 +63,15 @@ class FrameStats:
         self.inputs += 1
         self._waiting.append(_Input(at_ns, version, self.frames))
 
-    def frame(self, start_ns: int, end_ns: int, drawn_version: int) -> None:
+    def frame(self, start_ns: int, end_ns: int, drawn_version: int, presented: bool = True) -> None:
         if self._last_start is not None:
             self.interval_ms.append((start_ns - self._last_start) / 1e6)
         self._last_start = start_ns
         self.frame_ms.append((end_ns - start_ns) / 1e6)
+        if presented:
+            self.presented_ms.append((end_ns - start_ns) / 1e6)
+            if len(self.presented_ms) > self.keep:
+                del self.presented_ms[: self.keep // 2]
         still: list[_Input] = []
         for inp in self._waiting:
             if drawn_version >= inp.version:
@@ -99,6 +105,10 @@ class FrameStats:
                                    "p99": round(percentile(self.input_ms, 0.99), 3),
                                    "max": round(max(self.input_ms, default=0.0), 3)},
             "input_frames_max": max(self.input_frames, default=0),
+            "presented_ms": {"frames": len(self.presented_ms),
+                             "p50": round(percentile(self.presented_ms, 0.5), 3),
+                             "p99": round(percentile(self.presented_ms, 0.99), 3),
+                             "max": round(max(self.presented_ms, default=0.0), 3)},
         }
         if self._steady is not None:
             fm = self.frame_ms[self._steady:]

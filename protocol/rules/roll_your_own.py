@@ -38,7 +38,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
@@ -727,6 +727,142 @@ def view(state: State, player: int | None) -> State:
     return replace(state, dice=dice, pool=None)
 
 
+# --- sending less: a view kept up to date from the public events plus private updates -------------
+# The one secret is a die while it is being built: ``die_built`` names only the builder, so the
+# builder's own faces go to that seat alone (``private_delta``) until ``dice_revealed`` shows all.
+
+
+def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int:
+    p = data.get(key)
+    if type(p) is not int or not 0 <= p < state.players:
+        raise ValueError(f"event without a seat: {dict(data)!r}")
+    return p
+
+
+def _event_seats(state: State, xs: Any) -> tuple[int, ...]:
+    if not isinstance(xs, (list, tuple)) or not all(type(p) is int and 0 <= p < state.players for p in xs):
+        raise ValueError(f"not a list of seats: {xs!r}")
+    return tuple(xs)
+
+
+def _event_ints(xs: Any, n: int) -> tuple[int, ...]:
+    if not isinstance(xs, (list, tuple)) or len(xs) != n or not all(type(x) is int for x in xs):
+        raise ValueError(f"not {n} integers: {xs!r}")
+    return tuple(xs)
+
+
+def _face_changed(view: State, data: Mapping[str, Any], step: int) -> State:
+    """``face_raised`` (step 1) / ``face_lowered`` (-1): the die as shown, one tile swapped in the pool."""
+    p = _event_seat(view, data)
+    die, face = _event_ints(data.get("die"), FACES), data.get("face")
+    old = view.dice[p]
+    if old is None or type(face) is not int or not 0 <= face < FACES or die[face] != old[face] + step:
+        raise ValueError(f"the changed face does not fit this view's die: {dict(data)!r}")
+    return replace(view, dice=_set(view.dice, p, die), pool=_swap(view.pool, old[face], die[face]))
+
+
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+    """One public event applied to ``seat``'s view (see ``Game.apply_event``): the changes the rules
+    make, read back from the event; the seat's own new die comes as its private update. Events the
+    game does not make (seats, results) change nothing."""
+    n = view.players
+    if etype == "die_built":
+        p = _event_seat(view, data)
+        if view.phase != "build" or view.built[p]:
+            raise ValueError(f"bad die_built {dict(data)!r}")
+        return replace(view, built=_set(view.built, p, True))
+    if etype == "dice_revealed":
+        dice = data.get("dice")
+        if view.phase != "build" or not isinstance(dice, (list, tuple)) or len(dice) != n:
+            raise ValueError(f"bad dice_revealed {dict(data)!r}")
+        shown = tuple(_event_ints(d, FACES) for d in dice)
+        pool = view.settings.tile_pool
+        for d in shown:
+            pool = _pool_take(pool, d)
+        return replace(view, dice=shown, pool=pool)
+    if etype == "round_started":
+        rnd = data.get("round")
+        if type(rnd) is not int:
+            raise ValueError(f"bad round_started {dict(data)!r}")
+        return replace(view, round=rnd, phase="rolling", rolling=tuple(range(n)), roll_wins=_zeros(n),
+                       round_winner=None, chooser=None)
+    if etype == "face_raised":
+        return _face_changed(view, data, 1)
+    if etype == "face_lowered":
+        return _face_changed(view, data, -1)
+    if etype == "lower_chosen":
+        return replace(view, phase="lower")
+    if etype == "no_choice":
+        return replace(view, chooser=_event_seat(view, data))  # the next round_started follows
+    if etype == "choice_started":
+        return replace(view, chooser=_event_seat(view, data), phase="choice", rolling=())
+    if etype == "roll_won":
+        return replace(view, roll_wins=_event_ints(data.get("wins"), n), rolling=tuple(range(n)))
+    if etype == "round_won":
+        w = _event_seat(view, data)
+        return replace(view, round_wins=_event_ints(data.get("rounds"), n), round_winner=w,
+                       rounds_total=_set(view.rounds_total, w, view.rounds_total[w] + 1),
+                       rounds_played=view.rounds_played + 1)
+    if etype == "rolloff_started":
+        return replace(view, phase="rolloff", rolling=_event_seats(view, data.get("players")))
+    if etype == "game_won":
+        return replace(view, game_wins=_event_ints(data.get("games"), n))
+    if etype == "game_over":
+        return replace(view, phase="over", winner=_event_seat(view, data, "winner_seat"), rolling=(),
+                       round_winner=None)
+    if etype == "build_started":
+        game = data.get("ryo_game")
+        if type(game) is not int:
+            raise ValueError(f"bad build_started {dict(data)!r}")
+        z = _zeros(n)
+        # A view while building holds no pool (it would give the others' dice away).
+        return replace(view, phase="build", game=game, round=1, previous=view.dice, dice=tuple(None for _ in range(n)),
+                       built=tuple(False for _ in range(n)), pool=None, rolling=(), roll_wins=z, round_wins=z,
+                       round_winner=None, chooser=None)
+    if etype in ("lot_drawn", "dice_rolled"):
+        if data.get("roll") != view.rolls or view.phase not in ("rolling", "rolloff"):
+            raise ValueError(f"bad {etype} {dict(data)!r}")
+        if etype == "lot_drawn":
+            return replace(view, rolls=view.rolls + 1)
+        rolls = data.get("rolls")
+        if not isinstance(rolls, (list, tuple)):
+            raise ValueError(f"bad dice_rolled {dict(data)!r}")
+        last = tuple((_event_seat(view, x, "player"), int(x["face"]), int(x["value"])) for x in rolls)
+        return replace(view, rolls=view.rolls + 1, last_roll=last)
+    if etype in ("roll_tied", "rolloff_tied"):
+        return replace(view, rolling=_event_seats(view, data.get("rerolling")))
+    return view
+
+
+def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | None:
+    """Tell ``seat`` its own die when it was built (by the player or by a timeout); every other change
+    is in the public events. Sent even when the same change revealed all dice: the client's view
+    after the ``die_built`` event (before the reveal that follows) must not lack it."""
+    if before.phase != "build" or before.built[seat] or not (after.phase != "build" or after.built[seat]):
+        return None
+    die = after.dice[seat]
+    return None if die is None else {"die": list(die)}
+
+
+def private_complete(view: State, seat: int) -> bool:
+    """While building, the seat's own die is known once it is built (a lost update leaves it unknown)."""
+    return not (0 <= seat < view.players and view.phase == "build" and view.built[seat] and view.dice[seat] is None)
+
+
+def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+    try:
+        die = _event_ints(delta["die"], FACES)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed Roll Your Own private update: {exc!r}") from exc
+    if not 0 <= seat < view.players:
+        raise ValueError("no such seat")
+    if view.phase == "build" and view.built[seat] and view.dice[seat] in (None, die):
+        return replace(view, dice=_set(view.dice, seat, die))
+    if view.phase != "build" and view.dice[seat] == die:
+        return view  # already shown to all by the reveal
+    raise ValueError("the private update does not fit this view")
+
+
 # --- wire form ------------------------------------------------------------------------------------
 
 
@@ -984,5 +1120,9 @@ GAME: Game[State] = Game(
     realtime=False,
     summarise_games=summarise_games,
     secret_choice=revealed_build,
+    apply_event=apply_event,
+    private_delta=private_delta,
+    apply_private=apply_private,
+    private_complete=private_complete,
 )
 RULES = GAME  # the older name

@@ -34,7 +34,7 @@ state itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
@@ -513,6 +513,80 @@ def view(state: State, player: int | None) -> State:
     return state
 
 
+# --- sending less: a view kept up to date from the public events ----------------------------------
+# Nothing is secret here, so no private update is ever needed: each event says its whole change.
+
+
+def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int:
+    p = data.get(key)
+    if type(p) is not int or not 0 <= p < state.players:
+        raise ValueError(f"event without a seat: {dict(data)!r}")
+    return p
+
+
+def _event_space(state: State, data: Mapping[str, Any]) -> tuple[int, int]:
+    r, c = data.get("row"), data.get("col")
+    if type(r) is not int or type(c) is not int or not (0 <= r < state.settings.rows and 0 <= c < state.settings.cols):
+        raise ValueError(f"event without a space on the board: {dict(data)!r}")
+    return r, c
+
+
+def _seats(state: State, xs: Any) -> tuple[int, ...]:
+    if not isinstance(xs, (list, tuple)) or not all(type(p) is int and 0 <= p < state.players for p in xs):
+        raise ValueError(f"not a list of seats: {xs!r}")
+    return tuple(xs)
+
+
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+    """One public event applied to a view (see ``Game.apply_event``): the changes ``apply`` makes,
+    read back from the event. Events the game does not make (seats, results) change nothing."""
+    if etype == "rolloff":
+        if view.phase != "rolloff" or data.get("round") != view.rolloff_round:
+            raise ValueError(f"bad rolloff {dict(data)!r}")
+        tied = _seats(view, data.get("tied", []))
+        if tied:  # the tied-highest roll again; a single winner follows as first_player
+            return replace(view, contenders=tied, rolloff_round=view.rolloff_round + 1)
+        return view
+    if etype == "first_player":
+        return replace(view, phase="roll", current=_event_seat(view, data), contenders=(), turn=0)
+    if etype == "turn_started":
+        turn = data.get("turn")
+        if type(turn) is not int or view.phase == "over":
+            raise ValueError(f"bad turn_started {dict(data)!r}")
+        return replace(view, phase="roll", current=_event_seat(view, data), turn=turn, dice=None)
+    if etype == "dice_rolled":
+        dice = data.get("dice")
+        if (view.phase != "roll" or _event_seat(view, data) != view.current or not isinstance(dice, (list, tuple))
+                or len(dice) != 2 or not all(_valid_die(x) for x in dice)):
+            raise ValueError(f"bad dice_rolled {dict(data)!r}")
+        return replace(view, dice=(dice[0], dice[1]), phase="move")
+    if etype == "chip_removed":
+        r, c = _event_space(view, data)
+        if view.chips[r][c] is None:
+            raise ValueError(f"no chip to remove at {r}, {c}")
+        return replace(view, chips=_set_chip(view.chips, r, c, None))
+    if etype == "chip_placed":
+        r, c = _event_space(view, data)
+        return replace(view, chips=_set_chip(view.chips, r, c, view.colour(_event_seat(view, data))))
+    if etype == "game_over":
+        reason = str(data.get("reason", ""))
+        winners = _seats(view, data.get("winner_seats", []))
+        line = tuple((int(x[0]), int(x[1])) for x in data.get("line", []))
+        # Running out of turns ends the turn first (``_end_turn`` counts it); a SEQUENCE ends the game mid-turn.
+        turn = view.turn + 1 if reason == "max_turns" else view.turn
+        return replace(view, phase="over", winners=winners, line=line, reason=reason, dice=None, turn=turn)
+    return view
+
+
+def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | None:
+    """Nothing is private in Sequence Dice: the events say it all."""
+    return None
+
+
+def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+    raise ValueError("Sequence Dice has no private updates")
+
+
 # --- wire form ------------------------------------------------------------------------------------
 
 
@@ -678,5 +752,8 @@ GAME: Game[State] = Game(
     stale_code="stale",  # an action made against a state that has since moved on
     realtime=False,
     invariant_ok=invariant_ok,
+    apply_event=apply_event,
+    private_delta=private_delta,
+    apply_private=apply_private,
 )
 RULES = GAME  # the older name

@@ -35,7 +35,7 @@ There is nothing secret in this game: ``view`` returns the state itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
@@ -595,6 +595,76 @@ def from_wire(data: dict[str, Any]) -> State:
         raise ValueError(f"malformed Takeaway state: {exc!r}") from exc
 
 
+# --- sending less: a view kept up to date from the public events ----------------------------------
+# Nothing is secret here, so no private update is ever needed: each event says its whole change.
+
+
+def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int:
+    p = data.get(key)
+    if type(p) is not int or not 0 <= p < state.players:
+        raise ValueError(f"event without a seat: {dict(data)!r}")
+    return p
+
+
+def _event_int(data: Mapping[str, Any], key: str) -> int:
+    v = data.get(key)
+    if type(v) is not int:
+        raise ValueError(f"event without an integer {key!r}: {dict(data)!r}")
+    return v
+
+
+def _rolled(view: State, data: Mapping[str, Any]) -> tuple[Cell, ...]:
+    """The cluster as a ``dice_rolled`` event shows it: the same cells, new faces."""
+    cells = tuple((int(c[0]), int(c[1]), int(c[2])) for c in data["cells"])
+    if [(q, r) for q, r, _ in cells] != [(q, r) for q, r, _ in view.cells] or not _valid_faces(
+            tuple(f for _, _, f in cells), len(view.cells)):
+        raise ValueError("the rolled cells are not this view's cluster")
+    return cells
+
+
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+    """One public event applied to a view (see ``Game.apply_event``): the changes ``apply`` makes,
+    read back from the event. Events the game does not make (seats, results) change nothing."""
+    if etype == "order_decided":
+        order = tuple(data["order"])
+        if sorted(order) != list(range(view.players)) or view.phase != "setup":
+            raise ValueError(f"bad order_decided {dict(data)!r}")
+        return replace(view, order=order)
+    if etype == "dice_rolled":
+        if view.phase not in ("setup", "rolling"):
+            raise ValueError("dice rolled outside a roll")
+        return replace(view, cells=_rolled(view, data), phase="turn")
+    if etype == "turn_started":
+        p, turn = _event_seat(view, data), _event_int(data, "turn")
+        if view.phase not in ("turn", "setup") or not view.order or view.order[turn % view.players] != p:
+            raise ValueError(f"bad turn_started {dict(data)!r}")
+        return replace(view, turn=turn, rerolled=False, phase="turn")
+    if etype == "reroll_requested":
+        p = _event_seat(view, data)
+        if p != view.current or view.phase != "turn":
+            raise ValueError(f"bad reroll_requested {dict(data)!r}")
+        used = tuple(n + (s == p) for s, n in enumerate(view.rerolls_used))
+        return replace(view, phase="rolling", rerolled=True, rerolls_used=used)
+    if etype == "blink_claimed":
+        p, q, r, face = _event_seat(view, data), _event_int(data, "q"), _event_int(data, "r"), _event_int(data, "face")
+        if view.face_at((q, r)) != face or p != view.current:
+            raise ValueError(f"bad blink_claimed {dict(data)!r}")
+        return replace(view, cells=tuple(c for c in view.cells if (c[0], c[1]) != (q, r)),
+                       claims=view.claims + ((p, q, r, face),))
+    if etype == "game_over":
+        return replace(view, phase="over")
+    return view
+
+
+def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | None:
+    """Nothing is private in Takeaway Dice: the events say it all."""
+    return None
+
+
+def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+    raise ValueError("Takeaway Dice has no private updates")
+
+
 # --- a bot ----------------------------------------------------------------------------------------
 
 
@@ -660,5 +730,8 @@ GAME: Game[State] = Game(
     bot_action=bot_action,
     stale_code="stale",  # an action made against a state that has since moved on
     realtime=False,
+    apply_event=apply_event,
+    private_delta=private_delta,
+    apply_private=apply_private,
 )
 RULES = GAME  # the older name

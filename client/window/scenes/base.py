@@ -6,7 +6,8 @@ The app (``client/window/app.py``) owns the window and calls the current scene's
 once per frame, then ``draw``. A scene builds its drawables into ``self.batch`` when it is made
 and only changes their attributes afterwards. ``display_version`` goes up whenever ``update``
 changed what is drawn because of new input or new state; the app's frame statistics use it to
-check that every input shows on the frame that handled it. Input handlers return True when they
+check that every input shows on the frame that handled it, and the app presents a frame only when
+it changed or the scene is not ``still`` (an animation between versions). Input handlers return True when they
 used the event.
 """
 
@@ -40,6 +41,13 @@ class Scene:
 
     def update(self, now_ns: int) -> None:
         """Once per frame, before drawing: bring the drawables up to date."""
+
+    def still(self) -> bool:
+        """True when the last ``update`` left the picture as it was, apart from what bumped
+        ``display_version``: the app then does not draw or present the frame (the screen keeps the
+        last one). A scene that moves drawables without bumping it (an animation) says False; the
+        default is False, i.e. every frame is drawn."""
+        return False
 
     def draw(self) -> None:
         self.batch.draw()

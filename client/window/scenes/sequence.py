@@ -166,7 +166,7 @@ class SequenceScene(TurnBasedScene):
     def sent_tags(self) -> list[dict[str, float]]:
         """Each "sent" tag drawn: its box and the space it marks (tests check it stays inside the chip)."""
         out = []
-        for lbl in self._pool[False][: self._used[False]]:
+        for lbl in self.drawn_labels("board"):
             if lbl.text != "sent":
                 continue
             x, y = lbl.x, lbl.y

@@ -113,6 +113,8 @@ class TableScene(Scene):
         self._band_key: Any = None
         self._bar_key: Any = None
         self._bar_y = 0.0
+        self._still = False  # the last update changed nothing drawn but what bumped display_version
+        self._look: Any = None
         self.resize(*app.size)
 
     # ------------------------------------------------------------------ frame
@@ -180,6 +182,9 @@ class TableScene(Scene):
     def enter(self) -> None:
         self._key = None
 
+    def still(self) -> bool:
+        return self._still
+
     def update(self, now_ns: int) -> None:
         session = self.app.session
         model = session.model
@@ -200,7 +205,16 @@ class TableScene(Scene):
                     self._warm = None
                     break
         self._animate(now_ns)
-        self._overlay(vm.band(model, session.status, session.message, session.server_url, now_ns))
+        band = vm.band(model, session.status, session.message, session.server_url, now_ns)
+        self._overlay(band)
+        # What moves without a new board -- a bounce in flight, a shake, a drag, the rings as they
+        # fade (in eighths: ``CardView.set_ring``), the band's texts and pick timer, the message --
+        # as drawn: a frame that changed none of it is not drawn again.
+        look = (vm.message(now_ns), band, [v._ring_key for v in self.piles], [v._ring_key for v in self.hand],
+                [(v.x, v.y) for v in self.hand], (self.ghost.style, self.ghost.x, self.ghost.y),
+                (self.drag.style, self.drag.x, self.drag.y))
+        self._still = look == self._look
+        self._look = look
         for cue in vm.drain_cues():
             self.app.sounds.play(cue)
         if vm.results_due(now_ns):

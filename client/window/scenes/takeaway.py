@@ -43,6 +43,9 @@ class TakeawayScene(TurnBasedScene):
 
     def __init__(self, app: Any) -> None:
         self._hex: dict[tuple[int, int], tuple[float, float, float]] = {}
+        # what a state says about its cells, worked out once per state (a hover or a tumbling die
+        # redraws the board without the state changing): (state, me, legal cells, locked cells)
+        self._known: tuple[Any, Any, set[tuple[int, int]], set[tuple[int, int]]] | None = None
         super().__init__(app)
 
     def row_lines(self, state: Any) -> float:
@@ -82,10 +85,14 @@ class TakeawayScene(TurnBasedScene):
         size = max(8.0, min(area.w / span_x, area.h / span_y))
         ox = area.x - (max(xs) + min(xs)) / 2 * size
         oy = area.y - (max(ys) + min(ys)) / 2 * size
-        legal = self.vm.legal_cells(state, me)
+        known = self._known
+        if known is None or known[0] is not state or known[1] != me:
+            coords = state.coords()
+            known = self._known = (state, me, self.vm.legal_cells(state, me),
+                                   {(q, r) for q, r, _ in state.cells if tk.is_locked(coords, (q, r))})
+        legal, locked_cells = known[2], known[3]
         rolling = self.vm.rolling(state, now_ns)
         rng = random.Random(now_ns // (NS // 12))
-        coords = state.coords()
         self._hex = {}
         r_hex = size * 0.94
         for q, r in sorted(allc):
@@ -98,7 +105,7 @@ class TakeawayScene(TurnBasedScene):
         pend = self.vm.pending_cells(model)
         for q, r, face in state.cells:
             x, y, rr = self._hex[(q, r)]
-            locked = tk.is_locked(coords, (q, r))
+            locked = (q, r) in locked_cells
             hovered = self.hover == ("cell", q, r)
             shown = rng.randint(1, 6) if rolling or face is None else face
             self.piece(c, ("blink", x, y, rr, locked, shown), partial(self._blink, x, y, rr, locked, shown))

@@ -52,6 +52,7 @@ from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are
 
 PANEL = (24, 30, 40, 235)
 WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
+PARTS = ("frame", "board", "over")  # the label pools (see ``__init__``)
 PIECES_MAX = 2000  # cached shapes (``piece``) before the cache starts afresh
 #: relative font sizes the turn-based scenes draw most (``text(size=...)``), warmed ahead of use
 LIKELY_SIZES = (1.0, 0.95, 0.85, 1.1, 0.8, 1.05, 0.9, 0.7, 1.3, 1.6)
@@ -95,17 +96,24 @@ class TurnBasedScene(Scene):
         self.vm = self.view_model(title(app.current_game()))
         self.l_board = Layer(1)
         self.l_over = Layer(4)
+        # Two parts, each rebuilt only when what it shows changed: the *frame* (banner, player list,
+        # bottom lines, overlays: ``mesh`` and ``over_mesh``) and the *board* (``board_mesh``: the
+        # game's board, its buttons and click targets). Hovering, a die tumbling or a refused move
+        # redraws the board only; the turn clock ticking, a message or the connection the frame only.
         self.mesh = Mesh(self.batch, self.l_board.mesh, blend=True)
+        self.board_mesh = Mesh(self.batch, self.l_board.mesh, blend=True)
         self.over_mesh = Mesh(self.batch, self.l_over.mesh, blend=True)
-        # Labels: ``_pool[o][:_used[o]]`` are the ones drawn by the last picture (``o``: over the
-        # board or not). Each remembers what it was asked to show (``_asked``), so that the next
-        # picture hands the same request the same label: an unchanged text is only moved, never laid
-        # out again (laying out text is most of a rebuild's cost under software GL).
-        self._pool: dict[bool, list[pyglet.text.Label]] = {False: [], True: []}
-        self._used: dict[bool, int] = {False: 0, True: 0}
+        # Labels: ``_pool[p][:_used[p]]`` are the ones drawn by part ``p``'s last picture ("frame",
+        # "board", or "over": over the board, with the frame). Each remembers what it was asked to
+        # show (``_asked``), so that the next picture hands the same request the same label: an
+        # unchanged text is only moved, never laid out again (laying out text is most of a
+        # rebuild's cost under software GL).
+        self._pool: dict[str, list[pyglet.text.Label]] = {p: [] for p in PARTS}
+        self._used: dict[str, int] = {p: 0 for p in PARTS}
         self._asked: dict[int, tuple[Any, ...]] = {}
-        self._free: dict[bool, dict[tuple[Any, ...], list[pyglet.text.Label]]] = {False: {}, True: {}}
-        self._live: dict[bool, list[pyglet.text.Label]] = {False: [], True: []}
+        self._free: dict[str, dict[tuple[Any, ...], list[pyglet.text.Label]]] = {p: {} for p in PARTS}
+        self._live: dict[str, list[pyglet.text.Label]] = {p: [] for p in PARTS}
+        self._part = "frame"  # the part being built (where ``text`` takes its labels from)
         self._sizes: set[tuple[float, str]] = set()  # (font size, weight) in use: their glyphs are warmed
         self._pieces: dict[tuple[Any, ...], Any] = {}  # shapes by what they show (``piece``)
         self._warm: Any = None
@@ -115,6 +123,7 @@ class TurnBasedScene(Scene):
         self.hover: Any = None
         self.esc_at = 0
         self._key: Any = None
+        self._board_key: Any = None
         self.banner = ""
         self.prompt_text = ""
         self.message_text = ""
@@ -137,7 +146,7 @@ class TurnBasedScene(Scene):
         self.message_y = f * 4.3
         self.pending_y = f * 2.7
         self.hint_y = f * 1.1
-        self._key = None
+        self._key = self._board_key = None
         # the sizes the scenes mostly draw in: warmed from the first quiet frames on
         self._likely = [(float(max(6, round(f * k))), w) for k in LIKELY_SIZES for w in ("bold", "normal")]
         self._warm = self._warm or self._warm_steps()
@@ -153,11 +162,12 @@ class TurnBasedScene(Scene):
         fs = float(max(6, round(self.f * size)))
         weight = "bold" if bold else "normal"
         want = (s, fs, weight, ax, ay, None if max_w is None else round(max_w, 1))
-        same = self._free[over].get(want)
+        part = "over" if over else self._part
+        same = self._free[part].get(want)
         if same:
             lbl = same.pop()  # showed exactly this last time: only its colour and place may change
         else:
-            lbl = self._spare(over, fs, weight)
+            lbl = self._spare(part, fs, weight)
             self._asked[id(lbl)] = want
             if (lbl.text, lbl.font_size, lbl.weight, lbl.anchor_x, lbl.anchor_y) != (s, fs, weight, ax, ay):
                 lbl.begin_update()
@@ -175,8 +185,8 @@ class TurnBasedScene(Scene):
                 if lbl.content_width > max_w:  # still too wide at the smallest size: cut it, visibly
                     lbl.text = fit_text(s, max_w, lambda t: _width(lbl, t))
             self._sizes.add((float(lbl.font_size), weight))
-        self._live[over].append(lbl)
-        self._used[over] += 1
+        self._live[part].append(lbl)
+        self._used[part] += 1
         if tuple(lbl.color) != colour:
             lbl.color = colour
         if lbl.position != (x, y, 0):
@@ -202,10 +212,14 @@ class TurnBasedScene(Scene):
         """``c.die``, made once per place, size, face and colours (``piece``)."""
         self.piece(c, ("die", x, y, size, value, body, pip), partial(_die, x, y, size, value, body, pip))
 
-    def _spare(self, over: bool, fs: float, weight: str) -> pyglet.text.Label:
+    def drawn_labels(self, part: str) -> list[pyglet.text.Label]:
+        """The labels part ``part`` ("frame", "board" or "over") drew in its last picture."""
+        return self._pool[part][: self._used[part]]
+
+    def _spare(self, part: str, fs: float, weight: str) -> pyglet.text.Label:
         """A label the picture being built has not used yet: one of the same font if there is one
         (no new glyph size), else any, else a new one."""
-        free = self._free[over]
+        free = self._free[part]
         fallback = None
         for k, lst in free.items():
             if lst:
@@ -215,13 +229,13 @@ class TurnBasedScene(Scene):
                     fallback = lst
         if fallback is not None:
             return fallback.pop()
-        layer = self.l_over if over else self.l_board
+        layer = self.l_over if part == "over" else self.l_board
         lbl = label(self.batch, layer.text, 10, WHITE, "center", "center")
         self._asked[id(lbl)] = ("\0new", 10.0, "normal")
         return lbl
 
-    def _begin_labels(self) -> None:
-        for o in (False, True):
+    def _begin_labels(self, parts: tuple[str, ...]) -> None:
+        for o in parts:
             free: dict[tuple[Any, ...], list[pyglet.text.Label]] = {}
             for lbl in self._pool[o]:
                 free.setdefault(self._asked[id(lbl)], []).append(lbl)
@@ -229,8 +243,8 @@ class TurnBasedScene(Scene):
             self._live[o] = []
             self._used[o] = 0
 
-    def _end_labels(self) -> None:
-        for o in (False, True):
+    def _end_labels(self, parts: tuple[str, ...]) -> None:
+        for o in parts:
             rest = [lbl for lst in self._free[o].values() for lbl in lst]
             for lbl in rest:  # not in this picture: hidden, kept for a later one
                 if lbl.text:
@@ -295,6 +309,11 @@ class TurnBasedScene(Scene):
     def enter(self) -> None:
         self._key = None
 
+    def still(self) -> bool:
+        # Everything drawn is in ``update``'s key (the clock and the rolling dice too): a frame whose
+        # key did not change did not change the picture.
+        return True
+
     def _model(self) -> tuple[Any, Any]:
         model = self.app.session.model
         state = model.state() if model is not None else None
@@ -315,14 +334,17 @@ class TurnBasedScene(Scene):
         pending = len(vm.pending(model))
         clock = vm.turn_clock(model, now_ns)
         self.clock_left = None if clock is None else clock[0]
-        key_now = (None if model is None else model.version, id(state), session.status, session.message,
-                   None if clock is None else round(clock[0] * 8),
-                   self.w, self.h, self.hover, self.mouse if self.buttons else None, vm.version, msg_live, rej_live,
-                   pending, vm.animating(state, now_ns) if state is not None else None,
-                   (model.match_state or {}).get("status") if model is not None else None)
-        if key_now != self._key:
-            self._key = key_now
-            self._rebuild(model, state, now_ns)
+        animating = vm.animating(state, now_ns) if state is not None else None
+        common = (None if model is None else model.version, id(state), self.w, self.h, vm.version, pending,
+                  (model.match_state or {}).get("status") if model is not None else None)
+        # the frame sees an animation only start, change kind and end (its texts may say so)
+        key_now = (common, session.status, session.message, None if clock is None else round(clock[0] * 8),
+                   msg_live, animating if not isinstance(animating, (int, tuple)) else
+                   (animating[:2] if isinstance(animating, tuple) else True))
+        board_key = (common, self.hover, self.mouse if self.buttons else None, rej_live, animating)
+        if key_now != self._key or board_key != self._board_key:
+            self._rebuild(model, state, now_ns, frame=key_now != self._key, board=board_key != self._board_key)
+            self._key, self._board_key = key_now, board_key
             self.display_version += 1
         elif self._warm is not None:  # a quiet frame: a little start-up work (glyphs) instead
             deadline = time.perf_counter() + WARM_BUDGET_S
@@ -333,14 +355,27 @@ class TurnBasedScene(Scene):
         if vm.results_due(model, now_ns):
             self.app.goto("results")
 
-    def _rebuild(self, model: Any, state: Any, now_ns: int) -> None:
-        self._begin_labels()
-        self.buttons = []
-        self.targets = []
+    def _rebuild(self, model: Any, state: Any, now_ns: int, frame: bool = True, board: bool = True) -> None:
+        if board:
+            self._part = "board"
+            self._begin_labels(("board",))
+            self.buttons = []
+            self.targets = []
+            bc = Canvas()
+            if state is not None:
+                self.board(bc, model, state, self.vm.me(model), now_ns)
+            self.board_mesh.set(bc.t)
+            self._end_labels(("board",))
+        if frame:
+            self._part = "frame"
+            self._begin_labels(("frame", "over"))
+            self._rebuild_frame(model, state, now_ns)
+            self._end_labels(("frame", "over"))
+
+    def _rebuild_frame(self, model: Any, state: Any, now_ns: int) -> None:
         c = Canvas()
         over = Canvas()
         vm = self.vm
-        me = vm.me(model)
         f = self.f
         session = self.app.session
         # the turn banner
@@ -391,10 +426,8 @@ class TurnBasedScene(Scene):
                 self.text(row.right - f * 0.5, ly, r.score, 0.95, YELLOW, ax="right", bold=True)
                 self.row_detail(c, model, state, r.seat, Rect(row.x, (row.bottom + ly - f * 0.8) / 2, row.w,
                                                               max(f, ly - f * 0.8 - row.bottom)))
-        # the board, or what is going on instead
-        if state is not None:
-            self.board(c, model, state, me, now_ns)
-        else:
+        # what is going on instead of the board
+        if state is None:
             big, sub = vm.status(session.status, session.message, session.server_url, model)
             over.rect(self.w / 2, self.h / 2, self.w * 0.9, f * 8, (10, 14, 20, 230), radius=f)
             self.text(self.w / 2, self.h / 2 + f * 1.2, big, 2.4, WHITE, bold=True, over=True)
@@ -414,7 +447,6 @@ class TurnBasedScene(Scene):
             self.text(br.x, br.y - f * 1.6, vm.tally(model, state), 1.0, DIM, over=True, max_w=br.w * 0.86)
         self.mesh.set(c.t)
         self.over_mesh.set(over.t)
-        self._end_labels()
 
     def pname(self, model: Any, seat: Any) -> str:
         return self.vm.pname(model, seat)

@@ -6,7 +6,8 @@ The model keeps bounded deques; a view-model remembers the last item it looked a
 and takes what came after it (``newer``). ``EventFeed`` adds one rule for the public events: an
 event of an older game than the one the model is in now is never taken. The event history spans the
 whole match, rematches included, so without this a view-model made for a rematch would find the
-previous match's ``match_over`` and declare the new one over.
+previous match's ``match_over`` and declare the new one over. Nor is an event the model filed as
+``history`` (a spectator's re-sent past events): the picture already shows their effect.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class EventFeed(Feed):
 
     def take_current(self, model: Any) -> list[Any]:
         game = current_game(model)
-        return [ev for ev in self.take(model.events) if game is None or ev.game >= game]
+        past = getattr(model, "history", ())  # re-sent past events: the snapshot already shows them
+        return [ev for ev in self.take(model.events) if (game is None or ev.game >= game) and ev.seq not in past]
 
 
 def current_game(model: Any) -> int | None:

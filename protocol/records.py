@@ -1,0 +1,51 @@
+"""The public form of an engine event, as the relay publishes and logs it (pure: no I/O).
+
+How this works
+--------------
+The engines speak in seats (ints), tuples and dataclasses; the wire and the event log carry JSON.
+``plain`` turns an engine value into what JSON carries (dict keys as strings, tuples as lists,
+dataclasses as dicts). ``with_names`` is the public form of an event: ``player``/``winner``/
+``winners`` become the players' names, the seats kept beside them (``seat``, ``winner_seat``,
+``winner_seats``) so a reader needs no seat table.
+
+The relay (``relay/core.py``) writes events in this form and ``protocol/verify.py`` rebuilds the
+expected events in the same form to compare them with a log, so both use this one module: a change
+here changes the log format and what the checker expects together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def plain(value: Any) -> Any:
+    """An engine value as JSON would carry it."""
+    if isinstance(value, dict):  # events are mostly flat maps of scalars: no call per value for those
+        return {k if type(k) is str else str(k): v if type(v) in _SCALARS else plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return plain(dataclasses.asdict(value))
+    return value
+
+
+def with_names(data: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """Public events name players: ``player``/``winner`` become names, the seat stays beside them."""
+
+    def name(seat: Any) -> Any:
+        return names[seat] if type(seat) is int and 0 <= seat < len(names) else seat
+
+    out: dict[str, Any] = plain(data)
+    if "player" in out and type(out["player"]) is int:
+        out["seat"] = out["player"]
+        out["player"] = name(out["player"])
+    if "winner" in out:
+        out["winner_seat"] = out["winner"]
+        out["winner"] = name(out["winner"])
+    if "winners" in out and isinstance(out["winners"], list):
+        out["winner_seats"] = list(out["winners"])
+        out["winners"] = [name(w) for w in out["winners"]]
+    return out

@@ -1,0 +1,270 @@
+"""One flooding client against a real broker and relay: its excess is dropped before the relay
+decodes it, it is told ``rate_limited``, and a player in the same window is served (issue 12).
+
+On the embedded broker the excess is dropped at the broker (``relay/broker.py``'s gate): what the
+relay receives from the flooder is counted where it enters the relay and must stay within the
+token bucket's allowance -- ``burst + rate x elapsed`` -- a bound that holds however slow the
+machine is (a slower run only makes ``elapsed`` longer). On Mosquitto, which cannot limit a
+client's rate, the relay's intake (``relay.limits.Intake``) drops it before decoding, at 1.5x the
+core's rates, and the core answers what gets through. Rates are set low here so that a short
+flood meets them; nothing waits a fixed time and nothing is timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any, Callable
+
+import pytest
+
+from bench.fuzz import RawMqtt
+from client.net import new_client_id
+from mqttkit import BrokerAddress
+from protocol import messages as m
+from protocol.codec import DecodeError, decode, encode
+from protocol.topics import Topics
+from relay.limits import NS, RELAY_INTAKE_SLACK, Intake
+from relay.local import LocalServer
+from relay.model import RelayConfig
+
+pytestmark = pytest.mark.integration
+
+T = Topics()
+DEADLINE_S = 120.0
+CFG = RelayConfig(req_rate=2.0, req_burst=10, act_rate=5.0, act_burst=20)
+PLAYER_PINGS = 6  # under the player's own request burst (10): a player at its own pace
+FLOOD_MAX = 6_000  # messages: enough to meet the rates many times over, few enough for a busy machine
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+class Peer:
+    """A bare MQTT connection (QoS 0, like every blink client) keeping what it is sent on its own topic."""
+
+    def __init__(self, prefix: str) -> None:
+        self.id = new_client_id(prefix)
+        self.got: list[Any] = []
+        self.conn = RawMqtt(self.id, self._on)
+
+    def _on(self, topic: str, payload: bytes) -> None:
+        try:
+            self.got.append(decode(payload))
+        except DecodeError:
+            pass
+
+    async def start(self, address: BrokerAddress) -> None:
+        await self.conn.connect(address.host, address.port)
+        await self.conn.subscribe(T.client(self.id))
+        await self.ping(-1)  # a barrier: the subscription is live once this is answered
+
+    async def ping(self, t0: int) -> None:
+        self.conn.publish(T.req(self.id), encode(m.Ping(t0=t0)))
+        await self.conn.drain()
+        await until(lambda: any(isinstance(x, m.Pong) and x.t0 == t0 for x in self.got), f"the Pong to {t0}")
+
+    def limited(self, kind: type[m.RequestRejected] | type[m.ActionRejected]) -> list[Any]:
+        return [x for x in self.got if isinstance(x, kind) and x.code == "rate_limited"]
+
+
+class Counting:
+    """Counts, by client and kind, every message the relay receives from the broker, where it enters
+    the relay (its intake's ``admit``, the first thing the shell does with a message)."""
+
+    def __init__(self, intake: Intake) -> None:
+        self.intake = intake
+        self.received: Counter[str] = Counter()  # "r/C" / "a/C" -> received
+        self.passed: Counter[str] = Counter()  # ... -> passed on to be decoded
+        self._admit = intake.admit
+        intake.admit = self.admit  # type: ignore[method-assign]
+
+    def admit(self, topic: str, now_ns: int) -> bool:
+        key = Intake.key(topic) or topic
+        self.received[key] += 1
+        ok = self._admit(topic, now_ns)
+        if ok:
+            self.passed[key] += 1
+        return ok
+
+
+async def flood_while_a_player_plays(address: BrokerAddress, flooder: Peer, player: Peer,
+                                     accounted: Callable[[int], bool]) -> tuple[int, float]:
+    """The flooder sends Pings and Acts (alternately, at full speed) until the player has done its
+    pings -- which it starts once the flooder has been told ``rate_limited`` for both -- then stops;
+    returns (messages the flooder sent, seconds from its connecting to the end) once
+    ``accounted(sent)`` holds."""
+    t0 = time.monotonic()
+    await flooder.start(address)
+    await player.start(address)
+    act = encode(m.Act(id=7, seq=1, action={"t": "x"}))
+    ping = encode(m.Ping(t0=0))
+    sent = 1  # its barrier ping
+    stop = asyncio.Event()
+
+    async def flood() -> None:
+        nonlocal sent
+        while not stop.is_set() and sent < FLOOD_MAX:
+            for _ in range(50):
+                flooder.conn.publish(T.req(flooder.id), ping)
+                flooder.conn.publish(T.act("FLOOD", flooder.id), act)
+            sent += 100
+            await flooder.conn.drain()
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(flood())
+    try:
+        await until(lambda: bool(flooder.limited(m.RequestRejected)) and bool(flooder.limited(m.ActionRejected)),
+                    "the flooder to be told rate_limited for requests and actions")
+        for i in range(PLAYER_PINGS):
+            await player.ping(i)
+    finally:
+        stop.set()
+        await task
+    await until(lambda: accounted(sent), "every flooding message to be accounted for")
+    elapsed = time.monotonic() - t0
+    for p in (flooder, player):
+        await p.conn.close()
+    return sent, elapsed
+
+
+def test_the_embedded_broker_drops_a_flooders_excess_and_tells_it_while_a_player_is_served() -> None:
+    async def main() -> None:
+        async with LocalServer(None, seed=5, config=CFG) as server:
+            assert server.broker is not None and server.relay is not None
+            broker, relay = server.broker, server.relay
+            seen = Counting(relay.intake)
+            flooder, player = Peer("flood"), Peer("player")
+            gate = broker._broker  # noqa: SLF001 - its count of publishes dropped for their rate
+            assert gate is not None
+
+            def accounted(sent: int) -> bool:  # every message sent: dropped at the broker or received
+                return gate.limited + seen.received[f"r/{flooder.id}"] + seen.received[f"a/{flooder.id}"] >= sent
+
+            sent, elapsed = await flood_while_a_player_plays(server.address, flooder, player, accounted)
+            # What reached the relay from the flooder: within each bucket's allowance.
+            req, act = seen.received[f"r/{flooder.id}"], seen.received[f"a/{flooder.id}"]
+            assert 0 < req <= CFG.req_burst + CFG.req_rate * elapsed + 1, (req, elapsed)
+            assert 0 < act <= CFG.act_burst + CFG.act_rate * elapsed + 1, (act, elapsed)
+            assert gate.limited == sent - req - act > sent // 2  # the rest: dropped at the broker
+            assert relay.intake.dropped == 0  # the broker had already done it
+            # Told, at most once a second per kind; an action's refusal names the action.
+            told_req, told_act = flooder.limited(m.RequestRejected), flooder.limited(m.ActionRejected)
+            assert 1 <= len(told_req) <= elapsed + 2 and 1 <= len(told_act) <= elapsed + 2
+            assert all(x.match == "FLOOD" and x.id == 7 for x in told_act)
+            # The player, in the same window: every ping answered, nothing refused.
+            assert sorted(x.t0 for x in player.got if isinstance(x, m.Pong)) == list(range(-1, PLAYER_PINGS))
+            assert not [x for x in player.got if isinstance(x, (m.RequestRejected, m.ActionRejected))]
+            assert seen.received[f"r/{player.id}"] == PLAYER_PINGS + 1
+
+    asyncio.run(main())
+
+
+def test_on_mosquitto_the_relays_intake_drops_a_flooders_excess_before_decoding(mosquitto: BrokerAddress) -> None:
+    async def main() -> None:
+        async with LocalServer(mosquitto.login_url, seed=6, config=CFG) as server:
+            assert server.relay is not None
+            relay = server.relay
+            seen = Counting(relay.intake)
+            flooder, player = Peer("flood"), Peer("player")
+
+            def accounted(sent: int) -> bool:
+                # Mosquitto may drop QoS 0 messages a slow subscriber cannot take: wait for what
+                # the test needs, not for every message.
+                return relay.intake.dropped > 0
+
+            _, elapsed = await flood_while_a_player_plays(server.address, flooder, player, accounted)
+            passed_req, passed_act = seen.passed[f"r/{flooder.id}"], seen.passed[f"a/{flooder.id}"]
+            s = RELAY_INTAKE_SLACK
+            assert 0 < passed_req <= s * (CFG.req_burst + CFG.req_rate * elapsed) + 1, (passed_req, elapsed)
+            assert 0 < passed_act <= s * (CFG.act_burst + CFG.act_rate * elapsed) + 1, (passed_act, elapsed)
+            received = seen.received[f"r/{flooder.id}"] + seen.received[f"a/{flooder.id}"]
+            assert relay.intake.dropped == received - passed_req - passed_act > 0
+            # The core saw more than its own rates allow (the intake's slack) and answered the flood.
+            assert flooder.limited(m.RequestRejected) and flooder.limited(m.ActionRejected)
+            assert relay.core.stats["limited"]["dropped"] > 0
+            assert sorted(x.t0 for x in player.got if isinstance(x, m.Pong)) == list(range(-1, PLAYER_PINGS))
+            assert not [x for x in player.got if isinstance(x, (m.RequestRejected, m.ActionRejected))]
+            assert seen.passed[f"r/{player.id}"] == seen.received[f"r/{player.id}"] == PLAYER_PINGS + 1
+
+    asyncio.run(main())
+
+
+def test_intake_limits_each_client_and_kind_tells_once_a_second_and_forgets_only_the_idle() -> None:
+    i = Intake(act_rate=5, act_burst=20, req_rate=2, req_burst=10, max_clients=4)
+    a, r = "blink/v1/m/blink/ABCDE/act/c1", "blink/v1/lobby/req/c1"
+    assert sum(i.admit(a, 0) for _ in range(100)) == 20  # the burst, then nothing until time passes
+    assert sum(i.admit(r, 0) for _ in range(100)) == 10  # requests have their own bucket
+    assert i.admit("blink/v1/lobby/req/c2", 0)  # and every client its own
+    assert i.admit("blink/v1/m/x/y/ev", 0)  # not a client's topic: not this limit's business
+    assert not i.admit(r, NS // 4)  # half a token back: still refused
+    assert i.first_refusal() and i.tell(NS // 4)  # about the request refused: log it, tell its sender
+    assert sum(i.admit(a, NS) for _ in range(100)) == 5  # one second later: ``act_rate`` more
+    assert i.dropped == 80 + 90 + 1 + 95 and i.admitted == 20 + 10 + 1 + 5
+    assert i.first_refusal() and not i.first_refusal()  # log once per burst (the actions' first)
+    assert i.tell(NS) and not i.tell(NS + NS // 2) and i.tell(2 * NS)  # tell once a second, per kind
+    assert sum(i.admit(r, NS) for _ in range(5)) == 2 and not i.tell(NS)  # refused again: told 3/4 s ago
+    for n in range(3, 8):  # past max_clients, long after: the refilled (idle) buckets are forgotten,
+        i.admit(f"blink/v1/lobby/req/c{n}", 100 * NS)  # the ones just used (not full) are kept
+    assert sorted(i.buckets) == [f"r/c{n}" for n in range(3, 8)] and not i.told
+    flooding = Intake(act_rate=5, act_burst=1, req_rate=2, req_burst=1, max_clients=2)
+    for n in range(10):  # every one over its rate: none is forgotten (a fresh bucket would be a fresh burst)
+        t = f"blink/v1/lobby/req/f{n}"
+        flooding.admit(t, 0)
+        assert not flooding.admit(t, 0)
+    assert len(flooding.buckets) == 10
+
+
+def test_publishes_the_broker_drops_are_still_acknowledged_at_qos_1_and_2() -> None:
+    """A client publishing at QoS 1 or 2 (blink's clients use 0) waits for acknowledgements: the
+    gate must give them for what it drops, or the client's in-flight window would stall."""
+
+    def packet(first: int, body: bytes) -> bytes:
+        out, n = bytearray([first]), len(body)
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out) + body
+
+    def utf8(text: str) -> bytes:
+        return len(text.encode()).to_bytes(2, "big") + text.encode()
+
+    async def main() -> None:
+        async with LocalServer(None, seed=7, config=RelayConfig(req_rate=0.5, req_burst=2)) as server:
+            assert server.broker is not None and server.broker._broker is not None  # noqa: SLF001
+            gate = server.broker._broker  # noqa: SLF001
+            cid = new_client_id("qos")
+            reader, writer = await asyncio.open_connection(server.address.host, server.address.port)
+            writer.write(packet(0x10, utf8("MQTT") + bytes([4, 0x02, 0, 0]) + utf8(cid)))
+            assert (await asyncio.wait_for(reader.readexactly(4), DEADLINE_S))[3] == 0  # CONNACK: accepted
+            ping, topic = encode(m.Ping(t0=1)), utf8(T.req(cid))
+            for pid in range(1, 11):  # QoS 1
+                writer.write(packet(0x32, topic + pid.to_bytes(2, "big") + ping))
+            for pid in range(11, 16):  # QoS 2
+                writer.write(packet(0x34, topic + pid.to_bytes(2, "big") + ping))
+            await writer.drain()
+            acks: dict[int, set[int]] = {}  # packet type -> packet ids
+
+            async def read_until(want: Callable[[], bool]) -> None:
+                while not want():
+                    head = await asyncio.wait_for(reader.readexactly(2), DEADLINE_S)
+                    body = await reader.readexactly(head[1])  # acks and our answers are short
+                    if head[0] >> 4 in (4, 5, 7):
+                        acks.setdefault(head[0] >> 4, set()).add(int.from_bytes(body[:2], "big"))
+
+            await read_until(lambda: acks.get(4, set()) >= set(range(1, 11)) and acks.get(5, set()) >= set(range(11, 16)))
+            for pid in range(11, 16):
+                writer.write(packet(0x62, pid.to_bytes(2, "big")))  # PUBREL
+            await writer.drain()
+            await read_until(lambda: acks.get(7, set()) >= set(range(11, 16)))  # PUBCOMP for each
+            assert gate.limited > 0  # most of the 15 were over the rate: the gate answered those itself
+            writer.close()
+
+    asyncio.run(main())

@@ -1,0 +1,215 @@
+"""The journal's snapshot blob (relay/snapshot.py): a restored core carries on exactly as the
+original would have, the first format (a bare pickle) is still read, a newer one is refused in
+one line; the shell's recovery and its snapshot spacing."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mqttkit import parse_url
+from protocol import messages as m
+from protocol.codec import encode
+from protocol.rules import blink
+from protocol.topics import Topics
+from relay import snapshot
+from relay.core import LogRecord, Publish, RelayCore
+from relay.journal import JournalError, Msg, SqliteJournal, Tick, feed
+from relay.shell import RelayShell
+
+T = Topics()
+NS = 1_000_000_000
+
+
+class Driver:
+    """Concurrent BLINK matches between greedy players; every other play is sent with an old
+    ``seq`` (as a player who has not seen the latest events yet), so the stale check -- which
+    reads the match's state history -- is exercised."""
+
+    def __init__(self, matches: int) -> None:
+        self.core = RelayCore(T, seed=11)
+        self.now = 0
+        self.inputs: list[Msg | Tick] = []
+        self.ids: dict[str, int] = {}
+        self.codes: list[str] = []
+        for i in range(matches):
+            self.send(Msg(T.req(f"a{i}"), encode(m.CreateMatch(name=f"a{i}")), self.now))
+            code = self.core.client_match[f"a{i}"]
+            self.send(Msg(T.req(f"b{i}"), encode(m.JoinMatch(name=f"b{i}", code=code)), self.now))
+            self.codes.append(code)
+
+    def send(self, entry: Msg | Tick, core: RelayCore | None = None) -> list[Any]:
+        self.inputs.append(entry)
+        target = core or self.core
+        if isinstance(entry, Msg):
+            return target.handle(entry.topic, entry.payload, entry.now_ns)
+        return target.tick(entry.now_ns)
+
+    def turn(self) -> list[Msg | Tick]:
+        """The inputs of one 50 ms turn, chosen from the driver's own core."""
+        self.now += NS // 20
+        batch: list[Msg | Tick] = [Tick(self.now)]
+        for i, code in enumerate(self.codes):
+            match = self.core.matches.get(code)
+            if match is None or match.status != "playing":
+                continue
+            for seat, client in enumerate((f"a{i}", f"b{i}")):
+                acts = blink.legal_actions(match.state, seat)
+                if acts:
+                    self.ids[client] = self.ids.get(client, 0) + 1
+                    seen = match.seq - 2 if self.ids[client] % 2 else match.seq
+                    act = m.Act(id=self.ids[client], seq=max(0, seen), action=blink.action_to_wire(acts[-1]))
+                    batch.append(Msg(T.act(code, client), encode(act), self.now))
+        return batch
+
+
+def outputs(out: list[Any]) -> list[Any]:
+    return [(o.topic, o.msg, o.retain) if isinstance(o, Publish) else o.record for o in out
+            if isinstance(o, (Publish, LogRecord))]
+
+
+def test_a_restored_core_carries_on_exactly_like_the_original() -> None:
+    d = Driver(12)
+    for _ in range(90):  # past the countdown, into the races
+        for e in d.turn():
+            d.send(e)
+    assert any(len(x.history) > 1 for x in d.core.matches.values())  # states to judge stale plays against
+    blob = snapshot.dump(d.core)
+    assert blob.startswith(snapshot.MAGIC)
+    restored = snapshot.load(blob)
+    assert restored is not d.core
+    lost_before = d.core.stats["rejected"].get("pile_changed", 0)
+    for _ in range(200):
+        for e in d.turn():
+            assert outputs(d.send(e)) == outputs(d.send(e, restored))
+    for code, x in d.core.matches.items():
+        y = restored.matches[code]
+        assert (x.seq, x.status, x.state, x.wins, list(x.history)) == (y.seq, y.status, y.state, y.wins, list(y.history))
+    # the stale check was met after the restore: plays judged against the state their player saw
+    assert d.core.stats["rejected"] == restored.stats["rejected"]
+    assert restored.stats["rejected"].get("pile_changed", 0) > lost_before
+
+
+def test_equal_cards_are_written_once() -> None:
+    d = Driver(20)
+    for _ in range(80):
+        for e in d.turn():
+            d.send(e)
+    blob = snapshot.dump(d.core)
+    restored = snapshot.load(blob)
+    cards = {id(c) for x in restored.matches.values() for pile in (*x.state.draw, *x.state.hands, *x.state.piles)
+             for c in pile}
+    assert len(cards) <= 60  # one deck's worth of distinct cards, shared by every match
+    assert len(blob) < len(pickle.dumps(d.core, pickle.HIGHEST_PROTOCOL))
+
+
+def test_the_first_format_a_bare_pickle_is_still_read() -> None:
+    d = Driver(3)
+    for _ in range(70):
+        for e in d.turn():
+            d.send(e)
+    old = snapshot.load(pickle.dumps(d.core, pickle.HIGHEST_PROTOCOL))
+    assert {c: x.seq for c, x in old.matches.items()} == {c: x.seq for c, x in d.core.matches.items()}
+
+
+def test_a_newer_format_or_garbage_is_refused_in_one_line() -> None:
+    newer = snapshot.MAGIC + (snapshot.VERSION + 1).to_bytes(2, "little") + pickle.dumps(RelayCore(T))
+    with pytest.raises(JournalError, match="newer version of blink"):
+        snapshot.load(newer)
+    for bad, why in ((b"hello", "not a relay snapshot"), (snapshot.MAGIC + b"\x02", "cut short"),
+                     (snapshot.MAGIC + b"\x02\x00" + b"\x80\x05junk", "cannot be read"),
+                     (pickle.dumps({"not": "a core"}), "not a relay core")):
+        with pytest.raises(JournalError, match=why) as err:
+            snapshot.load(bad)
+        assert "\n" not in str(err.value)
+
+
+def shell_on(journal: SqliteJournal) -> RelayShell:
+    return RelayShell(parse_url("mqtt://127.0.0.1:1"), T, journal=journal)
+
+
+def test_the_shell_recovers_from_an_old_format_snapshot_and_writes_the_new_one(tmp_path: Path) -> None:
+    d = Driver(4)
+    for _ in range(70):
+        for e in d.turn():
+            d.send(e)
+    with SqliteJournal(tmp_path / "j.db") as j:
+        j.append(d.inputs[:5])
+        core = RelayCore(T, seed=11)
+        feed(core, d.inputs[:5])
+        j.save_snapshot(5, pickle.dumps(core, pickle.HIGHEST_PROTOCOL))  # the first format
+        j.append(d.inputs[5:])
+    with SqliteJournal(tmp_path / "j.db") as j:
+        shell = shell_on(j)
+        shell.recover()
+        assert shell.recovered is not None and f"{len(d.inputs) - 5} entries replayed" in shell.recovered
+        assert {c: (x.seq, x.state) for c, x in shell.core.matches.items()} == \
+               {c: (x.seq, x.state) for c, x in d.core.matches.items()}
+        asyncio.run(shell.snapshot(force=True))
+        pos, blob = j.latest_snapshot() or (0, b"")
+        assert pos == len(d.inputs) and blob.startswith(snapshot.MAGIC)
+    with SqliteJournal(tmp_path / "j.db") as j:
+        again = shell_on(j)
+        again.recover()
+        assert "+ 0 entries replayed" in (again.recovered or "")
+        assert {c: (x.seq, x.state) for c, x in again.core.matches.items()} == \
+               {c: (x.seq, x.state) for c, x in d.core.matches.items()}
+
+
+def test_the_shell_refuses_a_snapshot_from_a_newer_version(tmp_path: Path) -> None:
+    with SqliteJournal(tmp_path / "j.db") as j:
+        j.append([Tick(1)])
+        j.save_snapshot(1, snapshot.MAGIC + (snapshot.VERSION + 1).to_bytes(2, "little") + b"\x80\x05N.")
+        with pytest.raises(JournalError, match="snapshot at 1 was written by a newer version"):
+            shell_on(j).recover()
+
+
+def test_snapshots_are_spaced_by_their_own_cost(tmp_path: Path) -> None:
+    """A snapshot comes no sooner than SNAPSHOT_COST_RATIO times its own duration after the last."""
+    with SqliteJournal(tmp_path / "j.db") as j:
+        shell = shell_on(j)
+        shell.recover()  # a fresh journal: the fresh core's snapshot at 0
+        j.append([Tick(1)])
+        shell.snapshot_s = 3600.0  # as if the last one had taken an hour
+        asyncio.run(shell.snapshot())
+        assert (j.latest_snapshot() or (None,))[0] == 0  # too soon: skipped
+        asyncio.run(shell.snapshot(force=True))
+        assert (j.latest_snapshot() or (None,))[0] == 1
+        assert 0.0 <= shell.snapshot_s < 3600.0  # measured afresh
+
+
+def test_equal_states_are_never_merged_even_when_all_scalar() -> None:
+    """The stale check asks whether the state a play was made against *is* the current one; a
+    snapshot must keep two equal states two objects, whatever a game's state is made of."""
+    from dataclasses import dataclass
+
+    import protocol.rules.base as base_module
+
+    @dataclass(frozen=True)
+    class Flat:  # an all-scalar value type of a game module
+        turn: int
+        phase: str
+
+    Flat.__module__ = base_module.__name__
+    Flat.__qualname__ = Flat.__name__ = "_TestFlatState"
+    setattr(base_module, "_TestFlatState", Flat)
+    try:
+        core = RelayCore(T, seed=1)
+        core.handle(T.req("a1"), encode(m.CreateMatch(name="a")), 0)
+        match = next(iter(core.matches.values()))
+        then, now = Flat(1, "turn"), Flat(1, "turn")
+        match.history.clear()
+        match.history.append((1, then))
+        match.state = now
+        values = [Flat(2, "x"), Flat(2, "x")]  # not states: merged
+        match.settings = {"values": values}
+        restored = snapshot.load(snapshot.dump(core))
+        x = restored.matches[match.code]
+        assert x.state == x.history[0][1] and x.state is not x.history[0][1]
+        assert x.settings["values"][0] is x.settings["values"][1]
+    finally:
+        delattr(base_module, "_TestFlatState")
