@@ -93,6 +93,11 @@ class Player:
 
     async def _watch_then_resync(self, match: str) -> None:
         await self.conn.watch(match)
+        # The relay may have published the match's next events (a joiner's seat, the game's start,
+        # whose turn it is) before the broker had our subscription: nothing would come after them
+        # while the game waits for us. Now that we are subscribed, ask for what we may have missed.
+        if self.model.match == match:
+            await self.conn.request(m.Resync(match, from_seq=self.model.last_event_seq + 1))
         self._joined.set()
 
     async def _wait_joined(self, timeout: float) -> str:

@@ -5,7 +5,8 @@ How this works
 ``blink play`` without ``--server`` needs a broker and a relay on this machine. In the window's
 process they would share one event loop (and one GIL) with the drawing, the bots and your player,
 and on a busy machine the window's frames would delay every message the relay judges. So the
-window starts them here, in a child process (``python -m relay.localproc``), and talks to them
+window starts them here, in a child process (``python -m relay.localchild``, whose code is in
+relay/localchild.py so that it may import ``relay.local`` without an import circle), and talks to them
 only over MQTT on loopback, like any other client.
 
 Parent side, ``ChildServer`` (same surface as ``relay.local.LocalServer`` where the window uses
@@ -16,7 +17,7 @@ for one JSON line on the child's stdout: ``{"ready": true, "host": ..., "port": 
 line, if the parent did not ask it to stop. ``stop`` closes the child's stdin (it stops its relay
 and broker and exits), then terminates and finally kills it if it takes too long.
 
-Child side, ``main``: no orphan, whatever happens to the parent --
+Child side, ``relay.localchild.main``: no orphan, whatever happens to the parent --
 
 - ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux, through ctypes): the kernel kills the child when
   the parent dies, even by SIGKILL; a parent that died before the call is caught by comparing
@@ -45,7 +46,7 @@ import pickle
 import signal
 import sys
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress
 from protocol.topics import Topics
@@ -124,7 +125,7 @@ class ChildServer:
     async def start(self) -> None:
         blob = base64.b64encode(pickle.dumps(self._settings)).decode("ascii")
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relay.localproc", str(os.getpid()),
+            sys.executable, "-m", "relay.localchild", str(os.getpid()),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             start_new_session=True)  # out of the terminal's process group: Ctrl-C is the parent's to handle
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -173,75 +174,3 @@ class ChildServer:
         if self._task is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(self._task, timeout=1)
-
-
-# ------------------------------------------------------------------------------------ the child
-
-
-async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
-    from relay.local import LocalServer
-
-    server = LocalServer(None, settings["seed"], settings["config"], host=settings["host"], port=settings["port"],
-                         topics=settings["topics"], max_payload=settings["max_payload"])
-    try:
-        await server.start()
-    except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
-        await server.stop()
-        out.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
-        out.flush()
-        return
-    assert server.broker is not None
-    out.write(json.dumps({"ready": True, "host": server.broker.host, "port": server.broker.port}) + "\n")
-    out.flush()
-    loop = asyncio.get_running_loop()
-    eof = loop.create_future()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-
-    async def watch_stdin() -> None:
-        while await reader.read(4096):
-            pass
-        if not eof.done():
-            eof.set_result(None)
-
-    watcher = asyncio.create_task(watch_stdin())
-    relay_task = server.task
-    waits: set[asyncio.Future[Any]] = {eof}
-    if relay_task is not None:
-        waits.add(relay_task)
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        failed = relay_task is not None and relay_task.done() and not relay_task.cancelled() and relay_task.exception()
-        await server.stop()
-    if failed:
-        raise SystemExit(f"the local relay failed: {failed!r}")
-
-
-def main(argv: list[str]) -> int:
-    parent = int(argv[0]) if argv and argv[0].isdigit() else os.getppid()
-    _die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop (see above)
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr, not to the parent
-    line = sys.stdin.buffer.readline()
-    if not line:
-        return 0  # the parent went away before telling us anything
-    try:
-        settings = pickle.loads(base64.b64decode(line))
-    except Exception as exc:  # noqa: BLE001 - the parent is told, in one line
-        out.write(json.dumps({"error": f"bad settings from the parent: {exc!r}"}) + "\n")
-        out.flush()
-        return 2
-    levels = settings.get("log_levels", {})
-    logging.basicConfig(level=levels.get("", logging.WARNING), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    for name, level in levels.items():
-        if name:
-            logging.getLogger(name).setLevel(level)
-    asyncio.run(_serve(settings, out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

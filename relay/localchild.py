@@ -1,0 +1,93 @@
+"""The child side of ``relay.localproc.ChildServer``: ``python -m relay.localchild PARENT_PID``.
+
+How this works
+--------------
+See relay/localproc.py: the parent sends its settings as one line on stdin; this process starts a
+``relay.local.LocalServer`` (embedded broker + relay), answers with one JSON line on a private copy
+of its stdout, and stops when its stdin reaches EOF (the parent stopped it or died) or when the
+parent dies (``_die_with_parent``). It lives apart from localproc.py so that ``relay.local`` (which
+re-exports ``ChildServer`` to the client) and this module do not import each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import pickle
+import signal
+import sys
+from typing import IO, Any
+
+from relay.localproc import _die_with_parent
+
+
+async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
+    from relay.local import LocalServer
+
+    server = LocalServer(None, settings["seed"], settings["config"], host=settings["host"], port=settings["port"],
+                         topics=settings["topics"], max_payload=settings["max_payload"])
+    try:
+        await server.start()
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
+        await server.stop()
+        out.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
+        out.flush()
+        return
+    assert server.broker is not None
+    out.write(json.dumps({"ready": True, "host": server.broker.host, "port": server.broker.port}) + "\n")
+    out.flush()
+    loop = asyncio.get_running_loop()
+    eof = loop.create_future()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+
+    async def watch_stdin() -> None:
+        while await reader.read(4096):
+            pass
+        if not eof.done():
+            eof.set_result(None)
+
+    watcher = asyncio.create_task(watch_stdin())
+    relay_task = server.task
+    waits: set[asyncio.Future[Any]] = {eof}
+    if relay_task is not None:
+        waits.add(relay_task)
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        failed = relay_task is not None and relay_task.done() and not relay_task.cancelled() and relay_task.exception()
+        await server.stop()
+    if failed:
+        raise SystemExit(f"the local relay failed: {failed!r}")
+
+
+def main(argv: list[str]) -> int:
+    parent = int(argv[0]) if argv and argv[0].isdigit() else os.getppid()
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop (see above)
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr, not to the parent
+    line = sys.stdin.buffer.readline()
+    if not line:
+        return 0  # the parent went away before telling us anything
+    try:
+        settings = pickle.loads(base64.b64decode(line))
+    except Exception as exc:  # noqa: BLE001 - the parent is told, in one line
+        out.write(json.dumps({"error": f"bad settings from the parent: {exc!r}"}) + "\n")
+        out.flush()
+        return 2
+    levels = settings.get("log_levels", {})
+    logging.basicConfig(level=levels.get("", logging.WARNING), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for name, level in levels.items():
+        if name:
+            logging.getLogger(name).setLevel(level)
+    asyncio.run(_serve(settings, out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
