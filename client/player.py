@@ -45,6 +45,11 @@ class Player:
         self.conn = Connection(address, self.client_id, self.topics, self._on_message, impairment, ping_interval_s,
                                relay_status=True)
         self.resend_interval_s = 0.1
+        #: A seated player that has heard nothing of its running match for this long asks for it
+        #: again: a lost event that nothing follows (the last before a pause, or before its own
+        #: turn) would otherwise leave it waiting for ever -- the gap check needs a later event.
+        self.quiet_resync_s = 5.0
+        self._heard_match = time.monotonic()
         self.changed = asyncio.Event()
         self._joined = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
@@ -68,6 +73,8 @@ class Player:
         task.add_done_callback(self._background.discard)
 
     def _on_message(self, msg: Any, now_ns: int) -> None:
+        if getattr(msg, "match", None) == self.model.match:
+            self._heard_match = time.monotonic()
         for req in self.model.on_message(msg, now_ns):
             self._spawn(self.conn.request(req))
         if isinstance(msg, m.MatchJoined):
@@ -83,6 +90,11 @@ class Player:
             if acts and self.model.match:
                 for act in acts:
                     await self.conn.act(self.model.match, act)
+            quiet = time.monotonic() - self._heard_match
+            if (quiet > self.quiet_resync_s and self.model.match and not self.model.spectating
+                    and self.model.seat is not None and not self.match_over()):
+                self._heard_match = time.monotonic()  # once per quiet spell, not every tick
+                await self.conn.request(m.Resync(self.model.match, from_seq=self.model.last_event_seq + 1))
             if self.model.version != before:
                 self.changed.set()
 
