@@ -224,6 +224,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.error(f"unknown command {args.command}")
 
 
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event that SIGINT or SIGTERM sets (where the loop can take signal handlers), so a relay
+    stops in order and says so on its status topic."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    return stop
+
 def _friendly(exc: BaseException) -> UserError:
     from mqttkit import PortInUse
 
@@ -276,13 +289,7 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
     server = LocalServer(args.broker, args.seed, config, args.log, host=host,
                          port=None if args.broker else port, topics=topics,
                          max_payload=args.max_payload, data_dir=data_dir, durable=args.sync == "full")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
+    stop = _stop_on_signals()
     try:
         async with server, lan:
             where = f"embedded broker on {server.address.url}" if server.broker else f"broker {server.address.url}"
@@ -362,13 +369,7 @@ async def _run_cluster(args: argparse.Namespace, topics: Topics, local: Any) -> 
     if not all(c.isalnum() or c in "-_" for c in args.relay_id) or not args.relay_id:
         raise UsageError(f"--relay-id must be letters, digits, '-' or '_', not {args.relay_id!r}")
     config = local.RelayConfig(relay_id=args.relay_id, order=args.order, fair_cap_ns=int(args.fair_cap_ms * 1e6))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
+    stop = _stop_on_signals()
     try:
         server = await local.cluster_server(args.broker, cluster_url=args.cluster, shards=owned, shards_total=total,
                                             data_dir=data_dir, topics=topics, config=config, log_path=args.log,
