@@ -38,7 +38,12 @@ the stepper resyncs everyone then.
 Time. The core runs on a monotonic clock (``time.monotonic_ns()`` plus an offset): deadlines,
 holds, rate limits and timers never jump when the wall clock is set. The wall clock
 (``time.time_ns()``) is read beside it and passed as ``wall_ns`` only to stamp events, snapshots,
-pongs and log lines. Both are journalled. The monotonic clock restarts with the machine, so a
+pongs and log lines. Both are journalled. The wall clock is read as the core's monotonic time
+plus one offset, measured once (the tightest of a few paired reads) and kept for the whole run:
+two clocks read one after the other differ by a few microseconds each time, and a timer event
+stamped that much early against the stamp of the event that armed it is one ``blink verify``
+rightly refuses. The offset is measured again only when the wall clock has been set (it moved by
+more than ``WALL_STEP_NS`` against the monotonic one). The monotonic clock restarts with the machine, so a
 relay that recovers a core continues the core's time where its last input left it plus the wall
 time elapsed since then (never backwards): a deadline due 2 s after the last input before a crash
 is due 2 s after it still, or at once if the outage was longer.
@@ -102,6 +107,7 @@ MAX_BATCH = 512  # messages handled (and journalled as one write) per step
 TOO_LARGE_QUIET_NS = 1_000_000_000
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
+WALL_STEP_NS = 50_000_000  # the wall clock moved this much against the monotonic one: it was set
 SNAPSHOT_EVERY_S = 10.0
 #: Entries after which a snapshot is due: replay costs about 0.2 ms of CPU an entry (BLINK plays),
 #: so a restart replays at most about 0.2 s of them (it was 20,000: 4 s or more).
@@ -139,6 +145,8 @@ class RelayShell:
         self._inbox: list[tuple[str, bytes, int, int]] = []  # topic, payload, monotonic ns, wall ns
         #: The core's time is ``time.monotonic_ns() + _mono_offset`` (set by ``_resume_clock``).
         self._mono_offset = 0
+        #: The wall clock is the core's time plus ``_wall_offset`` (see the header's Time).
+        self._wall_offset = _wall_minus_mono()
         self.publish_failures = 0  # messages a dropped connection would not take
         self._wake = asyncio.Event()
         self._resync = False  # set on (re)connect: the stepper republishes status, snapshots and views
@@ -158,7 +166,13 @@ class RelayShell:
 
     def now(self) -> tuple[int, int]:
         """The core's (monotonic, wall) time in ns."""
-        return time.monotonic_ns() + self._mono_offset, time.time_ns()
+        mono = time.monotonic_ns() + self._mono_offset
+        moved = time.time_ns() - mono - self._wall_offset
+        if abs(moved) > WALL_STEP_NS:
+            # The wall clock was set (not the jitter of reading two clocks: see the header).
+            log.warning("the wall clock moved by %.3f s; event stamps follow it", moved / 1e9)
+            self._wall_offset = _wall_minus_mono() - self._mono_offset
+        return mono, mono + self._wall_offset
 
     def _resume_clock(self) -> None:
         """Continue a recovered core's monotonic time: where its last input left it, plus the wall
@@ -167,8 +181,13 @@ class RelayShell:
         last_mono, last_wall = self.core.last_clock()
         if last_mono == 0 and last_wall == 0:
             return  # a fresh core: nothing to continue
-        mono, wall = time.monotonic_ns(), time.time_ns()
+        wall_minus_mono = _wall_minus_mono()
+        mono = time.monotonic_ns()
+        wall = mono + wall_minus_mono
         self._mono_offset = last_mono + max(0, wall - last_wall) - mono
+        # Normally the same offset as before the restart (the core's time was continued by the
+        # wall time elapsed), so a timer armed before the crash is stamped consistently after it.
+        self._wall_offset = wall_minus_mono - self._mono_offset
 
     def recover(self) -> None:
         """Rebuild the core from the journal (see the header). Called by ``run``; idempotent."""
@@ -335,8 +354,8 @@ class RelayShell:
                             if not self.intake.admit(msg.topic.value, time.monotonic_ns()):
                                 continue  # a flood's excess (relay/limits.py Intake): dropped undecoded
                             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
-                            self._inbox.append((msg.topic.value, bytes(payload),
-                                                time.monotonic_ns() + self._mono_offset, time.time_ns()))
+                            now, wall = self.now()
+                            self._inbox.append((msg.topic.value, bytes(payload), now, wall))
                             self._wake.set()
                     except asyncio.CancelledError:
                         # Stopping: say so on the retained status while the connection is up.
@@ -365,8 +384,9 @@ class RelayShell:
         if not self.intake.admit(topic, mono):
             return  # a flood's excess (relay/limits.py Intake): dropped undecoded
         payload = message.payload
+        now = mono + self._mono_offset
         self._inbox.append((topic, bytes(payload) if isinstance(payload, (bytes, bytearray)) else b"",
-                            mono + self._mono_offset, time.time_ns()))
+                            now, now + self._wall_offset))
         self._wake.set()
 
     async def _step_loop(self) -> None:
@@ -563,6 +583,19 @@ class RelayShell:
         for r in records:
             if r.record.get("kind") == "bad_input":
                 log.info("bad input: %s", r.record)
+
+
+def _wall_minus_mono() -> int:
+    """The wall clock minus the monotonic clock, from the tightest of a few paired reads."""
+    best: tuple[int, int] | None = None
+    for _ in range(5):
+        a = time.monotonic_ns()
+        w = time.time_ns()
+        b = time.monotonic_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, w - (a + b) // 2)
+    assert best is not None
+    return best[1]
 
 
 def _dump_timed(core: RelayCore) -> tuple[bytes, float]:
