@@ -244,6 +244,13 @@ def _friendly(exc: BaseException) -> UserError:
         return UserError(str(exc))
     if isinstance(exc, (ConnectionError, OSError)):
         return UserError(f"network problem: {exc}")
+    from mqttkit.connection import ConnectRefused, MqttError  # the relay's own connection
+
+    if isinstance(exc, ConnectRefused) and exc.rc in (4, 5):
+        return UserError(f"the MQTT broker refused the login ({exc}): check the user and password in the URL "
+                         "(the relay's: mqtt://relay:SECRET@HOST:PORT, as `blink broker-config` prints it)")
+    if isinstance(exc, MqttError):
+        return UserError(f"cannot reach the MQTT broker: {exc}")
     try:
         import aiomqtt
 

@@ -4,10 +4,14 @@ How this works
 --------------
 Two tasks share one event loop, so the core is never entered concurrently:
 
-- the *connection* task holds the aiomqtt connection: it subscribes to every client's request
-  topic and every match's action topics, and paho's message callback puts each incoming message
-  (not through aiomqtt's queue and async iterator: a task and a loop turn per message), stamped on arrival with
-  the relay's monotonic time and the wall clock (see "Time" below), into an inbox. When the broker goes away (restarted, the
+- the *connection* task holds the MQTT connection (``mqttkit.connection``, a bare
+  ``asyncio.Protocol`` MQTT 3.1.1 client: paho's reader under aiomqtt cost about 0.6 ms a message
+  here): it subscribes to every client's request topic and every match's action topics; every
+  read from the broker is parsed whole, and its PUBLISHes (often many) come to ``_on_messages`` as
+  one list -- no task, queue or loop turn per message -- which stamps them once with the relay's
+  monotonic time and the wall clock (see "Time" below), passes them through the intake and puts
+  them in an inbox. A message far over ``max_payload`` is not even buffered (its sender is told
+  ``too_large``). When the broker goes away (restarted, the
   connection taken over, a network blip) it reconnects with backoff (0.1 s doubling to 5 s),
   resubscribes, and asks the stepper to republish; the core is kept. Only the very first
   connection may fail for good (a wrong URL or password is reported, not retried for ever).
@@ -22,15 +26,13 @@ Two tasks share one event loop, so the core is never entered concurrently:
   ``now_ns``/``wall_ns`` values the core was given, so replay is exact.
 
 Publishing. A step's outputs go out together, without a trip through the event loop per message
-and without a system call per message: the QoS-0 messages of a step (all the core sends but the
-retained status) are packed as MQTT PUBLISH packets, back to back, into one buffer, and that buffer
-is written with one ``send`` straight away when paho has nothing else waiting to be written;
-otherwise (or for what the socket does not take) it is queued in the paho client under aiomqtt as
-one outgoing "packet" (paho writes queued bytes as they are; the broker reads a stream), which the
-writer callback aiomqtt registers on the loop writes on the next turn, after what was queued
-before it. A QoS-1 message goes through paho's ``publish`` (ids, acknowledgements), after
-the buffer so far, keeping the order. aiomqtt's own ``await client.publish`` costs a loop turn per
-message, and paho a ``send`` per message: on this busy 2-core machine a loopback ``send`` took
+and without a system call per message: the QoS-0 messages of a step (everything the core sends,
+retained ones too) are packed as MQTT PUBLISH packets, back to back, into one buffer, and that buffer
+is written to the connection's transport, which sends it with one ``send`` straight away when
+nothing is waiting to be written (else after what is). A QoS-1 message (none today) goes through
+the connection's ``publish`` (packet ids, acknowledgements), after the buffer so far, keeping the
+order. A library's awaited publish costs a loop turn per message, and paho a ``send`` per message:
+on this busy 2-core machine a loopback ``send`` took
 0.3-0.9 ms, most of the relay's time per action (bench/RESULTS.md has the figures). A publish on a dropped
 connection is counted and logged once per step, never raised: the connection task reconnects and
 the stepper resyncs everyone then.
@@ -86,14 +88,13 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-import aiomqtt
-
 from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, wait_event
+from mqttkit.connection import MqttConnection, MqttError, Will
+from mqttkit.connection import connect as mqtt_connect
+from mqttkit.packets import Message, pack_publish
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics, valid_id
-from paho.mqtt.client import MQTT_ERR_SUCCESS, MQTTv5, PUBLISH, MQTTMessageInfo
-from paho.mqtt.client import time_func as paho_time
 
 from relay import snapshot as snapshots
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
@@ -116,6 +117,9 @@ SNAPSHOT_EVERY = 1_000
 #: matches, the stepper waits): the next one comes no sooner than this many times its CPU time
 #: after it, so snapshots never take more than about a tenth of the relay's CPU, however busy it is.
 SNAPSHOT_COST_RATIO = 10.0
+#: Room for a PUBLISH's header and topic beside its payload: a packet over ``max_payload`` plus this
+#: is not buffered at all (its sender is told ``too_large`` all the same).
+PACKET_HEADER_ALLOWANCE = 1024
 LOG_TAIL_BYTES = 1 << 20  # how much of the event log's end recovery reads to find where it stops
 _SHELL_ONLY = ("relay_started",)  # log lines the core never writes
 
@@ -141,7 +145,7 @@ class RelayShell:
         self.snapshot_every = snapshot_every
         self.log_path = Path(log_path) if log_path else None
         self._log_file: IO[str] | None = None
-        self._client: aiomqtt.Client | None = None
+        self._client: MqttConnection | None = None
         self._inbox: list[tuple[str, bytes, int, int]] = []  # topic, payload, monotonic ns, wall ns
         #: The core's time is ``time.monotonic_ns() + _mono_offset`` (set by ``_resume_clock``).
         self._mono_offset = 0
@@ -322,72 +326,76 @@ class RelayShell:
                 self._log_file = None
 
     async def _connection_loop(self) -> None:
-        will = aiomqtt.Will(self.topics.relay_status(self.config.relay_id),
-                            encode(m.RelayStatus(self.config.relay_id, False)), qos=1, retain=True)
+        will = Will(self.topics.relay_status(self.config.relay_id),
+                    encode(m.RelayStatus(self.config.relay_id, False)), qos=1, retain=True)
         delay = RECONNECT_FIRST_S
         first = True
         while True:
+            conn: MqttConnection | None = None
             try:
                 # The relay logs in as "relay" unless the URL names a user: the shipped Mosquitto ACL
-                # gives that user the right to publish events and private messages.
-                async with aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id,
+                # gives that user the right to publish events and private messages. Incoming
+                # messages go from the connection's reads straight into the inbox (see the header).
+                conn = await mqtt_connect(self.address.host, self.address.port, client_id=self.client_id,
+                                          on_messages=self._on_messages, on_oversize=self._on_oversize,
                                           username=self.address.username or RELAY_USER,
-                                          password=self.address.password, socket_options=NODELAY,
-                                          will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
-                    # Incoming messages go from paho's callback straight into the inbox: aiomqtt's
-                    # queue and async iterator cost a task, a wait and a loop turn per message.
-                    client._client.on_message = self._on_paho_message  # noqa: SLF001
-                    for t in self.core.subscriptions():
-                        await client.subscribe(t, qos=1)
-                    self._client = client
-                    if not first:
-                        self.reconnects += 1
-                        log.warning("reconnected to the broker %s", self.address.url)
-                    first = False
-                    delay = RECONNECT_FIRST_S
-                    self._resync = True
-                    self._wake.set()
+                                          password=self.address.password, will=will, keepalive=30,
+                                          max_packet=self.max_payload + PACKET_HEADER_ALLOWANCE,
+                                          socket_options=NODELAY)
+                await conn.subscribe([(t, 1) for t in self.core.subscriptions()])
+                self._client = conn
+                if not first:
+                    self.reconnects += 1
+                    log.warning("reconnected to the broker %s", self.address.url)
+                first = False
+                delay = RECONNECT_FIRST_S
+                self._resync = True
+                self._wake.set()
+                try:
+                    raise await conn.wait_closed()  # nothing to do here until the connection ends
+                except asyncio.CancelledError:
+                    # Stopping: say so on the retained status while the connection is up.
                     try:
-                        # Nothing arrives here any more (see on_message above): this waits for the
-                        # connection to drop, which ends the iteration with an MqttError.
-                        async for msg in client.messages:
-                            if not self.intake.admit(msg.topic.value, time.monotonic_ns()):
-                                continue  # a flood's excess (relay/limits.py Intake): dropped undecoded
-                            payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
-                            now, wall = self.now()
-                            self._inbox.append((msg.topic.value, bytes(payload), now, wall))
-                            self._wake.set()
-                    except asyncio.CancelledError:
-                        # Stopping: say so on the retained status while the connection is up.
-                        try:
-                            await asyncio.wait_for(self._publish(client, self.core.shutdown()), 2)
-                        except BaseException:  # noqa: BLE001 - the broker may be gone already
-                            pass
-                        raise
-                    finally:
-                        self._client = None
-            except aiomqtt.MqttError as exc:
+                        await asyncio.wait_for(self._publish(conn, self.core.shutdown()), 2)
+                    except BaseException:  # noqa: BLE001 - the broker may be gone already
+                        pass
+                    raise
+                finally:
+                    self._client = None
+            except MqttError as exc:
                 self._client = None
                 if first:
                     raise
                 log.warning("lost the broker %s (%s); reconnecting in %.1f s", self.address.url, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
+            finally:
+                if conn is not None:
+                    conn.abort()  # a no-op once it has ended (a clean stop disconnected it above)
 
-    def _on_paho_message(self, _client: Any, _userdata: Any, message: Any) -> None:
-        """paho's on_message (on the loop, inside aiomqtt's reader callback): stamp and queue."""
-        try:
-            topic = message.topic
-        except UnicodeDecodeError:  # not a topic any broker should pass on
-            return
+    def _on_messages(self, messages: list[Message]) -> None:
+        """The PUBLISHes of one read from the broker: stamped once (they arrived together),
+        admitted by the intake, queued for the stepper."""
+        mono = time.monotonic_ns()
+        now = mono + self._mono_offset
+        wall = now + self._wall_offset
+        admit = self.intake.admit
+        inbox = self._inbox
+        for msg in messages:
+            topic = msg.topic
+            assert topic is not None  # the connection drops messages whose topic is not UTF-8
+            if admit(topic, mono):  # else a flood's excess (relay/limits.py Intake): dropped undecoded
+                inbox.append((topic, msg.payload, now, wall))
+        self._wake.set()
+
+    def _on_oversize(self, topic: str, size: int) -> None:
+        """A message far over ``max_payload`` (its bytes were skipped, never buffered): as for any
+        payload over the limit, its sender is told ``too_large`` (see ``_too_large``)."""
         mono = time.monotonic_ns()
         if not self.intake.admit(topic, mono):
-            return  # a flood's excess (relay/limits.py Intake): dropped undecoded
-        payload = message.payload
+            return
         now = mono + self._mono_offset
-        self._inbox.append((topic, bytes(payload) if isinstance(payload, (bytes, bytearray)) else b"",
-                            now, now + self._wall_offset))
-        self._wake.set()
+        self._emit(self._too_large(topic, size, now, now + self._wall_offset))
 
     async def _step_loop(self) -> None:
         while True:
@@ -505,73 +513,42 @@ class RelayShell:
 
     _last_failure = ""
 
-    def _send(self, client: aiomqtt.Client, out: list[Any]) -> int:
-        """Queue the ``Publish``es of ``out`` in paho as one buffer (see "Publishing"); return how
-        many could not be queued (the connection is down). Never raises for a dropped connection."""
-        paho = client._client  # noqa: SLF001 - aiomqtt's paho client: queueing there is synchronous
+    def _send(self, client: MqttConnection, out: list[Any]) -> int:
+        """Write the ``Publish``es of ``out`` as one buffer (see "Publishing"); return how many
+        could not be written (the connection is down). Never raises for a dropped connection."""
         publishes = [o for o in out if isinstance(o, Publish)]
         if not publishes:
             return 0
-        if not paho.is_connected():
+        if not client.connected:
             self._last_failure = "not connected"
             return len(publishes)
-        v5 = paho.protocol == MQTTv5
         buf = bytearray()
         failed = 0
         for o in publishes:
             payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
             try:
                 if o.qos == 0:
-                    _pack_publish(buf, o.topic, payload, o.retain, v5)
+                    pack_publish(buf, o.topic, payload, o.retain)
                     continue
                 if buf:
-                    self._queue(paho, buf)
+                    client.write(buf)
                     buf = bytearray()
-                rc = paho.publish(o.topic, payload, o.qos, o.retain).rc
-            except (ValueError, OSError, RuntimeError) as exc:  # a bad topic; a socket torn down under it
+                client.publish(o.topic, payload, o.qos, o.retain)
+            except (ValueError, MqttError) as exc:  # a bad topic; the connection dropped under it
                 self._last_failure = f"{type(exc).__name__}: {exc}"
-                failed += 1
-                continue
-            if rc != MQTT_ERR_SUCCESS:
-                self._last_failure = f"paho rc {rc}"
                 failed += 1
         if buf:
             try:
-                self._queue(paho, buf)
-            except (ValueError, OSError, RuntimeError) as exc:  # the connection broke under it
+                client.write(buf)
+            except MqttError as exc:  # the connection broke under it
                 self._last_failure = f"{type(exc).__name__}: {exc}"
                 failed += sum(1 for o in publishes if o.qos == 0)  # an upper bound: what this step sent
-        # What was not written here: queueing asked aiomqtt for a writer callback, which writes the whole
-        # queue on the loop's next turn and then unregisters itself. (Calling paho's loop_write
-        # here would race that deferred registration and could leave a writer registered.)
         return failed
 
-    @staticmethod
-    def _queue(paho: Any, buf: bytearray) -> None:
-        data = bytes(buf)
-        sock = paho._sock  # noqa: SLF001
-        if sock is not None and not paho._ssl and not paho._out_packet:  # noqa: SLF001
-            # Nothing of paho's is waiting to be written: write now, on this turn of the loop,
-            # rather than on the next through the writer callback (one wake-up less per step).
-            try:
-                sent = sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            paho._last_msg_out = paho_time()  # noqa: SLF001 - as paho's own writes do (keep-alive)
-            if sent == len(data):
-                return
-            data = data[sent:]  # the socket is full: paho writes the rest when it drains
-        # mid 0 is never a real message id (paho's run 1..65535): aiomqtt's on_publish ignores it.
-        rc = paho._packet_queue(PUBLISH, data, 0, 0, MQTTMessageInfo(0))  # noqa: SLF001
-        if rc != MQTT_ERR_SUCCESS:
-            raise OSError(f"paho rc {rc}")
-
-    async def _publish(self, client: aiomqtt.Client, out: list[Any]) -> None:
-        """Publish and wait until each message is written (for the last words before stopping)."""
-        for o in out:
-            if isinstance(o, Publish):
-                payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
-                await client.publish(o.topic, payload, qos=o.qos, retain=o.retain)
+    async def _publish(self, client: MqttConnection, out: list[Any]) -> None:
+        """Publish, then disconnect once it is written (for the last words before stopping)."""
+        self._send(client, out)
+        await client.disconnect()
 
     def _write(self, records: list[LogRecord]) -> None:
         if self.records is not None:
@@ -606,25 +583,8 @@ def _dump_timed(core: RelayCore) -> tuple[bytes, float]:
     return blob, time.thread_time() - started
 
 
-def _pack_publish(buf: bytearray, topic: str, payload: bytes | bytearray, retain: bool, v5: bool) -> None:
-    """Append an MQTT PUBLISH packet at QoS 0 (3.1.1, or 5 with no properties) to ``buf``."""
-    t = topic.encode("utf-8")
-    if not t or len(t) > 0xFFFF or "+" in topic or "#" in topic or "\0" in topic:
-        raise ValueError(f"not a topic to publish to: {topic[:80]!r}")
-    remaining = 2 + len(t) + len(payload) + (1 if v5 else 0)
-    if remaining > 268_435_455:
-        raise ValueError("message too large for MQTT")
-    buf.append(0x30 | (1 if retain else 0))
-    while True:  # the remaining length: 7 bits a byte, least significant first
-        byte, remaining = remaining & 0x7F, remaining >> 7
-        buf.append(byte | 0x80 if remaining else byte)
-        if not remaining:
-            break
-    buf += len(t).to_bytes(2, "big")
-    buf += t
-    if v5:
-        buf.append(0)  # no properties
-    buf += payload
+#: Kept for older importers; the packer is ``mqttkit.packets.pack_publish``.
+_pack_publish = pack_publish
 
 
 __all__ = ["RelayShell", "feed"]

@@ -216,16 +216,16 @@ def test_a_damaged_schema_1_row_is_still_caught_after_the_migration(tmp_path: Pa
 
 
 def test_a_publish_on_a_dropped_connection_is_counted_not_raised(clock: Clock) -> None:
-    """The stepper's publishes go straight to paho's queue: on a connection that is down paho says
-    so with a return code, which the shell counts and logs; nothing is raised out of a step."""
+    """The stepper's publishes go straight to the connection's transport: on a connection that is
+    down the shell counts them and logs; nothing is raised out of a step."""
     import asyncio
 
-    import aiomqtt
+    from mqttkit.connection import MqttConnection
 
     async def main() -> RelayShell:
         shell = RelayShell(ADDRESS, T, RelayConfig(), seed=1)
         shell.records = []
-        client = aiomqtt.Client("127.0.0.1", 1)  # never connected: paho has no socket
+        client = MqttConnection(lambda msgs: None)  # never connected: no transport
         out = [Publish(T.client("a"), m.Pong(t0=1, t1=2, t2=3)), LogRecord({"kind": "x"}),
                Publish(T.client("b"), m.Pong(t0=1, t1=2, t2=3))]
         shell._client = client  # noqa: SLF001
@@ -243,7 +243,7 @@ def test_the_shells_packed_publishes_are_the_packets_paho_would_send(v5: bool) -
     paho's publish would queue, for short and long payloads, retained or not."""
     import paho.mqtt.client as paho
 
-    from relay.shell import _pack_publish
+    from mqttkit.packets import pack_publish as _pack_publish
 
     client = paho.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5 if v5 else paho.MQTTv311)
     queued: list[bytes] = []
