@@ -342,16 +342,19 @@ class RelayShell:
                                           password=self.address.password, will=will, keepalive=30,
                                           max_packet=self.max_payload + PACKET_HEADER_ALLOWANCE,
                                           socket_options=NODELAY)
-                await conn.subscribe([(t, 1) for t in self.core.subscriptions()])
+                # The connection is the stepper's from here: a request can arrive in the same read
+                # as the SUBACK (the subscription is live on the broker before its SUBACK leaves),
+                # and its answer must have somewhere to go.
                 self._client = conn
-                if not first:
-                    self.reconnects += 1
-                    log.warning("reconnected to the broker %s", self.address.url)
-                first = False
-                delay = RECONNECT_FIRST_S
-                self._resync = True
-                self._wake.set()
                 try:
+                    await conn.subscribe([(t, 1) for t in self.core.subscriptions()])
+                    if not first:
+                        self.reconnects += 1
+                        log.warning("reconnected to the broker %s", self.address.url)
+                    first = False
+                    delay = RECONNECT_FIRST_S
+                    self._resync = True
+                    self._wake.set()
                     raise await conn.wait_closed()  # nothing to do here until the connection ends
                 except asyncio.CancelledError:
                     # Stopping: say so on the retained status while the connection is up.
