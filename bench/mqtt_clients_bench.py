@@ -4,7 +4,8 @@ How this works
 --------------
 A Mosquitto is started here on a free port. For each library (``--libs``, default aiomqtt, gmqtt
 and paho -- paho-mqtt driven straight from the asyncio loop with ``add_reader``/``add_writer``,
-without aiomqtt's layer) a separate Python process (a clean heap for the memory figure):
+without aiomqtt's layer; also ``raw``, a bare QoS-0 protocol, and ``mqttkit``, the relay's own
+connection) a separate Python process (a clean heap for the memory figure):
 
 1. connects ``--clients`` clients, each with its own client id (64 connects in flight at a time),
    each subscribed to its own topic -- the shape of ``blink load``'s players;
@@ -200,6 +201,30 @@ class RawLib:
         handle.close()
 
 
+class MqttkitLib:
+    """The relay's own connection (mqttkit/connection.py): a read's PUBLISHes come as one batch;
+    keep-alive, acknowledgements and error handling included (what ``raw`` leaves out)."""
+
+    name = "mqttkit"
+
+    async def connect(self, port: int, cid: str, on_message: Callable[[str, bytes], None]) -> Any:
+        from mqttkit.connection import connect
+
+        def on_messages(batch: list[Any]) -> None:
+            for msg in batch:
+                on_message(msg.topic, msg.payload)
+
+        conn = await connect("127.0.0.1", port, client_id=cid, on_messages=on_messages, keepalive=60)
+        await conn.subscribe([(f"bench/c/{cid}", 0)])
+        return conn
+
+    def publish(self, handle: Any, topic: str, payload: bytes) -> None:
+        handle.publish(topic, payload)
+
+    async def close(self, handle: Any) -> None:
+        await handle.disconnect()
+
+
 def _varint(n: int) -> bytes:
     out = bytearray()
     while True:
@@ -240,7 +265,8 @@ class _RawProto(asyncio.Protocol):
         self.buf = buf[i:]
 
 
-LIBS: dict[str, Any] = {"aiomqtt": AiomqttLib, "gmqtt": GmqttLib, "paho": PahoLib, "raw": RawLib}
+LIBS: dict[str, Any] = {"aiomqtt": AiomqttLib, "gmqtt": GmqttLib, "paho": PahoLib, "raw": RawLib,
+                        "mqttkit": MqttkitLib}
 
 
 # ------------------------------------------------------------------------------- one library, one process
@@ -352,7 +378,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=2000)
     p.add_argument("--libs", default="aiomqtt,gmqtt,paho",
-                   help="comma list of aiomqtt, gmqtt, paho, raw; add +uvloop to run one on uvloop (if installed)")
+                   help="comma list of aiomqtt, gmqtt, paho, raw, mqttkit (the relay's own); add +uvloop to run one on uvloop (if installed)")
     p.add_argument("--idle", type=float, default=3.0)
     p.add_argument("--busy", type=float, default=5.0)
     p.add_argument("--json", action="store_true")
