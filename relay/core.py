@@ -944,8 +944,10 @@ class RelayCore:
         before, match.state = match.state, result.state
         first = match.seq + 1
         start = len(out)
-        for ev in result.events:
-            self._event(match, now_ns, out, dict(ev))
+        if result.events:
+            names = match.names  # a tuple built per call: once for all the change's events
+            for ev in result.events:
+                self._event(match, now_ns, out, ev, names)
         rules = match.rules
         if rules.private_delta is not None and rules.sends_less:
             # Send less: the events say what changed in public; each player is told privately only
@@ -992,21 +994,27 @@ class RelayCore:
 
     # ------------------------------------------------------------------ publishing
 
-    def _event(self, match: Match, now_ns: int, out: list[Out], data: dict[str, Any]) -> None:
-        match.seq += 1
-        self.fair.note_published(match.code, match.seq, now_ns)
-        etype = str(data.pop("type"))
-        public = with_names(data, match.names)
-        ev = m.Event(match=match.code, seq=match.seq, ts=now_ns + self._wall_offset, game=max(match.game_index, 0), type=etype, data=public)
-        out.append(Publish(self.topics.ev(match.code), ev))
-        past = self._past.get(match.code)
+    def _event(self, match: Match, now_ns: int, out: list[Out], data: dict[str, Any],
+               names: tuple[str, ...] | None = None) -> None:
+        """Publish one public event (``data``: the engine's map with its ``type``; left as it is)."""
+        code = match.code
+        seq = match.seq = match.seq + 1
+        self.fair.note_published(code, seq, now_ns)
+        # ``with_names`` builds a new map (its keys in ``data``'s order, the seats added after them):
+        # the type comes out of that copy, so the engine's own event is never changed.
+        public = with_names(data, match.names if names is None else names)
+        etype = str(public.pop("type"))
+        game = match.game_index if match.game_index > 0 else 0
+        ev = m.Event(match=code, seq=seq, ts=now_ns + self._wall_offset, game=game, type=etype, data=public)
+        out.append(Publish(self.topics.ev(code), ev))
+        past = self._past.get(code)
         if past is None:
-            past = self._past[match.code] = (deque(maxlen=PAST_EVENTS), {})
+            past = self._past[code] = (deque(maxlen=PAST_EVENTS), {})
         if etype == "rematch_started":  # a new match under the same code: it begins here
             past[0].clear()
         past[0].append(ev)
-        out.append(LogRecord({"kind": "event", "match": match.code, "seq": match.seq, "ts": now_ns,  # made wall later
-                              "game": ev.game, "type": etype, **public}))
+        out.append(LogRecord({"kind": "event", "match": code, "seq": seq, "ts": now_ns,  # made wall later
+                              "game": game, "type": etype, **public}))
 
     def _send_views(self, match: Match, out: list[Out], only: str | None = None) -> None:
         if match.state is None:
