@@ -4,15 +4,20 @@ What it measures
 ----------------
 - ``RelayCore.handle`` for one BLINK play, with every ``Publish`` it returns encoded to bytes the
   way the shell does (``protocol.codec.encode``): median and p99 in microseconds, over many plays
-  chosen by the real rules engine across many live matches (arrival order).
+  chosen by the real rules engine across many live matches (arrival order); then the same loop
+  again timed in the thread's CPU time (its median: steadier than wall time on a busy machine).
 - Memory per live BLINK match with ``--matches`` matches running (tracemalloc: the core's growth
   from empty, divided by the number of matches; each match has had a few plays).
 - A cProfile top-15 of the same play loop (``--profile``).
 - A baseline measured in the same run: ``msgpack.packb`` of a small map (a ``Ping``'s wire map),
   so the ratio (play / baseline) can be compared across machines. (Until 2026-12-01 the baseline
   was ``encode(Ping)``; the codec got faster, so it no longer measured only the machine.)
+- ``--against REV``: the same measurements of git revision ``REV``'s core (``git archive`` of this
+  checkout's history into a temporary directory), alternating runs of both, each in its own
+  process, and the speed-up; the machine is shared, so compare runs made back to back.
 
     .venv/bin/python bench/core_bench.py [--plays 20000] [--matches 1000] [--profile] [--json]
+    .venv/bin/python bench/core_bench.py --against HEAD~3 [--rounds 3] [--plays 20000] [--matches 1000]
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ import cProfile
 import gc
 import io
 import json
+import os
 import pstats
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -92,9 +102,14 @@ class Bench:
         return None
 
 
-def timed_plays(bench: Bench, plays: int, profile: cProfile.Profile | None = None) -> list[float]:
+def timed_plays(bench: Bench, plays: int, profile: cProfile.Profile | None = None,
+                cpu: list[float] | None = None) -> list[float]:
+    """Wall microseconds per play; with ``cpu``, the thread's CPU microseconds per play are added to
+    it as well (a preempted play's wall time counts time the machine gave to others: on a shared,
+    busy machine the CPU time is the steadier figure; reading that clock adds about 1 us a play)."""
     times: list[float] = []
     pc = time.perf_counter_ns
+    tt = time.thread_time_ns
     i = 0
     idle = 0
     while len(times) < plays:
@@ -112,12 +127,15 @@ def timed_plays(bench: Bench, plays: int, profile: cProfile.Profile | None = Non
         topic, payload = nxt
         if profile is not None:
             profile.enable()
+        c0 = tt() if cpu is not None else 0
         t0 = pc()
         out = bench.core.handle(topic, payload, bench.now)
         for o in out:
             if isinstance(o, Publish):
                 encode(o.msg) if not isinstance(o.msg, bytes) else o.msg
         t1 = pc()
+        if cpu is not None:
+            cpu.append((tt() - c0) / 1000)
         if profile is not None:
             profile.disable()
         times.append((t1 - t0) / 1000)
@@ -152,6 +170,68 @@ def memory_per_match(matches: int) -> float:
     return (after - before) / max(1, live)
 
 
+def _run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One ``--json`` run of this script against the code under ``root``, in a fresh process."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--plays", str(args.plays),
+           "--matches", str(args.matches), "--match-pool", str(args.match_pool)]
+    env = dict(os.environ, PYTHONPATH=str(root))  # ahead of the editable install: that tree's protocol/relay
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"core_bench under {root} failed: {done.stderr.strip()[-500:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def compare(args: argparse.Namespace) -> int:
+    """This checkout against ``--against REV``, each run in its own process, alternating (the one
+    that goes first swaps every round), so both meet the same machine; medians of the rounds."""
+    here = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="core_bench_") as tmp:
+        archive = subprocess.run(["git", "-C", str(here), "archive", "--format=tar", args.against],
+                                 capture_output=True, timeout=120)
+        if archive.returncode != 0:
+            print(f"core_bench: no revision {args.against!r}: {archive.stderr.decode().strip()}", file=sys.stderr)
+            return 2
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tmp, filter="data")
+        sides: dict[str, list[dict[str, Any]]] = {"this": [], args.against: []}
+        roots = {"this": here, args.against: Path(tmp)}
+        for r in range(args.rounds):
+            order = ["this", args.against] if r % 2 == 0 else [args.against, "this"]
+            for name in order:
+                sides[name].append(_run(roots[name], args))
+                res = sides[name][-1]
+                print(f"round {r + 1} {name:>12}: wall p50 {res['play_us']['p50']} us, cpu p50 "
+                      f"{res['play_cpu_us']['p50']} us, {res['memory_per_match_kb']} kB/match", file=sys.stderr)
+
+    def med(name: str, *path: str) -> float:
+        vals = []
+        for res in sides[name]:
+            v: Any = res
+            for k in path:
+                v = v[k]
+            vals.append(float(v))
+        return statistics.median(vals)
+
+    summary = {name: {"wall_p50_us": med(name, "play_us", "p50"), "cpu_p50_us": med(name, "play_cpu_us", "p50"),
+                      "memory_per_match_kb": med(name, "memory_per_match_kb"), "runs": sides[name]}
+               for name in sides}
+    old, new = summary[args.against], summary["this"]
+    summary["speedup_wall_p50"] = round(old["wall_p50_us"] / new["wall_p50_us"], 2)
+    summary["speedup_cpu_p50"] = round(old["cpu_p50_us"] / new["cpu_p50_us"], 2)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for name in ("this", args.against):
+            s = summary[name]
+            print(f"{name:>12}: handle+encode one BLINK play p50 {s['wall_p50_us']:.1f} us wall, "
+                  f"{s['cpu_p50_us']:.1f} us thread CPU; {s['memory_per_match_kb']:.1f} kB per live match "
+                  f"at {args.matches} (medians of {args.rounds} runs)")
+        print(f"speed-up against {args.against}: {summary['speedup_wall_p50']}x wall, "
+              f"{summary['speedup_cpu_p50']}x CPU")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plays", type=int, default=20000)
@@ -159,10 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--matches", type=int, default=1000, help="live matches for the memory figure")
     ap.add_argument("--profile", action="store_true", help="print a cProfile top-15 of the play loop")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--against", metavar="REV",
+                    help="also measure the core of git revision REV (this checkout's history), alternating "
+                         "runs of both in separate processes, and report the ratios")
+    ap.add_argument("--rounds", type=int, default=3, help="with --against: runs of each side")
     args = ap.parse_args(argv)
-    if args.plays < 1 or args.matches < 1 or args.match_pool < 1:
-        print("core_bench: --plays, --matches and --match-pool must be positive", file=sys.stderr)
+    if args.plays < 1 or args.matches < 1 or args.match_pool < 1 or args.rounds < 1:
+        print("core_bench: --plays, --matches, --match-pool and --rounds must be positive", file=sys.stderr)
         return 2
+    if args.against:
+        return compare(args)
 
     base = baseline_us()
     bench = Bench()
@@ -173,15 +259,19 @@ def main(argv: list[str] | None = None) -> int:
     times = sorted(timed_plays(bench, args.plays))
     p50 = statistics.median(times)
     p99 = times[int(0.99 * (len(times) - 1))]
+    cpu: list[float] = []
+    timed_plays(bench, args.plays, cpu=cpu)  # the same loop again, in the thread's CPU time
+    cpu_p50 = statistics.median(cpu)
     mem = memory_per_match(args.matches)
     result = {"plays": len(times), "play_us": {"p50": round(p50, 1), "p99": round(p99, 1)},
+              "play_cpu_us": {"p50": round(cpu_p50, 1)},
               "baseline_packb_ping_us": round(base, 2), "ratio_p50": round(p50 / base, 1),
               "memory_per_match_kb": round(mem / 1024, 1), "matches": args.matches}
     if args.json:
         print(json.dumps(result))
     else:
         print(f"handle+encode one BLINK play: p50 {p50:.1f} us, p99 {p99:.1f} us over {len(times)} plays "
-              f"({args.match_pool} matches)")
+              f"({args.match_pool} matches); thread CPU p50 {cpu_p50:.1f} us")
         print(f"baseline: msgpack.packb(Ping's map) {base:.2f} us -> play/baseline {p50 / base:.1f}x")
         print(f"memory: {mem / 1024:.1f} kB per live BLINK match at {args.matches} matches")
     if args.profile:
