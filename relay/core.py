@@ -284,14 +284,15 @@ class RelayCore:
         coalesced snapshot) on the heap, if it changed. One live entry per match: ``wake_at``."""
         at: int | None = None
         if match.status in ("playing", "between"):
-            times = [d for d, _ in match.timers.values()]
+            times = [d for d, _ in match.timers.values()] if match.timers else []
             if match.next_game_at is not None:
                 times.append(match.next_game_at)
             if match.snapshot_due is not None:
                 times.append(match.snapshot_due)
-            held = self.fair.deadline(match.code, probing=False)
-            if held is not None:
-                times.append(held)
+            if self.fair.held.get(match.code):  # (an arrival-order match never holds a play)
+                held = self.fair.deadline(match.code, probing=False)
+                if held is not None:
+                    times.append(held)
             at = min(times) if times else None
         if at is not None and at != match.wake_at:
             self._wake.add(at, match.code, "wake")
@@ -764,7 +765,12 @@ class RelayCore:
         self._wake_up(match)
 
     def _arm_timers(self, match: Match, now_ns: int) -> None:
-        wanted = {t.name: t for t in match.rules.timers(match.state)}
+        timers = match.rules.timers(match.state)
+        if not timers:  # most changes (a BLINK play): no timer wanted, so none may stay armed
+            if match.timers:
+                match.timers.clear()
+            return
+        wanted = {t.name: t for t in timers}
         for name in list(match.timers):
             if name not in wanted:
                 del match.timers[name]
@@ -773,6 +779,8 @@ class RelayCore:
                 match.timers[name] = (now_ns + max(0, t.delay_ns), t.action)
 
     def _fire_timers(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        if not match.timers:
+            return
         for _ in range(10_000):  # zero-delay timers may chain (roll, then roll again); bounded anyway
             due = [(d, n) for n, (d, _) in match.timers.items() if d <= now_ns]
             if not due or match.status != "playing":

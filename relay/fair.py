@@ -99,7 +99,9 @@ class FairOrder:
     # -- measurements ------------------------------------------------------------------------
 
     def note_published(self, code: str, seq: int, now_ns: int) -> None:
-        book = self.published.setdefault(code, {})
+        book = self.published.get(code)  # (not setdefault: it would build an empty map per event)
+        if book is None:
+            book = self.published[code] = {}
         book[seq] = now_ns
         if len(book) > 4096:
             for k in sorted(book)[:2048]:
