@@ -7,7 +7,9 @@ What it measures
   chosen by the real rules engine across many live matches (arrival order); then the same loop
   again timed in the thread's CPU time (its median: steadier than wall time on a busy machine).
 - Memory per live BLINK match with ``--matches`` matches running (tracemalloc: the core's growth
-  from empty, divided by the number of matches; each match has had a few plays).
+  from empty, divided by the live matches), twice: after 5 plays each (the figure since the start)
+  and after ``MID_GAME_PLAYS`` (40) plays each, about half a game (a match's memory grows with its
+  age: recent states, remembered answers, past events, up to their caps).
 - A cProfile top-15 of the same play loop (``--profile``).
 - A baseline measured in the same run: ``msgpack.packb`` of a small map (a ``Ping``'s wire map),
   so the ratio (play / baseline) can be compared across machines. (Until 2026-12-01 the baseline
@@ -50,6 +52,9 @@ from relay.core import Publish, RelayConfig, RelayCore
 
 T = Topics()
 S = 1_000_000_000
+#: Plays per match for the second memory figure: about half of a game of the standard deck (a match
+#: keeps its recent states, answers and past events, so memory grows with its age up to their caps).
+MID_GAME_PLAYS = 40
 
 
 class Bench:
@@ -154,7 +159,7 @@ def baseline_us(n: int = 20000) -> float:
     return statistics.median(samples)
 
 
-def memory_per_match(matches: int) -> float:
+def memory_per_match(matches: int, plays_each: int = 5) -> float:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
@@ -162,7 +167,7 @@ def memory_per_match(matches: int) -> float:
     for i in range(matches):
         bench.new_match(i)
     bench.advance(4 * S)  # past the countdown: every match is racing
-    timed_plays(bench, 5 * matches)  # a few plays each: histories, answers, past events
+    timed_plays(bench, plays_each * matches)  # plays each: histories, answers, past events
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -202,7 +207,9 @@ def compare(args: argparse.Namespace) -> int:
                 sides[name].append(_run(roots[name], args))
                 res = sides[name][-1]
                 print(f"round {r + 1} {name:>12}: wall p50 {res['play_us']['p50']} us, cpu p50 "
-                      f"{res['play_cpu_us']['p50']} us, {res['memory_per_match_kb']} kB/match", file=sys.stderr)
+                      f"{res['play_cpu_us']['p50']} us, {res['memory_per_match_kb']} kB/match, "
+                      f"{res['memory_per_match_kb_later']} kB after {res['later_plays_each']} plays each",
+                      file=sys.stderr)
 
     def med(name: str, *path: str) -> float:
         vals = []
@@ -214,7 +221,8 @@ def compare(args: argparse.Namespace) -> int:
         return statistics.median(vals)
 
     summary = {name: {"wall_p50_us": med(name, "play_us", "p50"), "cpu_p50_us": med(name, "play_cpu_us", "p50"),
-                      "memory_per_match_kb": med(name, "memory_per_match_kb"), "runs": sides[name]}
+                      "memory_per_match_kb": med(name, "memory_per_match_kb"),
+                      "memory_per_match_kb_later": med(name, "memory_per_match_kb_later"), "runs": sides[name]}
                for name in sides}
     old, new = summary[args.against], summary["this"]
     summary["speedup_wall_p50"] = round(old["wall_p50_us"] / new["wall_p50_us"], 2)
@@ -226,7 +234,8 @@ def compare(args: argparse.Namespace) -> int:
             s = summary[name]
             print(f"{name:>12}: handle+encode one BLINK play p50 {s['wall_p50_us']:.1f} us wall, "
                   f"{s['cpu_p50_us']:.1f} us thread CPU; {s['memory_per_match_kb']:.1f} kB per live match "
-                  f"at {args.matches} (medians of {args.rounds} runs)")
+                  f"at {args.matches} after 5 plays each, {s['memory_per_match_kb_later']:.1f} kB after "
+                  f"{MID_GAME_PLAYS} (medians of {args.rounds} runs)")
         print(f"speed-up against {args.against}: {summary['speedup_wall_p50']}x wall, "
               f"{summary['speedup_cpu_p50']}x CPU")
     return 0
@@ -263,17 +272,20 @@ def main(argv: list[str] | None = None) -> int:
     timed_plays(bench, args.plays, cpu=cpu)  # the same loop again, in the thread's CPU time
     cpu_p50 = statistics.median(cpu)
     mem = memory_per_match(args.matches)
+    mem_later = memory_per_match(args.matches, MID_GAME_PLAYS)
     result = {"plays": len(times), "play_us": {"p50": round(p50, 1), "p99": round(p99, 1)},
               "play_cpu_us": {"p50": round(cpu_p50, 1)},
               "baseline_packb_ping_us": round(base, 2), "ratio_p50": round(p50 / base, 1),
-              "memory_per_match_kb": round(mem / 1024, 1), "matches": args.matches}
+              "memory_per_match_kb": round(mem / 1024, 1), "matches": args.matches,
+              "memory_per_match_kb_later": round(mem_later / 1024, 1), "later_plays_each": MID_GAME_PLAYS}
     if args.json:
         print(json.dumps(result))
     else:
         print(f"handle+encode one BLINK play: p50 {p50:.1f} us, p99 {p99:.1f} us over {len(times)} plays "
               f"({args.match_pool} matches); thread CPU p50 {cpu_p50:.1f} us")
         print(f"baseline: msgpack.packb(Ping's map) {base:.2f} us -> play/baseline {p50 / base:.1f}x")
-        print(f"memory: {mem / 1024:.1f} kB per live BLINK match at {args.matches} matches")
+        print(f"memory: {mem / 1024:.1f} kB per live BLINK match at {args.matches} matches "
+              f"(5 plays each); {mem_later / 1024:.1f} kB after {MID_GAME_PLAYS} plays each")
     if args.profile:
         prof = cProfile.Profile()
         timed_plays(bench, min(5000, args.plays), prof)

@@ -32,11 +32,14 @@ def plain(value: Any) -> Any:
     return value
 
 
-def with_names(data: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+def with_names(data: dict[str, Any], names: Sequence[str], drop: str | None = None) -> dict[str, Any]:
     """Public events name players: ``player``/``winner`` become names, the seat stays beside them.
-    Returns a new map; ``data`` is left as it is."""
+    Returns a new map without the key ``drop`` (e.g. an event's ``type``); ``data`` is left as it is."""
     count = len(names)
-    out: dict[str, Any] = plain(data)
+    # ``plain(data)``, inlined for the flat maps events are (this runs for every event published);
+    # the dropped key is never put in (removing it later would leave the map sized for one more).
+    out: dict[str, Any] = {k if type(k) is str else str(k): v if type(v) in _SCALARS else plain(v)
+                           for k, v in data.items() if k != drop}
     seat = out.get("player")
     if type(seat) is int:  # (a bool is not a seat)
         out["seat"] = seat

@@ -164,6 +164,14 @@ class Card:
     def __str__(self) -> str:
         return f"{self.count}-{self.colour}-{self.shape}"
 
+    def __eq__(self, other: object) -> bool:
+        # What the generated one does (equal fields, same class), without building two tuples:
+        # hands are compared card by card on every play. (The generated hash stays: same fields.)
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self is other or (self.count == other.count and self.colour == other.colour  # type: ignore[attr-defined]
+                                 and self.shape == other.shape)  # type: ignore[attr-defined]
+
 
 def standard_deck() -> tuple[Card, ...]:
     """The 60 cards: 4 colours x 3 shapes x counts 1-5, each exactly once."""
@@ -771,7 +779,16 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
     old, new = before.hands[seat], after.hands[seat]
     # A deck's cards are all different: something came in when the hand grew or holds a card the
     # old one did not (the same hand object: nothing changed; ``in`` stops at identity first).
-    came = new is not old and (len(new) > len(old) or any(c not in old for c in new))
+    came = False
+    if new is not old:
+        if len(new) > len(old):
+            came = True
+        else:
+            same = set(map(id, old))  # the cards that stayed are mostly the very same objects
+            for c in new:
+                if id(c) not in same and c not in old:
+                    came = True
+                    break
     if not came and (before.picks is after.picks or before.picks[seat] == after.picks[seat]):
         return None
     pick = after.picks[seat]
