@@ -17,9 +17,13 @@ What it measures
 - ``--against REV``: the same measurements of git revision ``REV``'s core (``git archive`` of this
   checkout's history into a temporary directory), alternating runs of both, each in its own
   process, and the speed-up; the machine is shared, so compare runs made back to back.
+- ``--same-as REV``: that an optimisation changed nothing: both cores are driven through one seeded
+  sequence (plays, bad plays, duplicates, resyncs, timers) and every output is hashed -- published
+  bytes, topics, retain flags and log records; exit 1 if the digests differ.
 
     .venv/bin/python bench/core_bench.py [--plays 20000] [--matches 1000] [--profile] [--json]
     .venv/bin/python bench/core_bench.py --against HEAD~3 [--rounds 3] [--plays 20000] [--matches 1000]
+    .venv/bin/python bench/core_bench.py --same-as HEAD~3 [--plays 20000]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import hashlib
 import io
 import json
 import os
@@ -175,6 +180,101 @@ def memory_per_match(matches: int, plays_each: int = 5) -> float:
     return (after - before) / max(1, live)
 
 
+def output_digest(plays: int, seed: int = 5) -> tuple[int, str]:
+    """Drive a core through a seeded sequence -- plays chosen by the rules engine, bad plays (a card
+    not held, a bad pile, a stale seq), duplicates, spectators' resyncs from seq 1, timers -- and
+    hash every output: each ``Publish`` as topic, encoded bytes and retain flag, each ``LogRecord``
+    as JSON. Two revisions whose cores behave the same give the same digest (``--same-as``)."""
+    digest = hashlib.sha256()
+    outputs = 0
+
+    def feed(out: list[Any]) -> None:
+        nonlocal outputs
+        for o in out:
+            outputs += 1
+            if isinstance(o, Publish):
+                digest.update(o.topic.encode())
+                digest.update(o.msg if isinstance(o.msg, bytes) else encode(o.msg))
+                digest.update(b"R" if o.retain else b"-")
+            else:
+                digest.update(json.dumps(o.record, default=repr).encode())
+
+    bench = Bench(seed=seed)
+    for i in range(40):
+        bench.new_match(i)
+    feed(bench.core.tick(bench.now))
+    bench.advance(4 * S)
+    chance = bench.chance
+    i = done = 0
+    while done < plays:
+        code = bench.codes[i % len(bench.codes)]
+        i += 1
+        match = bench.core.matches.get(code)
+        r = chance.randbelow(100)
+        if match is not None and r < 3:  # a spectator asks for the match from its beginning
+            feed(bench.core.handle(T.req(f"w{i % 7}"), encode(m.Resync(code, from_seq=1)), bench.now))
+            bench.now += 1000
+        nxt = bench.next_play(code)
+        if nxt is None:
+            if i % len(bench.codes) == 0:
+                bench.now += S
+                feed(bench.core.tick(bench.now))
+                bench.renew()
+            continue
+        topic, payload = nxt
+        if r < 10 and match is not None:  # a bad play first: a card not held, a bad pile or card, a stale seq
+            card: Any = ["9-red-star", "1-red-star", 5][r % 3]
+            bad = m.Act(id=bench.ids + 100_000, seq=max(0, match.seq - 3),
+                        action={"t": "PlayCard", "v": 1, "card": card, "pile": r % 3})
+            feed(bench.core.handle(topic, encode(bad), bench.now))
+            bench.now += 1000
+        feed(bench.core.handle(topic, payload, bench.now))
+        done += 1
+        if r > 95:
+            feed(bench.core.handle(topic, payload, bench.now))  # the same action again: a duplicate
+        bench.now += 1_000_000
+        if done % 97 == 0:
+            bench.now += 300_000_000
+            feed(bench.core.tick(bench.now))
+    return outputs, digest.hexdigest()
+
+
+def _archive(rev: str) -> tempfile.TemporaryDirectory[str] | None:
+    """A temporary directory holding git revision ``rev`` of this checkout (None: no such revision)."""
+    here = Path(__file__).resolve().parent.parent
+    tmp = tempfile.TemporaryDirectory(prefix="core_bench_")
+    archive = subprocess.run(["git", "-C", str(here), "archive", "--format=tar", rev], capture_output=True, timeout=120)
+    if archive.returncode != 0:
+        print(f"core_bench: no revision {rev!r}: {archive.stderr.decode().strip()}", file=sys.stderr)
+        tmp.cleanup()
+        return None
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tmp.name, filter="data")
+    return tmp
+
+
+def same_as(args: argparse.Namespace) -> int:
+    """Run ``output_digest`` here and under ``--same-as REV``; exit 0 if the outputs are the same."""
+    here = Path(__file__).resolve().parent.parent
+    tmp = _archive(args.same_as)
+    if tmp is None:
+        return 2
+    with tmp:
+        digests = {}
+        for name, root in (("this", here), (args.same_as, Path(tmp.name))):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--digest", str(args.plays)]
+            done = subprocess.run(cmd, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)),
+                                  capture_output=True, text=True, timeout=1800)
+            if done.returncode != 0:
+                print(f"core_bench: the digest run under {name} failed: {done.stderr.strip()[-500:]}", file=sys.stderr)
+                return 2
+            digests[name] = done.stdout.strip().splitlines()[-1]
+            print(f"{name:>12}: {digests[name]}")
+    same = len(set(digests.values())) == 1
+    print("the same outputs, byte for byte" if same else "the outputs DIFFER")
+    return 0 if same else 1
+
+
 def _run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One ``--json`` run of this script against the code under ``root``, in a fresh process."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--plays", str(args.plays),
@@ -191,14 +291,10 @@ def compare(args: argparse.Namespace) -> int:
     """This checkout against ``--against REV``, each run in its own process, alternating (the one
     that goes first swaps every round), so both meet the same machine; medians of the rounds."""
     here = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="core_bench_") as tmp:
-        archive = subprocess.run(["git", "-C", str(here), "archive", "--format=tar", args.against],
-                                 capture_output=True, timeout=120)
-        if archive.returncode != 0:
-            print(f"core_bench: no revision {args.against!r}: {archive.stderr.decode().strip()}", file=sys.stderr)
-            return 2
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(tmp, filter="data")
+    archived = _archive(args.against)
+    if archived is None:
+        return 2
+    with archived as tmp:
         sides: dict[str, list[dict[str, Any]]] = {"this": [], args.against: []}
         roots = {"this": here, args.against: Path(tmp)}
         for r in range(args.rounds):
@@ -252,10 +348,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="also measure the core of git revision REV (this checkout's history), alternating "
                          "runs of both in separate processes, and report the ratios")
     ap.add_argument("--rounds", type=int, default=3, help="with --against: runs of each side")
+    ap.add_argument("--same-as", metavar="REV",
+                    help="check that this checkout's core gives the same outputs, byte for byte, as revision "
+                         "REV's over a seeded sequence of --plays plays (with bad plays, duplicates, resyncs, "
+                         "timers); exit 1 if not")
+    ap.add_argument("--digest", type=int, metavar="PLAYS", help=argparse.SUPPRESS)  # one side of --same-as
     args = ap.parse_args(argv)
+    if args.digest is not None:
+        outputs, digest = output_digest(args.digest)
+        print(f"{args.digest} plays, {outputs} outputs, sha256 {digest}")
+        return 0
     if args.plays < 1 or args.matches < 1 or args.match_pool < 1 or args.rounds < 1:
         print("core_bench: --plays, --matches, --match-pool and --rounds must be positive", file=sys.stderr)
         return 2
+    if args.same_as:
+        return same_as(args)
     if args.against:
         return compare(args)
 

@@ -959,8 +959,9 @@ class RelayCore:
             extra.update(note)
         self._commit(match, result, now_ns, out, extra=extra)
         self.stats["accepted"] += 1
+        # (an accepted action's sender was checked before it was judged: by ``_on_act``, or on its way to fair order's hold)
         self._answer(client, match.code, act.id, m.ActionAccepted(match.code, act.id, match.seq, hold_ns), now_ns, out,
-                     log=False)
+                     log=False, client_ok=True)
         self._after_change(match, now_ns, out)
         return True
 
@@ -1002,10 +1003,11 @@ class RelayCore:
                               **(note or {})}))
 
     def _answer(self, client: str, code: str, action_id: int, answer: Any, now_ns: int, out: list[Out],
-                log: bool = True) -> None:
+                log: bool = True, client_ok: bool = False) -> None:
+        """Answer an action to its sender (``client_ok``: its id has been checked already)."""
         if isinstance(answer, m.ActionRejected) and len(answer.detail) > DETAIL_CHARS:  # e.g. a decode error
             answer = dataclasses.replace(answer, detail=answer.detail[:DETAIL_CHARS])
-        if valid_id(client):
+        if client_ok or valid_id(client):
             out.append(Publish(self.topics.client(client), answer))
             if action_id >= 0:
                 book = self._answers.get(client)  # (not setdefault: it would build a map per answer)

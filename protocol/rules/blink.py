@@ -437,8 +437,9 @@ def _anyone_can_move(state: State) -> bool:
 
 def _after_change(state: State, events: list[EventData]) -> State:
     """Check for a winner, then for a stalemate; called after every change in the running phase."""
+    hands, draw = state.hands, state.draw
     for p in (0, 1):
-        if _out_of_cards(state, p):
+        if not hands[p] and not draw[p]:  # out of cards
             events.append({"type": "game_over", "winner": p, "reason": "out_of_cards"})
             return _evolve(state, phase="over", winner=p)
     if _anyone_can_move(state):
@@ -494,9 +495,14 @@ def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Reje
     # state is built once: the played card and, with auto refill, the cards drawn after it.
     if state.phase != "running":
         return _phase_rejection(state)
-    card = _parse_card(state, action.card)
-    if isinstance(card, Rejected):
-        return card
+    text = action.card
+    # A card's canonical text is one lookup; anything else goes through ``Card.parse`` (and its errors).
+    card = state.settings.deck.by_text().get(text) if type(text) is str else None
+    if card is None:
+        parsed = _parse_card(state, text)
+        if isinstance(parsed, Rejected):
+            return parsed
+        card = parsed
     pile = action.pile
     if type(pile) is not int or pile not in (0, 1):
         return Rejected("bad_pile", f"pile must be 0 or 1, not {pile!r}")
