@@ -32,20 +32,24 @@ def plain(value: Any) -> Any:
     return value
 
 
-def with_names(data: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    """Public events name players: ``player``/``winner`` become names, the seat stays beside them."""
-
-    def name(seat: Any) -> Any:
-        return names[seat] if type(seat) is int and 0 <= seat < len(names) else seat
-
-    out: dict[str, Any] = plain(data)
-    if "player" in out and type(out["player"]) is int:
-        out["seat"] = out["player"]
-        out["player"] = name(out["player"])
+def with_names(data: dict[str, Any], names: Sequence[str], drop: str | None = None) -> dict[str, Any]:
+    """Public events name players: ``player``/``winner`` become names, the seat stays beside them.
+    Returns a new map without the key ``drop`` (e.g. an event's ``type``); ``data`` is left as it is."""
+    count = len(names)
+    # ``plain(data)``, inlined for the flat maps events are (this runs for every event published);
+    # the dropped key is never put in (removing it later would leave the map sized for one more).
+    out: dict[str, Any] = {k if type(k) is str else str(k): v if type(v) in _SCALARS else plain(v)
+                           for k, v in data.items() if k != drop}
+    seat = out.get("player")
+    if type(seat) is int:  # (a bool is not a seat)
+        out["seat"] = seat
+        out["player"] = names[seat] if 0 <= seat < count else seat
     if "winner" in out:
-        out["winner_seat"] = out["winner"]
-        out["winner"] = name(out["winner"])
+        seat = out["winner"]
+        out["winner_seat"] = seat
+        out["winner"] = names[seat] if type(seat) is int and 0 <= seat < count else seat
     if "winners" in out and isinstance(out["winners"], list):
-        out["winner_seats"] = list(out["winners"])
-        out["winners"] = [name(w) for w in out["winners"]]
+        seats = out["winners"]
+        out["winner_seats"] = list(seats)
+        out["winners"] = [names[w] if type(w) is int and 0 <= w < count else w for w in seats]
     return out

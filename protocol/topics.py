@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 DEFAULT_PREFIX = "blink/v1"
 
@@ -67,8 +68,12 @@ class Topics:
         return f"{self.prefix}/relay/{relay}/status"
 
     # parsing
+    @cached_property
+    def _act_head(self) -> str:
+        return f"{self.prefix}/m/{self.shard}/"
+
     def parse_act(self, topic: str) -> tuple[str, str] | None:
-        head = f"{self.prefix}/m/{self.shard}/"
+        head = self._act_head  # built once: every action the relay receives is parsed here
         if not topic.startswith(head):
             return None
         parts = topic[len(head):].split("/")

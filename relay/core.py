@@ -99,6 +99,8 @@ LIMIT_CODES = frozenset({"too_many_matches", "relay_full", "too_large"})
 HOUSEKEEPING_PER_TICK = 1_000  # expiries and idle clients handled per tick at most (the rest next tick)
 NS = 1_000_000_000
 PAST_EVENTS = 4096  # per match: public events kept for a late spectator's Resync(from_seq)
+#: A public event as a match keeps it for a resend: (seq, ts, game, type, data).
+PastEvent = tuple[int, int, int, str, dict[str, Any]] | m.Event
 MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``grace_s`` setting)
 
 
@@ -115,9 +117,13 @@ class RelayCore:
         self._codes = SeededChance(derive(seed, "codes"))
         self.matches: dict[str, Match] = {}
         self.client_match: dict[str, str] = {}
-        self._answers: dict[str, OrderedDict[tuple[str, int], m.ActionAccepted | m.ActionRejected]] = {}
-        # Per match: its last public events, and when each client last had them re-sent.
-        self._past: dict[str, tuple[deque[m.Event], dict[str, int]]] = {}
+        # Per client and (match, action id): the answer it got, for a duplicate. An acceptance is kept
+        # as its (seq, hold_ns) -- the rest of it is the key -- a third of the message's memory.
+        self._answers: dict[str, OrderedDict[tuple[str, int], m.ActionAccepted | m.ActionRejected | tuple[int, int]]] = {}
+        # Per match: its last public events, and when each client last had them re-sent. An event
+        # is kept as (seq, ts, game, type, data), not as the published ``Event`` (less memory; its
+        # ``Event`` is rebuilt, equal, for a resend; a snapshot from before holds ``Event``s).
+        self._past: dict[str, tuple[deque[PastEvent], dict[str, int]]] = {}
         self.stats: dict[str, Any] = {"accepted": 0, "rejected": {}}
         if self.config.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.config.order!r}")
@@ -284,14 +290,15 @@ class RelayCore:
         coalesced snapshot) on the heap, if it changed. One live entry per match: ``wake_at``."""
         at: int | None = None
         if match.status in ("playing", "between"):
-            times = [d for d, _ in match.timers.values()]
+            times = [d for d, _ in match.timers.values()] if match.timers else []
             if match.next_game_at is not None:
                 times.append(match.next_game_at)
             if match.snapshot_due is not None:
                 times.append(match.snapshot_due)
-            held = self.fair.deadline(match.code, probing=False)
-            if held is not None:
-                times.append(held)
+            if self.fair.held.get(match.code):  # (an arrival-order match never holds a play)
+                held = self.fair.deadline(match.code, probing=False)
+                if held is not None:
+                    times.append(held)
             at = min(times) if times else None
         if at is not None and at != match.wake_at:
             self._wake.add(at, match.code, "wake")
@@ -477,7 +484,14 @@ class RelayCore:
         if now_ns - last_sent.get(client, now_ns - NS) < NS:
             return  # a second ago already: a client cannot make the relay repeat a match in a loop
         last_sent[client] = now_ns
-        out.extend(Publish(self.topics.client(client), ev) for ev in past if ev.seq >= from_seq)
+        topic = self.topics.client(client)
+        for ev in past:
+            if isinstance(ev, m.Event):  # kept by a core from before the compact form
+                if ev.seq >= from_seq:
+                    out.append(Publish(topic, ev))
+            elif ev[0] >= from_seq:
+                seq, ts, game, etype, data = ev
+                out.append(Publish(topic, m.Event(match=code, seq=seq, ts=ts, game=game, type=etype, data=data)))
 
     def _reject_req(self, client: str, code: str, detail: str, now_ns: int, out: list[Out]) -> None:
         detail = detail[:DETAIL_CHARS]
@@ -764,7 +778,12 @@ class RelayCore:
         self._wake_up(match)
 
     def _arm_timers(self, match: Match, now_ns: int) -> None:
-        wanted = {t.name: t for t in match.rules.timers(match.state)}
+        timers = match.rules.timers(match.state)
+        if not timers:  # most changes (a BLINK play): no timer wanted, so none may stay armed
+            if match.timers:
+                match.timers.clear()
+            return
+        wanted = {t.name: t for t in timers}
         for name in list(match.timers):
             if name not in wanted:
                 del match.timers[name]
@@ -773,6 +792,8 @@ class RelayCore:
                 match.timers[name] = (now_ns + max(0, t.delay_ns), t.action)
 
     def _fire_timers(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        if not match.timers:
+            return
         for _ in range(10_000):  # zero-delay timers may chain (roll, then roll again); bounded anyway
             due = [(d, n) for n, (d, _) in match.timers.items() if d <= now_ns]
             if not due or match.status != "playing":
@@ -851,6 +872,8 @@ class RelayCore:
         book = self._answers.get(client)
         remembered = book.get((code, act.id)) if book is not None else None
         if remembered is not None:
+            if isinstance(remembered, tuple):  # an acceptance, kept small (see ``_answer``)
+                remembered = m.ActionAccepted(code, act.id, remembered[0], remembered[1])
             out.append(Publish(self.topics.client(client), remembered))
             out.append(LogRecord({"kind": "duplicate", "match": code, "client": client, "id": act.id}))
             return
@@ -931,12 +954,14 @@ class RelayCore:
                     detail = f"the state changed after the one you saw (seq {act.seq}): {result.detail}"
             self._reject(client, match.code, act, code, detail, now_ns, out, hold_ns=hold_ns, note=note)
             return False
-        self._commit(match, result, now_ns, out, extra={"client": client, "id": act.id,
-                                                        "reaction_ns": act.reaction_ns, "hold_ns": hold_ns,
-                                                        **(note or {})})
+        extra = {"client": client, "id": act.id, "reaction_ns": act.reaction_ns, "hold_ns": hold_ns}
+        if note:
+            extra.update(note)
+        self._commit(match, result, now_ns, out, extra=extra)
         self.stats["accepted"] += 1
+        # (an accepted action's sender was checked before it was judged: by ``_on_act``, or on its way to fair order's hold)
         self._answer(client, match.code, act.id, m.ActionAccepted(match.code, act.id, match.seq, hold_ns), now_ns, out,
-                     log=False)
+                     log=False, client_ok=True)
         self._after_change(match, now_ns, out)
         return True
 
@@ -944,8 +969,10 @@ class RelayCore:
         before, match.state = match.state, result.state
         first = match.seq + 1
         start = len(out)
-        for ev in result.events:
-            self._event(match, now_ns, out, dict(ev))
+        if result.events:
+            names = match.names  # a tuple built per call: once for all the change's events
+            for ev in result.events:
+                self._event(match, now_ns, out, ev, names)
         rules = match.rules
         if rules.private_delta is not None and rules.sends_less:
             # Send less: the events say what changed in public; each player is told privately only
@@ -976,14 +1003,20 @@ class RelayCore:
                               **(note or {})}))
 
     def _answer(self, client: str, code: str, action_id: int, answer: Any, now_ns: int, out: list[Out],
-                log: bool = True) -> None:
+                log: bool = True, client_ok: bool = False) -> None:
+        """Answer an action to its sender (``client_ok``: its id has been checked already)."""
         if isinstance(answer, m.ActionRejected) and len(answer.detail) > DETAIL_CHARS:  # e.g. a decode error
             answer = dataclasses.replace(answer, detail=answer.detail[:DETAIL_CHARS])
-        if valid_id(client):
+        if client_ok or valid_id(client):
             out.append(Publish(self.topics.client(client), answer))
             if action_id >= 0:
-                book = self._answers.setdefault(client, OrderedDict())
-                book[(code, action_id)] = answer
+                book = self._answers.get(client)  # (not setdefault: it would build a map per answer)
+                if book is None:
+                    book = self._answers[client] = OrderedDict()
+                if type(answer) is m.ActionAccepted and answer.match == code and answer.id == action_id:
+                    book[(code, action_id)] = (answer.seq, answer.hold_ns)
+                else:
+                    book[(code, action_id)] = answer
                 while len(book) > REMEMBERED_ANSWERS:
                     book.popitem(last=False)
         if log:
@@ -992,21 +1025,27 @@ class RelayCore:
 
     # ------------------------------------------------------------------ publishing
 
-    def _event(self, match: Match, now_ns: int, out: list[Out], data: dict[str, Any]) -> None:
-        match.seq += 1
-        self.fair.note_published(match.code, match.seq, now_ns)
-        etype = str(data.pop("type"))
-        public = with_names(data, match.names)
-        ev = m.Event(match=match.code, seq=match.seq, ts=now_ns + self._wall_offset, game=max(match.game_index, 0), type=etype, data=public)
-        out.append(Publish(self.topics.ev(match.code), ev))
-        past = self._past.get(match.code)
+    def _event(self, match: Match, now_ns: int, out: list[Out], data: dict[str, Any],
+               names: tuple[str, ...] | None = None) -> None:
+        """Publish one public event (``data``: the engine's map with its ``type``; left as it is)."""
+        code = match.code
+        seq = match.seq = match.seq + 1
+        self.fair.note_published(code, seq, now_ns, every=match.order == "fair")
+        # ``with_names`` builds a new map (its keys in ``data``'s order but the type, the seats added
+        # after them), so the engine's own event is never changed.
+        etype = str(data["type"])
+        public = with_names(data, match.names if names is None else names, drop="type")
+        game = match.game_index if match.game_index > 0 else 0
+        ev = m.Event(match=code, seq=seq, ts=now_ns + self._wall_offset, game=game, type=etype, data=public)
+        out.append(Publish(self.topics.ev(code), ev))
+        past = self._past.get(code)
         if past is None:
-            past = self._past[match.code] = (deque(maxlen=PAST_EVENTS), {})
+            past = self._past[code] = (deque(maxlen=PAST_EVENTS), {})
         if etype == "rematch_started":  # a new match under the same code: it begins here
             past[0].clear()
-        past[0].append(ev)
-        out.append(LogRecord({"kind": "event", "match": match.code, "seq": match.seq, "ts": now_ns,  # made wall later
-                              "game": ev.game, "type": etype, **public}))
+        past[0].append((seq, ev.ts, game, etype, public))
+        out.append(LogRecord({"kind": "event", "match": code, "seq": seq, "ts": now_ns,  # made wall later
+                              "game": game, "type": etype, **public}))
 
     def _send_views(self, match: Match, out: list[Out], only: str | None = None) -> None:
         if match.state is None:

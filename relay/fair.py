@@ -98,8 +98,14 @@ class FairOrder:
 
     # -- measurements ------------------------------------------------------------------------
 
-    def note_published(self, code: str, seq: int, now_ns: int) -> None:
-        book = self.published.setdefault(code, {})
+    def note_published(self, code: str, seq: int, now_ns: int, every: bool = True) -> None:
+        """When ``seq`` of match ``code`` went out. ``every=False`` (a match in arrival order, whose
+        plays are never timed from it): only the latest is kept, for the relay's latest time."""
+        book = self.published.get(code)  # (not setdefault: it would build an empty map per event)
+        if book is None:
+            book = self.published[code] = {}
+        elif not every:
+            book.clear()
         book[seq] = now_ns
         if len(book) > 4096:
             for k in sorted(book)[:2048]:

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from protocol.chance import SeededChance
+from protocol.codec import fast_init
 from protocol.rules.base import Game
 
 STATE_HISTORY = 256  # per match: states kept to tell a lost race from a plain mistake
 
 
+@fast_init  # several per play: see protocol.codec.fast_init
 @dataclass(frozen=True)
 class Publish:
     topic: str
@@ -28,6 +30,7 @@ class Publish:
     qos: int = 0
 
 
+@fast_init  # several per play: see protocol.codec.fast_init
 @dataclass(frozen=True)
 class LogRecord:
     record: dict[str, Any]

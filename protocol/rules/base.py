@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
-from protocol.codec import DecodeError, from_dict
+from protocol.codec import DecodeError, fast_init, from_dict
 
 S = TypeVar("S")
 
@@ -109,12 +109,14 @@ def decode_action(data: dict[str, Any], allowed: tuple[type, ...], game: str) ->
     return action
 
 
+@fast_init  # built on every play: see protocol.codec.fast_init
 @dataclass(frozen=True)
 class Accepted(Generic[S]):
     state: S
     events: tuple[EventData, ...] = ()
 
 
+@fast_init  # built on every play: see protocol.codec.fast_init
 @dataclass(frozen=True)
 class Rejected:
     code: str  # short stable reason code, e.g. "no_match", "not_your_turn"
@@ -129,6 +131,7 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@fast_init  # built on every play: see protocol.codec.fast_init
 @dataclass(frozen=True)
 class Timer:
     name: str

@@ -26,7 +26,7 @@ each against the state as it is then.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from protocol.codec import message, to_dict
@@ -69,7 +69,27 @@ class Deck:
         return len(self.colours) * len(self.shapes) * len(self.counts)
 
     def cards(self) -> tuple[Card, ...]:
-        return tuple(Card(n, c, s) for c in self.colours for s in self.shapes for n in self.counts)
+        # Built once per deck object and shared (cards are immutable): every game dealt from this
+        # deck holds the same card objects, and ``Card.parse`` hands back these very objects, so the
+        # engine's comparisons mostly stop at identity and many matches share 60 cards, not 60 each.
+        cached: tuple[Card, ...] | None = self.__dict__.get("_cards")
+        if cached is None:
+            cached = tuple(Card(n, c, s) for c in self.colours for s in self.shapes for n in self.counts)
+            object.__setattr__(self, "_cards", cached)
+            object.__setattr__(self, "_by_text", {str(card): card for card in cached})
+        return cached
+
+    def by_text(self) -> dict[str, Card]:
+        """Each card of the deck under its canonical text (``"4-yellow-star"``)."""
+        table: dict[str, Card] | None = self.__dict__.get("_by_text")
+        if table is None:
+            self.cards()
+            table = self.__dict__["_by_text"]
+        return table
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The caches above are rebuilt on demand: a pickled deck (journal snapshots) stays its fields.
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     def to_wire(self) -> dict[str, Any]:
         return {"colours": list(self.colours), "shapes": list(self.shapes), "counts": list(self.counts)}
@@ -102,7 +122,10 @@ class Deck:
         for word in colours + shapes:
             if not word or len(word) > 24 or "-" in word or not word.isalpha():
                 raise ValueError(f"deck names must be single words: {word!r}")
-        return cls(colours, shapes, counts)
+        deck = cls(colours, shapes, counts)
+        # The standard deck comes back as the one shared object: its cards and their lookup table
+        # (``cards``) are then built once per process, not once per match's settings.
+        return STANDARD_DECK if cls is Deck and deck == STANDARD_DECK else deck
 
 
 STANDARD_DECK = Deck()
@@ -119,6 +142,10 @@ class Card:
         """``"4-yellow-star"`` -> Card(4, "yellow", "star"); anything else raises ValueError."""
         if not isinstance(text, str):
             raise ValueError(f"a card is written count-colour-shape, not {type(text).__name__}")
+        if cls is Card:  # the canonical text of a card of the deck: one lookup (anything else is checked below)
+            known = deck.by_text().get(text)
+            if known is not None:
+                return known
         parts = text.split("-")
         if len(parts) != 3:
             raise ValueError(f"a card is written count-colour-shape, e.g. 4-yellow-star: {text!r}")
@@ -136,6 +163,14 @@ class Card:
 
     def __str__(self) -> str:
         return f"{self.count}-{self.colour}-{self.shape}"
+
+    def __eq__(self, other: object) -> bool:
+        # What the generated one does (equal fields, same class), without building two tuples:
+        # hands are compared card by card on every play. (The generated hash stays: same fields.)
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self is other or (self.count == other.count and self.colour == other.colour  # type: ignore[attr-defined]
+                                 and self.shape == other.shape)  # type: ignore[attr-defined]
 
 
 def standard_deck() -> tuple[Card, ...]:
@@ -327,13 +362,25 @@ def deal(s: Settings, deck: tuple[Card, ...]) -> State:
 # --- the rules -------------------------------------------------------------------------------------
 
 
+def _evolve(state: State, **changes: Any) -> State:
+    """``dataclasses.replace`` for a ``State`` without its cost (a field walk and a frozen
+    ``__init__`` per call, about 5 us; the engine makes one or two per play): a ``State`` has no
+    ``__post_init__`` and no init-only fields, so copying its attribute map and overriding the
+    changed entries builds the very object ``replace`` would. The old state is never touched."""
+    new = object.__new__(type(state))
+    attrs = new.__dict__
+    attrs.update(state.__dict__)
+    attrs.update(changes)
+    return new
+
+
 def _set(t: tuple[Any, Any], i: int, v: Any) -> tuple[Any, Any]:
     return (v, t[1]) if i == 0 else (t[0], v)
 
 
 def _remove(hand: Hand, card: Card) -> Hand | None:
     for i, c in enumerate(hand):
-        if c == card:
+        if c is card or c == card:  # cards parsed from the deck's text are the deck's own objects
             return hand[:i] + hand[i + 1 :]
     return None
 
@@ -356,7 +403,7 @@ def _refill(state: State, player: int, events: list[EventData]) -> State:
     take = state.draw[player][: max(0, need)]
     if not take:
         return state
-    state = replace(
+    state = _evolve(
         state,
         hands=_set(state.hands, player, state.hands[player] + take),
         draw=_set(state.draw, player, state.draw[player][len(take) :]),
@@ -370,24 +417,43 @@ def _out_of_cards(state: State, player: int) -> bool:
     return not state.hands[player] and not state.draw[player]
 
 
+def _anyone_can_move(state: State) -> bool:
+    """``can_play or _can_draw`` for either player, the pile tops looked up once (this runs after
+    every play): a card that is unknown, or an unknown top, counts as possibly playable."""
+    piles = state.piles
+    t0 = piles[0][-1] if piles[0] else None
+    t1 = piles[1][-1] if piles[1] else None
+    for hand in state.hands:
+        if hand and (t0 is None or t1 is None):
+            return True
+        for card in hand:
+            if card is None:
+                return True
+            for top in (t0, t1):
+                if top is not None and (card.colour == top.colour or card.shape == top.shape or card.count == top.count):
+                    return True
+    return _can_draw(state, 0) or _can_draw(state, 1)
+
+
 def _after_change(state: State, events: list[EventData]) -> State:
     """Check for a winner, then for a stalemate; called after every change in the running phase."""
+    hands, draw = state.hands, state.draw
     for p in (0, 1):
-        if _out_of_cards(state, p):
+        if not hands[p] and not draw[p]:  # out of cards
             events.append({"type": "game_over", "winner": p, "reason": "out_of_cards"})
-            return replace(state, phase="over", winner=p)
-    if any(can_play(state, p) or _can_draw(state, p) for p in (0, 1)):
-        return replace(state, phase="running") if state.phase != "running" else state
+            return _evolve(state, phase="over", winner=p)
+    if _anyone_can_move(state):
+        return _evolve(state, phase="running") if state.phase != "running" else state
     # Nobody can play: a stalemate (RULES.md: the relay detects it itself).
     n = state.stalemates + 1
     if all(len(state.hands[p]) == 1 and not state.draw[p] for p in (0, 1)):
         events.append({"type": "stalemate", "resolution": "tie", "stalemate": n})
         events.append({"type": "game_over", "winner": None, "reason": "tie"})
-        return replace(state, phase="over", tie=True, stalemates=n)
+        return _evolve(state, phase="over", tie=True, stalemates=n)
     resolution = "flip" if all(state.draw[p] for p in (0, 1)) else "pick"
     events.append({"type": "stalemate", "resolution": resolution, "stalemate": n,
                    "pause_s": state.settings.stalemate_pause_s})
-    return replace(state, phase="stalled", resolution=resolution, stalemates=n)
+    return _evolve(state, phase="stalled", resolution=resolution, stalemates=n)
 
 
 def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
@@ -425,29 +491,46 @@ def _phase_rejection(state: State) -> Rejected:
 
 
 def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Rejected:
+    # Everything is checked first (in the order the reasons have always been given), then the new
+    # state is built once: the played card and, with auto refill, the cards drawn after it.
     if state.phase != "running":
         return _phase_rejection(state)
-    card = _parse_card(state, action.card)
-    if isinstance(card, Rejected):
-        return card
-    if type(action.pile) is not int or action.pile not in (0, 1):
-        return Rejected("bad_pile", f"pile must be 0 or 1, not {action.pile!r}")
-    hand = _remove(state.hands[player], card)
+    text = action.card
+    # A card's canonical text is one lookup; anything else goes through ``Card.parse`` (and its errors).
+    card = state.settings.deck.by_text().get(text) if type(text) is str else None
+    if card is None:
+        parsed = _parse_card(state, text)
+        if isinstance(parsed, Rejected):
+            return parsed
+        card = parsed
+    pile = action.pile
+    if type(pile) is not int or pile not in (0, 1):
+        return Rejected("bad_pile", f"pile must be 0 or 1, not {pile!r}")
+    own = state.hands[player]
+    hand = _remove(own, card)
     if hand is None:
-        if None in state.hands[player]:
+        if None in own:
             # A prediction on a view: the card may be one of our unknown draws; the relay will say.
-            idx = state.hands[player].index(None)
-            hand = state.hands[player][:idx] + state.hands[player][idx + 1 :]
+            idx = own.index(None)
+            hand = own[:idx] + own[idx + 1 :]
         else:
             return Rejected("not_in_hand", f"{card} is not in your hand")
-    top = state.top(action.pile)
+    on = state.piles[pile]
+    top = on[-1] if on else None
     if top is not None and not cards_match(card, top):
         return Rejected("no_match", f"{card} does not match {top}")
-    piles = _set(state.piles, action.pile, state.piles[action.pile] + (card,))
-    state = replace(state, hands=_set(state.hands, player, hand), piles=piles)
-    events: list[EventData] = [{"type": "card_played", "player": player, "card": str(card), "pile": action.pile}]
-    if state.settings.auto_refill:
-        state = _refill(state, player, events)
+    events: list[EventData] = [{"type": "card_played", "player": player, "card": str(card), "pile": pile}]
+    settings = state.settings
+    draw = state.draw
+    if settings.auto_refill:  # what ``_refill`` does, without building the in-between state
+        take = draw[player][: max(0, settings.hand_size - len(hand))]
+        if take:
+            hand = hand + take
+            draw = _set(draw, player, draw[player][len(take) :])
+            events.append({"type": "hand_refilled", "player": player, "count": len(take),
+                           "hand": len(hand), "draw": len(draw[player])})
+    state = _evolve(state, hands=_set(state.hands, player, hand), piles=_set(state.piles, pile, on + (card,)),
+                    draw=draw)
     state = _after_change(state, events)
     return Accepted(state, tuple(events))
 
@@ -462,7 +545,7 @@ def _draw(state: State, player: int) -> Accepted[State] | Rejected:
     if not state.draw[player]:
         return Rejected("draw_empty", "your draw pile is empty")
     card = state.draw[player][0]
-    state = replace(state, hands=_set(state.hands, player, state.hands[player] + (card,)),
+    state = _evolve(state, hands=_set(state.hands, player, state.hands[player] + (card,)),
                     draw=_set(state.draw, player, state.draw[player][1:]))
     events: list[EventData] = [{"type": "card_drawn", "player": player,
                                 "hand": len(state.hands[player]), "draw": len(state.draw[player])}]
@@ -482,7 +565,7 @@ def _pick(state: State, player: int, action: PickCard) -> Accepted[State] | Reje
         return card
     if card not in state.hands[player] and None not in state.hands[player]:
         return Rejected("not_in_hand", f"{card} is not in your hand")
-    state = replace(state, picked=_set(state.picked, player, True), picks=_set(state.picks, player, card))
+    state = _evolve(state, picked=_set(state.picked, player, True), picks=_set(state.picks, player, card))
     events: list[EventData] = [{"type": "pick_made", "player": player}]
     if all(state.picked):
         state = _place_picks(state, events, auto=(False, False))
@@ -503,13 +586,13 @@ def _place_picks(state: State, events: list[EventData], auto: tuple[bool, bool])
         piles[p] = piles[p] + (card,)
         events.append({"type": "card_picked", "player": p, "card": None if card is None else str(card),
                        "pile": p, "auto": auto[p]})
-    state = replace(state, hands=(hands[0], hands[1]), piles=(piles[0], piles[1]),
+    state = _evolve(state, hands=(hands[0], hands[1]), piles=(piles[0], piles[1]),
                     picked=(False, False), picks=(None, None), resolution="", phase="running")
     # RULES.md: a player who empties their hand by a stalemate placement wins.
     for p in (0, 1):
         if _out_of_cards(state, p):
             events.append({"type": "game_over", "winner": p, "reason": "out_of_cards"})
-            return replace(state, phase="over", winner=p)
+            return _evolve(state, phase="over", winner=p)
     for p in (0, 1):
         state = _refill(state, p, events)
     events.append({"type": "race_resumed"})
@@ -524,7 +607,7 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
         for p in (0, 1):
             events.append({"type": "card_revealed", "player": p, "card": str(state.top(p)), "pile": p})
         events.append({"type": "race_started"})
-        state = replace(state, phase="running")
+        state = _evolve(state, phase="running")
         return Accepted(_after_change(state, events), tuple(events))
     if isinstance(action, ResolveStalemate):
         if state.phase != "stalled" or action.stalemate != state.stalemates:
@@ -537,20 +620,20 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
                 piles[p] = piles[p] + (card,)
                 events.append({"type": "card_flipped", "player": p, "card": None if card is None else str(card),
                                "pile": p})
-            state = replace(state, draw=(draw[0], draw[1]), piles=(piles[0], piles[1]), phase="running",
+            state = _evolve(state, draw=(draw[0], draw[1]), piles=(piles[0], piles[1]), phase="running",
                             resolution="")
             events.append({"type": "race_resumed"})
             return Accepted(_after_change(state, events), tuple(events))
         events.append({"type": "pick_started", "seconds": state.settings.pick_time_s,
                        "stalemate": state.stalemates})
-        return Accepted(replace(state, phase="picking"), tuple(events))
+        return Accepted(_evolve(state, phase="picking"), tuple(events))
     if isinstance(action, PickTimeout):
         if state.phase != "picking" or action.stalemate != state.stalemates:
             return Rejected("not_picking", "no one is choosing a card")
         # RULES.md (decided): when time runs out the relay chooses the first card of the hand.
         picks = tuple(state.picks[p] if state.picked[p] else state.hands[p][0] for p in (0, 1))
         auto = (not state.picked[0], not state.picked[1])
-        state = replace(state, picks=picks, picked=(True, True))  # type: ignore[arg-type]
+        state = _evolve(state, picks=picks, picked=(True, True))  # type: ignore[arg-type]
         return Accepted(_place_picks(state, events, auto=auto), tuple(events))
     return Rejected("unknown_action", f"{type(action).__name__} is not a BLINK system action")
 
@@ -605,7 +688,7 @@ def view(state: State, player: int | None) -> State:
     if state.phase == "countdown":
         piles = tuple(hidden(p) for p in piles)  # type: ignore[assignment]
     picks = tuple(c if p == player else None for p, c in enumerate(state.picks))
-    return replace(state, hands=hands, draw=draw, piles=piles, picks=picks)  # type: ignore[arg-type]
+    return _evolve(state, hands=hands, draw=draw, piles=piles, picks=picks)  # type: ignore[arg-type]
 
 
 # --- sending less: a view kept up to date from the public events plus private updates -------------
@@ -627,7 +710,7 @@ def _take_from_draw(view: State, p: int, count: int) -> State:
         raise ValueError(f"cannot take {count!r} cards from a draw pile of {len(view.draw[p])}")
     moved = view.draw[p][:count]
     hidden = tuple(None for _ in moved)  # own cards are named by the private update that follows
-    return replace(view, hands=_set(view.hands, p, view.hands[p] + hidden),
+    return _evolve(view, hands=_set(view.hands, p, view.hands[p] + hidden),
                    draw=_set(view.draw, p, view.draw[p][count:]))
 
 
@@ -652,7 +735,7 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
         if pile not in (0, 1) or card is None:
             raise ValueError(f"bad card_played {dict(data)!r}")
         hand = _take_from_hand(view, seat, p, card)
-        return replace(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
+        return _evolve(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
     if etype == "hand_refilled":
         return _take_from_draw(view, _seat(data), data["count"])
     if etype == "card_drawn":
@@ -661,38 +744,38 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
         p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
         if pile not in (0, 1) or not view.piles[pile]:
             raise ValueError(f"bad card_revealed {dict(data)!r}")
-        return replace(view, piles=_set(view.piles, pile, view.piles[pile][:-1] + (card,)))
+        return _evolve(view, piles=_set(view.piles, pile, view.piles[pile][:-1] + (card,)))
     if etype == "race_started":
-        return replace(view, phase="running")
+        return _evolve(view, phase="running")
     if etype == "stalemate":
         n = int(data["stalemate"])
         if data["resolution"] == "tie":
-            return replace(view, tie=True, stalemates=n)
-        return replace(view, phase="stalled", resolution=str(data["resolution"]), stalemates=n)
+            return _evolve(view, tie=True, stalemates=n)
+        return _evolve(view, phase="stalled", resolution=str(data["resolution"]), stalemates=n)
     if etype == "game_over":
         winner = data.get("winner_seat")
         # A stalemate's picks may have just been placed: the game ends with them cleared.
-        return replace(view, phase="over", winner=None if winner is None else _seat(data, "winner_seat"),
+        return _evolve(view, phase="over", winner=None if winner is None else _seat(data, "winner_seat"),
                        picked=(False, False), picks=(None, None), resolution="")
     if etype == "card_flipped":
         p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
         if not view.draw[p] or pile not in (0, 1):
             raise ValueError(f"bad card_flipped {dict(data)!r}")
-        return replace(view, draw=_set(view.draw, p, view.draw[p][1:]),
+        return _evolve(view, draw=_set(view.draw, p, view.draw[p][1:]),
                        piles=_set(view.piles, pile, view.piles[pile] + (card,)))
     if etype == "race_resumed":
-        return replace(view, phase="running", resolution="", picked=(False, False), picks=(None, None))
+        return _evolve(view, phase="running", resolution="", picked=(False, False), picks=(None, None))
     if etype == "pick_started":
-        return replace(view, phase="picking")
+        return _evolve(view, phase="picking")
     if etype == "pick_made":
-        return replace(view, picked=_set(view.picked, _seat(data), True))
+        return _evolve(view, picked=_set(view.picked, _seat(data), True))
     if etype == "card_picked":
         p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
         if pile not in (0, 1):
             raise ValueError(f"bad card_picked {dict(data)!r}")
         hand = _take_from_hand(view, seat, p, card)
         # The picks are cleared (and play resumes) by the race_resumed or game_over that follows.
-        return replace(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
+        return _evolve(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
     return view
 
 
@@ -700,8 +783,19 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
     """Tell ``seat`` its hand when cards it has not seen came into it, and its pick when it changed;
     a card leaving the hand is in a public event already."""
     old, new = before.hands[seat], after.hands[seat]
-    came = len(new) > len(old) or not set(new).issubset(old)  # a deck's cards are all different
-    if not came and before.picks[seat] == after.picks[seat]:
+    # A deck's cards are all different: something came in when the hand grew or holds a card the
+    # old one did not (the same hand object: nothing changed; ``in`` stops at identity first).
+    came = False
+    if new is not old:
+        if len(new) > len(old):
+            came = True
+        else:
+            same = set(map(id, old))  # the cards that stayed are mostly the very same objects
+            for c in new:
+                if id(c) not in same and c not in old:
+                    came = True
+                    break
+    if not came and (before.picks is after.picks or before.picks[seat] == after.picks[seat]):
         return None
     pick = after.picks[seat]
     return {"hand": _cards_out(new), "pick": None if pick is None else str(pick)}
@@ -720,7 +814,7 @@ def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
         raise ValueError(f"malformed BLINK private update: {exc!r}") from exc
     if seat not in (0, 1) or len(hand) != len(view.hands[seat]) or None in hand:
         raise ValueError("the private update does not fit this view's hand")
-    return replace(view, hands=_set(view.hands, seat, hand), picks=_set(view.picks, seat, pick))
+    return _evolve(view, hands=_set(view.hands, seat, hand), picks=_set(view.picks, seat, pick))
 
 
 # --- wire form -------------------------------------------------------------------------------------
