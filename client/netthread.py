@@ -137,6 +137,10 @@ class NetThread:
             except RuntimeError:
                 pass  # the owner's loop is closed: nobody reads any more
 
+    def pending(self) -> list[tuple[Any, int]]:
+        """What the owner has not drained yet: ``(message, recv_ns)`` in arrival order (a copy)."""
+        return [(msg, recv_ns) for _h, msg, recv_ns in list(self._inbox)]
+
     def drain(self) -> int:
         """Owner's thread: run the handlers of every queued message, in arrival order."""
         with self._wake_lock:
