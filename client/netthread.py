@@ -213,6 +213,15 @@ class ThreadedConnection:
     def reconnects(self) -> int:
         return self.inner.reconnects
 
+    @property
+    def impairment(self) -> Impairment | None:
+        return self.inner.impairment
+
+    @impairment.setter
+    def impairment(self, value: Impairment | None) -> None:
+        # One reference swapped whole: the network thread sees the old or the new one, both usable.
+        self.inner.impairment = value if value is not None and value.active else None
+
     def shard_of(self, match: str) -> str | None:
         return self.inner.shard_of(match)
 
