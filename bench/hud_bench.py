@@ -89,7 +89,20 @@ MODES = {  # mode -> (relay in a child process, network thread)
 }
 
 
-async def run_one(game: str, mode: str, seconds: float, seed: int) -> dict[str, Any]:
+def renice_window(app: Any, nice: int) -> None:
+    """Lower the priority of the window's threads (the frame loop, llvmpipe's raster threads, the
+    bots) by ``nice``, leaving the network thread and the relay's child process at theirs."""
+    net = getattr(app.session, "net", None)
+    keep = net._thread.native_id if net is not None and net._thread is not None else None
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) != keep:
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), os.getpriority(os.PRIO_PROCESS, int(tid)) + nice)
+            except OSError:
+                pass
+
+
+async def run_one(game: str, mode: str, seconds: float, seed: int, nice: int = 0) -> dict[str, Any]:
     from client.window.app import App, AppConfig
     from client.window.session import SessionConfig, parse_level
 
@@ -117,6 +130,8 @@ async def run_one(game: str, mode: str, seconds: float, seed: int) -> dict[str, 
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no RTT within 120 s: {app.session.status} {app.session.message}")
             await asyncio.sleep(0.1)  # polling for the first figure, with a deadline
+        if nice:
+            renice_window(app, nice)
         first = time.monotonic()
         while time.monotonic() - first < seconds:
             model = app.session.model
@@ -134,7 +149,7 @@ async def run_one(game: str, mode: str, seconds: float, seed: int) -> dict[str, 
     finally:
         app.quit()
         await asyncio.wait_for(task, timeout=60)
-    return {"game": game, "relay": mode, "seconds": seconds, "loadavg_1m": round(os.getloadavg()[0], 1),
+    return {"game": game, "mode": mode, "relay": mode + (f", window nice +{nice}" if nice else ""), "seconds": seconds, "loadavg_1m": round(os.getloadavg()[0], 1),
             "hud_rtt_ms": summary(hud), "ping_rtt_ms": summary(raw), "frames": frames}
 
 
@@ -174,6 +189,8 @@ def main() -> int:
     ap.add_argument("--modes", default="child-loop,child",
                     help="comma-separated, in this order per game: in-process, child-loop, child (default child-loop,child)")
     ap.add_argument("--no-floor", action="store_true", help="skip the windowless player's run (the floor)")
+    ap.add_argument("--window-nice", type=int, default=0, metavar="N",
+                    help="also lower the window's threads' priority by N (not the network thread's, not the relay's)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args()
@@ -194,7 +211,7 @@ def main() -> int:
             else:
                 if mode not in MODES:
                     raise SystemExit(f"hud_bench: unknown mode {mode!r} (one of {', '.join(MODES)})")
-                r = asyncio.run(run_one(game, mode, args.seconds, args.seed))
+                r = asyncio.run(run_one(game, mode, args.seconds, args.seed, args.window_nice))
             results.append(r)
             h, p = r["hud_rtt_ms"], r["ping_rtt_ms"]
             print(f"{game:9s} relay {r['relay']:16s}  HUD RTT p50 {h['p50']} ms  p99 {h['p99']} ms  max {h['max']} ms"
@@ -210,7 +227,7 @@ def main() -> int:
             xvfb.wait()
     out = {"burners": args.burners, "cpus": os.cpu_count(), "target_p99_ms": TARGET_P99_MS, "results": results}
     for r in results:
-        if r["relay"] == "child" and r["hud_rtt_ms"]["p99"] is not None:  # the window's figure
+        if r.get("mode") == "child" and r["hud_rtt_ms"]["p99"] is not None:  # the window's figure
             ok = r["hud_rtt_ms"]["p99"] <= TARGET_P99_MS
             print(f"{r['game']}: HUD p99 {r['hud_rtt_ms']['p99']} ms with the relay in a child and the network thread -- "
                   f"{'meets' if ok else 'misses'} the {TARGET_P99_MS:g} ms target")
