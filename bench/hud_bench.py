@@ -1,10 +1,10 @@
-"""The HUD's round trip to ``blink play``'s local relay on a busy machine: relay in-process vs in a child.
+"""The HUD's round trip to ``blink play``'s local relay on a busy machine: where the relay and the window's connections run.
 
 How this works
 --------------
 Runs the real window (``client.window.app.App``, as ``blink play --autoplay`` does: your seat played
 by the autoplay bot, a bot opponent) against the local relay, for ``--seconds`` of a Sequence game
-and of a BLINK race, twice in the same run:
+and of a BLINK race, once per mode (``--modes``, in that order) in the same run:
 
 - ``in-process``: the old way -- the embedded broker and relay on the window's own event loop
   (``SessionConfig(relay_process=False)``);
@@ -25,6 +25,7 @@ same time (what the relay and broker alone give on this machine, with the burner
 
     .venv/bin/python bench/hud_bench.py                       # 60 s per game and mode, burners on
     .venv/bin/python bench/hud_bench.py --seconds 20 --burners 0 --json out.json
+    .venv/bin/python bench/hud_bench.py --modes child --window-nice 5   # the window's threads at a lower priority
 """
 
 from __future__ import annotations
