@@ -87,6 +87,9 @@ async def bench(args: argparse.Namespace, game: str) -> dict[str, Any]:
     from client.window.session import SessionConfig, parse_level
     from client.window.stats import FrameStats, percentile
 
+    from client.window.scenes.turnbased import TurnBasedScene
+
+    TurnBasedScene.keep_layouts = not args.no_label_cache
     racing = game == "blink"
     settings = {"countdown_s": 1.0, "best_of": 9} if racing else {}
     session = SessionConfig(name="bench", game=game, settings=settings, seed=args.seed, autoplay=not racing,
@@ -101,11 +104,8 @@ async def bench(args: argparse.Namespace, game: str) -> dict[str, Any]:
         await _wait(app, lambda: app.scene is not None and started(), 60)
         await asyncio.sleep(0.8)  # past the GO banner: the plain table
         app.stats = FrameStats()
-        profile = None
-        if args.profile:
-            import cProfile
-
-            profile = cProfile.Profile()
+        relayouts_at = getattr(app.scene, "relayouts", 0)
+        profile: list[Any] | None = [] if args.profile else None  # one cProfile per state-change frame
         changes = _watch_state_changes(app, profile)
         t_end = time.monotonic() + args.seconds
         plays = 0
@@ -144,13 +144,17 @@ async def bench(args: argparse.Namespace, game: str) -> dict[str, Any]:
         out["window"] = f"{app.window.width}x{app.window.height}"
         out["seconds"] = args.seconds
         out["bot"] = args.bot
-        if profile is not None:
+        if profile:
             import io
             import pstats
 
             text = io.StringIO()
-            pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(args.profile)
+            pstats.Stats(*profile, stream=text).sort_stats("cumulative").print_stats(args.profile)
             out["profile"] = text.getvalue()
+        relayouts = getattr(app.scene, "relayouts", None)
+        if relayouts is not None:  # text layouts the turn-based scene did in the measured time
+            out["text_relayouts"] = relayouts - relayouts_at
+            out["text_relayouts_per_state_change"] = round((relayouts - relayouts_at) / max(1, len(changes.wall)), 2)
         return out
     finally:
         app.quit()
@@ -176,15 +180,23 @@ def _watch_state_changes(app: Any, profile: Any = None) -> Changes:
     last: list[Any] = [None]
 
     def timed() -> None:
-        model = app.session.model
-        version = (id(model), model.version) if model is not None else None
+        # The version is read after the frame: the frame applies what the network thread read
+        # (``App.step`` drains it first) and your key presses, then draws that state.
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        if profile is not None and version != last[0]:  # the frames that draw a new state
-            profile.enable()
+        frame_profile = None
+        if profile is not None:
+            import cProfile
+
+            frame_profile = cProfile.Profile()
+            frame_profile.enable()
             step()
-            profile.disable()
+            frame_profile.disable()
         else:
             step()
+        model = app.session.model
+        version = (id(model), model.version) if model is not None else None
+        if frame_profile is not None and version != last[0]:  # only the frames that drew a new state
+            profile.append(frame_profile)
         cpu = (time.thread_time_ns() - c0) / 1e6
         out.cpu_all.append(cpu)
         if version != last[0] and last[0] is not None:
@@ -214,6 +226,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--hardware-gl", action="store_true", help="do not force software GL")
+    p.add_argument("--no-label-cache", action="store_true",
+                   help="the turn-based scenes empty the labels a picture does not use, as before (a baseline)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="profile the frames that draw a new state (cProfile); print the N functions with the most cumulative time")
     args = p.parse_args()
@@ -251,6 +265,9 @@ def main() -> int:
         print(f"  CPU per frame   p50 {fc['p50']:.2f} ms   p99 {fc['p99']:.2f} ms   max {fc['max']:.2f} ms;   "
               f"state changes: p50 {cc['p50']:.2f} ms   max {cc['max']:.2f} ms   (the window thread's CPU "
               f"time: Python + GL calls, not llvmpipe's raster threads; load average {out['load_average']:.1f})")
+        if "text_relayouts" in out:
+            print(f"  text layouts    {out['text_relayouts']} in the scene ({out['text_relayouts_per_state_change']} "
+                  f"a state change): labels whose text, size or weight had to be laid out again")
         if out["inputs"]:
             print(f"  input->screen   p50 {ins['p50']:.2f} ms   p99 {ins['p99']:.2f} ms   max {ins['max']:.2f} ms"
                   f"   over {out['inputs']} inputs ({out['plays']} plays)")

@@ -26,6 +26,7 @@ from protocol.rules.base import Rejected
 from protocol.topics import Topics
 from client.model import ClientModel
 from client.net import Connection, Impairment, new_client_id
+from client.netthread import NetThread, ThreadedConnection
 
 
 class RequestError(RuntimeError):
@@ -38,12 +39,19 @@ class RequestError(RuntimeError):
 class Player:
     def __init__(self, address: BrokerAddress, name: str, topics: Topics | None = None,
                  impairment: Impairment | None = None, client_id: str | None = None,
-                 ping_interval_s: float = 1.0) -> None:
+                 ping_interval_s: float = 1.0, net: NetThread | None = None) -> None:
         self.topics = topics or Topics()
         self.client_id = client_id or new_client_id()
         self.model = ClientModel(self.client_id, name)
-        self.conn = Connection(address, self.client_id, self.topics, self._on_message, impairment, ping_interval_s,
-                               relay_status=True)
+        #: With ``net`` (the window), the connection runs on that network thread: messages are
+        #: stamped there and handed to this loop (``client/netthread.py``); else on this loop.
+        self.conn: Connection | ThreadedConnection
+        if net is not None:
+            self.conn = ThreadedConnection(net, address, self.client_id, self.topics, self._on_message, impairment,
+                                           ping_interval_s, relay_status=True)
+        else:
+            self.conn = Connection(address, self.client_id, self.topics, self._on_message, impairment,
+                                   ping_interval_s, relay_status=True)
         self.resend_interval_s = 0.1
         #: A seated player that has heard nothing of its running match for this long asks for it
         #: again: a lost event that nothing follows (the last before a pause, or before its own
@@ -170,7 +178,10 @@ class Player:
         returns, so the very next frame draws it; the publish follows in a task."""
         result = self.model.act(action, time.time_ns(), seen_seq=seen_seq)
         if isinstance(result, m.Act) and self.model.match:
-            self._spawn(self.conn.act(self.model.match, result))
+            if isinstance(self.conn, ThreadedConnection):
+                self.conn.post_act(self.model.match, result)  # handed to the network thread now
+            else:
+                self._spawn(self.conn.act(self.model.match, result))
         self.changed.set()
         return result
 

@@ -2,31 +2,35 @@
 
 How this works
 --------------
-One asyncio event loop runs everything in one thread: the frame task below, your ``Player``'s
-MQTT reader and pinger, the bot opponent's ``Player`` and ``Bot``, and -- when no ``--server`` is
+One asyncio event loop runs the frame task below, your ``Player``'s model and the bot opponent's
+``Player`` and ``Bot``; the MQTT connections themselves (reads, pings, the arrival stamps) run on a
+network thread (``client/netthread.py``) whose inbox each frame drains first, and -- when no ``--server`` is
 given -- the embedded broker and the relay run in a child process of their own (``blink play``:
 ``relay/localproc.py``; a dead child ends the window with exit status 1 and one line), or on this
 loop (``LocalServer``, in-process tests). The frame task does, ~60 times a
 second and without ever awaiting inside a frame:
 
     pyglet.clock.tick(); window.dispatch_events()   # X events -> scene input handlers
+    session.net.drain()                             # messages the network thread read -> models
     scene.update(now)                               # read the model, update drawables in place
     app.draw(); window.flip()                       # draw the batches, present -- only when the
                                                     # picture changed (``Scene.still``, the HUD)
 
-and then sleeps until the next frame is due (``asyncio.sleep``), which is when the network tasks
-run. Why one loop and not pyglet's own ``pyglet.app.run`` with asyncio in a second thread:
+and then sleeps until the next frame is due (``asyncio.sleep``), which is when the bots and the
+messages that woke the loop run. Why the models stay on this loop and only the I/O moved:
 
 - no locks and no races: a network message is applied to the ``ClientModel`` between two frames,
   never while a frame reads it, so a frame always draws one consistent state;
+- the round trip the HUD shows is the network's: a ping's send and its pong's arrival are stamped
+  on the network thread, which a frame in progress does not hold up (before, the pong waited for
+  the frame, and on a busy machine the HUD showed ~100 ms for a ~10 ms round trip);
 - input shows on the very next frame by construction: a key handler calls ``Session.act_now``,
   which applies the prediction synchronously inside ``dispatch_events``; the ``update`` and draw
   that follow in the same frame show it, and only the publish waits for the loop;
-- network I/O cannot block drawing: sockets are non-blocking asyncio transports, and every message
-  handler is short (decode, apply to the model); the frame task gets the loop back within a
-  millisecond or so, as the frame statistics (``--frame-stats``: interval p99) show.
-  The cost: a long synchronous step in any task would delay a frame, so nothing on this loop may
-  block -- which asyncio code must not do anyway.
+- network I/O cannot block drawing: it is on its own thread, and every message handler here is
+  short (apply to the model); the frame task gets the loop back within a millisecond or so, as the
+  frame statistics (``--frame-stats``: interval p99) show. The cost: a long synchronous step in
+  any task would delay a frame, so nothing on this loop may block.
 
 Scenes (one per screen): ``MenuScene``, a table scene per game (``TableScene`` for BLINK;
 ``TakeawayScene``, ``SequenceScene``, ``RyoScene`` on the shared ``TurnBasedScene``), ``ResultsScene``. The app routes
@@ -382,6 +386,9 @@ class App:
                     self.key_press(symbol, modifiers)
                 finally:
                     self._input_ts = None
+        net = getattr(self.session, "net", None)  # a ReplaySession has none
+        if net is not None:
+            net.drain()  # what arrived since the last frame: this frame draws the newest state
         now = time.time_ns()
         if self.overlay is not None:
             self.overlay.update(now)

@@ -10,7 +10,10 @@ A ``Session`` lives on the same asyncio event loop as the window's frame task (s
   ``config.lan`` moves it, once, onto every interface on a stable port (1883 or the next free one)
   and advertises it over multicast DNS (``client/lan.py``); ``server_url`` is then the LAN address
   friends use;
-- your ``Player`` (aiomqtt connection + ``ClientModel``), which the scenes read every frame;
+- your ``Player`` (aiomqtt connection + ``ClientModel``), which the scenes read every frame. With
+  ``config.net_thread`` (the default) every connection of the session -- yours, the bots', the
+  recorder's -- runs on one network thread (``client/netthread.py``): messages are read and stamped
+  there and applied to the models on this loop (the frame loop drains them before each frame);
 - an opponent bot (a ``Bot`` on its own ``Player``, same loop) for "play a bot", which asks for a
   rematch whenever a match ends, and optionally an autoplay bot driving *your* player.
 
@@ -41,6 +44,7 @@ from typing import Any, Awaitable
 from protocol import messages as m
 from protocol.rules.base import Rejected
 from protocol.topics import Topics
+from client.netthread import NetThread, ThreadedConnection
 
 log = logging.getLogger("blink.window")
 
@@ -88,6 +92,10 @@ class SessionConfig:
     #: then never delay the relay); False keeps them on this event loop (in-process tests read the
     #: relay's state directly; ``bench/hud_bench.py`` measures both).
     relay_process: bool = False
+    #: Run the connections' network I/O (MQTT reads, pings, arrival stamps) on a thread of its own
+    #: (``client/netthread.py``): a frame in progress then delays neither a pong nor its stamp.
+    #: False keeps them on the window's loop (``bench/hud_bench.py`` measures both).
+    net_thread: bool = True
     seed: int | None = None
     ping_interval_s: float = 0.5
     players: int = 2  # seats in a match this window creates; bots fill all but yours
@@ -144,6 +152,9 @@ class Session:
         self._own: Any = None  # our loopback way into the LAN-hosted relay
         self.recorder: Any = None  # the current match's ``Recorder`` (``config.record_dir``)
         self._rec_conn: Any = None
+        #: Every connection's network I/O, off the window's loop (``config.net_thread``); the frame
+        #: loop drains its inbox (``App.step``).
+        self.net: NetThread | None = NetThread() if config.net_thread else None
 
     # ----------------------------------------------------------------- plumbing
 
@@ -232,7 +243,7 @@ class Session:
     async def _connect(self, name: str) -> Any:
         from client.player import Player
 
-        p = Player(self.address, name, self.config.topics, ping_interval_s=self.config.ping_interval_s)
+        p = Player(self.address, name, self.config.topics, ping_interval_s=self.config.ping_interval_s, net=self.net)
         await p.__aenter__()
         return p
 
@@ -264,7 +275,12 @@ class Session:
             elif isinstance(msg, m.Snapshot) and msg.game_name:
                 rec.note_game(msg.game_name)
 
-        conn = Connection(self.address, new_client_id("rec"), self.config.topics, on_message, ping_interval_s=0)
+        conn: Any
+        if self.net is not None:
+            conn = ThreadedConnection(self.net, self.address, new_client_id("rec"), self.config.topics, on_message,
+                                      ping_interval_s=0)
+        else:
+            conn = Connection(self.address, new_client_id("rec"), self.config.topics, on_message, ping_interval_s=0)
         self.recorder, self._rec_conn = rec, conn  # from now on ``leave`` closes it, even half-open
         try:
             await conn.__aenter__()
@@ -509,4 +525,6 @@ class Session:
                 await asyncio.wait_for(server.__aexit__(None, None, None), timeout=5)
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001
                 pass
+        if self.net is not None:
+            await self.net.close()
         self.status = "closed"

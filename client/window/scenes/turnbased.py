@@ -53,6 +53,9 @@ from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are
 PANEL = (24, 30, 40, 235)
 WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
 PARTS = ("frame", "board", "over")  # the label pools (see ``__init__``)
+#: Labels a part may make. The ones a picture does not use stay hidden with the layout of the
+#: text they showed last (invisible labels cost the GPU next to nothing), for that text to return.
+LABELS_MAX = 96
 PIECES_MAX = 2000  # cached shapes (``piece``) before the cache starts afresh
 #: relative font sizes the turn-based scenes draw most (``text(size=...)``), warmed ahead of use
 LIKELY_SIZES = (1.0, 0.95, 0.85, 1.1, 0.8, 1.05, 0.9, 0.7, 1.3, 1.6)
@@ -88,6 +91,8 @@ class TurnBasedScene(Scene):
     name = "turnbased"
     view_model: type[TurnViewModel] = TurnViewModel
     clear_colour = (0.09, 0.11, 0.15, 1.0)
+    #: Unused labels keep their layout, hidden (False: emptied, as before; for the benchmark's baseline).
+    keep_layouts = True
 
     def __init__(self, app: Any) -> None:
         super().__init__(app)
@@ -107,12 +112,18 @@ class TurnBasedScene(Scene):
         # "board", or "over": over the board, with the frame). Each remembers what it was asked to
         # show (``_asked``), so that the next picture hands the same request the same label: an
         # unchanged text is only moved, never laid out again (laying out text is most of a
-        # rebuild's cost under software GL).
+        # rebuild's cost under software GL). A label a picture does not use is hidden, not
+        # emptied: it keeps its layout, so a text that comes back (a turn's banner, a score, a
+        # button's caption) is shown again without a new layout; ``relayouts`` counts the layouts.
         self._pool: dict[str, list[pyglet.text.Label]] = {p: [] for p in PARTS}
         self._used: dict[str, int] = {p: 0 for p in PARTS}
         self._asked: dict[int, tuple[Any, ...]] = {}
         self._free: dict[str, dict[tuple[Any, ...], list[pyglet.text.Label]]] = {p: {} for p in PARTS}
         self._live: dict[str, list[pyglet.text.Label]] = {p: [] for p in PARTS}
+        self._pic: dict[str, int] = {p: 0 for p in PARTS}  # pictures each part has built
+        self._made: dict[str, int] = {p: 0 for p in PARTS}  # labels made for each part
+        self._shown_at: dict[int, int] = {}  # label -> the last picture of its part that showed it
+        self.relayouts = 0  # labels laid out again (a new text, size or weight): bench/frame_bench.py
         self._part = "frame"  # the part being built (where ``text`` takes its labels from)
         self._sizes: set[tuple[float, str]] = set()  # (font size, weight) in use: their glyphs are warmed
         self._pieces: dict[tuple[Any, ...], Any] = {}  # shapes by what they show (``piece``)
@@ -165,11 +176,12 @@ class TurnBasedScene(Scene):
         part = "over" if over else self._part
         same = self._free[part].get(want)
         if same:
-            lbl = same.pop()  # showed exactly this last time: only its colour and place may change
+            lbl = same.pop()  # showed exactly this before: only its colour and place may change
         else:
             lbl = self._spare(part, fs, weight)
             self._asked[id(lbl)] = want
             if (lbl.text, lbl.font_size, lbl.weight, lbl.anchor_x, lbl.anchor_y) != (s, fs, weight, ax, ay):
+                self.relayouts += 1
                 lbl.begin_update()
                 lbl.text = s
                 lbl.font_size = fs
@@ -182,9 +194,14 @@ class TurnBasedScene(Scene):
                     if lbl.content_width <= max_w or lbl.font_size <= 7:
                         break
                     lbl.font_size = float(max(6, min(lbl.font_size - 1, int(lbl.font_size * max_w / lbl.content_width))))
+                    self.relayouts += 1
                 if lbl.content_width > max_w:  # still too wide at the smallest size: cut it, visibly
                     lbl.text = fit_text(s, max_w, lambda t: _width(lbl, t))
+                    self.relayouts += 1
             self._sizes.add((float(lbl.font_size), weight))
+        if not lbl.visible:
+            lbl.visible = True
+        self._shown_at[id(lbl)] = self._pic[part]
         self._live[part].append(lbl)
         self._used[part] += 1
         if tuple(lbl.color) != colour:
@@ -217,18 +234,22 @@ class TurnBasedScene(Scene):
         return self._pool[part][: self._used[part]]
 
     def _spare(self, part: str, fs: float, weight: str) -> pyglet.text.Label:
-        """A label the picture being built has not used yet: one of the same font if there is one
-        (no new glyph size), else any, else a new one."""
+        """A label the picture being built has not used yet, to lay out a new text in: the one
+        hidden longest, of the same font if there is one (no new glyph size). Not one the last
+        picture showed -- its text may be asked for later in this picture, or come back in the
+        next (a turn's banner, the player list's arrow) -- while the part has made fewer than
+        ``LABELS_MAX`` labels: a new one then."""
         free = self._free[part]
-        fallback = None
+        pic = self._pic[part]
+        best: tuple[Any, ...] | None = None
         for k, lst in free.items():
-            if lst:
-                if k[1] == fs and k[2] == weight:
-                    return lst.pop()
-                if fallback is None:
-                    fallback = lst
-        if fallback is not None:
-            return fallback.pop()
+            for i, lbl in enumerate(lst):
+                rank = (not (k[1:3] == (fs, weight)), self._shown_at.get(id(lbl), -1))
+                if best is None or rank < best[0]:
+                    best = (rank, lst, i)
+        if best is not None and (best[0][1] < pic - 1 or self._made[part] >= LABELS_MAX or not self.keep_layouts):
+            return best[1].pop(best[2])
+        self._made[part] += 1
         layer = self.l_over if part == "over" else self.l_board
         lbl = label(self.batch, layer.text, 10, WHITE, "center", "center")
         self._asked[id(lbl)] = ("\0new", 10.0, "normal")
@@ -236,6 +257,7 @@ class TurnBasedScene(Scene):
 
     def _begin_labels(self, parts: tuple[str, ...]) -> None:
         for o in parts:
+            self._pic[o] += 1
             free: dict[tuple[Any, ...], list[pyglet.text.Label]] = {}
             for lbl in self._pool[o]:
                 free.setdefault(self._asked[id(lbl)], []).append(lbl)
@@ -246,10 +268,14 @@ class TurnBasedScene(Scene):
     def _end_labels(self, parts: tuple[str, ...]) -> None:
         for o in parts:
             rest = [lbl for lst in self._free[o].values() for lbl in lst]
-            for lbl in rest:  # not in this picture: hidden, kept for a later one
-                if lbl.text:
-                    lbl.text = ""
-                self._asked[id(lbl)] = ("\0hidden", float(lbl.font_size), lbl.weight)
+            for lbl in rest:  # not in this picture: hidden with its layout, kept for a later one
+                if not self.keep_layouts:  # the way before (bench/frame_bench.py --no-label-cache)
+                    if lbl.text:
+                        lbl.text = ""
+                        self.relayouts += 1
+                    self._asked[id(lbl)] = ("\0hidden", float(lbl.font_size), lbl.weight)
+                elif lbl.visible:
+                    lbl.visible = False
             self._pool[o] = self._live[o] + rest
             self._free[o] = {}
         if self._sizes - WARMED and self._warm is None:
