@@ -470,9 +470,14 @@ class ClusterRelay:
         work = list(batches.values())
         results = await asyncio.gather(*(self._io(srv.journal.append, entries, srv.fence)
                                          for srv, entries, _ in work), return_exceptions=True)
+        held = self.ownership.owned()  # read now: the leases live on their own thread and may know more
         for (srv, _, out), result in zip(work, results):
             if self.servers.get(srv.shard) is not srv:
                 continue  # lost meanwhile: not a word more for it
+            if held.get(srv.shard) != srv.fence:  # the lease is gone; its on_loss has not reached us yet
+                log.warning("shard %s: its lease is gone; stopped serving it", srv.shard)
+                await self._drop(srv, rebuild=False)
+                continue
             if isinstance(result, FencedError):
                 log.warning("shard %s: %s; stopped serving it", srv.shard, result)
                 await self._drop(srv, rebuild=False)
@@ -641,7 +646,7 @@ async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str
     nodes): one NATS connection for every shard's journal, another for the leases."""
     try:
         from relay.jetstream import JetStreamJournal, NatsLink
-        from relay.leases import NatsLeases
+        from relay.leases import NatsLeases, ThreadedLeases
     except ImportError as exc:
         raise ClusterError(f"this installation cannot use a NATS cluster ({exc}): install nats-py") from exc
     link = await asyncio.to_thread(NatsLink, cluster_url)  # JournalError in one line: unreachable, no JetStream
@@ -649,7 +654,7 @@ async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str
         kwargs: dict[str, Any] = {"pinned": pinned, "relay_id": config.relay_id}
         if lease_ttl_s is not None:
             kwargs["ttl"] = lease_ttl_s
-        leases = NatsLeases(cluster_url, shards_total, **kwargs)
+        leases = ThreadedLeases(NatsLeases(cluster_url, shards_total, **kwargs))
     except Exception as exc:
         await asyncio.to_thread(link.close)
         raise ClusterError(str(exc)) from exc
