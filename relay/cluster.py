@@ -29,6 +29,13 @@ single-process default, untouched). It holds one MQTT connection and, for every 
   gets a snapshot of the fresh core at position 0, so the shard's seed and configuration survive
   every change of owner; a journal made with another shard count is refused (conflicting
   configuration), the relay stops with that one line.
+- Lost last wills: a player whose connection dropped while nobody served its shard (its owner had
+  died) had its last will (``Leave(dropped=True)`` on its request topic) handled by nobody. So a
+  relay that gains a shard notes the seated, present players of its running matches and listens
+  (every relay hears every lobby request: live clients ping every second); those not heard from
+  within ``WILL_CHECK_S`` get that will now, as a message of their request topic -- journalled like
+  any other, so a replay stays exact. A player that was only slow sees itself dropped and takes its
+  seat back (``Rejoin``), as after any dropped connection.
 - Losing a shard (``on_loss``): its server is removed at once -- nothing more is published or
   appended for it -- and its action topics unsubscribed. A clean stop (``close``) publishes each
   shard's status offline first and then releases the shards, so a successor starts at once.
@@ -76,6 +83,7 @@ RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
 REBUILD_FIRST_S = 0.2
 REBUILD_MAX_S = 5.0
+WILL_CHECK_S = 10.0  # after a takeover: a seated player not heard from for this long gets its last will
 
 #: Opens the journal of one shard (called in a worker thread).
 JournalOpener = Callable[[str], Journal]
@@ -160,6 +168,9 @@ class ClusterRelay:
         self.reconnects = 0
         #: (shard, when it began serving, monotonic) -- tests and the failover benchmark read it.
         self.gained: list[tuple[str, float]] = []
+        #: after a takeover: (when, shard server, players not heard from yet) -- see "lost last wills"
+        self._will_checks: list[tuple[float, ShardServer, set[str]]] = []
+        self.wills_given: list[str] = []
         self.lost: list[tuple[str, float]] = []
         ownership.subscribe(self._on_gain, self._on_loss)
 
@@ -234,6 +245,10 @@ class ClusterRelay:
             return
         self.servers[shard] = srv
         self.gained.append((shard, time.monotonic()))
+        present = {seat.client for match in srv.core.matches.values() if match.status in ("playing", "between")
+                   for seat in match.players if seat.dropped_at is None}
+        if present:
+            self._will_checks.append((time.monotonic() + WILL_CHECK_S, srv, present))
         self._tell(f"serves shard {shard} (fence {fence}, {len(srv.core.matches)} match(es))")
         self._announce.append(shard)
         self._wake.set()
@@ -348,9 +363,9 @@ class ClusterRelay:
                                           username=self.address.username or RELAY_USER,
                                           password=self.address.password, socket_options=NODELAY,
                                           will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
-                    await client.subscribe(self.topics.req_all, qos=1)
+                    await self._subscribe_topic(client, self.topics.req_all)
                     for shard in list(self.servers):
-                        await client.subscribe(self._act_all(shard), qos=1)
+                        await self._subscribe_topic(client, self._act_all(shard), shard)
                     await client.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=1, retain=True)
                     self._client = client
                     if first:
@@ -372,6 +387,8 @@ class ClusterRelay:
                         async for msg in client.messages:
                             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
                             self._inbox.append((msg.topic.value, bytes(payload), time.time_ns()))
+                            if self._will_checks:
+                                self._heard(msg.topic.value)
                             self._wake.set()
                     finally:
                         self._client = None
@@ -386,6 +403,39 @@ class ClusterRelay:
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
 
+    def _heard(self, topic: str) -> None:
+        """A client spoke (a request or an action): it is alive, whatever shard it plays in."""
+        head = f"{self.prefix}/lobby/req/"
+        if topic.startswith(head):
+            client = topic[len(head):]
+        else:
+            rest, sep, client = topic.rpartition("/act/")
+            if not sep:
+                return
+        for _, _, waiting in self._will_checks:
+            waiting.discard(client)
+
+    def _give_lost_wills(self) -> None:
+        """The players of a taken-over shard not heard from since: their last will, now."""
+        now = time.monotonic()
+        due = [c for c in self._will_checks if c[0] <= now]
+        if not due:
+            return
+        self._will_checks = [c for c in self._will_checks if c[0] > now]
+        for _, srv, waiting in due:
+            if self.servers.get(srv.shard) is not srv:
+                continue  # lost meanwhile: its next owner checks
+            for client in sorted(waiting):
+                match = srv.core.matches.get(srv.core.client_match.get(client, ""))
+                seat = match.seat_of(client) if match is not None else None
+                if match is None or seat is None or match.players[seat].dropped_at is not None \
+                        or match.status not in ("playing", "between"):
+                    continue
+                log.warning("shard %s: client %s not heard from since the takeover: its last will now", srv.shard, client)
+                self.wills_given.append(client)
+                self._inbox.append((self.topics.req(client), encode(m.Leave(dropped=True)), time.time_ns()))
+                self._wake.set()
+
     def _act_all(self, shard: str) -> str:
         return f"{self.prefix}/m/{shard}/+/act/+"
 
@@ -393,9 +443,32 @@ class ClusterRelay:
         client = self._client
         if client is not None:
             try:
-                await client.subscribe(self._act_all(shard), qos=1)
+                await self._subscribe_topic(client, self._act_all(shard), shard)
             except aiomqtt.MqttError as exc:
                 log.warning("subscribing to shard %s failed (%s): the reconnect subscribes again", shard, exc)
+
+    async def _subscribe_topic(self, client: aiomqtt.Client, topic: str, shard: str | None = None) -> None:
+        """Subscribe, and make sure the broker granted it: NATS's MQTT refuses a QoS 1 subscription
+        (SUBACK 0x80) when it cannot create its JetStream consumer in time -- while a node is down
+        and the cluster elects a new meta leader, measured here: a relay that moved to another node
+        had every action subscription refused and its matches waited for ever. A refused one is
+        asked again in the background until granted (or no longer wanted)."""
+        if _granted(await client.subscribe(topic, qos=1)):
+            return
+        log.warning("the broker refused the subscription to %s; asking again", topic)
+
+        async def again() -> None:
+            delay = 0.25
+            while self._client is client and (shard is None or shard in self.servers or shard in self._announce):
+                await asyncio.sleep(delay)
+                delay = min(RECONNECT_MAX_S, delay * 2)
+                try:
+                    if _granted(await client.subscribe(topic, qos=1)):
+                        log.warning("subscribed to %s at last", topic)
+                        return
+                except aiomqtt.MqttError:
+                    return  # the connection is gone: the reconnect subscribes again
+        self._background(again())
 
     async def _unsubscribe(self, shard: str) -> None:
         client = self._client
@@ -409,6 +482,8 @@ class ClusterRelay:
         while True:
             if self._fatal is not None:
                 raise self._fatal
+            if self._will_checks:
+                self._give_lost_wills()
             now = time.time_ns()
             deadlines = [d for d in (s.core.next_deadline() for s in self.servers.values()) if d is not None]
             due = bool(deadlines) and min(deadlines) <= now
@@ -665,6 +740,15 @@ async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str
     relay = ClusterRelay(address, leases, open_shard, shards_total, prefix, config, config.relay_id, log_path,
                          max_payload, say=say)
     return ClusterServer(relay, on_stop=lambda: asyncio.to_thread(link.close))
+
+
+def _granted(result: Any) -> bool:
+    """Whether a SUBACK granted every subscription (MQTT 3.1.1: a QoS, or 0x80 for a failure)."""
+    for code in result or ():
+        value = getattr(code, "value", code)
+        if isinstance(value, int) and value >= 0x80:
+            return False
+    return True
 
 
 def core_time(core: RelayCore) -> int:
