@@ -240,17 +240,6 @@ class Connection:
         if self._client is not None:
             await self._client.subscribe(f"{self.topics.prefix}/m/+/+/ev", qos=0)
 
-    async def unwatch_all(self) -> None:
-        """Stop following every match (``watch_all``); the matches watched by code stay."""
-        if not self._all:
-            return
-        self._all = False
-        if self._client is not None:
-            try:
-                await self._client.unsubscribe(f"{self.topics.prefix}/m/+/+/ev")
-            except aiomqtt.MqttError as exc:
-                log.debug("unsubscribe failed (the reconnect does not subscribe again): %s", exc)
-
     async def watch_lobby(self) -> None:
         """Follow the waiting matches: every shard's list, delivered merged as one ``MatchList``."""
         if self._lobby is not None:

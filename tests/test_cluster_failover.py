@@ -143,17 +143,18 @@ async def drive(cluster: Any, relays: list[tuple[subprocess.Popen[bytes], Path]]
     tasks = [asyncio.create_task(one(i)) for i in range(MATCHES)]
 
     def live(i: int) -> tuple[int, int]:
-        """Matches created and still running in relay ``i``'s own log."""
-        made = over = 0
+        """Matches started and still running in relay ``i``'s own log."""
+        started_ = set()
+        over = 0
         path = relays[i][1].with_suffix(".jsonl")
         for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-            if '"match_created"' in line:
-                made += 1
+            if '"game_started"' in line:
+                started_.add(json.loads(line).get("match"))
             elif '"match_over"' in line:
                 over += 1
-        return made, made - over
+        return len(started_), len(started_) - over
 
-    # Once every match is made (they then run for a minute or more), kill the relay running the most.
+    # Once every match has begun (they then run for a minute or more), kill the relay running the most.
     async def chaos() -> dict[str, Any]:
         while True:
             counts = [live(i) for i in range(len(relays))]
@@ -182,9 +183,15 @@ async def drive(cluster: Any, relays: list[tuple[subprocess.Popen[bytes], Path]]
     held = set(info["held"])
     assert held, "the killed relay held no shard"
     kill_ns = info["kill_ns"]
+    # When each of the dead relay's shards was served again (a verdict the client heard after the kill
+    # may still be one the dead relay sent just before it: only those after the takeover count).
+    taken_at = {shard: min((t for _, e in relays for s, t in _gains(e) if s == shard and t > kill_ns), default=None)
+                for shard in held}
+    assert all(t is not None for t in taken_at.values()), f"a shard of the killed relay was never served again: {taken_at}"
     first_verdict_ns: int | None = None
     moved = 0
     per_game: dict[str, int] = {}
+    unheard = 0
     for r in done:
         per_game[r.game] = per_game.get(r.game, 0) + 1
         lines = [json.dumps(event_line(e)) for e in r.events]
@@ -196,9 +203,14 @@ async def drive(cluster: Any, relays: list[tuple[subprocess.Popen[bytes], Path]]
         if r.game == "blink":  # every play a bot heard accepted is on the piles in the log
             plays = check_blink_log([event_line(e) for e in r.events], r.players)["plays"]
             picks = sum(1 for e in r.events if e.type == "pick_made")
-            assert plays == sum(1 for v in verdicts if v.ok) - picks, f"{r.code}: accepted plays missing"
-        if shards.shard_of_code(r.code, SHARDS) in held:
-            after = [v.answered_ns for v in verdicts if v.answered_ns > kill_ns]
+            heard = sum(1 for v in verdicts if v.ok) - picks
+            # More plays on the piles than verdicts heard is allowed: a relay may die after journalling a
+            # play and before its verdict went out (the play stands; the bot heard of it from the events).
+            assert plays >= heard, f"{r.code}: {heard - plays} accepted play(s) missing from the log"
+            unheard += plays - heard
+        shard = shards.shard_of_code(r.code, SHARDS)
+        if shard in held:
+            after = [v.answered_ns for v in verdicts if v.answered_ns > (taken_at[shard] or kill_ns)]
             if after:
                 moved += 1
                 first = min(after)
@@ -208,13 +220,19 @@ async def drive(cluster: Any, relays: list[tuple[subprocess.Popen[bytes], Path]]
     assert first_verdict_ns is not None
     takeover = [t for _, e in relays for t in _gain_times(e) if t > kill_ns]
     return {"killed": info["killed"], "its_live_matches": info["live_matches"], "matches": len(done), "per_game": per_game, "shards": SHARDS, "killed_relay_shards": sorted(held, key=int),
-            "matches_moved": moved,
+            "matches_moved": moved, "blink_plays_without_a_heard_verdict": unheard,
             "kill_to_first_verdict_s": round((first_verdict_ns - kill_ns) / 1e9, 3),
+            "kill_to_each_shard_served_s": {s: round((t - kill_ns) / 1e9, 3) for s, t in sorted(taken_at.items()) if t},
             "kill_to_first_shard_served_s": round((min(takeover) - kill_ns) / 1e9, 3) if takeover else None,
             "node_stopped_after_kill_s": round((info["node_stopped_ns"] - kill_ns) / 1e9, 3)}
 
 
 def _gain_times(err: Path) -> list[int]:
     """Wall-clock ns of each "serves shard" line of a relay's output."""
-    return [int(float(g.group(3)) * 1e9) for line in err.read_text(errors="replace").splitlines()
+    return [t for _, t in _gains(err)]
+
+
+def _gains(err: Path) -> list[tuple[str, int]]:
+    """(shard, wall-clock ns) of each "serves shard" line of a relay's output."""
+    return [(g.group(2), int(float(g.group(3)) * 1e9)) for line in err.read_text(errors="replace").splitlines()
             if (g := SERVES.search(line)) is not None]
