@@ -63,7 +63,7 @@ from typing import IO, Any, TypeVar
 
 import aiomqtt
 
-from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, stop_task, wait_event
+from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, granted, stop_task, wait_event
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
@@ -201,7 +201,9 @@ class ClusterRelay:
         if srv is None:
             return
         self.lost.append((shard, time.monotonic()))
-        self._tell(f"stopped serving shard {shard}")
+        history = getattr(self.ownership, "history", None)  # the leases say why (for the operator)
+        why = next((what for _, what, s in reversed(history) if s == shard), None) if history else None
+        self._tell(f"stopped serving shard {shard}" + (f" ({why})" if why else ""))
         # Closed in the background: a journal busy with an append (a NATS node going away) must not
         # hold up the ownership's next callbacks (the shard another relay died with, say).
         self._background(self._io(_close_quietly, srv.journal))
@@ -453,7 +455,7 @@ class ClusterRelay:
         and the cluster elects a new meta leader, measured here: a relay that moved to another node
         had every action subscription refused and its matches waited for ever. A refused one is
         asked again in the background until granted (or no longer wanted)."""
-        if _granted(await client.subscribe(topic, qos=1)):
+        if granted(await client.subscribe(topic, qos=1)):
             return
         log.warning("the broker refused the subscription to %s; asking again", topic)
 
@@ -463,7 +465,7 @@ class ClusterRelay:
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 try:
-                    if _granted(await client.subscribe(topic, qos=1)):
+                    if granted(await client.subscribe(topic, qos=1)):
                         log.warning("subscribed to %s at last", topic)
                         return
                 except aiomqtt.MqttError:
@@ -740,15 +742,6 @@ async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str
     relay = ClusterRelay(address, leases, open_shard, shards_total, prefix, config, config.relay_id, log_path,
                          max_payload, say=say)
     return ClusterServer(relay, on_stop=lambda: asyncio.to_thread(link.close))
-
-
-def _granted(result: Any) -> bool:
-    """Whether a SUBACK granted every subscription (MQTT 3.1.1: a QoS, or 0x80 for a failure)."""
-    for code in result or ():
-        value = getattr(code, "value", code)
-        if isinstance(value, int) and value >= 0x80:
-            return False
-    return True
 
 
 def core_time(core: RelayCore) -> int:
