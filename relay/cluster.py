@@ -202,7 +202,7 @@ class ClusterRelay:
             return
         self.lost.append((shard, time.monotonic()))
         history = getattr(self.ownership, "history", None)  # the leases say why (for the operator)
-        why = next((what for _, what, s in reversed(history) if s == shard), None) if history else None
+        why = next((what for _, what, s in reversed(list(history)) if s == shard), None) if history else None
         self._tell(f"stopped serving shard {shard}" + (f" ({why})" if why else ""))
         # Closed in the background: a journal busy with an append (a NATS node going away) must not
         # hold up the ownership's next callbacks (the shard another relay died with, say).
