@@ -123,6 +123,7 @@ class ShardServer:
     prev_snap: int = 0
     snap_at: float = 0.0
     steps: int = 0
+    replayed: int = 0  # journal entries replayed when this relay took the shard
 
     def now(self, t: int) -> int:
         self.last_now = max(self.last_now, t)
@@ -189,6 +190,7 @@ class ClusterRelay:
             self._fail(ConfigConflict(f"was handed shard {shard!r}, which is not one of the {self.total} shards "
                                       f"of --shards-total {self.total}: every relay must be started with the same count"))
             return
+        self._tell(f"holds the lease of shard {shard} (fence {fence})")
         task = asyncio.create_task(self._bring_up(shard, fence))
         self._starting[shard] = task
         task.add_done_callback(lambda t, s=shard: self._started(s, t))  # type: ignore[misc]
@@ -216,6 +218,7 @@ class ClusterRelay:
         await self._unsubscribe(shard)
 
     async def _bring_up(self, shard: str, fence: int) -> None:
+        began = time.monotonic()
         delay = REBUILD_FIRST_S
         while True:
             journal: Journal | None = None
@@ -257,7 +260,8 @@ class ClusterRelay:
                    for seat in match.players if seat.dropped_at is None}
         if present:
             self._will_checks.append((time.monotonic() + WILL_CHECK_S, srv, present))
-        self._tell(f"serves shard {shard} (fence {fence}, {len(srv.core.matches)} match(es))")
+        self._tell(f"serves shard {shard} (fence {fence}, {len(srv.core.matches)} match(es), "
+                   f"{srv.replayed} entries replayed in {time.monotonic() - began:.2f} s)")
         self._announce.append(shard)
         self._wake.set()
 
@@ -291,7 +295,7 @@ class ClusterRelay:
             n += 1
         log.info("shard %s: snapshot at %d + %d entries replayed", shard, pos, n)
         return ShardServer(shard, fence, core, journal, max(last, core_time(core)), snap_pos=pos, prev_snap=pos,
-                           snap_at=time.monotonic())
+                           snap_at=time.monotonic(), replayed=n)
 
     def _io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
