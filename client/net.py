@@ -41,7 +41,7 @@ from typing import Any, Awaitable, Callable
 
 import aiomqtt
 
-from mqttkit import NODELAY, BrokerAddress, stop_task
+from mqttkit import NODELAY, BrokerAddress, stop_task, subscribe_granted
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics
@@ -169,17 +169,17 @@ class Connection:
                                 socket_options=NODELAY, keepalive=15, max_queued_outgoing_messages=0)
         await client.__aenter__()
         try:
-            await client.subscribe(self.topics.client(self.client_id), qos=1)
+            await subscribe_granted(client, self.topics.client(self.client_id), 1)
             if self.relay_status:
-                await client.subscribe(self.topics.relay_status("+"), qos=1)
+                await subscribe_granted(client, self.topics.relay_status("+"), 1)
             if self._all:
-                await client.subscribe(f"{self.topics.prefix}/m/+/+/ev", qos=0)
+                await subscribe_granted(client, f"{self.topics.prefix}/m/+/+/ev", 0)
             for match in self._watching:
-                await client.subscribe(self._match_topic(match, "ev"), qos=0)
-                await client.subscribe(self._match_topic(match, "snap"), qos=0)
+                await subscribe_granted(client, self._match_topic(match, "ev"), 0)
+                await subscribe_granted(client, self._match_topic(match, "snap"), 0)
             if self._lobby is not None:
-                await client.subscribe(self.topics.match_list, qos=1)
-                await client.subscribe(f"{self.topics.match_list}/+", qos=1)
+                await subscribe_granted(client, self.topics.match_list, 1)
+                await subscribe_granted(client, f"{self.topics.match_list}/+", 1)
         except aiomqtt.MqttError:
             await _quietly_close(client)
             raise
@@ -229,8 +229,8 @@ class Connection:
         if self._client is None or not self.connected.is_set():
             return
         try:
-            await self._client.subscribe(self._match_topic(match, "ev"), qos=0)
-            await self._client.subscribe(self._match_topic(match, "snap"), qos=0)
+            await subscribe_granted(self._client, self._match_topic(match, "ev"), 0)
+            await subscribe_granted(self._client, self._match_topic(match, "snap"), 0)
         except aiomqtt.MqttError as exc:
             log.debug("subscribe failed (the reconnect subscribes again): %s", exc)
 

@@ -5,7 +5,7 @@ How this works
 Both sides of the game talk to an MQTT broker and need the same small things: a broker URL parsed
 into a ``BrokerAddress`` (host, port, optional user and password), the socket options every
 connection we open should carry (``NODELAY``), a bounded wait on an ``asyncio.Event``, a stubborn
-task cancel (``stop_task``), and a free
+task cancel (``stop_task``), a subscription the broker must grant (``subscribe_granted``), and a free
 loopback port for a broker started here. They live in this package, which imports nothing from
 ``relay`` or ``client``, so the client's networking does not depend on the server package.
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "NODELAY", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "check_port", "free_port", "parse_url", "stop_task",
-           "wait_event"]
+__all__ = ["DEFAULT_MAX_PAYLOAD", "NODELAY", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "check_port", "free_port", "granted",
+           "parse_url", "stop_task", "subscribe_granted", "wait_event"]
 
 #: The largest message payload a broker should pass on, in bytes. The largest legitimate message
 #: (a full view of a four-player dice game, or a snapshot) is well under half of it.
@@ -32,6 +32,33 @@ RELAY_USER = "relay"
 #: For every MQTT client connection we open: small publishes written back to back must not wait
 #: for a delayed ACK (Nagle's algorithm), which costs about 40 ms a time on Linux.
 NODELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+
+
+def granted(result: Any) -> bool:
+    """Whether a SUBACK granted every subscription (MQTT 3.1.1: a QoS each, 0x80 for a refusal)."""
+    for code in result or ():
+        value = getattr(code, "value", code)
+        if isinstance(value, int) and value >= 0x80:
+            return False
+    return True
+
+
+async def subscribe_granted(client: Any, topic: str, qos: int, tries: int = 8, first_wait_s: float = 0.25) -> None:
+    """``client.subscribe`` (an aiomqtt client) until the broker grants it. NATS's MQTT refuses a QoS 1
+    subscription (SUBACK 0x80) when it cannot make its JetStream consumer in time -- many clients
+    connecting at once on a busy machine, or a node away: a client whose private topic was refused
+    so never heard its answers. After ``tries`` refusals: an ``aiomqtt.MqttError`` (the caller's
+    reconnect logic takes over)."""
+    import aiomqtt
+
+    wait = first_wait_s
+    for attempt in range(tries):
+        if granted(await client.subscribe(topic, qos=qos)):
+            return
+        if attempt + 1 < tries:
+            await asyncio.sleep(wait)
+            wait = min(2.0, wait * 2)
+    raise aiomqtt.MqttError(f"the broker refused the subscription to {topic} {tries} times")
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:

@@ -29,6 +29,13 @@ single-process default, untouched). It holds one MQTT connection and, for every 
   gets a snapshot of the fresh core at position 0, so the shard's seed and configuration survive
   every change of owner; a journal made with another shard count is refused (conflicting
   configuration), the relay stops with that one line.
+- Lost last wills: a player whose connection dropped while nobody served its shard (its owner had
+  died) had its last will (``Leave(dropped=True)`` on its request topic) handled by nobody. So a
+  relay that gains a shard notes the seated, present players of its running matches and listens
+  (every relay hears every lobby request: live clients ping every second); those not heard from
+  within ``WILL_CHECK_S`` get that will now, as a message of their request topic -- journalled like
+  any other, so a replay stays exact. A player that was only slow sees itself dropped and takes its
+  seat back (``Rejoin``), as after any dropped connection.
 - Losing a shard (``on_loss``): its server is removed at once -- nothing more is published or
   appended for it -- and its action topics unsubscribed. A clean stop (``close``) publishes each
   shard's status offline first and then releases the shards, so a successor starts at once.
@@ -56,7 +63,7 @@ from typing import IO, Any, TypeVar
 
 import aiomqtt
 
-from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, stop_task, wait_event
+from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, granted, stop_task, wait_event
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
@@ -76,6 +83,13 @@ RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
 REBUILD_FIRST_S = 0.2
 REBUILD_MAX_S = 5.0
+#: The relay's subscriptions (requests, actions) are QoS 0. With a clean session QoS 1 buys nothing
+#: across a reconnect, clients send again what was not answered, and NATS's MQTT makes a JetStream
+#: consumer for every QoS 1 subscription: while a node was away each one took 4 s to be refused
+#: (the relay's whole connection stalled meanwhile), so a shard taken over then heard its players
+#: only ~8 s after it was served (measured: first verdict 10.4 s after the kill, shard served at 1.8 s).
+SUB_QOS = 0
+WILL_CHECK_S = 10.0  # after a takeover: a seated player not heard from for this long gets its last will
 
 #: Opens the journal of one shard (called in a worker thread).
 JournalOpener = Callable[[str], Journal]
@@ -109,6 +123,7 @@ class ShardServer:
     prev_snap: int = 0
     snap_at: float = 0.0
     steps: int = 0
+    replayed: int = 0  # journal entries replayed when this relay took the shard
 
     def now(self, t: int) -> int:
         self.last_now = max(self.last_now, t)
@@ -160,6 +175,9 @@ class ClusterRelay:
         self.reconnects = 0
         #: (shard, when it began serving, monotonic) -- tests and the failover benchmark read it.
         self.gained: list[tuple[str, float]] = []
+        #: after a takeover: (when, shard server, players not heard from yet) -- see "lost last wills"
+        self._will_checks: list[tuple[float, ShardServer, set[str]]] = []
+        self.wills_given: list[str] = []
         self.lost: list[tuple[str, float]] = []
         ownership.subscribe(self._on_gain, self._on_loss)
 
@@ -172,6 +190,7 @@ class ClusterRelay:
             self._fail(ConfigConflict(f"was handed shard {shard!r}, which is not one of the {self.total} shards "
                                       f"of --shards-total {self.total}: every relay must be started with the same count"))
             return
+        self._tell(f"holds the lease of shard {shard} (fence {fence})")
         task = asyncio.create_task(self._bring_up(shard, fence))
         self._starting[shard] = task
         task.add_done_callback(lambda t, s=shard: self._started(s, t))  # type: ignore[misc]
@@ -190,13 +209,16 @@ class ClusterRelay:
         if srv is None:
             return
         self.lost.append((shard, time.monotonic()))
-        self._tell(f"stopped serving shard {shard}")
+        history = getattr(self.ownership, "history", None)  # the leases say why (for the operator)
+        why = next((what for _, what, s in reversed(list(history)) if s == shard), None) if history else None
+        self._tell(f"stopped serving shard {shard}" + (f" ({why})" if why else ""))
         # Closed in the background: a journal busy with an append (a NATS node going away) must not
         # hold up the ownership's next callbacks (the shard another relay died with, say).
         self._background(self._io(_close_quietly, srv.journal))
         await self._unsubscribe(shard)
 
     async def _bring_up(self, shard: str, fence: int) -> None:
+        began = time.monotonic()
         delay = REBUILD_FIRST_S
         while True:
             journal: Journal | None = None
@@ -234,7 +256,12 @@ class ClusterRelay:
             return
         self.servers[shard] = srv
         self.gained.append((shard, time.monotonic()))
-        self._tell(f"serves shard {shard} (fence {fence}, {len(srv.core.matches)} match(es))")
+        present = {seat.client for match in srv.core.matches.values() if match.status in ("playing", "between")
+                   for seat in match.players if seat.dropped_at is None}
+        if present:
+            self._will_checks.append((time.monotonic() + WILL_CHECK_S, srv, present))
+        self._tell(f"serves shard {shard} (fence {fence}, {len(srv.core.matches)} match(es), "
+                   f"{srv.replayed} entries replayed in {time.monotonic() - began:.2f} s)")
         self._announce.append(shard)
         self._wake.set()
 
@@ -268,7 +295,7 @@ class ClusterRelay:
             n += 1
         log.info("shard %s: snapshot at %d + %d entries replayed", shard, pos, n)
         return ShardServer(shard, fence, core, journal, max(last, core_time(core)), snap_pos=pos, prev_snap=pos,
-                           snap_at=time.monotonic())
+                           snap_at=time.monotonic(), replayed=n)
 
     def _io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -348,9 +375,9 @@ class ClusterRelay:
                                           username=self.address.username or RELAY_USER,
                                           password=self.address.password, socket_options=NODELAY,
                                           will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
-                    await client.subscribe(self.topics.req_all, qos=1)
+                    await self._subscribe_topic(client, self.topics.req_all)
                     for shard in list(self.servers):
-                        await client.subscribe(self._act_all(shard), qos=1)
+                        await self._subscribe_topic(client, self._act_all(shard), shard)
                     await client.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=1, retain=True)
                     self._client = client
                     if first:
@@ -372,6 +399,8 @@ class ClusterRelay:
                         async for msg in client.messages:
                             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
                             self._inbox.append((msg.topic.value, bytes(payload), time.time_ns()))
+                            if self._will_checks:
+                                self._heard(msg.topic.value)
                             self._wake.set()
                     finally:
                         self._client = None
@@ -386,6 +415,39 @@ class ClusterRelay:
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
 
+    def _heard(self, topic: str) -> None:
+        """A client spoke (a request or an action): it is alive, whatever shard it plays in."""
+        head = f"{self.prefix}/lobby/req/"
+        if topic.startswith(head):
+            client = topic[len(head):]
+        else:
+            rest, sep, client = topic.rpartition("/act/")
+            if not sep:
+                return
+        for _, _, waiting in self._will_checks:
+            waiting.discard(client)
+
+    def _give_lost_wills(self) -> None:
+        """The players of a taken-over shard not heard from since: their last will, now."""
+        now = time.monotonic()
+        due = [c for c in self._will_checks if c[0] <= now]
+        if not due:
+            return
+        self._will_checks = [c for c in self._will_checks if c[0] > now]
+        for _, srv, waiting in due:
+            if self.servers.get(srv.shard) is not srv:
+                continue  # lost meanwhile: its next owner checks
+            for client in sorted(waiting):
+                match = srv.core.matches.get(srv.core.client_match.get(client, ""))
+                seat = match.seat_of(client) if match is not None else None
+                if match is None or seat is None or match.players[seat].dropped_at is not None \
+                        or match.status not in ("playing", "between"):
+                    continue
+                log.warning("shard %s: client %s not heard from since the takeover: its last will now", srv.shard, client)
+                self.wills_given.append(client)
+                self._inbox.append((self.topics.req(client), encode(m.Leave(dropped=True)), time.time_ns()))
+                self._wake.set()
+
     def _act_all(self, shard: str) -> str:
         return f"{self.prefix}/m/{shard}/+/act/+"
 
@@ -393,9 +455,32 @@ class ClusterRelay:
         client = self._client
         if client is not None:
             try:
-                await client.subscribe(self._act_all(shard), qos=1)
+                await self._subscribe_topic(client, self._act_all(shard), shard)
             except aiomqtt.MqttError as exc:
                 log.warning("subscribing to shard %s failed (%s): the reconnect subscribes again", shard, exc)
+
+    async def _subscribe_topic(self, client: aiomqtt.Client, topic: str, shard: str | None = None) -> None:
+        """Subscribe, and make sure the broker granted it: NATS's MQTT refused QoS 1 subscriptions
+        (SUBACK 0x80) when it could not create their JetStream consumers in time -- while a node was
+        down and the cluster elected a new meta leader, a relay that moved to another node had every
+        action subscription refused and its matches waited for ever. Now QoS 0 (``SUB_QOS``), but any
+        refusal is still asked again in the background until granted (or no longer wanted)."""
+        if granted(await client.subscribe(topic, qos=SUB_QOS)):
+            return
+        log.warning("the broker refused the subscription to %s; asking again", topic)
+
+        async def again() -> None:
+            delay = 0.25
+            while self._client is client and (shard is None or shard in self.servers or shard in self._announce):
+                await asyncio.sleep(delay)
+                delay = min(RECONNECT_MAX_S, delay * 2)
+                try:
+                    if granted(await client.subscribe(topic, qos=SUB_QOS)):
+                        log.warning("subscribed to %s at last", topic)
+                        return
+                except aiomqtt.MqttError:
+                    return  # the connection is gone: the reconnect subscribes again
+        self._background(again())
 
     async def _unsubscribe(self, shard: str) -> None:
         client = self._client
@@ -409,6 +494,8 @@ class ClusterRelay:
         while True:
             if self._fatal is not None:
                 raise self._fatal
+            if self._will_checks:
+                self._give_lost_wills()
             now = time.time_ns()
             deadlines = [d for d in (s.core.next_deadline() for s in self.servers.values()) if d is not None]
             due = bool(deadlines) and min(deadlines) <= now
@@ -470,9 +557,14 @@ class ClusterRelay:
         work = list(batches.values())
         results = await asyncio.gather(*(self._io(srv.journal.append, entries, srv.fence)
                                          for srv, entries, _ in work), return_exceptions=True)
+        held = self.ownership.owned()  # read now: the leases live on their own thread and may know more
         for (srv, _, out), result in zip(work, results):
             if self.servers.get(srv.shard) is not srv:
                 continue  # lost meanwhile: not a word more for it
+            if held.get(srv.shard) != srv.fence:  # the lease is gone; its on_loss has not reached us yet
+                log.warning("shard %s: its lease is gone; stopped serving it", srv.shard)
+                await self._drop(srv, rebuild=False)
+                continue
             if isinstance(result, FencedError):
                 log.warning("shard %s: %s; stopped serving it", srv.shard, result)
                 await self._drop(srv, rebuild=False)
@@ -641,7 +733,7 @@ async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str
     nodes): one NATS connection for every shard's journal, another for the leases."""
     try:
         from relay.jetstream import JetStreamJournal, NatsLink
-        from relay.leases import NatsLeases
+        from relay.leases import NatsLeases, ThreadedLeases
     except ImportError as exc:
         raise ClusterError(f"this installation cannot use a NATS cluster ({exc}): install nats-py") from exc
     link = await asyncio.to_thread(NatsLink, cluster_url)  # JournalError in one line: unreachable, no JetStream
@@ -649,7 +741,7 @@ async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str
         kwargs: dict[str, Any] = {"pinned": pinned, "relay_id": config.relay_id}
         if lease_ttl_s is not None:
             kwargs["ttl"] = lease_ttl_s
-        leases = NatsLeases(cluster_url, shards_total, **kwargs)
+        leases = ThreadedLeases(NatsLeases(cluster_url, shards_total, **kwargs))
     except Exception as exc:
         await asyncio.to_thread(link.close)
         raise ClusterError(str(exc)) from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -16,8 +17,8 @@ from client.cluster_cli import Cluster
 from mqttkit import free_port
 from relay.jetstream import JetStreamJournal, NatsLink, close_nats
 from relay.journal import FencedError, Tick
-from relay.leases import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, NatsLeases, Owner, View, decide, parse_shards,
-                          pin_conflict, preference)
+from relay.leases import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, NatsLeases, Owner, ThreadedLeases, View, decide,
+                          parse_shards, pin_conflict, preference, without_dead)
 from relay.ownership import Ownership
 
 TTL = 4.0
@@ -151,6 +152,19 @@ def test_repeated_decisions_converge_to_a_balanced_partition(members: int, count
     assert counts[-1] - counts[0] <= 1 and counts[-1] == math.ceil(count / members) or count < members
 
 
+def test_a_dead_members_shards_are_free_and_remembered_with_their_revision() -> None:
+    v = View({"0": Owner("a", 5), "1": Owner("b", 6), "2": Owner("a", 7)},
+             {"a": frozenset(), "b": frozenset({"1"})}, {"a": 1, "b": 2})
+    assert without_dead(v, []) == (v, {})
+    rest, taken = without_dead(v, ["a"])
+    assert taken == {"0": Owner("a", 5), "2": Owner("a", 7)}
+    assert rest == View({"1": Owner("b", 6)}, {"b": frozenset({"1"})}, {"b": 2})
+    plan = decide(0.0, "b", ["0", "1", "2"], frozenset({"1"}), {}, rest, TTL)
+    assert plan.acquire == []  # b is pinned to "1" (which it holds): none of the dead relay's
+    plan = decide(0.0, "c", ["0", "1", "2"], frozenset(), {}, View(rest.owners, {**rest.members, "c": frozenset()}), TTL)
+    assert sorted(plan.acquire) == ["0", "2"]
+
+
 # ---------------------------------------------------------------------------------------------- on NATS
 
 _spaces = itertools.count(1)
@@ -168,13 +182,16 @@ class Recorder:
     def __init__(self, name: str, log: list[tuple[float, str, str, str]]) -> None:
         self.name = name
         self.serving: dict[str, int] = {}
+        self.threads: set[str] = set()  # where the callbacks ran
         self.log = log
 
     async def gain(self, shard: str, fence: int) -> None:
+        self.threads.add(threading.current_thread().name)
         self.serving[shard] = fence
         self.log.append((time.monotonic(), self.name, "gain", shard))
 
     async def loss(self, shard: str) -> None:
+        self.threads.add(threading.current_thread().name)
         self.serving.pop(shard, None)
         self.log.append((time.monotonic(), self.name, "loss", shard))
 
@@ -337,6 +354,34 @@ def test_a_killed_relay_is_taken_over_and_its_journal_writes_are_fenced(cluster:
     run(scenario())
 
 
+def test_a_killed_relays_shards_are_taken_before_its_leases_expire(cluster: Cluster) -> None:
+    """Leases that would expire only after 600 s: the survivor sees the killed relay's liveness subject
+    without a responder and takes its shards over at once (well within the test's deadline), each
+    with a larger fence; the shards a live relay holds are never taken that way."""
+    async def scenario() -> None:
+        log: list[Any] = []
+        space = f"l{next(_spaces)}"
+        a, ra = relay(cluster, "a", space, log)
+        a.ttl = 600.0
+        b, rb = relay(cluster, "b", space, log)
+        b.ttl = 600.0
+        await a.start()
+        await b.start()
+        await until(lambda: len(ra.serving) == 3 and len(rb.serving) == 3, "a 3/3 split")
+        assert a.ttl == 600.0  # the bucket's entries live that long
+        taken = dict(ra.serving)
+        for t in a._tasks:  # kill -9: no more ticks, no goodbye, its connection closed
+            t.cancel()
+        await asyncio.gather(*a._tasks, return_exceptions=True)
+        await close_nats(a._nc)
+        _started.remove(a)
+        await until(lambda: len(rb.serving) == 6, "b to take over a's shards")
+        assert all(rb.serving[s] > f for s, f in taken.items())
+        assert not [h for h in b.history if h[1].startswith("loss")]
+        await b.close()
+    run(scenario())
+
+
 def test_shards_stay_served_when_a_nats_node_stops(tmp_path: Path) -> None:
     """A node of three goes down under two relays: leases may move (a relay whose node vanished cannot
     renew until it has reconnected and the bucket has a leader), but every shard ends up served again,
@@ -384,6 +429,37 @@ def test_pins_and_shard_count_conflicts_are_refused(cluster: Cluster) -> None:
         await until(lambda: len(ra.serving) == 6, "a to take the pinned shards once p is gone")
         await a.close()
         no_overlap(log)
+    run(scenario())
+
+
+def test_leases_on_their_own_thread_survive_a_busy_relay_loop(cluster: Cluster) -> None:
+    """The relay's event loop is busy (pure Python, holding the GIL) for twice the TTL: leases renewed on
+    that loop are given up (the renewals were late), those on their own thread (``ThreadedLeases``, what
+    ``blink serve --cluster`` uses) are kept; their callbacks still run on the relay's loop."""
+    async def scenario() -> None:
+        log: list[Any] = []
+        plain, rp = relay(cluster, "plain", f"l{next(_spaces)}", log, count=2)
+        inner, rt = relay(cluster, "threaded", f"l{next(_spaces)}", log, count=2)
+        _started.remove(inner)
+        threaded = ThreadedLeases(inner)
+        threaded.subscribe(rt.gain, rt.loss)
+        inner._gain.remove(rt.gain)  # the recorder hears it through the thread, not directly
+        inner._loss.remove(rt.loss)
+        _started.append(threaded)  # type: ignore[arg-type]
+        await plain.start()
+        await threaded.start()
+        assert len(rp.serving) == 2 and len(rt.serving) == 2
+        assert dict(threaded.owned()) == rt.serving
+        busy_until = time.monotonic() + 2 * TTL
+        while time.monotonic() < busy_until:  # a loop that never yields
+            sum(range(1000))
+        await until(lambda: {e[3] for e in log if e[1:3] == ("plain", "loss")} == {"0", "1"},
+                    "the leases renewed on the busy loop to be given up")
+        assert len(rt.serving) == 2 and dict(threaded.owned()) == rt.serving, inner.history
+        assert not [h for h in inner.history if h[1].startswith("loss")], inner.history
+        assert rt.threads == {threading.current_thread().name}
+        await threaded.close()
+        assert rt.serving == {} and threaded.owned() == {}
     run(scenario())
 
 

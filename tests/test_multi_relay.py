@@ -224,3 +224,41 @@ def test_a_journal_made_with_another_shard_count_is_refused(mosquitto: BrokerAdd
         await server.stop()
 
     asyncio.run(asyncio.wait_for(body(), DEADLINE_S))
+
+
+def test_a_last_will_lost_while_a_shard_had_no_relay_is_given_by_the_next_owner(
+        mosquitto: BrokerAddress, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A player's connection ends while its shard is served by nobody (its relay is gone, so its last
+    will is heard by no core). The relay that takes the shard over gives the will itself: the player not
+    heard from since the takeover is marked dropped; the one still there (pinging) is not."""
+    monkeypatch.setattr("relay.cluster.WILL_CHECK_S", 5.0)
+
+    async def body() -> None:
+        data = tmp_path / "shared"
+        a = relay(mosquitto, ["0", "1"], data, "relay-a", total=2)
+        servers = await started(a)
+        pub = mosquitto.public()
+        async with Player(pub, "ann") as p1:
+            p2 = Player(pub, "bob")
+            await p2.__aenter__()
+            code = await p1.create("takeaway", {}, timeout=DEADLINE_S)
+            await p2.join(code, timeout=DEADLINE_S)
+            shard = shards.shard_of_code(code, 2)
+            await eventually(lambda: p1.model.state() is not None, DEADLINE_S, "the first view", p1.wait_change)
+            await stopped(servers)  # nobody serves the shard now
+            gone = p2.conn.client_id
+            await p2.close(leave=False)  # its will, had there been one, would have reached no core
+            b = relay(mosquitto, ["0", "1"], data, "relay-b", total=2)
+            b_server = (await started(b))[0]
+            try:
+                seat = b.servers[shard].core.matches[code].seat_of(gone)
+                assert seat is not None
+                await eventually(lambda: any(e.type == "player_dropped" and e.data.get("seat") == seat
+                                             for e in p1.model.events if e.match == code),
+                                 DEADLINE_S, "bob marked dropped by the new owner", p1.wait_change)
+                assert b.wills_given == [gone]  # ann was heard (her pings): no will for her
+                assert b.servers[shard].core.matches[code].players[seat].dropped_at is not None
+            finally:
+                await b_server.stop()
+
+    asyncio.run(asyncio.wait_for(body(), DEADLINE_S * 2))
