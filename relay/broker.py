@@ -33,7 +33,9 @@ sees it. The gate reads each client's packets whole, before amqtt does (``_Limit
 ``_Gate``): a PUBLISH over its sender's request or action rate (``relay.limits.Intake`` at the
 relay core's own rates, per client id) is dropped there, undecoded (acknowledged if its QoS asks),
 and the sender is told ``rate_limited`` on its private topic at most once a second (logged once per
-burst); ``limited`` counts the drops. Whatever a connection sends, its packets are read at most
+burst); ``limited`` counts the drops. A sender that keeps on above its rate gets nothing more
+through -- not a trickle at the rate -- until it slows down (the intake's ``StrictBucket``), so a
+flood costs the relay its first burst and no more. Whatever a connection sends, its packets are read at most
 ``READ_RATE`` a second: beyond that the flood waits in the sender's own socket. The relay's
 connection is not limited.
 """
