@@ -220,10 +220,20 @@ class Intake:
         self._refused: tuple[str, TokenBucket] = ("", TokenBucket(0.0, 0.0, 0))  # the last refusal's key, bucket
 
     @classmethod
-    def for_config(cls, config: RelayConfig, slack: float = 1.0) -> Intake:
-        """The core's rates (``config``), times ``slack``."""
-        return cls(config.act_rate * slack, config.act_burst * slack, config.req_rate * slack,
-                   config.req_burst * slack, config.max_clients)
+    def for_config(cls, config: RelayConfig, slack: float = 1.0, burst_s: float | None = None,
+                   min_burst: float = 0.0) -> Intake:
+        """The core's rates (``config``), times ``slack``. With ``burst_s``, each burst is at most
+        what the rate gives in ``burst_s`` seconds (but at least ``min_burst``, and never more than
+        the core's): the embedded broker's gate lets a flooder's first burst through smaller."""
+
+        def burst(rate: float, core: float) -> float:
+            if burst_s is None:
+                return core
+            return min(core, max(min_burst, rate * burst_s))
+
+        act_rate, req_rate = config.act_rate * slack, config.req_rate * slack
+        return cls(act_rate, burst(act_rate, config.act_burst * slack), req_rate,
+                   burst(req_rate, config.req_burst * slack), config.max_clients)
 
     @staticmethod
     def key(topic: str) -> str | None:
