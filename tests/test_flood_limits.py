@@ -152,6 +152,11 @@ def test_the_embedded_broker_drops_a_flooders_excess_and_tells_it_while_a_player
             req, act = seen.received[f"r/{flooder.id}"], seen.received[f"a/{flooder.id}"]
             assert 0 < req <= CFG.req_burst + CFG.req_rate * elapsed + 1, (req, elapsed)
             assert 0 < act <= CFG.act_burst + CFG.act_rate * elapsed + 1, (act, elapsed)
+            # ... and not even a trickle at the rate: a sender that keeps on above its rate gets
+            # nothing past the gate's first burst (each refusal costs a token too). The gate reads
+            # the flooder's packets from its socket buffer, never empty while it floods, so this
+            # holds however slowly the machine runs either side.
+            assert req <= broker.intake.req[1] and act <= broker.intake.act[1], (req, act, broker.intake.act)
             assert gate.limited == sent - req - act > sent // 2  # the rest: dropped at the broker
             assert relay.intake.dropped == 0  # the broker had already done it
             # Told, at most once a second per kind; an action's refusal names the action.
