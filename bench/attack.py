@@ -262,7 +262,8 @@ class Attacks:
         answers = [x for _, x in _decoded(eve.got) if isinstance(x, (m.RequestRejected, m.MatchJoined))]
         refused = bool(answers) and isinstance(answers[0], m.RequestRejected)
         return {"attacker_won": not refused,
-                "detail": f"answer {answers[0].code if refused else answers[:1]} after {rtt * 1000:.1f} ms (round trip)"}
+                "detail": f"answer {answers[0].code if refused else answers[:1]} "
+                          f"after {rtt * 1000:.1f} ms (round trip)"}
 
     async def create_flood(self) -> dict[str, Any]:
         async with Spy(self.address) as eve:
@@ -321,7 +322,8 @@ async def run(stack: Stack, seed: int, best_of: int = 3) -> dict[str, Any]:
             try:
                 results[name] = await attack()
             except Exception as exc:  # noqa: BLE001 - an attack that breaks is reported, not hidden
-                results[name] = {"attacker_won": None, "detail": f"the attack itself failed: {type(exc).__name__}: {exc}"}
+                results[name] = {"attacker_won": None,
+                                 "detail": f"the attack itself failed: {type(exc).__name__}: {exc}"}
             results[name]["seconds"] = round(time.monotonic() - t0, 2)
             print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
         t0 = time.monotonic()

@@ -106,8 +106,8 @@ def secure_node_conf(text: str, auth_name: str = "auth.conf") -> str:
     included (unchanged if it has both already); ValueError if it has no ``mqtt {`` block."""
     lines = text.splitlines()
     if not any(line.strip().startswith("no_auth_user") for line in lines):
-        at = next((i for i, line in enumerate(lines) if line.split("#")[0].strip().replace(" ", "") in ("mqtt{", "mqtt:{")),
-                  None)
+        opens = ("mqtt{", "mqtt:{")
+        at = next((i for i, line in enumerate(lines) if line.split("#")[0].strip().replace(" ", "") in opens), None)
         if at is None:
             raise ValueError("no `mqtt {` block in the node's configuration")
         lines.insert(at + 1, f'  no_auth_user: "{PLAYER_USER}"  # MQTT clients without a user name (relay/natsauth.py)')
@@ -132,8 +132,9 @@ def write_nats_auth(path: str | Path, prefix: str = DEFAULT_PREFIX) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m relay.natsauth",
-                                description="write a NATS authorization block for blink (relay password, confined players)")
+    p = argparse.ArgumentParser(
+        prog="python -m relay.natsauth",
+        description="write a NATS authorization block for blink (relay password, confined players)")
     p.add_argument("file", help="where to write it, e.g. DIR/auth.conf beside the nodes' configurations")
     p.add_argument("nodes", nargs="*", help="node configurations (beside FILE) to change so that they use it")
     p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"topic prefix (default {DEFAULT_PREFIX})")

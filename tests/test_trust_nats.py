@@ -167,7 +167,8 @@ def test_on_nats_players_play_but_cannot_forge_the_relays_messages_or_read_reque
                 snap = m.Snapshot(code, 100000, time.time_ns(), 0, "over", ("EVIL",), {}, {}, "blink")
                 for topic, payload, retain in (
                         (T.ev(code), encode(forged), False), (T.snap(code), encode(snap), True),
-                        (T.snap("FAKE1"), encode(snap), True), (T.client(victim.client_id), encode(m.Pong(1, 2, 3)), False),
+                        (T.snap("FAKE1"), encode(snap), True),
+                        (T.client(victim.client_id), encode(m.Pong(1, 2, 3)), False),
                         (T.relay_status("relay-0"), b"\x80", True), (T.match_list, encode(m.MatchList(())), True)):
                     try:  # nats-server may answer a refused QoS 1 publish, or just drop it
                         await asyncio.wait_for(eve.publish(topic, payload, qos=1, retain=retain), 10)
