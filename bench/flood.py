@@ -19,7 +19,8 @@ Reported (one JSON object), per flood kind: the legitimate plays' p99 play->verd
 and its ratio to the baseline's p99 measured first in the same run (target <= 1.2), the relay's RSS
 growth during the phase (target <= 20 MB), the backlog's clearing time after the flood's end
 (target <= 1 s), what the flooder managed to send and what it was told (``rate_limited``...), and,
-for the run, what the relay logged about it. The relay journals into a private data directory.
+for the run, what the relay logged about it. The baseline runs the same probe (its ``probe_rtt_ms``
+is the one to compare a flood phase's with). The relay journals into a private data directory.
 
 Run:  .venv/bin/python bench/flood.py --broker embedded
       .venv/bin/python bench/flood.py --broker mosquitto
@@ -177,8 +178,9 @@ async def flood(stack: Stack, kind: str, seconds: float, seed: int) -> dict[str,
             "told": dict(told)}
 
 
-async def phase(stack: Stack, kind: str, matches: int, seconds: float, seed: int) -> dict[str, Any]:
-    """Human-pace matches for ``seconds`` + a lead, with one client flooding (``kind``) meanwhile."""
+async def phase(stack: Stack, kind: str | None, matches: int, seconds: float, seed: int) -> dict[str, Any]:
+    """Human-pace matches for ``seconds`` + a lead, with one client flooding (``kind``) meanwhile
+    (None: the baseline, nobody floods; the probe pings all the same)."""
     rss_before = rss_kb(stack.pid)
     prober = Prober(stack)
     await prober.start()
@@ -197,8 +199,12 @@ async def phase(stack: Stack, kind: str, matches: int, seconds: float, seed: int
     sampler = asyncio.create_task(sample())
     load = asyncio.create_task(run_load(stack, matches, seconds + LEAD_S, seed))
     await asyncio.sleep(LEAD_S)
-    flooded = await flood(stack, kind, seconds, seed)
-    print(f"{kind} flood over: {flooded}", file=sys.stderr, flush=True)
+    if kind is None:
+        flooded: dict[str, Any] = {}
+        await asyncio.sleep(seconds)
+    else:
+        flooded = await flood(stack, kind, seconds, seed)
+        print(f"{kind} flood over: {flooded}", file=sys.stderr, flush=True)
     marker = await prober.ping()  # sent the instant the flood ends
     backlog_s = await prober.wait_for(marker, BACKLOG_WAIT_S)
     during = await load
@@ -227,7 +233,7 @@ async def phase(stack: Stack, kind: str, matches: int, seconds: float, seed: int
 
 
 async def bench(stack: Stack, matches: int, seconds: float, seed: int, kinds: list[str]) -> dict[str, Any]:
-    baseline = await run_load(stack, matches, seconds + LEAD_S, seed)
+    baseline = await phase(stack, None, matches, seconds, seed)
     base99 = baseline["verdict_ms"]["p99"]
     phases: dict[str, Any] = {}
     for n, kind in enumerate(kinds):
@@ -244,9 +250,8 @@ async def bench(stack: Stack, matches: int, seconds: float, seed: int, kinds: li
     codes = Counter(x.get("code") for x in records if x.get("kind") == "bad_input")
     return {
         "broker": stack.broker, "matches": matches, "seconds": seconds,
-        "baseline": {"verdict_ms": baseline["verdict_ms"], "unanswered": baseline["unanswered"],
-                     "actions": baseline["actions"], "load_avg_1m": baseline["load_avg_1m"],
-                     "relay_cpu_pct": baseline.get("relay_cpu_pct")},
+        "baseline": {k: baseline[k] for k in ("verdict_ms", "unanswered", "actions", "load_avg_1m", "relay_cpu_pct",
+                                              "probe_rtt_ms", "relay_rss_mb")},
         "floods": phases,
         "relay_logged": {k: codes[k] for k in ("rate_limited", "too_many_matches", "relay_full", "internal_error")},
         "relay_alive": stack.alive(),

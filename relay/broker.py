@@ -33,7 +33,9 @@ sees it. The gate reads each client's packets whole, before amqtt does (``_Limit
 ``_Gate``): a PUBLISH over its sender's request or action rate (``relay.limits.Intake`` at the
 relay core's own rates, per client id) is dropped there, undecoded (acknowledged if its QoS asks),
 and the sender is told ``rate_limited`` on its private topic at most once a second (logged once per
-burst); ``limited`` counts the drops. Whatever a connection sends, its packets are read at most
+burst); ``limited`` counts the drops. A sender that keeps on above its rate gets nothing more
+through -- not a trickle at the rate -- until it slows down (the intake's ``StrictBucket``), so a
+flood costs the relay its first burst and no more. Whatever a connection sends, its packets are read at most
 ``READ_RATE`` a second: beyond that the flood waits in the sender's own socket. The relay's
 connection is not limited.
 """
@@ -159,6 +161,11 @@ class PacketTooLarge(Exception):
 #: simply read more slowly, so its excess waits in its own socket (TCP pushes back on the sender)
 #: instead of costing this process -- which also runs the relay -- time to read and drop it (~20 us
 #: a dropped packet; a connection flooding at full speed measured 1.5 % of a core, bench/RESULTS.md).
+#: The gate's bursts (see ``EmbeddedBroker.intake``): a quarter of a second at the rate, at least
+#: 20 -- far above what a client sends at once (a player's resends after a reconnect are a few; the
+#: project's bots at full speed send one action per decision, at most 32 a second).
+GATE_BURST_S = 0.25
+GATE_MIN_BURST = 20.0
 READ_RATE = 300.0
 READ_BURST = 300.0
 PACE_BATCH = READ_RATE / 10
@@ -419,7 +426,10 @@ class EmbeddedBroker:
         self.max_payload = max_payload
         #: Each client's publishes are limited here at the relay core's own rates (``config``):
         #: the core then never has to see a flood, and nobody under the rates is ever affected.
-        self.intake = Intake.for_config(config or RelayConfig())
+        #: The bursts are smaller than the core's (``GATE_BURST_S`` of the rate, at least
+        #: ``GATE_MIN_BURST``): a flood's first burst is all of it that passes, and at the
+        #: default 200 actions it cost the relay's process most of a second of CPU at once.
+        self.intake = Intake.for_config(config or RelayConfig(), burst_s=GATE_BURST_S, min_burst=GATE_MIN_BURST)
         self._secret = secrets.token_hex(16)
         self._broker: _GuardedBroker | None = None
 

@@ -34,6 +34,13 @@ never reaches the relay) and in the relay's shell as each message arrives from t
 that can). A topic's last level is its sender's client id (``.../lobby/req/C``,
 ``.../m/G/CODE/act/C``; the broker's ACL makes sure of that), the level before it says whether it
 is a request or an action, so ``admit`` costs a ``rpartition``, a dict lookup and a token bucket.
+The intake's buckets are stricter than the core's (``StrictBucket``): a message refused for its rate costs its sender a
+token all the same (down to ``-burst``), so a sender that keeps on above its rate gets *nothing*
+through, not a trickle of ``rate`` a second, until it slows down below the rate long enough to
+earn its tokens back (at most ``2 x burst / rate`` seconds once it stops). A flood then costs the
+relay its first burst and nothing more -- the trickle was what still cost everyone else (each
+admitted message is decoded, judged, answered and delivered); a client under its rate, as every
+player is (a third of it at most, measured), never meets the difference.
 It keeps at most about ``max_clients`` buckets: past that, the buckets that have refilled (their
 clients are under the rate, so forgetting them changes nothing) are dropped, all at once, and the
 next clean-up waits until the table has doubled again (amortised O(1) a message).
@@ -98,6 +105,20 @@ class TokenBucket:
             return False
         self.refusing = True
         return True
+
+
+class StrictBucket(TokenBucket):
+    """A ``TokenBucket`` where a refused message costs a token too (down to ``-burst``): a sender
+    above its rate gets nothing through until it has kept under the rate long enough to be owed
+    a token again (the intake's buckets; see the module doc)."""
+
+    __slots__ = ()
+
+    def take(self, now_ns: int) -> bool:
+        if super().take(now_ns):
+            return True
+        self.tokens = max(-self.burst, self.tokens - 1.0)
+        return False
 
 
 @dataclass
@@ -191,7 +212,7 @@ class Intake:
         self.req = (req_rate, req_burst)
         self.max_clients = max_clients
         self.tell_ns = tell_ns
-        self.buckets: dict[str, TokenBucket] = {}  # "a/C" or "r/C" -> bucket
+        self.buckets: dict[str, TokenBucket] = {}  # "a/C" or "r/C" -> bucket (a StrictBucket)
         self.told: dict[str, int] = {}  # same keys -> when the sender was last told it is limited
         self.admitted = 0
         self.dropped = 0
@@ -199,10 +220,20 @@ class Intake:
         self._refused: tuple[str, TokenBucket] = ("", TokenBucket(0.0, 0.0, 0))  # the last refusal's key, bucket
 
     @classmethod
-    def for_config(cls, config: RelayConfig, slack: float = 1.0) -> Intake:
-        """The core's rates (``config``), times ``slack``."""
-        return cls(config.act_rate * slack, config.act_burst * slack, config.req_rate * slack,
-                   config.req_burst * slack, config.max_clients)
+    def for_config(cls, config: RelayConfig, slack: float = 1.0, burst_s: float | None = None,
+                   min_burst: float = 0.0) -> Intake:
+        """The core's rates (``config``), times ``slack``. With ``burst_s``, each burst is at most
+        what the rate gives in ``burst_s`` seconds (but at least ``min_burst``, and never more than
+        the core's): the embedded broker's gate lets a flooder's first burst through smaller."""
+
+        def burst(rate: float, core: float) -> float:
+            if burst_s is None:
+                return core
+            return min(core, max(min_burst, rate * burst_s))
+
+        act_rate, req_rate = config.act_rate * slack, config.req_rate * slack
+        return cls(act_rate, burst(act_rate, config.act_burst * slack), req_rate,
+                   burst(req_rate, config.req_burst * slack), config.max_clients)
 
     @staticmethod
     def key(topic: str) -> str | None:
@@ -226,7 +257,7 @@ class Intake:
             if len(self.buckets) >= self._prune_at:
                 self._prune(now_ns)
             rate, burst = self.act if key[0] == "a" else self.req
-            bucket = self.buckets[key] = TokenBucket(rate, burst, now_ns)
+            bucket = self.buckets[key] = StrictBucket(rate, burst, now_ns)
         if bucket.take(now_ns):
             self.admitted += 1
             return True

@@ -152,6 +152,11 @@ def test_the_embedded_broker_drops_a_flooders_excess_and_tells_it_while_a_player
             req, act = seen.received[f"r/{flooder.id}"], seen.received[f"a/{flooder.id}"]
             assert 0 < req <= CFG.req_burst + CFG.req_rate * elapsed + 1, (req, elapsed)
             assert 0 < act <= CFG.act_burst + CFG.act_rate * elapsed + 1, (act, elapsed)
+            # ... and not even a trickle at the rate: a sender that keeps on above its rate gets
+            # nothing past the gate's first burst (each refusal costs a token too). The gate reads
+            # the flooder's packets from its socket buffer, never empty while it floods, so this
+            # holds however slowly the machine runs either side.
+            assert req <= broker.intake.req[1] and act <= broker.intake.act[1], (req, act, broker.intake.act)
             assert gate.limited == sent - req - act > sent // 2  # the rest: dropped at the broker
             assert relay.intake.dropped == 0  # the broker had already done it
             # Told, at most once a second per kind; an action's refusal names the action.
@@ -205,11 +210,16 @@ def test_intake_limits_each_client_and_kind_tells_once_a_second_and_forgets_only
     assert i.admit("blink/v1/m/x/y/ev", 0)  # not a client's topic: not this limit's business
     assert not i.admit(r, NS // 4)  # half a token back: still refused
     assert i.first_refusal() and i.tell(NS // 4)  # about the request refused: log it, tell its sender
-    assert sum(i.admit(a, NS) for _ in range(100)) == 5  # one second later: ``act_rate`` more
-    assert i.dropped == 80 + 90 + 1 + 95 and i.admitted == 20 + 10 + 1 + 5
+    # Still flooding a second later: nothing, not a trickle of ``act_rate`` (each refusal cost a
+    # token too, down to -burst) ...
+    assert sum(i.admit(a, NS) for _ in range(100)) == 0
+    # ... until it pauses: five quiet seconds earn 25 tokens, of which 20 were owed.
+    assert sum(i.admit(a, 6 * NS) for _ in range(100)) == 5
+    assert i.dropped == 80 + 90 + 1 + 100 + 95 and i.admitted == 20 + 10 + 1 + 5
     assert i.first_refusal() and not i.first_refusal()  # log once per burst (the actions' first)
-    assert i.tell(NS) and not i.tell(NS + NS // 2) and i.tell(2 * NS)  # tell once a second, per kind
-    assert sum(i.admit(r, NS) for _ in range(5)) == 2 and not i.tell(NS)  # refused again: told 3/4 s ago
+    assert i.tell(6 * NS) and not i.tell(6 * NS + NS // 2) and i.tell(7 * NS)  # tell once a second, per kind
+    assert not i.admit(r, NS) and not i.tell(NS)  # refused again: told 3/4 s ago
+    assert sum(i.admit(r, 12 * NS) for _ in range(20)) == 10  # quiet long enough: a whole burst again
     for n in range(3, 8):  # past max_clients, long after: the refilled (idle) buckets are forgotten,
         i.admit(f"blink/v1/lobby/req/c{n}", 100 * NS)  # the ones just used (not full) are kept
     assert sorted(i.buckets) == [f"r/c{n}" for n in range(3, 8)] and not i.told
