@@ -755,11 +755,11 @@ class RelayCore:
         match.game_seed = derive(match.seed, "game", match.game_index)
         match.chance = SeededChance(match.game_seed)
         match.state = match.rules.new_game(match.settings, match.seats, match.chance)
-        match.history.clear()
+        match.forget()
         match.timers.clear()
         self._event(match, now_ns, out, {"type": "game_started", "players": list(match.names),
                                           "seed_commitment": commitment(match.game_seed)})
-        match.history.append((match.seq, match.state))
+        match.remember(now_ns)
         self._after_change(match, now_ns, out, starting=True)
 
     def _after_change(self, match: Match, now_ns: int, out: list[Out], starting: bool = False) -> None:
@@ -840,7 +840,7 @@ class RelayCore:
         match.winner = winner
         match.timers.clear()
         match.next_game_at = None
-        match.history.clear()  # only a running game is judged against earlier states
+        match.forget()
         self._live.pop(match.code, None)
         self._fair_live.pop(match.code, None)
         self._disown(match)
@@ -986,7 +986,7 @@ class RelayCore:
                 if delta is not None:
                     private.append(Publish(self.topics.client(s.client), m.PrivateUpdate(match.code, match.seq, game, delta)))
             out[start:start] = private
-        match.history.append((match.seq, match.state))
+        match.remember(now_ns)
         out.append(LogRecord({"kind": "applied", "match": match.code, "game": match.game_index,
                               "seq": [first, match.seq], "ts": now_ns, **extra}))
 

@@ -18,7 +18,11 @@ from protocol.chance import SeededChance
 from protocol.codec import fast_init
 from protocol.rules.base import Game
 
-STATE_HISTORY = 256  # per match: states kept to tell a lost race from a plain mistake
+STATE_HISTORY = 256  # per match: states kept to tell a lost race from a plain mistake ...
+#: ... but only those younger than this (a race is lost within a round trip; the last few always stay):
+#: a BLINK match's memory would otherwise grow with its age, by a whole state a play.
+HISTORY_NS = 10_000_000_000
+HISTORY_MIN = 4
 
 
 @fast_init  # several per play: see protocol.codec.fast_init
@@ -102,6 +106,7 @@ class Match:
     state: Any = None
     chance: SeededChance | None = None
     history: deque[tuple[int, Any]] = field(default_factory=lambda: deque(maxlen=STATE_HISTORY))
+    history_at: deque[int] = field(default_factory=lambda: deque(maxlen=STATE_HISTORY))  # when each was kept
     timers: dict[str, tuple[int, Any]] = field(default_factory=dict)
     next_game_at: int | None = None
     game_seed: int = 0
@@ -139,6 +144,24 @@ class Match:
         """When the earliest dropped seat's grace runs out (relay ns), or None if nobody is away."""
         dropped = [s.dropped_at for s in self.players if s.dropped_at is not None]
         return min(dropped) + int(self.grace_s * 1_000_000_000) if dropped else None
+
+    def remember(self, now_ns: int) -> None:
+        """Keep the current state for ``state_at``; forget those older than ``HISTORY_NS``."""
+        history = self.history
+        at: deque[int] | None = getattr(self, "history_at", None)
+        if at is None or len(at) != len(history):  # a snapshot from before the times were kept
+            at = self.history_at = deque((now_ns for _ in history), maxlen=STATE_HISTORY)
+        history.append((self.seq, self.state))
+        at.append(now_ns)
+        old = now_ns - HISTORY_NS
+        while len(at) > HISTORY_MIN and at[0] < old:
+            at.popleft()
+            history.popleft()
+
+    def forget(self) -> None:
+        """A new game: only a running game is judged against its earlier states."""
+        self.history.clear()
+        self.history_at = deque(maxlen=STATE_HISTORY)
 
     def state_at(self, seq: int) -> Any:
         """The state as it was right after ``seq`` (None if it is older than the kept history)."""

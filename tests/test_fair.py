@@ -98,7 +98,7 @@ def test_no_possible_rival_means_no_hold() -> None:
     state = match.state
     bob_hand = tuple(blink.Card.parse(c) for c in ("2-yellow-star", "4-red-star", "5-yellow-star"))
     match.state = replace(state, hands=(state.hands[0], bob_hand))
-    match.history.append((match.seq, match.state))
+    match.remember(h.now)
     out = play_at(h, h.now + 300 * MS, "a", code, "3-red-star", 0, 1, match.seq, 250)
     got = [x for x in h.to("a", out) if isinstance(x, (m.ActionAccepted, m.ActionRejected))]
     assert len(got) == 1 and isinstance(got[0], m.ActionAccepted) and got[0].hold_ns == 0

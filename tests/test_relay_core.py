@@ -93,6 +93,25 @@ def test_create_join_start_countdown_and_reveal() -> None:
     assert [e.type for e in h.events(out)] == ["card_revealed", "card_revealed", "race_started"]
 
 
+def test_a_race_is_judged_against_states_of_the_last_seconds_only() -> None:
+    # The relay keeps past states to tell a lost race from a mistake, but only the recent ones
+    # (HISTORY_NS): a play against a state seen long ago is judged against the pile as it is.
+    from relay.model import HISTORY_MIN, HISTORY_NS
+
+    h = Harness(fixed_decks=(race_deck(),))
+    code = h.start_match()
+    match = h.core.matches[code]
+    seen = match.seq
+    assert isinstance(h.play("a", code, "3-red-star", 0, 1, seq=seen), m.ActionAccepted)
+    h.now += HISTORY_NS + S  # long after: the state bob saw is forgotten once newer ones come
+    for i in range(HISTORY_MIN + 1):
+        match.seq += 1
+        match.remember(h.now)
+    assert match.state_at(seen) is None and len(match.history) == HISTORY_MIN + 1
+    late = h.play("b", code, "5-green-triangle", 0, 1, seq=seen)
+    assert isinstance(late, m.ActionRejected) and late.code == "no_match"
+
+
 def test_seq_is_gap_free_and_every_event_is_stamped() -> None:
     h = Harness(fixed_decks=(race_deck(),))
     code = h.start_match()
