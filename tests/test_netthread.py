@@ -81,10 +81,11 @@ def test_sends_from_the_owner_keep_their_order_and_arrivals_are_handled_in_order
                 await conn.__aenter__()
                 # requests posted one after the other without waiting: the relay answers each ping
                 # in the order it read them, so the pongs' order is the order the sends went out
-                for i in range(60):
+                # (15: the embedded broker's gate lets a burst of 20 requests through, then rate-limits)
+                for i in range(15):
                     await conn.request(m.Ping(t0=i))
-                await eventually(lambda: len(pongs) >= 60, what="60 pongs")
-                assert pongs == list(range(60))
+                await eventually(lambda: len(pongs) >= 15, what="15 pongs")
+                assert pongs == list(range(15))
                 assert threads == {owner}
                 await conn.close()
             finally:
