@@ -173,3 +173,15 @@ async def _read(client: aiomqtt.Client, into: list[tuple[str, bytes]]) -> None:
             into.append((msg.topic.value, bytes(payload)))
     except aiomqtt.MqttError:
         pass
+
+
+def test_the_password_goes_into_urls_without_one_and_urls_are_shown_without_it() -> None:
+    from client.cli import _with_password
+    from relay.jetstream import shown
+    from relay.local import public_nats
+
+    assert _with_password("mqtt://127.0.0.1:1,mqtt://h:2", "relay", "pw") == "mqtt://relay:pw@127.0.0.1:1,mqtt://relay:pw@h:2"
+    assert _with_password("nats://me@h:3", "relay", "pw") == "nats://me:pw@h:3"  # its own user name is kept
+    assert _with_password("nats://me:own@h:3,h:4", "relay", "pw") == "nats://me:own@h:3,relay:pw@h:4"
+    assert shown(["nats://relay:secret@h:1", "nats://h:2", "relay:secret@h:3"]) == "nats://h:1, nats://h:2, h:3"
+    assert public_nats("nats://relay:secret@h:1,nats://h:2") == "nats://h:1,nats://h:2"
