@@ -94,6 +94,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="how many shards the matches are spread over (every relay of a broker the same; default 8)")
     s.add_argument("--lease-ttl", type=argtypes.seconds(1, 600), metavar="S", help="with --cluster: a dead relay's "
                    "shards are free this long after its last lease renewal (default: the leases' own, 4 s)")
+    s.add_argument("--password-file", metavar="FILE", help="the relay's password, read from FILE (as `blink cluster "
+                   "up` writes it: DIR/relay-password) and used, as user relay, for every --broker and --cluster URL "
+                   "that has none -- so it is not on the command line for every local user's `ps` to see")
     s.add_argument("--shards", metavar="LIST", help="serve exactly these shards (e.g. 0,1): with --cluster they are "
                    "pinned to this relay (the others share the rest); without, each is journalled in DIR/shard-N of "
                    "--data and the other relays on the broker serve the rest")
@@ -237,6 +240,10 @@ def _stop_on_signals() -> asyncio.Event:
             pass
     return stop
 
+LOGIN_HINT = ("(the relay's: mqtt://relay:SECRET@HOST:PORT as `blink broker-config` prints it, or --password-file "
+              "DIR/relay-password for a `blink cluster up` cluster)")
+
+
 def _friendly(exc: BaseException) -> UserError:
     from mqttkit import PortInUse
 
@@ -248,7 +255,7 @@ def _friendly(exc: BaseException) -> UserError:
 
     if isinstance(exc, ConnectRefused) and exc.rc in (4, 5):
         return UserError(f"the MQTT broker refused the login ({exc}): check the user and password in the URL "
-                         "(the relay's: mqtt://relay:SECRET@HOST:PORT, as `blink broker-config` prints it)")
+                         + LOGIN_HINT)
     if isinstance(exc, MqttError):
         return UserError(f"cannot reach the MQTT broker: {exc}")
     try:
@@ -257,7 +264,7 @@ def _friendly(exc: BaseException) -> UserError:
         rc: Any = exc.rc if isinstance(exc, aiomqtt.MqttCodeError) else None
         if isinstance(exc, aiomqtt.MqttCodeError) and int(getattr(rc, "value", rc) or 0) in (4, 5, 134, 135):
             return UserError(f"the MQTT broker refused the login ({exc}): check the user and password in the URL "
-                             "(the relay's: mqtt://relay:SECRET@HOST:PORT, as `blink broker-config` prints it)")
+                             + LOGIN_HINT)
         if isinstance(exc, aiomqtt.MqttError):
             return UserError(f"cannot reach the MQTT broker: {exc}")
     except ImportError:
@@ -265,7 +272,43 @@ def _friendly(exc: BaseException) -> UserError:
     return UserError(f"{type(exc).__name__}: {exc}")
 
 
+def _with_password(urls: str, user: str, password: str) -> str:
+    """Comma-separated URLs with ``user:password@`` added to each that has no password (a user name
+    already in a URL is kept)."""
+    out = []
+    for url in urls.split(","):
+        url = url.strip()
+        scheme, rest = url.split("://", 1) if "://" in url else ("", url)
+        userinfo, at, hostport = rest.rpartition("@")
+        if at and ":" in userinfo:
+            out.append(url)  # it has its own password
+            continue
+        name = userinfo if at else user
+        out.append(f"{scheme + '://' if scheme else ''}{name}:{password}@{hostport}")
+    return ",".join(out)
+
+
+def _apply_password_file(args: argparse.Namespace) -> None:
+    """``--password-file``: the relay's credentials into its --broker and --cluster URLs (in memory only)."""
+    if not args.password_file:
+        return
+    if not args.broker:
+        raise UsageError("--password-file is for a broker given with --broker (the embedded broker makes its own "
+                         "relay secret)")
+    from client.cluster_cli import ClusterError, read_password
+    from mqttkit import RELAY_USER
+
+    try:
+        password = read_password(args.password_file)
+    except ClusterError as exc:
+        raise UserError(str(exc)) from exc
+    args.broker = _with_password(args.broker, RELAY_USER, password)
+    if args.cluster:
+        args.cluster = _with_password(args.cluster, RELAY_USER, password)
+
+
 async def _serve(args: argparse.Namespace, topics: Topics) -> int:
+    _apply_password_file(args)
     if args.cluster or args.shards or args.shards_total or args.lease_ttl is not None:
         return await _serve_cluster(args, topics)
     args.relay_id = args.relay_id or "relay-0"
@@ -383,7 +426,7 @@ async def _run_cluster(args: argparse.Namespace, topics: Topics, local: Any) -> 
                                             max_payload=args.max_payload, durable=args.sync == "full",
                                             lease_ttl_s=args.lease_ttl, say=lambda line: _say(f"blink {line}"))
         async with server:
-            how = f"cluster {args.cluster}" if args.cluster else f"shards {','.join(owned or [])}"
+            how = f"cluster {local.public_nats(args.cluster)}" if args.cluster else f"shards {','.join(owned or [])}"
             print(f"blink relay '{args.relay_id}' ({args.order} order) running on broker "
                   f"{local.public_url(args.broker)}, {how} of {total}; Ctrl-C stops it.", flush=True)
             relay_task = server.task

@@ -13,6 +13,14 @@ what it started in ``DIR/cluster.json`` and then waits until the cluster is usab
   ``nats-py`` (a cluster without a leader refuses that),
 - every MQTT port accepts a TCP connection.
 
+With ``auth`` (the command's default; ``--no-auth`` leaves it out) every node also includes
+``DIR/auth.conf`` from ``relay/natsauth.py``: user ``relay`` with a fresh random password (core NATS
+and MQTT), anonymous MQTT clients confined as user ``player``. The password is written to
+``DIR/relay-password`` (mode 600) and is never printed: the JSON names that file, and
+``blink serve --password-file FILE`` reads it. Default on because issue 12's rule is "no
+password-less privileged user anywhere": without it any local process could log in as the relay,
+forge events and read every hand -- and the only cost is that one flag on ``blink serve``.
+
 A node that exits or never gets ready stops the others, and the failure is one line (with the tail
 of that node's log). ``down`` reads ``DIR/cluster.json``, sends SIGTERM to each server that is still
 the process it started (checked through ``/proc/PID/cmdline``, so a reused pid is never hit), waits,
@@ -44,8 +52,11 @@ from pathlib import Path
 from typing import Any, Iterator, NoReturn
 
 from client import args as argtypes
+from relay.natsauth import secure_node_conf, write_nats_auth
 
 STATE = "cluster.json"
+AUTH_FILE = "auth.conf"  # included by every node's configuration (relay/natsauth.py)
+PASSWORD_FILE = "relay-password"  # the relay's password, mode 600: what `blink serve --password-file` reads
 HOST = "127.0.0.1"
 PORTS_PER_NODE = 4  # NATS, MQTT, cluster route, monitoring
 READY_S = 60.0
@@ -76,19 +87,56 @@ class Node:
 class Cluster:
     dir: Path
     nodes: list[Node]
+    #: The relay's password when the cluster enforces authorization (never printed: see ``summary``).
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def auth(self) -> bool:
+        return self.password is not None
+
+    @property
+    def password_file(self) -> Path | None:
+        return self.dir / PASSWORD_FILE if self.auth else None
 
     @property
     def mqtt(self) -> list[str]:
+        """The nodes' MQTT URLs without credentials: what players connect with."""
         return [f"mqtt://{HOST}:{n.mqtt}" for n in self.nodes]
 
     @property
     def nats(self) -> list[str]:
         return [f"nats://{HOST}:{n.client}" for n in self.nodes]
 
+    @property
+    def relay_mqtt(self) -> list[str]:
+        """The MQTT URLs a relay logs in with (secret when the cluster has authorization)."""
+        return [self._login(u) for u in self.mqtt]
+
+    @property
+    def relay_nats(self) -> list[str]:
+        """The NATS URLs a relay (and ``up``'s readiness check) logs in with (secret with authorization)."""
+        return [self._login(u) for u in self.nats]
+
+    def _login(self, url: str) -> str:
+        if self.password is None:
+            return url
+        from mqttkit import RELAY_USER
+
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://{RELAY_USER}:{self.password}@{rest}"
+
     def summary(self) -> dict[str, Any]:
+        """What ``up`` prints: URLs without credentials; with authorization, the relay's user name and
+        the file holding its password (not the password: this JSON ends up in logs and CI output)."""
+        from mqttkit import RELAY_USER
+
+        pw = self.password_file
+        serve = f"blink serve --broker {','.join(self.mqtt)} --cluster {','.join(self.nats)}"
         return {"dir": str(self.dir), "nodes": len(self.nodes), "mqtt": self.mqtt, "nats": self.nats,
                 "http": [f"http://{HOST}:{n.http}" for n in self.nodes], "pids": [n.pid for n in self.nodes],
-                "names": [n.name for n in self.nodes]}
+                "names": [n.name for n in self.nodes], "auth": self.auth,
+                "relay_user": RELAY_USER if self.auth else None, "password_file": str(pw) if pw else None,
+                "serve": f"{serve} --password-file {pw}" if pw else serve}
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -166,8 +214,11 @@ def server_binary() -> str:
 # ---------------------------------------------------------------------------------------------- up / down
 
 def start_cluster(nodes: int, directory: str | Path, base_port: int | None = None,
-                  ready_s: float = READY_S) -> Cluster:
-    """Start ``nodes`` nats-server processes under ``directory`` and wait until the cluster is usable."""
+                  ready_s: float = READY_S, auth: bool = False) -> Cluster:
+    """Start ``nodes`` nats-server processes under ``directory`` and wait until the cluster is usable.
+    With ``auth`` the nodes enforce ``relay/natsauth.py``'s authorization; the relay's password is in
+    the returned cluster (``relay_mqtt``, ``relay_nats``) and in ``DIR/relay-password``. (Off by default
+    here: the tests' and benches' clusters are open; the command turns it on.)"""
     if nodes < 1:
         raise ClusterError(f"--nodes must be at least 1, not {nodes}")
     binary = server_binary()
@@ -187,13 +238,19 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
                            f"{', '.join(str(n.pid) for n in old.nodes)}): run `blink cluster down --dir {root}` first")
     plan = plan_nodes(nodes, base_port)
     template = TEMPLATE.read_text()
+    password: str | None = None
+    if auth:
+        password = _write_auth(root)
+    else:
+        _remove_auth(root)
     for node in plan:
         store = root / node.name
         store.mkdir(exist_ok=True)
         node.conf = str(root / f"{node.name}.conf")
         node.log = str(root / f"{node.name}.log")
-        Path(node.conf).write_text(render(template, node, plan, str(store)))
-    cluster = Cluster(root, plan)
+        text = render(template, node, plan, str(store))
+        Path(node.conf).write_text(secure_node_conf(text, AUTH_FILE) if auth else text)
+    cluster = Cluster(root, plan, password)
     try:
         for node in plan:
             _spawn(binary, node)
@@ -204,6 +261,40 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
         _save_state(cluster, stopped=True)
         raise
     return cluster
+
+
+def _write_auth(root: Path) -> str:
+    """A fresh ``auth.conf`` (the password stored hashed) and ``relay-password`` (mode 600) in ``root``."""
+    password = write_nats_auth(root / AUTH_FILE)
+    path = root / PASSWORD_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(password + "\n")
+    os.chmod(path, 0o600)  # an older file keeps its mode through O_CREAT
+    return password
+
+
+def _remove_auth(root: Path) -> None:
+    """An open cluster: no stale password file left to mislead a relay."""
+    for name in (AUTH_FILE, PASSWORD_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (root / name).unlink()
+
+
+def read_password(path: str | Path) -> str:
+    """The relay's password from a file ``up`` wrote (first line); ClusterError in one line if unusable."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ClusterError(f"cannot read the password file {path}: {exc.strerror or exc}") from exc
+    lines = text.splitlines()
+    password = lines[0].strip() if lines else ""
+    if not password:
+        raise ClusterError(f"the password file {path} is empty")
+    if not all(c.isascii() and (c.isalnum() or c in "-._~") for c in password):
+        # it goes into mqtt:// and nats:// URLs as is (nats-py does not unquote them)
+        raise ClusterError(f"the password in {path} has characters a URL cannot carry (use letters, digits, -._~)")
+    return password
 
 
 def _spawn(binary: str, node: Node) -> None:
@@ -315,7 +406,7 @@ def _wait_ready(cluster: Cluster, ready_s: float) -> None:
     while True:
         for node in cluster.nodes:
             _check_running(node)
-        problem = asyncio.run(_jetstream_problem(cluster.nats, replicas))
+        problem = asyncio.run(_jetstream_problem(cluster.relay_nats, replicas))
         if problem is None:
             break
         if time.monotonic() > end:
@@ -386,7 +477,7 @@ def _log_tail(node: Node) -> str:
 # ---------------------------------------------------------------------------------------------- state file
 
 def _save_state(cluster: Cluster, stopped: bool = False) -> None:
-    data = cluster.summary()
+    data = cluster.summary()  # no password in it: the password file is named
     data["stopped"] = stopped
     data["node_detail"] = [{"name": n.name, "client": n.client, "mqtt": n.mqtt, "route": n.route, "http": n.http,
                             "pid": n.pid, "conf": n.conf, "log": n.log} for n in cluster.nodes]
@@ -403,11 +494,18 @@ def _load_state(root: Path) -> Cluster | None:
                       str(d["conf"]), str(d["log"])) for d in data["node_detail"]]
         for n in nodes:
             n.proc = _CHILDREN.get(n.pid)
+        auth = bool(data.get("auth", False))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ClusterError(f"{root / STATE} is unreadable ({exc}): stop the servers by hand") from exc
-    return Cluster(root, nodes)
+    password: str | None = None
+    if auth:
+        try:
+            password = read_password(root / PASSWORD_FILE)
+        except ClusterError:
+            password = None  # `down` still works without it; a restart of a node would fail to check JetStream
+    return Cluster(root, nodes, password)
 
 
 def _require_state(root: Path) -> Cluster:
@@ -459,6 +557,10 @@ def add_parser(sub: Any) -> None:
     up.add_argument("--base-port", type=int, default=None,
                     help="node i uses ports P+4i..P+4i+3 (NATS, MQTT, route, monitoring); default: free ports")
     up.add_argument("--json", action="store_true", help="print only the JSON object (the default output too)")
+    up.add_argument("--auth", action=argparse.BooleanOptionalAction, default=True,
+                    help="require the relay's password (written to DIR/relay-password, mode 600; give it to "
+                         "`blink serve --password-file`) and confine anonymous MQTT clients to what players need "
+                         "(default on; --no-auth: anyone may do anything, for experiments)")
     up.add_argument("--ready-timeout", type=float, default=READY_S, help=argparse.SUPPRESS)
     down = actions.add_parser("down", help="stop the cluster recorded in DIR")
     down.add_argument("--dir", required=True, help="the directory given to `up`")
@@ -476,7 +578,7 @@ def run(args: argparse.Namespace) -> int:
             if args.base_port is not None and not 1 <= args.base_port <= 65535:
                 print(f"blink cluster up: --base-port must be 1..65535, not {args.base_port}", file=sys.stderr)
                 return argtypes.USAGE
-            cluster = start_cluster(args.nodes, args.dir, args.base_port, ready_s=args.ready_timeout)
+            cluster = start_cluster(args.nodes, args.dir, args.base_port, ready_s=args.ready_timeout, auth=args.auth)
             print(json.dumps(cluster.summary()), flush=True)
             return 0
         if action == "down":

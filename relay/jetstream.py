@@ -42,7 +42,9 @@ connection on it; the sync methods submit coroutines to it and wait (never call 
 loop's own thread). One link may be shared by the journals of every shard of a relay.
 
 Failures: a server that cannot be reached within ``connect_timeout``, or one without JetStream, is a
-``JournalError`` with one line. While a node is down, requests are retried (the client reconnects
+``JournalError`` with one line (a server that refuses the login -- a cluster with blink's
+authorization, ``relay/natsauth.py``, and no or a wrong relay password -- says so; URLs are shown
+without their credentials). While a node is down, requests are retried (the client reconnects
 to another node and the streams elect a new leader) until ``op_timeout``; then ``JournalError``.
 """
 
@@ -79,6 +81,12 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+def shown(urls: Sequence[str]) -> str:
+    """URLs for a message: without ``user:password@`` (a relay's NATS URLs carry its password)."""
+    return ", ".join(u.split("://", 1)[0] + "://" + u.split("://", 1)[1].rpartition("@")[2] if "://" in u
+                     else u.rpartition("@")[2] for u in urls)
+
+
 def parse_servers(servers: str | Sequence[str]) -> list[str]:
     """``nats://a:4222,nats://b:4222`` or a list of URLs -> a list of URLs (``nats://`` added when missing)."""
     items = servers.split(",") if isinstance(servers, str) else list(servers)
@@ -88,7 +96,7 @@ def parse_servers(servers: str | Sequence[str]) -> list[str]:
     for url in urls:
         scheme = url.split("://", 1)[0].lower()
         if scheme not in ("nats", "tls", "ws", "wss"):
-            raise JournalError(f"{url} is not a NATS URL (nats://host:port; the MQTT port is for players and relays' "
+            raise JournalError(f"{shown([url])} is not a NATS URL (nats://host:port; the MQTT port is for players and relays' "
                                f"MQTT, the NATS port for leases and journals)")
     return urls
 
@@ -105,9 +113,12 @@ async def connect_jetstream(servers: str | Sequence[str], connect_timeout: float
     import nats.js.errors
 
     urls = parse_servers(servers)
+    where = shown(urls)
+    refused: list[Exception] = []
 
     async def quiet(exc: Exception) -> None:  # nats-py logs every failed attempt otherwise
-        return None
+        if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
+            refused.append(exc)  # remembered: nats-py then reports only "no servers available"
 
     try:
         nc = await asyncio.wait_for(
@@ -115,8 +126,13 @@ async def connect_jetstream(servers: str | Sequence[str], connect_timeout: float
                          max_reconnect_attempts=2, reconnect_time_wait=0.2, error_cb=quiet),
             timeout=connect_timeout)
     except (asyncio.TimeoutError, nats.errors.NoServersError, OSError, nats.errors.Error) as exc:
+        if refused or isinstance(exc, nats.errors.AuthorizationError):
+            how = "a wrong password" if any("@" in u.split("://", 1)[-1] for u in urls) else "no password"
+            raise JournalError(f"the NATS cluster at {where} refused the relay's login (authorization violation: "
+                               f"{how}): give the relay's password (`blink cluster up` writes it to DIR/relay-password; "
+                               f"`blink serve --password-file FILE` reads it)") from exc
         why = "timed out" if isinstance(exc, asyncio.TimeoutError) else _one_line(exc)
-        raise JournalError(f"cannot reach the NATS cluster at {', '.join(urls)} ({why})") from exc
+        raise JournalError(f"cannot reach the NATS cluster at {where} ({why})") from exc
     nc.options["max_reconnect_attempts"] = -1  # from now on: keep reconnecting (a node may be down for a while)
     nc.options["reconnect_time_wait"] = 0.5
     try:
@@ -124,15 +140,15 @@ async def connect_jetstream(servers: str | Sequence[str], connect_timeout: float
     except (nats.js.errors.ServiceUnavailableError, nats.js.errors.NoStreamResponseError,
             nats.errors.NoRespondersError) as exc:
         await close_nats(nc)
-        raise JournalError(f"the NATS server at {', '.join(urls)} has no JetStream (enable it: a jetstream {{}} "
+        raise JournalError(f"the NATS server at {where} has no JetStream (enable it: a jetstream {{}} "
                            f"block in its config, or -js)") from exc
     except (asyncio.TimeoutError, nats.errors.TimeoutError) as exc:
         await close_nats(nc)
-        raise JournalError(f"the NATS cluster at {', '.join(urls)} does not answer JetStream requests "
+        raise JournalError(f"the NATS cluster at {where} does not answer JetStream requests "
                            f"(no JetStream, or no meta leader yet)") from exc
     except Exception as exc:
         await close_nats(nc)
-        raise JournalError(f"JetStream at {', '.join(urls)} is not usable: {_one_line(exc)}") from exc
+        raise JournalError(f"JetStream at {where} is not usable: {_one_line(exc)}") from exc
     return nc
 
 

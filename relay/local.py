@@ -150,6 +150,13 @@ def public_url(broker_url: str) -> str:
     return ",".join(parse_url(u.strip()).public().url for u in broker_url.split(",") if u.strip())
 
 
+def public_nats(cluster_url: str) -> str:
+    """NATS URL(s, comma-separated) without credentials (for printing)."""
+    from relay.jetstream import shown
+
+    return shown([u.strip() for u in cluster_url.split(",") if u.strip()]).replace(", ", ",")
+
+
 async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: list[str] | None, shards_total: int,
                          data_dir: str | Path | None, topics: Topics | None = None, config: RelayConfig | None = None,
                          log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,

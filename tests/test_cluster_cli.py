@@ -44,9 +44,14 @@ def gone(pid: int) -> bool:
 def test_up_prints_urls_mqtt_crosses_nodes_and_down_stops_everything(tmp_path: Path) -> None:
     directory = tmp_path / "c"
     try:
-        up = blink("cluster", "up", "--nodes", "3", "--dir", str(directory), "--json")
+        # --no-auth: an open cluster, so anonymous clients may use any topic (tests/test_cluster_auth.py: the default)
+        (directory).mkdir()
+        (directory / "relay-password").write_text("stale\n")  # from an earlier `up`: removed, not left to mislead
+        up = blink("cluster", "up", "--nodes", "3", "--dir", str(directory), "--json", "--no-auth")
         assert up.returncode == 0, up.stderr
         info = json.loads(up.stdout)
+        assert info["auth"] is False and info["password_file"] is None and "--password-file" not in info["serve"]
+        assert not (directory / "relay-password").exists() and "include" not in (directory / "n1.conf").read_text()
         assert len(info["mqtt"]) == len(info["nats"]) == len(info["pids"]) == 3
         assert all(u.startswith("mqtt://127.0.0.1:") for u in info["mqtt"])
         assert all(u.startswith("nats://127.0.0.1:") for u in info["nats"])
