@@ -71,6 +71,7 @@ H_FENCE = "Blink-Fence"
 H_ID = "Nats-Msg-Id"
 H_EXPECT = "Nats-Expected-Last-Sequence"  # not ...-Subject-Sequence: see the module docstring
 WRONG_LAST_SEQ = (10071, 10164)  # JSStreamWrongLastSequenceErrF and its constant form
+NOT_TRANSIENT = frozenset({10074})  # JSStreamReplicasNotSupportedErr: replicas > 1 on a standalone server
 READ_WINDOW = 64  # messages fetched concurrently while reading
 KEEP_SNAPSHOTS = 2
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -368,6 +369,8 @@ class JetStreamJournal:
                 if time.monotonic() + delay > deadline:
                     raise JournalError(f"cannot {what} within {self.op_timeout:.0f} s: {_one_line(exc)}") from exc
             except nats.js.errors.APIError as exc:
+                if exc.err_code in NOT_TRANSIENT:
+                    raise  # a 500 that no retry changes (e.g. replicas on a standalone server)
                 if exc.code in (500, 503) and time.monotonic() + delay <= deadline:
                     pass  # the cluster is electing a leader: try again
                 else:

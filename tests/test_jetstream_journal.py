@@ -226,3 +226,17 @@ def test_survives_stopping_one_node_of_three(tmp_path: Path) -> None:
                 assert [e for _, e in again.read()] == msgs(30)
                 again.close()
             cluster_cli.start_node(directory, index)
+
+
+def test_a_one_node_cluster_gets_a_one_replica_journal_at_once(tmp_path: Path) -> None:
+    # A standalone server refuses replicas > 1 with a 500 (err_code 10074): that is no leader
+    # election to wait out, so the journal falls back to one replica without retrying for op_timeout.
+    with cluster_cli.running_cluster(1, tmp_path / "nats1") as one:
+        with NatsLink(one.nats) as lk:
+            j = JetStreamJournal(lk, "0", namespace=ns(), fence=1, op_timeout=20)
+            try:
+                assert j.replicas == 1
+                j.append(msgs(5))
+                assert [e for _, e in j.read()] == msgs(5)
+            finally:
+                j.close()
