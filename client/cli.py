@@ -262,7 +262,8 @@ async def _say_resynced(relay: Any) -> None:
     """After a recovery: one line once every match's snapshot and views have been republished
     (requests are served meanwhile; scripts such as bench/restart_bench.py time it)."""
     await relay.resynced.wait()
-    print(f"blink relay: every match resynced {relay.resync_s:.2f} s after coming online", flush=True)
+    print(f"blink relay: every match resynced ({relay.resync_matches} still open) {relay.resync_s:.2f} s "
+          "after coming online", flush=True)
 
 
 async def _serve(args: argparse.Namespace, topics: Topics) -> int:

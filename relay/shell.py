@@ -177,7 +177,8 @@ class RelayShell:
         self._resync_left: deque[str] = deque()
         self.resync_chunk = RESYNC_CHUNK
         self._resync_began = 0.0
-        self._resync_sent = 0  # matches republished since the last (re)connect
+        self._resync_sent = 0  # matches republished since the last (re)connect (``resync_matches`` once done)
+        self.resync_matches = 0
         #: The chunks the broker has not acknowledged yet: their final message's (QoS 1) info, and
         #: when each was sent.
         self._resync_acks: deque[tuple[MQTTMessageInfo, float]] = deque()
@@ -540,12 +541,15 @@ class RelayShell:
         now, wall = self.now()
         out: list[Any] = []
         for _ in range(min(self.resync_chunk, len(left))):
-            out.extend(core.resync(left.popleft(), now, wall))
-            self._resync_sent += 1
+            part = core.resync(left.popleft(), now, wall)
+            if part:  # else the match has left meanwhile (over, and its linger ran out)
+                out.extend(part)
+                self._resync_sent += 1
         if left and out and isinstance(out[-1], Publish):
             out[-1] = dataclasses.replace(out[-1], qos=1)  # acknowledged: the next chunk waits for it
         if not left:
             self.resync_s = time.monotonic() - self._resync_began
+            self.resync_matches = self._resync_sent
             self.resynced.set()
             log.info("resynced %d match(es) in %.2f s after coming online", self._resync_sent, self.resync_s)
         return out
