@@ -245,6 +245,9 @@ def restart(prefix: str, port: int, url: str | None, data: Path) -> dict[str, An
                         box["all_snaps_s"] = firsts[box["expect"] - 1]
             if "all_snaps_s" in box and (resynced_at is not None or time.monotonic() - start > box["all_snaps_s"] + 5):
                 break
+            firsts = box.get("firsts", [])
+            if resynced_at is None and "pong_s" in box and firsts and time.monotonic() - start > max(firsts[-1], box["pong_s"]) + 5:
+                break  # a relay that never says it has resynced (older): no new match for 5 s
             if resynced_at is not None and time.monotonic() > resynced_at + 30:
                 break  # the snapshots the relay sent are not all coming (a match left meanwhile)
             time.sleep(0.02)
