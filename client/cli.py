@@ -307,6 +307,14 @@ def _apply_password_file(args: argparse.Namespace) -> None:
         args.cluster = _with_password(args.cluster, RELAY_USER, password)
 
 
+async def _say_resynced(relay: Any) -> None:
+    """After a recovery: one line once every match's snapshot and views have been republished
+    (requests are served meanwhile; scripts such as bench/restart_bench.py time it)."""
+    await relay.resynced.wait()
+    print(f"blink relay: every match resynced ({relay.resync_matches} still open) {relay.resync_s:.2f} s "
+          "after coming online", flush=True)
+
+
 async def _serve(args: argparse.Namespace, topics: Topics) -> int:
     _apply_password_file(args)
     if args.cluster or args.shards or args.shards_total or args.lease_ttl is not None:
@@ -349,13 +357,17 @@ async def _serve(args: argparse.Namespace, topics: Topics) -> int:
             assert server.relay is not None
             print(f"blink relay data (journal): {data_dir or 'none (--no-journal): matches live in memory only'}",
                   flush=True)
+            resynced: asyncio.Task[None] | None = None
             if server.relay.recovered:
                 print(f"blink relay: {server.relay.recovered}", flush=True)
+                resynced = asyncio.create_task(_say_resynced(server.relay))
             relay_task = server._task
             assert relay_task is not None
             waiter = asyncio.create_task(stop.wait())
             done, _ = await asyncio.wait({waiter, relay_task}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
+            if resynced is not None:
+                resynced.cancel()
             if relay_task in done and not stop.is_set():
                 exc = relay_task.exception()
                 raise _friendly(exc) if exc else UserError("the relay stopped")

@@ -64,6 +64,15 @@ Resync or Join gets ``no_such_match``), and a client not heard from for ``client
 least recent beyond ``max_clients``) loses everything the core keeps for it, unless it is seated
 in a match still open. The waiting matches and the running ones are kept in their own indexes, so
 the match list, quick match and ``tick`` never walk every match.
+
+Recovery (the shell's journal). Replaying a journal feeds the same inputs into a fresh core and
+throws its outputs away, so while ``replaying`` is set the core skips building the messages that
+carry nothing but outputs -- whole views, the coalesced snapshots, players' private updates --
+and still does everything that changes its state (the snapshot schedule, events kept for
+``Resync(from_seq)``, remembered answers, log records); a test checks the replayed core equals
+the live one. ``resync(code, ...)`` then builds, without changing anything, what a restarted or
+reconnected relay republishes for one match so that its clients catch up: every player's view,
+then the retained snapshot.
 """
 
 from __future__ import annotations
@@ -109,6 +118,9 @@ class RelayCore:
     #: The ``now_ns`` of the latest ``handle``/``tick`` (with ``_wall_offset``: its wall clock). It
     #: travels in snapshots, so a restarted shell can continue the core's monotonic time.
     last_now_ns = 0
+    #: Set while a journal is replayed into this core: outputs-only messages are not built (see
+    #: the header's Recovery). Never pickled set (the shell clears it before any snapshot).
+    replaying = False
 
     def __init__(self, topics: Topics | None = None, config: RelayConfig | None = None, seed: int = 0) -> None:
         self.topics = topics or Topics()
@@ -189,6 +201,19 @@ class RelayCore:
             Publish(self.topics.relay_status(self.config.relay_id), m.RelayStatus(self.config.relay_id, True), retain=True),
             self._match_list(),
         ]
+
+    def resync(self, code: str, now_ns: int, wall_ns: int) -> list[Out]:
+        """What a (re)connected relay publishes for match ``code`` so that its clients resync: each
+        player's whole view, then the retained snapshot (stamped ``wall_ns``), in that order, so
+        a snapshot seen means the views went out before it. Read-only: not an input, not journalled,
+        it changes nothing here (the coalesced snapshot's schedule included)."""
+        match = self.matches.get(code)
+        if match is None:
+            return []
+        out: list[Out] = []
+        self._send_views(match, out)
+        out.append(self._snapshot_of(match, wall_ns))
+        return out
 
     def last_clock(self) -> tuple[int, int]:
         """(monotonic, wall) ns of the latest input: where a restarted shell continues the clock."""
@@ -974,7 +999,7 @@ class RelayCore:
             for ev in result.events:
                 self._event(match, now_ns, out, ev, names)
         rules = match.rules
-        if rules.private_delta is not None and rules.sends_less:
+        if rules.private_delta is not None and rules.sends_less and not self.replaying:
             # Send less: the events say what changed in public; each player is told privately only
             # what they cannot learn from them (the cards drawn into their own hand).
             # They go out *before* the events: a client holds one until its seq, so the view it shows
@@ -1048,7 +1073,7 @@ class RelayCore:
                               "game": game, "type": etype, **public}))
 
     def _send_views(self, match: Match, out: list[Out], only: str | None = None) -> None:
-        if match.state is None:
+        if match.state is None or self.replaying:
             return
         for seat, s in enumerate(match.players):
             if only is not None and s.client != only:
@@ -1069,10 +1094,14 @@ class RelayCore:
 
     def _publish_snapshot(self, match: Match, now_ns: int, out: list[Out]) -> None:
         match.snapshot_at, match.snapshot_due = now_ns, None
+        if not self.replaying:
+            out.append(self._snapshot_of(match, now_ns + self._wall_offset))
+
+    def _snapshot_of(self, match: Match, wall_ns: int) -> Publish:
         state = match.rules.to_wire(match.rules.view(match.state, None)) if match.state is not None else {}
-        out.append(Publish(self.topics.snap(match.code), m.Snapshot(
-            match=match.code, seq=match.seq, ts=now_ns + self._wall_offset, game=max(match.game_index, 0), status=match.status,
-            players=match.names, state=state, match_state=match.match_state(), game_name=match.game), retain=True))
+        return Publish(self.topics.snap(match.code), m.Snapshot(
+            match=match.code, seq=match.seq, ts=wall_ns, game=max(match.game_index, 0), status=match.status,
+            players=match.names, state=state, match_state=match.match_state(), game_name=match.game), retain=True)
 
     def _match_list(self) -> Publish:
         waiting = tuple(
