@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any, Iterator, NoReturn
 
 from client import args as argtypes
-from relay.natsauth import secure_node_conf, write_nats_auth
 
 STATE = "cluster.json"
 AUTH_FILE = "auth.conf"  # included by every node's configuration (relay/natsauth.py)
@@ -249,7 +248,11 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
         node.conf = str(root / f"{node.name}.conf")
         node.log = str(root / f"{node.name}.log")
         text = render(template, node, plan, str(store))
-        Path(node.conf).write_text(secure_node_conf(text, AUTH_FILE) if auth else text)
+        if auth:
+            from relay.local import secure_node_conf  # (relay code only when a cluster is started)
+
+            text = secure_node_conf(text, AUTH_FILE)
+        Path(node.conf).write_text(text)
     cluster = Cluster(root, plan, password)
     try:
         for node in plan:
@@ -265,6 +268,8 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
 
 def _write_auth(root: Path) -> str:
     """A fresh ``auth.conf`` (the password stored hashed) and ``relay-password`` (mode 600) in ``root``."""
+    from relay.local import write_nats_auth
+
     password = write_nats_auth(root / AUTH_FILE)
     path = root / PASSWORD_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

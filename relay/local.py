@@ -18,7 +18,8 @@ to recover and no business writing to disk. ``temporary_data_dir()`` gives the c
 start a throwaway relay (``blink match``, ``latency``, ``load``, ``play``) a private directory of
 their own, removed when they stop, so two of them never collide on a lock. ``write_mosquitto_config`` (from
 ``relay.mosquitto``) is here for ``blink broker-config``, the server-side command that sets up an
-external broker.
+external broker, and ``write_nats_auth``/``secure_node_conf`` (from ``relay.natsauth``) for ``blink
+cluster up``, which locks a NATS cluster the same way.
 
 ``ChildServer`` (``relay/localproc.py``) is the same embedded broker + relay in a child process of
 its own: what ``blink play`` starts, so its window and the relay never share an event loop.
@@ -39,13 +40,14 @@ from relay.core import RelayConfig
 from relay.journal import JournalError, default_data_dir, open_journal
 from relay.localproc import ChildServer
 from relay.mosquitto import write_mosquitto_config
+from relay.natsauth import secure_node_conf, write_nats_auth
 from relay.shell import RelayShell
 
 if TYPE_CHECKING:  # imported where it is started: a relay on an outside broker never loads amqtt (start-up time)
     from relay.broker import EmbeddedBroker
 
 __all__ = ["ChildServer", "JournalError", "LocalServer", "RelayConfig", "cluster_server", "default_data_dir",
-           "public_url", "start_local", "temporary_data_dir", "write_mosquitto_config"]
+           "public_url", "start_local", "secure_node_conf", "temporary_data_dir", "write_mosquitto_config", "write_nats_auth"]
 
 
 def temporary_data_dir() -> Path:

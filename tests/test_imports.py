@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Files of commands that start a local relay: the match runner (re-exports LocalServer),
 #: `blink serve` / `blink match` (cli), `blink play` (window session), `blink latency`.
-ENTRY_FILES = {"client/matchrun.py", "client/cli.py", "client/window/session.py", "client/latency.py"}
+ENTRY_FILES = {"client/matchrun.py", "client/cli.py", "client/window/session.py", "client/latency.py",
+               "client/cluster_cli.py"}
 ENTRY_MODULE = "relay.local"
 
 
