@@ -201,6 +201,19 @@ def encode(msg: Any) -> bytes:
     return data
 
 
+def pack_plain(value: Any) -> bytes:
+    """Plain data (maps, lists, scalars) as msgpack bytes, with ``encode``'s reused packer: a
+    compact form for data kept long and read rarely (``unpack_plain`` gives it back)."""
+    packer = getattr(_packers, "packer", None) or _packer()
+    data: bytes = packer.pack(value)
+    return data
+
+
+def unpack_plain(data: bytes) -> Any:
+    """``pack_plain``'s bytes back (trusted: made by this process)."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
 def decode(data: bytes | bytearray | memoryview) -> Any:
     """Decode untrusted bytes into a registered message, or raise ``DecodeError``."""
     try:

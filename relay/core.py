@@ -87,7 +87,7 @@ from typing import Any
 
 from protocol import messages as m
 from protocol.chance import SeededChance, commitment, derive
-from protocol.codec import DecodeError, decode
+from protocol.codec import DecodeError, decode, pack_plain, unpack_plain
 from protocol.records import plain, with_names
 from protocol.rules import GAMES, canonical, game_for
 from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
@@ -109,7 +109,7 @@ HOUSEKEEPING_PER_TICK = 1_000  # expiries and idle clients handled per tick at m
 NS = 1_000_000_000
 PAST_EVENTS = 4096  # per match: public events kept for a late spectator's Resync(from_seq)
 #: A public event as a match keeps it for a resend: (seq, ts, game, type, data).
-PastEvent = tuple[int, int, int, str, dict[str, Any]] | m.Event
+PastEvent = tuple[int, int, int, str, bytes | dict[str, Any]] | m.Event  # the map packed (dict: older snapshots)
 MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``grace_s`` setting)
 
 
@@ -515,7 +515,8 @@ class RelayCore:
                 if ev.seq >= from_seq:
                     out.append(Publish(topic, ev))
             elif ev[0] >= from_seq:
-                seq, ts, game, etype, data = ev
+                seq, ts, game, etype, kept = ev
+                data: dict[str, Any] = unpack_plain(kept) if isinstance(kept, bytes) else kept
                 out.append(Publish(topic, m.Event(match=code, seq=seq, ts=ts, game=game, type=etype, data=data)))
 
     def _reject_req(self, client: str, code: str, detail: str, now_ns: int, out: list[Out]) -> None:
@@ -1068,7 +1069,9 @@ class RelayCore:
             past = self._past[code] = (deque(maxlen=PAST_EVENTS), {})
         if etype == "rematch_started":  # a new match under the same code: it begins here
             past[0].clear()
-        past[0].append((seq, ev.ts, game, etype, public))
+        # The map packed: a match keeps its whole past for late spectators, and a packed map is a
+        # third of a dict's memory (and of the snapshot's objects to pickle and load).
+        past[0].append((seq, ev.ts, game, etype, pack_plain(public)))
         out.append(LogRecord({"kind": "event", "match": code, "seq": seq, "ts": now_ns,  # made wall later
                               "game": game, "type": etype, **public}))
 

@@ -171,6 +171,22 @@ def test_resync_from_seq_resends_the_match_past_events_to_the_asker_only() -> No
     assert [x.code for x in h.to("watcher", out) if isinstance(x, m.RequestRejected)] == ["no_such_match"]
 
 
+def test_past_events_kept_packed_or_in_an_older_core_s_form_are_re_sent_alike() -> None:
+    # The core keeps a past event's map packed (bytes); a core restored from an older snapshot has
+    # plain maps there. Both re-send the events exactly as first published.
+    from protocol.codec import encode, unpack_plain
+
+    h = Harness()
+    code = h.start_match({"countdown_s": 0.5})
+    published = [e for e in h.events() if e.match == code]
+    past = h.core._past[code][0]
+    assert all(isinstance(entry[4], bytes) for entry in past)
+    h.core._past[code] = (type(past)((*e[:4], unpack_plain(e[4])) for e in past), {})
+    out = h.send(T.req("w"), m.Resync(code, from_seq=1))
+    again = [x for x in h.to("w", out) if isinstance(x, m.Event)]
+    assert [encode(e) for e in again] == [encode(e) for e in published]
+
+
 def test_the_relay_keeps_a_bounded_past_per_match() -> None:
     h = Harness()
     code = h.start_match()
