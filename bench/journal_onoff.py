@@ -29,15 +29,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from mqttkit import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 BLINK = [sys.executable, "-m", "client.cli"] if not (Path(sys.executable).parent / "blink").exists() \
     else [str(Path(sys.executable).parent / "blink")]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:

@@ -27,7 +27,6 @@ map's keys in the same order (tag, version, fields in declaration order).
 from __future__ import annotations
 
 import dataclasses
-import threading
 import types
 import typing
 from typing import Any, Callable, TypeVar
@@ -181,31 +180,19 @@ def to_dict(msg: Any) -> dict[str, Any]:
     return fn(msg)
 
 
-_packers = threading.local()
-
-
-def _packer() -> msgpack.Packer:
-    packer: msgpack.Packer = msgpack.Packer(use_bin_type=True)
-    _packers.packer = packer
-    return packer
-
-
 def encode(msg: Any) -> bytes:
-    # One Packer per thread, reused: ``msgpack.packb`` builds (and frees) a new one on every call,
-    # about a third of packing a small message. ``pack`` returns the bytes and empties its buffer (on
-    # an error too), so the bytes are exactly ``packb``'s with the same options.
+    # ``packb`` (a new Packer each call): a reused one would have to be one per thread (the window's
+    # network thread encodes too), and the pure core keeps out of threading.
     fn = _TO_DICT.get(type(msg))
     wire = to_dict(msg) if fn is None else fn(msg)
-    packer = getattr(_packers, "packer", None) or _packer()
-    data: bytes = packer.pack(wire)
+    data: bytes = msgpack.packb(wire, use_bin_type=True)
     return data
 
 
 def pack_plain(value: Any) -> bytes:
-    """Plain data (maps, lists, scalars) as msgpack bytes, with ``encode``'s reused packer: a
-    compact form for data kept long and read rarely (``unpack_plain`` gives it back)."""
-    packer = getattr(_packers, "packer", None) or _packer()
-    data: bytes = packer.pack(value)
+    """Plain data (maps, lists, scalars) as msgpack bytes, as ``encode`` packs them: a compact form
+    for data kept long and read rarely (``unpack_plain`` gives it back)."""
+    data: bytes = msgpack.packb(value, use_bin_type=True)
     return data
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
 import time
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -65,3 +66,29 @@ async def eventually(predicate: Callable[[], T], timeout: float = DEADLINE_S, wh
             await changed(min(left, 0.25))
         else:
             await asyncio.sleep(min(left, poll_s))
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """Terminate a process a test started, killing it if it does not go within ``timeout``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def quiet_error_cb(_exc: Exception) -> None:
+    """nats-py's ``error_cb`` for a connection a test expects to be refused."""
+
+
+async def collect_messages(client: Any, into: list[tuple[str, bytes]]) -> None:
+    """Append every (topic, payload) an aiomqtt client receives until its connection ends."""
+    import aiomqtt
+
+    try:
+        async for msg in client.messages:
+            payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
+            into.append((msg.topic.value, bytes(payload)))
+    except aiomqtt.MqttError:
+        pass

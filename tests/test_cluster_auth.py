@@ -29,6 +29,7 @@ from protocol import messages as m
 from protocol.codec import decode, encode
 from protocol.topics import Topics
 from protocol.verify import parse_log, verify
+from tests.helpers import collect_messages, quiet_error_cb
 from tests.test_cluster_cli import BLINK, ROOT, blink, one_line
 
 pytestmark = pytest.mark.integration
@@ -140,7 +141,7 @@ async def attack(mqtt_url: str, nats_url: str, code: str) -> None:
             assert refused(await eve.subscribe(topic, qos=1)), topic
         for topic in (T.client(eve_id), T.ev(code)):  # what a player may read: granted
             assert not refused(await eve.subscribe(topic, qos=1)), topic
-        reader = asyncio.create_task(_read(eve, got))
+        reader = asyncio.create_task(collect_messages(eve, got))
         forged = m.Event(code, 100000, time.time_ns(), 0, "match_over", {"winner": "EVIL", "reason": "won"})
         try:  # nats-server may answer a refused QoS 1 publish, or just drop it
             await asyncio.wait_for(eve.publish(T.ev(code), encode(forged), qos=1), 10)
@@ -159,20 +160,7 @@ async def attack(mqtt_url: str, nats_url: str, code: str) -> None:
     # Core NATS (leases, journals) without the relay's password: refused outright.
     with pytest.raises(Exception):
         await nats.connect(nats_url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0,
-                           error_cb=_quiet)
-
-
-async def _quiet(_exc: Exception) -> None:
-    pass
-
-
-async def _read(client: aiomqtt.Client, into: list[tuple[str, bytes]]) -> None:
-    try:
-        async for msg in client.messages:
-            payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
-            into.append((msg.topic.value, bytes(payload)))
-    except aiomqtt.MqttError:
-        pass
+                           error_cb=quiet_error_cb)
 
 
 def test_the_password_goes_into_urls_without_one_and_urls_are_shown_without_it() -> None:

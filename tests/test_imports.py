@@ -69,3 +69,17 @@ def test_the_shared_mqtt_package_imports_neither_side() -> None:
         for line, module in imported_modules(path):
             root = module.split(".")[0]
             assert root not in ("relay", "client", "pyglet"), f"{path.relative_to(ROOT)}:{line} imports {module}"
+
+
+#: What the pure core may not import (DESIGN.md: no I/O, clocks, randomness or concurrency; time and
+#: chance come in as arguments). protocol/ and the relay's judging core (core, model, fair) are checked.
+IMPURE = {"asyncio", "socket", "select", "selectors", "threading", "multiprocessing", "concurrent", "subprocess",
+          "time", "datetime", "random", "secrets", "os", "io", "pathlib", "shutil", "tempfile", "logging",
+          "aiomqtt", "paho", "amqtt", "gmqtt", "nats", "pyglet", "zeroconf", "sqlite3", "mqttkit"}
+
+
+def test_the_pure_core_imports_no_io_clocks_randomness_or_threads() -> None:
+    files = sorted((ROOT / "protocol").rglob("*.py")) + [ROOT / "relay" / f"{name}.py" for name in ("core", "model", "fair")]
+    bad = [f"{path.relative_to(ROOT).as_posix()}:{line} imports {module}"
+           for path in files for line, module in imported_modules(path) if module.split(".")[0] in IMPURE]
+    assert not bad, "the pure core imports:\n" + "\n".join(bad)

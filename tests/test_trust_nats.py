@@ -33,6 +33,7 @@ from protocol.topics import Topics
 from relay.local import LocalServer
 from relay.natsauth import auth_text, main as natsauth_main, secure_node_conf, write_nats_auth
 from tests.conftest import ROOT, wait_port
+from tests.helpers import collect_messages, quiet_error_cb, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -82,12 +83,7 @@ def nats_node() -> Iterator[NatsNode]:
         wait_port("127.0.0.1", node.mqtt, timeout=30)
         yield NatsNode(BrokerAddress("127.0.0.1", node.mqtt, "relay", secret), node.client, secret)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
         shutil.rmtree(d, ignore_errors=True)
 
@@ -132,7 +128,7 @@ def test_on_nats_only_the_relay_with_its_password_is_relay(nats_node: NatsNode) 
         for url in (f"nats://127.0.0.1:{nats_node.nats_port}", f"nats://relay:wrong@127.0.0.1:{nats_node.nats_port}"):
             with pytest.raises(Exception):
                 await nats.connect(url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0,
-                                   error_cb=_quiet)  # refused: that is the point (nats-py would log a traceback)
+                                   error_cb=quiet_error_cb)  # refused: that is the point (nats-py would log a traceback)
         nc = await nats.connect(f"nats://relay:{nats_node.secret}@127.0.0.1:{nats_node.nats_port}", connect_timeout=5)
         try:  # ... with JetStream's API, as the relays' leases and journals use it
             js = nc.jetstream()
@@ -158,7 +154,7 @@ def test_on_nats_players_play_but_cannot_forge_the_relays_messages_or_read_reque
                     assert refused(await eve.subscribe(t, qos=1)), t
                 for t in (T.client(eve_id), T.match_list, f"{T.prefix}/m/+/+/ev", f"{T.prefix}/m/+/+/snap"):
                     assert not refused(await eve.subscribe(t, qos=1)), t
-                reader = asyncio.create_task(_raw(eve, eve_got))
+                reader = asyncio.create_task(collect_messages(eve, eve_got))
                 # A bot match through the node: the permissions are enough to play.
                 result = await run_match(nats_node.players, "blink", 2, FAST, 31, 0.03, 240)
                 assert result.summary()["winner"] in result.summary()["players"]
@@ -191,7 +187,7 @@ def test_on_nats_players_play_but_cannot_forge_the_relays_messages_or_read_reque
             async with aiomqtt.Client("127.0.0.1", nats_node.mqtt.port, identifier=new_client_id("late")) as late:
                 for t in (T.snap("FAKE1"), T.snap(code), T.match_list):
                     await late.subscribe(t, qos=1)
-                reader = asyncio.create_task(_raw(late, late_got))
+                reader = asyncio.create_task(collect_messages(late, late_got))
                 await until(lambda: any(t == T.snap(code) for t, _ in late_got), "the real retained snapshot")
                 await until(lambda: any(t == T.match_list for t, _ in late_got), "the retained match list")
                 reader.cancel()
@@ -201,16 +197,3 @@ def test_on_nats_players_play_but_cannot_forge_the_relays_messages_or_read_reque
             assert all(isinstance(decode(p), m.MatchList) for t, p in late_got if t == T.match_list)
 
     asyncio.run(main())
-
-
-async def _quiet(_exc: Exception) -> None:
-    pass
-
-
-async def _raw(client: aiomqtt.Client, into: list[tuple[str, bytes]]) -> None:
-    try:
-        async for msg in client.messages:
-            payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
-            into.append((msg.topic.value, bytes(payload)))
-    except aiomqtt.MqttError:
-        pass

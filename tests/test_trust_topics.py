@@ -37,6 +37,7 @@ from protocol.topics import Topics
 from relay.local import LocalServer
 from relay.mosquitto import write_mosquitto_config
 from tests.conftest import find_mosquitto, wait_port
+from tests.helpers import stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -72,12 +73,7 @@ def relay_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
         wait_port("127.0.0.1", port)
         yield login.login_url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 5)
         shutil.rmtree(d, ignore_errors=True)
 
 
