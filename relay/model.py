@@ -52,7 +52,7 @@ class RelayConfig:
     between_games_s: float = 3.0
     #: The retained public snapshot of a running match is rewritten at most this often (and at
     #: every game boundary): between, the public events carry every change.
-    snapshot_interval_s: float = 0.25
+    snapshot_interval_s: float = 1.0
     max_matches: int = 10_000
     # -- limits (relay/limits.py): far above what a person or the project's bots ever send, so only
     # -- a flood or an attacker meets them; every refusal is answered to its sender and logged once

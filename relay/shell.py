@@ -72,11 +72,20 @@ amqtt, on the same event loop) would otherwise still be reading the whole resync
 when the answer to a request came behind it. So every request is answered within a step or two of
 its arrival, ahead of all but one chunk, while the resync goes on. A chunk is built from the state
 as it is then: a view never lags behind an event already published.
-A reconnect starts the resync again from the beginning; ``resynced`` is set when it is complete. Every ``snapshot_every_s`` seconds or ``snapshot_every`` entries (but no sooner after the
-last than ``SNAPSHOT_COST_RATIO`` times its CPU time) the core is serialised between two steps (in
-a worker thread, while the stepper waits) and saved, and the journal is compacted up to the
-previous snapshot (two stay, in case the newest cannot be read): replay stays short, and matches
-the core has forgotten leave the journal.
+A reconnect starts the resync again from the beginning; ``resynced`` is set when it is complete.
+
+Snapshots. Every ``snapshot_every_s`` seconds or ``snapshot_every`` entries (but no sooner after the
+last than ``SNAPSHOT_COST_RATIO`` times its CPU time) the core is saved, and the journal is
+compacted up to the previous snapshot (two stay, in case the newest cannot be read): replay stays
+short, and matches the core has forgotten leave the journal. Pickling the core holds the
+interpreter for its whole length (0.2-0.3 s at 1,000 live matches, and the stepper would wait for
+it: every play arriving meanwhile waited too). So, between two steps -- when the core stands
+exactly for the journal's last position -- the shell forks: the child pickles its copy-on-write
+copy of the core, writes it down a pipe and exits; a task reads it, saves it and compacts while
+the stepper goes on. The journal's lock orders that write with the steps' appends. The child
+touches (and so copies) the pages of what it pickles: memory grows by up to the core's size while
+it runs. Where there is no ``fork`` (or none can be made) it is pickled in a worker thread while
+the stepper waits, as before; ``snapshot()`` (tests, tools) always does that.
 
 Outbound messages are published at QoS 0: every public event carries a gap-free ``seq``, so a
 client that misses one asks for a resync. The relay's status topic is retained and set to
@@ -99,9 +108,11 @@ import json
 import logging
 import os
 import secrets
+import signal
+import struct
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, wait_event
 from mqttkit.connection import MqttConnection, MqttError, Will
@@ -139,6 +150,12 @@ SNAPSHOT_EVERY = 1_000
 #: matches, the stepper waits): the next one comes no sooner than this many times its CPU time
 #: after it, so snapshots never take more than about a tenth of the relay's CPU, however busy it is.
 SNAPSHOT_COST_RATIO = 10.0
+#: Take snapshots in a forked child (see the header's Snapshots); off: in a worker thread while the
+#: stepper waits (where there is no fork).
+FORK_SNAPSHOTS = True
+#: The cyclic collector's oldest generation: never on its own (``run``), once this often instead.
+GC_NEVER = 1 << 30
+GC_FULL_EVERY_S = 600.0
 #: Room for a PUBLISH's header and topic beside its payload: a packet over ``max_payload`` plus this
 #: is not buffered at all (its sender is told ``too_large`` all the same).
 PACKET_HEADER_ALLOWANCE = 1024
@@ -202,6 +219,8 @@ class RelayShell:
         self._snap_pos = 0
         self._snap_at = time.monotonic()
         self._prev_snap = 0
+        self._gc_full_at = time.monotonic()
+        self._snap_task: asyncio.Task[None] | None = None  # a snapshot being saved while steps go on
 
     # ------------------------------------------------------------------ recovery
 
@@ -341,6 +360,14 @@ class RelayShell:
     async def run(self) -> None:
         self.recover()
         self._resume_clock()
+        thresholds = gc.get_threshold()
+        # The cyclic collector's full passes walk every object the relay holds (25-55 ms each at 300
+        # live matches, more at 1,000: every play that came meanwhile waited) and found nothing to
+        # free (measured: the relay makes almost no reference cycles; the young generations, still
+        # collected, catch those). So the oldest generation is collected on the stepper's schedule
+        # (``GC_FULL_EVERY_S``), not whenever enough objects have grown old.
+        gc.set_threshold(thresholds[0], thresholds[1], GC_NEVER)
+        self._gc_full_at = time.monotonic()
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = open(self.log_path, "a", encoding="utf-8")
@@ -356,6 +383,8 @@ class RelayShell:
                 t.result()  # raises what ended it
             raise RuntimeError("the relay stopped unexpectedly")
         finally:
+            if self._snap_task is not None:
+                tasks.append(self._snap_task)
             for t in tasks:
                 if not t.done():
                     t.cancel()
@@ -366,6 +395,7 @@ class RelayShell:
             if self._log_file:
                 self._log_file.close()
                 self._log_file = None
+            gc.set_threshold(*thresholds)
 
     async def _connection_loop(self) -> None:
         will = Will(self.topics.relay_status(self.config.relay_id),
@@ -452,6 +482,9 @@ class RelayShell:
                 self._wake.clear()
                 await wait_event(self._wake, delay)
             await self.step()
+            if time.monotonic() - self._gc_full_at >= GC_FULL_EVERY_S:
+                gc.collect()
+                self._gc_full_at = time.monotonic()
             if self._resync_left and self._resync_acked():
                 # A step with nothing to journal never waits: give the connection's reader a turn,
                 # so requests that came meanwhile are in the inbox for the next step, before the
@@ -504,7 +537,12 @@ class RelayShell:
         if journal is not None and (journal.last_position() - self._snap_pos >= self.snapshot_every
                                     or (time.monotonic() - self._snap_at >= self.snapshot_every_s
                                         and journal.last_position() > self._snap_pos)):
-            await self.snapshot()
+            if self._snap_task is not None:
+                pass  # one is being written (a forked child's): the next step asks again after it
+            elif FORK_SNAPSHOTS and hasattr(os, "fork"):
+                self._fork_snapshot()
+            else:
+                await self.snapshot()
 
     async def snapshot(self, force: bool = False) -> None:
         """Save the core (between two steps) and compact the journal up to the previous snapshot.
@@ -525,6 +563,68 @@ class RelayShell:
         self._prev_snap, self._snap_pos = self._snap_pos, pos
         if keep > 0:
             await asyncio.to_thread(journal.compact, keep)
+
+    def _fork_snapshot(self) -> None:
+        """Start a snapshot without stopping the stepper (see the header's Snapshots): between two
+        steps -- the core stands exactly for the journal's last position -- fork; the child pickles
+        its copy of the core and sends it down a pipe, and a task saves it while steps go on."""
+        journal = self.journal
+        if journal is None or time.monotonic() - self._snap_at < self.snapshot_s * SNAPSHOT_COST_RATIO:
+            return
+        pos = journal.last_position()
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # no memory or process left for a child: pickle here, as without fork
+            os.close(read_fd)
+            os.close(write_fd)
+            log.warning("cannot fork for a snapshot (%s); taking it in the relay's process", exc)
+            self._snap_task = asyncio.create_task(self.snapshot())
+            self._snap_task.add_done_callback(self._snapshot_done)
+            return
+        if pid == 0:  # the child: nothing but pickle, write and leave
+            _snapshot_child(self.core, read_fd, write_fd)
+        os.close(write_fd)
+        self._snap_task = asyncio.create_task(self._collect_snapshot(pid, read_fd, pos))
+        self._snap_task.add_done_callback(self._snapshot_done)
+
+    def _snapshot_done(self, task: asyncio.Task[None]) -> None:
+        self._snap_task = None
+        if not task.cancelled() and task.exception() is not None:
+            # A journal that cannot be written also fails the next append, which ends the relay:
+            # here it is only said.
+            log.warning("a snapshot failed: %s", task.exception())
+        self._wake.set()
+
+    async def _collect_snapshot(self, pid: int, read_fd: int, pos: int) -> None:
+        """Read the forked child's snapshot, save it at ``pos`` and compact (the journal's lock
+        orders this with the steps' appends)."""
+        journal = self.journal
+        assert journal is not None
+        try:
+            data = await asyncio.to_thread(_read_all, read_fd)
+            status = (await asyncio.to_thread(os.waitpid, pid, 0))[1]
+            pid = 0
+            head = _CHILD_HEAD.size
+            if status != 0 or len(data) < head or _CHILD_HEAD.unpack_from(data)[0] != len(data) - head:
+                self._snap_at = time.monotonic()  # try again later, as spaced as ever
+                log.warning("a snapshot's child process failed (status %d, %d bytes); trying again later",
+                            status, len(data))
+                return
+            self.snapshot_s = _CHILD_HEAD.unpack_from(data)[1]
+            self._snap_at = time.monotonic()
+            await asyncio.to_thread(journal.save_snapshot, pos, data[head:])
+            keep = self._snap_pos  # two snapshots stay: the newest, and one to fall back to
+            self._prev_snap, self._snap_pos = self._snap_pos, pos
+            if keep > 0:
+                await asyncio.to_thread(journal.compact, keep)
+        finally:
+            if pid:  # cancelled (stopping) before the child was reaped
+                try:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                except OSError:
+                    pass
 
     def _resync_order(self) -> list[str]:
         """The matches to republish after a (re)connect: the running ones first (their players are
@@ -665,6 +765,43 @@ def _wall_minus_mono() -> int:
             best = (b - a, w - (a + b) // 2)
     assert best is not None
     return best[1]
+
+
+#: A forked child's answer: the snapshot's length and the CPU seconds it took, then the snapshot.
+_CHILD_HEAD = struct.Struct("<Qd")
+
+
+def _snapshot_child(core: RelayCore, read_fd: int, write_fd: int) -> NoReturn:
+    """In a child forked between two steps: pickle the core (this process's copy of it, as it was at
+    the fork), write it to the pipe and exit at once -- no cleanup of what belongs to the parent."""
+    code = 1
+    try:
+        os.close(read_fd)
+        # A signal meant for the relay's process group must not reach the parent's event loop through
+        # the wake-up descriptor this child shares with it: the child just dies of it.
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        gc.disable()
+        started = time.process_time()
+        blob = snapshots.dump(core)
+        view = memoryview(_CHILD_HEAD.pack(len(blob), time.process_time() - started) + blob)
+        while view:
+            view = view[os.write(write_fd, view):]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything a pipe carries until its writer closes it (closes ``fd``)."""
+    parts = []
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            parts.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(parts)
 
 
 def _dump_timed(core: RelayCore) -> tuple[bytes, float]:

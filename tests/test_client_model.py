@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from protocol import messages as m
+from relay.model import RelayConfig
 from protocol.rules import blink
 from protocol.rules.base import Rejected
 from client.model import ClientModel
@@ -80,7 +81,7 @@ def test_a_spectator_sees_the_public_state_and_cannot_play() -> None:
     h = Harness(fixed_decks=(race_deck(),))
     code = h.start_match()
     h.play("a", code, "3-red-star", 0, 1)
-    h.tick(0.3)  # the retained snapshot is coalesced: rewritten within snapshot_interval_s
+    h.tick(RelayConfig().snapshot_interval_s + 0.05)  # the retained snapshot is coalesced: rewritten within it
     snap = [o.msg for o in h.out if isinstance(getattr(o, "msg", None), m.Snapshot)][-1]
     model = ClientModel("s", "spectator")
     model.spectate(code)
