@@ -163,8 +163,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(command_of(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from mqttkit.logsetup import log_to_stderr
+
+    log_to_stderr(logging.INFO if args.verbose else logging.WARNING)  # not basicConfig: see mqttkit/logsetup.py
     if not args.verbose:
         for name in ("amqtt", "transitions", "blink.relay", "zeroconf"):
             logging.getLogger(name).setLevel(logging.CRITICAL)

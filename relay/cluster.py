@@ -7,9 +7,15 @@ single-process default, untouched). It holds one MQTT connection and, for every 
 ``Ownership`` (``relay/ownership.py``: static shards, or leases in NATS JetStream) hands it, a
 ``ShardServer``: that shard's ``RelayCore``, its journal (one per shard) and its fence.
 
-- Receiving. The relay subscribes to every lobby request (``lobby/req/+``: NATS's MQTT has no
-  shared subscriptions, so every relay sees every request) and to the action topics of the shards
-  it serves only (``m/{shard}/+/act/+``, subscribed on gain, unsubscribed on loss). Each request
+- Receiving. The relay subscribes, once per connection, to every lobby request (``lobby/req/+``:
+  NATS's MQTT has no shared subscriptions, so every relay sees every request) and to the action
+  topics of *every* shard (``m/+/+/act/+``); the actions of shards it does not serve are dropped
+  as they arrive, before anything is decoded. Its subscriptions never change while it runs: on NATS
+  every SUBSCRIBE and UNSUBSCRIBE writes the MQTT session to JetStream (the ``$MQTT_sess``
+  stream), and while that stream's leader is being re-elected after a node stopped (4-9 s in
+  nats-server 2.9) the node holds the connection's every later packet -- the new owner's
+  announcement and verdicts -- 4 s per SUBSCRIBE, and then refuses it. Measured before: the shard
+  was served 1.8 s after the kill, its first verdict went out 10.4 s after it. Each request
   is routed by ``relay/shards.py`` -- the same answer on every relay -- and handled only if this
   relay serves the shard it names; ``KNOWN`` requests (a ``Leave`` without a match, a probe reply)
   go to each served core that knows the client.
@@ -37,7 +43,7 @@ single-process default, untouched). It holds one MQTT connection and, for every 
   any other, so a replay stays exact. A player that was only slow sees itself dropped and takes its
   seat back (``Rejoin``), as after any dropped connection.
 - Losing a shard (``on_loss``): its server is removed at once -- nothing more is published or
-  appended for it -- and its action topics unsubscribed. A clean stop (``close``) publishes each
+  appended for it (its actions are dropped from then on). A clean stop (``close``) publishes each
   shard's status offline first and then releases the shards, so a successor starts at once.
 - Time. The cores get the wall clock (``time.time_ns``) so a successor on another machine carries
   on the same deadlines; per shard it is kept from going backwards (also across owners: the replay
@@ -51,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -89,6 +96,13 @@ REBUILD_MAX_S = 5.0
 #: (the relay's whole connection stalled meanwhile), so a shard taken over then heard its players
 #: only ~8 s after it was served (measured: first verdict 10.4 s after the kill, shard served at 1.8 s).
 SUB_QOS = 0
+#: How long one MQTT CONNECT (to CONNACK) may take before the next node is tried. NATS answers a
+#: CONNECT only after reading the session from JetStream; while the ``$MQTT_sess`` leader is being
+#: re-elected that waits 4 s and fails, on every node alike -- so a short wait and another try.
+CONNECT_TIMEOUT_S = 2.0
+#: A SUBSCRIBE's wait for its SUBACK: longer than NATS's own 4 s wait on JetStream, so that a refusal
+#: (asked again in the background) is heard rather than taken for a dead connection.
+SUBSCRIBE_TIMEOUT_S = 6.0
 WILL_CHECK_S = 10.0  # after a takeover: a seated player not heard from for this long gets its last will
 
 #: Opens the journal of one shard (called in a worker thread).
@@ -124,6 +138,8 @@ class ShardServer:
     snap_at: float = 0.0
     steps: int = 0
     replayed: int = 0  # journal entries replayed when this relay took the shard
+    served_at: float = 0.0  # monotonic: when this relay began serving it
+    answered: bool = False  # has published an answer to a client's message since (logged once)
 
     def now(self, t: int) -> int:
         self.last_now = max(self.last_now, t)
@@ -215,7 +231,6 @@ class ClusterRelay:
         # Closed in the background: a journal busy with an append (a NATS node going away) must not
         # hold up the ownership's next callbacks (the shard another relay died with, say).
         self._background(self._io(_close_quietly, srv.journal))
-        await self._unsubscribe(shard)
 
     async def _bring_up(self, shard: str, fence: int) -> None:
         began = time.monotonic()
@@ -223,10 +238,14 @@ class ClusterRelay:
         while True:
             journal: Journal | None = None
             try:
+                t0 = time.monotonic()
                 journal = await self._io(self.open_journal, shard)
+                t1 = time.monotonic()
                 # The fence first: from here on the previous owner cannot append behind the replay.
                 await self._io(journal.append, [], fence)
+                t2 = time.monotonic()
                 srv = await self._io(self._replay, shard, fence, journal)
+                t3 = time.monotonic()
             except ConfigConflict:
                 if journal is not None:
                     await self._io(_close_quietly, journal)
@@ -260,8 +279,10 @@ class ClusterRelay:
                    for seat in match.players if seat.dropped_at is None}
         if present:
             self._will_checks.append((time.monotonic() + WILL_CHECK_S, srv, present))
+        srv.served_at = time.monotonic()
         self._tell(f"serves shard {shard} (fence {fence}, {len(srv.core.matches)} match(es), "
-                   f"{srv.replayed} entries replayed in {time.monotonic() - began:.2f} s)")
+                   f"{srv.replayed} entries replayed in {time.monotonic() - began:.2f} s: journal opened in "
+                   f"{t1 - t0:.2f} s, fenced in {t2 - t1:.2f} s, replayed in {t3 - t2:.2f} s)")
         self._announce.append(shard)
         self._wake.set()
 
@@ -325,6 +346,9 @@ class ClusterRelay:
         self._write([LogRecord({"kind": "relay_started", "ts": time.time_ns(), "relay": self.relay_id,
                                 "shards_total": self.total, "order": self.config.order})])
         tasks: list[asyncio.Task[None]] = []
+        loop = asyncio.get_running_loop()
+        if loop.get_exception_handler() is None:
+            loop.set_exception_handler(_quiet_dropped_socket)
         try:
             tasks = [asyncio.create_task(self._connection_loop()), asyncio.create_task(self._step_loop())]
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -368,18 +392,32 @@ class ClusterRelay:
         delay = RECONNECT_FIRST_S
         first = True
         node = 0
+        lost_at: float | None = None
+        attempts = 0
+        act_head = f"{self.prefix}/m/"
         while True:
             self.address = self.addresses[node % len(self.addresses)]
+            attempts += 1
+            client = aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id,
+                                    username=self.address.username or RELAY_USER, password=self.address.password,
+                                    socket_options=NODELAY, will=will, keepalive=30, max_queued_outgoing_messages=0,
+                                    timeout=CONNECT_TIMEOUT_S)
+            _retrieve_disconnect(client)
             try:
-                async with aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id,
-                                          username=self.address.username or RELAY_USER,
-                                          password=self.address.password, socket_options=NODELAY,
-                                          will=will, keepalive=30, max_queued_outgoing_messages=0) as client:
+                async with client:
+                    _retrieve_disconnect(client)  # the future is new if the old one was done
+                    # Every shard's actions, once: gaining a shard then needs no SUBSCRIBE (see the module
+                    # docstring); the SUBACKs are awaited with the client's timeout like the CONNACK.
                     await self._subscribe_topic(client, self.topics.req_all)
-                    for shard in list(self.servers):
-                        await self._subscribe_topic(client, self._act_all(shard), shard)
-                    await client.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=1, retain=True)
+                    await self._subscribe_topic(client, self._act_all("+"))
+                    # QoS 0: a PUBACK for a retained message waits on JetStream on NATS (not worth a reconnect)
+                    await client.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=0, retain=True)
                     self._client = client
+                    if lost_at is not None:
+                        log.warning("reconnected to the broker %s %.2f s after losing it (%d attempt(s)) at %.3f",
+                                    self.address.url, time.monotonic() - lost_at, attempts, time.time())
+                    lost_at = None
+                    attempts = 0
                     if first:
                         try:  # only now: a shard gained is served at once
                             await self.ownership.start()
@@ -397,10 +435,13 @@ class ClusterRelay:
                     self._wake.set()
                     try:
                         async for msg in client.messages:
-                            payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
-                            self._inbox.append((msg.topic.value, bytes(payload), time.time_ns()))
+                            topic = msg.topic.value
                             if self._will_checks:
-                                self._heard(msg.topic.value)
+                                self._heard(topic)
+                            if topic.startswith(act_head) and shards.shard_of_act_topic(topic, self.prefix) not in self.servers:
+                                continue  # another relay's shard (or one not served yet: its clients resend)
+                            payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
+                            self._inbox.append((topic, bytes(payload), time.time_ns()))
                             self._wake.set()
                     finally:
                         self._client = None
@@ -411,9 +452,18 @@ class ClusterRelay:
                     raise
                 if first:
                     continue
-                log.warning("lost the broker %s (%s); reconnecting in %.1f s", self.address.url, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(RECONNECT_MAX_S, delay * 2)
+                if lost_at is None:
+                    lost_at = time.monotonic()
+                    delay = RECONNECT_FIRST_S
+                    log.warning("lost the broker %s (%s) at %.3f; trying the next node", self.address.url, exc,
+                                time.time())
+                else:
+                    log.warning("broker %s: %s; next try in %.1f s", self.address.url, exc, delay)
+                # Each node once without waiting (one that stopped refuses at once; a CONNECT that waits on
+                # JetStream gives up after CONNECT_TIMEOUT_S), then backing off up to RECONNECT_MAX_S.
+                if attempts >= len(self.addresses):
+                    await asyncio.sleep(delay)
+                    delay = min(RECONNECT_MAX_S, delay * 2)
 
     def _heard(self, topic: str) -> None:
         """A client spoke (a request or an action): it is alive, whatever shard it plays in."""
@@ -451,44 +501,28 @@ class ClusterRelay:
     def _act_all(self, shard: str) -> str:
         return f"{self.prefix}/m/{shard}/+/act/+"
 
-    async def _subscribe(self, shard: str) -> None:
-        client = self._client
-        if client is not None:
-            try:
-                await self._subscribe_topic(client, self._act_all(shard), shard)
-            except aiomqtt.MqttError as exc:
-                log.warning("subscribing to shard %s failed (%s): the reconnect subscribes again", shard, exc)
-
-    async def _subscribe_topic(self, client: aiomqtt.Client, topic: str, shard: str | None = None) -> None:
+    async def _subscribe_topic(self, client: aiomqtt.Client, topic: str) -> None:
         """Subscribe, and make sure the broker granted it: NATS's MQTT refused QoS 1 subscriptions
         (SUBACK 0x80) when it could not create their JetStream consumers in time -- while a node was
         down and the cluster elected a new meta leader, a relay that moved to another node had every
         action subscription refused and its matches waited for ever. Now QoS 0 (``SUB_QOS``), but any
-        refusal is still asked again in the background until granted (or no longer wanted)."""
-        if granted(await client.subscribe(topic, qos=SUB_QOS)):
+        refusal is still asked again in the background until granted (or the connection is gone)."""
+        if granted(await client.subscribe(topic, qos=SUB_QOS, timeout=SUBSCRIBE_TIMEOUT_S)):
             return
-        log.warning("the broker refused the subscription to %s; asking again", topic)
+        log.warning("the broker refused the subscription to %s at %.3f; asking again", topic, time.time())
 
         async def again() -> None:
             delay = 0.25
-            while self._client is client and (shard is None or shard in self.servers or shard in self._announce):
+            while self._client is client:
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 try:
-                    if granted(await client.subscribe(topic, qos=SUB_QOS)):
+                    if granted(await client.subscribe(topic, qos=SUB_QOS, timeout=SUBSCRIBE_TIMEOUT_S)):
                         log.warning("subscribed to %s at last", topic)
                         return
                 except aiomqtt.MqttError:
                     return  # the connection is gone: the reconnect subscribes again
         self._background(again())
-
-    async def _unsubscribe(self, shard: str) -> None:
-        client = self._client
-        if client is not None:
-            try:
-                await client.unsubscribe(self._act_all(shard))
-            except aiomqtt.MqttError:
-                pass
 
     async def _step_loop(self) -> None:
         while True:
@@ -514,9 +548,9 @@ class ClusterRelay:
             for shard in todo:
                 srv = self.servers.get(shard)
                 if srv is not None:
-                    await self._subscribe(shard)
-                    if self.servers.get(shard) is srv:
-                        await self._emit(srv, self._announcement(srv))
+                    await self._emit(srv, self._announcement(srv))
+                    log.info("shard %s: announced (status online, %d match(es)) %.2f s after serving it", shard,
+                             len(srv.core.matches), time.monotonic() - srv.served_at)
         inbox, self._inbox = self._inbox[:MAX_BATCH], self._inbox[MAX_BATCH:]
         batches: dict[str, tuple[ShardServer, list[Entry], list[Any]]] = {}
         servers = self.servers
@@ -558,7 +592,7 @@ class ClusterRelay:
         results = await asyncio.gather(*(self._io(srv.journal.append, entries, srv.fence)
                                          for srv, entries, _ in work), return_exceptions=True)
         held = self.ownership.owned()  # read now: the leases live on their own thread and may know more
-        for (srv, _, out), result in zip(work, results):
+        for (srv, entries, out), result in zip(work, results):
             if self.servers.get(srv.shard) is not srv:
                 continue  # lost meanwhile: not a word more for it
             if held.get(srv.shard) != srv.fence:  # the lease is gone; its on_loss has not reached us yet
@@ -577,6 +611,9 @@ class ClusterRelay:
             srv.steps += 1
             if out:
                 await self._emit(srv, out)
+                if not srv.answered and any(isinstance(e, Msg) for e in entries):
+                    srv.answered = True
+                    self._tell(f"answers on shard {srv.shard} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
             await self._maybe_snapshot(srv)
 
     async def _drop(self, srv: ShardServer, rebuild: bool) -> None:
@@ -585,7 +622,6 @@ class ClusterRelay:
         self.lost.append((srv.shard, time.monotonic()))
         self._tell(f"stopped serving shard {srv.shard}")
         self._background(self._io(_close_quietly, srv.journal))
-        await self._unsubscribe(srv.shard)
         if rebuild and srv.shard in self.ownership.owned() and srv.shard not in self._starting:
             fence = self.ownership.owned()[srv.shard]
             await self._on_gain(srv.shard, fence)
@@ -757,6 +793,28 @@ async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str
 def core_time(core: RelayCore) -> int:
     """The latest time a restored core has seen, near enough (its last publication)."""
     return max((t for book in core.fair.published.values() for t in book.values()), default=0)
+
+
+def _quiet_dropped_socket(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's exception handler in a cluster relay: paho (under aiomqtt) asks the loop, from another
+    thread, to watch its socket for writing; when the broker node went away just before, the socket is
+    closed by then and the loop logs a traceback (EBADF in ``add_writer``) for what is only the lost
+    connection the relay already reconnects from. That one is a line; everything else as by default."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and exc.errno == errno.EBADF and "add_writer" in str(context.get("message", "")) + repr(
+            context.get("handle", "")):
+        log.info("a write watch on a socket closed meanwhile (the broker connection was lost): ignored")
+        return
+    loop.default_exception_handler(context)
+
+
+def _retrieve_disconnect(client: aiomqtt.Client) -> None:
+    """aiomqtt sets an "Unexpected disconnection" exception on a client's disconnect future also after
+    the client was left (a CONNACK or a DISCONNECT that timed out, the socket closing later): nobody
+    awaits it then, and asyncio logs "Future exception was never retrieved". Retrieved here."""
+    future = getattr(client, "_disconnected", None)
+    if isinstance(future, asyncio.Future):
+        future.add_done_callback(lambda f: None if f.cancelled() else f.exception())
 
 
 def _close_quietly(journal: Journal) -> None:

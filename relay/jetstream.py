@@ -73,6 +73,13 @@ H_EXPECT = "Nats-Expected-Last-Sequence"  # not ...-Subject-Sequence: see the mo
 WRONG_LAST_SEQ = (10071, 10164)  # JSStreamWrongLastSequenceErrF and its constant form
 NOT_TRANSIENT = frozenset({10074})  # JSStreamReplicasNotSupportedErr: replicas > 1 on a standalone server
 READ_WINDOW = 64  # messages fetched concurrently while reading
+#: One JetStream request's wait for its answer. Short, and retried (``_retrying``): a request sent to
+#: a stream whose leader went with a stopped node goes unanswered until the new leader is elected
+#: (4-9 s in nats-server 2.9), and with a long timeout the retry that would succeed came up to the
+#: whole timeout after the election. Retries are safe: appends carry an id and the expected last
+#: sequence, reads change nothing.
+REQUEST_TIMEOUT_S = 1.0
+RETRY_MAX_DELAY_S = 0.25
 KEEP_SNAPSHOTS = 2
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -183,7 +190,7 @@ class NatsLink:
     """One nats-py connection on a private event loop (a daemon thread), usable from any other thread."""
 
     def __init__(self, servers: str | Sequence[str], *, connect_timeout: float = 5.0,
-                 request_timeout: float = 3.0, name: str = "blink-relay") -> None:
+                 request_timeout: float = REQUEST_TIMEOUT_S, name: str = "blink-relay") -> None:
         self.servers = parse_servers(servers)
         self.request_timeout = request_timeout
         self._loop = asyncio.new_event_loop()
@@ -376,7 +383,7 @@ class JetStreamJournal:
                 else:
                     raise
             await asyncio.sleep(delay)
-            delay = min(1.0, delay * 2)
+            delay = min(RETRY_MAX_DELAY_S, delay * 2)
 
     async def _open(self, replicas: int | None) -> int:
         import nats.js.errors

@@ -28,8 +28,10 @@ read again. Renewals keep ``update(last=revision)``: only the owner writes its k
 Fast takeover from a dead relay: each relay answers a NATS request on ``<ns>.alive.<relay>`` from its
 lease connection (subscribed before its heartbeat is written). Every tick a relay asks each other
 member; NATS answers "no responders" at once when nobody is subscribed -- the relay's connection is
-closed (``kill -9`` closes it too). A member with no responder on every probe for ``DEAD_AFTER_S``
-(longer than a NATS client's reconnect to another node) is taken as dead: its shards are taken
+closed (``kill -9`` closes it too). The probes run every ``PROBE_S`` in a task of their own (a tick
+reading the bucket while a stream elects its leader may take a second or more). A member with no
+responder on every probe for ``DEAD_AFTER_S`` (longer than a NATS client's reconnect to another
+node: measured well under 0.2 s on loopback) is taken as dead and the tick runs at once: its shards are taken
 without waiting for their entries to expire, each written over only if it still holds that
 relay's revision (the same stream-wide condition as an acquisition). Should the relay in fact be
 alive (cut off from NATS for that long), it gives its shards up by itself at ``ttl/2`` and its late
@@ -83,7 +85,8 @@ log = logging.getLogger("blink.relay.leases")
 RENEW_AT = 1 / 3  # of the ttl, after the last successful renewal was sent
 GIVE_UP_AT = 1 / 2  # of the ttl: no renewal for that long -> stop serving
 COOLDOWN_TTLS = 2.0
-DEAD_AFTER_S = 1.5  # no responder on the liveness subject for this long: the relay is dead
+DEAD_AFTER_S = 0.75  # no responder on the liveness subject for this long: the relay is dead
+PROBE_S = 0.2  # how often the other members are asked (a task of its own; a death wakes the tick)
 _ID = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -270,6 +273,8 @@ class NatsLeases:
         self._absent: dict[str, float] = {}  # member -> since when it has had no responder
         self._replacing: dict[str, Owner] = {}  # shard -> the dead relay's entry, for this tick's acquisitions
         self._alive_sub: Any = None
+        self._dead: set[str] = set()  # the members the probes found dead (see ``_run_probes``)
+        self._wake_tick: asyncio.Event | None = None
         self.view = View()
         #: (time, what) of every change, for tests and logs
         self.history: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=1000)
@@ -301,6 +306,7 @@ class NatsLeases:
         self._tasks = [asyncio.create_task(self._run_events(), name="blink-lease-events")]
         await self._tick()
         self._tasks.append(asyncio.create_task(self._run_ticks(), name="blink-lease-ticks"))
+        self._tasks.append(asyncio.create_task(self._run_probes(), name="blink-lease-probes"))
         await self._events.join()  # like StaticOwnership: the first shards' on_gain has run when start returns
 
     async def close(self) -> None:
@@ -309,7 +315,7 @@ class NatsLeases:
         if self._nc is None or self._closing:
             return
         self._closing = True
-        ticker = [t for t in self._tasks if t.get_name() == "blink-lease-ticks"]
+        ticker = [t for t in self._tasks if t.get_name() in ("blink-lease-ticks", "blink-lease-probes")]
         for t in ticker:
             t.cancel()
         await bounded(asyncio.gather(*ticker, return_exceptions=True), self.ttl)
@@ -481,7 +487,12 @@ class NatsLeases:
     # ---- the tick
 
     async def _observe(self) -> View:
-        """One read of the bucket: the present keys (stream info), then each key's newest message."""
+        """One read of the bucket: the present keys (stream info), then each key's newest message. A key
+        whose read failed (other than "not found": expired in between) fails the whole read -- taken as
+        absent, it made the relay drop a shard it held ("lease taken") while the bucket's stream elected
+        a new leader after a node stopped."""
+        import nats.js.errors
+
         info = await self._js.stream_info(self._stream, subjects_filter=">")
         subjects = list((info.state.subjects or {}).keys())
         msgs = await asyncio.gather(*(self._js.get_msg(self._stream, subject=s) for s in subjects),
@@ -490,8 +501,10 @@ class NatsLeases:
         members: dict[str, frozenset[str]] = {}
         since: dict[str, int] = {}
         for subject, msg in zip(subjects, msgs):
-            if isinstance(msg, BaseException):
+            if isinstance(msg, nats.js.errors.NotFoundError):
                 continue  # expired between the two requests
+            if isinstance(msg, BaseException):
+                raise msg
             op = (msg.headers or {}).get("KV-Operation")
             if op in ("DEL", "PURGE"):
                 continue
@@ -508,9 +521,33 @@ class NatsLeases:
                     since[key[2:]] = int(msg.seq)
         return View(owners, members, since)
 
-    async def _run_ticks(self) -> None:
+    async def _run_probes(self) -> None:
         while True:
-            await asyncio.sleep(self.tick_s)
+            await asyncio.sleep(PROBE_S)
+            try:
+                dead = await bounded(self._probe(), 1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- no conclusion this time
+                log.info("liveness probe failed: %s", exc)
+                continue
+            if dead is None:
+                continue
+            new = dead - self._dead
+            self._dead = dead
+            if new and any(o.relay in new for o in self.view.owners.values()) and self._wake_tick is not None:
+                log.warning("relay %s gone (no responder for %.2f s) at %.3f: taking its shards over now",
+                            ", ".join(sorted(new)), DEAD_AFTER_S, time.time())
+                self._wake_tick.set()
+
+    async def _run_ticks(self) -> None:
+        self._wake_tick = asyncio.Event()
+        while True:
+            try:
+                await asyncio.wait_for(self._wake_tick.wait(), self.tick_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake_tick.clear()
             try:
                 await self._tick()
             except asyncio.CancelledError:
@@ -551,7 +588,7 @@ class NatsLeases:
                 # a renewal whose answer was lost did land: renew from its revision (only we write our id
                 # there); its send time is unknown, so the give-up clock keeps the older one
                 self._held[shard] = Held(mine.fence, owner.revision, mine.renewed_at)
-        dead = await bounded(self._probe(), self.request_s * 2) or set()
+        dead = set(self._dead) if self.probe else set()
         view, self._replacing = without_dead(view, dead)
         for member in dead:
             if any(o.relay == member for o in self._replacing.values()):
@@ -598,6 +635,19 @@ class NatsLeases:
             if rev is None:
                 raise TimeoutError("no answer")
         except nats.js.errors.KeyWrongLastSequenceError:
+            # An earlier renewal whose answer was lost (the stream's leader went away) may have landed:
+            # the key then still holds this relay's id, at a newer revision (only the owner writes its id).
+            try:
+                entry = await bounded(self._kv.get(f"s.{shard}"), self.request_s)
+            except Exception:  # noqa: BLE001 -- cannot tell now: the next tick's read decides
+                return
+            if entry is not None and (entry.value or b"") == self.relay_id.encode() and int(entry.revision or 0) > h.revision:
+                if self._held.get(shard) is h:
+                    self._held[shard] = Held(h.fence, int(entry.revision), h.renewed_at)
+                log.info("renewal of shard %s: an earlier one had landed (revision %s)", shard, entry.revision)
+                return
+            if entry is None:
+                return  # no answer: the next tick's read decides
             await self._lose(shard, "lease taken")
             return
         except Exception as exc:  # noqa: BLE001 -- try again next tick, until the give-up time
@@ -648,6 +698,9 @@ class NatsLeases:
         if self._closing:
             return
         self._held[shard] = Held(int(rev), int(rev), sent)
+        if shard in self._replacing:
+            log.warning("took shard %s of relay %s in %.2f s at %.3f", shard, self._replacing[shard].relay,
+                        self.clock() - sent, time.time())
         self._note("gain", shard)
         await self._emit("gain", shard, int(rev), None)
 

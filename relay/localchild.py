@@ -81,7 +81,9 @@ def main(argv: list[str]) -> int:
         out.flush()
         return 2
     levels = settings.get("log_levels", {})
-    logging.basicConfig(level=levels.get("", logging.WARNING), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from mqttkit.logsetup import log_to_stderr
+
+    log_to_stderr(levels.get("", logging.WARNING))  # not basicConfig: a handler added before made it a no-op
     for name, level in levels.items():
         if name:
             logging.getLogger(name).setLevel(level)
