@@ -156,6 +156,7 @@ FORK_SNAPSHOTS = True
 #: The cyclic collector's oldest generation: never on its own (``run``), once this often instead.
 GC_NEVER = 1 << 30
 GC_FULL_EVERY_S = 600.0
+RESIDENCE_KEPT = 5_000_000  # residence times kept for BLINK_RESIDENCE (40 MB at most)
 #: Room for a PUBLISH's header and topic beside its payload: a packet over ``max_payload`` plus this
 #: is not buffered at all (its sender is told ``too_large`` all the same).
 PACKET_HEADER_ALLOWANCE = 1024
@@ -220,6 +221,11 @@ class RelayShell:
         self._snap_at = time.monotonic()
         self._prev_snap = 0
         self._gc_full_at = time.monotonic()
+        #: A benchmark's view from inside (``BLINK_RESIDENCE=FILE``): how long each message waited
+        #: between the read that brought it and the write of its step's outputs; the percentiles
+        #: are written to FILE when the relay stops.
+        self._residence_file = os.environ.get("BLINK_RESIDENCE") or None
+        self._residence: list[int] | None = [] if self._residence_file else None
         self._snap_task: asyncio.Task[None] | None = None  # a snapshot being saved while steps go on
 
     # ------------------------------------------------------------------ recovery
@@ -396,6 +402,8 @@ class RelayShell:
                 self._log_file.close()
                 self._log_file = None
             gc.set_threshold(*thresholds)
+            if self._residence_file and self._residence is not None:
+                _write_residence(self._residence_file, self._residence)
 
     async def _connection_loop(self) -> None:
         will = Will(self.topics.relay_status(self.config.relay_id),
@@ -529,6 +537,10 @@ class RelayShell:
             await asyncio.to_thread(journal.append, entries)
         if out:
             self._emit(out)
+        residence = self._residence
+        if residence is not None and len(residence) < RESIDENCE_KEPT:
+            done = time.monotonic_ns() + self._mono_offset
+            residence.extend(done - arrived for _, _, arrived, _ in inbox)
         if self._resync_left and self._client is not None and self._resync_acked():
             self._last_qos1 = None
             self._emit(self._resync_chunk())
@@ -752,6 +764,17 @@ class RelayShell:
         for r in records:
             if r.record.get("kind") == "bad_input":
                 log.info("bad input: %s", r.record)
+
+
+def _write_residence(path: str, values: list[int]) -> None:
+    """Percentiles (ms) of the residence times, one line: ``50:0.41 90:1.2 99:5.3 99.9:9.8 100:12.0 n=...``."""
+    xs = sorted(values) or [0]
+    parts = [f"{q:g}:{xs[min(len(xs) - 1, int(q / 100 * len(xs)))] / 1e6:.3f}" for q in (50, 90, 99, 99.9, 100)]
+    try:
+        with open(path, "w") as f:
+            f.write(" ".join(parts) + f" n={len(values)}\n")
+    except OSError as exc:
+        log.warning("cannot write the residence times to %s: %s", path, exc)
 
 
 def _wall_minus_mono() -> int:
