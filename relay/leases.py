@@ -46,7 +46,7 @@ later). A relay that has had no successful renewal for ``ttl/2`` gives the shard
 renewal refused because the revision moved on means the lease is gone: ``on_loss`` at once too.
 The give-up is checked every tick and again before each step of a tick that waits on the cluster
 (the bucket read, the renewals, each acquisition), so it comes at most a tick plus the longest such
-step (``3 * request_s``, 3 s) late: ``ttl/2 + 3.5 s`` at most, 9.5 s for the default ttl of 12 s. Once
+step (``3 * request_s``, 2 s) late: ``ttl/2 + 2.5 s`` at most, 8.5 s for the default ttl of 12 s. Once
 the relay has stopped serving a shard it gave up it deletes the entry (``delete(last=revision)``), so
 the others need not wait for the expiry once the cluster answers again. Should a relay still write
 after all that (a frozen process), the journal's fence refuses it.
@@ -103,7 +103,7 @@ DEFAULT_TTL_S = 12.0  # rides out a ~5 s JetStream stall (see "Timing" above); `
 RENEW_EVERY_S = 1.0  # renew this long after the last successful renewal was sent ...
 RENEW_AT = 1 / 3  # ... or after this fraction of the ttl, if that is sooner (a ttl under 3 s)
 GIVE_UP_AT = 1 / 2  # of the ttl: no successful renewal for that long -> stop serving
-REQUEST_S = 1.0  # at most, for one request of the lease shell (ttl/6 if that is shorter)
+REQUEST_S = 4.0 / 6  # at most, for one request of the lease shell (ttl/6 if shorter): what the old 4 s ttl gave
 COOLDOWN_TTLS = 2.0
 COOLDOWN_MAX_S = 8.0  # what 2 * ttl was at the old default ttl of 4 s: a lost shard is not shunned for longer
 DEAD_AFTER_S = 0.75  # no responder on the liveness subject for this long: the relay is dead

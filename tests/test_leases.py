@@ -60,7 +60,7 @@ def test_renews_every_second_and_gives_up_at_half_the_ttl(ttl: float) -> None:
 
 def test_the_default_timing_leaves_room_on_both_sides() -> None:
     """12 s leases renewed every second: ~5 s of renewals may fail before a shard is given up, and the
-    give-up, even at its latest (a tick plus the longest step of a tick: 3 requests of 1 s), still comes
+    give-up, even at its latest (a tick plus the longest step of a tick: 3 requests of 0.67 s), still comes
     seconds before the entry can expire for another relay to take."""
     leases = NatsLeases("nats://127.0.0.1:1", 4)  # not started: only its timing is read
     ttl = leases.ttl
@@ -68,7 +68,7 @@ def test_the_default_timing_leaves_room_on_both_sides() -> None:
     assert renew_after(ttl) == 1.0 and ttl * GIVE_UP_AT == 6.0
     assert ttl * GIVE_UP_AT - renew_after(ttl) >= 4.5  # a stall this long costs nothing (see the next test)
     latest_give_up = ttl * GIVE_UP_AT + leases.tick_s + 3 * leases.request_s
-    assert latest_give_up <= ttl - 2.0
+    assert latest_give_up <= ttl - 3.0
     assert cooldown_s(ttl) == 8.0 and cooldown_s(1.0) == 2.0
     from client.cli import build_parser  # what `blink serve --help` says is the default
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
