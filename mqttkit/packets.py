@@ -92,19 +92,23 @@ def packet_name(kind: int) -> str:
 class Parser:
     """Incremental MQTT 3.1.1 parser for a client's incoming stream (see the module header)."""
 
-    __slots__ = ("max_packet", "_rest", "_need", "_skip")
+    __slots__ = ("max_packet", "_rest", "_need", "_skip", "skipped")
 
     def __init__(self, max_packet: int = MAX_REMAINING) -> None:
         self.max_packet = max_packet
         self._rest = bytearray()  # the start of a packet not complete yet
         self._need = 0  # how many bytes _rest must hold before parsing is worth trying again
         self._skip = 0  # bytes still to skip of an oversized PUBLISH
+        self.skipped = 0  # QoS-0 PUBLISHes on ``feed``'s ``drop`` topic, counted and not returned
 
     @property
     def buffered(self) -> int:
         return len(self._rest)
 
-    def feed(self, data: bytes) -> list[Packet]:
+    def feed(self, data: bytes, drop: bytes | None = None) -> list[Packet]:
+        """Every complete packet in ``data`` (and what came before it), in order -- except QoS-0
+        PUBLISHes whose topic is exactly ``drop`` (raw bytes): those are only counted
+        (``skipped``), no object is built for them (a flood repeats one topic)."""
         out: list[Packet] = []
         if self._skip:
             if len(data) <= self._skip:
@@ -171,6 +175,10 @@ class Parser:
                     continue
                 if end > n:
                     return self._wait(buf, i, end - i, out)
+                if drop is not None and not qos and buf[ts:te] == drop:
+                    self.skipped += 1
+                    i = end
+                    continue
                 pid = ((buf[te] << 8) | buf[te + 1]) if qos else 0
                 try:
                     topic: str | None = buf[ts:te].decode()
