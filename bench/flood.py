@@ -21,10 +21,20 @@ growth during the phase (target <= 20 MB), the backlog's clearing time after the
 (target <= 1 s), what the flooder managed to send and what it was told (``rate_limited``...), and,
 for the run, what the relay logged about it. The baseline runs the same probe (its ``probe_rtt_ms``
 is the one to compare a flood phase's with). The relay journals into a private data directory.
+Each phase also reports ``cpu_pct``: the CPU (% of one core) of the relay, of Mosquitto, of this
+process (the flooder and the probe) and of ``blink load`` (the players), to tell what a flood
+costs where on a machine of few cores.
+
+``--rounds N`` repeats the baseline and the floods N times, the baseline first in odd rounds and
+last in even ones (the floods reversed too), each round's ratios against its own baseline: on a
+shared machine whose load drifts, one baseline measured first says little. ``--cpu-only`` runs no
+players: only the flooder, each kind for ``--seconds`` after as long idle, and reports the CPU of
+each process -- what the flood alone costs the relay (and Mosquitto), per message sent.
 
 Run:  .venv/bin/python bench/flood.py --broker embedded
       .venv/bin/python bench/flood.py --broker mosquitto
-      (--flood act|create|both, --matches 10, --seconds 20: the issue's set-up is the default)
+      (--flood act|create|both, --matches 10, --seconds 20: the issue's set-up is the default;
+       --rounds 2 for two rounds in alternating order; --cpu-only for the flood's cost alone)
 """
 
 from __future__ import annotations

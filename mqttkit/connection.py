@@ -12,7 +12,10 @@ queue, no loop turn per message: the caller stamps them once and queues them). Q
 deliveries are acknowledged here, all the acknowledgements of one read in one write (QoS 2 is
 delivered when it arrives and remembered by packet id until its PUBREL, so a resent one is not
 delivered twice). A PUBLISH over ``max_packet`` is not buffered: ``on_oversize(topic, size)`` is
-told and its bytes are skipped. A packet that breaks the framing (``packets.ProtocolError``) drops
+told and its bytes are skipped. ``drop_until(topic, until_ns, on_dropped)`` has the parser count,
+not build, the QoS-0 PUBLISHes on one topic until then (a reader that knows it would refuse them
+all: a flood's excess), and after a read with many of them the socket is left unread for a few
+ms (``COALESCE_S``) so that a flood is read in large chunks rather than a few packets a read. A packet that breaks the framing (``packets.ProtocolError``) drops
 the connection with one logged line, after the packets before it in the same read are delivered.
 
 Sending: ``write(data)`` puts bytes already packed (one or many PUBLISH packets,

@@ -23,6 +23,8 @@ Anything that breaks the framing (a remaining length over four bytes, a topic ru
 packet, QoS 3, a packet kind or flags a broker never sends to a client, a control packet of the
 wrong size) raises ``ProtocolError`` -- the only exception ``feed`` raises; it carries the packets
 parsed before the bad one. The connection must then be dropped: the stream has lost its framing.
+``feed(data, drop)`` counts (``skipped``) and does not return the QoS-0 PUBLISHes whose topic is
+exactly ``drop`` (raw bytes): no object is built for a flood the reader would refuse anyway.
 A topic that is not UTF-8 does not break the framing: its ``Message`` has ``topic=None`` (it is
 still acknowledged, then dropped).
 """

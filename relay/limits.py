@@ -41,6 +41,10 @@ earn its tokens back (at most ``2 x burst / rate`` seconds once it stops). A flo
 relay its first burst and nothing more -- the trickle was what still cost everyone else (each
 admitted message is decoded, judged, answered and delivered); a client under its rate, as every
 player is (a third of it at most, measured), never meets the difference.
+A sender at the floor (``-burst``) cannot be owed a token for ``(burst + 1) / rate`` whatever it
+sends: ``hold_ns`` says so after a refusal, and a reader may then drop that sender's messages
+unread and charge them in one go (``refuse``; ``refuse_more`` for the rest of one read), exactly
+as refusing them one by one would (the relay's connection on Mosquitto does: ``relay/shell.py``).
 It keeps at most about ``max_clients`` buckets: past that, the buckets that have refilled (their
 clients are under the rate, so forgetting them changes nothing) are dropped, all at once, and the
 next clean-up waits until the table has doubled again (amortised O(1) a message).

@@ -11,7 +11,12 @@ Two tasks share one event loop, so the core is never entered concurrently:
   one list -- no task, queue or loop turn per message -- which stamps them once with the relay's
   monotonic time and the wall clock (see "Time" below), passes them through the intake and puts
   them in an inbox. A message far over ``max_payload`` is not even buffered (its sender is told
-  ``too_large``). When the broker goes away (restarted, the
+  ``too_large``). A flood's excess costs as little as can be (on Mosquitto, which cannot limit a
+  client's rate): the same refused topic is charged in bulk for the rest of a read; once its
+  sender is at the floor of its intake bucket, the connection drops that topic's packets in the
+  parser, unbuilt, until the sender could have a token back (``Intake.hold_ns``; counted and
+  charged by ``_on_dropped``), and reads the flood in large chunks (``mqttkit.connection``'s
+  ``COALESCE_S``); a read of nothing admitted does not wake the stepper. When the broker goes away (restarted, the
   connection taken over, a network blip) it reconnects with backoff (0.1 s doubling to 5 s),
   resubscribes, and asks the stepper to republish; the core is kept. Only the very first
   connection may fail for good (a wrong URL or password is reported, not retried for ever).
