@@ -15,8 +15,9 @@ delivered twice). A PUBLISH over ``max_packet`` is not buffered: ``on_oversize(t
 told and its bytes are skipped. ``drop_until(topic, until_ns, on_dropped)`` has the parser count,
 not build, the QoS-0 PUBLISHes on one topic until then (a reader that knows it would refuse them
 all: a flood's excess), and after a read with many of them the socket is left unread for a few
-ms (``COALESCE_S``) so that a flood is read in large chunks rather than a few packets a read. A packet that breaks the framing (``packets.ProtocolError``) drops
-the connection with one logged line, after the packets before it in the same read are delivered.
+ms (``COALESCE_S``) so that a flood is read in large chunks rather than a few packets a read. A
+packet that breaks the framing (``packets.ProtocolError``) drops the connection with one logged
+line, after the packets before it in the same read are delivered.
 
 Sending: ``write(data)`` puts bytes already packed (one or many PUBLISH packets,
 ``packets.pack_publish``) on the transport, which sends them at once when nothing is waiting, in

@@ -16,8 +16,8 @@ Two tasks share one event loop, so the core is never entered concurrently:
   sender is at the floor of its intake bucket, the connection drops that topic's packets in the
   parser, unbuilt, until the sender could have a token back (``Intake.hold_ns``; counted and
   charged by ``_on_dropped``), and reads the flood in large chunks (``mqttkit.connection``'s
-  ``COALESCE_S``); a read of nothing admitted does not wake the stepper. When the broker goes away (restarted, the
-  connection taken over, a network blip) it reconnects with backoff (0.1 s doubling to 5 s),
+  ``COALESCE_S``); a read of nothing admitted does not wake the stepper. When the broker goes
+  away (restarted, the connection taken over, a network blip) it reconnects with backoff (0.1 s doubling to 5 s),
   resubscribes, and asks the stepper to republish; the core is kept. Only the very first
   connection may fail for good (a wrong URL or password is reported, not retried for ever).
 - the *stepper* runs one step per event-loop turn (group commit): it takes the messages already
