@@ -4,12 +4,14 @@ its prediction bookkeeping, pure. No speed is asserted here (that is bench/'s an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,7 +21,9 @@ from protocol import messages as m
 from protocol.rules import blink
 from protocol.rules.base import FixedChance
 from relay.broker import BrokerAddress, free_port
-from client.load import LoadConfig, LoadPlayer, LoadRun, percentiles
+from mqttkit.connection import connect
+from protocol.codec import decode
+from client.load import LoadConfig, LoadPlayer, LoadRun, percentiles, run_load
 
 ROOT = Path(__file__).resolve().parent.parent
 BLINK = [sys.executable, "-m", "client.cli"]
@@ -225,3 +229,65 @@ def test_a_relay_that_dies_ends_the_run_with_one_line() -> None:
     lines = [x for x in err.splitlines() if x.strip()]
     assert lines[-1] == "blink load: the local relay (blink serve) stopped during the run, status -9"
     assert all(x.startswith("blink load:") for x in lines)  # progress lines, then the one error line
+
+
+# ------------------------------------------------------------------------------------ the players' MQTT (mqttkit)
+
+
+@pytest.mark.integration
+def test_players_on_mqttkit_speak_the_relays_whole_exchange(relay_on: tuple[BrokerAddress, int],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process, so what each player received can be seen: create/join, the match's events
+    applied (BLINK sends less), private updates, full views, verdicts, pongs and a rematch, all
+    through one mqttkit connection per player behind the shipped ACL."""
+    broker, relay_pid = relay_on
+    seen: Counter[str] = Counter()
+    games: set[int] = set()
+    on_event, on_private, apply_view = LoadPlayer.on_event, LoadPlayer.on_private, LoadPlayer.apply_view
+
+    def count_event(self: LoadPlayer, payload: bytes, now: int) -> None:
+        seen["event"] += 1
+        on_event(self, payload, now)
+
+    def count_private(self: LoadPlayer, payload: bytes, now: int) -> None:
+        seen[type(decode(payload)).__name__] += 1
+        on_private(self, payload, now)
+
+    def note_view(self: LoadPlayer, msg: m.ViewUpdated, now_ns: int) -> bool:
+        games.add(msg.game)
+        return apply_view(self, msg, now_ns)
+
+    monkeypatch.setattr(LoadPlayer, "on_event", count_event)
+    monkeypatch.setattr(LoadPlayer, "on_private", count_private)
+    monkeypatch.setattr(LoadPlayer, "apply_view", note_view)
+    cfg = LoadConfig(matches=2, pace="max", duration_s=6.0, server=broker.url, relay_pid=relay_pid, seed=3,
+                     grace_s=60.0, timeout_s=60.0)
+    out = asyncio.run(run_load(cfg))
+    check_result(out, 2)
+    assert out["library"] == "mqttkit"
+    assert out["bad_messages"] == 0 and not out["request_rejected"]
+    assert out["ping_ms"]["n"] > 0
+    assert seen["MatchJoined"] == 4 and seen["event"] > 0 and seen["PrivateUpdate"] > 0
+    assert seen["ActionAccepted"] > 0 and seen["Pong"] > 0
+    assert out["messages_in"] > sum(seen.values())  # the snapshots: carried and counted, never decoded
+    assert len(games) >= 2, f"no rematch in the run: games {games}"
+
+
+@pytest.mark.integration
+def test_a_dropped_player_connection_is_counted_lost(mosquitto: BrokerAddress) -> None:
+    async def main() -> None:
+        run = LoadRun(LoadConfig(matches=1, server=mosquitto.url), mosquitto.public(), asyncio.get_running_loop())
+        p = LoadPlayer(run, "p", __import__("random").Random(1))
+        await p.connect()
+        assert p.mqtt is not None and p.mqtt.connected
+        # Another connection with the player's client id: the broker drops the player's.
+        thief = await connect(mosquitto.host, mosquitto.port, client_id=p.cid, on_messages=lambda _: None)
+        deadline = time.monotonic() + 30
+        while run.lost_connections == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert run.lost_connections == 1 and p.lost and p.mqtt is None
+        p.request(m.Ping(t0=0))  # a dropped player's sends are dropped, not raised
+        await p.close(leave=True)
+        await thief.disconnect()
+
+    asyncio.run(main())
