@@ -429,8 +429,9 @@ class LoadPlayer:
             self._confirmed, self.view_seq, self.view_ns, self._predicted = view, ev.seq, now_ns, None
             self.inflight = [e for e in self.inflight if e[2] is None or e[2] > ev.seq]
             moved = True
-        for seq in [s for s in self.ahead if s <= self.view_seq]:
-            del self.ahead[seq]
+        if self.ahead:
+            for seq in [s for s in self.ahead if s <= self.view_seq]:
+                del self.ahead[seq]
         return moved
 
     def apply_late(self, update: m.PrivateUpdate) -> None:
@@ -524,7 +525,8 @@ class LoadPlayer:
         if not run.acting or self.status != "playing" or self.mqtt is None:
             return
         st = self.state()
-        if st is None or not isinstance(run.rules.apply(st, self.seat, action), Accepted):
+        result = run.rules.apply(st, self.seat, action) if st is not None else None
+        if not isinstance(result, Accepted):
             run.bounced += 1  # the table changed while "reacting": the client would bounce it locally
             self.poke()
             return
@@ -536,7 +538,9 @@ class LoadPlayer:
         self.publish(self.act_topic, act)
         self.awaiting[aid] = now
         self.inflight.append([aid, action, None])
-        self._predicted = None
+        # The prediction with this play is the state just checked: what ``state()`` would compute
+        # again (``apply`` is deterministic), so it is kept rather than recomputed on the next move.
+        self._predicted = result.state
         run.sent(now)
         self.poke()
 

@@ -209,6 +209,36 @@ def test_a_play_in_flight_is_predicted_until_a_view_contains_it() -> None:
     assert p.state() == blink.from_wire(blink.to_wire(blink.view(after, 0)))
 
 
+class _Conn:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def write(self, data: bytes | bytearray) -> None:
+        self.sent.append(bytes(data))
+
+
+def test_a_play_sent_keeps_the_prediction_it_was_checked_on() -> None:
+    """``_fire`` keeps the state it checked the play on as the prediction: the same as recomputing
+    it from the confirmed view and every play in flight."""
+    run = LoadRun(LoadConfig(matches=1), BrokerAddress("127.0.0.1", 1), _Loop())  # type: ignore[arg-type]
+    run.acting = True
+    p = LoadPlayer(run, "p", __import__("random").Random(1))
+    p.match, p.seat, p.act_topic = "ABCDE", 0, "t/act"
+    conn = _Conn()
+    p.mqtt = conn  # type: ignore[assignment]
+    state = blink.new_game(dict(countdown_s=0.5), 2, FixedChance(list(range(200))))
+    state = blink.apply(state, None, blink.StartRace()).state  # type: ignore[union-attr]
+    assert p.apply_view(m.ViewUpdated(match="ABCDE", seq=5, game=0, state=blink.to_wire(blink.view(state, 0)),
+                                      match_state={"status": "playing"}), 0)
+    for n in range(1, 3):
+        play = next(a for a in blink.legal_actions(p.state(), 0) if isinstance(a, blink.PlayCard))
+        p._fire(play, 5)
+        assert len(conn.sent) == n and len(p.inflight) == n and p.awaiting.keys() == set(range(1, n + 1))
+        kept = p._predicted
+        p._predicted = None
+        assert kept is not None and p.state() == kept
+
+
 @pytest.mark.integration
 def test_a_relay_that_dies_ends_the_run_with_one_line() -> None:
     proc = subprocess.Popen([*BLINK, "load", "--matches", "2", "--duration", "120"], cwd=ROOT,
