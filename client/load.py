@@ -2,15 +2,19 @@
 
 How this works
 --------------
-Each simulated player is one MQTT connection with its own client id (a broker with the shipped
-ACL confines every client to its own request and action topics) that speaks the relay's protocol
-directly: ``CreateMatch`` / ``JoinMatch`` on ``lobby/req/{client}``, ``Act`` on the match's
-action topic, and on ``c/{client}`` the relay's ``MatchJoined``, ``ViewUpdated``, verdicts and
-pongs. Like the real client it also subscribes to its match's public events and snapshot (so the
-broker carries what it would carry for real windows), but it only counts those: today every
-change brings a full private view, and that is all a player needs to choose a move. The one place
-that turns what arrived into the state a player acts on is ``LoadPlayer.apply_view`` (and
-``state``); when the relay sends deltas instead, that is what follows it.
+Each simulated player is one MQTT connection (``mqttkit.connection.MqttConnection``) with its own
+client id (a broker with the shipped ACL confines every client to its own request and action
+topics) that speaks the relay's protocol directly: ``CreateMatch`` / ``JoinMatch`` on
+``lobby/req/{client}``, ``Act`` on the match's action topic, and on ``c/{client}`` the relay's
+``MatchJoined``, ``ViewUpdated``, ``PrivateUpdate``, verdicts and pongs. Like the real client it
+also subscribes to its match's public events and snapshot (so the broker carries what it would
+carry for real windows). The PUBLISHes of one socket read reach ``LoadPlayer.on_messages`` as one
+list, stamped once; only what the player acts on is decoded: its private topic and, for a game
+that sends less (``Game.apply_event``; BLINK does: a whole view only on joining and at a game's
+start and end), its match's events, which it applies in seq order with the private update after
+each (``catch_up``). The snapshot -- and the events of a game that sends whole views -- are
+counted, never unpacked. The places that turn what arrived into the state a player acts on are
+``LoadPlayer.apply_view`` and ``catch_up`` (and ``state``).
 
 Moves come from the real rules engine (``game_for(game)``: ``from_wire``, ``legal_actions`` via the
 bots' policy, ``apply`` for the prediction, ``action_to_wire``). A player plays on its predicted
@@ -42,31 +46,40 @@ Which MQTT client library
 -------------------------
 ``bench/mqtt_clients_bench.py`` (one process, N clients each with its own id and its own
 subscription, against Mosquitto, closed loop of one message in flight per client; CPU per
-message = one publish + one delivery, this process only; a busy shared 2-core machine, 2026-11-30;
-figures and commands in bench/RESULTS.md):
+message = one publish + one delivery, this process only; a busy shared 2-core machine; figures and
+commands in bench/RESULTS.md). The 2026-11-30 rows chose a library; the 2026-12-01 rows are one
+session, the two alternated:
 
 ======== ======= ========= ========== =========== ================================================
 library  clients RSS/conn  connects/s CPU µs/msg  notes
 ======== ======= ========= ========== =========== ================================================
-aiomqtt  500     24.9 kB   1030       622         an awaited publish; a housekeeping task per client
+aiomqtt  500     24.9 kB   1030       622         2026-11-30; an awaited publish, a task per client
 aiomqtt  2000    --        --         --          no figures: stopped by hand after 3 minutes
-aiomqtt  4000    --        690        --          connected in 5.8 s, then no end to the run in 120 s
-gmqtt    500     22.1 kB   1060       99-104
-gmqtt    2000    20.6 kB   237-414    112-119     (uvloop: no change, 114)
-gmqtt    4000    20.4 kB   296        164         idle: 1.0 % CPU
-paho     500     16.9 kB   890        173         driven from asyncio add_reader/add_writer
-paho     2000    11.5 kB   516        158
-paho     4000    10.6 kB   469        247         idle: 2.5 % CPU
-raw      2000    3.1 kB    571        63          not a library: a bare QoS-0 asyncio.Protocol
+gmqtt    2000    20.6 kB   237-414    112-119     2026-11-30 (uvloop: no change, 114)
+paho     2000    11.5 kB   516        158         2026-11-30; from asyncio add_reader/add_writer
+raw      2000    3.1 kB    571        63          2026-11-30; not a library: a bare QoS-0 protocol
+gmqtt    2000    18.9 kB   4238-4317  35.5-43.5   2026-12-01, same session as the next row
+mqttkit  2000    4.2 kB    5588-7011  11.2-12.4   2026-12-01: ``mqttkit.connection`` (the relay's)
 ======== ======= ========= ========== =========== ================================================
 
-gmqtt is the lightest *library* per message (5x aiomqtt, 1.4-1.5x paho at 2,000-4,000 clients);
-paho holds half the memory per connection, but memory is not the limit (80 MB for 4,000 players)
-and CPU per message is. gmqtt is pure asyncio (one protocol object and one keep-alive timer per
-connection, no thread, no per-client task), maintained (0.8.0, 2026), and already what the relay
-benchmarks use. So players are gmqtt clients; aiomqtt stays the library of the real client. A bare
-protocol costs about half of gmqtt per message: that, not another library, is the next lever if the
-generator ever becomes the limit (watch ``generator_lag_ms`` and ``generator_cpu_pct``).
+So players are ``mqttkit`` connections (until 2026-11-30 they were gmqtt clients, then the lightest
+library): about 3.5x (2.9-3.9x) less CPU per message than gmqtt and a quarter of its memory per
+connection. It is the relay's own client, tested with it: pure asyncio (one ``asyncio.Protocol``
+and one keep-alive timer per connection, no thread, no task per player); the PUBLISHes of one
+socket read arrive as ONE list (one callback, one timestamp, no per-message handler chain);
+a play goes out as bytes packed by ``pack_publish`` in one ``write``; a dropped connection is told
+by ``on_close`` (no task waiting on it). aiomqtt stays the library of the real client.
+
+In ``blink load`` itself (generator CPU in the measured window / messages received, everything
+included: MQTT, decoding, the rules engine, sending; ``bench/load_curve.sh``, Mosquitto + ``blink
+serve --broker``, the gmqtt generator and this one alternated in one session, 2026-12-01, load
+average 4-8 from other work on the machine): 300 matches 34-37 -> 25-28 µs per message, 1,000
+matches 31-32 -> 22-23, 2,000 matches 34-36 -> 25-28 (about 0.73x). What is left is Python, not
+the kernel (system time is about 1/8 of this process's CPU): asyncio's dispatch of each read (one
+socket per player: nothing to batch) and the parser, decoding what the player uses (1.4-2 µs a
+message), and the rules engine every player runs (an event applied, a move chosen 2.7 µs, checked
+and predicted 3.4 µs). uvloop is no way out as things stand: ``MqttConnection.connection_made``
+asserts an ``asyncio.Transport``, which uvloop's transports are not.
 """
 
 from __future__ import annotations
