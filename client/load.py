@@ -799,8 +799,10 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
     check_config(cfg)
     raise_fd_limit(2 * cfg.matches + 8)
     # A dropped player connection is counted (lost_connections), not logged line by line; a failing
-    # message callback (a bug here) still is.
-    logging.getLogger("blink.mqtt").setLevel(logging.ERROR)
+    # message callback (a bug here) still is. Restored at the end: a caller's own logging is its own.
+    mqtt_log = logging.getLogger("blink.mqtt")
+    mqtt_level = mqtt_log.level
+    mqtt_log.setLevel(logging.ERROR)
     stop = stop or asyncio.Event()
     local = LocalRelay(cfg.topics, cfg.seed) if cfg.server is None else None
     started = time.monotonic()
@@ -919,14 +921,17 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
         }
         return result
     finally:
-        for t in background:
-            t.cancel()
-        if run is not None:
-            run.acting = False
-            run.closing = True
-            await _close_all(run.players, leave=local is None)
-        if local is not None:
-            await local.stop()
+        try:
+            for t in background:
+                t.cancel()
+            if run is not None:
+                run.acting = False
+                run.closing = True
+                await _close_all(run.players, leave=local is None)
+            if local is not None:
+                await local.stop()
+        finally:
+            mqtt_log.setLevel(mqtt_level)
 
 
 async def _close_all(players: list[LoadPlayer], leave: bool) -> None:
