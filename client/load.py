@@ -73,8 +73,8 @@ by ``on_close`` (no task waiting on it). aiomqtt stays the library of the real c
 In ``blink load`` itself (generator CPU in the measured window / messages received, everything
 included: MQTT, decoding, the rules engine, sending; ``bench/load_curve.sh``, Mosquitto + ``blink
 serve --broker``, the gmqtt generator and this one alternated in one session, 2026-12-01, load
-average 4-8 from other work on the machine): 300 matches 34-37 -> 25-28 µs per message, 1,000
-matches 31-32 -> 22-23, 2,000 matches 34-36 -> 25-28 (about 0.73x). What is left is Python, not
+average 2-8 from other work on the machine): 300 matches 34-37 -> 25-28 µs per message, 1,000
+matches 31-33 -> 21-23, 2,000 matches 34-36 -> 25-28 (about 0.7x). What is left is Python, not
 the kernel (system time is about 1/8 of this process's CPU): asyncio's dispatch of each read (one
 socket per player: nothing to batch) and the parser, decoding what the player uses (1.4-2 µs a
 message), and the rules engine every player runs (an event applied, a move chosen 2.7 µs, checked
