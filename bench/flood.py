@@ -4,8 +4,8 @@ How this works
 --------------
 ``bench/fuzz.py``'s ``Stack`` starts the relay: ``blink serve`` (embedded broker) or Mosquitto (the
 shipped ACL) with ``blink serve --broker``. Legitimate players come from ``blink load`` (``--matches``
-BLINK matches of two gmqtt players at human pace, each play timed from send to verdict), run twice
-for ``--seconds`` + a little: once alone (the baseline), once while one client floods.
+BLINK matches of two players, one mqttkit connection each, at human pace, each play timed from send
+to verdict), run twice for ``--seconds`` + a little: once alone (the baseline), once while one client floods.
 
 The flooder is a bare MQTT connection (``RawMqtt``) with one client id, as the shipped ACL allows,
 publishing for ``--seconds`` as fast as its socket drains, in one phase per ``--flood`` kind:

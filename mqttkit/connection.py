@@ -30,8 +30,8 @@ Keep-alive: a timer every ``keepalive / 2`` sends PINGREQ (unless one is still u
 drops the connection when one has gone unanswered for ``keepalive`` seconds (a broker or network
 that went silent without closing the socket). ``subscribe`` waits for its SUBACK and
 raises if the broker refused a subscription. ``wait_closed()`` returns (not raises) why the
-connection ended; ``disconnect()`` sends DISCONNECT (the broker then drops the last will) and waits
-for what was written to be flushed.
+connection ended, and ``on_close(callback)`` is told the same without a task; ``disconnect()``
+sends DISCONNECT (the broker then drops the last will) and waits for what was written to be flushed.
 
 Reconnecting is the caller's business (it knows what to resubscribe and resend).
 """
@@ -134,6 +134,11 @@ class MqttConnection(asyncio.Protocol):
     def connected(self) -> bool:
         """CONNACK accepted and the connection not ended."""
         return self._acked and not self._closed.done()
+
+    def on_close(self, callback: Callable[[MqttError], None]) -> None:
+        """Have ``callback(reason)`` called (from the loop) once the connection ends: no task needed,
+        for a process that holds thousands of connections."""
+        self._closed.add_done_callback(lambda future: callback(future.result()))
 
     async def wait_closed(self) -> MqttError:
         """Wait for the connection to end; return why."""

@@ -445,9 +445,13 @@ def test_a_broker_that_stops_answering_pings_is_dropped_by_the_keepalive() -> No
     async def main() -> None:
         async with FakeBroker(script) as broker:
             conn = await connect("127.0.0.1", broker.port, client_id="x", on_messages=lambda b: None, keepalive=1)
+            told: list[Exception] = []
+            conn.on_close(told.append)  # what blink load's players use instead of a task each
             await conn.subscribe([("a/+", 1)])
             reason = await asyncio.wait_for(conn.wait_closed(), 30)
             assert "PINGREQ" in str(reason)
+            await until(lambda: bool(told), "on_close was told")
+            assert told == [reason]
             assert any(f == 0xC0 for f, _ in broker.sessions[0].got)
 
     run(main())
