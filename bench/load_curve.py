@@ -17,6 +17,10 @@ the limit.
     .venv/bin/python bench/load_curve.py                        # the whole curve, ~3 minutes
     .venv/bin/python bench/load_curve.py --steps 1000 --duration 30 --json
     .venv/bin/python bench/load_curve.py --journal off          # compare: no journal
+    .venv/bin/python bench/load_curve.py --steps 1000 --relay-root /tmp/old   # another revision's relay
+
+(Both processes run with this checkout's Python environment; ``-m client.cli`` imports the code of
+the directory it runs in.)
 """
 
 from __future__ import annotations
@@ -72,7 +76,8 @@ def stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
             proc.wait()
 
 
-def one_step(matches: int, duration: float, journal: str, residence: bool, prefix: str) -> dict[str, Any]:
+def one_step(matches: int, duration: float, journal: str, residence: bool, prefix: str,
+             relay_root: Path = ROOT, generator_root: Path = ROOT) -> dict[str, Any]:
     binary = find_mosquitto()
     if binary is None:
         raise SystemExit("load_curve: mosquitto is not installed")
@@ -97,14 +102,14 @@ def one_step(matches: int, duration: float, journal: str, residence: bool, prefi
                         "normal": ["--data", str(tmp / "data"), "--sync", "normal"],
                         "off": ["--no-journal"]}[journal]
         relay = subprocess.Popen([sys.executable, "-m", "client.cli", "--prefix", prefix, "serve", "--broker", url,
-                                  *journal_args], cwd=ROOT, env=env,
+                                  *journal_args], cwd=relay_root, env=env,
                                  stdout=subprocess.DEVNULL, stderr=open(tmp / "relay.err", "wb"))
         procs.append(relay)
         broker_cpu0 = cpu_s(broker.pid)
         started = time.monotonic()
         load = subprocess.run([sys.executable, "-m", "client.cli", "--prefix", prefix, "load", "--server", url,
                                "--relay-pid", str(relay.pid), "--matches", str(matches), "--duration", str(duration),
-                               "--json"], cwd=ROOT, capture_output=True, text=True)
+                               "--json"], cwd=generator_root, capture_output=True, text=True)
         elapsed = time.monotonic() - started
         broker_cpu = cpu_s(broker.pid) - broker_cpu0
         loadavg = os.getloadavg()[0]
@@ -151,6 +156,10 @@ def main() -> int:
     p.add_argument("--no-residence", dest="residence", action="store_false",
                    help="do not ask the relay for its residence times")
     p.add_argument("--json", action="store_true", help="one JSON list of every step's result")
+    p.add_argument("--relay-root", type=Path, default=ROOT, metavar="DIR",
+                   help="run the relay from this checkout (e.g. `git archive REV | tar -x -C DIR`), to compare revisions")
+    p.add_argument("--generator-root", type=Path, default=ROOT, metavar="DIR",
+                   help="run `blink load` from this checkout")
     args = p.parse_args()
     try:
         steps = [int(x) for x in args.steps.split(",") if x.strip()]
@@ -163,7 +172,8 @@ def main() -> int:
         print(f"journal {args.journal}, {args.duration:.0f} s a step, {os.cpu_count()} CPUs")
         print(HEADER, flush=True)
     for n in steps:
-        r = one_step(n, args.duration, args.journal, args.residence, f"curve{os.getpid()}/v1")
+        r = one_step(n, args.duration, args.journal, args.residence, f"curve{os.getpid()}/v1",
+                     args.relay_root.resolve(), args.generator_root.resolve())
         results.append(r)
         if not args.json:
             print(row(r), flush=True)

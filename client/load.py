@@ -71,7 +71,7 @@ a play goes out as bytes packed by ``pack_publish`` in one ``write``; a dropped 
 by ``on_close`` (no task waiting on it). aiomqtt stays the library of the real client.
 
 In ``blink load`` itself (generator CPU in the measured window / messages received, everything
-included: MQTT, decoding, the rules engine, sending; ``bench/load_curve.sh``, Mosquitto + ``blink
+included: MQTT, decoding, the rules engine, sending; ``bench/load_curve.py``, Mosquitto + ``blink
 serve --broker``, the gmqtt generator and this one alternated in one session, 2026-12-01, load
 average 2-8 from other work on the machine): 300 matches 34-37 -> 25-28 µs per message, 1,000
 matches 31-33 -> 21-23, 2,000 matches 34-36 -> 25-28 (about 0.7x). What is left is Python, not
