@@ -103,7 +103,7 @@ def one_step(matches: int, duration: float, journal: str, residence: bool, prefi
                         "off": ["--no-journal"]}[journal]
         relay = subprocess.Popen([sys.executable, "-m", "client.cli", "--prefix", prefix, "serve", "--broker", url,
                                   *journal_args], cwd=relay_root, env=env,
-                                 stdout=subprocess.DEVNULL, stderr=open(tmp / "relay.err", "wb"))
+                                 stdout=subprocess.DEVNULL, stderr=open(os.environ.get("CURVE_RELAY_ERR", tmp / "relay.err"), "wb"))
         procs.append(relay)
         broker_cpu0 = cpu_s(broker.pid)
         started = time.monotonic()
