@@ -8,7 +8,9 @@ up``'s functions; fresh so that no journal or lease of the previous step is repl
 and waited for until every shard is served, then ``blink load --server MQTT --matches N --pace max
 --duration D --json`` runs its players on the cluster's first node. The relays' CPU is read from
 ``/proc/PID/stat`` around the measured window; the figures are what ``blink load`` reports
-(actions/s, play -> verdict percentiles, unanswered plays) plus the relays' CPU share.
+(actions/s, play -> verdict percentiles, unanswered plays) plus the relays' CPU share and
+their CPU per action (all relays' CPU during the run / actions played: with R relays every relay
+receives every action, so this is where a relay's cost per received message shows).
 
 The machine is shared and has 2 cores: NATS, the load generator and the relays all compete for them,
 so the ratio between the two rows is what this shows, not absolute capacity.
@@ -88,7 +90,10 @@ def step(relays: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             if load.returncode != 0:
                 raise SystemExit(f"blink load failed: {load.stderr.strip()[-500:]}")
             report = json.loads(load.stdout)
+            actions = report.get("actions") or 0
             return {"relays": relays, "load": report, "relay_cpu_share": [round(u / wall, 3) for u in used],
+                    # every relay's CPU over the run (settling and drain included) per action played
+                    "relay_cpu_us_per_action": round(sum(used) / actions * 1e6, 1) if actions else None,
                     "shards_per_relay": [len(served([o])) for o in outs]}
         finally:
             for p in procs:
@@ -114,12 +119,13 @@ def main() -> None:
         for r in [int(x) for x in args.relays.split(",")]:
             rows.append(step(r, args, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
-    print(f"{'relays':>6} {'actions/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'unanswered':>10} {'relay cpu':>18}")
+    print(f"{'relays':>6} {'actions/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'unanswered':>10} {'relay cpu':>18} "
+          f"{'relay cpu µs/action':>20}")
     for row in rows:
         load = row["load"]
         print(f"{row['relays']:>6} {load.get('actions_per_s', '?'):>10} {str(load.get('verdict_ms', {}).get('p50', '?')):>7} "
               f"{str(load.get('verdict_ms', {}).get('p99', '?')):>7} {str(load.get('unanswered', '?')):>10} "
-              f"{str(row['relay_cpu_share']):>18}")
+              f"{str(row['relay_cpu_share']):>18} {str(row.get('relay_cpu_us_per_action')):>20}")
     if len(rows) >= 2 and rows[0]["load"].get("actions_per_s"):
         print(f"ratio {rows[-1]['relays']} relays / {rows[0]['relays']}: "
               f"{rows[-1]['load']['actions_per_s'] / rows[0]['load']['actions_per_s']:.2f}")
