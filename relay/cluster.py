@@ -618,12 +618,11 @@ class ClusterRelay:
         """One group-committed step over every served shard."""
         if self._announce and self._client is not None:
             todo, self._announce = self._announce, []
-            for shard in todo:
-                srv = self.servers.get(shard)
-                if srv is not None:
-                    self._emit(srv, self._announcement(srv))
-                    log.info("shard %s: announced (status online, %d match(es)) %.2f s after serving it", shard,
-                             len(srv.core.matches), time.monotonic() - srv.served_at)
+            fresh = [self.servers[shard] for shard in todo if shard in self.servers]
+            self._emit([(server, self._announcement(server)) for server in fresh])
+            for server in fresh:
+                log.info("shard %s: announced (status online, %d match(es)) %.2f s after serving it", server.shard,
+                         len(server.core.matches), time.monotonic() - server.served_at)
         inbox, self._inbox = self._inbox[:MAX_BATCH], self._inbox[MAX_BATCH:]
         batches: dict[str, tuple[ShardServer, list[Entry], list[Any]]] = {}
         servers = self.servers
@@ -665,6 +664,8 @@ class ClusterRelay:
         results = await asyncio.gather(*(self._io(srv.journal.append, entries, srv.fence)
                                          for srv, entries, _ in work), return_exceptions=True)
         held = self.ownership.owned()  # read now: the leases live on their own thread and may know more
+        done: list[tuple[ShardServer, list[Any]]] = []
+        answered: list[ShardServer] = []
         for (srv, entries, out), result in zip(work, results):
             if self.servers.get(srv.shard) is not srv:
                 continue  # lost meanwhile: not a word more for it
@@ -682,11 +683,15 @@ class ClusterRelay:
                 await self._drop(srv, rebuild=True)
                 continue
             srv.steps += 1
-            if out:
-                self._emit(srv, out)
-                if not srv.answered and any(isinstance(e, Msg) for e in entries):
-                    srv.answered = True
-                    self._tell(f"answers on shard {srv.shard} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
+            done.append((srv, out))
+            if out and not srv.answered and any(isinstance(e, Msg) for e in entries):
+                srv.answered = True
+                answered.append(srv)
+        # Every shard's outputs of the step: one buffer, one write (``_drop`` above never waits).
+        self._emit(done)
+        for srv in answered:
+            self._tell(f"answers on shard {srv.shard} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
+        for srv, _ in done:
             await self._maybe_snapshot(srv)
 
     async def _drop(self, srv: ShardServer, rebuild: bool) -> None:
@@ -728,14 +733,17 @@ class ClusterRelay:
             core._send_views(match, out)  # noqa: SLF001
         return out
 
-    def _emit(self, srv: ShardServer, out: list[Any]) -> None:
-        """Write a shard's log lines and publish its messages, all at once (one buffer, one write)."""
-        records = [o for o in out if isinstance(o, LogRecord)]
-        if records:
-            self._write(records, srv.shard)
+    def _emit(self, outs: list[tuple[ShardServer, list[Any]]]) -> None:
+        """Write the shards' log lines and publish all their messages at once (one buffer, one write)."""
+        everything: list[Any] = []
+        for srv, out in outs:
+            records = [o for o in out if isinstance(o, LogRecord)]
+            if records:
+                self._write(records, srv.shard)
+            everything += out
         client = self._client
-        if client is not None:
-            failed = self._send(client, out)
+        if client is not None and everything:
+            failed = self._send(client, everything)
             if failed:
                 # The connection dropped: the connection task reconnects and every served shard is
                 # announced again then; what this step said is in the state its clients will get.
