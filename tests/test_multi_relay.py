@@ -33,15 +33,20 @@ GAMES = ("blink", "takeaway", "sequence", "ryo")
 
 
 class CountingRelay(ClusterRelay):
-    """A cluster relay that counts the lobby requests it hands to a core, per client."""
+    """A cluster relay that counts the lobby requests it hands to a core, per client, and the actions
+    of shards it does not serve that reached its inbox (the connection's parser should skip them)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.handled: Counter[str] = Counter()
+        self.foreign_actions = 0
 
     async def step(self) -> None:
         head = f"{self.prefix}/lobby/req/"
         for topic, payload, _ in self._inbox[:512]:
+            act_shard = shards.shard_of_act_topic(topic, self.prefix)
+            if act_shard is not None and act_shard not in self.servers:
+                self.foreign_actions += 1
             if topic.startswith(head):
                 client = topic[len(head):]
                 shard = shards.route_request(client, payload, self.total)
@@ -99,6 +104,11 @@ def test_two_relays_on_one_broker_play_every_game_across_shards(mosquitto: Broke
                 assert {x["shard"] for x in judged} == {shard}
                 assert not any(x.get("match") == r.code for x in other.records)
             assert served["a"] and served["b"], served  # both relays served matches
+            # Each relay hears every shard's actions (one fixed subscription) and its connection's
+            # parser skipped the other relay's, undecoded: none reached its inbox.
+            for r in (a, b):
+                assert r._client is not None and r._client.filtered > 0, r.relay_id
+                assert r.foreign_actions == 0, r.relay_id
         finally:
             await stopped(servers)
 
