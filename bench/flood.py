@@ -4,8 +4,8 @@ How this works
 --------------
 ``bench/fuzz.py``'s ``Stack`` starts the relay: ``blink serve`` (embedded broker) or Mosquitto (the
 shipped ACL) with ``blink serve --broker``. Legitimate players come from ``blink load`` (``--matches``
-BLINK matches of two gmqtt players at human pace, each play timed from send to verdict), run twice
-for ``--seconds`` + a little: once alone (the baseline), once while one client floods.
+BLINK matches of two players, one mqttkit connection each, at human pace, each play timed from send
+to verdict), run twice for ``--seconds`` + a little: once alone (the baseline), once while one client floods.
 
 The flooder is a bare MQTT connection (``RawMqtt``) with one client id, as the shipped ACL allows,
 publishing for ``--seconds`` as fast as its socket drains, in one phase per ``--flood`` kind:
@@ -21,10 +21,20 @@ growth during the phase (target <= 20 MB), the backlog's clearing time after the
 (target <= 1 s), what the flooder managed to send and what it was told (``rate_limited``...), and,
 for the run, what the relay logged about it. The baseline runs the same probe (its ``probe_rtt_ms``
 is the one to compare a flood phase's with). The relay journals into a private data directory.
+Each phase also reports ``cpu_pct``: the CPU (% of one core) of the relay, of Mosquitto, of this
+process (the flooder and the probe) and of ``blink load`` (the players), to tell what a flood
+costs where on a machine of few cores.
+
+``--rounds N`` repeats the baseline and the floods N times, the baseline first in odd rounds and
+last in even ones (the floods reversed too), each round's ratios against its own baseline: on a
+shared machine whose load drifts, one baseline measured first says little. ``--cpu-only`` runs no
+players: only the flooder, each kind for ``--seconds`` after as long idle, and reports the CPU of
+each process -- what the flood alone costs the relay (and Mosquitto), per message sent.
 
 Run:  .venv/bin/python bench/flood.py --broker embedded
       .venv/bin/python bench/flood.py --broker mosquitto
-      (--flood act|create|both, --matches 10, --seconds 20: the issue's set-up is the default)
+      (--flood act|create|both, --matches 10, --seconds 20: the issue's set-up is the default;
+       --rounds 2 for two rounds in alternating order; --cpu-only for the flood's cost alone)
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import shutil
 import sys
 import time
@@ -53,6 +64,48 @@ from protocol.topics import Topics  # noqa: E402
 T = Topics()
 LEAD_S = 4.0  # the load's set-up and first moves before the flood starts
 BACKLOG_WAIT_S = 90.0  # longer than this is reported as no answer (null)
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int | None) -> float | None:
+    """A process's CPU time so far (user + system), from /proc."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class CpuMeter:
+    """CPU % of a core over a stretch of time: the relay, Mosquitto (if any), this process (the
+    flooder and the probe) and the children waited for meanwhile (``blink load``)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.mosquitto = stack.mosquitto.pid if stack.mosquitto is not None else None
+        self.t0 = time.monotonic()
+        self.relay0 = cpu_s(stack.pid)
+        self.mosq0 = cpu_s(self.mosquitto)
+        self.own0 = time.process_time()
+        self.kids0 = _children_cpu()
+
+    def pct(self) -> dict[str, float | None]:
+        wall = time.monotonic() - self.t0
+
+        def pct(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None or wall <= 0 else round((b - a) / wall * 100, 1)
+
+        return {"relay": pct(self.relay0, cpu_s(self.stack.pid)),
+                "mosquitto": pct(self.mosq0, cpu_s(self.mosquitto)),
+                "bench_flooder_probe": pct(self.own0, time.process_time()),
+                "load_generator": pct(self.kids0, _children_cpu())}
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 async def run_load(stack: Stack, matches: int, seconds: float, seed: int) -> dict[str, Any]:
@@ -197,6 +250,7 @@ async def phase(stack: Stack, kind: str | None, matches: int, seconds: float, se
             await asyncio.sleep(0.2)
 
     sampler = asyncio.create_task(sample())
+    meter = CpuMeter(stack)
     load = asyncio.create_task(run_load(stack, matches, seconds + LEAD_S, seed))
     await asyncio.sleep(LEAD_S)
     if kind is None:
@@ -208,6 +262,7 @@ async def phase(stack: Stack, kind: str | None, matches: int, seconds: float, se
     marker = await prober.ping()  # sent the instant the flood ends
     backlog_s = await prober.wait_for(marker, BACKLOG_WAIT_S)
     during = await load
+    cpu = meter.pct()
     stop_probe.set()
     await probing
     stop_rss.set()
@@ -218,6 +273,7 @@ async def phase(stack: Stack, kind: str | None, matches: int, seconds: float, se
     return {
         "verdict_ms": during["verdict_ms"], "unanswered": during["unanswered"], "actions": during["actions"],
         "load_avg_1m": during["load_avg_1m"], "relay_cpu_pct": during.get("relay_cpu_pct"),
+        "cpu_pct": cpu,
         "request_rejected": during["request_rejected"],
         "setup_failed": during["setup_failed"],
         "flood": flooded,
@@ -232,12 +288,44 @@ async def phase(stack: Stack, kind: str | None, matches: int, seconds: float, se
     }
 
 
-async def bench(stack: Stack, matches: int, seconds: float, seed: int, kinds: list[str]) -> dict[str, Any]:
-    baseline = await phase(stack, None, matches, seconds, seed)
+async def bench(stack: Stack, matches: int, seconds: float, seed: int, kinds: list[str],
+                rounds: int = 1) -> dict[str, Any]:
+    """``rounds`` rounds of a baseline and one phase per flood kind; a round's ratios are against
+    its own baseline. Odd rounds run the baseline first, even rounds last (the floods in reverse
+    order too), so that a machine whose load drifts during a run favours neither side."""
+    out: dict[str, Any] = {}
+    for r in range(rounds):
+        order: list[str | None] = [None, *kinds]
+        if r % 2:
+            order.reverse()
+        got = await one_round(stack, matches, seconds, seed + 10 * r, order)
+        got["order"] = ["baseline" if k is None else k for k in order]
+        if rounds == 1:
+            out = got
+        else:
+            out.setdefault("rounds", []).append(got)
+    if rounds > 1:
+        out["p99_ratios"] = {k: [x["floods"][k]["p99_ratio"] for x in out["rounds"]] for k in kinds}
+    records = stack.records()
+    codes = Counter(x.get("code") for x in records if x.get("kind") == "bad_input")
+    out.update({
+        "broker": stack.broker, "matches": matches, "seconds": seconds,
+        "relay_logged": {k: codes[k] for k in ("rate_limited", "too_many_matches", "relay_full", "internal_error")},
+        "relay_alive": stack.alive(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    })
+    return out
+
+
+async def one_round(stack: Stack, matches: int, seconds: float, seed: int, order: list[str | None]) -> dict[str, Any]:
+    results: dict[str | None, dict[str, Any]] = {}
+    for n, kind in enumerate(order):
+        results[kind] = await phase(stack, kind, matches, seconds, seed if kind is None else seed + 1 + n)
+    baseline = results[None]
     base99 = baseline["verdict_ms"]["p99"]
     phases: dict[str, Any] = {}
-    for n, kind in enumerate(kinds):
-        got = await phase(stack, kind, matches, seconds, seed + 1 + n)
+    for kind in (k for k in order if k is not None):
+        got = results[kind]
         flood99 = got["verdict_ms"]["p99"]
         got["p99_ratio"] = round(flood99 / base99, 2) if base99 and flood99 is not None else None
         got["targets_met"] = {
@@ -246,17 +334,28 @@ async def bench(stack: Stack, matches: int, seconds: float, seed: int, kinds: li
             "backlog<=1s": got["backlog_clear_s"] is not None and got["backlog_clear_s"] <= 1.0,
         }
         phases[kind] = got
-    records = stack.records()
-    codes = Counter(x.get("code") for x in records if x.get("kind") == "bad_input")
     return {
-        "broker": stack.broker, "matches": matches, "seconds": seconds,
         "baseline": {k: baseline[k] for k in ("verdict_ms", "unanswered", "actions", "load_avg_1m", "relay_cpu_pct",
-                                              "probe_rtt_ms", "relay_rss_mb")},
+                                              "cpu_pct", "probe_rtt_ms", "relay_rss_mb")},
         "floods": phases,
-        "relay_logged": {k: codes[k] for k in ("rate_limited", "too_many_matches", "relay_full", "internal_error")},
-        "relay_alive": stack.alive(),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
+
+
+async def cpu_only(stack: Stack, seconds: float, seed: int, kinds: list[str]) -> dict[str, Any]:
+    """No players: the CPU the relay (and Mosquitto) spend on nothing but one flooder, each kind
+    for ``seconds``, after as long idle (what a flood alone costs, without the noise of a load)."""
+    await asyncio.sleep(1.0)
+    meter = CpuMeter(stack)
+    await asyncio.sleep(seconds)
+    out: dict[str, Any] = {"idle": meter.pct()}
+    for n, kind in enumerate(kinds):
+        meter = CpuMeter(stack)
+        flooded = await flood(stack, kind, seconds, seed + 1 + n)
+        out[kind] = {"cpu_pct": meter.pct(), "flood": flooded}
+        await asyncio.sleep(2.0)
+    out.update({"broker": stack.broker, "seconds": seconds, "relay_alive": stack.alive(),
+                "load_avg_1m": round(os.getloadavg()[0], 2)})
+    return out
 
 
 def main() -> int:
@@ -267,7 +366,13 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--flood", choices=("act", "create", "both"), default="both",
                    help="what the flooder sends: actions, create requests, or one phase of each (default)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="repeat baseline + floods this many times, baseline first in odd rounds, last in even ones")
+    p.add_argument("--cpu-only", action="store_true",
+                   help="no players: measure the CPU one flooder alone costs the relay (and Mosquitto)")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     kinds = ["act", "create"] if args.flood == "both" else [args.flood]
     stack = Stack(args.broker, seed=args.seed)
     # The relay journals into its own directory (as `blink serve` would into the user's), so a
@@ -275,7 +380,10 @@ def main() -> int:
     os.environ["XDG_DATA_HOME"] = str(stack.dir)
     stack.start()
     try:
-        result = asyncio.run(bench(stack, args.matches, args.seconds, args.seed, kinds))
+        if args.cpu_only:
+            result = asyncio.run(cpu_only(stack, args.seconds, args.seed, kinds))
+        else:
+            result = asyncio.run(bench(stack, args.matches, args.seconds, args.seed, kinds, args.rounds))
     finally:
         stack.stop()
         shutil.rmtree(stack.dir, ignore_errors=True)

@@ -93,7 +93,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--shards-total", type=argtypes.whole(1, 1024), default=None, metavar="N",
                    help="how many shards the matches are spread over (every relay of a broker the same; default 8)")
     s.add_argument("--lease-ttl", type=argtypes.seconds(1, 600), metavar="S", help="with --cluster: a dead relay's "
-                   "shards are free this long after its last lease renewal (default: the leases' own, 4 s)")
+                   "shards are free this long after its last lease renewal, unless seen dead sooner (default: the leases' own, "
+                   "12 s; renewed every second, given up after half of it without a renewal)")
     s.add_argument("--password-file", metavar="FILE", help="the relay's password, read from FILE (as `blink cluster "
                    "up` writes it: DIR/relay-password) and used, as user relay, for every --broker and --cluster URL "
                    "that has none -- so it is not on the command line for every local user's `ps` to see")

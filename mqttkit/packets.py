@@ -23,6 +23,8 @@ Anything that breaks the framing (a remaining length over four bytes, a topic ru
 packet, QoS 3, a packet kind or flags a broker never sends to a client, a control packet of the
 wrong size) raises ``ProtocolError`` -- the only exception ``feed`` raises; it carries the packets
 parsed before the bad one. The connection must then be dropped: the stream has lost its framing.
+``feed(data, drop)`` counts (``skipped``) and does not return the QoS-0 PUBLISHes whose topic is
+exactly ``drop`` (raw bytes): no object is built for a flood the reader would refuse anyway.
 A topic that is not UTF-8 does not break the framing: its ``Message`` has ``topic=None`` (it is
 still acknowledged, then dropped).
 
@@ -98,7 +100,7 @@ def packet_name(kind: int) -> str:
 class Parser:
     """Incremental MQTT 3.1.1 parser for a client's incoming stream (see the module header)."""
 
-    __slots__ = ("max_packet", "drop_under", "keep_under", "filtered", "_rest", "_need", "_skip")
+    __slots__ = ("max_packet", "drop_under", "keep_under", "filtered", "_rest", "_need", "_skip", "skipped")
 
     def __init__(self, max_packet: int = MAX_REMAINING) -> None:
         self.max_packet = max_packet
@@ -109,12 +111,16 @@ class Parser:
         self._rest = bytearray()  # the start of a packet not complete yet
         self._need = 0  # how many bytes _rest must hold before parsing is worth trying again
         self._skip = 0  # bytes still to skip of an oversized PUBLISH
+        self.skipped = 0  # QoS-0 PUBLISHes on ``feed``'s ``drop`` topic, counted and not returned
 
     @property
     def buffered(self) -> int:
         return len(self._rest)
 
-    def feed(self, data: bytes) -> list[Packet]:
+    def feed(self, data: bytes, drop: bytes | None = None) -> list[Packet]:
+        """Every complete packet in ``data`` (and what came before it), in order -- except QoS-0
+        PUBLISHes whose topic is exactly ``drop`` (raw bytes): those are only counted
+        (``skipped``), no object is built for them (a flood repeats one topic)."""
         out: list[Packet] = []
         if self._skip:
             if len(data) <= self._skip:
@@ -187,11 +193,16 @@ class Parser:
                     continue
                 if end > n:
                     return self._wait(buf, i, end - i, out)
-                if (drop_under is not None and not qos and buf.startswith(drop_under, ts, te)
-                        and not buf.startswith(keep_under, ts, te)):
-                    self.filtered += 1  # not listened to: skipped where it lies
-                    i = end
-                    continue
+                if not qos:
+                    if drop is not None and buf[ts:te] == drop:
+                        self.skipped += 1  # the flood topic the reader refuses
+                        i = end
+                        continue
+                    if drop_under is not None and buf.startswith(drop_under, ts, te) \
+                            and not buf.startswith(keep_under, ts, te):
+                        self.filtered += 1  # not listened to: skipped where it lies
+                        i = end
+                        continue
                 pid = ((buf[te] << 8) | buf[te + 1]) if qos else 0
                 try:
                     topic: str | None = buf[ts:te].decode()

@@ -12,8 +12,8 @@ Two buckets (``<ns>`` is the namespace, ``blink`` by default):
   a relay started with another count is refused. Shards are named "0" .. "N-1".
 
 A relay **acquires** a shard by writing its key when it is absent (free, released or expired),
-**renews** it with ``update(last=revision)`` every ``ttl/3`` and **releases** it with
-``delete(last=revision)``. The fence of a tenure is the revision of its acquiring write: revisions are
+**renews** it with ``update(last=revision)`` every ``RENEW_EVERY_S`` (1 s; ``ttl/3`` for a ttl under
+3 s) and **releases** it with ``delete(last=revision)``. The fence of a tenure is the revision of its acquiring write: revisions are
 the bucket stream's sequence numbers, so a later tenure always has a larger fence (renewals
 make new revisions too, but the fence stays the tenure's first).
 
@@ -44,14 +44,31 @@ Safety: a renewal is counted from the moment it was *sent* (the server's expiry 
 later). A relay that has had no successful renewal for ``ttl/2`` gives the shard up at once
 (``on_loss``), well before the entry can expire on the server and another relay can create it; a
 renewal refused because the revision moved on means the lease is gone: ``on_loss`` at once too.
-Should a relay still write after that (a frozen process), the journal's fence refuses it.
+The give-up is checked every tick and again before each step of a tick that waits on the cluster
+(the bucket read, the renewals, each acquisition), so it comes at most a tick plus the longest such
+step (``3 * request_s``, 2 s) late: ``ttl/2 + 2.5 s`` at most, 8.5 s for the default ttl of 12 s. Once
+the relay has stopped serving a shard it gave up it deletes the entry (``delete(last=revision)``), so
+the others need not wait for the expiry once the cluster answers again. Should a relay still write
+after all that (a frozen process), the journal's fence refuses it.
+
+Timing (the default ttl, ``DEFAULT_TTL_S``, is 12 s): renewals every second, give-up after 6 s
+without a successful one. The ttl was 4 s (renewal every 1.33 s, give-up after 2 s); when a NATS node
+stopped, JetStream stalled for ~4 s some 7-12 s later (consumer deletions waiting on the meta leader
+held the routes up) and every relay gave every shard up. Now a stall of up to ~5 s (the give-up time
+less a renewal interval) costs nothing. What the longer ttl costs: a relay that is *frozen* (SIGSTOP,
+a hung process whose NATS connection stays open: its probes time out rather than find no responder)
+has its shards taken only when its entries expire, up to 12 s (was 4 s); a killed relay's shards are
+still taken through the probes after ``DEAD_AFTER_S``. Writes: one KV write per held shard a second
+(was 0.75), a heartbeat every ``ttl/3``; each tick's read of the bucket (a stream-info request plus
+one read per key, every ``tick_s`` by every relay) is by far the larger load and is unchanged.
 
 Balance: every relay sees the live members (heartbeat keys) and the owners. Shards pinned by a
 live member (``shards=[...]``) are its alone; the others are shared by the unpinned members, each
 aiming at ceil(shards/members): a relay below that takes free shards (in an order hashed from its
 id, so two relays starting together prefer different shards), one above it, or above the floor
 while some member is below the floor, releases one shard per tick (after its ``on_loss`` has
-run); it does not take a shard it released or lost back for ``2 * ttl``, so another relay gets it.
+run); it does not take a shard it released or lost back for ``2 * ttl`` (at most ``COOLDOWN_MAX_S``),
+so another relay gets it.
 
 ``decide`` is that logic as a pure function (time is an argument); ``NatsLeases`` is the thin
 nats-py shell: every tick (``ttl/8``, at most 0.5 s) it reads the bucket (one stream-info request
@@ -82,9 +99,13 @@ from relay.ownership import OnGain, OnLoss
 
 log = logging.getLogger("blink.relay.leases")
 
-RENEW_AT = 1 / 3  # of the ttl, after the last successful renewal was sent
-GIVE_UP_AT = 1 / 2  # of the ttl: no renewal for that long -> stop serving
+DEFAULT_TTL_S = 12.0  # rides out a ~5 s JetStream stall (see "Timing" above); ``--lease-ttl`` changes it
+RENEW_EVERY_S = 1.0  # renew this long after the last successful renewal was sent ...
+RENEW_AT = 1 / 3  # ... or after this fraction of the ttl, if that is sooner (a ttl under 3 s)
+GIVE_UP_AT = 1 / 2  # of the ttl: no successful renewal for that long -> stop serving
+REQUEST_S = 4.0 / 6  # at most, for one request of the lease shell (ttl/6 if shorter): what the old 4 s ttl gave
 COOLDOWN_TTLS = 2.0
+COOLDOWN_MAX_S = 8.0  # what 2 * ttl was at the old default ttl of 4 s: a lost shard is not shunned for longer
 DEAD_AFTER_S = 0.75  # no responder on the liveness subject for this long: the relay is dead
 PROBE_S = 0.2  # how often the other members are asked (a task of its own; a death wakes the tick)
 _ID = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -128,6 +149,16 @@ class Plan:
     acquire: list[str] = field(default_factory=list)
 
 
+def renew_after(ttl: float) -> float:
+    """How long after the last successful renewal was sent the next one is due."""
+    return min(RENEW_EVERY_S, ttl * RENEW_AT)
+
+
+def cooldown_s(ttl: float) -> float:
+    """How long a relay leaves a shard it released or lost to the others."""
+    return min(COOLDOWN_MAX_S, ttl * COOLDOWN_TTLS)
+
+
 def preference(me: str, shard: str) -> int:
     """Rendezvous hashing: each relay ranks the shards differently, so simultaneous starts collide less."""
     return int.from_bytes(hashlib.blake2b(f"{me}/{shard}".encode(), digest_size=8).digest(), "big")
@@ -147,7 +178,7 @@ def decide(now: float, me: str, shards: Sequence[str], pinned: frozenset[str], h
             plan.lose.append(shard)
         else:
             keep[shard] = h
-            if now - h.renewed_at >= ttl * RENEW_AT:
+            if now - h.renewed_at >= renew_after(ttl):
                 plan.renew.append(shard)
     members = dict(view.members)
     members[me] = pinned
@@ -231,7 +262,7 @@ class NatsLeases:
     """``Ownership`` backed by leases in JetStream KV (see the module docstring)."""
 
     def __init__(self, servers: str | Sequence[str], shard_count: int, *, pinned: Iterable[str] = (),
-                 ttl: float = 4.0, namespace: str = "blink", relay_id: str | None = None,
+                 ttl: float = DEFAULT_TTL_S, namespace: str = "blink", relay_id: str | None = None,
                  replicas: int | None = None, connect_timeout: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, probe: bool = True) -> None:
         if shard_count < 1:
@@ -250,9 +281,7 @@ class NatsLeases:
         bad = sorted(s for s in self.pinned if s not in self.shards)
         if bad:
             raise LeaseError(f"pinned shard{'s' if len(bad) > 1 else ''} {', '.join(bad)} not in 0..{shard_count - 1}")
-        self.ttl = ttl
-        self.tick_s = min(0.5, ttl / 8)
-        self.request_s = ttl / 6  # a renewal that takes longer cannot beat the give-up time anyway
+        self._timing(ttl)
         self.namespace = namespace
         self.replicas = replicas
         self.connect_timeout = connect_timeout
@@ -278,6 +307,12 @@ class NatsLeases:
         self.view = View()
         #: (time, what) of every change, for tests and logs
         self.history: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=1000)
+
+    def _timing(self, ttl: float) -> None:
+        self.ttl = ttl
+        self.tick_s = min(0.5, ttl / 8)
+        # one request's timeout: short, so a request lost in a stall is sent again soon after it ends
+        self.request_s = min(REQUEST_S, ttl / 6)
 
     # ---- Ownership
 
@@ -413,9 +448,7 @@ class NatsLeases:
             if age and abs(age - self.ttl) > 1e-3:
                 log.warning("the lease bucket %s expires entries after %.1f s, not %.1f s: using %.1f s",
                             bucket, age, self.ttl, age)
-                self.ttl = age
-                self.tick_s = min(0.5, age / 8)
-                self.request_s = age / 6
+                self._timing(age)
             self._stream = f"KV_{bucket}"
             self._prefix = f"$KV.{bucket}."
             self.view = await again(self._observe)
@@ -557,7 +590,8 @@ class NatsLeases:
                 await self._expire_only()
 
     async def _expire_only(self) -> None:
-        """When the bucket cannot be read: still give up what is too old."""
+        """When the bucket cannot be read, and between the steps of a tick that wait on the cluster:
+        give up what is too old now, not only once the tick is over."""
         now = self.clock()
         for shard, h in list(self._held.items()):
             if now - h.renewed_at >= self.ttl * GIVE_UP_AT:
@@ -570,7 +604,7 @@ class NatsLeases:
         # Renewals and the heartbeat that are due go out first, beside the read of the bucket: a slow
         # read must not eat into the time left before the give-up.
         writes: list[Awaitable[None]] = [self._renew(s) for s, h in self._held.items()
-                                         if self.ttl * RENEW_AT <= now - h.renewed_at < self.ttl * GIVE_UP_AT]
+                                         if renew_after(self.ttl) <= now - h.renewed_at < self.ttl * GIVE_UP_AT]
         if now - self._member_at >= self.ttl * RENEW_AT:
             writes.append(self._heartbeat(now))
         early = asyncio.gather(*writes, return_exceptions=True)
@@ -581,6 +615,7 @@ class NatsLeases:
             self.view = view_now
         finally:
             await early
+            await self._expire_only()
         view = self.view
         for shard, mine in list(self._held.items()):
             owner = view.owners.get(shard)
@@ -602,17 +637,19 @@ class NatsLeases:
             why = "renewal too late" if now - self._held[shard].renewed_at >= self.ttl * GIVE_UP_AT else "lease taken"
             await self._lose(shard, why)
         await asyncio.gather(*(self._renew(s) for s in plan.renew))
+        await self._expire_only()
         for shard in plan.release:
             h = self._held.pop(shard, None)
             if h is None:
                 continue
-            self._cooldown[shard] = now + self.ttl * COOLDOWN_TTLS
+            self._cooldown[shard] = now + cooldown_s(self.ttl)
             self._note("release", shard)
             await self._emit("loss", shard, h.fence, self._deleter(shard, h.revision))
         for shard in plan.acquire:  # one at a time: concurrent ones would only spoil each other's condition
             if self._closing:
                 break
             await self._acquire(shard)
+            await self._expire_only()  # an acquisition may wait up to 3 * request_s
 
     async def _heartbeat(self, sent: float) -> None:
         try:
@@ -710,10 +747,13 @@ class NatsLeases:
             return
         # A relay whose renewals fail must not grab the shard straight back (it would only lose it again
         # and keep the healthy relays from it): it waits like after a release.
-        self._cooldown[shard] = self.clock() + self.ttl * COOLDOWN_TTLS
+        self._cooldown[shard] = self.clock() + cooldown_s(self.ttl)
         log.warning("relay %s lost shard %s (%s)", self.relay_id, shard, why)
         self._note(f"loss: {why}", shard)
-        await self._emit("loss", shard, h.fence, None)
+        # Given up for want of renewals, the entry still holds this relay's id until it expires (up to a
+        # ttl): once on_loss has run, it is deleted (if still at this revision), so another relay can take
+        # the shard as soon as the cluster answers again. A lease taken by another is not ours to delete.
+        await self._emit("loss", shard, h.fence, None if why == "lease taken" else self._deleter(shard, h.revision))
 
     def _deleter(self, shard: str, revision: int) -> Callable[[], Awaitable[None]]:
         async def delete() -> None:
@@ -856,5 +896,5 @@ class ThreadedLeases:
             await self._on_caller(lambda cb=cb: cb(shard))  # type: ignore[misc]
 
 
-__all__ = ["DEAD_AFTER_S", "Held", "LeaseError", "NatsLeases", "ThreadedLeases", "without_dead", "Owner", "Plan", "View", "decide", "parse_shards", "pin_conflict",
+__all__ = ["DEAD_AFTER_S", "DEFAULT_TTL_S", "Held", "cooldown_s", "renew_after", "LeaseError", "NatsLeases", "ThreadedLeases", "without_dead", "Owner", "Plan", "View", "decide", "parse_shards", "pin_conflict",
            "preference"]

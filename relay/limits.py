@@ -41,6 +41,10 @@ earn its tokens back (at most ``2 x burst / rate`` seconds once it stops). A flo
 relay its first burst and nothing more -- the trickle was what still cost everyone else (each
 admitted message is decoded, judged, answered and delivered); a client under its rate, as every
 player is (a third of it at most, measured), never meets the difference.
+A sender at the floor (``-burst``) cannot be owed a token for ``(burst + 1) / rate`` whatever it
+sends: ``hold_ns`` says so after a refusal, and a reader may then drop that sender's messages
+unread and charge them in one go (``refuse``; ``refuse_more`` for the rest of one read), exactly
+as refusing them one by one would (the relay's connection on Mosquitto does: ``relay/shell.py``).
 It keeps at most about ``max_clients`` buckets: past that, the buckets that have refilled (their
 clients are under the rate, so forgetting them changes nothing) are dropped, all at once, and the
 next clean-up waits until the table has doubled again (amortised O(1) a message).
@@ -268,6 +272,42 @@ class Intake:
     def first_refusal(self) -> bool:
         """After a refused ``admit``: the first refusal of this sender's burst (log it)?"""
         return self._refused[1].first_refusal()
+
+    def refuse_more(self, n: int) -> None:
+        """After a refused ``admit``: ``n`` more messages of the same sender and kind arrived at
+        the same instant -- refused too (no time has passed, so nothing has refilled), counted and
+        charged as ``n`` refused ``admit`` calls would be, in one go."""
+        if n <= 0:
+            return
+        bucket = self._refused[1]
+        bucket.tokens = max(-bucket.burst, bucket.tokens - n)
+        bucket.dropped += n
+        self.dropped += n
+
+    def hold_ns(self) -> int:
+        """After a refused ``admit``: how long from then every message of the refused sender and
+        kind will be refused whatever it sends (0: its bucket is not at its floor, ``-burst``).
+        At the floor, only refilling can give it a token back, and that takes ``(1 + burst) /
+        rate``: until then a reader may drop its messages without asking (``refuse``)."""
+        bucket = self._refused[1]
+        if bucket.rate <= 0 or bucket.tokens > -bucket.burst + 1e-9:
+            return 0
+        return int((bucket.burst + 0.5) / bucket.rate * NS)  # (+ 0.5, not 1: a margin for the reader's clock)
+
+    def refuse(self, topic: str, n: int, now_ns: int) -> int:
+        """``n`` messages on ``topic`` arrived by ``now_ns`` within a ``hold_ns`` its bucket was
+        given: refused (they would have been), charged and counted as ``n`` refused ``admit``
+        calls; returns the bucket's new ``hold_ns`` (0: let the next ones be admitted one by one)."""
+        key = self.key(topic)
+        bucket = self.buckets.get(key) if key is not None else None
+        if key is None or bucket is None or n <= 0:
+            return 0
+        if now_ns > bucket.at_ns:
+            bucket.tokens = min(bucket.burst, bucket.tokens + (now_ns - bucket.at_ns) * bucket.rate / NS)
+            bucket.at_ns = now_ns
+        self._refused = (key, bucket)
+        self.refuse_more(n)
+        return self.hold_ns()
 
     def tell(self, now_ns: int) -> bool:
         """After a refused ``admit``: should its sender be told now (at most once per ``tell_ns``)?"""

@@ -11,8 +11,13 @@ Two tasks share one event loop, so the core is never entered concurrently:
   one list -- no task, queue or loop turn per message -- which stamps them once with the relay's
   monotonic time and the wall clock (see "Time" below), passes them through the intake and puts
   them in an inbox. A message far over ``max_payload`` is not even buffered (its sender is told
-  ``too_large``). When the broker goes away (restarted, the
-  connection taken over, a network blip) it reconnects with backoff (0.1 s doubling to 5 s),
+  ``too_large``). A flood's excess costs as little as can be (on Mosquitto, which cannot limit a
+  client's rate): the same refused topic is charged in bulk for the rest of a read; once its
+  sender is at the floor of its intake bucket, the connection drops that topic's packets in the
+  parser, unbuilt, until the sender could have a token back (``Intake.hold_ns``; counted and
+  charged by ``_on_dropped``), and reads the flood in large chunks (``mqttkit.connection``'s
+  ``COALESCE_S``); a read of nothing admitted does not wake the stepper. When the broker goes
+  away (restarted, the connection taken over, a network blip) it reconnects with backoff (0.1 s doubling to 5 s),
   resubscribes, and asks the stepper to republish; the core is kept. Only the very first
   connection may fail for good (a wrong URL or password is reported, not retried for ever).
 - the *stepper* runs one step per event-loop turn (group commit): it takes the messages already
@@ -462,14 +467,44 @@ class RelayShell:
         mono = time.monotonic_ns()
         now = mono + self._mono_offset
         wall = now + self._wall_offset
-        admit = self.intake.admit
+        intake = self.intake
+        admit = intake.admit
         inbox = self._inbox
+        before = len(inbox)
+        # A flood repeats one topic: once it is refused, the same topic is refused for the rest
+        # of this read (one instant: nothing refills), so those are only counted, in one go.
+        refused: str | None = None
+        more = 0
         for msg in messages:
             topic = msg.topic
             assert topic is not None  # the connection drops messages whose topic is not UTF-8
+            if topic == refused:
+                more += 1
+                continue
+            if more:
+                intake.refuse_more(more)  # charged to ``refused``'s bucket, before another admit
+                more = 0
             if admit(topic, mono):  # else a flood's excess (relay/limits.py Intake): dropped undecoded
                 inbox.append((topic, msg.payload, now, wall))
-        self._wake.set()
+            else:
+                refused = topic
+                hold = intake.hold_ns()
+                if hold and self._client is not None:
+                    # Its sender is at the floor of its bucket: until it could have a token back,
+                    # the connection drops that topic's messages without building them.
+                    self._client.drop_until(topic.encode(), mono + hold, self._on_dropped)
+        if more:
+            intake.refuse_more(more)
+        if len(inbox) > before:
+            self._wake.set()  # a read of nothing but dropped messages does not wake the stepper
+
+    def _on_dropped(self, topic: bytes, n: int) -> None:
+        """``n`` messages of a flooder the connection dropped unbuilt (see ``_on_messages``):
+        counted and charged to its bucket; while it stays at its floor, the drop goes on."""
+        mono = time.monotonic_ns()
+        hold = self.intake.refuse(topic.decode("utf-8", "replace"), n, mono)
+        if hold and self._client is not None:
+            self._client.drop_until(topic, mono + hold, self._on_dropped)
 
     def _on_oversize(self, topic: str, size: int) -> None:
         """A message far over ``max_payload`` (its bytes were skipped, never buffered): as for any

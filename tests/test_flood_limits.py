@@ -20,6 +20,7 @@ from typing import Any, Callable
 import pytest
 
 from bench.fuzz import RawMqtt
+from client.matchrun import event_line, run_match
 from client.net import new_client_id
 from mqttkit import BrokerAddress
 from protocol import messages as m
@@ -28,6 +29,7 @@ from protocol.topics import Topics
 from relay.limits import NS, RELAY_INTAKE_SLACK, Intake
 from relay.local import LocalServer
 from relay.model import RelayConfig
+from tests.logcheck import check_blink_log
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +37,7 @@ T = Topics()
 DEADLINE_S = 120.0
 CFG = RelayConfig(req_rate=2.0, req_burst=10, act_rate=5.0, act_burst=20)
 PLAYER_PINGS = 6  # under the player's own request burst (10): a player at its own pace
+MATCH_FAST = {"countdown_s": 0.3, "stalemate_pause_s": 0.2, "pick_time_s": 1.0}  # a short bot match
 FLOOD_MAX = 6_000  # messages: enough to meet the rates many times over, few enough for a busy machine
 
 
@@ -83,7 +86,10 @@ class Counting:
         self.received: Counter[str] = Counter()  # "r/C" / "a/C" -> received
         self.passed: Counter[str] = Counter()  # ... -> passed on to be decoded
         self._admit = intake.admit
+        self._refuse_more = intake.refuse_more
         intake.admit = self.admit  # type: ignore[method-assign]
+        intake.refuse_more = self.refuse_more  # type: ignore[method-assign]
+        self.bulk = 0  # received but refused in bulk (the rest of a read, or dropped unbuilt by the connection)
 
     def admit(self, topic: str, now_ns: int) -> bool:
         key = Intake.key(topic) or topic
@@ -92,6 +98,13 @@ class Counting:
         if ok:
             self.passed[key] += 1
         return ok
+
+    def refuse_more(self, n: int) -> None:
+        """The relay's intake refuses a flooder's messages in bulk (``RelayShell._on_messages``,
+        ``_on_dropped``): counted here as received, under the refused sender and kind."""
+        self.received[self.intake._refused[0]] += n  # noqa: SLF001 - the bucket being charged
+        self.bulk += n
+        self._refuse_more(n)
 
 
 async def flood_while_a_player_plays(address: BrokerAddress, flooder: Peer, player: Peer,
@@ -178,6 +191,14 @@ def test_on_mosquitto_the_relays_intake_drops_a_flooders_excess_before_decoding(
             relay = server.relay
             seen = Counting(relay.intake)
             flooder, player = Peer("flood"), Peer("player")
+            unbuilt = Counter[bytes]()  # messages the relay's connection dropped before building them
+            on_dropped = relay._on_dropped  # noqa: SLF001
+
+            def count_dropped(topic: bytes, n: int) -> None:
+                unbuilt[topic] += n
+                on_dropped(topic, n)
+
+            relay._on_dropped = count_dropped  # type: ignore[method-assign]  # noqa: SLF001
 
             def accounted(sent: int) -> bool:
                 # Mosquitto may drop QoS 0 messages a slow subscriber cannot take: wait for what
@@ -191,12 +212,57 @@ def test_on_mosquitto_the_relays_intake_drops_a_flooders_excess_before_decoding(
             assert 0 < passed_act <= s * (CFG.act_burst + CFG.act_rate * elapsed) + 1, (passed_act, elapsed)
             received = seen.received[f"r/{flooder.id}"] + seen.received[f"a/{flooder.id}"]
             assert relay.intake.dropped == received - passed_req - passed_act > 0
+            assert seen.bulk > 0  # most of them refused in bulk, not one by one ...
+            # ... many before anything was built for them: only the flooder's own topics, never the player's
+            assert sum(unbuilt.values()) > 0
+            assert set(unbuilt) <= {T.req(flooder.id).encode(), T.act("FLOOD", flooder.id).encode()}
             # The core saw more than its own rates allow (the intake's slack) and answered the flood.
             assert flooder.limited(m.RequestRejected) and flooder.limited(m.ActionRejected)
             assert relay.core.stats["limited"]["dropped"] > 0
             assert sorted(x.t0 for x in player.got if isinstance(x, m.Pong)) == list(range(-1, PLAYER_PINGS))
             assert not [x for x in player.got if isinstance(x, (m.RequestRejected, m.ActionRejected))]
             assert seen.passed[f"r/{player.id}"] == seen.received[f"r/{player.id}"] == PLAYER_PINGS + 1
+
+    asyncio.run(main())
+
+
+def test_a_bot_match_on_the_embedded_broker_gets_every_verdict_while_a_client_floods_throughout() -> None:
+    """Behaviour, not speed: one client sends actions at full speed for the whole of a bot match
+    (default limits); the match plays out valid, its players are never refused for their rate,
+    the flooder is told, and its connection is still served afterwards (a ping answered)."""
+
+    async def main() -> None:
+        async with LocalServer(None, seed=9) as server:
+            gate = server.broker._broker if server.broker is not None else None  # noqa: SLF001
+            assert gate is not None
+            flooder = Peer("flood")
+            await flooder.start(server.address)
+            act = encode(m.Act(id=3, seq=1, action={"t": "x"}))
+            stop = asyncio.Event()
+            sent = 0
+
+            async def flood() -> None:
+                nonlocal sent
+                while not stop.is_set() and sent < 200_000:
+                    for _ in range(100):
+                        flooder.conn.publish(T.act("FLOOD", flooder.id), act)
+                    sent += 100
+                    await flooder.conn.drain()
+                    await asyncio.sleep(0)
+
+            task = asyncio.create_task(flood())
+            try:
+                await until(lambda: bool(flooder.limited(m.ActionRejected)), "the flooder to be told rate_limited")
+                result = await run_match(server.address, "blink", 2, MATCH_FAST, 9, 0.03, DEADLINE_S)
+                flooding = not task.done()
+            finally:
+                stop.set()
+                await task
+            assert flooding  # the flood went on for the whole match
+            assert gate.limited > 0 and result.rejected.get("rate_limited", 0) == 0
+            assert any(e.type == "match_over" for e in result.events)
+            check_blink_log([event_line(e) for e in result.events], result.players)
+            await flooder.conn.close()
 
     asyncio.run(main())
 
@@ -229,6 +295,26 @@ def test_intake_limits_each_client_and_kind_tells_once_a_second_and_forgets_only
         flooding.admit(t, 0)
         assert not flooding.admit(t, 0)
     assert len(flooding.buckets) == 10
+
+
+def test_intake_holds_a_sender_at_its_floor_only_until_it_could_have_a_token_back() -> None:
+    """``hold_ns``/``refuse``: what the relay's connection may drop unbuilt (on Mosquitto) is
+    exactly what ``admit`` would have refused, one by one."""
+    a = "blink/v1/m/blink/ABCDE/act/c1"
+    bulk = Intake(act_rate=10, act_burst=20, req_rate=2, req_burst=10)
+    one = Intake(act_rate=10, act_burst=20, req_rate=2, req_burst=10)
+    assert sum(bulk.admit(a, 0) for _ in range(21)) == 20 and bulk.hold_ns() == 0  # refused, not at the floor
+    assert sum(bulk.admit(a, 0) for _ in range(18)) == 0 and bulk.hold_ns() == 0
+    assert not bulk.admit(a, 0) and bulk.hold_ns() == int(20.5 / 10 * NS)  # at -burst: ~2 s
+    assert sum(one.admit(a, 0) for _ in range(40)) == 20
+    # Within the hold, 500 more arrive over 1.9 s: refused in bulk or one by one, the same.
+    hold = bulk.refuse(a, 500, 19 * NS // 10)
+    assert sum(one.admit(a, 19 * NS // 10) for _ in range(500)) == 0
+    assert hold == int(20.5 / 10 * NS) and bulk.dropped == one.dropped and bulk.admitted == one.admitted == 20
+    assert bulk.buckets["a/c1"].tokens == one.buckets["a/c1"].tokens == -20
+    # The sender stops: after the hold it gets its tokens back as if every message had been seen.
+    assert [bulk.admit(a, 8 * NS) for _ in range(25)] == [one.admit(a, 8 * NS) for _ in range(25)]
+    assert bulk.refuse("blink/v1/lobby/req/nobody", 5, 0) == 0 and bulk.refuse(a, 0, 0) == 0  # nothing to hold
 
 
 def test_publishes_the_broker_drops_are_still_acknowledged_at_qos_1_and_2() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
 import math
@@ -17,8 +18,8 @@ from client.cluster_cli import Cluster
 from mqttkit import free_port
 from relay.jetstream import JetStreamJournal, NatsLink, close_nats
 from relay.journal import FencedError, Tick
-from relay.leases import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, NatsLeases, Owner, ThreadedLeases, View, decide,
-                          parse_shards, pin_conflict, preference, without_dead)
+from relay.leases import (DEFAULT_TTL_S, GIVE_UP_AT, Held, LeaseError, NatsLeases, Owner, ThreadedLeases, View,
+                          cooldown_s, decide, parse_shards, pin_conflict, preference, renew_after, without_dead)
 from relay.ownership import Ownership
 
 TTL = 4.0
@@ -42,16 +43,68 @@ def test_alone_takes_every_free_shard() -> None:
     assert sorted(plan.acquire) == SHARDS and not plan.release and not plan.lose
 
 
-def test_renews_at_a_third_and_gives_up_at_half_the_ttl() -> None:
+@pytest.mark.parametrize("ttl", [DEFAULT_TTL_S, TTL, 1.0, 600.0])
+def test_renews_every_second_and_gives_up_at_half_the_ttl(ttl: float) -> None:
     v = view({"0": "a", "1": "a"})
-    h = {"0": Held(5, 9, 0.0), "1": Held(6, 11, 0.5)}
-    assert decide(TTL * RENEW_AT - 0.01, "a", ["0", "1"], frozenset(), h, v, TTL).renew == []
-    plan = decide(TTL * RENEW_AT, "a", ["0", "1"], frozenset(), h, v, TTL)
+    renew = renew_after(ttl)
+    h = {"0": Held(5, 9, 0.0), "1": Held(6, 11, ttl * GIVE_UP_AT - renew)}
+    assert renew == min(1.0, ttl / 3)
+    assert decide(renew - 0.01, "a", ["0", "1"], frozenset(), h, v, ttl).renew == []
+    plan = decide(renew, "a", ["0", "1"], frozenset(), h, v, ttl)
     assert plan.renew == ["0"] and plan.lose == []
-    plan = decide(TTL * GIVE_UP_AT, "a", ["0", "1"], frozenset(), h, v, TTL)
+    plan = decide(ttl * GIVE_UP_AT, "a", ["0", "1"], frozenset(), h, v, ttl)
     assert plan.lose == ["0"] and plan.renew == ["1"]
     # the give-up comes well before the server can let the entry expire (ttl after the renewal was stored)
-    assert GIVE_UP_AT < 1 and RENEW_AT < GIVE_UP_AT
+    assert GIVE_UP_AT < 1 and renew < ttl * GIVE_UP_AT
+
+
+def test_the_default_timing_leaves_room_on_both_sides() -> None:
+    """12 s leases renewed every second: ~5 s of renewals may fail before a shard is given up, and the
+    give-up, even at its latest (a tick plus the longest step of a tick: 3 requests of 0.67 s), still comes
+    seconds before the entry can expire for another relay to take."""
+    leases = NatsLeases("nats://127.0.0.1:1", 4)  # not started: only its timing is read
+    ttl = leases.ttl
+    assert ttl == DEFAULT_TTL_S == 12.0
+    assert renew_after(ttl) == 1.0 and ttl * GIVE_UP_AT == 6.0
+    assert ttl * GIVE_UP_AT - renew_after(ttl) >= 4.5  # a stall this long costs nothing (see the next test)
+    latest_give_up = ttl * GIVE_UP_AT + leases.tick_s + 3 * leases.request_s
+    assert latest_give_up <= ttl - 3.0
+    assert cooldown_s(ttl) == 8.0 and cooldown_s(1.0) == 2.0
+    from client.cli import build_parser  # what `blink serve --help` says is the default
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert f"own, {DEFAULT_TTL_S:g} s;" in " ".join(commands.choices["serve"].format_help().split())
+    assert f"TTL ({DEFAULT_TTL_S:g} s\nby default" in (Path(__file__).parents[1] / "README.md").read_text()
+
+
+def _hold_through_stall(ttl: float, stall_from: float, stall_s: float, until: float = 30.0) -> list[float]:
+    """Ticks every 0.5 s for one relay holding one shard; every renewal sent inside the stall gets no
+    answer (and does not land), every other one succeeds. Returns the times the shard was given up."""
+    v = view({"0": "a"})
+    h = {"0": Held(5, 5, 0.0)}
+    lost = []
+    now = 0.0
+    while now < until:
+        now = round(now + 0.5, 6)
+        plan = decide(now, "a", ["0"], frozenset(), h, v, ttl)
+        if plan.lose:
+            lost.append(now)
+            h = {}
+            break
+        for shard in plan.renew:
+            if not stall_from <= now < stall_from + stall_s:
+                h[shard] = Held(5, h[shard].revision + 1, now)
+    return lost
+
+
+@pytest.mark.parametrize("stall_from", [10.0, 10.25, 10.5, 10.75, 11.0])
+def test_a_renewal_stall_shorter_than_the_give_up_time_keeps_the_shard(stall_from: float) -> None:
+    """What a stopped NATS node did 7-12 s later: ~4 s with no answer from JetStream. With the default
+    ttl the shard stays (whenever in the renewal cycle the stall begins); with the old 4 s ttl it was given
+    up, and a stall longer than the give-up time still makes the relay stop serving."""
+    assert _hold_through_stall(DEFAULT_TTL_S, stall_from, 4.5) == []
+    assert _hold_through_stall(4.0, stall_from, 4.0) != []  # the old default gave the shard up
+    lost = _hold_through_stall(DEFAULT_TTL_S, stall_from, 20.0)
+    assert lost and lost[0] <= stall_from + DEFAULT_TTL_S * GIVE_UP_AT  # ... before half the ttl has passed
 
 
 def test_a_lease_that_is_gone_or_taken_is_lost_at_once() -> None:
@@ -142,7 +195,7 @@ def test_repeated_decisions_converge_to_a_balanced_partition(members: int, count
             for s in plan.release:
                 del holds[n][s]
                 del truth[s]
-                cool[n][s] = now + 2 * TTL
+                cool[n][s] = now + cooldown_s(TTL)
             for s in plan.acquire:
                 if s not in truth:
                     truth[s] = n

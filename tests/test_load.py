@@ -4,12 +4,14 @@ its prediction bookkeeping, pure. No speed is asserted here (that is bench/'s an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,7 +21,9 @@ from protocol import messages as m
 from protocol.rules import blink
 from protocol.rules.base import FixedChance
 from relay.broker import BrokerAddress, free_port
-from client.load import LoadConfig, LoadPlayer, LoadRun, percentiles
+from mqttkit.connection import connect
+from protocol.codec import decode
+from client.load import LoadConfig, LoadPlayer, LoadRun, percentiles, run_load
 
 ROOT = Path(__file__).resolve().parent.parent
 BLINK = [sys.executable, "-m", "client.cli"]
@@ -205,6 +209,36 @@ def test_a_play_in_flight_is_predicted_until_a_view_contains_it() -> None:
     assert p.state() == blink.from_wire(blink.to_wire(blink.view(after, 0)))
 
 
+class _Conn:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def write(self, data: bytes | bytearray) -> None:
+        self.sent.append(bytes(data))
+
+
+def test_a_play_sent_keeps_the_prediction_it_was_checked_on() -> None:
+    """``_fire`` keeps the state it checked the play on as the prediction: the same as recomputing
+    it from the confirmed view and every play in flight."""
+    run = LoadRun(LoadConfig(matches=1), BrokerAddress("127.0.0.1", 1), _Loop())  # type: ignore[arg-type]
+    run.acting = True
+    p = LoadPlayer(run, "p", __import__("random").Random(1))
+    p.match, p.seat, p.act_topic = "ABCDE", 0, "t/act"
+    conn = _Conn()
+    p.mqtt = conn  # type: ignore[assignment]
+    state = blink.new_game(dict(countdown_s=0.5), 2, FixedChance(list(range(200))))
+    state = blink.apply(state, None, blink.StartRace()).state  # type: ignore[union-attr]
+    assert p.apply_view(m.ViewUpdated(match="ABCDE", seq=5, game=0, state=blink.to_wire(blink.view(state, 0)),
+                                      match_state={"status": "playing"}), 0)
+    for n in range(1, 3):
+        play = next(a for a in blink.legal_actions(p.state(), 0) if isinstance(a, blink.PlayCard))
+        p._fire(play, 5)
+        assert len(conn.sent) == n and len(p.inflight) == n and p.awaiting.keys() == set(range(1, n + 1))
+        kept = p._predicted
+        p._predicted = None
+        assert kept is not None and p.state() == kept
+
+
 @pytest.mark.integration
 def test_a_relay_that_dies_ends_the_run_with_one_line() -> None:
     proc = subprocess.Popen([*BLINK, "load", "--matches", "2", "--duration", "120"], cwd=ROOT,
@@ -225,3 +259,65 @@ def test_a_relay_that_dies_ends_the_run_with_one_line() -> None:
     lines = [x for x in err.splitlines() if x.strip()]
     assert lines[-1] == "blink load: the local relay (blink serve) stopped during the run, status -9"
     assert all(x.startswith("blink load:") for x in lines)  # progress lines, then the one error line
+
+
+# ------------------------------------------------------------------------------------ the players' MQTT (mqttkit)
+
+
+@pytest.mark.integration
+def test_players_on_mqttkit_speak_the_relays_whole_exchange(relay_on: tuple[BrokerAddress, int],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process, so what each player received can be seen: create/join, the match's events
+    applied (BLINK sends less), private updates, full views, verdicts, pongs and a rematch, all
+    through one mqttkit connection per player behind the shipped ACL."""
+    broker, relay_pid = relay_on
+    seen: Counter[str] = Counter()
+    games: set[int] = set()
+    on_event, on_private, apply_view = LoadPlayer.on_event, LoadPlayer.on_private, LoadPlayer.apply_view
+
+    def count_event(self: LoadPlayer, payload: bytes, now: int) -> None:
+        seen["event"] += 1
+        on_event(self, payload, now)
+
+    def count_private(self: LoadPlayer, payload: bytes, now: int) -> None:
+        seen[type(decode(payload)).__name__] += 1
+        on_private(self, payload, now)
+
+    def note_view(self: LoadPlayer, msg: m.ViewUpdated, now_ns: int) -> bool:
+        games.add(msg.game)
+        return apply_view(self, msg, now_ns)
+
+    monkeypatch.setattr(LoadPlayer, "on_event", count_event)
+    monkeypatch.setattr(LoadPlayer, "on_private", count_private)
+    monkeypatch.setattr(LoadPlayer, "apply_view", note_view)
+    cfg = LoadConfig(matches=2, pace="max", duration_s=6.0, server=broker.url, relay_pid=relay_pid, seed=3,
+                     grace_s=60.0, timeout_s=60.0)
+    out = asyncio.run(run_load(cfg))
+    check_result(out, 2)
+    assert out["library"] == "mqttkit"
+    assert out["bad_messages"] == 0 and not out["request_rejected"]
+    assert out["ping_ms"]["n"] > 0
+    assert seen["MatchJoined"] == 4 and seen["event"] > 0 and seen["PrivateUpdate"] > 0
+    assert seen["ActionAccepted"] > 0 and seen["Pong"] > 0
+    assert out["messages_in"] > sum(seen.values())  # the snapshots: carried and counted, never decoded
+    assert len(games) >= 2, f"no rematch in the run: games {games}"
+
+
+@pytest.mark.integration
+def test_a_dropped_player_connection_is_counted_lost(mosquitto: BrokerAddress) -> None:
+    async def main() -> None:
+        run = LoadRun(LoadConfig(matches=1, server=mosquitto.url), mosquitto.public(), asyncio.get_running_loop())
+        p = LoadPlayer(run, "p", __import__("random").Random(1))
+        await p.connect()
+        assert p.mqtt is not None and p.mqtt.connected
+        # Another connection with the player's client id: the broker drops the player's.
+        thief = await connect(mosquitto.host, mosquitto.port, client_id=p.cid, on_messages=lambda _: None)
+        deadline = time.monotonic() + 30
+        while run.lost_connections == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert run.lost_connections == 1 and p.lost and p.mqtt is None
+        p.request(m.Ping(t0=0))  # a dropped player's sends are dropped, not raised
+        await p.close(leave=True)
+        await thief.disconnect()
+
+    asyncio.run(main())

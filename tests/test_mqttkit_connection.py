@@ -140,6 +140,27 @@ def test_the_topic_filter_skips_qos0_messages_under_a_head_unless_kept_and_can_c
     assert len(parser.feed(publish("p/m/0/AB/act/x", b"a"))) == 1
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=21_000), max_size=40))
+def test_qos0_publishes_on_the_drop_topic_are_counted_not_built_and_the_rest_comes_out_in_order(
+        cuts: list[int]) -> None:
+    flood = "blink/v1/m/blink/ABCDE/act/f"
+    data, want = stream()
+    first = len(publish("blink/v1/lobby/req/a", b"\x81\xa1t\xa4Ping"))  # the stream's first packet
+    mixed = publish(flood, b"a") * 3 + data[:first] + publish(flood, b"b") + data[first:] \
+        + publish(flood, b"c", qos=1, pid=4) + publish(flood + "x", b"d") + publish(flood, b"e") * 2
+    parser = Parser()
+    out: list[Any] = []
+    last = 0
+    for cut in sorted(set(c for c in cuts if 0 < c < len(mixed))) + [len(mixed)]:
+        out += parser.feed(mixed[last:cut], flood.encode())
+        last = cut
+    # Only whole QoS-0 PUBLISHes on exactly that topic go (a QoS-1 one must still be acknowledged).
+    assert out == want + [Message(flood, b"c", 1, 4, False, False), Message(flood + "x", b"d", 0, 0, False, False)]
+    assert parser.skipped == 6 and parser.buffered == 0
+    assert Parser().feed(mixed)[:3] == [Message(flood, b"a", 0, 0, False, False)] * 3  # no drop topic: all built
+
+
 def test_a_topic_that_is_not_utf8_is_reported_as_none_and_the_stream_goes_on() -> None:
     raw = bytearray(publish("ab", b"p", qos=1, pid=3))
     raw[4:6] = b"\xff\xfe"
@@ -467,9 +488,13 @@ def test_a_broker_that_stops_answering_pings_is_dropped_by_the_keepalive() -> No
     async def main() -> None:
         async with FakeBroker(script) as broker:
             conn = await connect("127.0.0.1", broker.port, client_id="x", on_messages=lambda b: None, keepalive=1)
+            told: list[Exception] = []
+            conn.on_close(told.append)  # what blink load's players use instead of a task each
             await conn.subscribe([("a/+", 1)])
             reason = await asyncio.wait_for(conn.wait_closed(), 30)
             assert "PINGREQ" in str(reason)
+            await until(lambda: bool(told), "on_close was told")
+            assert told == [reason]
             assert any(f == 0xC0 for f, _ in broker.sessions[0].got)
 
     run(main())

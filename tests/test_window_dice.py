@@ -233,6 +233,13 @@ def test_ryo_builder_build_reveal_and_odds(xdisplay: str, tmp_path: Path) -> Non
                 await app.next_frame()
                 st = app.session.model.state()
                 i = (ryo.raisable if kind == "raise" else ryo.lowerable)(st, me)[0]
+                # The relay rolled the whole round at once; the question waits until the rolls that
+                # led to it have been shown (never "you lost the round" beside a tumbling die).
+                d = app.describe()
+                if d["banner"].startswith("ROLLING"):
+                    assert not any(x.id.startswith(kind) for x in app.scene.buttons), d["buttons"]
+                await until(app, lambda: any(x.id == f"{kind}{i}" for x in app.scene.buttons), LONG)
+                assert app.describe()["banner"].startswith("YOUR TURN")
                 b = next(x for x in app.scene.buttons if x.id == f"{kind}{i}")
                 shot(app, tmp_path, f"ryo_{kind}_prompt")
                 await app.next_frame()

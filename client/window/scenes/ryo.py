@@ -164,7 +164,7 @@ class RyoScene(TurnBasedScene):
         self.text(br.x, ly - f * 1.6, f"game {state.game} of best-of-{2 * s.games_per_match - 1} · round {state.round}"
                   f" · first to {s.rolls_per_round} rolls wins a round, {s.rounds_per_game} rounds a game", 0.85, DIM)
         # the choice
-        if state.phase == "choice" and state.chooser == me and me is not None:
+        if state.phase == "choice" and state.chooser == me and me is not None and not self.vm.deciding(now_ns):
             w = state.round_winner
             can_b = w is not None and bool(ryo.lowerable(state, w))
             b = Rect(br.x, br.bottom + f * 1.6, min(br.w - f * 2, f * 30), f * 2.3)
@@ -173,7 +173,7 @@ class RyoScene(TurnBasedScene):
 
     def _face_buttons(self, c: Canvas, model: Any, state: Any, me: int | None, seat: int, i: int, x: float, y: float,
                       size: float) -> None:
-        if me is None or seat != me:
+        if me is None or seat != me or self.vm.deciding(time.time_ns()):
             return
         f = self.f
         if state.phase == "choice" and state.chooser == me:
@@ -250,6 +250,8 @@ class RyoScene(TurnBasedScene):
             if symbol in (key.ENTER, key.RETURN, key.NUM_ENTER):
                 self.build()
                 return True
+        if state.phase in ("choice", "lower") and self.vm.deciding(time.time_ns()):
+            return False  # the rolls that led here are still being shown
         if state.phase == "choice" and me is not None and state.chooser == me:
             if symbol in FACE_KEYS:
                 self.act(ryo.RaiseFace(FACE_KEYS[symbol]))

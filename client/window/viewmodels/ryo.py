@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.rules import roll_your_own as ryo
-from client.window.viewmodels.turnbased import INFO, NS, SOFT, TurnViewModel, YELLOW
+from client.window.viewmodels.turnbased import INFO, NS, SOFT, Banner, TurnViewModel, YELLOW
 
 TUMBLE_S = 0.25
 SHOW_S = 0.4
@@ -133,7 +133,21 @@ class RyoViewModel(TurnViewModel):
         ev, t0 = self._showing
         if now_ns - t0 < TUMBLE_S * NS:
             return ("tumble", id(ev), now_ns // (NS // 14))
-        return ("show", id(ev))
+        # (the frame's key changes when the roll has been shown: the choice it decided may show then)
+        return ("show", id(ev)) if self._showing_now(now_ns) else ("shown", id(ev))
+
+    def deciding(self, now_ns: int) -> bool:
+        """Is a roll still being shown (or waiting to be)? The relay rolls a whole round at once, so
+        the state already asks the loser to choose while the rolls that made them lose are replayed:
+        the question, its buttons and keys wait until the last of them has been shown."""
+        return self._showing_now(now_ns) or any(SAY not in e for e in self._queue)
+
+    def banner(self, model: Any, now_ns: int) -> Banner:
+        state = model.state() if model is not None else None
+        if (state is not None and getattr(state, "phase", "") in ("choice", "lower")
+                and not self.game_over(model, state) and self.deciding(now_ns)):
+            return Banner("theirs", "ROLLING…", "the relay rolled every die at once: watch the rolls")
+        return super().banner(model, now_ns)
 
     def _showing_now(self, now_ns: int) -> bool:
         return self._showing is not None and now_ns - self._showing[1] < (TUMBLE_S + SHOW_S) * NS
