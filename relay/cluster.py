@@ -375,8 +375,25 @@ class ClusterRelay:
                 t.result()
             raise RuntimeError("the relay stopped unexpectedly")
         finally:
-            # The stepper first (nothing more is published), then the last words on the connection
-            # still up, then the connection, then the shards (their successors start at once).
+            # Shielded: ``ClusterServer.stop`` cancels again every 0.25 s while the relay has not
+            # stopped, and a second cancel used to cut the leases' release short (their thread's loop
+            # then closed under pending NATS tasks: tracebacks at every stop while NATS was slow).
+            # Every part is bounded by its own timeout.
+            cleanup = asyncio.ensure_future(self._shut_down(stepper, connection))
+            while True:
+                try:
+                    await asyncio.shield(cleanup)
+                    break
+                except asyncio.CancelledError:
+                    if cleanup.done():
+                        if not cleanup.cancelled():
+                            cleanup.exception()  # retrieved: the stop goes on
+                        break
+
+    async def _shut_down(self, stepper: asyncio.Task[None] | None, connection: asyncio.Task[None] | None) -> None:
+        """The stepper first (nothing more is published), then the last words on the connection still
+        up, then the connection, then the shards (their successors start at once)."""
+        try:
             if stepper is not None and not stepper.done():
                 await stop_task(stepper)
             self._closing = True
@@ -384,6 +401,7 @@ class ClusterRelay:
             if connection is not None and not connection.done():
                 await stop_task(connection)
             await self._release()
+        finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
             if self._log_file:
                 self._log_file.close()

@@ -272,3 +272,44 @@ def test_a_last_will_lost_while_a_shard_had_no_relay_is_given_by_the_next_owner(
                 await b_server.stop()
 
     asyncio.run(asyncio.wait_for(body(), DEADLINE_S * 2))
+
+
+class SlowRelease(StaticOwnership):
+    """Gives its shards up more slowly than ``ClusterServer.stop`` cancels again (every 0.25 s), as
+    NATS leases do while JetStream is slow."""
+
+    released = False
+
+    async def close(self) -> None:
+        await asyncio.sleep(1.0)  # the slow release itself (not a wait for anything)
+        await super().close()
+        self.released = True
+
+
+def test_a_clean_stop_says_its_shards_offline_and_releases_them_even_when_asked_again(
+        mosquitto: BrokerAddress, tmp_path: Path) -> None:
+    async def body() -> None:
+        ownership = SlowRelease(["0", "1"])
+        a = CountingRelay(mosquitto, ownership, sqlite_opener(tmp_path / "a", durable=False), TOTAL,
+                          config=RelayConfig(relay_id="relay-a"), relay_id="relay-a")
+        await stopped(await started(a))
+        assert ownership.released  # the release ran to its end despite stop's repeated cancels
+        t = Topics()
+        statuses: dict[str, Any] = {}
+        pub = mosquitto.public()
+        async with aiomqtt.Client(pub.host, pub.port, identifier="w" + os.urandom(8).hex()) as c:
+            await c.subscribe(t.relay_status("+"), qos=1)
+
+            async def reader() -> None:
+                async for msg in c.messages:
+                    statuses[str(msg.topic)] = decode(bytes(msg.payload))  # type: ignore[arg-type]
+
+            task = asyncio.create_task(reader())
+            want = {t.relay_status("shard-0"), t.relay_status("shard-1")}
+            await eventually(lambda: want <= set(statuses), DEADLINE_S, "the shards' retained statuses")
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        # Retained and said before the release: offline (a successor's "online" would replace them).
+        assert all(statuses[topic] == m.RelayStatus(topic.split("/")[-2], False) for topic in want), statuses
+
+    asyncio.run(asyncio.wait_for(body(), DEADLINE_S))
