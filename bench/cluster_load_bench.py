@@ -8,7 +8,11 @@ up``'s functions; fresh so that no journal or lease of the previous step is repl
 and waited for until every shard is served, then ``blink load --server MQTT --matches N --pace max
 --duration D --json`` runs its players on the cluster's first node. The relays' CPU is read from
 ``/proc/PID/stat`` around the measured window; the figures are what ``blink load`` reports
-(actions/s, play -> verdict percentiles, unanswered plays) plus the relays' CPU share.
+(actions/s, play -> verdict percentiles, unanswered plays) plus the relays' CPU share and
+their CPU per action (all relays' CPU during the run / actions played: with R relays every relay
+receives every action, so this is where a relay's cost per received message shows), the NATS
+nodes' CPU share (together) and the load generator's. The relays are started one after another
+(each once it is running), as simultaneous starts race on creating the lease buckets.
 
 The machine is shared and has 2 cores: NATS, the load generator and the relays all compete for them,
 so the ratio between the two rows is what this shows, not absolute capacity.
@@ -71,6 +75,13 @@ def step(relays: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                      "--shards-total", str(args.shards), "--relay-id", f"r{i}", "--data", str(tmp / f"d{relays}-{i}")],
                     stdout=open(out, "wb"), stderr=subprocess.STDOUT, cwd=ROOT))
                 outs.append(out)
+                # One after the other: relays starting at the very same moment race on creating the
+                # cluster's lease buckets ("cannot set up the leases: nats: no response from stream").
+                up = time.monotonic() + 60
+                while "running on broker" not in out.read_text(errors="replace"):
+                    if time.monotonic() > up or procs[-1].poll() is not None:
+                        raise SystemExit(f"relay r{i} did not start: {out.read_text(errors='replace')[-300:]}")
+                    time.sleep(0.1)
             deadline = time.monotonic() + 120
             want = {str(s) for s in range(args.shards)}
             while not (served(outs) == want and all(SERVES.search(o.read_text(errors="replace")) for o in outs)):
@@ -79,16 +90,22 @@ def step(relays: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 time.sleep(0.2)
             time.sleep(2 * 4.0)  # let the shards settle (balancing moves one shard per tick)
             before = [cpu_s(p.pid) for p in procs]
+            nats_before = [cpu_s(n.pid) for n in cluster.nodes]
             t0 = time.monotonic()
             load = subprocess.run([*BLINK, "load", "--server", cluster.mqtt[0], "--matches", str(args.matches),
                                    "--pace", args.pace, "--duration", str(args.duration), "--json"],
                                   capture_output=True, text=True, cwd=ROOT, timeout=args.duration + 300)
             wall = time.monotonic() - t0
             used = [cpu_s(p.pid) - b for p, b in zip(procs, before)]
+            nats_used = sum(cpu_s(n.pid) - b for n, b in zip(cluster.nodes, nats_before))
             if load.returncode != 0:
                 raise SystemExit(f"blink load failed: {load.stderr.strip()[-500:]}")
             report = json.loads(load.stdout)
+            actions = report.get("actions") or 0
             return {"relays": relays, "load": report, "relay_cpu_share": [round(u / wall, 3) for u in used],
+                    # every relay's CPU over the run (settling and drain included) per action played
+                    "relay_cpu_us_per_action": round(sum(used) / actions * 1e6, 1) if actions else None,
+                    "nats_cpu_share": round(nats_used / wall, 3),  # the 3 nodes together (of 2 cores)
                     "shards_per_relay": [len(served([o])) for o in outs]}
         finally:
             for p in procs:
@@ -114,12 +131,14 @@ def main() -> None:
         for r in [int(x) for x in args.relays.split(",")]:
             rows.append(step(r, args, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
-    print(f"{'relays':>6} {'actions/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'unanswered':>10} {'relay cpu':>18}")
+    print(f"{'relays':>6} {'actions/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'unanswered':>10} {'relay cpu':>18} "
+          f"{'relay cpu µs/action':>20} {'nats cpu':>8} {'generator cpu':>13}")
     for row in rows:
         load = row["load"]
         print(f"{row['relays']:>6} {load.get('actions_per_s', '?'):>10} {str(load.get('verdict_ms', {}).get('p50', '?')):>7} "
               f"{str(load.get('verdict_ms', {}).get('p99', '?')):>7} {str(load.get('unanswered', '?')):>10} "
-              f"{str(row['relay_cpu_share']):>18}")
+              f"{str(row['relay_cpu_share']):>18} {str(row.get('relay_cpu_us_per_action')):>20} "
+              f"{str(row.get('nats_cpu_share')):>8} {str(load.get('generator_cpu_pct', '?')) + ' %':>13}")
     if len(rows) >= 2 and rows[0]["load"].get("actions_per_s"):
         print(f"ratio {rows[-1]['relays']} relays / {rows[0]['relays']}: "
               f"{rows[-1]['load']['actions_per_s'] / rows[0]['load']['actions_per_s']:.2f}")

@@ -29,9 +29,12 @@ than the process's memory.
 Keep-alive: a timer every ``keepalive / 2`` sends PINGREQ (unless one is still unanswered), and
 drops the connection when one has gone unanswered for ``keepalive`` seconds (a broker or network
 that went silent without closing the socket). ``subscribe`` waits for its SUBACK and
-raises if the broker refused a subscription. ``wait_closed()`` returns (not raises) why the
-connection ended, and ``on_close(callback)`` is told the same without a task; ``disconnect()``
-sends DISCONNECT (the broker then drops the last will) and waits for what was written to be flushed.
+raises ``SubscribeRefused`` if the broker refused a subscription (the connection stays up: the
+caller may ask again). ``set_topic_filter`` has messages the reader does not listen to skipped
+undecoded by the parser (``packets.Parser``'s "Filtering"). ``wait_closed()`` returns (not raises)
+why the connection ended, and ``on_close(callback)`` is told the same without a task;
+``disconnect()`` sends DISCONNECT (the broker then drops the last will) and waits for what was
+written to be flushed.
 
 Reconnecting is the caller's business (it knows what to resubscribe and resend).
 """
@@ -74,6 +77,14 @@ class ConnectRefused(MqttError):
     def __init__(self, rc: int) -> None:
         super().__init__(f"the broker refused the connection: {CONNACK_REASONS.get(rc, 'return code')} ({rc})")
         self.rc = rc
+
+
+class SubscribeRefused(MqttError):
+    """The broker's SUBACK refused a subscription (0x80); ``codes``: its return codes, one a topic."""
+
+    def __init__(self, subscriptions: list[tuple[str, int]], codes: list[int]) -> None:
+        super().__init__(f"the broker refused a subscription: {subscriptions} -> {codes}")
+        self.codes = codes
 
 
 @dataclass(frozen=True)
@@ -205,8 +216,19 @@ class MqttConnection(asyncio.Protocol):
         body = await self._answer(future, timeout, "SUBACK")
         codes = list(body)
         if len(codes) != len(subs) or any(c == 0x80 or c > 2 for c in codes):
-            raise MqttError(f"the broker refused a subscription: {subs} -> {codes}")
+            raise SubscribeRefused(subs, codes)
         return codes
+
+    def set_topic_filter(self, drop_under: bytes | None, keep_under: tuple[bytes, ...] = ()) -> None:
+        """From the next read on, QoS-0 PUBLISHes whose topic starts with ``drop_under`` and with
+        none of ``keep_under`` are skipped undecoded (``None``: deliver everything)."""
+        self.parser.drop_under = drop_under
+        self.parser.keep_under = tuple(keep_under)
+
+    @property
+    def filtered(self) -> int:
+        """PUBLISHes skipped by the topic filter."""
+        return self.parser.filtered
 
     async def unsubscribe(self, topics: Iterable[str], timeout: float = CONNECT_TIMEOUT_S) -> None:
         pid = self._new_pid()
@@ -433,4 +455,4 @@ def _drop(transport: asyncio.BaseTransport | None) -> None:
         transport.abort()  # type: ignore[attr-defined]
 
 
-__all__ = ["ConnectRefused", "MqttConnection", "MqttError", "Will", "connect"]
+__all__ = ["ConnectRefused", "MqttConnection", "MqttError", "SubscribeRefused", "Will", "connect"]

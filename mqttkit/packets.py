@@ -27,6 +27,12 @@ parsed before the bad one. The connection must then be dropped: the stream has l
 exactly ``drop`` (raw bytes): no object is built for a flood the reader would refuse anyway.
 A topic that is not UTF-8 does not break the framing: its ``Message`` has ``topic=None`` (it is
 still acknowledged, then dropped).
+
+Filtering: a reader that subscribes wider than it listens (a cluster relay hears every shard's
+actions and serves a few) sets ``drop_under`` and ``keep_under``: a QoS-0 PUBLISH whose topic bytes
+start with ``drop_under`` and with none of ``keep_under`` is skipped where it lies in the read --
+no topic decoded, no slice, no ``Message`` -- and counted in ``filtered``. A QoS 1 or 2 PUBLISH is
+never filtered (it must be acknowledged). The filter can change between two reads.
 """
 
 from __future__ import annotations
@@ -94,10 +100,14 @@ def packet_name(kind: int) -> str:
 class Parser:
     """Incremental MQTT 3.1.1 parser for a client's incoming stream (see the module header)."""
 
-    __slots__ = ("max_packet", "_rest", "_need", "_skip", "skipped")
+    __slots__ = ("max_packet", "drop_under", "keep_under", "filtered", "_rest", "_need", "_skip", "skipped")
 
     def __init__(self, max_packet: int = MAX_REMAINING) -> None:
         self.max_packet = max_packet
+        #: QoS-0 PUBLISHes under ``drop_under`` and under none of ``keep_under`` are skipped (header).
+        self.drop_under: bytes | None = None
+        self.keep_under: tuple[bytes, ...] = ()
+        self.filtered = 0  # PUBLISHes skipped by that filter
         self._rest = bytearray()  # the start of a packet not complete yet
         self._need = 0  # how many bytes _rest must hold before parsing is worth trying again
         self._skip = 0  # bytes still to skip of an oversized PUBLISH
@@ -129,6 +139,8 @@ class Parser:
         n = len(buf)
         i = 0
         max_packet = self.max_packet
+        drop_under = self.drop_under
+        keep_under = self.keep_under
         append = out.append
         while i < n:
             first = buf[i]
@@ -169,7 +181,11 @@ class Parser:
                     if ps > n:
                         return self._wait(buf, i, ps - i, out)
                     pid = ((buf[te] << 8) | buf[te + 1]) if qos else 0
-                    append(Oversize(_topic(buf[ts:te]), end - ps, qos, pid))
+                    if (drop_under is not None and not qos and buf.startswith(drop_under, ts, te)
+                            and not buf.startswith(keep_under, ts, te)):
+                        self.filtered += 1
+                    else:
+                        append(Oversize(_topic(buf[ts:te]), end - ps, qos, pid))
                     if end > n:
                         self._skip = end - n
                         return out
@@ -177,10 +193,16 @@ class Parser:
                     continue
                 if end > n:
                     return self._wait(buf, i, end - i, out)
-                if drop is not None and not qos and buf[ts:te] == drop:
-                    self.skipped += 1
-                    i = end
-                    continue
+                if not qos:
+                    if drop is not None and buf[ts:te] == drop:
+                        self.skipped += 1  # the flood topic the reader refuses
+                        i = end
+                        continue
+                    if drop_under is not None and buf.startswith(drop_under, ts, te) \
+                            and not buf.startswith(keep_under, ts, te):
+                        self.filtered += 1  # not listened to: skipped where it lies
+                        i = end
+                        continue
                 pid = ((buf[te] << 8) | buf[te + 1]) if qos else 0
                 try:
                     topic: str | None = buf[ts:te].decode()

@@ -7,10 +7,15 @@ single-process default, untouched). It holds one MQTT connection and, for every 
 ``Ownership`` (``relay/ownership.py``: static shards, or leases in NATS JetStream) hands it, a
 ``ShardServer``: that shard's ``RelayCore``, its journal (one per shard) and its fence.
 
-- Receiving. The relay subscribes, once per connection, to every lobby request (``lobby/req/+``:
-  NATS's MQTT has no shared subscriptions, so every relay sees every request) and to the action
-  topics of *every* shard (``m/+/+/act/+``); the actions of shards it does not serve are dropped
-  as they arrive, before anything is decoded. Its subscriptions never change while it runs: on NATS
+- Receiving. The relay's broker connection is ``mqttkit.connection`` (as the shell's: a read's
+  PUBLISHes come to ``_on_messages`` as one list, stamped once and queued; about a tenth of the CPU
+  a message that paho under aiomqtt took). The relay subscribes, once per connection, to every
+  lobby request (``lobby/req/+``: NATS's MQTT has no shared subscriptions, so every relay sees
+  every request) and to the action topics of *every* shard (``m/+/+/act/+``); the actions of
+  shards it does not serve are dropped by the connection's parser by their topic bytes
+  (``set_topic_filter``: under ``m/`` and under no served ``m/{shard}/``), where they lie in the
+  read -- nothing decoded, no object made for them -- so R relays each receiving every action
+  costs each little more than its own share. Its subscriptions never change while it runs: on NATS
   every SUBSCRIBE and UNSUBSCRIBE writes the MQTT session to JetStream (the ``$MQTT_sess``
   stream), and while that stream's leader is being re-elected after a node stopped (4-9 s in
   nats-server 2.9) the node holds the connection's every later packet -- the new owner's
@@ -43,8 +48,15 @@ single-process default, untouched). It holds one MQTT connection and, for every 
   any other, so a replay stays exact. A player that was only slow sees itself dropped and takes its
   seat back (``Rejoin``), as after any dropped connection.
 - Losing a shard (``on_loss``): its server is removed at once -- nothing more is published or
-  appended for it (its actions are dropped from then on). A clean stop (``close``) publishes each
-  shard's status offline first and then releases the shards, so a successor starts at once.
+  appended for it (its actions are dropped from then on). A clean stop publishes each shard's
+  status offline and the relay's own, disconnects (flushing them), and then releases the shards,
+  so a successor starts at once.
+- Publishing. A step's outputs for a shard are packed (``mqttkit.packets.pack_publish``) into one
+  buffer and written once, never awaited message by message; a publish on a dropped connection is
+  counted and logged, never raised (the connection reconnects and every served shard resyncs).
+- Connecting. Each node of ``--broker a,b,c`` in turn: a CONNECT unanswered for 2 s, a refused or
+  lost connection, moves on to the next node at once (each node once), then backs off (0.1 s
+  doubling to 5 s). A subscription refused in its SUBACK is asked again in the background.
 - Time. The cores get the wall clock (``time.time_ns``) so a successor on another machine carries
   on the same deadlines; per shard it is kept from going backwards (also across owners: the replay
   ends at the last journalled time).
@@ -57,7 +69,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import errno
 import json
 import logging
 import os
@@ -68,9 +79,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-import aiomqtt
-
-from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, granted, stop_task, wait_event
+from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, stop_task, wait_event
+from mqttkit.connection import MqttConnection, MqttError, SubscribeRefused, Will
+from mqttkit.connection import connect as mqtt_connect
+from mqttkit.packets import Message, pack_publish
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
@@ -104,6 +116,9 @@ CONNECT_TIMEOUT_S = 2.0
 #: (asked again in the background) is heard rather than taken for a dead connection.
 SUBSCRIBE_TIMEOUT_S = 6.0
 WILL_CHECK_S = 10.0  # after a takeover: a seated player not heard from for this long gets its last will
+#: Room for a PUBLISH's fixed header and topic on top of ``max_payload``: a message longer than that
+#: is not buffered (its sender is told ``too_large``), as in the shell.
+PACKET_HEADER_ALLOWANCE = 1024
 
 #: Opens the journal of one shard (called in a worker thread).
 JournalOpener = Callable[[str], Journal]
@@ -182,7 +197,10 @@ class ClusterRelay:
                                                            thread_name_prefix="blink-journal")
         self._inbox: list[tuple[str, bytes, int]] = []
         self._wake = asyncio.Event()
-        self._client: aiomqtt.Client | None = None
+        self._client: MqttConnection | None = None
+        self._act_head = f"{prefix}/m/".encode()  # every action topic starts so (the parser's filter)
+        self._closing = False  # stopping: a connection that ends is not made again
+        self.publish_failures = 0
         self._announce: list[str] = []  # shards gained and not yet announced (status, list, snapshots)
         self._fatal: BaseException | None = None
         self._stopped = asyncio.Event()
@@ -224,6 +242,7 @@ class ClusterRelay:
         srv = self.servers.pop(shard, None)
         if srv is None:
             return
+        self._refilter()
         self.lost.append((shard, time.monotonic()))
         history = getattr(self.ownership, "history", None)  # the leases say why (for the operator)
         why = next((what for _, what, s in reversed(list(history)) if s == shard), None) if history else None
@@ -274,6 +293,7 @@ class ClusterRelay:
             await self._io(_close_quietly, srv.journal)
             return
         self.servers[shard] = srv
+        self._refilter()
         self.gained.append((shard, time.monotonic()))
         present = {seat.client for match in srv.core.matches.values() if match.status in ("playing", "between")
                    for seat in match.players if seat.dropped_at is None}
@@ -345,40 +365,68 @@ class ClusterRelay:
             self._log_file = open(self.log_path, "a", encoding="utf-8")
         self._write([LogRecord({"kind": "relay_started", "ts": time.time_ns(), "relay": self.relay_id,
                                 "shards_total": self.total, "order": self.config.order})])
-        tasks: list[asyncio.Task[None]] = []
-        loop = asyncio.get_running_loop()
-        if loop.get_exception_handler() is None:
-            loop.set_exception_handler(_quiet_dropped_socket)
+        connection: asyncio.Task[None] | None = None
+        stepper: asyncio.Task[None] | None = None
         try:
-            tasks = [asyncio.create_task(self._connection_loop()), asyncio.create_task(self._step_loop())]
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            connection = asyncio.create_task(self._connection_loop())
+            stepper = asyncio.create_task(self._step_loop())
+            done, _ = await asyncio.wait({connection, stepper}, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 t.result()
             raise RuntimeError("the relay stopped unexpectedly")
         finally:
-            for t in tasks:
-                if not t.done():
-                    await stop_task(t)
+            # Shielded: ``ClusterServer.stop`` cancels again every 0.25 s while the relay has not
+            # stopped, and a second cancel used to cut the leases' release short (their thread's loop
+            # then closed under pending NATS tasks: tracebacks at every stop while NATS was slow).
+            # Every part is bounded by its own timeout.
+            cleanup = asyncio.ensure_future(self._shut_down(stepper, connection))
+            while True:
+                try:
+                    await asyncio.shield(cleanup)
+                    break
+                except asyncio.CancelledError:
+                    if cleanup.done():
+                        if not cleanup.cancelled():
+                            cleanup.exception()  # retrieved: the stop goes on
+                        break
+
+    async def _shut_down(self, stepper: asyncio.Task[None] | None, connection: asyncio.Task[None] | None) -> None:
+        """The stepper first (nothing more is published), then the last words on the connection still
+        up, then the connection, then the shards (their successors start at once)."""
+        try:
+            if stepper is not None and not stepper.done():
+                await stop_task(stepper)
+            self._closing = True
+            await self._say_goodbye()
+            if connection is not None and not connection.done():
+                await stop_task(connection)
             await self._release()
+        finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
             if self._log_file:
                 self._log_file.close()
                 self._log_file = None
 
+    async def _say_goodbye(self) -> None:
+        """Every served shard's status offline and the relay's own, then DISCONNECT (the broker
+        drops the last will): written as one buffer and flushed (at most 2 s)."""
+        client = self._client
+        if client is None or not client.connected:
+            return
+        try:
+            out = [o for srv in self.servers.values() for o in srv.core.shutdown()]
+            out.append(Publish(process_status_topic(self.prefix, self.relay_id), m.RelayStatus(self.relay_id, False),
+                               retain=True))
+            self._send(client, out)
+            await client.disconnect(timeout=2.0)
+        except BaseException as exc:  # noqa: BLE001 - the broker may be gone already
+            log.info("last words not sent: %s", exc)
+
     async def _release(self) -> None:
-        """Stop serving every shard (saying so on each shard's status), then give the shards up."""
+        """Stop serving every shard, then give the shards up."""
         for task in list(self._starting.values()):
             task.cancel()
         servers, self.servers = dict(self.servers), {}
-        client = self._client
-        if client is not None:
-            try:
-                out = [o for srv in servers.values() for o in srv.core.shutdown()]
-                out.append(Publish(process_status_topic(self.prefix, self.relay_id), m.RelayStatus(self.relay_id, False),
-                                   retain=True))
-                await asyncio.wait_for(self._publish(client, out), 2)
-            except BaseException:  # noqa: BLE001 - the broker may be gone already
-                pass
         for srv in servers.values():
             await self._io(_close_quietly, srv.journal)
         try:
@@ -386,33 +434,49 @@ class ClusterRelay:
         except BaseException as exc:  # noqa: BLE001 - leases run out by themselves
             log.warning("giving up the shards: %s", exc)
 
+    def _keep_under(self) -> tuple[bytes, ...]:
+        """The action topic heads the relay listens to: its served shards'."""
+        return tuple(f"{self.prefix}/m/{shard}/".encode() for shard in self.servers)
+
+    def _refilter(self) -> None:
+        """The served shards changed: the connection's parser keeps only their actions from its next
+        read on (what is already in the inbox is routed -- or dropped -- by the step)."""
+        client = self._client
+        if client is not None:
+            client.set_topic_filter(self._act_head, self._keep_under())
+
     async def _connection_loop(self) -> None:
         status = process_status_topic(self.prefix, self.relay_id)
-        will = aiomqtt.Will(status, encode(m.RelayStatus(self.relay_id, False)), qos=1, retain=True)
+        will = Will(status, encode(m.RelayStatus(self.relay_id, False)), qos=1, retain=True)
         delay = RECONNECT_FIRST_S
         first = True
         node = 0
         lost_at: float | None = None
         attempts = 0
-        act_head = f"{self.prefix}/m/"
         while True:
             self.address = self.addresses[node % len(self.addresses)]
             attempts += 1
-            client = aiomqtt.Client(self.address.host, self.address.port, identifier=self.client_id,
-                                    username=self.address.username or RELAY_USER, password=self.address.password,
-                                    socket_options=NODELAY, will=will, keepalive=30, max_queued_outgoing_messages=0,
-                                    timeout=CONNECT_TIMEOUT_S)
-            _retrieve_disconnect(client)
+            conn: MqttConnection | None = None
             try:
-                async with client:
-                    _retrieve_disconnect(client)  # the future is new if the old one was done
+                # The PUBLISHes of each read go straight into the inbox (``_on_messages``).
+                conn = await mqtt_connect(self.address.host, self.address.port, client_id=self.client_id,
+                                          on_messages=self._on_messages, on_oversize=self._on_oversize,
+                                          username=self.address.username or RELAY_USER,
+                                          password=self.address.password, will=will, keepalive=30,
+                                          max_packet=self.max_payload + PACKET_HEADER_ALLOWANCE,
+                                          socket_options=NODELAY, timeout=CONNECT_TIMEOUT_S)
+                # Before any SUBSCRIBE: other shards' actions are skipped from the first read on.
+                conn.set_topic_filter(self._act_head, self._keep_under())
+                # The connection is the stepper's from here: an answer to a message that arrives
+                # while the SUBACKs are awaited (NATS: up to 4 s during an election) goes out on it.
+                self._client = conn
+                try:
                     # Every shard's actions, once: gaining a shard then needs no SUBSCRIBE (see the module
-                    # docstring); the SUBACKs are awaited with the client's timeout like the CONNACK.
-                    await self._subscribe_topic(client, self.topics.req_all)
-                    await self._subscribe_topic(client, self._act_all("+"))
+                    # docstring).
+                    await self._subscribe_topic(conn, self.topics.req_all)
+                    await self._subscribe_topic(conn, self._act_all("+"))
                     # QoS 0: a PUBACK for a retained message waits on JetStream on NATS (not worth a reconnect)
-                    await client.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=0, retain=True)
-                    self._client = client
+                    conn.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=0, retain=True)
                     if lost_at is not None:
                         log.warning("reconnected to the broker %s %.2f s after losing it (%d attempt(s)) at %.3f",
                                     self.address.url, time.monotonic() - lost_at, attempts, time.time())
@@ -421,7 +485,7 @@ class ClusterRelay:
                     if first:
                         try:  # only now: a shard gained is served at once
                             await self.ownership.start()
-                        except (aiomqtt.MqttError, asyncio.CancelledError):
+                        except (MqttError, asyncio.CancelledError):
                             raise
                         except Exception as exc:  # noqa: BLE001 - one line for a person
                             raise ClusterError(str(exc) or type(exc).__name__) from exc
@@ -433,20 +497,14 @@ class ClusterRelay:
                     first = False
                     delay = RECONNECT_FIRST_S
                     self._wake.set()
-                    try:
-                        async for msg in client.messages:
-                            topic = msg.topic.value
-                            if self._will_checks:
-                                self._heard(topic)
-                            if topic.startswith(act_head) and shards.shard_of_act_topic(topic, self.prefix) not in self.servers:
-                                continue  # another relay's shard (or one not served yet: its clients resend)
-                            payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
-                            self._inbox.append((topic, bytes(payload), time.time_ns()))
-                            self._wake.set()
-                    finally:
+                    raise await conn.wait_closed()  # nothing to do here until the connection ends
+                finally:
+                    if self._client is conn:
                         self._client = None
-            except aiomqtt.MqttError as exc:
+            except MqttError as exc:
                 self._client = None
+                if self._closing:
+                    return  # the last words were said: no new connection
                 node += 1  # a node that failed or went away: the next one (it comes round again last)
                 if first and node >= len(self.addresses):
                     raise
@@ -464,6 +522,33 @@ class ClusterRelay:
                 if attempts >= len(self.addresses):
                     await asyncio.sleep(delay)
                     delay = min(RECONNECT_MAX_S, delay * 2)
+            finally:
+                if conn is not None:
+                    conn.abort()  # a no-op once it has ended (a clean stop disconnected it first)
+
+    def _on_messages(self, messages: list[Message]) -> None:
+        """The PUBLISHes of one read from the broker (other shards' actions were skipped by the
+        parser): stamped once, queued for the stepper."""
+        t = time.time_ns()
+        inbox = self._inbox
+        if self._will_checks:
+            for msg in messages:
+                assert msg.topic is not None  # the connection drops messages whose topic is not UTF-8
+                self._heard(msg.topic)
+        for msg in messages:
+            inbox.append((msg.topic, msg.payload, t))  # type: ignore[arg-type] # topic: not None (above)
+        self._wake.set()
+
+    def _on_oversize(self, topic: str, size: int) -> None:
+        """A message far over ``max_payload`` (its bytes were skipped, never buffered): handed on
+        as a payload one byte over the limit, which its shard's core answers ``too_large`` (as any
+        payload over it: the step cuts those to that length)."""
+        if topic.startswith(self._act_head.decode()) and shards.shard_of_act_topic(topic, self.prefix) not in self.servers:
+            return
+        if self._will_checks:
+            self._heard(topic)
+        self._inbox.append((topic, bytes(self.max_payload + 1), time.time_ns()))
+        self._wake.set()
 
     def _heard(self, topic: str) -> None:
         """A client spoke (a request or an action): it is alive, whatever shard it plays in."""
@@ -501,14 +586,18 @@ class ClusterRelay:
     def _act_all(self, shard: str) -> str:
         return f"{self.prefix}/m/{shard}/+/act/+"
 
-    async def _subscribe_topic(self, client: aiomqtt.Client, topic: str) -> None:
+    async def _subscribe_topic(self, client: MqttConnection, topic: str) -> None:
         """Subscribe, and make sure the broker granted it: NATS's MQTT refused QoS 1 subscriptions
         (SUBACK 0x80) when it could not create their JetStream consumers in time -- while a node was
         down and the cluster elected a new meta leader, a relay that moved to another node had every
         action subscription refused and its matches waited for ever. Now QoS 0 (``SUB_QOS``), but any
-        refusal is still asked again in the background until granted (or the connection is gone)."""
-        if granted(await client.subscribe(topic, qos=SUB_QOS, timeout=SUBSCRIBE_TIMEOUT_S)):
+        refusal is still asked again in the background until granted (or the connection is gone).
+        No SUBACK within ``SUBSCRIBE_TIMEOUT_S`` drops the connection (``MqttError``: reconnect)."""
+        try:
+            await client.subscribe([(topic, SUB_QOS)], timeout=SUBSCRIBE_TIMEOUT_S)
             return
+        except SubscribeRefused:
+            pass
         log.warning("the broker refused the subscription to %s at %.3f; asking again", topic, time.time())
 
         async def again() -> None:
@@ -517,11 +606,13 @@ class ClusterRelay:
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 try:
-                    if granted(await client.subscribe(topic, qos=SUB_QOS, timeout=SUBSCRIBE_TIMEOUT_S)):
-                        log.warning("subscribed to %s at last", topic)
-                        return
-                except aiomqtt.MqttError:
+                    await client.subscribe([(topic, SUB_QOS)], timeout=SUBSCRIBE_TIMEOUT_S)
+                except SubscribeRefused:
+                    continue
+                except MqttError:
                     return  # the connection is gone: the reconnect subscribes again
+                log.warning("subscribed to %s at last", topic)
+                return
         self._background(again())
 
     async def _step_loop(self) -> None:
@@ -545,12 +636,11 @@ class ClusterRelay:
         """One group-committed step over every served shard."""
         if self._announce and self._client is not None:
             todo, self._announce = self._announce, []
-            for shard in todo:
-                srv = self.servers.get(shard)
-                if srv is not None:
-                    await self._emit(srv, self._announcement(srv))
-                    log.info("shard %s: announced (status online, %d match(es)) %.2f s after serving it", shard,
-                             len(srv.core.matches), time.monotonic() - srv.served_at)
+            fresh = [self.servers[shard] for shard in todo if shard in self.servers]
+            self._emit([(server, self._announcement(server)) for server in fresh])
+            for server in fresh:
+                log.info("shard %s: announced (status online, %d match(es)) %.2f s after serving it", server.shard,
+                         len(server.core.matches), time.monotonic() - server.served_at)
         inbox, self._inbox = self._inbox[:MAX_BATCH], self._inbox[MAX_BATCH:]
         batches: dict[str, tuple[ShardServer, list[Entry], list[Any]]] = {}
         servers = self.servers
@@ -592,6 +682,8 @@ class ClusterRelay:
         results = await asyncio.gather(*(self._io(srv.journal.append, entries, srv.fence)
                                          for srv, entries, _ in work), return_exceptions=True)
         held = self.ownership.owned()  # read now: the leases live on their own thread and may know more
+        done: list[tuple[ShardServer, list[Any]]] = []
+        answered: list[ShardServer] = []
         for (srv, entries, out), result in zip(work, results):
             if self.servers.get(srv.shard) is not srv:
                 continue  # lost meanwhile: not a word more for it
@@ -609,16 +701,21 @@ class ClusterRelay:
                 await self._drop(srv, rebuild=True)
                 continue
             srv.steps += 1
-            if out:
-                await self._emit(srv, out)
-                if not srv.answered and any(isinstance(e, Msg) for e in entries):
-                    srv.answered = True
-                    self._tell(f"answers on shard {srv.shard} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
+            done.append((srv, out))
+            if out and not srv.answered and any(isinstance(e, Msg) for e in entries):
+                srv.answered = True
+                answered.append(srv)
+        # Every shard's outputs of the step: one buffer, one write (``_drop`` above never waits).
+        self._emit(done)
+        for srv in answered:
+            self._tell(f"answers on shard {srv.shard} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
+        for srv, _ in done:
             await self._maybe_snapshot(srv)
 
     async def _drop(self, srv: ShardServer, rebuild: bool) -> None:
         if self.servers.get(srv.shard) is srv:
             del self.servers[srv.shard]
+            self._refilter()
         self.lost.append((srv.shard, time.monotonic()))
         self._tell(f"stopped serving shard {srv.shard}")
         self._background(self._io(_close_quietly, srv.journal))
@@ -654,22 +751,57 @@ class ClusterRelay:
             core._send_views(match, out)  # noqa: SLF001
         return out
 
-    async def _emit(self, srv: ShardServer, out: list[Any]) -> None:
-        records = [o for o in out if isinstance(o, LogRecord)]
-        if records:
-            self._write(records, srv.shard)
+    def _emit(self, outs: list[tuple[ShardServer, list[Any]]]) -> None:
+        """Write the shards' log lines and publish all their messages at once (one buffer, one write)."""
+        everything: list[Any] = []
+        for srv, out in outs:
+            records = [o for o in out if isinstance(o, LogRecord)]
+            if records:
+                self._write(records, srv.shard)
+            everything += out
         client = self._client
-        if client is not None:
-            try:
-                await self._publish(client, out)
-            except aiomqtt.MqttError as exc:
-                log.warning("publish failed (%s); waiting for the broker", exc)
+        if client is not None and everything:
+            failed = self._send(client, everything)
+            if failed:
+                # The connection dropped: the connection task reconnects and every served shard is
+                # announced again then; what this step said is in the state its clients will get.
+                self.publish_failures += failed
+                log.warning("%d publish(es) failed (%s); waiting for the broker", failed, self._last_failure)
 
-    async def _publish(self, client: aiomqtt.Client, out: list[Any]) -> None:
-        for o in out:
-            if isinstance(o, Publish):
-                payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
-                await client.publish(o.topic, payload, qos=o.qos, retain=o.retain)
+    _last_failure = ""
+
+    def _send(self, client: MqttConnection, out: list[Any]) -> int:
+        """Write the ``Publish``es of ``out`` packed as one buffer (a QoS-1 one, none today, through
+        the connection's ``publish`` in its place); return how many could not be written. Never
+        raises for a dropped connection."""
+        publishes = [o for o in out if isinstance(o, Publish)]
+        if not publishes:
+            return 0
+        if not client.connected:
+            self._last_failure = "not connected"
+            return len(publishes)
+        buf = bytearray()
+        failed = 0
+        for o in publishes:
+            payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
+            try:
+                if o.qos == 0:
+                    pack_publish(buf, o.topic, payload, o.retain)
+                    continue
+                if buf:
+                    client.write(buf)
+                    buf = bytearray()
+                client.publish(o.topic, payload, o.qos, o.retain)
+            except (ValueError, MqttError) as exc:  # a bad topic; the connection dropped under it
+                self._last_failure = f"{type(exc).__name__}: {exc}"
+                failed += 1
+        if buf:
+            try:
+                client.write(buf)
+            except MqttError as exc:  # the connection broke under it
+                self._last_failure = f"{type(exc).__name__}: {exc}"
+                failed += sum(1 for o in publishes if o.qos == 0)  # an upper bound: what this step sent
+        return failed
 
     def _write(self, records: list[LogRecord], shard: str | None = None) -> None:
         if self.records is not None:
@@ -793,28 +925,6 @@ async def nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str
 def core_time(core: RelayCore) -> int:
     """The latest time a restored core has seen, near enough (its last publication)."""
     return max((t for book in core.fair.published.values() for t in book.values()), default=0)
-
-
-def _quiet_dropped_socket(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The loop's exception handler in a cluster relay: paho (under aiomqtt) asks the loop, from another
-    thread, to watch its socket for writing; when the broker node went away just before, the socket is
-    closed by then and the loop logs a traceback (EBADF in ``add_writer``) for what is only the lost
-    connection the relay already reconnects from. That one is a line; everything else as by default."""
-    exc = context.get("exception")
-    if isinstance(exc, OSError) and exc.errno == errno.EBADF and "add_writer" in str(context.get("message", "")) + repr(
-            context.get("handle", "")):
-        log.info("a write watch on a socket closed meanwhile (the broker connection was lost): ignored")
-        return
-    loop.default_exception_handler(context)
-
-
-def _retrieve_disconnect(client: aiomqtt.Client) -> None:
-    """aiomqtt sets an "Unexpected disconnection" exception on a client's disconnect future also after
-    the client was left (a CONNACK or a DISCONNECT that timed out, the socket closing later): nobody
-    awaits it then, and asyncio logs "Future exception was never retrieved". Retrieved here."""
-    future = getattr(client, "_disconnected", None)
-    if isinstance(future, asyncio.Future):
-        future.add_done_callback(lambda f: None if f.cancelled() else f.exception())
 
 
 def _close_quietly(journal: Journal) -> None:

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqttkit import BrokerAddress, free_port
-from mqttkit.connection import ConnectRefused, MqttConnection, MqttError, Will, connect
+from mqttkit.connection import ConnectRefused, MqttConnection, MqttError, SubscribeRefused, Will, connect
 from mqttkit.packets import (PUBACK, PUBCOMP, PUBREC, PUBREL, SUBACK, Control, Message, Oversize, Parser,
                              ProtocolError, pack_ack, pack_connect, pack_publish)
 
@@ -117,6 +117,27 @@ def test_an_oversized_publish_is_reported_and_skipped_without_buffering_it() -> 
     assert out == [Message("small", b"s", 0, 0, False, False), Oversize("blink/v1/lobby/req/z", 200_000, 1, 5),
                    Message("blink/v1/lobby/req/a", b"ok", 0, 0, False, False)]
     assert most < 4096  # the 200 kB were never held
+
+
+def test_the_topic_filter_skips_qos0_messages_under_a_head_unless_kept_and_can_change_between_reads() -> None:
+    parser = Parser(max_packet=1000)
+    parser.drop_under, parser.keep_under = b"p/m/", (b"p/m/1/", b"p/m/3/")
+    data = (publish("p/m/0/AB/act/x", b"a") + publish("p/m/1/AB/act/x", b"b") + publish("p/lobby/req/x", b"c")
+            + publish("p/m/2/AB/act/y", b"d", qos=1, pid=4)  # QoS 1: never filtered (acknowledged)
+            + publish("p/m/2/AB/act/y", b"z" * 5000)  # an oversized one of a shard not kept: skipped too
+            + publish("p/m/3/CD/act/z", b"e") + publish("p/m/11/CD/act/z", b"f"))
+    want = [Message("p/m/1/AB/act/x", b"b", 0, 0, False, False), Message("p/lobby/req/x", b"c", 0, 0, False, False),
+            Message("p/m/2/AB/act/y", b"d", 1, 4, False, False), Message("p/m/3/CD/act/z", b"e", 0, 0, False, False)]
+    assert parser.feed(data) == want
+    assert parser.filtered == 3
+    again = Parser(max_packet=1000)  # cut at every byte: the same
+    again.drop_under, again.keep_under = parser.drop_under, parser.keep_under
+    assert feed_in_pieces(again, data, list(range(len(data)))) == want and again.buffered == 0
+    parser.keep_under = ()  # nothing kept under the head
+    assert parser.feed(publish("p/m/1/AB/act/x", b"b") + publish("p/lobby/req/x", b"c")) == [
+        Message("p/lobby/req/x", b"c", 0, 0, False, False)]
+    parser.drop_under = None  # no filter
+    assert len(parser.feed(publish("p/m/0/AB/act/x", b"a"))) == 1
 
 
 @settings(max_examples=100, deadline=None)
@@ -348,6 +369,28 @@ def test_login_subscribe_and_batches_of_messages_acknowledged_in_one_write() -> 
     first, body = login["connect"]
     assert first == 0x10 and body == pack_connect("blink-x", 30, "relay", "s3cret", ("st/relay", b"off", 1, True))[2:]
     assert body[7] == 0x80 | 0x40 | 0x20 | 0x08 | 0x04 | 0x02  # user, password, will retain, will QoS 1, will, clean
+
+
+def test_a_refused_subscription_raises_subscribe_refused_and_the_connection_stays_up() -> None:
+    async def script(s: Session) -> None:
+        await s.read_until(1)
+        s.write(CONNACK_OK)
+        body = await s.read_until(8)
+        s.write(suback(int.from_bytes(body[:2], "big"), 0x80))
+        body = await s.read_until(8)
+        s.write(suback(int.from_bytes(body[:2], "big"), 0))
+        await s.read_until(14)
+
+    async def main() -> None:
+        async with FakeBroker(script) as broker:
+            conn = await connect("127.0.0.1", broker.port, client_id="x", on_messages=lambda b: None)
+            with pytest.raises(SubscribeRefused) as caught:
+                await conn.subscribe([("a/+", 0)])
+            assert caught.value.codes == [0x80] and conn.connected
+            assert await conn.subscribe([("a/+", 0)]) == [0]  # asked again on the same connection
+            await conn.disconnect()
+
+    run(main())
 
 
 def test_a_refused_login_raises_connect_refused_with_its_code() -> None:

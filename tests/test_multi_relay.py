@@ -33,15 +33,20 @@ GAMES = ("blink", "takeaway", "sequence", "ryo")
 
 
 class CountingRelay(ClusterRelay):
-    """A cluster relay that counts the lobby requests it hands to a core, per client."""
+    """A cluster relay that counts the lobby requests it hands to a core, per client, and the actions
+    of shards it does not serve that reached its inbox (the connection's parser should skip them)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.handled: Counter[str] = Counter()
+        self.foreign_actions = 0
 
     async def step(self) -> None:
         head = f"{self.prefix}/lobby/req/"
         for topic, payload, _ in self._inbox[:512]:
+            act_shard = shards.shard_of_act_topic(topic, self.prefix)
+            if act_shard is not None and act_shard not in self.servers:
+                self.foreign_actions += 1
             if topic.startswith(head):
                 client = topic[len(head):]
                 shard = shards.route_request(client, payload, self.total)
@@ -99,6 +104,11 @@ def test_two_relays_on_one_broker_play_every_game_across_shards(mosquitto: Broke
                 assert {x["shard"] for x in judged} == {shard}
                 assert not any(x.get("match") == r.code for x in other.records)
             assert served["a"] and served["b"], served  # both relays served matches
+            # Each relay hears every shard's actions (one fixed subscription) and its connection's
+            # parser skipped the other relay's, undecoded: none reached its inbox.
+            for r in (a, b):
+                assert r._client is not None and r._client.filtered > 0, r.relay_id
+                assert r.foreign_actions == 0, r.relay_id
         finally:
             await stopped(servers)
 
@@ -262,3 +272,44 @@ def test_a_last_will_lost_while_a_shard_had_no_relay_is_given_by_the_next_owner(
                 await b_server.stop()
 
     asyncio.run(asyncio.wait_for(body(), DEADLINE_S * 2))
+
+
+class SlowRelease(StaticOwnership):
+    """Gives its shards up more slowly than ``ClusterServer.stop`` cancels again (every 0.25 s), as
+    NATS leases do while JetStream is slow."""
+
+    released = False
+
+    async def close(self) -> None:
+        await asyncio.sleep(1.0)  # the slow release itself (not a wait for anything)
+        await super().close()
+        self.released = True
+
+
+def test_a_clean_stop_says_its_shards_offline_and_releases_them_even_when_asked_again(
+        mosquitto: BrokerAddress, tmp_path: Path) -> None:
+    async def body() -> None:
+        ownership = SlowRelease(["0", "1"])
+        a = CountingRelay(mosquitto, ownership, sqlite_opener(tmp_path / "a", durable=False), TOTAL,
+                          config=RelayConfig(relay_id="relay-a"), relay_id="relay-a")
+        await stopped(await started(a))
+        assert ownership.released  # the release ran to its end despite stop's repeated cancels
+        t = Topics()
+        statuses: dict[str, Any] = {}
+        pub = mosquitto.public()
+        async with aiomqtt.Client(pub.host, pub.port, identifier="w" + os.urandom(8).hex()) as c:
+            await c.subscribe(t.relay_status("+"), qos=1)
+
+            async def reader() -> None:
+                async for msg in c.messages:
+                    statuses[str(msg.topic)] = decode(bytes(msg.payload))  # type: ignore[arg-type]
+
+            task = asyncio.create_task(reader())
+            want = {t.relay_status("shard-0"), t.relay_status("shard-1")}
+            await eventually(lambda: want <= set(statuses), DEADLINE_S, "the shards' retained statuses")
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        # Retained and said before the release: offline (a successor's "online" would replace them).
+        assert all(statuses[topic] == m.RelayStatus(topic.split("/")[-2], False) for topic in want), statuses
+
+    asyncio.run(asyncio.wait_for(body(), DEADLINE_S))
