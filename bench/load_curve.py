@@ -12,7 +12,7 @@ share, the machine's load average, and (``--residence``) the relay's own residen
 read of a message to the write of its outputs -- as the relay measures it when
 ``BLINK_RESIDENCE`` names a file (relay/shell.py writes its percentiles there at exit). The
 generator's event-loop lag in ``blink load``'s output says when the generator, not the relay, was
-the limit.
+the limit. ``CURVE_RELAY_ERR=FILE`` keeps the relay's stderr (its warnings) in FILE.
 
     .venv/bin/python bench/load_curve.py                        # the whole curve, ~3 minutes
     .venv/bin/python bench/load_curve.py --steps 1000 --duration 30 --json

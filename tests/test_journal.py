@@ -334,6 +334,66 @@ def test_a_corrupt_snapshot_is_not_used(tmp_path: Path) -> None:
         assert [p for p, _ in j.read(4)] == [4, 5]
 
 
+def test_a_snapshot_lives_in_a_file_beside_the_journal_and_leaves_with_compaction(tmp_path: Path) -> None:
+    """The blob is not written inside the database (an 8-13 MB write held every append there):
+    a file of its own, named by a small row; compaction deletes the files of what it drops."""
+    with open_journal(tmp_path) as j:
+        j.append(entries(6))
+        j.save_snapshot(3, b"three" * 1000)
+        j.save_snapshot(5, b"five" * 1000)
+        files = sorted(p.name for p in tmp_path.glob("journal.db.snapshot-*"))
+        assert files == ["journal.db.snapshot-3", "journal.db.snapshot-5"]
+        assert (tmp_path / "journal.db.snapshot-5").read_bytes() == b"five" * 1000
+        db = sqlite3.connect(tmp_path / "journal.db")
+        assert max(len(b) for (b,) in db.execute("SELECT blob FROM snapshots")) < 100  # only a name
+        db.close()
+        assert j.latest_snapshot() == (5, b"five" * 1000)
+        j.compact(5)
+        assert sorted(p.name for p in tmp_path.glob("journal.db.snapshot-*")) == ["journal.db.snapshot-5"]
+        j.append(entries(1, 6))
+    with open_journal(tmp_path) as j:
+        assert j.recovery_note is None
+        assert j.latest_snapshot() == (5, b"five" * 1000)
+        assert [p for p, _ in j.read(6)] == [6, 7]
+
+
+def test_a_damaged_or_missing_snapshot_file_is_not_used_and_strays_are_removed(tmp_path: Path) -> None:
+    with open_journal(tmp_path) as j:
+        j.append(entries(7))
+        j.save_snapshot(3, b"three")
+        j.save_snapshot(5, b"five")
+        j.save_snapshot(7, b"seven")
+    (tmp_path / "journal.db.snapshot-7").write_bytes(b"sevex")  # a bad disk
+    (tmp_path / "journal.db.snapshot-5").unlink()  # lost
+    stray = tmp_path / "journal.db.snapshot-9.tmp"  # a crash while one was being written
+    stray.write_bytes(b"half")
+    with open_journal(tmp_path) as j:
+        assert j.recovery_note is not None and "2 snapshot(s) that failed their checksum" in j.recovery_note
+        assert j.latest_snapshot() == (3, b"three")
+        assert [p for p, _ in j.read(4)] == [4, 5, 6, 7]
+    assert not stray.exists()
+    assert sorted(p.name for p in tmp_path.glob("journal.db.snapshot-*")) == ["journal.db.snapshot-3"]
+
+
+def test_a_journal_with_snapshots_inside_is_read_and_migrated(tmp_path: Path) -> None:
+    """Schema 2 kept each snapshot in its row: such a journal is read as it is."""
+    with open_journal(tmp_path) as j:
+        j.append(entries(4))
+    db = sqlite3.connect(tmp_path / "journal.db")
+    db.execute("INSERT INTO snapshots VALUES (4, ?, ?)", (b"inline", __import__("zlib").crc32(b"inline")))
+    db.execute("UPDATE meta SET value=2 WHERE key='schema'")
+    db.commit()
+    db.close()
+    with open_journal(tmp_path) as j:
+        assert j.recovery_note is not None and "schema 2 to" in j.recovery_note
+        assert j.latest_snapshot() == (4, b"inline")
+        j.append(entries(1, 4))
+        j.save_snapshot(5, b"file")
+        assert j.latest_snapshot() == (5, b"file")
+        j.compact(5)
+        assert j.latest_snapshot() == (5, b"file")
+
+
 # ---------------------------------------------------------------------------------------------- replay
 
 class Recorder:
