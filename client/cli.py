@@ -170,6 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         for name in ("amqtt", "transitions", "blink.relay", "zeroconf"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+        if args.command == "play":
+            # The window says "reconnecting…" itself; a lost local relay is one line at the end.
+            logging.getLogger("blink.net").setLevel(logging.ERROR)
     if args.command is None:
         parser.print_help()
         return argtypes.USAGE
