@@ -168,11 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log_to_stderr(logging.INFO if args.verbose else logging.WARNING)  # not basicConfig: see mqttkit/logsetup.py
     if not args.verbose:
-        for name in ("amqtt", "transitions", "blink.relay", "zeroconf"):
+        # ("mqtt" is paho's, under aiomqtt: "failed to receive on socket" for a connection our
+        # code already reports and heals)
+        for name in ("amqtt", "transitions", "blink.relay", "zeroconf", "mqtt"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         if args.command == "play":
             # The window says "reconnecting…" itself; a lost local relay is one line at the end.
-            logging.getLogger("blink.net").setLevel(logging.ERROR)
+            logging.getLogger("blink.net").setLevel(logging.CRITICAL)
     if args.command is None:
         parser.print_help()
         return argtypes.USAGE
