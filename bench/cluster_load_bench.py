@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -36,17 +35,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchkit import cpu_s  # noqa: E402
 from client import cluster_cli  # noqa: E402
 
 BLINK = [sys.executable, "-m", "client.cli"]
 SERVES = re.compile(r"serves shard (\d+)")
 STOPS = re.compile(r"stopped serving shard (\d+)")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def served(outs: list[Path]) -> set[str]:

@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 from protocol import messages as m  # noqa: E402
 from protocol.codec import decode, encode  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
+from bench.benchkit import find_mosquitto  # noqa: E402
 from mqttkit import free_port  # noqa: E402
 
 T = Topics()
@@ -159,11 +160,6 @@ class RawMqtt:
 
 
 # ----------------------------------------------------------------------------------------- stack
-
-
-def find_mosquitto() -> str | None:
-    return shutil.which("mosquitto") or next(
-        (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if Path(p).exists()), None)
 
 
 def rss_kb(pid: int) -> int | None:

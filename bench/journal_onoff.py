@@ -29,21 +29,13 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from mqttkit import free_port
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.benchkit import stop  # noqa: E402
+from mqttkit import free_port  # noqa: E402
 BLINK = [sys.executable, "-m", "client.cli"] if not (Path(sys.executable).parent / "blink").exists() \
     else [str(Path(sys.executable).parent / "blink")]
-
-
-def stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def one_run(journal: bool, args: argparse.Namespace) -> dict[str, Any]:
@@ -84,7 +76,7 @@ def one_run(journal: bool, args: argparse.Namespace) -> dict[str, Any]:
         return report
     finally:
         for p in reversed(procs):
-            stop(p)
+            stop(p, signal.SIGINT, 20)
         shutil.rmtree(work, ignore_errors=True)
 
 

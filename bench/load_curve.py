@@ -40,40 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchkit import cpu_s, find_mosquitto, stop, wait_port  # noqa: E402
 from mqttkit import free_port  # noqa: E402
-
-
-def find_mosquitto() -> str | None:
-    return shutil.which("mosquitto") or next((p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto")
-                                              if os.access(p, os.X_OK)), None)
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (its threads included)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    import socket
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}")
-
-
-def stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def one_step(matches: int, duration: float, journal: str, residence: bool, prefix: str,

@@ -67,6 +67,7 @@ from protocol.codec import DecodeError, decode, encode  # noqa: E402
 from protocol.rules import blink  # noqa: E402
 from protocol.rules.base import Accepted  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
+from bench.benchkit import wait_port  # noqa: E402
 from mqttkit import free_port, parse_url  # noqa: E402
 from client.latency import percentiles_ms  # noqa: E402
 
@@ -84,17 +85,6 @@ def log(text: str) -> None:
 
 
 # ---------------------------------------------------------------------------------- processes
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
 def cpu_seconds(pid: int) -> float:

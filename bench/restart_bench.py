@@ -54,6 +54,9 @@ from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.benchkit import cpu_s, stop  # noqa: E402
+
 BLINK = [sys.executable, "-m", "client.cli"] if not (Path(sys.executable).parent / "blink").exists() \
     else [str(Path(sys.executable).parent / "blink")]
 BROKERS = ("mosquitto", "embedded")
@@ -201,12 +204,6 @@ async def _until_dropped(client: Any, box: dict[str, Any]) -> Any:
             raise
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far: steadier than wall time on a busy machine."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def restart(prefix: str, port: int, url: str | None, data: Path) -> dict[str, Any]:
     """One restart on ``data``: on the Mosquitto at ``port`` (``url``: the relay's login), or with
     the relay's embedded broker on ``port`` (``url`` None)."""
@@ -225,7 +222,7 @@ def restart(prefix: str, port: int, url: str | None, data: Path) -> dict[str, An
     lines = Lines(relay)
     try:
         at, _ = lines.wait("running with", 600)
-        cpu = process_cpu(relay.pid)
+        cpu = cpu_s(relay.pid)  # CPU seconds: steadier than wall time on a busy machine
         _, rec = lines.wait("blink relay: recovered", 60)
         found = re.search(r"recovered (\d+) match\(es\).* in ([0-9.]+) s", rec)
         if found:
@@ -262,12 +259,7 @@ def restart(prefix: str, port: int, url: str | None, data: Path) -> dict[str, An
                 "matches": box.get("expect", -1), "snapshots_seen": box.get("snaps_seen", 0),
                 "recovered": rec.strip()}
     finally:
-        relay.send_signal(signal.SIGINT)
-        try:
-            relay.wait(30)
-        except subprocess.TimeoutExpired:
-            relay.kill()
-            relay.wait()
+        stop(relay, signal.SIGINT, 30)
 
 
 def journal_prefix(data: Path) -> str | None:

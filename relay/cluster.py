@@ -82,7 +82,7 @@ from typing import IO, Any, TypeVar
 from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, stop_task, wait_event
 from mqttkit.connection import MqttConnection, MqttError, SubscribeRefused, Will
 from mqttkit.connection import connect as mqtt_connect
-from mqttkit.packets import Message, pack_publish
+from mqttkit.packets import Message
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
@@ -90,6 +90,7 @@ from relay import shards
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import Entry, FencedError, Journal, JournalError, Msg, Tick, open_journal
 from relay.ownership import Ownership, StaticOwnership
+from relay.shell import send_publishes
 
 log = logging.getLogger("blink.cluster")
 T = TypeVar("T")
@@ -771,36 +772,11 @@ class ClusterRelay:
     _last_failure = ""
 
     def _send(self, client: MqttConnection, out: list[Any]) -> int:
-        """Write the ``Publish``es of ``out`` packed as one buffer (a QoS-1 one, none today, through
-        the connection's ``publish`` in its place); return how many could not be written. Never
-        raises for a dropped connection."""
-        publishes = [o for o in out if isinstance(o, Publish)]
-        if not publishes:
-            return 0
-        if not client.connected:
-            self._last_failure = "not connected"
-            return len(publishes)
-        buf = bytearray()
-        failed = 0
-        for o in publishes:
-            payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
-            try:
-                if o.qos == 0:
-                    pack_publish(buf, o.topic, payload, o.retain)
-                    continue
-                if buf:
-                    client.write(buf)
-                    buf = bytearray()
-                client.publish(o.topic, payload, o.qos, o.retain)
-            except (ValueError, MqttError) as exc:  # a bad topic; the connection dropped under it
-                self._last_failure = f"{type(exc).__name__}: {exc}"
-                failed += 1
-        if buf:
-            try:
-                client.write(buf)
-            except MqttError as exc:  # the connection broke under it
-                self._last_failure = f"{type(exc).__name__}: {exc}"
-                failed += sum(1 for o in publishes if o.qos == 0)  # an upper bound: what this step sent
+        """Publish ``out``'s messages as one buffer (``relay.shell.send_publishes``); how many could
+        not be written. Never raises for a dropped connection."""
+        failed, why = send_publishes(client, out)
+        if failed:
+            self._last_failure = why
         return failed
 
     def _write(self, records: list[LogRecord], shard: str | None = None) -> None:

@@ -120,7 +120,7 @@ import signal
 import struct
 import time
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any, Callable, NoReturn, Sequence
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, wait_event
 from mqttkit.connection import MqttConnection, MqttError, Will
@@ -752,40 +752,16 @@ class RelayShell:
     _last_failure = ""
 
     def _send(self, client: MqttConnection, out: list[Any]) -> int:
-        """Write the ``Publish``es of ``out`` as one buffer (see "Publishing"); return how many
-        could not be written (the connection is down). Never raises for a dropped connection."""
-        publishes = [o for o in out if isinstance(o, Publish)]
-        if not publishes:
-            return 0
-        if not client.connected:
-            self._last_failure = "not connected"
-            return len(publishes)
-        buf = bytearray()
-        failed = 0
-        for o in publishes:
-            payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
-            try:
-                if o.qos == 0:
-                    pack_publish(buf, o.topic, payload, o.retain)
-                    continue
-                if buf:
-                    client.write(buf)
-                    buf = bytearray()
-                future = client.publish(o.topic, payload, o.qos, o.retain, wait=True)
-                if future is not None:
-                    # A broker's acknowledgement wakes the stepper: the resync's next chunk waits for one.
-                    future.add_done_callback(self._wake_on_ack)
-                    self._last_qos1 = future
-            except (ValueError, MqttError) as exc:  # a bad topic; the connection dropped under it
-                self._last_failure = f"{type(exc).__name__}: {exc}"
-                failed += 1
-        if buf:
-            try:
-                client.write(buf)
-            except MqttError as exc:  # the connection broke under it
-                self._last_failure = f"{type(exc).__name__}: {exc}"
-                failed += sum(1 for o in publishes if o.qos == 0)  # an upper bound: what this step sent
+        """Publish ``out``'s messages as one buffer (see "Publishing"); how many could not be written."""
+        failed, why = send_publishes(client, out, self._on_qos1)
+        if failed:
+            self._last_failure = why
         return failed
+
+    def _on_qos1(self, future: asyncio.Future[bytes]) -> None:
+        # A broker's acknowledgement wakes the stepper: the resync's next chunk waits for one.
+        future.add_done_callback(self._wake_on_ack)
+        self._last_qos1 = future
 
     async def _publish(self, client: MqttConnection, out: list[Any]) -> None:
         """Publish, then disconnect once it is written (for the last words before stopping)."""
@@ -802,6 +778,46 @@ class RelayShell:
         for r in records:
             if r.record.get("kind") == "bad_input":
                 log.info("bad input: %s", r.record)
+
+
+def send_publishes(client: MqttConnection, out: Sequence[Any],
+                   on_qos1: Callable[[asyncio.Future[bytes]], None] | None = None) -> tuple[int, str]:
+    """Write the ``Publish``es of ``out`` (a relay's step, other items skipped) to ``client``: the
+    QoS-0 ones packed back to back into one buffer and written at once, a QoS-1 one through the
+    connection's ``publish`` in its place (``on_qos1`` is given its acknowledgement's future).
+    Never raises for a dropped connection: returns how many could not be written, and why."""
+    publishes = [o for o in out if isinstance(o, Publish)]
+    if not publishes:
+        return 0, ""
+    if not client.connected:
+        return len(publishes), "not connected"
+    buf = bytearray()
+    failed, why = 0, ""
+    for o in publishes:
+        payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
+        try:
+            if o.qos == 0:
+                pack_publish(buf, o.topic, payload, o.retain)
+                continue
+            if buf:
+                client.write(buf)
+                buf = bytearray()
+            if on_qos1 is None:
+                client.publish(o.topic, payload, o.qos, o.retain)
+            else:
+                future = client.publish(o.topic, payload, o.qos, o.retain, wait=True)
+                if future is not None:
+                    on_qos1(future)
+        except (ValueError, MqttError) as exc:  # a bad topic; the connection dropped under it
+            why = f"{type(exc).__name__}: {exc}"
+            failed += 1
+    if buf:
+        try:
+            client.write(buf)
+        except MqttError as exc:  # the connection broke under it
+            why = f"{type(exc).__name__}: {exc}"
+            failed += sum(1 for o in publishes if o.qos == 0)  # an upper bound: what this step sent
+    return failed, why
 
 
 def _write_residence(path: str, values: list[int]) -> None:
@@ -890,4 +906,4 @@ def _dump_timed(core: RelayCore) -> tuple[bytes, float]:
 _pack_publish = pack_publish
 
 
-__all__ = ["RelayShell", "feed"]
+__all__ = ["RelayShell", "feed", "send_publishes"]

@@ -118,33 +118,40 @@ async def flood_while_a_player_plays(address: BrokerAddress, flooder: Peer, play
     await player.start(address)
     act = encode(m.Act(id=7, seq=1, action={"t": "x"}))
     ping = encode(m.Ping(t0=0))
-    sent = 1  # its barrier ping
-    stop = asyncio.Event()
-
-    async def flood() -> None:
-        nonlocal sent
-        while not stop.is_set() and sent < FLOOD_MAX:
-            for _ in range(50):
-                flooder.conn.publish(T.req(flooder.id), ping)
-                flooder.conn.publish(T.act("FLOOD", flooder.id), act)
-            sent += 100
-            await flooder.conn.drain()
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(flood())
+    flood = Flood(flooder, [(T.req(flooder.id), ping), (T.act("FLOOD", flooder.id), act)] * 50, FLOOD_MAX,
+                  sent=1)  # its barrier ping
+    task = asyncio.create_task(flood.run())
     try:
         await until(lambda: bool(flooder.limited(m.RequestRejected)) and bool(flooder.limited(m.ActionRejected)),
                     "the flooder to be told rate_limited for requests and actions")
         for i in range(PLAYER_PINGS):
             await player.ping(i)
     finally:
-        stop.set()
+        flood.stop.set()
         await task
-    await until(lambda: accounted(sent), "every flooding message to be accounted for")
+    await until(lambda: accounted(flood.sent), "every flooding message to be accounted for")
     elapsed = time.monotonic() - t0
     for p in (flooder, player):
         await p.conn.close()
-    return sent, elapsed
+    return flood.sent, elapsed
+
+
+class Flood:
+    """A client at full speed: each round publishes ``burst`` (topic, payload) pairs and lets the
+    loop turn, until ``stop`` is set or ``limit`` messages have gone; ``sent`` counts them."""
+
+    def __init__(self, flooder: Peer, burst: list[tuple[str, bytes]], limit: int, sent: int = 0) -> None:
+        self.flooder, self.burst, self.limit, self.sent = flooder, burst, limit, sent
+        self.stop = asyncio.Event()
+
+    async def run(self) -> None:
+        conn = self.flooder.conn
+        while not self.stop.is_set() and self.sent < self.limit:
+            for topic, payload in self.burst:
+                conn.publish(topic, payload)
+            self.sent += len(self.burst)
+            await conn.drain()
+            await asyncio.sleep(0)
 
 
 def test_the_embedded_broker_drops_a_flooders_excess_and_tells_it_while_a_player_is_served() -> None:
@@ -238,25 +245,14 @@ def test_a_bot_match_on_the_embedded_broker_gets_every_verdict_while_a_client_fl
             flooder = Peer("flood")
             await flooder.start(server.address)
             act = encode(m.Act(id=3, seq=1, action={"t": "x"}))
-            stop = asyncio.Event()
-            sent = 0
-
-            async def flood() -> None:
-                nonlocal sent
-                while not stop.is_set() and sent < 200_000:
-                    for _ in range(100):
-                        flooder.conn.publish(T.act("FLOOD", flooder.id), act)
-                    sent += 100
-                    await flooder.conn.drain()
-                    await asyncio.sleep(0)
-
-            task = asyncio.create_task(flood())
+            flood = Flood(flooder, [(T.act("FLOOD", flooder.id), act)] * 100, 200_000)
+            task = asyncio.create_task(flood.run())
             try:
                 await until(lambda: bool(flooder.limited(m.ActionRejected)), "the flooder to be told rate_limited")
                 result = await run_match(server.address, "blink", 2, MATCH_FAST, 9, 0.03, DEADLINE_S)
                 flooding = not task.done()
             finally:
-                stop.set()
+                flood.stop.set()
                 await task
             assert flooding  # the flood went on for the whole match
             assert gate.limited > 0 and result.rejected.get("rate_limited", 0) == 0

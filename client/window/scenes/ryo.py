@@ -101,6 +101,7 @@ class RyoScene(TurnBasedScene):
         size = min(f * 2.6, rh * 0.55, (br.w * 0.42) / 6.8)
         shown = self.vm.shown_roll(now_ns)
         tumbling = shown is not None and shown[1]
+        asking = not self.vm.deciding(now_ns)  # the round's question waits for its rolls to be shown
         faces_by_seat = {}
         if shown is not None:
             for r in shown[0].get("rolls", []):
@@ -129,7 +130,7 @@ class RyoScene(TurnBasedScene):
                     c.ring(x, y, size, size, 3, GREEN if won else (150, 170, 200, 255), radius=size * 0.18)
                 if not tumbling_here:
                     self.text(x, y - size / 2 - f * 0.55, str(v), 0.7, DIM)
-                self._face_buttons(c, model, state, me, seat, i, x, y, size)
+                self._face_buttons(c, model, state, me, seat, i, x, y, size, asking)
             self.text(x0 + 6 * (size + f * 0.4) - f * 0.2, y, f"Σ {sum(die)}", 0.95, WHITE, ax="left")
             if mydie is not None and seat != me:
                 p, q = self.vm.odds(mydie, die)
@@ -164,7 +165,7 @@ class RyoScene(TurnBasedScene):
         self.text(br.x, ly - f * 1.6, f"game {state.game} of best-of-{2 * s.games_per_match - 1} · round {state.round}"
                   f" · first to {s.rolls_per_round} rolls wins a round, {s.rounds_per_game} rounds a game", 0.85, DIM)
         # the choice
-        if state.phase == "choice" and state.chooser == me and me is not None and not self.vm.deciding(now_ns):
+        if state.phase == "choice" and state.chooser == me and me is not None and asking:
             w = state.round_winner
             can_b = w is not None and bool(ryo.lowerable(state, w))
             b = Rect(br.x, br.bottom + f * 1.6, min(br.w - f * 2, f * 30), f * 2.3)
@@ -172,8 +173,8 @@ class RyoScene(TurnBasedScene):
                         "their die  (B)", can_b, lambda: self.act(ryo.LowerWinner()), hot=True)
 
     def _face_buttons(self, c: Canvas, model: Any, state: Any, me: int | None, seat: int, i: int, x: float, y: float,
-                      size: float) -> None:
-        if me is None or seat != me or self.vm.deciding(time.time_ns()):
+                      size: float, asking: bool) -> None:
+        if me is None or seat != me or not asking:
             return
         f = self.f
         if state.phase == "choice" and state.chooser == me:
