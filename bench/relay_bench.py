@@ -111,6 +111,7 @@ class Stack:
         self.tmp: Path | None = None
         self.relay_pid = 0
         self.broker_pid = 0
+        self.echo_pid = 0
         self.login = ""  # the relay's login URL on the embedded broker (the echo clients use it)
 
     def start(self) -> None:
@@ -166,6 +167,7 @@ class Stack:
         echo = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--echo-server", str(self.port), login],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.procs.append(echo)
+        self.echo_pid = echo.pid
         assert echo.stdout is not None
         if echo.stdout.readline().strip() != b"ready":
             raise RuntimeError("the echo client did not start")
@@ -741,17 +743,51 @@ async def bench_broker(stack: Stack, args: argparse.Namespace, rng: random.Rando
         f"ratio p50 {out['latency']['ratio_p50']} p99 {out['latency']['ratio_p99']}")
     log(f"[{stack.broker}] throughput: {args.tp_matches} matches in closed loop vs echo with "
         f"{args.tp_matches} in flight, {args.tp_seconds:g} s each")
-    cpu0, gen0, t0 = cpu_seconds(stack.relay_pid), time.process_time(), time.perf_counter()
+    # CPU of every process taking part, per relay action and per echo round trip: where a unit of
+    # work goes (the relay, the broker, the echo client, this driver), and so what rate two cores
+    # could give each path at best.
+    def cpu_now() -> dict[str, float]:
+        return {"relay": cpu_seconds(stack.relay_pid), "broker": cpu_seconds(stack.broker_pid),
+                "echo_client": cpu_seconds(stack.echo_pid), "driver": time.process_time(), "wall": time.perf_counter()}
+
+    def cpu_per_unit(c0: dict[str, float], c1: dict[str, float], units: float) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for k in ("relay", "broker", "echo_client", "driver"):
+            used = c1[k] - c0[k]
+            out[k + "_us"] = round(used / units * 1e6, 1) if units > 0 and used == used else None
+        return out
+
+    c0 = cpu_now()
     relay_rate, tp_rec = await relay_throughput(stack.port, args.tp_matches, args.tp_seconds, rng)
-    relay_cpu = (cpu_seconds(stack.relay_pid) - cpu0) / (time.perf_counter() - t0)
-    gen_cpu = (time.process_time() - gen0) / (time.perf_counter() - t0)
+    c1 = cpu_now()
+    relay_cpu = (c1["relay"] - c0["relay"]) / (c1["wall"] - c0["wall"])
+    gen_cpu = (c1["driver"] - c0["driver"]) / (c1["wall"] - c0["wall"])
+    relay_units = relay_rate * (c1["wall"] - c0["wall"])  # the rate is measured after a warm-up: an estimate
+    e0 = cpu_now()
     echo_rate = await echo_throughput(stack.port, args.tp_matches, args.tp_seconds, stack.login)
+    e1 = cpu_now()
+    echo_units = echo_rate * (e1["wall"] - e0["wall"])
+    relay_per = cpu_per_unit(c0, c1, relay_units)
+    relay_per.pop("echo_client_us", None)  # idle during the relay's run
+    echo_per = cpu_per_unit(e0, e1, echo_units)
+    if stack.broker_pid == stack.relay_pid:  # amqtt: broker and relay are one process
+        relay_per.pop("broker_us", None)
+        echo_per.pop("relay_us", None)
+    else:
+        echo_per.pop("relay_us", None)  # idle during the echo's run
     out["throughput"] = {"relay_actions_per_s": round(relay_rate, 1), "echo_round_trips_per_s": round(echo_rate, 1),
                          "ratio": ratio(relay_rate, echo_rate), "in_flight": args.tp_matches,
                          "relay_accepted_share": round(tp_rec.accepted / tp_rec.answered, 3) if tp_rec.answered else None,
-                         "relay_cpu": round(relay_cpu, 3), "generator_cpu": round(gen_cpu, 3)}
+                         "relay_cpu": round(relay_cpu, 3), "generator_cpu": round(gen_cpu, 3),
+                         "cpu_per_action": relay_per, "cpu_per_echo_round_trip": echo_per}
+    relay_us = relay_per.get("relay_us")
+    if relay_us:
+        # The relay is one thread of Python (its journal writer aside): a core of its own is its ceiling.
+        out["throughput"]["relay_ceiling_actions_per_s"] = round(1e6 / relay_us)
+        out["throughput"]["relay_ceiling_ratio"] = ratio(1e6 / relay_us, echo_rate)
     log(f"  relay {relay_rate:.0f} actions/s (relay cpu {relay_cpu:.0%}, generator cpu {gen_cpu:.0%})   echo {echo_rate:.0f} round trips/s   "
         f"ratio {out['throughput']['ratio']}")
+    log(f"  CPU us per relay action {relay_per}; per echo round trip {echo_per}")
     if do_capacity:
         log(f"[{stack.broker}] capacity: human-pace matches until p99 > {args.limit_ms:g} ms")
         out["capacity"] = await capacity(stack, args.steps, args.step_seconds, args.reaction, args.capacity_budget,
@@ -775,6 +811,11 @@ def table(report: dict[str, Any]) -> str:
         tp = b["throughput"]
         lines.append(f"{b['broker']:10} {tp['relay_actions_per_s']:>16} {tp['echo_round_trips_per_s']:>19} "
                      f"{tp['ratio']!s:>7} {tp['in_flight']:>10} {tp['relay_cpu']:>10.0%}")
+    lines += ["", "CPU µs per relay action / per echo round trip (and the relay's ceiling: one core of its own)"]
+    for b in report["brokers"]:
+        tp = b["throughput"]
+        lines.append(f"{b['broker']:10} action {tp['cpu_per_action']}  echo {tp['cpu_per_echo_round_trip']}  "
+                     f"ceiling {tp.get('relay_ceiling_actions_per_s')} actions/s = {tp.get('relay_ceiling_ratio')} of the echo")
     for b in report["brokers"]:
         cap = b.get("capacity")
         if not cap:
