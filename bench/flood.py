@@ -25,6 +25,10 @@ Each phase also reports ``cpu_pct``: the CPU (% of one core) of the relay, of Mo
 process (the flooder and the probe) and of ``blink load`` (the players), to tell what a flood
 costs where on a machine of few cores.
 
+``--control`` adds a phase ``none``: the flooder connects and sets up exactly as for ``act`` and then
+sends nothing; its ``p99_ratio`` against the same round's baseline is the spread of the ratio
+itself on this machine (an A/A comparison), to read the floods' ratios against.
+
 ``--rounds N`` repeats the baseline and the floods N times, the baseline first in odd rounds and
 last in even ones (the floods reversed too), each round's ratios against its own baseline: on a
 shared machine whose load drifts, one baseline measured first says little. ``--cpu-only`` runs no
@@ -187,7 +191,7 @@ async def flood(stack: Stack, kind: str, seconds: float, seed: int) -> dict[str,
     c = RawMqtt(me, on)
     await c.connect(stack.host, stack.port)
     await c.subscribe(T.client(me))
-    if kind == "act":
+    if kind in ("act", "none"):
         h = RawMqtt(helper)
         await h.connect(stack.host, stack.port)
         c.publish(T.req(me), encode(m.CreateMatch(name="flood")))
@@ -212,7 +216,9 @@ async def flood(stack: Stack, kind: str, seconds: float, seed: int) -> dict[str,
     t0 = time.monotonic()
     end = t0 + seconds
     i = 0
-    while time.monotonic() < end:
+    if kind == "none":  # the control: the same set-up and phase, nothing sent
+        await asyncio.sleep(seconds)
+    while kind != "none" and time.monotonic() < end:
         for _ in range(64):
             c.publish(topic, payloads[i % len(payloads)])
             i += 1
@@ -364,8 +370,12 @@ def main() -> int:
     p.add_argument("--matches", type=int, default=10)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--flood", choices=("act", "create", "both"), default="both",
-                   help="what the flooder sends: actions, create requests, or one phase of each (default)")
+    p.add_argument("--flood", choices=("act", "create", "both", "none"), default="both",
+                   help="what the flooder sends: actions, create requests, or one phase of each (default); "
+                   "none: only the control phase")
+    p.add_argument("--control", action="store_true",
+                   help="add a control phase ('none'): the flooder sets up as for 'act' and sends nothing; its "
+                   "p99_ratio is the spread of the measurement itself (what a ratio means on this machine)")
     p.add_argument("--rounds", type=int, default=1,
                    help="repeat baseline + floods this many times, baseline first in odd rounds, last in even ones")
     p.add_argument("--cpu-only", action="store_true",
@@ -374,6 +384,8 @@ def main() -> int:
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     kinds = ["act", "create"] if args.flood == "both" else [args.flood]
+    if args.control and "none" not in kinds:
+        kinds.append("none")
     stack = Stack(args.broker, seed=args.seed)
     # The relay journals into its own directory (as `blink serve` would into the user's), so a
     # relay already running on this machine is not in the way.
