@@ -237,7 +237,8 @@ async def flood(stack: Stack, kind: str, seconds: float, seed: int) -> dict[str,
             "told": dict(told)}
 
 
-async def phase(stack: Stack, kind: str | None, matches: int, seconds: float, seed: int) -> dict[str, Any]:
+async def phase(stack: Stack, kind: str | None, matches: int, seconds: float, seed: int,
+                flood_seed: int = 0) -> dict[str, Any]:
     """Human-pace matches for ``seconds`` + a lead, with one client flooding (``kind``) meanwhile
     (None: the baseline, nobody floods; the probe pings all the same)."""
     rss_before = rss_kb(stack.pid)
@@ -263,7 +264,7 @@ async def phase(stack: Stack, kind: str | None, matches: int, seconds: float, se
         flooded: dict[str, Any] = {}
         await asyncio.sleep(seconds)
     else:
-        flooded = await flood(stack, kind, seconds, seed)
+        flooded = await flood(stack, kind, seconds, flood_seed)
         print(f"{kind} flood over: {flooded}", file=sys.stderr, flush=True)
     marker = await prober.ping()  # sent the instant the flood ends
     backlog_s = await prober.wait_for(marker, BACKLOG_WAIT_S)
@@ -326,7 +327,9 @@ async def bench(stack: Stack, matches: int, seconds: float, seed: int, kinds: li
 async def one_round(stack: Stack, matches: int, seconds: float, seed: int, order: list[str | None]) -> dict[str, Any]:
     results: dict[str | None, dict[str, Any]] = {}
     for n, kind in enumerate(order):
-        results[kind] = await phase(stack, kind, matches, seconds, seed if kind is None else seed + 1 + n)
+        # The same players' seed in every phase of a round (the same reaction times and choices):
+        # the phases differ by the flood, not by what the players do.
+        results[kind] = await phase(stack, kind, matches, seconds, seed, flood_seed=seed + 1 + n)
     baseline = results[None]
     base99 = baseline["verdict_ms"]["p99"]
     phases: dict[str, Any] = {}
