@@ -5,7 +5,8 @@ How this works
 When ``BLINK_MEMDUMP`` names a file (``{pid}`` in it is replaced by the process id), the relay's
 shell calls ``install`` as it starts: ``tracemalloc`` traces every Python allocation from then on
 with ``BLINK_MEMDUMP_FRAMES`` frames of traceback (default 10; ``0`` leaves tracemalloc off -- it
-slows the relay by about half and adds its own memory, so RSS figures are taken without it), and
+made the relay need three to four times the CPU a play, so a loaded relay falls behind and its
+backlog shows in the figures, and it adds its own memory: RSS figures are taken without it), and
 SIGUSR2 appends a report to FILE. One more is appended when the relay stops (and then, last,
 what ``malloc_trim(0)`` gives back). A report holds:
 
@@ -14,7 +15,7 @@ what ``malloc_trim(0)`` gives back). A report holds:
   chunks; all arenas' totals) and ``malloc_info``'s XML (one line a heap), where glibc is the C
   library -- the gap between RSS and what Python holds is often the allocator's;
 - CPython's own small-object allocator (``sys._debugmallocstats``'s totals: arenas, bytes in
-  blocks in use and free);
+  blocks in use and free; it says nothing while tracemalloc runs);
 - the number and ``sys.getsizeof`` total of the objects the cyclic collector tracks, by type
   (containers only: str, bytes and int are not tracked, tracemalloc sees them);
 - tracemalloc's total and its largest allocation sites, by traceback and by line.
