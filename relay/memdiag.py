@@ -81,7 +81,10 @@ def install(path: str, add_signal_handler: Callable[[int, Callable[[], None]], N
     if add_signal_handler is not None:
         import signal
 
-        add_signal_handler(signal.SIGUSR2, lambda: dump("SIGUSR2"))
+        try:
+            add_signal_handler(signal.SIGUSR2, lambda: dump("SIGUSR2"))
+        except (RuntimeError, ValueError, NotImplementedError, AttributeError):
+            pass  # a loop outside the main thread, or no SIGUSR2 here: the report at exit only
     return dump
 
 
