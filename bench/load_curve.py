@@ -12,7 +12,10 @@ share, the machine's load average, and (``--residence``) the relay's own residen
 read of a message to the write of its outputs -- as the relay measures it when
 ``BLINK_RESIDENCE`` names a file (relay/shell.py writes its percentiles there at exit). The
 generator's event-loop lag in ``blink load``'s output says when the generator, not the relay, was
-the limit. ``CURVE_RELAY_ERR=FILE`` keeps the relay's stderr (its warnings) in FILE.
+the limit. ``CURVE_RELAY_ERR=FILE`` keeps the relay's stderr (its warnings) in FILE. The relay
+inherits the environment, so ``BLINK_MEMDUMP=/tmp/mem-{pid}.txt`` (``relay/memdiag.py``) has each
+step's relay write where its memory is when it stops (``BLINK_MEMDUMP_FRAMES=0``: without
+tracemalloc, which slows the relay several times over; with it, use fewer matches).
 
     .venv/bin/python bench/load_curve.py                        # the whole curve, ~3 minutes
     .venv/bin/python bench/load_curve.py --steps 1000 --duration 30 --json

@@ -601,7 +601,7 @@ class JetStreamJournal:
         infos = await self._retrying("list the snapshots", self._snapshot_infos)
         return [(pos, str(meta.name)) for pos, meta in infos]
 
-    def save_snapshot(self, position: int, blob: bytes) -> None:
+    def save_snapshot(self, position: int, blob: bytes | bytearray) -> None:
         with self._mutex:
             self._check_open()
             if not self._compacted <= position <= self._last:

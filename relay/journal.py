@@ -149,8 +149,9 @@ class Journal(Protocol):
         """The position of the newest entry (0 when nothing was ever appended)."""
         ...
 
-    def save_snapshot(self, position: int, blob: bytes) -> None:
-        """Record that ``blob`` stands for every entry up to and including ``position``."""
+    def save_snapshot(self, position: int, blob: bytes | bytearray) -> None:
+        """Record that ``blob`` (any bytes-like: the shell passes the buffer it read a snapshot into)
+        stands for every entry up to and including ``position``."""
         ...
 
     def latest_snapshot(self) -> tuple[int, bytes] | None:
@@ -514,7 +515,7 @@ class SqliteJournal:
                 yield pos, entry
                 pos += 1
 
-    def save_snapshot(self, position: int, blob: bytes) -> None:
+    def save_snapshot(self, position: int, blob: bytes | bytearray) -> None:
         with self._mutex:
             self._check_open()
             self._check_snapshot_position(position)

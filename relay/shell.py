@@ -95,6 +95,18 @@ touches (and so copies) the pages of what it pickles: memory grows by up to the 
 it runs. Where there is no ``fork`` (or none can be made) it is pickled in a worker thread while
 the stepper waits, as before; ``snapshot()`` (tests, tools) always does that.
 
+Memory. A relay of 1,000 live matches holds about 20-50 MB of Python objects, but its process grew
+by about 120 kB more a match than that (``BLINK_MEMDUMP``, ``relay/memdiag.py``, showed where):
+glibc's malloc raises its threshold for serving a large block by ``mmap`` to the size of the
+largest one freed (up to 32 MB), and the threshold for giving the top of a heap back to twice that.
+A snapshot's few-MB buffers, read in a worker thread (each of those has its arena), then came from
+the heaps and stayed there when freed: 40-60 MB of free but resident heap at 1,000 matches. So the
+relay fixes both thresholds as it starts (``tune_malloc``; an environment that sets glibc's own
+``MALLOC_*`` variables or ``GLIBC_TUNABLES`` keeps its choice): a block of a megabyte or more is
+mapped and unmapped on its own, and a heap gives back any free top over a megabyte. The reads of the
+broker's socket (256 kB at most) stay below it. A forked child's snapshot is read straight into one
+buffer of the length it announces (not read in pieces, joined and copied again without its head).
+
 Outbound messages are published at QoS 0: every public event carries a gap-free ``seq``, so a
 client that misses one asks for a resync. The relay's status topic is retained and set to
 offline by the MQTT last will. The relay logs in as user ``relay`` with the password in its
@@ -109,8 +121,10 @@ client id).
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import gc
+from array import array
 from collections import deque
 import json
 import logging
@@ -130,6 +144,7 @@ from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics, valid_id
 
+from relay import memdiag
 from relay import snapshot as snapshots
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import Entry, Journal, JournalError, Msg, Tick, feed
@@ -168,6 +183,12 @@ RESIDENCE_KEPT = 5_000_000  # residence times kept for BLINK_RESIDENCE (40 MB at
 #: Room for a PUBLISH's header and topic beside its payload: a packet over ``max_payload`` plus this
 #: is not buffered at all (its sender is told ``too_large`` all the same).
 PACKET_HEADER_ALLOWANCE = 1024
+#: glibc malloc's thresholds, fixed as the relay starts (see the header's Memory): a block this
+#: large or larger is mmapped (so it is unmapped when freed), and a heap's free top over this much
+#: is given back. Both above the largest read of the broker's socket (asyncio's 256 kB).
+MALLOC_MMAP_THRESHOLD = 1 << 20
+MALLOC_TRIM_THRESHOLD = 1 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (glibc's malloc.h)
 LOG_TAIL_BYTES = 1 << 20  # how much of the event log's end recovery reads to find where it stops
 _SHELL_ONLY = ("relay_started",)  # log lines the core never writes
 
@@ -233,7 +254,8 @@ class RelayShell:
         #: between the read that brought it and the write of its step's outputs; the percentiles
         #: are written to FILE when the relay stops.
         self._residence_file = os.environ.get("BLINK_RESIDENCE") or None
-        self._residence: list[int] | None = [] if self._residence_file else None
+        #: (8 bytes a time: as a list of ints, 40; they were a benchmark's measurable share of the relay's memory)
+        self._residence: array[int] | None = array("q") if self._residence_file else None
         self._snap_task: asyncio.Task[None] | None = None  # a snapshot being saved while steps go on
 
     # ------------------------------------------------------------------ recovery
@@ -372,6 +394,10 @@ class RelayShell:
     # ------------------------------------------------------------------ running
 
     async def run(self) -> None:
+        tune_malloc()
+        memdump = memdiag.target()  # a benchmark's diagnostic (relay/memdiag.py)
+        dump = (memdiag.install(memdump, asyncio.get_running_loop().add_signal_handler, self._memdiag_lines)
+                if memdump else None)
         self.recover()
         self._resume_clock()
         thresholds = gc.get_threshold()
@@ -412,6 +438,16 @@ class RelayShell:
             gc.set_threshold(*thresholds)
             if self._residence_file and self._residence is not None:
                 _write_residence(self._residence_file, self._residence)
+            if dump is not None:
+                dump("exit")
+
+    def _memdiag_lines(self) -> list[str]:
+        """What ``BLINK_MEMDUMP``'s reports say about the relay beside the process's memory."""
+        statuses: dict[str, int] = {}
+        for match in self.core.matches.values():
+            statuses[match.status] = statuses.get(match.status, 0) + 1
+        return [f"matches {len(self.core.matches)} {statuses}",
+                f"residence times kept {len(self._residence) if self._residence is not None else 0}"]
 
     async def _connection_loop(self) -> None:
         will = Will(self.topics.relay_status(self.config.relay_id),
@@ -652,18 +688,20 @@ class RelayShell:
         journal = self.journal
         assert journal is not None
         try:
-            data = await asyncio.to_thread(_read_all, read_fd)
+            blob, cpu_s, received = await asyncio.to_thread(_read_snapshot, read_fd)
             status = (await asyncio.to_thread(os.waitpid, pid, 0))[1]
             pid = 0
-            head = _CHILD_HEAD.size
-            if status != 0 or len(data) < head or _CHILD_HEAD.unpack_from(data)[0] != len(data) - head:
+            if status != 0 or blob is None:
                 self._snap_at = time.monotonic()  # try again later, as spaced as ever
                 log.warning("a snapshot's child process failed (status %d, %d bytes); trying again later",
-                            status, len(data))
+                            status, received)
                 return
-            self.snapshot_s = _CHILD_HEAD.unpack_from(data)[1]
+            self.snapshot_s = cpu_s
             self._snap_at = time.monotonic()
-            await asyncio.to_thread(journal.save_snapshot, pos, data[head:])
+            # A bytearray: the journals take any bytes-like blob (a copy to bytes would be one more
+            # snapshot-sized block at once).
+            await asyncio.to_thread(journal.save_snapshot, pos, blob)
+            del blob
             keep = self._snap_pos  # two snapshots stay: the newest, and one to fall back to
             self._prev_snap, self._snap_pos = self._snap_pos, pos
             if keep > 0:
@@ -820,7 +858,7 @@ def send_publishes(client: MqttConnection, out: Sequence[Any],
     return failed, why
 
 
-def _write_residence(path: str, values: list[int]) -> None:
+def _write_residence(path: str, values: Sequence[int]) -> None:
     """Percentiles (ms) of the residence times, one line: ``50:0.41 90:1.2 99:5.3 99.9:9.8 100:12.0 n=...``."""
     xs = sorted(values) or [0]
     parts = [f"{q:g}:{xs[min(len(xs) - 1, int(q / 100 * len(xs)))] / 1e6:.3f}" for q in (50, 90, 99, 99.9, 100)]
@@ -863,9 +901,8 @@ def _snapshot_child(core: RelayCore, read_fd: int, write_fd: int) -> NoReturn:
         _background()
         started = time.process_time()
         blob = snapshots.dump(core)
-        view = memoryview(_CHILD_HEAD.pack(len(blob), time.process_time() - started) + blob)
-        while view:
-            view = view[os.write(write_fd, view):]
+        _write_all(write_fd, _CHILD_HEAD.pack(len(blob), time.process_time() - started))
+        _write_all(write_fd, blob)  # (not head + blob: a copy of the whole snapshot)
         code = 0
     finally:
         os._exit(code)
@@ -883,15 +920,67 @@ def _background() -> None:
             pass
 
 
-def _read_all(fd: int) -> bytes:
-    """Everything a pipe carries until its writer closes it (closes ``fd``)."""
-    parts = []
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_snapshot(fd: int) -> tuple[bytearray | None, float, int]:
+    """A forked child's answer (closes ``fd``): the snapshot -- read straight into one buffer of the
+    length its head announces (see the header's Memory) -- the CPU seconds it took, and how many
+    bytes came in all. The snapshot is None unless it came whole and nothing came after it."""
     try:
-        while chunk := os.read(fd, 1 << 20):
-            parts.append(chunk)
+        head = bytearray(_CHILD_HEAD.size)
+        received = _read_into(fd, head)
+        if received < len(head):
+            return None, 0.0, received
+        length, cpu_s = _CHILD_HEAD.unpack(head)
+        blob = bytearray(length)
+        got = _read_into(fd, blob)
+        received += got
+        more = len(os.read(fd, 1)) if got == length else 0
+        received += more
+        return (blob if got == length and not more else None), cpu_s, received
     finally:
         os.close(fd)
-    return b"".join(parts)
+
+
+def _read_into(fd: int, buf: bytearray) -> int:
+    """Fill ``buf`` from ``fd`` (fewer bytes only at the end of the stream); how many came."""
+    view = memoryview(buf)
+    got = 0
+    while got < len(buf):
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            break
+        got += n
+    return got
+
+
+_malloc_tuned = False
+
+
+def tune_malloc() -> bool:
+    """Fix glibc malloc's mmap and trim thresholds for this process (see the header's Memory), once.
+    Not where the environment sets glibc's malloc itself, nor where the C library is not glibc.
+    Whether they were set."""
+    global _malloc_tuned
+    if _malloc_tuned:
+        return True
+    if any(k.startswith("MALLOC_") for k in os.environ) or "malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        if not hasattr(libc, "gnu_get_libc_version"):
+            return False  # another C library: its mallopt (if any) means something else
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    _malloc_tuned = bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
+    return _malloc_tuned
 
 
 def _dump_timed(core: RelayCore) -> tuple[bytes, float]:

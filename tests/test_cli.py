@@ -172,19 +172,26 @@ def test_resync_from_seq_resends_the_match_past_events_to_the_asker_only() -> No
 
 
 def test_past_events_kept_packed_or_in_an_older_core_s_form_are_re_sent_alike() -> None:
-    # The core keeps a past event's map packed (bytes); a core restored from an older snapshot has
-    # plain maps there. Both re-send the events exactly as first published.
-    from protocol.codec import encode, unpack_plain
+    # The core keeps a past event packed whole (one bytes object); a core restored from an older
+    # snapshot has a tuple of its fields there, with the map packed or plain, or the Event itself.
+    # Every form re-sends the events exactly as first published, from any ``from_seq``.
+    from protocol.codec import encode, pack_plain, unpack_plain
 
     h = Harness()
     code = h.start_match({"countdown_s": 0.5})
     published = [e for e in h.events() if e.match == code]
+    assert len(published) >= 3
     past = h.core._past[code][0]
-    assert all(isinstance(entry[4], bytes) for entry in past)
-    h.core._past[code] = (type(past)((*e[:4], unpack_plain(e[4])) for e in past), {})
-    out = h.send(T.req("w"), m.Resync(code, from_seq=1))
-    again = [x for x in h.to("w", out) if isinstance(x, m.Event)]
-    assert [encode(e) for e in again] == [encode(e) for e in published]
+    assert all(isinstance(entry, bytes) for entry in past)
+    fields = [tuple(unpack_plain(e)) for e in past]
+    forms = {"whole": list(past), "tuple, map packed": [(*f[:4], pack_plain(f[4])) for f in fields],
+             "tuple, map plain": [f for f in fields], "event": published}
+    for form, entries in forms.items():
+        for from_seq in (1, 2, published[-1].seq, published[-1].seq + 1):
+            h.core._past[code] = (type(past)(entries, maxlen=past.maxlen), {})
+            out = h.send(T.req(f"w{from_seq}"), m.Resync(code, from_seq=from_seq))
+            again = [x for x in h.to(f"w{from_seq}", out) if isinstance(x, m.Event)]
+            assert [encode(e) for e in again] == [encode(e) for e in published if e.seq >= from_seq], form
 
 
 def test_the_relay_keeps_a_bounded_past_per_match() -> None:

@@ -158,6 +158,37 @@ def test_duplicate_action_id_is_answered_again_never_applied_twice() -> None:
     assert again == first and h.core.matches[code].seq == seq_after
 
 
+@pytest.mark.parametrize("older", [False, True])
+def test_remembered_answers_come_back_equal_and_only_a_client_s_last_ones(older: bool) -> None:
+    # The core keeps an acceptance packed in an int and the book in a plain dict (memory): a
+    # duplicate still gets the very answer, a fair-order hold included, and the oldest answer
+    # beyond REMEMBERED_ANSWERS is forgotten first. ``older``: the book as a core restored from an
+    # older snapshot has it (an OrderedDict, acceptances as (seq, hold_ns)) answers alike.
+    from collections import OrderedDict
+
+    from relay.core import ACCEPTED_SEQ_BITS, REMEMBERED_ANSWERS
+
+    h = Harness(fixed_decks=(race_deck(),))
+    code = h.start_match()
+    first = h.play("a", code, "3-red-star", 0, 7)
+    assert isinstance(first, m.ActionAccepted)
+    held = m.ActionAccepted(code, 8, first.seq, 123_456_789)
+    h.core._answer("a", code, 8, held, h.now, [], log=False, client_ok=True)
+    if older:
+        mask = (1 << ACCEPTED_SEQ_BITS) - 1
+        h.core._answers["a"] = OrderedDict((k, (v & mask, v >> ACCEPTED_SEQ_BITS) if type(v) is int else v)
+                                           for k, v in h.core._answers["a"].items())
+    assert h.play("a", code, "3-red-star", 0, 8) == held
+    assert h.play("a", code, "3-red-star", 0, 7) == first
+    for i in range(REMEMBERED_ANSWERS - 1):  # 7 and 8 are the oldest of 513: 7 goes
+        h.now += S
+        assert isinstance(h.play("a", code, "3-red-star", 0, 100 + i), m.ActionRejected)
+    assert h.play("a", code, "3-red-star", 0, 8) == held
+    again = h.play("a", code, "3-red-star", 0, 7)  # judged afresh: the card is on the pile now
+    assert isinstance(again, m.ActionRejected) and again.id == 7
+    assert len(h.core._answers["a"]) == REMEMBERED_ANSWERS and (code, 8) not in h.core._answers["a"]
+
+
 # On an action topic every undecodable payload is answered ``malformed`` (the action's id is
 # unknown); the detail says what was wrong, e.g. the unknown type.
 @pytest.mark.parametrize("payload,detail", [

@@ -1,0 +1,222 @@
+"""A diagnostic of the relay process's memory, for benchmarks: ``BLINK_MEMDUMP=FILE``.
+
+How this works
+--------------
+When ``BLINK_MEMDUMP`` names a file (``{pid}`` in it is replaced by the process id), the relay's
+shell calls ``install`` as it starts: ``tracemalloc`` traces every Python allocation from then on
+with ``BLINK_MEMDUMP_FRAMES`` frames of traceback (default 10; ``0`` leaves tracemalloc off -- it
+made the relay need three to four times the CPU a play, so a loaded relay falls behind and its
+backlog shows in the figures, and it adds its own memory: RSS figures are taken without it), and
+SIGUSR2 appends a report to FILE. One more is appended when the relay stops (and then, last,
+what ``malloc_trim(0)`` gives back). A report holds:
+
+- the process's ``VmRSS``/``VmHWM`` and ``/proc/self/smaps_rollup`` (what the kernel counts);
+- glibc's ``mallinfo2`` (the main arena's heap, bytes in use, bytes free but kept, mmapped
+  chunks; all arenas' totals) and ``malloc_info``'s XML (one line a heap), where glibc is the C
+  library -- the gap between RSS and what Python holds is often the allocator's;
+- CPython's own small-object allocator (``sys._debugmallocstats``'s totals: arenas, bytes in
+  blocks in use and free; it says nothing while tracemalloc runs);
+- the number and ``sys.getsizeof`` total of the objects the cyclic collector tracks, by type
+  (containers only: str, bytes and int are not tracked, tracemalloc sees them);
+- tracemalloc's total and its largest allocation sites, by traceback and by line.
+
+Nothing here changes what the relay does; it reads only. A caller may pass extra lines (the
+shell gives the number of matches).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import sys
+import time
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+ENV_FILE = "BLINK_MEMDUMP"
+ENV_FRAMES = "BLINK_MEMDUMP_FRAMES"
+DEFAULT_FRAMES = 10
+TOP_TRACEBACKS = 25
+TOP_LINES = 40
+TOP_TYPES = 40
+
+
+_MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+              "keepcost")
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2]
+
+
+def _libc() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+def target() -> str | None:
+    """The report file ``BLINK_MEMDUMP`` names (``{pid}`` replaced), or None."""
+    path = os.environ.get(ENV_FILE)
+    return path.replace("{pid}", str(os.getpid())) if path else None
+
+
+def install(path: str, add_signal_handler: Callable[[int, Callable[[], None]], None] | None = None,
+            extra: Callable[[], list[str]] | None = None) -> Callable[[str], None]:
+    """Start tracing (``BLINK_MEMDUMP_FRAMES``) and, given ``add_signal_handler`` (an event loop's),
+    append a report on SIGUSR2; returns the function that appends one (``label`` heads it)."""
+    frames = int(os.environ.get(ENV_FRAMES) or DEFAULT_FRAMES)
+    if frames > 0 and not tracemalloc.is_tracing():
+        tracemalloc.start(frames)
+
+    def dump(label: str) -> None:
+        write_report(path, label, extra() if extra else [])
+
+    if add_signal_handler is not None:
+        import signal
+
+        try:
+            add_signal_handler(signal.SIGUSR2, lambda: dump("SIGUSR2"))
+        except (RuntimeError, ValueError, NotImplementedError, AttributeError):
+            pass  # a loop outside the main thread, or no SIGUSR2 here: the report at exit only
+    return dump
+
+
+def write_report(path: str, label: str, extra: list[str]) -> None:
+    lines = [f"=== memdiag {label} pid {os.getpid()} at {time.strftime('%H:%M:%S')} ==="]
+    lines += extra
+    lines += _proc_lines()
+    lines += _malloc_lines()
+    lines += _pymalloc_lines()
+    lines += _gc_lines()
+    lines += _tracemalloc_lines()
+    if label == "exit":
+        lines += _trim_lines()
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n\n")
+
+
+def _proc_lines() -> list[str]:
+    out = []
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("VmRSS", "VmHWM", "RssAnon", "RssFile", "Threads")):
+                out.append(line)
+        out.append("-- smaps_rollup")
+        out += Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]
+    except OSError as exc:
+        out.append(f"(no /proc: {exc})")
+    return out
+
+
+def _malloc_lines() -> list[str]:
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return ["(no glibc mallinfo2)"]
+    libc.mallinfo2.restype = _Mallinfo2
+    mi = libc.mallinfo2()
+    kb = {name: getattr(mi, name) // 1024 for name in _MALLINFO2}
+    out = ["-- glibc mallinfo2 (kB): " + " ".join(f"{k}={v}" for k, v in kb.items())]
+    # malloc_info writes XML to a FILE*: into a memory stream, read back here.
+    try:
+        buf, size = ctypes.c_char_p(), ctypes.c_size_t()
+        libc.open_memstream.restype = ctypes.c_void_p
+        stream = libc.open_memstream(ctypes.byref(buf), ctypes.byref(size))
+        libc.malloc_info(0, ctypes.c_void_p(stream))
+        libc.fclose(ctypes.c_void_p(stream))
+        text = (buf.value or b"").decode("ascii", "replace")
+        libc.free(buf)
+        out.append("-- malloc_info heaps (size / total / mprotect, kB):")
+        for part in text.split("<heap nr=")[1:]:
+            nr = part.split('"')[1]
+            head = part.split("</sizes>")[1] if "</sizes>" in part else part
+            fields = {}
+            for tag in ('<total type="fast"', '<total type="rest"', '<system type="current"', '<aspace type="total"'):
+                at = head.find(tag)
+                if at >= 0:
+                    fields[tag.split('"')[1]] = int(head[at:].split('size="')[1].split('"')[0]) // 1024
+            out.append(f"  heap {nr}: " + " ".join(f"{k}={v}" for k, v in fields.items()))
+    except (AttributeError, OSError, ValueError, IndexError) as exc:
+        out.append(f"(malloc_info failed: {exc})")
+    return out
+
+
+def _pymalloc_lines() -> list[str]:
+    """The totals of ``sys._debugmallocstats()`` (CPython's small-object allocator: its arenas are
+    mmapped, outside glibc's heaps), which it prints to the C stderr: caught in a temporary file."""
+    if not hasattr(sys, "_debugmallocstats"):
+        return []
+    import tempfile
+
+    with tempfile.TemporaryFile() as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read().decode("ascii", "replace")
+    keep = ("# arenas", "# bytes in allocated blocks", "# bytes in available blocks", "unused pools",
+            "# bytes lost to", "Total")
+    return ["-- pymalloc (sys._debugmallocstats)"] + [
+        "  " + " ".join(line.split()) for line in text.splitlines() if line.startswith(keep) or "unused pools" in line]
+
+
+def _trim_lines() -> list[str]:
+    """What glibc could give back: ``malloc_trim(0)``, then RSS again (at exit only: it changes
+    the process it measures)."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return []
+    before = _rss_kb()
+    libc.malloc_trim(0)
+    return [f"-- malloc_trim(0) at exit: VmRSS {before} -> {_rss_kb()} kB"]
+
+
+def _rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _gc_lines() -> list[str]:
+    counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for obj in gc.get_objects():
+        name = type(obj).__qualname__
+        counts[name] += 1
+        sizes[name] += sys.getsizeof(obj)
+    out = [f"-- gc-tracked objects: {sum(counts.values())}, {sum(sizes.values()) // 1024} kB (getsizeof, shallow)"]
+    for name, size in sizes.most_common(TOP_TYPES):
+        out.append(f"  {size // 1024:>9} kB {counts[name]:>9}  {name}")
+    return out
+
+
+def _tracemalloc_lines() -> list[str]:
+    if not tracemalloc.is_tracing():
+        return ["-- tracemalloc off (BLINK_MEMDUMP_FRAMES=0)"]
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)])
+    current, peak = tracemalloc.get_traced_memory()
+    out = [f"-- tracemalloc: {current // 1024} kB traced now, {peak // 1024} kB at peak, "
+           f"{tracemalloc.get_tracemalloc_memory() // 1024} kB of its own"]
+    out.append("-- by line")
+    for stat in snap.statistics("lineno")[:TOP_LINES]:
+        frame = stat.traceback[0]
+        out.append(f"  {stat.size // 1024:>9} kB {stat.count:>9}  {frame.filename}:{frame.lineno}")
+    out.append("-- by traceback")
+    for stat in snap.statistics("traceback")[:TOP_TRACEBACKS]:
+        out.append(f"  {stat.size // 1024:>9} kB {stat.count:>9}")
+        for line in stat.traceback.format(most_recent_first=True)[::2]:
+            out.append(f"        {line.strip()}")
+    return out
