@@ -94,9 +94,10 @@ def one_step(matches: int, duration: float, journal: str, residence: bool, prefi
             result["relay_residence_ms"] = dict(
                 (k, float(v)) for k, v in (part.split(":") for part in parts if ":" in part))
             counts = dict(part.split("=", 1) for part in parts if "=" in part)
-            if counts.get("steps", "0").isdigit() and int(counts["steps"]) and counts.get("n", "").isdigit():
+            steps, n = counts.get("steps", ""), counts.get("n", "")
+            if steps.isdigit() and int(steps) and n.isdigit():
                 # messages per step (the whole run, set-up included): with the journal on, per commit
-                result["relay_msgs_per_step"] = round(int(counts["n"]) / int(counts["steps"]), 2)
+                result["relay_msgs_per_step"] = round(int(n) / int(steps), 2)
         return result
     finally:
         for proc in reversed(procs):
