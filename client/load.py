@@ -522,7 +522,8 @@ class LoadPlayer:
             return
         if self.status != "playing" or self.seat is None:
             return
-        if sum(1 for e in self.inflight if e[2] is None) >= MAX_IN_FLIGHT:
+        inflight = self.inflight
+        if len(inflight) >= MAX_IN_FLIGHT and sum(1 for e in inflight if e[2] is None) >= MAX_IN_FLIGHT:
             return
         st = self.state()
         if st is None:
