@@ -12,8 +12,9 @@ carry for real windows). The PUBLISHes of one socket read reach ``LoadPlayer.on_
 list, stamped once; only what the player acts on is decoded: its private topic and, for a game
 that sends less (``Game.apply_event``; BLINK does: a whole view only on joining and at a game's
 start and end), its match's events, which it applies in seq order with the private update after
-each (``catch_up``). The snapshot -- and the events of a game that sends whole views -- are
-counted, never unpacked. The places that turn what arrived into the state a player acts on are
+each (``catch_up``). The two players of a match receive the same bytes for each event: the first
+to read them decodes them for both (``LoadPlayer.shared``; a decoded message is immutable). The
+snapshot -- and the events of a game that sends whole views -- are counted, never unpacked. The places that turn what arrived into the state a player acts on are
 ``LoadPlayer.apply_view`` and ``catch_up`` (and ``state``).
 
 Moves come from the real rules engine (``game_for(game)``: ``from_wire``, ``legal_actions`` via the
@@ -27,7 +28,9 @@ once. Matches use the game's short settings (``Game.quick_settings``: for BLINK 
 for a rematch when a match is over, so the load stays steady for ``--duration``. Players ping
 once a second, like the client's clock sync.
 
-Everything is driven by callbacks and loop timers, not a task per player. Matches are set up in
+Everything is driven by callbacks and timers, not a task per player; the players' reaction
+timers are one heap of tuples in the run with one loop timer for its earliest (``LoadRun.later``),
+not a ``TimerHandle`` each on the loop's heap (whose every comparison is a Python call). Matches are set up in
 bounded batches (64 connects and 32 create/join exchanges in flight), the first one alone: a
 broker with no relay, or one that does not answer, is found at once and reported in one line.
 Players start to play (and ping) when every match is set up, so the set-up meets a relay with
