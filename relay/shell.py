@@ -30,8 +30,8 @@ Two tasks share one event loop, so the core is never entered concurrently:
   ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly the
   ``now_ns``/``wall_ns`` values the core was given, so replay is exact. A commit costs about 0.1 ms
   of CPU (SQLite's transaction and the fsync) however little it holds, and on a quiet machine a
-  busy relay's steps would hold a message or two each (``bench/step_bench.py``: 0.3 ms of CPU for
-  a step of one play, 0.1 ms a play in steps of 16). So with the journal on, while the machine's
+  busy relay's steps would hold a message or two each (``bench/step_bench.py``: ~0.4 ms of CPU for
+  a step of one play, 0.12-0.15 ms a play in steps of 16, on a loaded machine). So with the journal on, while the machine's
   CPUs are busy (idle less than a quarter of the last 0.25 s: ``_Busy``), a step starts no sooner
   than ``COMMIT_GAP_S`` (1 ms) after the previous one started, unless ``GATHER_ENOUGH`` messages
   are waiting: at most about a thousand commits a second. A relay whose last step began longer ago
