@@ -93,8 +93,14 @@ def one_step(matches: int, duration: float, journal: str, residence: bool, prefi
         result["load_average"] = round(loadavg, 2)
         stop(relay, signal.SIGINT)
         if residence and res_file.exists():
+            parts = res_file.read_text().split()
             result["relay_residence_ms"] = dict(
-                (k, float(v)) for k, v in (part.split(":") for part in res_file.read_text().split() if ":" in part))
+                (k, float(v)) for k, v in (part.split(":") for part in parts if ":" in part))
+            counts = dict(part.split("=", 1) for part in parts if "=" in part)
+            steps, n = counts.get("steps", ""), counts.get("n", "")
+            if steps.isdigit() and int(steps) and n.isdigit():
+                # messages per step (the whole run, set-up included): with the journal on, per commit
+                result["relay_msgs_per_step"] = round(int(n) / int(steps), 2)
         return result
     finally:
         for proc in reversed(procs):

@@ -12,8 +12,9 @@ carry for real windows). The PUBLISHes of one socket read reach ``LoadPlayer.on_
 list, stamped once; only what the player acts on is decoded: its private topic and, for a game
 that sends less (``Game.apply_event``; BLINK does: a whole view only on joining and at a game's
 start and end), its match's events, which it applies in seq order with the private update after
-each (``catch_up``). The snapshot -- and the events of a game that sends whole views -- are
-counted, never unpacked. The places that turn what arrived into the state a player acts on are
+each (``catch_up``). The two players of a match receive the same bytes for each event: the first
+to read them decodes them for both (``LoadPlayer.shared``; a decoded message is immutable). The
+snapshot -- and the events of a game that sends whole views -- are counted, never unpacked. The places that turn what arrived into the state a player acts on are
 ``LoadPlayer.apply_view`` and ``catch_up`` (and ``state``).
 
 Moves come from the real rules engine (``game_for(game)``: ``from_wire``, ``legal_actions`` via the
@@ -27,7 +28,9 @@ once. Matches use the game's short settings (``Game.quick_settings``: for BLINK 
 for a rematch when a match is over, so the load stays steady for ``--duration``. Players ping
 once a second, like the client's clock sync.
 
-Everything is driven by callbacks and loop timers, not a task per player. Matches are set up in
+Everything is driven by callbacks and timers, not a task per player; the players' reaction
+timers are one heap of tuples in the run with one loop timer for its earliest (``LoadRun.later``),
+not a ``TimerHandle`` each on the loop's heap (whose every comparison is a Python call). Matches are set up in
 bounded batches (64 connects and 32 create/join exchanges in flight), the first one alone: a
 broker with no relay, or one that does not answer, is found at once and reported in one line.
 Players start to play (and ping) when every match is set up, so the set-up meets a relay with
@@ -86,6 +89,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
+import itertools
 import json
 import logging
 import math
@@ -118,9 +123,13 @@ MAX_MATCHES = 10_000
 #: relay and a little room).
 EMBEDDED_MAX_MATCHES = 495
 MAX_IN_FLIGHT = 3  # plays awaiting a verdict, as client/bots.py
+#: Decoded events one player of a match keeps for the other, at most (see ``LoadPlayer.on_event``).
+SHARED_EVENTS = 64
 CONNECTS_IN_FLIGHT = 64
 SETUPS_IN_FLIGHT = 32
 LAG_PERIOD_S = 0.05
+#: A player's timer due this soon after the one being run goes with it (one loop wake-up, not two).
+TIMER_SLACK_S = 0.0005
 START_SPREAD_S = 1.0
 GRACE_S = 5.0
 RELAY_WAIT_S = 3.0
@@ -264,6 +273,8 @@ class LoadPlayer:
         # A game that sends less (``Game.apply_event``): events and private updates not yet applied.
         self.ahead: dict[int, m.Event] = {}
         self.private: dict[int, m.PrivateUpdate] = {}
+        #: Events decoded by one player of the match for the other (set by ``LoadRun.setup_match``).
+        self.shared: dict[bytes, Any] = {}
         self.lost = False
 
     # --- connection
@@ -340,11 +351,18 @@ class LoadPlayer:
                 self.on_event(message.payload, now)
 
     def on_event(self, payload: bytes, now: int) -> None:
-        try:
-            ev = decode(payload)
-        except DecodeError:
-            self.run.bad_messages += 1
-            return
+        # Both players of a match get the same bytes for each event: the first to read them decodes
+        # them for both (a decoded message is immutable), the second takes it out of ``shared``.
+        shared = self.shared
+        ev = shared.pop(payload, None)
+        if ev is None:
+            try:
+                ev = decode(payload)
+            except DecodeError:
+                self.run.bad_messages += 1
+                return
+            if len(shared) < SHARED_EVENTS:  # (bounded: the other player's connection may be gone)
+                shared[payload] = ev
         if type(ev) is m.Event and ev.seq > self.view_seq and len(self.ahead) < 4096:
             self.ahead[ev.seq] = ev
             if self.catch_up(now):
@@ -440,7 +458,8 @@ class LoadPlayer:
                 self.request(m.Resync(ev.match))
                 break
             self._confirmed, self.view_seq, self.view_ns, self._predicted = view, ev.seq, now_ns, None
-            self.inflight = [e for e in self.inflight if e[2] is None or e[2] > ev.seq]
+            if self.inflight:
+                self.inflight = [e for e in self.inflight if e[2] is None or e[2] > ev.seq]
             moved = True
         if self.ahead:
             for seq in [s for s in self.ahead if s <= self.view_seq]:
@@ -506,7 +525,8 @@ class LoadPlayer:
             return
         if self.status != "playing" or self.seat is None:
             return
-        if sum(1 for e in self.inflight if e[2] is None) >= MAX_IN_FLIGHT:
+        inflight = self.inflight
+        if len(inflight) >= MAX_IN_FLIGHT and sum(1 for e in inflight if e[2] is None) >= MAX_IN_FLIGHT:
             return
         st = self.state()
         if st is None:
@@ -521,7 +541,7 @@ class LoadPlayer:
         if delay <= 0:
             self.run.loop.call_soon(fn, *args)
         else:
-            self.run.loop.call_later(delay, fn, *args)
+            self.run.later(delay, fn, *args)
 
     def reaction(self) -> float:
         r = self.run.reaction_s
@@ -592,6 +612,45 @@ class LoadRun:
         self.setup_failed: Counter[str] = Counter()
         self.matches_up = 0
         self.setup_given_up = False
+        # The players' reaction timers: one heap here, one loop timer for its earliest (see ``later``).
+        self._timers: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._timer_order = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    def later(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
+        """Call ``fn(*args)`` in ``delay`` seconds. Every player's reactions share one heap of plain
+        tuples and one loop timer (the earliest's): thousands of pending ``TimerHandle``s on the
+        loop's own heap cost a Python-level comparison each step of every push and pop."""
+        when = self.loop.time() + delay
+        heapq.heappush(self._timers, (when, next(self._timer_order), fn, args))
+        if when < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = when
+            self._timer = self.loop.call_at(when, self._run_timers)
+
+    def stop_timers(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timers.clear()
+        self._timer_at, self._timer = math.inf, None
+
+    def _run_timers(self) -> None:
+        timers = self._timers
+        loop = self.loop
+        end = loop.time() + TIMER_SLACK_S
+        while timers and timers[0][0] <= end:
+            _, _, fn, args = heapq.heappop(timers)
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - a bug in one callback must not stop the others' timers
+                log.exception("a player's timer failed")
+        if timers:
+            self._timer_at = timers[0][0]
+            self._timer = loop.call_at(self._timer_at, self._run_timers)
+        else:
+            self._timer_at, self._timer = math.inf, None
 
     def in_window(self, t: int) -> bool:
         return self.window_start > 0 and t >= self.window_start and (not self.window_end or t <= self.window_end)
@@ -621,6 +680,7 @@ class LoadRun:
     async def setup_match(self, i: int) -> None:
         a = LoadPlayer(self, f"p{i}a", random.Random(self.rng.random()))
         b = LoadPlayer(self, f"p{i}b", random.Random(self.rng.random()))
+        a.shared = b.shared = {}
         self.players += (a, b)
         async with self.setup_sem:
             if self.setup_given_up:
@@ -854,7 +914,7 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
         run.acting = True
         spread = START_SPREAD_S * (1 + len(run.players) / 1000)
         for p in run.players:
-            run.loop.call_later(run.rng.uniform(0.0, spread), p.poke)
+            run.later(run.rng.uniform(0.0, spread), p.poke)
         waiter = asyncio.create_task(stop.wait())
         await asyncio.wait([waiter], timeout=spread)
         cpu0 = proc_cpu_s(relay_pid) if relay_pid else None
@@ -927,6 +987,7 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
             if run is not None:
                 run.acting = False
                 run.closing = True
+                run.stop_timers()
                 await _close_all(run.players, leave=local is None)
             if local is not None:
                 await local.stop()

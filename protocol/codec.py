@@ -189,6 +189,20 @@ def encode(msg: Any) -> bytes:
     return data
 
 
+class Encoder:
+    """``encode`` for a run of messages in one thread (a relay's step): one msgpack ``Packer``
+    reused, not one made per message; the same bytes. Not for sharing between threads."""
+
+    __slots__ = ("_pack",)
+
+    def __init__(self) -> None:
+        self._pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True).pack
+
+    def __call__(self, msg: Any) -> bytes:
+        fn = _TO_DICT.get(type(msg))
+        return self._pack(to_dict(msg) if fn is None else fn(msg))
+
+
 def pack_plain(value: Any) -> bytes:
     """Plain data (maps, lists, scalars) as msgpack bytes, as ``encode`` packs them: a compact form
     for data kept long and read rarely (``unpack_plain`` gives it back)."""

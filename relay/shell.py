@@ -24,11 +24,21 @@ Two tasks share one event loop, so the core is never entered concurrently:
   in the inbox (at most ``MAX_BATCH``), hands them to ``core.handle(topic, payload, now_ns)`` in
   arrival order (the relay is the only sequencer), calls ``core.tick(now_ns)`` if a deadline of
   the core is due, appends all those inputs (pings too: they spend the sender's request tokens
-  and keep it seen, so the core is only replayed exactly from every input) to the journal as ONE batch (one durable write, run in a worker thread so the loop keeps receiving
+  and keep it seen, so the core is only replayed exactly from every input) to the journal as ONE batch (one durable write, run in a writer thread so the loop keeps receiving
   meanwhile: the next batch grows while this one is written),
   and only then publishes the step's outputs and writes its event-log lines. So a player hears
   ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly the
-  ``now_ns``/``wall_ns`` values the core was given, so replay is exact.
+  ``now_ns``/``wall_ns`` values the core was given, so replay is exact. A commit costs about 0.1 ms
+  of CPU (SQLite's transaction and the fsync) however little it holds, and on a quiet machine a
+  busy relay's steps would hold a message or two each (``bench/step_bench.py``: ~0.4 ms of CPU for
+  a step of one play, 0.12-0.15 ms a play in steps of 16, on a loaded machine). So with the journal on, while the machine's
+  CPUs are busy (idle less than a quarter of the last 0.25 s: ``_Busy``), a step starts no sooner
+  than ``COMMIT_GAP_S`` (1 ms) after the previous one started, unless ``GATHER_ENOUGH`` messages
+  are waiting: at most about a thousand commits a second. A relay whose last step began longer ago
+  steps at once, and on a machine with CPU to spare there is no gap (a millisecond of latency for
+  CPU nobody is short of). The writer is one long-lived
+  thread fed by a queue (``_JournalWriter``): ``asyncio.to_thread`` cost 2-3x the CPU per step
+  for the same hop.
 
 Publishing. A step's outputs go out together, without a trip through the event loop per message
 and without a system call per message: the QoS-0 messages of a step (everything the core sends,
@@ -129,9 +139,11 @@ from collections import deque
 import json
 import logging
 import os
+import queue
 import secrets
 import signal
 import struct
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any, Callable, NoReturn, Sequence
@@ -141,7 +153,7 @@ from mqttkit.connection import MqttConnection, MqttError, Will
 from mqttkit.connection import connect as mqtt_connect
 from mqttkit.packets import Message, pack_publish
 from protocol import messages as m
-from protocol.codec import DecodeError, decode, encode
+from protocol.codec import DecodeError, Encoder, decode, encode
 from protocol.topics import Topics, valid_id
 
 from relay import memdiag
@@ -154,6 +166,17 @@ log = logging.getLogger("blink.relay")
 
 MAX_SLEEP_S = 0.05
 MAX_BATCH = 512  # messages handled (and journalled as one write) per step
+#: With the journal on and the machine's CPUs busy, a step starts no sooner than this after the one
+#: before it started, unless ``GATHER_ENOUGH`` messages are waiting already (see the header's group
+#: commit): fewer, larger commits. A relay whose last step began longer ago steps at once.
+COMMIT_GAP_S = 0.001
+GATHER_ENOUGH = 64
+#: The machine counts as busy (the gap applies) while its CPUs were idle less than this share of the
+#: last ``BUSY_WINDOW_S`` (``/proc/stat``; where there is none: while the relay itself used more
+#: than ``BUSY_OWN_SHARE`` of a CPU).
+BUSY_IDLE_SHARE = 0.25
+BUSY_WINDOW_S = 0.25
+BUSY_OWN_SHARE = 0.5
 #: Matches whose views and snapshot are republished per step after a (re)connect, after the step's
 #: requests (about 0.2-0.3 ms of CPU a BLINK match here: a chunk delays an answer by ~10-15 ms).
 RESYNC_CHUNK = 50
@@ -197,7 +220,8 @@ class RelayShell:
     def __init__(self, address: BrokerAddress, topics: Topics | None = None, config: RelayConfig | None = None,
                  seed: int | None = None, log_path: str | Path | None = None,
                  max_payload: int = DEFAULT_MAX_PAYLOAD, journal: Journal | None = None,
-                 snapshot_every_s: float = SNAPSHOT_EVERY_S, snapshot_every: int = SNAPSHOT_EVERY) -> None:
+                 snapshot_every_s: float = SNAPSHOT_EVERY_S, snapshot_every: int = SNAPSHOT_EVERY,
+                 commit_gap_s: float = COMMIT_GAP_S) -> None:
         self.address = address
         self.topics = topics or Topics()
         self.config = config or RelayConfig()
@@ -212,6 +236,9 @@ class RelayShell:
         self.journal = journal
         self.snapshot_every_s = snapshot_every_s
         self.snapshot_every = snapshot_every
+        self.commit_gap_s = commit_gap_s
+        self._step_began = 0.0  # time.monotonic() when the last step began (the commit gap counts from it)
+        self._busy = _Busy()
         self.log_path = Path(log_path) if log_path else None
         self._log_file: IO[str] | None = None
         self._client: MqttConnection | None = None
@@ -246,6 +273,7 @@ class RelayShell:
         self.recovery_s = 0.0
         self.snapshot_s = 0.0  # CPU seconds the last snapshot took to serialise (it spaces them out)
         self.reconnects = 0
+        self.steps = 0  # steps taken with something to journal or publish (each one commit with the journal on)
         self._snap_pos = 0
         self._snap_at = time.monotonic()
         self._prev_snap = 0
@@ -257,6 +285,7 @@ class RelayShell:
         #: (8 bytes a time: as a list of ints, 40; they were a benchmark's measurable share of the relay's memory)
         self._residence: array[int] | None = array("q") if self._residence_file else None
         self._snap_task: asyncio.Task[None] | None = None  # a snapshot being saved while steps go on
+        self._writer = _JournalWriter(journal) if journal is not None else None  # the steps' appends
 
     # ------------------------------------------------------------------ recovery
 
@@ -437,7 +466,7 @@ class RelayShell:
                 self._log_file = None
             gc.set_threshold(*thresholds)
             if self._residence_file and self._residence is not None:
-                _write_residence(self._residence_file, self._residence)
+                _write_residence(self._residence_file, self._residence, self.steps)
             if dump is not None:
                 dump("exit")
 
@@ -563,6 +592,14 @@ class RelayShell:
                 delay = MAX_SLEEP_S if deadline is None else min(MAX_SLEEP_S, max(0.0, (deadline - now) / 1e9))
                 self._wake.clear()
                 await wait_event(self._wake, delay)
+            if self.journal is not None and len(self._inbox) < GATHER_ENOUGH and self._busy.now():
+                # Group commit: the journal's commit (an fsync) costs the relay about 0.1 ms of CPU
+                # whatever it holds; a busy relay gathers for the rest of the gap (the connection keeps
+                # reading meanwhile) rather than commit a message or two at a time.
+                gather = self._step_began + self.commit_gap_s - time.monotonic()
+                if gather > 0:
+                    await asyncio.sleep(gather)
+            self._step_began = time.monotonic()
             await self.step()
             if time.monotonic() - self._gc_full_at >= GC_FULL_EVERY_S:
                 gc.collect()
@@ -606,9 +643,14 @@ class RelayShell:
             entries.append(Tick(now, wall))
             out.extend(core.tick(now, wall))
         journal = self.journal
+        if entries or out:
+            self.steps += 1
         if journal is not None and entries:
             # Before anything of this step is published: nothing a player hears accepted is lost.
-            await asyncio.to_thread(journal.append, entries)
+            writer = self._writer
+            if writer is None or writer.journal is not journal:  # (a journal given after __init__)
+                writer = self._writer = _JournalWriter(journal)
+            await writer.append(entries)
         if out:
             self._emit(out)
         residence = self._residence
@@ -831,8 +873,9 @@ def send_publishes(client: MqttConnection, out: Sequence[Any],
         return len(publishes), "not connected"
     buf = bytearray()
     failed, why = 0, ""
+    encode_one = Encoder()  # one Packer for the step's messages (this runs in the loop's thread)
     for o in publishes:
-        payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode(o.msg)
+        payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode_one(o.msg)
         try:
             if o.qos == 0:
                 pack_publish(buf, o.topic, payload, o.retain)
@@ -858,13 +901,111 @@ def send_publishes(client: MqttConnection, out: Sequence[Any],
     return failed, why
 
 
-def _write_residence(path: str, values: Sequence[int]) -> None:
-    """Percentiles (ms) of the residence times, one line: ``50:0.41 90:1.2 99:5.3 99.9:9.8 100:12.0 n=...``."""
+class _Busy:
+    """Are the machine's CPUs busy? Judged once per ``BUSY_WINDOW_S`` from ``/proc/stat`` (the
+    share of CPU time idle over the window), or, where that cannot be read, from this process's own
+    CPU time. The commit gap trades a millisecond of latency for CPU: worth it only when a CPU is
+    what everyone waits for."""
+
+    def __init__(self) -> None:
+        self._at = time.monotonic()
+        self._cpu = time.process_time()
+        self._stat = _cpu_jiffies()
+        self._busy = False
+
+    def now(self) -> bool:
+        at = time.monotonic()
+        if at - self._at < BUSY_WINDOW_S:
+            return self._busy
+        cpu = time.process_time()
+        stat = _cpu_jiffies()
+        if stat is not None and self._stat is not None and stat[1] > self._stat[1]:
+            self._busy = (stat[0] - self._stat[0]) / (stat[1] - self._stat[1]) < BUSY_IDLE_SHARE
+        else:
+            self._busy = (cpu - self._cpu) / (at - self._at) > BUSY_OWN_SHARE
+        self._at, self._cpu, self._stat = at, cpu, stat
+        return self._busy
+
+
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(idle, total) CPU time of the whole machine so far (Linux ``/proc/stat``), or None."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user .. steal
+
+
+class _JournalWriter:
+    """The steps' journal appends, in a thread of their own (the event loop keeps receiving while
+    one is written). One long-lived thread fed by a queue, not ``asyncio.to_thread``: a default
+    executor's hop (context copy, work item, a concurrent future chained to an asyncio one) cost
+    about 2-3x the CPU of this one (a queue put, and ``call_soon_threadsafe`` back), and the relay
+    makes one per step. The thread leaves after ``IDLE_S`` without work and is started again by
+    the next append (a shell whose loop is gone leaves no thread behind). Appends are written in
+    the order they were asked for; each answer goes to the loop that asked."""
+
+    IDLE_S = 5.0
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self._queue: queue.SimpleQueue[tuple[Sequence[Entry], asyncio.Future[None], asyncio.AbstractEventLoop]] = \
+            queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running = False
+
+    def append(self, entries: Sequence[Entry]) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        with self._lock:
+            self._queue.put((entries, done, loop))
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="blink-journal", daemon=True).start()
+        return done
+
+    def _run(self) -> None:
+        q = self._queue
+        while True:
+            try:
+                entries, done, loop = q.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._lock:  # (an append puts under this lock: none can be left behind)
+                    if q.empty():
+                        self._running = False
+                        return
+                continue
+            error: BaseException | None = None
+            try:
+                self.journal.append(entries)
+            except BaseException as exc:  # noqa: BLE001 - handed to the step that waits for it
+                error = exc
+            try:
+                loop.call_soon_threadsafe(_settle, done, error)
+            except RuntimeError:  # that loop is closed: nobody waits any more
+                pass
+
+
+def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
+    if done.cancelled():
+        return
+    if error is None:
+        done.set_result(None)
+    else:
+        done.set_exception(error)
+
+
+def _write_residence(path: str, values: Sequence[int], steps: int = 0) -> None:
+    """Percentiles (ms) of the residence times, one line: ``50:0.41 90:1.2 99:5.3 99.9:9.8 100:12.0 n=...
+    steps=...`` (``n`` messages in ``steps`` steps)."""
     xs = sorted(values) or [0]
     parts = [f"{q:g}:{xs[min(len(xs) - 1, int(q / 100 * len(xs)))] / 1e6:.3f}" for q in (50, 90, 99, 99.9, 100)]
     try:
         with open(path, "w") as f:
-            f.write(" ".join(parts) + f" n={len(values)}\n")
+            f.write(" ".join(parts) + f" n={len(values)} steps={steps}\n")
     except OSError as exc:
         log.warning("cannot write the residence times to %s: %s", path, exc)
 

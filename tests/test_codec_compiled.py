@@ -60,3 +60,26 @@ def test_a_reused_packer_gives_packb_bytes_and_survives_an_error() -> None:
     else:  # pragma: no cover - msgpack cannot pack an object()
         raise AssertionError("an object() was packed")
     assert decode(encode(msg)) == msg  # nothing of the failed message is left in the packer
+
+
+def test_an_encoder_gives_encode_bytes_and_survives_an_error() -> None:
+    """``Encoder`` (one Packer for a relay step's messages) packs exactly what ``encode`` does, and a
+    message that cannot be packed leaves nothing behind for the next one."""
+    from protocol import messages as m
+    from protocol.codec import Encoder
+
+    encoder = Encoder()
+    msgs = [m.ActionAccepted("ABCD", 7, 12, 3), m.Pong(t0=5, t1=6, t2=7),
+            m.Event(match="ABCD", seq=9, ts=2**62, game=1, type="card_played",
+                    data={"player": "ann", "seat": 0, "card": "3-red-star", "pile": 1}),
+            m.ActionRejected("ABCD", 8, "pile_changed", "the pile moved", 4)]
+    for msg in msgs:
+        assert encoder(msg) == encode(msg)
+    bad = m.Event(match="ABCD", seq=1, ts=2, game=0, type="x", data={"no": object()})
+    try:
+        encoder(bad)
+    except TypeError:
+        pass
+    else:  # pragma: no cover - msgpack cannot pack an object()
+        raise AssertionError("an object() was packed")
+    assert [encoder(msg) for msg in msgs] == [encode(msg) for msg in msgs]

@@ -572,3 +572,32 @@ def test_damage_that_appears_while_open_stops_a_read_with_a_clear_error(journal:
         for pos, _ in journal.read():
             got.append(pos)
     assert got == [1, 2, 3]
+
+
+def test_the_shells_journal_writer_appends_in_order_and_hands_back_errors(tmp_path: Path) -> None:
+    """``relay.shell._JournalWriter``: appends asked for without waiting are written in the order
+    asked, each answer reaches the loop that asked (a loop per ``asyncio.run`` here), and a journal
+    that cannot be written raises in the step that waits for it."""
+    import asyncio
+
+    from relay.journal import JournalError, Msg
+    from relay.shell import _JournalWriter
+
+    journal = open_journal(tmp_path / "data")
+    writer = _JournalWriter(journal)
+    topic = "blink/v1/lobby/req/c1"
+
+    async def burst(start: int) -> None:
+        waits = [writer.append([Msg(topic, encode(m.Ping(t0=start + i)), start + i, start + i)]) for i in range(20)]
+        await asyncio.gather(*waits)
+
+    asyncio.run(burst(0))
+    asyncio.run(burst(100))  # another loop: the same thread, or a new one, answers it
+    assert [e.now_ns for _, e in journal.read(1)] == list(range(20)) + list(range(100, 120))
+    journal.close()
+
+    async def after_close() -> None:
+        await writer.append([Msg(topic, encode(m.Ping(t0=1)), 1, 1)])
+
+    with pytest.raises(JournalError):
+        asyncio.run(after_close())

@@ -183,8 +183,19 @@ def test_percentiles_nearest_rank() -> None:
 
 
 class _Loop:
+    """What a LoadRun asks of its loop, doing nothing (the players' timers never fire here)."""
+
     def call_soon(self, *a: Any) -> None: ...
     def call_later(self, *a: Any) -> None: ...
+    def time(self) -> float:
+        return 0.0
+
+    def call_at(self, *a: Any) -> Any:
+        return _Timer()
+
+
+class _Timer:
+    def cancel(self) -> None: ...
 
 
 def test_a_play_in_flight_is_predicted_until_a_view_contains_it() -> None:
