@@ -30,13 +30,10 @@ Two tasks share one event loop, so the core is never entered concurrently:
   ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly the
   ``now_ns``/``wall_ns`` values the core was given, so replay is exact. A commit costs about 0.1 ms
   of CPU (SQLite's transaction and the fsync) however little it holds, and on a quiet machine a
-  busy relay's steps would hold a message or two each (``bench/step_bench.py``: ~0.4 ms of CPU for
-  a step of one play, 0.12-0.15 ms a play in steps of 16, on a loaded machine). So with the journal on, while the machine's
-  CPUs are busy (idle less than a quarter of the last 0.25 s: ``_Busy``), a step starts no sooner
-  than ``COMMIT_GAP_S`` (1 ms) after the previous one started, unless ``GATHER_ENOUGH`` messages
-  are waiting: at most about a thousand commits a second. A relay whose last step began longer ago
-  steps at once, and on a machine with CPU to spare there is no gap (a millisecond of latency for
-  CPU nobody is short of). The writer is one long-lived
+  busy relay's steps hold a message or two each at human pace (``bench/step_bench.py``: ~0.4 ms
+  of CPU for a step of one play, 0.12-0.15 ms a play in steps of 16, on a loaded machine). A group
+  commit that made a busy relay wait 1 ms between steps was measured and not kept: ~3 % less CPU
+  an action at 1,000 matches, a worse p99 at 300 (bench/RESULTS.md, session 6). The writer is one long-lived
   thread fed by a queue (``_JournalWriter``): ``asyncio.to_thread`` cost 2-3x the CPU per step
   for the same hop.
 
@@ -166,17 +163,6 @@ log = logging.getLogger("blink.relay")
 
 MAX_SLEEP_S = 0.05
 MAX_BATCH = 512  # messages handled (and journalled as one write) per step
-#: With the journal on and the machine's CPUs busy, a step starts no sooner than this after the one
-#: before it started, unless ``GATHER_ENOUGH`` messages are waiting already (see the header's group
-#: commit): fewer, larger commits. A relay whose last step began longer ago steps at once.
-COMMIT_GAP_S = 0.001
-GATHER_ENOUGH = 64
-#: The machine counts as busy (the gap applies) while its CPUs were idle less than this share of the
-#: last ``BUSY_WINDOW_S`` (``/proc/stat``; where there is none: while the relay itself used more
-#: than ``BUSY_OWN_SHARE`` of a CPU).
-BUSY_IDLE_SHARE = 0.25
-BUSY_WINDOW_S = 0.25
-BUSY_OWN_SHARE = 0.5
 #: Matches whose views and snapshot are republished per step after a (re)connect, after the step's
 #: requests (about 0.2-0.3 ms of CPU a BLINK match here: a chunk delays an answer by ~10-15 ms).
 RESYNC_CHUNK = 50
@@ -220,8 +206,7 @@ class RelayShell:
     def __init__(self, address: BrokerAddress, topics: Topics | None = None, config: RelayConfig | None = None,
                  seed: int | None = None, log_path: str | Path | None = None,
                  max_payload: int = DEFAULT_MAX_PAYLOAD, journal: Journal | None = None,
-                 snapshot_every_s: float = SNAPSHOT_EVERY_S, snapshot_every: int = SNAPSHOT_EVERY,
-                 commit_gap_s: float = COMMIT_GAP_S) -> None:
+                 snapshot_every_s: float = SNAPSHOT_EVERY_S, snapshot_every: int = SNAPSHOT_EVERY) -> None:
         self.address = address
         self.topics = topics or Topics()
         self.config = config or RelayConfig()
@@ -236,9 +221,6 @@ class RelayShell:
         self.journal = journal
         self.snapshot_every_s = snapshot_every_s
         self.snapshot_every = snapshot_every
-        self.commit_gap_s = commit_gap_s
-        self._step_began = 0.0  # time.monotonic() when the last step began (the commit gap counts from it)
-        self._busy = _Busy()
         self.log_path = Path(log_path) if log_path else None
         self._log_file: IO[str] | None = None
         self._client: MqttConnection | None = None
@@ -592,14 +574,6 @@ class RelayShell:
                 delay = MAX_SLEEP_S if deadline is None else min(MAX_SLEEP_S, max(0.0, (deadline - now) / 1e9))
                 self._wake.clear()
                 await wait_event(self._wake, delay)
-            if self.journal is not None and len(self._inbox) < GATHER_ENOUGH and self._busy.now():
-                # Group commit: the journal's commit (an fsync) costs the relay about 0.1 ms of CPU
-                # whatever it holds; a busy relay gathers for the rest of the gap (the connection keeps
-                # reading meanwhile) rather than commit a message or two at a time.
-                gather = self._step_began + self.commit_gap_s - time.monotonic()
-                if gather > 0:
-                    await asyncio.sleep(gather)
-            self._step_began = time.monotonic()
             await self.step()
             if time.monotonic() - self._gc_full_at >= GC_FULL_EVERY_S:
                 gc.collect()
@@ -899,44 +873,6 @@ def send_publishes(client: MqttConnection, out: Sequence[Any],
             why = f"{type(exc).__name__}: {exc}"
             failed += sum(1 for o in publishes if o.qos == 0)  # an upper bound: what this step sent
     return failed, why
-
-
-class _Busy:
-    """Are the machine's CPUs busy? Judged once per ``BUSY_WINDOW_S`` from ``/proc/stat`` (the
-    share of CPU time idle over the window), or, where that cannot be read, from this process's own
-    CPU time. The commit gap trades a millisecond of latency for CPU: worth it only when a CPU is
-    what everyone waits for."""
-
-    def __init__(self) -> None:
-        self._at = time.monotonic()
-        self._cpu = time.process_time()
-        self._stat = _cpu_jiffies()
-        self._busy = False
-
-    def now(self) -> bool:
-        at = time.monotonic()
-        if at - self._at < BUSY_WINDOW_S:
-            return self._busy
-        cpu = time.process_time()
-        stat = _cpu_jiffies()
-        if stat is not None and self._stat is not None and stat[1] > self._stat[1]:
-            self._busy = (stat[0] - self._stat[0]) / (stat[1] - self._stat[1]) < BUSY_IDLE_SHARE
-        else:
-            self._busy = (cpu - self._cpu) / (at - self._at) > BUSY_OWN_SHARE
-        self._at, self._cpu, self._stat = at, cpu, stat
-        return self._busy
-
-
-def _cpu_jiffies() -> tuple[int, int] | None:
-    """(idle, total) CPU time of the whole machine so far (Linux ``/proc/stat``), or None."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    if len(fields) < 5:
-        return None
-    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user .. steal
 
 
 class _JournalWriter:
