@@ -381,6 +381,10 @@ def main() -> int:
                    "p99_ratio is the spread of the measurement itself (what a ratio means on this machine)")
     p.add_argument("--rounds", type=int, default=1,
                    help="repeat baseline + floods this many times, baseline first in odd rounds, last in even ones")
+    p.add_argument("--journal", choices=("full", "normal", "off"), default="full",
+                   help="the relay's journal: full (fsync every step, `blink serve`'s default), normal "
+                   "(`--sync normal`: no fsync) or off (`--no-journal`) -- on a disk whose fsync has a long "
+                   "tail, the tail lands in whichever phase it falls in; the other two leave the flood alone")
     p.add_argument("--cpu-only", action="store_true",
                    help="no players: measure the CPU one flooder alone costs the relay (and Mosquitto)")
     args = p.parse_args()
@@ -389,7 +393,8 @@ def main() -> int:
     kinds = ["act", "create"] if args.flood == "both" else [args.flood]
     if args.control and "none" not in kinds:
         kinds.append("none")
-    stack = Stack(args.broker, seed=args.seed)
+    serve_args = {"full": (), "normal": ("--sync", "normal"), "off": ("--no-journal",)}[args.journal]
+    stack = Stack(args.broker, seed=args.seed, serve_args=serve_args)
     # The relay journals into its own directory (as `blink serve` would into the user's), so a
     # relay already running on this machine is not in the way.
     os.environ["XDG_DATA_HOME"] = str(stack.dir)
@@ -402,6 +407,7 @@ def main() -> int:
     finally:
         stack.stop()
         shutil.rmtree(stack.dir, ignore_errors=True)
+    result["journal"] = args.journal
     result["command"] = " ".join([".venv/bin/python bench/flood.py", *sys.argv[1:]])
     print(json.dumps(result))
     return 0

@@ -186,8 +186,9 @@ class Stack:
     broker URL, or on a Mosquitto started here with the shipped ACL (``broker="mosquitto"``)."""
 
     def __init__(self, broker: str = "embedded", broker_url: str | None = None, seed: int = 1,
-                 workdir: Path | None = None) -> None:
+                 workdir: Path | None = None, serve_args: tuple[str, ...] = ()) -> None:
         self.broker = broker
+        self.serve_args = serve_args  # more `blink serve` options (e.g. the journal's)
         self.broker_url = broker_url
         self.seed = seed
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="blink-fuzz-"))
@@ -214,7 +215,8 @@ class Stack:
         return self.relay is not None and self.relay.poll() is None
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "client.cli", "serve", "--seed", str(self.seed), "--log", str(self.log)]
+        cmd = [sys.executable, "-m", "client.cli", "serve", "--seed", str(self.seed), "--log", str(self.log),
+               *self.serve_args]
         relay_url = self.broker_url
         if self.broker == "mosquitto" and relay_url is None:
             relay_url = self._start_mosquitto()
