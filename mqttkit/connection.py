@@ -58,9 +58,11 @@ CONNECT_TIMEOUT_S = 10.0
 #: the socket is left unread for ``COALESCE_S``, so that the next read takes what came meanwhile
 #: in one go: a flood arrives a few packets per read otherwise (Mosquitto writes each message as
 #: it comes), and each read costs more than dropping its packets (measured: ~8 packets and ~12 us
-#: a read). The other messages of that time wait at most that long, in the kernel's buffer.
+#: a read). The other messages of that time wait at most that long, in the kernel's buffer: 1 ms,
+#: not 3 -- during a Mosquitto flood of ~80k messages/s the players' p50 play -> verdict was 2.0-2.1 ms
+#: against 3.5-3.6 with 3 ms, for 2-3 % more of a core in the relay (bench/RESULTS.md, session 6).
 COALESCE_MIN = 16
-COALESCE_S = 0.003
+COALESCE_S = 0.001
 #: Bytes the transport may hold unsent before the broker is deemed not to read any more.
 MAX_WRITE_BUFFER = 64 * 1024 * 1024
 CONNACK_REASONS = {1: "unacceptable protocol version", 2: "identifier rejected", 3: "server unavailable",
