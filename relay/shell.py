@@ -150,7 +150,7 @@ from mqttkit.connection import MqttConnection, MqttError, Will
 from mqttkit.connection import connect as mqtt_connect
 from mqttkit.packets import Message, pack_publish
 from protocol import messages as m
-from protocol.codec import DecodeError, Encoder, decode, encode
+from protocol.codec import Encoder, encode
 from protocol.topics import Topics, valid_id
 
 from relay import memdiag
