@@ -750,13 +750,15 @@ async def bench_broker(stack: Stack, args: argparse.Namespace, rng: random.Rando
         return {"relay": cpu_seconds(stack.relay_pid), "broker": cpu_seconds(stack.broker_pid),
                 "echo_client": cpu_seconds(stack.echo_pid), "driver": time.process_time(), "wall": time.perf_counter()}
 
-    def cpu_per_unit(c0: dict[str, float], c1: dict[str, float], units: float) -> dict[str, float | None]:
+    def cpu_per_unit(c0: dict[str, float], c1: dict[str, float], units: float, who: list[str]) -> dict[str, float | None]:
         out: dict[str, float | None] = {}
-        for k in ("relay", "broker", "echo_client", "driver"):
+        for k in who:
             used = c1[k] - c0[k]
-            out[k + "_us"] = round(used / units * 1e6, 1) if units > 0 and used == used else None
+            out[k + "_us"] = None if units <= 0 or math.isnan(used) else round(used / units * 1e6, 1)
         return out
 
+    # Only the processes each path runs through (on amqtt the broker is the relay's own process).
+    embedded = stack.broker_pid == stack.relay_pid
     c0 = cpu_now()
     relay_rate, tp_rec = await relay_throughput(stack.port, args.tp_matches, args.tp_seconds, rng)
     c1 = cpu_now()
@@ -767,14 +769,8 @@ async def bench_broker(stack: Stack, args: argparse.Namespace, rng: random.Rando
     echo_rate = await echo_throughput(stack.port, args.tp_matches, args.tp_seconds, stack.login)
     e1 = cpu_now()
     echo_units = echo_rate * (e1["wall"] - e0["wall"])
-    relay_per = cpu_per_unit(c0, c1, relay_units)
-    relay_per.pop("echo_client_us", None)  # idle during the relay's run
-    echo_per = cpu_per_unit(e0, e1, echo_units)
-    if stack.broker_pid == stack.relay_pid:  # amqtt: broker and relay are one process
-        relay_per.pop("broker_us", None)
-        echo_per.pop("relay_us", None)
-    else:
-        echo_per.pop("relay_us", None)  # idle during the echo's run
+    relay_per = cpu_per_unit(c0, c1, relay_units, ["relay", "driver"] if embedded else ["relay", "broker", "driver"])
+    echo_per = cpu_per_unit(e0, e1, echo_units, ["broker", "echo_client", "driver"])
     out["throughput"] = {"relay_actions_per_s": round(relay_rate, 1), "echo_round_trips_per_s": round(echo_rate, 1),
                          "ratio": ratio(relay_rate, echo_rate), "in_flight": args.tp_matches,
                          "relay_accepted_share": round(tp_rec.accepted / tp_rec.answered, 3) if tp_rec.answered else None,
