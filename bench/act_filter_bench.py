@@ -9,8 +9,8 @@ robin; a 40-byte payload, like a BLINK play) are fed to ``mqttkit.packets.Parser
 filter the relay sets (its served shards: ``--served``), and what it delivers goes through
 ``ClusterRelay._on_messages`` as in the relay (stamp, queue). Reported: ns per message when none is
 served (all dropped by the filter), when all are served (parsed, a ``Message`` each, queued) and with
-no filter at all (what the relay did per dropped message before the filter: parse, decode, then look
-the topic up), in the same run.
+no filter at all (what a relay without the filter would do per dropped message: parse, decode, then
+look the topic up), in the same run.
 
     .venv/bin/python bench/act_filter_bench.py
 """

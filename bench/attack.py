@@ -1,4 +1,4 @@
-"""Issue 12's attacks, run as an attacker would, against ``blink serve`` during a bot match.
+"""Attacks on the access rules, run as an attacker would, against ``blink serve`` during a bot match.
 
 How this works
 --------------
@@ -17,8 +17,8 @@ anything:
   topics: the victim being answered for any of them (or losing its seat) is a win;
 - ``take_over_victims_id``: CONNECT under the victim's id while it is connected (no credentials);
 - ``relay_login_without_secret``: user ``relay`` with no, an empty or a guessed password;
-- ``connect_as_old_relay_id``: CONNECT as ``blink-relay-0`` (the relay's id before issue 12); the
-  relay must still answer afterwards;
+- ``connect_as_old_relay_id``: CONNECT as ``blink-relay-0`` (a fixed, guessable relay id; the relay's
+  own id is random per start); the relay must still answer afterwards;
 - ``forged_match_over`` and ``forged_retained_snapshot`` on the bot match's topics: a spectator
   (and the bots' result) must never see them, a newcomer must get only the relay's snapshot;
 - ``payload_10mb``: the broker must cut the sender off; nothing may reach the relay;
@@ -62,11 +62,11 @@ from protocol.topics import Topics  # noqa: E402
 
 T = Topics()
 WAIT_S = 60.0
-#: What a broker does not stop, by design, with the reason (issue 12 asks each design to say so).
+#: What a broker does not stop, by design, with the reason (each design says why).
 KNOWN_LIMITS = {
     "mosquitto": {"take_over_victims_id": "MQTT lets a new CONNECT under a client id take over the session; "
                   "Mosquitto has no hook to refuse it without per-player credentials. Client ids are "
-                  "128-bit secrets never published, so this needs a leaked id (README, issue 12)."},
+                  "128-bit secrets never published, so this needs a leaked id (README)."},
     "embedded": {},
 }
 
@@ -353,7 +353,7 @@ async def run(stack: Stack, seed: int, best_of: int = 3) -> dict[str, Any]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description="issue 12's attacks against blink serve during a bot match")
+    p = argparse.ArgumentParser(description="attacks on the access rules against blink serve during a bot match")
     p.add_argument("--broker", choices=("embedded", "mosquitto"), default="embedded")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()

@@ -1,4 +1,4 @@
-"""Micro-benchmark of the relay's judging core (issue 10, target 4): no broker, no clock but ours.
+"""Micro-benchmark of the relay's judging core: no broker, no clock but ours.
 
 What it measures
 ----------------
@@ -7,13 +7,13 @@ What it measures
   chosen by the real rules engine across many live matches (arrival order); then the same loop
   again timed in the thread's CPU time (its median: steadier than wall time on a busy machine).
 - Memory per live BLINK match with ``--matches`` matches running (tracemalloc: the core's growth
-  from empty, divided by the live matches), twice: after 5 plays each (the figure since the start)
+  from empty, divided by the live matches), twice: after 5 plays each (the figure docs/performance.md gives first)
   and after ``MID_GAME_PLAYS`` (40) plays each, about half a game (a match's memory grows with its
   age: recent states, remembered answers, past events, up to their caps).
 - A cProfile top-15 of the same play loop (``--profile``).
 - A baseline measured in the same run: ``msgpack.packb`` of a small map (a ``Ping``'s wire map),
-  so the ratio (play / baseline) can be compared across machines. (Until 2026-12-01 the baseline
-  was ``encode(Ping)``; the codec got faster, so it no longer measured only the machine.)
+  so the ratio (play / baseline) can be compared across machines. (Not ``encode(Ping)``: the
+  codec is part of what is measured, so it would not measure only the machine.)
 - ``--against REV``: the same measurements of git revision ``REV``'s core (``git archive`` of this
   checkout's history into a temporary directory), alternating runs of both, each in its own
   process, and the speed-up; the machine is shared, so compare runs made back to back.

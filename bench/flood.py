@@ -9,7 +9,7 @@ to verdict), run twice for ``--seconds`` + a little: once alone (the baseline), 
 
 The flooder is a bare MQTT connection (``RawMqtt``) with one client id, as the shipped ACL allows,
 publishing for ``--seconds`` as fast as its socket drains, in one phase per ``--flood`` kind:
-``act`` -- ``Act``s on the action topic of a match it created and a helper id joined (so they meet
+``act`` -- ``Act``s on the action topic of a match it created and a second client id joined (so they meet
 a match being played) -- and ``create`` -- ``CreateMatch`` on its request topic. A probe client
 pings the relay every 100 ms throughout each phase; the Ping sent at the instant the flood ends
 measures the flood's backlog: its answer comes when the relay has worked through everything that
@@ -37,7 +37,7 @@ each process -- what the flood alone costs the relay (and Mosquitto), per messag
 
 Run:  .venv/bin/python bench/flood.py --broker embedded
       .venv/bin/python bench/flood.py --broker mosquitto
-      (--flood act|create|both, --matches 10, --seconds 20: the issue's set-up is the default;
+      (--flood act|create|both, --matches 10, --seconds 20 are the defaults;
        --rounds 2 for two rounds in alternating order; --cpu-only for the flood's cost alone)
 """
 
@@ -171,7 +171,7 @@ class Prober:
 
 async def flood(stack: Stack, kind: str, seconds: float, seed: int) -> dict[str, Any]:
     """One client at full speed for ``seconds``: ``act`` -- actions in its own live match (a
-    helper id joins the match it creates, so the actions meet a match being played), or
+    second client id joins the match it creates, so the actions meet a match being played), or
     ``create`` -- ``CreateMatch`` requests."""
     r = random.Random(seed)
     me, helper = f"flood{r.getrandbits(64):016x}", f"floodhelp{r.getrandbits(64):016x}"

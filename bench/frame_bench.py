@@ -11,8 +11,8 @@ Once the game has started it measures for ``--seconds``:
 - frame time: the work of one frame (events, update, draw, flip), p50/p99/max; the window draws
   and flips only a frame that shows something new, so the frames drawn are also given apart;
 - frame rate: the number of frames and the interval between frame starts (p50 should sit at the
-  60 Hz period, 16.7 ms; on a quiet machine it stays under ~18.5 ms -- a figure the window tests
-  used to assert, which only says how busy the machine is, so it lives here);
+  60 Hz period, 16.7 ms; on a quiet machine it stays under ~18.5 ms -- a figure that says how busy
+  the machine is, so it is measured here and asserted by no test);
 - state changes: the frames that drew a new game state (the model's version moved), p50 and max:
   the frames where a scene rebuilding its whole picture spikes (aim: none over 33 ms);
 - CPU per frame: the window thread's CPU time for each frame and for the state-change frames (the

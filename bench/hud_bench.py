@@ -6,12 +6,12 @@ Runs the real window (``client.window.app.App``, as ``blink play --autoplay`` do
 by the autoplay bot, a bot opponent) against the local relay, for ``--seconds`` of a Sequence game
 and of a BLINK race, once per mode (``--modes``, in that order) in the same run:
 
-- ``in-process``: the old way -- the embedded broker and relay on the window's own event loop
+- ``in-process``: the embedded broker and relay on the window's own event loop
   (``SessionConfig(relay_process=False)``);
 - ``child-loop``: broker and relay in a child process (``relay/localproc.py``,
   ``relay_process=True``), the window's connections on the window's own loop (``net_thread=False``):
   a pong waits for the frame in progress before it is read and stamped;
-- ``child``: what ``blink play`` does now -- the relay in a child, and the connections on a network
+- ``child``: what ``blink play`` does -- the relay in a child, and the connections on a network
   thread of their own (``client/netthread.py``), where pings are sent and pongs stamped.
 
 Meanwhile one CPU-burning process per core (``python3 -c 'while 1: pass'``) keeps the machine busy.
@@ -20,8 +20,8 @@ Four times a second (as often as the HUD redraws its text) it reads the figure t
 ping sample (``delay = (t3 - t0) - (t2 - t1)``, one per ``ping_interval_s``). It reports p50/p99/max
 of both per game and mode, from the first RTT shown to the end. Without a ``DISPLAY`` it starts its
 own Xvfb. Last, the floor: a windowless player in this process pinging a relay in a child for the
-same time (what the relay and broker alone give on this machine, with the burners on). The target
-(issue 10): HUD p99 <= 20 ms with the relay in a child (``child``, the default mode).
+same time (what the relay and broker alone give on this machine, with the burners on). The aim:
+HUD p99 <= 20 ms with the relay in a child (``child``, the default mode).
 
     .venv/bin/python bench/hud_bench.py                       # 60 s per game and mode, burners on
     .venv/bin/python bench/hud_bench.py --seconds 20 --burners 0 --json out.json

@@ -2,7 +2,7 @@
 
 How this works
 --------------
-Issue 11 asks that journalling every input costs `blink load` throughput no more than 10 %. Each
+The aim: journalling every input costs `blink load` throughput no more than 10 %. Each
 run starts a Mosquitto of its own on a free port (``blink --prefix P broker-config DIR --port
 PORT``), a relay ``blink --prefix P serve --broker LOGIN_URL`` either with ``--data DIR`` (the
 journal as deployed: one fsync per step) or with ``--no-journal``, and ``blink --prefix P load

@@ -1,4 +1,4 @@
-"""Issue 10, target 3: the relay's curve at 1 to 2,000 concurrent human-pace BLINK matches.
+"""The relay's curve at 1 to 2,000 concurrent human-pace BLINK matches.
 
 How this works
 --------------

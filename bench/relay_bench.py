@@ -32,8 +32,9 @@ difference is what the relay does.
    several milliseconds at p99.
 
 ``--nodelay`` turns on TCP_NODELAY where it is off by default: in Mosquitto (``set_tcp_nodelay
-true``) and on the relay's own MQTT socket (paho does not set it; the relay is then started
-through a small wrapper that sets it). Without it, several small messages written back to back
+true``) and on every paho socket of the process it starts (the relay's own connection sets it
+itself; paho, under aiomqtt, does not, so the process is started through a small wrapper that sets
+it). Without it, several small messages written back to back
 can wait for a delayed ACK (about 40 ms on Linux): compare the two runs.
 
     .venv/bin/python bench/relay_bench.py                 # everything, about 3 minutes
@@ -135,7 +136,7 @@ class Stack:
             entry = [sys.executable, str(Path(__file__).resolve()), "--nodelay-wrapper"] if self.nodelay \
                 else [sys.executable, "-m", "client.cli"]
             if self.relay_root is not None or self.relay_profile is not None:
-                # The relay sets TCP_NODELAY itself (since 2026-11-29): no wrapper needed. With cwd
+                # The relay sets TCP_NODELAY itself: no wrapper needed. With cwd
                 # at the other checkout, ``-m client.cli`` imports that checkout's packages.
                 entry = [sys.executable,
                          *(["-m", "cProfile", "-o", str(self.relay_profile)] if self.relay_profile else []),

@@ -2,7 +2,7 @@
 
 How this works
 --------------
-The set-up of bench/RESULTS.md's restart measurement (issue 11), in one script: a Mosquitto of
+The restart measurement of docs/performance.md, in one script: a Mosquitto of
 its own on a free port (``blink --prefix P broker-config DIR --port PORT``), a relay ``blink
 --prefix P serve --broker LOGIN_URL --data DATA``, and ``blink --prefix P load --server
 mqtt://127.0.0.1:PORT --relay-pid PID --matches N --pace human --duration S``. After ``--kill-at``

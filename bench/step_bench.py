@@ -1,4 +1,4 @@
-"""The relay shell's CPU per step and per message, journal on (issue 10, target 3): no broker.
+"""The relay shell's CPU per step and per message, journal on: no broker.
 
 What it measures
 ----------------
