@@ -131,7 +131,7 @@ def test_failures_at_run_time_are_status_1(mosquitto: BrokerAddress) -> None:
 
 
 def test_players_accepted_are_what_each_game_allows() -> None:
-    from client import args as argtypes
+    from client.cli import args as argtypes
 
     for name in ("blink", "takeaway", "sequence", "ryo"):
         game = game_for(name)

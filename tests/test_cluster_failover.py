@@ -46,9 +46,9 @@ STOPS = re.compile(r"relay (\S+) stopped serving shard (\d+)")
 
 def _cluster_fns() -> Any:
     try:
-        from client import cluster_cli
+        from client.tools import cluster as cluster_cli
     except ImportError:  # pragma: no cover - before the NATS pieces are merged
-        pytest.fail("client/cluster_cli.py (blink cluster up) is missing")
+        pytest.fail("client/tools/cluster.py (blink cluster up) is missing")
     return cluster_cli
 
 

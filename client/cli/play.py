@@ -20,9 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from client import args as argtypes
+from client.cli import args as argtypes
+
+if TYPE_CHECKING:
+    from protocol.topics import Topics
 
 
 def _level_arg(text: str) -> float:
@@ -34,7 +37,7 @@ def _level_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def add_parser(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from protocol.rules import GAME_NAMES
 
     p = sub.add_parser("play", help="open the game window (race a bot, a friend, or anyone on a server)",
@@ -71,7 +74,7 @@ def add_parser(sub: Any) -> None:
                    help="do not record the matches (by default each is kept in the data directory's replays/ folder)")
 
 
-def run(args: argparse.Namespace, topics: Any) -> int:
+def run(args: argparse.Namespace, topics: Topics) -> int:
     import asyncio
 
     from protocol.rules import game_for
