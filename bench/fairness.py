@@ -9,7 +9,7 @@ the ``blink latency`` harness (``client.tools.latency``); seat 1 gets ``--delay`
 each direction (default 100 ms). The same experiment runs twice in one go, first in ``arrival``
 order, then in ``fair`` order, and reports for each:
 
-- races (two plays made against the same pile top, see ``client/latency.py``): the slow seat's
+- races (two plays made against the same pile top, see ``client/tools/latency.py``): the slow seat's
   share won, with the count and a 95% Wilson confidence interval -- fair would be 50%;
 - games: the slow seat's share of the decided games, with count and 95% Wilson interval;
 - confirmation time (play -> verdict) p50 and p99 per seat, and the relay's hold in fair order;

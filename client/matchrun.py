@@ -100,7 +100,7 @@ def event_line(ev: m.Event) -> dict[str, Any]:
 
 
 def write_log(path: str | Path, events: list[m.Event]) -> None:
-    # No folder is created: the command line checked that it exists (client/args.out_file).
+    # No folder is created: the command line checked that it exists (client/cli/args.out_file).
     with open(Path(path), "w", encoding="utf-8") as f:
         for ev in events:
             f.write(json.dumps(event_line(ev)) + "\n")

@@ -167,7 +167,7 @@ def test_serve_lan_refuses_what_cannot_work_before_starting_anything(argv: list[
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from client.cli import main
 
-    assert main(argv) == 2  # bad input on the command line (client/args.py: the exit status convention)
+    assert main(argv) == 2  # bad input on the command line (client/cli/args.py: the exit status convention)
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from protocol.topics import Topics
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     b = sub.add_parser("bot", help="one bot player")
     b.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses, e.g. mqtt://127.0.0.1:1883")
     b.add_argument("--match", metavar="CODE", help="join this match (default: quick match)")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from protocol.topics import Topics
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     bc = sub.add_parser("broker-config", help="write a Mosquitto config (conf, ACL, relay password) to DIR")
     bc.add_argument("dir", metavar="DIR", help="directory for mosquitto.conf, mosquitto.acl and passwd")
     bc.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")

@@ -27,7 +27,7 @@ def _one_line_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
     raise SystemExit(argtypes.USAGE)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     from client.tools.cluster import READY_S  # standard library only: cheap
 
     p = sub.add_parser("cluster", help="start or stop a local NATS cluster (MQTT + JetStream) for relays",

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from protocol.topics import Topics
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     ln = sub.add_parser("lan", help="list blink hosts on the local network (multicast DNS)")
     ln.add_argument("--json", action="store_true", help="print a JSON list of hosts")
     ln.add_argument("--timeout", type=argtypes.seconds(0.1, 60), default=2.0, help="listen this long (default 2 s)")

@@ -48,7 +48,7 @@ def _game(text: str) -> str:
     return text
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser(
         "latency", help="measure latency and fairness with concurrent bot matches",
         description="Run concurrent two-bot matches for a while, with network impairment per seat, and report "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from client.cli import args as argtypes
 from client.tools.load_config import GRACE_S, MAX_MATCHES, REQUEST_TIMEOUT_S
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from protocol.topics import Topics
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser("load", help="load generator: many simulated players against one relay",
                        description="Drive many two-player matches of simulated players against a relay and report "
                                    "actions/s, play -> verdict times, unanswered plays, this generator's own "
@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--timeout", type=argtypes.seconds(1.0, 600.0), default=REQUEST_TIMEOUT_S,
                    help=f"seconds to wait for a connect or a match set-up (default {REQUEST_TIMEOUT_S:g})")
 
-    def one_line_error(message: str) -> None:  # argparse prints usage too; bad input is one line here
+    def one_line_error(message: str) -> NoReturn:  # argparse prints usage too; bad input is one line here
         print(f"blink load: {message}", file=sys.stderr)
         sys.exit(2)
 

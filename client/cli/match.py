@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from protocol.topics import Topics
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     mt = sub.add_parser("match", help="a whole match between bots")
     mt.add_argument("--game", choices=GAME_NAMES, default="blink")
     mt.add_argument("--bots", type=argtypes.whole(0, 10_000), default=2,

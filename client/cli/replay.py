@@ -35,7 +35,7 @@ def _speed(text: str) -> float:
     return v
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser("replay", help="watch a recorded match again (play, pause, speed, step, scrub)",
                        description="Open the window on a recorded match: the log of `blink match --log`, "
                                    "`blink watch --json`, `blink serve --log`, or a file of the Replays list. "

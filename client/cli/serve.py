@@ -30,7 +30,7 @@ def _urls(text: str) -> str:
     return ",".join(parts)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     s = sub.add_parser("serve", help="run the relay (with an embedded MQTT broker unless --broker is given)")
     s.add_argument("--host", help="embedded broker address (default 127.0.0.1; with --lan 0.0.0.0)")
     s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="embedded broker port (default 1883)")

@@ -14,11 +14,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from client.cli import args as argtypes
+
 if TYPE_CHECKING:
     from protocol.topics import Topics
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser(
         "verify", help="check a match's event log against its revealed seeds and the rules",
         description="Re-derive every shuffle and roll of a match from the seeds its log reveals, check each seed "

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from protocol.topics import Topics
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     w = sub.add_parser("watch", help="spectate a running match by code (prints its public events)")
     w.add_argument("code", help="the match code")
     w.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses")

@@ -57,7 +57,7 @@ READY_S = 60.0
 STOP_S = 10.0
 #: Servers started by this process (tests): judged and reaped through their Popen, not their pid alone.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "node.conf.in"
+TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "node.conf.in"
 
 
 class ClusterError(Exception):
