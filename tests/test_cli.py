@@ -19,7 +19,7 @@ from protocol.rules import game_for
 from relay.broker import BrokerAddress, free_port
 from relay.core import PAST_EVENTS, Publish
 from client.bots import Bot
-from client.matchrun import LocalServer
+from relay.local import LocalServer
 from client.net import Connection
 from client.player import Player
 from tests.test_relay_core import Harness, T

@@ -13,12 +13,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: The files that start or set up server processes, and the entry points each may import: the match
-#: runner (re-exports LocalServer), `blink serve` / `blink match` / `blink broker-config`, `blink play`
+#: The files that start or set up server processes, and the entry points each may import: `blink serve` / `blink match` / `blink broker-config`, `blink play`
 #: (the window's session, which may host its local relay on the LAN), the latency harness and the
 #: NATS cluster launcher (which reads the relay's password file as `blink serve` does).
 ENTRY_FILES: dict[str, set[str]] = {
-    "client/matchrun.py": {"relay.local"},
     "client/cli/serve.py": {"relay.serve"},
     "client/cli/match.py": {"relay.local"},
     "client/cli/broker_config.py": {"relay.local"},

@@ -454,7 +454,7 @@ def test_a_window_match_is_recorded_and_listed_and_replayed_from_the_menu(xdispl
 @pytest.mark.integration
 def test_a_spectator_gets_the_results_screen_at_the_end_of_a_watched_match(xdisplay: str, tmp_path: Path) -> None:
     from client.bots import Bot
-    from client.matchrun import LocalServer
+    from relay.local import LocalServer
     from client.player import Player
     from client.window.app import App, AppConfig
     from client.window.session import SessionConfig
