@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchkit import cpu_s  # noqa: E402
-from client.tools import cluster as nats_cluster  # noqa: E402
+from client.tools import nats_cluster  # noqa: E402
 
 BLINK = [sys.executable, "-m", "client.cli"]
 SERVES = re.compile(r"serves shard (\d+)")

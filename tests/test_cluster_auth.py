@@ -23,7 +23,7 @@ import aiomqtt
 import nats
 import pytest
 
-from client.tools import cluster as nats_cluster
+from client.tools import nats_cluster
 from client.net import new_client_id
 from protocol import messages as m
 from protocol.codec import decode, encode

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from client.tools import cluster as nats_cluster
-from client.tools.cluster import TEMPLATE, Node, render
+from client.tools import nats_cluster
+from client.tools.nats_cluster import TEMPLATE, Node, render
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ ENTRY_FILES: dict[str, set[str]] = {
     "client/cli/broker_config.py": {"relay.local"},
     "client/window/session.py": {"relay.local", "relay.lanhost"},
     "client/tools/latency.py": {"relay.local"},
-    "client/tools/cluster.py": {"relay.local", "relay.serve"},
+    "client/tools/nats_cluster.py": {"relay.local", "relay.serve"},
 }
 
 

@@ -10,8 +10,8 @@ from typing import Iterator
 
 import pytest
 
-from client.tools import cluster as nats_cluster
-from client.tools.cluster import Cluster
+from client.tools import nats_cluster
+from client.tools.nats_cluster import Cluster
 from mqttkit import free_port
 from relay.jetstream import JetStreamJournal, NatsLink, decode_entries, encode_entries, split_batch
 from relay.journal import FencedError, JournalError, Msg, Tick, replay

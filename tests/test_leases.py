@@ -13,8 +13,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from client.tools import cluster as nats_cluster
-from client.tools.cluster import Cluster
+from client.tools import nats_cluster
+from client.tools.nats_cluster import Cluster
 from mqttkit import free_port
 from relay.jetstream import JetStreamJournal, NatsLink, close_nats
 from relay.journal import FencedError, Tick

@@ -2,7 +2,7 @@
 
 How this works
 --------------
-The launcher is ``client/tools/cluster.py``: ``up`` starts the nodes and prints the cluster's URLs
+The launcher is ``client/tools/nats_cluster.py``: ``up`` starts the nodes and prints the cluster's URLs
 as one JSON object once it is usable (the relay's password stays in ``DIR/relay-password``, never
 printed); ``down`` stops what ``up`` recorded in ``DIR``. Bad input is one line and exit status 2;
 a cluster that cannot start or be found is one line and 1.
@@ -28,7 +28,7 @@ def _one_line_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
 
 
 def register(sub: argtypes.Subcommands) -> None:
-    from client.tools.cluster import READY_S  # standard library only: cheap
+    from client.tools.nats_cluster import READY_S  # standard library only: cheap
 
     p = sub.add_parser("cluster", help="start or stop a local NATS cluster (MQTT + JetStream) for relays",
                        description="Start N nats-server processes (MQTT and JetStream on, routed together) in the "
@@ -52,7 +52,7 @@ def register(sub: argtypes.Subcommands) -> None:
 
 
 def run(args: argparse.Namespace, topics: Topics) -> int:
-    from client.tools.cluster import STATE, ClusterError, start_cluster, stop_cluster
+    from client.tools.nats_cluster import STATE, ClusterError, start_cluster, stop_cluster
 
     action = getattr(args, "cluster_action", None)
     try:
