@@ -70,7 +70,7 @@ from client.window.hud import Hud  # noqa: E402
 from client.window.scenes.base import Scene  # noqa: E402
 from client.window.session import BOT_LEVELS, Session, SessionConfig, level_name, parse_level  # noqa: E402
 from client.window.sounds import Sounds  # noqa: E402
-from client.window.stats import FrameStats  # noqa: E402
+from client.window.framestats import FrameStats  # noqa: E402
 
 log = logging.getLogger("blink.window")
 
