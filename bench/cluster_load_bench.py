@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchkit import cpu_s  # noqa: E402
-from client import cluster_cli  # noqa: E402
+from client.tools import nats_cluster  # noqa: E402
 
 BLINK = [sys.executable, "-m", "client.cli"]
 SERVES = re.compile(r"serves shard (\d+)")
@@ -57,7 +57,7 @@ def served(outs: list[Path]) -> set[str]:
 
 
 def step(relays: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    with cluster_cli.running_cluster(3, tmp / f"nats{relays}") as cluster:
+    with nats_cluster.running_cluster(3, tmp / f"nats{relays}") as cluster:
         procs: list[subprocess.Popen[bytes]] = []
         outs: list[Path] = []
         try:

@@ -5,11 +5,11 @@ How this works
 --------------
 Two bots with the *same* reaction-time distribution (log-normal, median ``--reaction``) play
 many concurrent BLINK matches against a local relay (embedded broker, in this process) through
-the ``blink latency`` harness (``client.latency``); seat 1 gets ``--delay`` more one-way delay in
+the ``blink latency`` harness (``client.tools.latency``); seat 1 gets ``--delay`` more one-way delay in
 each direction (default 100 ms). The same experiment runs twice in one go, first in ``arrival``
 order, then in ``fair`` order, and reports for each:
 
-- races (two plays made against the same pile top, see ``client/latency.py``): the slow seat's
+- races (two plays made against the same pile top, see ``client/tools/latency.py``): the slow seat's
   share won, with the count and a 95% Wilson confidence interval -- fair would be 50%;
 - games: the slow seat's share of the decided games, with count and 95% Wilson interval;
 - confirmation time (play -> verdict) p50 and p99 per seat, and the relay's hold in fair order;
@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client.latency import (FAST_BLINK, BadArgument, LatencyConfig, LatencyError, LatencyResult,  # noqa: E402
+from client.tools.latency import (FAST_BLINK, BadArgument, LatencyConfig, LatencyError, LatencyResult,  # noqa: E402
                             percentiles_ms, run_blocking, seat_impairments, wilson)
 
 SMALL_DECK = {"colours": ["red", "yellow", "green", "blue"], "shapes": ["star", "triangle", "moon"],

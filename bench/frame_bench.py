@@ -85,7 +85,7 @@ async def bench(args: argparse.Namespace, game: str) -> dict[str, Any]:
     from protocol.rules import blink
     from client.window.app import App, AppConfig
     from client.window.session import SessionConfig, parse_level
-    from client.window.stats import FrameStats, percentile
+    from client.window.framestats import FrameStats, percentile
 
     from client.window.scenes.turnbased import TurnBasedScene
 

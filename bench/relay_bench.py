@@ -70,7 +70,7 @@ from protocol.rules.base import Accepted  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
 from bench.benchkit import wait_port  # noqa: E402
 from mqttkit import free_port, parse_url  # noqa: E402
-from client.latency import percentiles_ms  # noqa: E402
+from client.tools.latency import percentiles_ms  # noqa: E402
 
 MQTT311 = 4
 TOPICS = Topics()

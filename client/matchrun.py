@@ -1,10 +1,8 @@
-"""Whole matches between bots, and the server set-up the headless commands share.
+"""Whole matches between bots, on the broker of a running relay.
 
 How this works
 --------------
-``LocalServer`` starts what a command needs when no ``--server`` is given: an embedded amqtt
-broker on a free loopback port and a relay on it, in this process and event loop.
-``run_match`` then connects one ``Player`` per bot (the first creates the match, the others join
+``run_match`` connects one ``Player`` per bot (the first creates the match, the others join
 it by its code), plus a silent spectator that subscribes to the match's events as soon as its code
 is known and asks the relay for those published before (``Resync(from_seq=1)``: the relay keeps a
 match's recent public events), so the log it writes starts at seq 1 and has no gaps. Events are QoS 0 and a
@@ -29,7 +27,6 @@ from protocol import messages as m
 from protocol.rules import game_for
 from protocol.topics import Topics
 from mqttkit import BrokerAddress
-from relay.local import LocalServer  # noqa: F401 - re-exported: the commands' embedded broker + relay
 from client.bots import Bot
 from client.model import Reconnected
 from client.net import Connection, Impairment, new_client_id
@@ -100,7 +97,7 @@ def event_line(ev: m.Event) -> dict[str, Any]:
 
 
 def write_log(path: str | Path, events: list[m.Event]) -> None:
-    # No folder is created: the command line checked that it exists (client/args.out_file).
+    # No folder is created: the command line checked that it exists (client/cli/args.out_file).
     with open(Path(path), "w", encoding="utf-8") as f:
         for ev in events:
             f.write(json.dumps(event_line(ev)) + "\n")

@@ -160,7 +160,7 @@ class ReplayEntry:
 
 def describe_log(path: Path) -> ReplayEntry | None:
     """The list line of one recorded log (None when the file is not one)."""
-    from client.window.viewmodels.replay import match_result_line
+    from client.window.viewmodels.results import match_result_line
 
     game, started, events, first_seq = "", 0, 0, None
     names: list[str] = []

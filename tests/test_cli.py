@@ -19,7 +19,7 @@ from protocol.rules import game_for
 from relay.broker import BrokerAddress, free_port
 from relay.core import PAST_EVENTS, Publish
 from client.bots import Bot
-from client.matchrun import LocalServer
+from relay.local import LocalServer
 from client.net import Connection
 from client.player import Player
 from tests.test_relay_core import Harness, T
@@ -131,7 +131,7 @@ def test_failures_at_run_time_are_status_1(mosquitto: BrokerAddress) -> None:
 
 
 def test_players_accepted_are_what_each_game_allows() -> None:
-    from client import args as argtypes
+    from client.cli import args as argtypes
 
     for name in ("blink", "takeaway", "sequence", "ryo"):
         game = game_for(name)

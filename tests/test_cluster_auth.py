@@ -23,7 +23,7 @@ import aiomqtt
 import nats
 import pytest
 
-from client import cluster_cli
+from client.tools import nats_cluster
 from client.net import new_client_id
 from protocol import messages as m
 from protocol.codec import decode, encode
@@ -123,7 +123,7 @@ def test_cluster_up_enforces_auth_and_only_a_relay_with_the_password_file_serves
             except subprocess.TimeoutExpired:
                 relay.kill()
                 relay.wait()
-        cluster_cli.stop_cluster(directory)
+        nats_cluster.stop_cluster(directory)
     # Neither the relay's output nor its errors carry the password.
     assert relay is not None and password not in out.read_text(errors="replace") + err.read_text(errors="replace")
 
@@ -164,12 +164,12 @@ async def attack(mqtt_url: str, nats_url: str, code: str) -> None:
 
 
 def test_the_password_goes_into_urls_without_one_and_urls_are_shown_without_it() -> None:
-    from client.cli import _with_password
+    from relay.serve import with_password
     from relay.jetstream import shown
     from relay.local import public_nats
 
-    assert _with_password("mqtt://127.0.0.1:1,mqtt://h:2", "relay", "pw") == "mqtt://relay:pw@127.0.0.1:1,mqtt://relay:pw@h:2"
-    assert _with_password("nats://me@h:3", "relay", "pw") == "nats://me:pw@h:3"  # its own user name is kept
-    assert _with_password("nats://me:own@h:3,h:4", "relay", "pw") == "nats://me:own@h:3,relay:pw@h:4"
+    assert with_password("mqtt://127.0.0.1:1,mqtt://h:2", "relay", "pw") == "mqtt://relay:pw@127.0.0.1:1,mqtt://relay:pw@h:2"
+    assert with_password("nats://me@h:3", "relay", "pw") == "nats://me:pw@h:3"  # its own user name is kept
+    assert with_password("nats://me:own@h:3,h:4", "relay", "pw") == "nats://me:own@h:3,relay:pw@h:4"
     assert shown(["nats://relay:secret@h:1", "nats://h:2", "relay:secret@h:3"]) == "nats://h:1, nats://h:2, h:3"
     assert public_nats("nats://relay:secret@h:1,nats://h:2") == "nats://h:1,nats://h:2"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from client import cluster_cli
-from client.cluster_cli import TEMPLATE, Node, render
+from client.tools import nats_cluster
+from client.tools.nats_cluster import TEMPLATE, Node, render
 
 pytestmark = pytest.mark.integration
 
@@ -92,13 +92,13 @@ def test_up_prints_urls_mqtt_crosses_nodes_and_down_stops_everything(tmp_path: P
         twice = blink("cluster", "down", "--dir", str(directory))
         assert twice.returncode == 0 and "already stopped" in twice.stdout
     finally:
-        cluster_cli.stop_cluster(directory)
+        nats_cluster.stop_cluster(directory)
 
 
 def test_one_node_cluster_has_jetstream(tmp_path: Path) -> None:
-    with cluster_cli.running_cluster(1, tmp_path / "one") as cluster:
+    with nats_cluster.running_cluster(1, tmp_path / "one") as cluster:
         assert len(cluster.mqtt) == 1
-        assert asyncio.run(cluster_cli._jetstream_problem(cluster.nats, 1)) is None
+        assert asyncio.run(nats_cluster._jetstream_problem(cluster.nats, 1)) is None
         pid = cluster.nodes[0].pid
     assert gone(pid)
 
@@ -117,7 +117,7 @@ def test_base_port_is_deterministic_and_a_taken_port_is_named(tmp_path: Path) ->
         named = re.search(r"ports? ([\d, ]+) already in use", line)
         assert named and str(port) in named.group(1).split(", ") and "--base-port" in line, line
     assert not (tmp_path / "p" / "cluster.json").exists()
-    nodes = cluster_cli.plan_nodes(2, 40000) if all(cluster_cli._port_free(p) for p in range(40000, 40008)) else None
+    nodes = nats_cluster.plan_nodes(2, 40000) if all(nats_cluster._port_free(p) for p in range(40000, 40008)) else None
     if nodes is not None:
         assert [(n.client, n.mqtt, n.route, n.http) for n in nodes] == [(40000, 40001, 40002, 40003),
                                                                         (40004, 40005, 40006, 40007)]

@@ -46,10 +46,10 @@ STOPS = re.compile(r"relay (\S+) stopped serving shard (\d+)")
 
 def _cluster_fns() -> Any:
     try:
-        from client import cluster_cli
+        from client.tools import nats_cluster
     except ImportError:  # pragma: no cover - before the NATS pieces are merged
-        pytest.fail("client/cluster_cli.py (blink cluster up) is missing")
-    return cluster_cli
+        pytest.fail("client/tools/nats_cluster.py (blink cluster up) is missing")
+    return nats_cluster
 
 
 def start_relay(i: int, mqtt: list[str], nats: list[str], tmp: Path) -> tuple[subprocess.Popen[bytes], Path]:
@@ -92,9 +92,9 @@ def wait(predicate: Any, what: str, timeout: float = 120.0) -> Any:
 
 @pytest.mark.timeout(DEADLINE_S * 3)
 def test_three_relays_survive_a_killed_relay_and_a_stopped_node(tmp_path: Path) -> None:
-    cluster_cli = _cluster_fns()
+    nats_cluster = _cluster_fns()
     nats_dir = tmp_path / "nats"
-    with cluster_cli.running_cluster(3, nats_dir) as cluster:
+    with nats_cluster.running_cluster(3, nats_dir) as cluster:
         relays: list[tuple[subprocess.Popen[bytes], Path]] = []
         try:
             # One after the other: the first creates the cluster's lease buckets (relays starting at
@@ -107,7 +107,7 @@ def test_three_relays_survive_a_killed_relay_and_a_stopped_node(tmp_path: Path) 
                 except AssertionError as exc:
                     tails = " | ".join(p.read_text(errors="replace")[-600:] for e in errs for p in (e, e.with_suffix(".err")))
                     raise AssertionError(f"{exc}: {tails}") from None
-            report = asyncio.run(asyncio.wait_for(drive(cluster, relays, nats_dir, cluster_cli), DEADLINE_S))
+            report = asyncio.run(asyncio.wait_for(drive(cluster, relays, nats_dir, nats_cluster), DEADLINE_S))
         finally:
             for proc, _ in relays:
                 if proc.poll() is None:
@@ -126,7 +126,7 @@ def test_three_relays_survive_a_killed_relay_and_a_stopped_node(tmp_path: Path) 
 
 
 async def drive(cluster: Any, relays: list[tuple[subprocess.Popen[bytes], Path]], nats_dir: Path,
-                cluster_cli: Any) -> dict[str, Any]:
+                nats_cluster: Any) -> dict[str, Any]:
     # Players on nodes 0 and 1; node 2 is the one stopped (its relay moves to another node).
     addresses = [parse_url(u) for u in cluster.mqtt[:2]]
     results: list[MatchResult | BaseException] = []
@@ -167,7 +167,7 @@ async def drive(cluster: Any, relays: list[tuple[subprocess.Popen[bytes], Path]]
         victim_proc.wait()
         await asyncio.sleep(1.0)  # the new owners start taking over; then a node goes too
         stop_ns = time.time_ns()
-        await asyncio.to_thread(cluster_cli.stop_node, nats_dir, 2)
+        await asyncio.to_thread(nats_cluster.stop_node, nats_dir, 2)
         return {"killed": f"r{victim}", "live_matches": counts[victim][1], "held": sorted(held, key=int),
                 "kill_ns": kill_ns, "node_stopped_ns": stop_ns}
 

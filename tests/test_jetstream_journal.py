@@ -10,8 +10,8 @@ from typing import Iterator
 
 import pytest
 
-from client import cluster_cli
-from client.cluster_cli import Cluster
+from client.tools import nats_cluster
+from client.tools.nats_cluster import Cluster
 from mqttkit import free_port
 from relay.jetstream import JetStreamJournal, NatsLink, decode_entries, encode_entries, split_batch
 from relay.journal import FencedError, JournalError, Msg, Tick, replay
@@ -23,7 +23,7 @@ _names = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with cluster_cli.running_cluster(3, tmp_path_factory.mktemp("nats3")) as c:
+    with nats_cluster.running_cluster(3, tmp_path_factory.mktemp("nats3")) as c:
         yield c
 
 
@@ -185,7 +185,7 @@ def test_unreachable_and_no_jetstream_are_one_line_errors(tmp_path: Path) -> Non
         JetStreamJournal(f"nats://127.0.0.1:{free_port()}", "0", connect_timeout=2)
     assert "\n" not in str(err.value)
     port = free_port()
-    plain = subprocess.Popen([cluster_cli.server_binary(), "-a", "127.0.0.1", "-p", str(port)],
+    plain = subprocess.Popen([nats_cluster.server_binary(), "-a", "127.0.0.1", "-p", str(port)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         from tests.conftest import wait_port
@@ -205,7 +205,7 @@ def test_unreachable_and_no_jetstream_are_one_line_errors(tmp_path: Path) -> Non
 
 def test_survives_stopping_one_node_of_three(tmp_path: Path) -> None:
     directory = tmp_path / "c3"
-    with cluster_cli.running_cluster(3, directory) as cluster:
+    with nats_cluster.running_cluster(3, directory) as cluster:
         with NatsLink(cluster.nats) as lk:
             j = JetStreamJournal(lk, "0", namespace="survive", replicas=3, fence=1, op_timeout=90)
             for i in range(5):
@@ -214,7 +214,7 @@ def test_survives_stopping_one_node_of_three(tmp_path: Path) -> None:
             # stop the node this client is connected to: it must reconnect, and the stream elect a leader
             url = lk.nc.connected_url
             index = next(i for i, n in enumerate(cluster.nodes) if n.client == url.port)
-            cluster_cli.stop_node(directory, index)
+            nats_cluster.stop_node(directory, index)
             for i in range(5, 10):
                 j.append(msgs(3, 3 * i), 1)
             assert [p for p, _ in j.read()] == list(range(1, 31))
@@ -225,13 +225,13 @@ def test_survives_stopping_one_node_of_three(tmp_path: Path) -> None:
                 assert again.last_position() == 30
                 assert [e for _, e in again.read()] == msgs(30)
                 again.close()
-            cluster_cli.start_node(directory, index)
+            nats_cluster.start_node(directory, index)
 
 
 def test_a_one_node_cluster_gets_a_one_replica_journal_at_once(tmp_path: Path) -> None:
     # A standalone server refuses replicas > 1 with a 500 (err_code 10074): that is no leader
     # election to wait out, so the journal falls back to one replica without retrying for op_timeout.
-    with cluster_cli.running_cluster(1, tmp_path / "nats1") as one:
+    with nats_cluster.running_cluster(1, tmp_path / "nats1") as one:
         with NatsLink(one.nats) as lk:
             j = JetStreamJournal(lk, "0", namespace=ns(), fence=1, op_timeout=20)
             try:

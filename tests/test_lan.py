@@ -1,4 +1,4 @@
-"""LAN hosting and discovery (client/lan.py, `blink serve --lan`, `blink lan`).
+"""LAN hosting and discovery (relay/lanhost.py, client/lan.py, mqttkit/lan.py; `blink serve --lan`, `blink lan`).
 
 The pure parts (TXT encoding, port choice) are tested directly. Discovery is tested through real
 multicast DNS between two network namespaces joined by a veth pair that this test creates and
@@ -24,7 +24,10 @@ from typing import Any, Iterator
 import pytest
 
 from client import lan
-from client.lan import LanMatch, decode_txt, encode_txt, pick_port
+from mqttkit import lan as dnssd
+from mqttkit.lan import LanMatch, decode_txt, encode_txt
+from relay import lanhost
+from relay.lanhost import pick_port
 from protocol.codec import PROTOCOL_VERSION, encode
 from protocol.messages import MatchList
 from protocol.topics import DEFAULT_PREFIX
@@ -54,7 +57,7 @@ def test_txt_truncates_to_ten_matches_but_counts_them_all() -> None:
     entries = [_entry(f"C{i:04d}", "sequence", 4, 3) for i in range(25)]
     txt = encode_txt("r", entries)
     listed = sorted(k for k in txt if k.startswith("m"))
-    assert len(listed) == lan.MAX_TXT_MATCHES == 10
+    assert len(listed) == dnssd.MAX_TXT_MATCHES == 10
     assert txt["n"] == "25"
     size = sum(len(k) + 1 + len(v) + 1 for k, v in txt.items())  # DNS-SD wire size of the strings
     assert size < 400, size
@@ -93,18 +96,18 @@ def test_txt_decoding_skips_malformed_values_and_never_raises() -> None:
 
 def test_match_list_payload_is_read_like_the_relay_writes_it() -> None:
     payload = encode(MatchList((_entry("ABCDE"),)))
-    assert [m["code"] for m in lan.parse_match_list(payload) or []] == ["ABCDE"]
-    assert lan.parse_match_list(b"") == []  # a cleared retained message: nothing waiting
-    assert lan.parse_match_list(b"\x00garbage") is None
+    assert [m["code"] for m in lanhost.parse_match_list(payload) or []] == ["ABCDE"]
+    assert lanhost.parse_match_list(b"") == []  # a cleared retained message: nothing waiting
+    assert lanhost.parse_match_list(b"\x00garbage") is None
 
 
 def test_instance_name_is_one_dns_label() -> None:
-    assert lan.instance_name("r", "desk.example.org") == "desk r"
-    long_host = lan.instance_name("relay-0", "h" * 80)
+    assert lanhost.instance_name("r", "desk.example.org") == "desk r"
+    long_host = lanhost.instance_name("relay-0", "h" * 80)
     assert long_host == "h" * 40 + " relay-0"
-    assert len(lan.instance_name("r" * 100, "desk").encode()) == 63
-    assert lan.instance_name("relay-0", "my_odd host") == "my-odd-host relay-0"
-    assert lan.instance_name("relay.0", "desk") == "desk relay-0"  # a dot would split the DNS name
+    assert len(lanhost.instance_name("r" * 100, "desk").encode()) == 63
+    assert lanhost.instance_name("relay-0", "my_odd host") == "my-odd-host relay-0"
+    assert lanhost.instance_name("relay.0", "desk") == "desk relay-0"  # a dot would split the DNS name
 
 
 def test_a_host_is_reached_first_on_an_address_in_our_own_network() -> None:
@@ -112,7 +115,7 @@ def test_a_host_is_reached_first_on_an_address_in_our_own_network() -> None:
     assert lan.reachable_first(advertised, ["192.168.1.7/24"]) == ["192.168.1.20", "172.17.0.1", "10.8.0.5"]
     assert lan.reachable_first(advertised, []) == advertised
     assert lan.reachable_first(advertised, ["nonsense"]) == advertised
-    host = lan.host_from_info(f"desk r.{lan.SERVICE_TYPE}", 1884, advertised, {b"relay": b"r"},
+    host = lan.host_from_info(f"desk r.{dnssd.SERVICE_TYPE}", 1884, advertised, {b"relay": b"r"},
                               networks=["192.168.1.7/24"])
     assert host is not None and host.name == "desk r" and host.address == "192.168.1.20"
     assert host.url == "mqtt://192.168.1.20:1884" and host.to_dict()["matches"] == []
@@ -137,11 +140,11 @@ def test_pick_port_gives_up_after_its_tries_and_never_passes_65535() -> None:
         tried.append(p)
         return False
 
-    with pytest.raises(lan.NoFreePort, match="1883-1885"):
+    with pytest.raises(lanhost.NoFreePort, match="1883-1885"):
         pick_port(1883, never, tries=3)
     assert tried == [1883, 1884, 1885]
     tried.clear()
-    with pytest.raises(lan.NoFreePort):
+    with pytest.raises(lanhost.NoFreePort):
         pick_port(65534, never, tries=20)
     assert tried == [65534, 65535]
 
@@ -151,8 +154,8 @@ def test_port_is_free_sees_a_listening_socket_on_loopback() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert not lan.port_is_free("127.0.0.1", port)
-        assert lan.choose_port("127.0.0.1", port) != port
+        assert not lanhost.port_is_free("127.0.0.1", port)
+        assert lanhost.choose_port("127.0.0.1", port) != port
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -164,7 +167,7 @@ def test_serve_lan_refuses_what_cannot_work_before_starting_anything(argv: list[
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from client.cli import main
 
-    assert main(argv) == 2  # bad input on the command line (client/args.py: the exit status convention)
+    assert main(argv) == 2  # bad input on the command line (client/cli/args.py: the exit status convention)
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from protocol import messages as m
-from client.latency import (BadArgument, PlayRecord, count_races, parse_delay_list, parse_fraction_list,
+from client.tools.latency import (BadArgument, PlayRecord, count_races, parse_delay_list, parse_fraction_list,
                             percentiles_ms, seat_impairments, wilson)
 
 BLINK = [sys.executable, "-m", "client.cli", "latency"]

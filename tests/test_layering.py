@@ -67,3 +67,107 @@ def test_the_protocol_imports_nothing_of_the_relay_or_the_client() -> None:
     for path in (ROOT / "protocol").rglob("*.py"):
         bad = {i for i in imports(path) if i.split(".")[0] in ("relay", "client", "asyncio", "aiomqtt", "pyglet")}
         assert not bad, (path, bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# The whole import graph of the four packages: no circle, no reach into another module's privates.
+
+PACKAGES = ("protocol", "relay", "client", "mqttkit")
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the four packages by its dotted name (a package by its ``__init__``)."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """The ids of the import nodes under ``if TYPE_CHECKING:`` (they never run)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else ""
+            if name == "TYPE_CHECKING":
+                skip.update(id(inner) for stmt in node.body for inner in ast.walk(stmt))
+    return skip
+
+
+def import_edges(name: str, path: Path, modules: set[str]) -> tuple[set[str], list[str]]:
+    """The modules of ``modules`` that ``name`` imports (anywhere in the file, apart from
+    ``TYPE_CHECKING`` blocks), and each private name it takes from another module ("line: what")."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    skip = _type_checking_only(tree)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    edges: set[str] = set()
+    private: list[str] = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            edges.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                target = f"{source}.{alias.name}"
+                if target in modules:
+                    edges.add(target)  # `from pkg import module`
+                elif source in modules:
+                    edges.add(source)
+                    if alias.name.startswith("_") and not alias.name.startswith("__") and source != name:
+                        private.append(f"{_shown(path)}:{node.lineno}: {source}.{alias.name}")
+    edges.discard(name)
+    return edges, private
+
+
+def _shown(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+
+
+def whole_graph() -> tuple[dict[str, set[str]], list[str]]:
+    files = module_files()
+    graph: dict[str, set[str]] = {}
+    private: list[str] = []
+    for name, path in files.items():
+        graph[name], found = import_edges(name, path, set(files))
+        private.extend(found)
+    return graph, private
+
+
+def test_the_graph_reader_sees_function_level_imports_and_skips_type_checking(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import b\n"
+                      "def f():\n    from c import thing, _secret\n    import d\n")
+    edges, private = import_edges("a", sample, {"a", "b", "c", "d"})
+    assert edges == {"c", "d"}
+    assert len(private) == 1 and private[0].endswith(":5: c._secret")
+
+
+def test_no_import_circle_in_protocol_relay_client_or_mqttkit() -> None:
+    graph, _ = whole_graph()
+    assert {"client.window.scenes.base", "client.replays", "relay.core", "mqttkit.connection"} <= set(graph)
+    assert cycle(graph) is None, cycle(graph)
+
+
+#: Privates another module takes today, each to go when its owner offers a public name instead:
+#: the replay viewer walks the log with the verifier's own helpers until protocol/verify.py
+#: exposes that walk; the local relay's child process shares its parent-death signal with the
+#: module that starts it.
+EXPECTED_PRIVATE_IMPORTS = {f"protocol.verify.{n}" for n in ("_arm", "_candidates", "_Hyp", "_key", "_match_group", "_Miss")} \
+    | {"relay.localproc._die_with_parent"}
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    _, private = whole_graph()
+    unexpected = [p for p in private if p.rpartition(": ")[2] not in EXPECTED_PRIVATE_IMPORTS]
+    assert not unexpected, "private names imported from another module:\n" + "\n".join(unexpected)

@@ -13,8 +13,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from client import cluster_cli
-from client.cluster_cli import Cluster
+from client.tools import nats_cluster
+from client.tools.nats_cluster import Cluster
 from mqttkit import free_port
 from relay.jetstream import JetStreamJournal, NatsLink, close_nats
 from relay.journal import FencedError, Tick
@@ -225,7 +225,7 @@ _spaces = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with cluster_cli.running_cluster(3, tmp_path_factory.mktemp("nats-leases")) as c:
+    with nats_cluster.running_cluster(3, tmp_path_factory.mktemp("nats-leases")) as c:
         yield c
 
 
@@ -447,7 +447,7 @@ def test_shards_stay_served_when_a_nats_node_stops(tmp_path: Path) -> None:
         await a.start()
         await b.start()
         await until(lambda: len(ra.serving) == 3 and len(rb.serving) == 3, "a 3/3 split")
-        await asyncio.to_thread(cluster_cli.stop_node, directory, 0)  # a's node
+        await asyncio.to_thread(nats_cluster.stop_node, directory, 0)  # a's node
         await until(lambda: len(ra.serving) + len(rb.serving) == 6 and set(ra.serving) | set(rb.serving) == set(SHARDS)
                     and a.history[-1][0] + 2 * TTL < time.monotonic() > b.history[-1][0] + 2 * TTL,
                     "every shard served again, and quiet for a while")
@@ -458,7 +458,7 @@ def test_shards_stay_served_when_a_nats_node_stops(tmp_path: Path) -> None:
         no_overlap(log)
 
     directory = tmp_path / "c3"
-    with cluster_cli.running_cluster(3, directory) as cluster:
+    with nats_cluster.running_cluster(3, directory) as cluster:
         run(scenario(cluster, directory))
 
 

@@ -23,7 +23,9 @@ from protocol.rules.base import FixedChance
 from relay.broker import BrokerAddress, free_port
 from mqttkit.connection import connect
 from protocol.codec import decode
-from client.load import LoadConfig, LoadPlayer, LoadRun, percentiles, run_load
+from client.tools.load import LoadRun, run_load
+from client.tools.load_config import LoadConfig, percentiles
+from client.tools.load_player import LoadPlayer
 
 ROOT = Path(__file__).resolve().parent.parent
 BLINK = [sys.executable, "-m", "client.cli"]

@@ -224,7 +224,7 @@ def test_a_child_that_cannot_start_says_why_in_one_line() -> None:
 def test_hosting_on_the_lan_moves_the_relay_child_onto_every_interface(monkeypatch: pytest.MonkeyPatch) -> None:
     """``blink play --host``: the loopback child is replaced by one listening on every interface
     (advertised -- here to a recorder, no multicast); a friend joins through it."""
-    import client.lan as lanmod
+    import relay.lanhost as lanmod
     from client.player import Player
     from client.window.session import Session, SessionConfig
     from mqttkit import BrokerAddress

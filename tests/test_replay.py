@@ -29,7 +29,8 @@ from protocol.codec import encode
 from protocol.rules import game_for
 from protocol.topics import Topics
 from relay.core import Publish, RelayConfig, RelayCore
-from client.window.viewmodels.replay import Playback, ReplayError, ReplaySession, load_replay, match_result_line
+from client.window.viewmodels.replay import Playback, ReplayError, ReplaySession, load_replay
+from client.window.viewmodels.results import match_result_line
 from tests.test_window import LONG, SCENARIO_S, colour_pixels, started, stop, until, xdisplay  # noqa: F401
 
 #: the window scenarios here wait up to SCENARIO_S themselves (a loaded machine is slow, never wrong)
@@ -453,7 +454,7 @@ def test_a_window_match_is_recorded_and_listed_and_replayed_from_the_menu(xdispl
 @pytest.mark.integration
 def test_a_spectator_gets_the_results_screen_at_the_end_of_a_watched_match(xdisplay: str, tmp_path: Path) -> None:
     from client.bots import Bot
-    from client.matchrun import LocalServer
+    from relay.local import LocalServer
     from client.player import Player
     from client.window.app import App, AppConfig
     from client.window.session import SessionConfig

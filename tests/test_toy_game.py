@@ -15,7 +15,8 @@ from protocol.codec import encode
 from protocol.rules import GAMES, game_for, register, unregister
 from protocol.rules import blink
 from relay.broker import BrokerAddress
-from client.matchrun import LocalServer, run_match
+from client.matchrun import run_match
+from relay.local import LocalServer
 from client.net import Connection, new_client_id
 from tests.toygame import TOY, State, Take
 

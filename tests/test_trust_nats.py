@@ -23,7 +23,7 @@ import aiomqtt
 import nats
 import pytest
 
-from client.cluster_cli import TEMPLATE, Node, render
+from client.tools.nats_cluster import TEMPLATE, Node, render
 from client.matchrun import run_match
 from client.net import Connection, new_client_id
 from mqttkit import BrokerAddress, free_port

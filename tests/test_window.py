@@ -28,7 +28,7 @@ from client.window import geometry as geo
 from client.window.layout import EMPTY, stable_slots, table_layout
 from client.window.session import BOT_LEVELS, parse_level
 from client.window.sounds import EFFECTS, RATE, pcm
-from client.window.stats import FrameStats, percentile
+from client.window.framestats import FrameStats, percentile
 from client.window.texts import reason_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ FAST = {"countdown_s": 0.3, "stalemate_pause_s": 0.2, "pick_time_s": 1.0, "best_
 
 def test_the_window_package_and_cli_do_not_import_pyglet() -> None:
     code = ("import sys, client.cli, client.window, client.window.session, client.window.layout, "
-            "client.window.geometry, client.window.stats, client.window.texts, client.window.sounds; "
+            "client.window.geometry, client.window.framestats, client.window.texts, client.window.sounds; "
             "client.cli.build_parser(); print('pyglet' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -657,7 +657,7 @@ def test_blink_play_autoplay_screenshot_and_frame_stats(xdisplay: str, tmp_path:
 def test_joining_a_code_that_does_not_exist_says_why_in_the_window(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
-    from client.matchrun import LocalServer
+    from relay.local import LocalServer
     from client.window.app import App, AppConfig
     from client.window.session import SessionConfig
 

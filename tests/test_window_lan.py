@@ -162,7 +162,7 @@ def test_hosting_listens_on_every_interface_on_a_stable_port_and_shows_the_lan_a
         xdisplay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pyglet.window import key
 
-    import client.lan as lanmod
+    import relay.lanhost as lanmod
     from client.player import Player
     from mqttkit import BrokerAddress
 

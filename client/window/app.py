@@ -70,7 +70,7 @@ from client.window.hud import Hud  # noqa: E402
 from client.window.scenes.base import Scene  # noqa: E402
 from client.window.session import BOT_LEVELS, Session, SessionConfig, level_name, parse_level  # noqa: E402
 from client.window.sounds import Sounds  # noqa: E402
-from client.window.stats import FrameStats  # noqa: E402
+from client.window.framestats import FrameStats  # noqa: E402
 
 log = logging.getLogger("blink.window")
 
@@ -261,6 +261,27 @@ class App:
         self.scene = cls(self)
         self.scene.enter()
         self.present_again()
+
+    # The window's game registry, asked on the scenes' behalf: it imports every scene, so a scene
+    # asks the app rather than import it.
+    def scene_class(self, game: str) -> type[Scene] | None:
+        """The scene that plays ``game``, or None for a game the window does not play."""
+        from client.window.scenes.registry import scene_for
+
+        try:
+            return scene_for(game)
+        except ValueError:
+            return None
+
+    def game_title(self, game: str) -> str:
+        from client.window.scenes.registry import title
+
+        return title(game)
+
+    def score_word(self, game: str) -> str:
+        from client.window.scenes.registry import score_word
+
+        return score_word(game)
 
     def current_game(self) -> str:
         """The game being played: the match's (joined or watched), else the one chosen."""

@@ -8,7 +8,7 @@ A ``Session`` lives on the same asyncio event loop as the window's frame task (s
 - the ``LocalServer`` (embedded amqtt broker + relay on a free loopback port) when no ``--server``
   is given, so ``blink play`` works on a fresh machine. Hosting a match (``host``) with
   ``config.lan`` moves it, once, onto every interface on a stable port (1883 or the next free one)
-  and advertises it over multicast DNS (``client/lan.py``); ``server_url`` is then the LAN address
+  and advertises it over multicast DNS (``relay/lanhost.py``); ``server_url`` is then the LAN address
   friends use;
 - your ``Player`` (aiomqtt connection + ``ClientModel``), which the scenes read every frame. With
   ``config.net_thread`` (the default) every connection of the session -- yours, the bots', the
@@ -148,7 +148,7 @@ class Session:
         self._stop = asyncio.Event()  # tells the bots of the current game to stop
         self.lan_urls: list[str] = []  # how friends on the LAN reach the local relay (once hosting)
         self.lan_note = ""  # what hosting on the LAN had to say (port taken, not advertised)
-        self._advert: Any = None  # the running ``client.lan.advertise``
+        self._advert: Any = None  # the running ``relay.lanhost.advertise``
         self._own: Any = None  # our loopback way into the LAN-hosted relay
         self.recorder: Any = None  # the current match's ``Recorder`` (``config.record_dir``)
         self._rec_conn: Any = None
@@ -368,13 +368,14 @@ class Session:
         loopback relay it replaces has nothing anyone is in. No multicast is not fatal: friends can
         still join by the address shown."""
         from mqttkit import BrokerAddress
-        from client import lan as lanmod
+        from mqttkit.lan import LanError
+        from relay import lanhost
 
         if not self.config.lan or not self.local or self.lan_urls:
             return
         notes: list[str] = []
         interfaces = self.config.lan_interfaces
-        port = await asyncio.to_thread(lanmod.lan_port, "0.0.0.0", self.config.lan_port, interfaces, notes.append)
+        port = await asyncio.to_thread(lanhost.lan_port, "0.0.0.0", self.config.lan_port, interfaces, notes.append)
         self.status, self.message = "starting", f"opening the local relay to the LAN on port {port}…"
         old, self.server = self.server, None
         try:
@@ -383,13 +384,13 @@ class Session:
             pass
         self.server = await self._local_server("0.0.0.0", port)
         self.address = self._own = BrokerAddress("127.0.0.1", port)  # our own players come in on loopback
-        self.lan_urls = lanmod.lan_urls(port, "0.0.0.0", interfaces) or [f"mqtt://127.0.0.1:{port}"]
+        self.lan_urls = lanhost.lan_urls(port, "0.0.0.0", interfaces) or [f"mqtt://127.0.0.1:{port}"]
         relay_id = getattr(self.config.relay_config, "relay_id", None) or "relay-0"
-        adv = lanmod.advertise(port, relay_id, "0.0.0.0", interfaces, self.config.topics)
+        adv = lanhost.advertise(port, relay_id, "0.0.0.0", interfaces, self.config.topics)
         try:
             await adv.__aenter__()
             self._advert = adv
-        except lanmod.LanError as exc:
+        except LanError as exc:
             notes.append(f"not advertised on the LAN ({exc}); friends can still join by address")
         self.lan_note = "; ".join(notes)
         log.info("hosting on the LAN: %s%s", ", ".join(self.lan_urls), f" ({self.lan_note})" if self.lan_note else "")

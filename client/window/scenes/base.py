@@ -76,10 +76,7 @@ class Scene:
         return {"scene": self.name}
 
     def plays(self, game: str) -> bool:
-        """True if this scene is the one that plays ``game`` (see ``scenes/registry.py``)."""
-        from client.window.scenes.registry import scene_for
-
-        try:
-            return scene_for(game) is type(self)
-        except ValueError:
-            return True  # a game the window does not know: stay, rather than switch scenes for ever
+        """True if this scene is the one that plays ``game``. The app answers from the window's game
+        registry (``scenes/registry.py``), which imports every game scene: those never import it."""
+        cls = self.app.scene_class(game)
+        return cls is None or cls is type(self)  # a game the window does not know: stay, rather than switch for ever

@@ -73,7 +73,7 @@ class LanScene(Scene):
             self._task = None
 
     async def _poll(self) -> None:
-        from client.lan import LanError
+        from mqttkit.lan import LanError
 
         make = getattr(self.app, "lan_browser", None) or _real_browser
         try:

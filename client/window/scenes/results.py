@@ -21,14 +21,7 @@ from client.window.cards import Layer, label, set_color, set_text
 from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window import texts
-from client.window.viewmodels.replay import match_result_line
-from client.window.viewmodels.results import game_line
-
-
-def _score_word(game: str) -> str:
-    from client.window.scenes.registry import score_word  # the registry imports every scene
-
-    return score_word(game)
+from client.window.viewmodels.results import game_line, match_result_line
 
 
 REASONS = {"out_of_cards": "out of cards", "tie": "tie", "forfeit": "forfeit", "game_limit": "game limit",
@@ -140,7 +133,7 @@ class ResultsScene(Scene):
             self.title.font_size = round(self.title.font_size * 0.9, 1)
         for i, g in enumerate(self.games):
             if i < len(results):
-                set_text(g, game_line(i, results[i], names, seat, REASONS, _score_word(self.app.current_game())))
+                set_text(g, game_line(i, results[i], names, seat, REASONS, self.app.score_word(self.app.current_game())))
             else:
                 set_text(g, "")
         others = [i for i in range(len(names)) if i != seat]

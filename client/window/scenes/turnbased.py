@@ -96,9 +96,7 @@ class TurnBasedScene(Scene):
 
     def __init__(self, app: Any) -> None:
         super().__init__(app)
-        from client.window.scenes.registry import title
-
-        self.vm = self.view_model(title(app.current_game()))
+        self.vm = self.view_model(app.game_title(app.current_game()))
         self.l_board = Layer(1)
         self.l_over = Layer(4)
         # Two parts, each rebuilt only when what it shows changed: the *frame* (banner, player list,

@@ -38,6 +38,7 @@ from protocol import messages as m
 from protocol.chance import SeededChance
 from protocol.rules import game_for
 from protocol.rules.base import Accepted
+from client.window.viewmodels.results import match_result_line
 from protocol.verify import (NotALog, Record, _arm, _candidates, _Hyp, _key, _match_group, _Miss, body,
                              parse_log, verify)
 
@@ -140,21 +141,6 @@ class Replay:
         if snap is not None:
             model.on_message(snap, wall_ns)
         model.version += 1
-
-
-def match_result_line(names: list[str], ms: dict[str, Any]) -> str:
-    """A match's result in the third person: "A beat B 2–1", "A and B share the match", "in progress"."""
-    wins = list(ms.get("wins") or [])
-    status = ms.get("status")
-    if status != "over":
-        return "unfinished" if status else ""
-    winner = ms.get("winner")
-    score = "–".join(str(w) for w in sorted(wins, reverse=True)) if wins else ""
-    if winner is None or not 0 <= winner < len(names):
-        top = [names[s] for s in range(min(len(names), len(wins))) if wins[s] == max(wins)] if wins else []
-        return f"{' and '.join(top)} share the match {score}".strip() if top else "match drawn"
-    others = [n for s, n in enumerate(names) if s != winner]
-    return f"{names[winner]} beat {', '.join(others)} {score}".strip()
 
 
 # --------------------------------------------------------------------------------------- building

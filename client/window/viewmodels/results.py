@@ -1,11 +1,12 @@
-"""The results screen's lines as data (pure): one line per game of the match.
+"""The results screen's lines as data (pure): one line per game of the match, and the match's own line.
 
 How this works
 --------------
 The relay's ``match_state["results"]`` has, for each game played, its ``winners``, ``reason`` and
 ``scores``. ``game_line`` says who won and why and, for a game that counts points (Takeaway's
 claimed pips: the registry's ``score_word``), everyone's points -- "you 78 · bot 54" --
-so a results screen never hides what decided the game.
+so a results screen never hides what decided the game. ``match_result_line`` is the match's
+result in the third person, shared by the results screen, the replay and the list of replays.
 """
 
 from __future__ import annotations
@@ -38,3 +39,17 @@ def game_line(index: int, result: Mapping[str, Any], names: Sequence[str], seat:
     points = points_text(list(result.get("scores") or []), names, seat) if score_word else ""
     return f"{line}   —   {score_word}: {points}" if points else line
 
+
+def match_result_line(names: list[str], ms: dict[str, Any]) -> str:
+    """A match's result in the third person: "A beat B 2–1", "A and B share the match", "in progress"."""
+    wins = list(ms.get("wins") or [])
+    status = ms.get("status")
+    if status != "over":
+        return "unfinished" if status else ""
+    winner = ms.get("winner")
+    score = "–".join(str(w) for w in sorted(wins, reverse=True)) if wins else ""
+    if winner is None or not 0 <= winner < len(names):
+        top = [names[s] for s in range(min(len(names), len(wins))) if wins[s] == max(wins)] if wins else []
+        return f"{' and '.join(top)} share the match {score}".strip() if top else "match drawn"
+    others = [n for s, n in enumerate(names) if s != winner]
+    return f"{names[winner]} beat {', '.join(others)} {score}".strip()

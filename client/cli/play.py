@@ -2,8 +2,8 @@
 
 How this works
 --------------
-``add_parser`` registers the options; it imports nothing heavy, because every ``blink`` command
-(also the headless ``serve``/``bot``/``match``) builds the whole parser. ``run`` checks the
+``register`` adds the options; it imports nothing heavy, because ``blink --help`` (and a command
+word the parser is unsure of) builds the whole parser, headless commands included. ``run`` checks the
 arguments, then imports pyglet and the window package (``client/window``) and runs the app on a
 fresh asyncio event loop. With no arguments the window opens on the menu with a local embedded
 broker + relay already starting (in a child process of their own, ``relay/localproc.py``, so the
@@ -20,9 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from client import args as argtypes
+from client.cli import args as argtypes
+
+if TYPE_CHECKING:
+    from protocol.topics import Topics
 
 
 def _level_arg(text: str) -> float:
@@ -34,7 +37,7 @@ def _level_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def add_parser(sub: Any) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     from protocol.rules import GAME_NAMES
 
     p = sub.add_parser("play", help="open the game window (race a bot, a friend, or anyone on a server)",
@@ -71,7 +74,7 @@ def add_parser(sub: Any) -> None:
                    help="do not record the matches (by default each is kept in the data directory's replays/ folder)")
 
 
-def run(args: argparse.Namespace, topics: Any) -> int:
+def run(args: argparse.Namespace, topics: Topics) -> int:
     import asyncio
 
     from protocol.rules import game_for

@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 USAGE = 2  # bad input on the command line
 FAILED = 1  # a failure at run time
@@ -107,3 +107,10 @@ def whole(lo: int, hi: int, unit: str = "") -> Callable[[str], int]:
         return v
 
     return parse
+
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    #: What ``blink``'s parser hands each command module's ``register``: its sub-command parsers.
+    Subcommands: TypeAlias = "argparse._SubParsersAction[OneLineParser]"

@@ -4,7 +4,7 @@ How this works
 --------------
 The arguments are checked first (every bad value -- a negative or too large delay, an unknown
 unit, a loss outside [0, 1), more than two values, an unknown order -- is one line on stderr and
-exit status 2); then ``client.latency.run_blocking`` does the measurement while a progress bar is
+exit status 2); then ``client.tools.latency.run_blocking`` does the measurement while a progress bar is
 drawn on stderr (only when stderr is a terminal, so piped output and ``--json`` stay clean); then
 a table, or with ``--json`` exactly one JSON object, goes to stdout. ``--plot`` draws a PNG with
 matplotlib, imported only then. An unreachable broker, a missing relay or a refused match is one
@@ -18,10 +18,13 @@ import json
 import sys
 import types
 import warnings
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from client.cli import args as argtypes
 from protocol.rules import GAME_NAMES
-from client import args as argtypes
+
+if TYPE_CHECKING:
+    from protocol.topics import Topics
 
 ORDERS = ("arrival", "fair")
 
@@ -45,7 +48,7 @@ def _game(text: str) -> str:
     return text
 
 
-def add_parser(sub: Any) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser(
         "latency", help="measure latency and fairness with concurrent bot matches",
         description="Run concurrent two-bot matches for a while, with network impairment per seat, and report "
@@ -95,9 +98,9 @@ class _Bar:
             self.stream.flush()
 
 
-def run(args: argparse.Namespace, topics: Any) -> int:
+def run(args: argparse.Namespace, topics: Topics) -> int:
     from protocol.rules import game_for
-    from client.latency import (BadArgument, LatencyConfig, LatencyError, format_table, have_matplotlib, plot,
+    from client.tools.latency import (BadArgument, LatencyConfig, LatencyError, format_table, have_matplotlib, plot,
                                 run_blocking, seat_impairments)
 
     def fail(msg: str, status: int) -> int:

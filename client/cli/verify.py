@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.verify import NotALog, parse_log, verify
+from client.cli import args as argtypes
+
+if TYPE_CHECKING:
+    from protocol.topics import Topics
 
 
-def add_parser(sub: Any) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser(
         "verify", help="check a match's event log against its revealed seeds and the rules",
         description="Re-derive every shuffle and roll of a match from the seeds its log reveals, check each seed "
@@ -27,7 +30,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("log", metavar="LOG", help="the event log (JSON Lines)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, topics: Topics) -> int:
+    from protocol.verify import NotALog, parse_log, verify
+
     path = args.log
     try:
         with open(path, encoding="utf-8") as f:

@@ -17,9 +17,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from client import args as argtypes
+from client.cli import args as argtypes
+
+if TYPE_CHECKING:
+    from protocol.topics import Topics
 
 
 def _speed(text: str) -> float:
@@ -32,7 +35,7 @@ def _speed(text: str) -> float:
     return v
 
 
-def add_parser(sub: Any) -> None:
+def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser("replay", help="watch a recorded match again (play, pause, speed, step, scrub)",
                        description="Open the window on a recorded match: the log of `blink match --log`, "
                                    "`blink watch --json`, `blink serve --log`, or a file of the Replays list. "
@@ -58,7 +61,7 @@ def load(path: str) -> Any:
         return load_replay(f.read().splitlines())
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, topics: Topics) -> int:
     import asyncio
 
     from client.window.viewmodels.replay import ReplayError, load_replay

@@ -1,4 +1,4 @@
-"""``blink cluster up`` / ``blink cluster down``: a local NATS cluster (MQTT + JetStream) for tests and demos.
+"""The NATS cluster launcher behind ``blink cluster up`` / ``down``: a local cluster (MQTT + JetStream) for tests and demos.
 
 How this works
 --------------
@@ -17,8 +17,8 @@ With ``auth`` (the command's default; ``--no-auth`` leaves it out) every node al
 ``DIR/auth.conf`` from ``relay/natsauth.py``: user ``relay`` with a fresh random password (core NATS
 and MQTT), anonymous MQTT clients confined as user ``player``. The password is written to
 ``DIR/relay-password`` (mode 600) and is never printed: the JSON names that file, and
-``blink serve --password-file FILE`` reads it. Default on because issue 12's rule is "no
-password-less privileged user anywhere": without it any local process could log in as the relay,
+``blink serve --password-file FILE`` reads it. Default on because no privileged user may be
+password-less anywhere: without it any local process could log in as the relay,
 forge events and read every hand -- and the only cost is that one flag on ``blink serve``.
 
 A node that exits or never gets ready stops the others, and the failure is one line (with the tail
@@ -32,10 +32,8 @@ tests' fixtures use.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import errno
 import json
 import os
 import shutil
@@ -44,14 +42,11 @@ import socket
 import subprocess
 import sys
 import time
-import types
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, NoReturn
-
-from client import args as argtypes
+from typing import Any, Iterator
 
 STATE = "cluster.json"
 AUTH_FILE = "auth.conf"  # included by every node's configuration (relay/natsauth.py)
@@ -62,7 +57,7 @@ READY_S = 60.0
 STOP_S = 10.0
 #: Servers started by this process (tests): judged and reaped through their Popen, not their pid alone.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "node.conf.in"
+TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "node.conf.in"
 
 
 class ClusterError(Exception):
@@ -286,22 +281,6 @@ def _remove_auth(root: Path) -> None:
             (root / name).unlink()
 
 
-def read_password(path: str | Path) -> str:
-    """The relay's password from a file ``up`` wrote (first line); ClusterError in one line if unusable."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ClusterError(f"cannot read the password file {path}: {exc.strerror or exc}") from exc
-    lines = text.splitlines()
-    password = lines[0].strip() if lines else ""
-    if not password:
-        raise ClusterError(f"the password file {path} is empty")
-    if not all(c.isascii() and (c.isalnum() or c in "-._~") for c in password):
-        # it goes into mqtt:// and nats:// URLs as is (nats-py does not unquote them)
-        raise ClusterError(f"the password in {path} has characters a URL cannot carry (use letters, digits, -._~)")
-    return password
-
-
 def _spawn(binary: str, node: Node) -> None:
     with open(node.log, "ab") as log:
         node.proc = subprocess.Popen([binary, "-c", node.conf], stdin=subprocess.DEVNULL, stdout=log,
@@ -506,9 +485,11 @@ def _load_state(root: Path) -> Cluster | None:
         raise ClusterError(f"{root / STATE} is unreadable ({exc}): stop the servers by hand") from exc
     password: str | None = None
     if auth:
+        from relay.serve import ServeError, read_password
+
         try:
             password = read_password(root / PASSWORD_FILE)
-        except ClusterError:
+        except ServeError:
             password = None  # `down` still works without it; a restart of a node would fail to check JetStream
     return Cluster(root, nodes, password)
 
@@ -542,66 +523,3 @@ def running_cluster(nodes: int, directory: str | Path, ready_s: float = READY_S,
 def load_cluster(directory: str | Path) -> Cluster:
     """The cluster recorded in ``directory`` (for callers that need its URLs)."""
     return _require_state(Path(directory).expanduser().resolve())
-
-
-# ---------------------------------------------------------------------------------------------- command line
-
-def _one_line_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
-    print(f"{self.prog}: {message}", file=sys.stderr)
-    raise SystemExit(argtypes.USAGE)
-
-
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("cluster", help="start or stop a local NATS cluster (MQTT + JetStream) for relays",
-                       description="Start N nats-server processes (MQTT and JetStream on, routed together) in the "
-                                   "background, or stop them. Configuration: deploy/nats/.")
-    actions = p.add_subparsers(dest="cluster_action", metavar="ACTION")
-    up = actions.add_parser("up", help="start a cluster and print its URLs as JSON")
-    up.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
-    up.add_argument("--dir", required=True, help="directory for configs, logs, JetStream state and pids")
-    up.add_argument("--base-port", type=int, default=None,
-                    help="node i uses ports P+4i..P+4i+3 (NATS, MQTT, route, monitoring); default: free ports")
-    up.add_argument("--json", action="store_true", help="print only the JSON object (the default output too)")
-    up.add_argument("--auth", action=argparse.BooleanOptionalAction, default=True,
-                    help="require the relay's password (written to DIR/relay-password, mode 600; give it to "
-                         "`blink serve --password-file`) and confine anonymous MQTT clients to what players need "
-                         "(default on; --no-auth: anyone may do anything, for experiments)")
-    up.add_argument("--ready-timeout", type=float, default=READY_S, help=argparse.SUPPRESS)
-    down = actions.add_parser("down", help="stop the cluster recorded in DIR")
-    down.add_argument("--dir", required=True, help="the directory given to `up`")
-    for parser in (p, up, down):
-        parser.error = types.MethodType(_one_line_error, parser)  # type: ignore[method-assign]
-
-
-def run(args: argparse.Namespace) -> int:
-    action = getattr(args, "cluster_action", None)
-    try:
-        if action == "up":
-            if args.nodes < 1:
-                print(f"blink cluster up: --nodes must be at least 1, not {args.nodes}", file=sys.stderr)
-                return argtypes.USAGE
-            if args.base_port is not None and not 1 <= args.base_port <= 65535:
-                print(f"blink cluster up: --base-port must be 1..65535, not {args.base_port}", file=sys.stderr)
-                return argtypes.USAGE
-            cluster = start_cluster(args.nodes, args.dir, args.base_port, ready_s=args.ready_timeout, auth=args.auth)
-            print(json.dumps(cluster.summary()), flush=True)
-            return 0
-        if action == "down":
-            running, recorded = stop_cluster(args.dir)
-            if not recorded:
-                print(f"blink cluster down: no cluster in {args.dir} (no {STATE} there)", file=sys.stderr)
-                return argtypes.FAILED
-            print(f"stopped {running} nats-server process{'es' if running != 1 else ''}" if running
-                  else "no server was running (already stopped)")
-            return 0
-        print("blink cluster: give an action: up or down (see blink cluster --help)", file=sys.stderr)
-        return argtypes.USAGE
-    except ClusterError as exc:
-        print(f"blink cluster {action}: {exc}", file=sys.stderr)
-        return argtypes.FAILED
-    except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            print(f"blink cluster {action}: no space left on the device", file=sys.stderr)
-        else:
-            print(f"blink cluster {action}: {exc.strerror or exc}", file=sys.stderr)
-        return argtypes.FAILED

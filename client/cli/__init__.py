@@ -1,0 +1,104 @@
+"""The ``blink`` command: one parser, one module per sub-command.
+
+How this works
+--------------
+``COMMANDS`` names each sub-command's module in this package. Every such module has
+``register(sub)``, which adds its parser and options, and ``run(args, topics) -> int``, which
+checks what argparse cannot and runs the command. A module's top level imports only what
+registering needs (argparse, the argument types, the game names): the work -- the relay, the
+network, the window, the tools -- is imported inside ``run``, so importing this package is cheap,
+the headless commands never import pyglet, and a restart of ``blink serve`` does not pay for the
+other commands. When the command word is known before parsing (``command_of``), only its module
+is registered; ``blink --help`` and an unsure word build the whole parser.
+
+Every failure a user can cause ends with one readable line on stderr and exit status 2 (bad input
+on the command line, found before anything starts) or 1 (a failure at run time), never a
+traceback (the convention is in ``client/cli/args.py``; the errors in ``client/cli/failures.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Protocol, Sequence, cast
+
+from client.cli import args as argtypes
+from client.cli.failures import UserError
+from protocol.topics import DEFAULT_PREFIX, Topics
+
+#: Each command word and its module in this package, in the order ``blink --help`` lists them.
+COMMANDS: dict[str, str] = {
+    "serve": "serve", "lan": "lan", "bot": "bot", "match": "match", "watch": "watch",
+    "broker-config": "broker_config", "play": "play", "latency": "latency", "load": "load",
+    "verify": "verify", "replay": "replay", "cluster": "cluster",
+}
+
+
+class Command(Protocol):
+    """What a sub-command module offers."""
+
+    def register(self, sub: argtypes.Subcommands) -> None: ...
+
+    def run(self, args: argparse.Namespace, topics: Topics) -> int: ...
+
+
+def command_module(command: str) -> Command:
+    return cast(Command, importlib.import_module(f"client.cli.{COMMANDS[command]}"))
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv`` (after the global options), or None if unsure."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--prefix":
+            i += 2
+        elif word.startswith("--prefix=") or word in ("-v", "--verbose"):
+            i += 1
+        else:
+            return None if word.startswith("-") else word
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given one of ``COMMANDS``, only that command's options are registered."""
+    p = argtypes.OneLineParser(prog="blink", description="Race BLINK and play dice games over MQTT.")
+    p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"topic prefix (default {DEFAULT_PREFIX})")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for word in ([command] if command in COMMANDS else COMMANDS):
+        command_module(word).register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(command_of(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(argv)
+    from mqttkit.logsetup import log_to_stderr
+
+    log_to_stderr(logging.INFO if args.verbose else logging.WARNING)  # not basicConfig: see mqttkit/logsetup.py
+    if not args.verbose:
+        # ("mqtt" is paho's, under aiomqtt: "failed to receive on socket" for a connection our
+        # code already reports and heals)
+        for name in ("amqtt", "transitions", "blink.relay", "zeroconf", "mqtt"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        if args.command == "play":
+            # The window says "reconnecting…" itself; a lost local relay is one line at the end.
+            logging.getLogger("blink.net").setLevel(logging.CRITICAL)
+    if args.command is None:
+        parser.print_help()
+        return argtypes.USAGE
+    if args.command not in COMMANDS:
+        parser.error(f"unknown command {args.command}")
+    topics = Topics(prefix=args.prefix)
+    try:
+        return command_module(args.command).run(args, topics)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader went away (e.g. `blink watch ... | head`): nothing to report
+        return 0
+    except UserError as exc:
+        print(f"blink {args.command}: {exc}", file=sys.stderr)
+        return exc.status

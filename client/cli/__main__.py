@@ -1,0 +1,7 @@
+"""``python -m client.cli``: the ``blink`` command."""
+
+import sys
+
+from client.cli import main
+
+sys.exit(main())

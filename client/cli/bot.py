@@ -1,0 +1,95 @@
+"""``blink bot``: one bot player -- quick match, a match by code, or a new one -- until its match ends.
+
+How this works
+--------------
+The bot is a ``client.player.Player`` (the window's network client and model) driven by
+``client.bots.Bot``. A seat it takes is saved (``client/seats.py``) so ``--rejoin`` can take it back
+after a crash. A number of players the game does not allow is refused before anything starts
+(exit status 2); a refusal by the relay or a lost broker is one line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import TYPE_CHECKING
+
+from client.cli import args as argtypes
+from client.cli.failures import UsageError, UserError, friendly
+from protocol.rules import GAME_NAMES
+
+if TYPE_CHECKING:
+    from protocol.topics import Topics
+
+
+def register(sub: argtypes.Subcommands) -> None:
+    b = sub.add_parser("bot", help="one bot player")
+    b.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses, e.g. mqtt://127.0.0.1:1883")
+    b.add_argument("--match", metavar="CODE", help="join this match (default: quick match)")
+    b.add_argument("--create", action="store_true", help="create a match and print its code")
+    b.add_argument("--game", choices=GAME_NAMES, default="blink")
+    b.add_argument("--players", type=argtypes.whole(0, 10_000), default=2,
+                   help="seats when creating a match (as many as the game allows)")
+    b.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating")
+    b.add_argument("--name", default="bot")
+    b.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="median reaction time in seconds")
+    b.add_argument("--seed", type=int)
+    b.add_argument("--rejoin", nargs="?", const="", metavar="FILE",
+                   help="take back the seat saved by the last `blink bot` run (or the one saved in FILE)")
+
+
+def run(args: argparse.Namespace, topics: Topics) -> int:
+    if args.create:
+        problem = argtypes.seats_problem(args.game, args.players, "--players")
+        if problem is not None:
+            raise UsageError(problem)
+    return asyncio.run(_bot(args, topics))
+
+
+async def _bot(args: argparse.Namespace, topics: Topics) -> int:
+    from mqttkit import parse_url
+    from client.bots import Bot
+    from client.player import Player, RequestError
+
+    from client import seats
+
+    saved = None
+    if args.rejoin is not None:
+        try:
+            saved = seats.load(args.rejoin or None, "bot")
+        except seats.SeatFileError as exc:
+            raise UserError(str(exc)) from None
+    try:
+        async with Player(parse_url(args.server), saved.name if saved else args.name, topics) as player:
+            if saved is not None:
+                code = await player.rejoin(saved.match, saved.token)
+            elif args.match:
+                code = await player.join(args.match.upper())
+            elif args.create:
+                code = await player.create(args.game, args.settings, seats=args.players)
+            else:
+                code = await player.quick(args.game, args.settings)
+            print(f"{player.model.name} in match {code} (seat {player.model.seat})", flush=True)
+            if player.model.token and player.model.seat is not None:
+                try:
+                    path = seats.save(seats.SavedSeat(args.server, code, player.model.seat, player.model.name,
+                                                      player.model.token), "bot")
+                    print(f"seat saved in {path} (blink bot --rejoin takes it back)", flush=True)
+                except OSError as exc:
+                    print(f"blink bot: cannot save the seat token: {exc}", file=sys.stderr, flush=True)
+            await Bot(player, reaction_s=args.reaction, seed=args.seed).run()
+            if player.model.connection == "lost":
+                raise UserError(f"lost the connection to the broker: {player.model.lost}")
+            ms = player.model.match_state
+            winner = ms.get("winner")
+            names = ms.get("players", [])
+            print(f"match over: winner {names[winner] if isinstance(winner, int) and winner < len(names) else 'none'}",
+                  flush=True)
+    except RequestError as exc:
+        raise UserError(f"the relay refused: {exc}") from exc
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise friendly(exc) from exc
+    return 0

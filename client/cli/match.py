@@ -1,0 +1,109 @@
+"""``blink match``: a whole match between bots, on a relay started here or on a given broker.
+
+How this works
+--------------
+Without ``--server`` a ``relay.local.LocalServer`` (embedded broker + relay, journal in a private
+temporary directory unless ``--data`` names one) runs for the match; ``client.matchrun.run_match``
+plays it with bots and returns its events and summary, printed as lines or one JSON object
+(``--log`` writes every public event as JSON Lines). A number of bots the game does not allow or
+bad settings are refused before anything starts (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from client.cli import args as argtypes
+from client.cli.failures import UsageError, UserError, friendly
+from protocol.rules import GAME_NAMES
+
+if TYPE_CHECKING:
+    from protocol.topics import Topics
+
+
+def register(sub: argtypes.Subcommands) -> None:
+    mt = sub.add_parser("match", help="a whole match between bots")
+    mt.add_argument("--game", choices=GAME_NAMES, default="blink")
+    mt.add_argument("--bots", type=argtypes.whole(0, 10_000), default=2,
+                    help="number of bot players (as many as the game allows: BLINK 2, the dice games 2 or more)")
+    mt.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
+    mt.add_argument("--seed", type=int, help="seed for the relay (when started here) and the bots")
+    mt.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON")
+    mt.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="bots' median reaction time in seconds")
+    mt.add_argument("--timeout", type=argtypes.seconds(0, 3600), default=900.0, help="give up after this many seconds")
+    mt.add_argument("--json", action="store_true", help="print one JSON object")
+    mt.add_argument("--log", type=argtypes.out_file, metavar="PATH", help="write every public event as JSON Lines")
+    mt.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="relay ordering (local relay)")
+    mt.add_argument("--data", metavar="DIR", help="the local relay's journal directory (default: a private "
+                    "temporary one, removed afterwards)")
+
+
+def run(args: argparse.Namespace, topics: Topics) -> int:
+    problem = argtypes.seats_problem(args.game, args.bots, "--bots")
+    if problem is not None:
+        raise UsageError(problem)
+    return asyncio.run(_match(args, topics))
+
+
+async def _match(args: argparse.Namespace, topics: Topics) -> int:
+    from relay.local import LocalServer, RelayConfig
+    from client.matchrun import run_match, write_log
+    from client.player import RequestError
+    from protocol.rules import game_for
+
+    game = game_for(args.game)
+    try:
+        game.check_settings(args.settings, args.bots)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"bad --settings: {exc}") from exc
+    config = RelayConfig(order=args.order)
+    try:
+        from relay.local import JournalError, temporary_data_dir
+
+        local_data = args.data or (temporary_data_dir() if not args.server else None)
+        async with LocalServer(None, args.seed, config, topics=topics, relay=True, data_dir=local_data,
+                               remove_data_dir=not args.data) if not args.server \
+                else _Nothing(args.server) as server:
+            result = await run_match(server.address, args.game, args.bots, args.settings, args.seed,
+                                     args.reaction, args.timeout, topics)
+    except RequestError as exc:
+        raise UserError(f"the relay refused: {exc}") from exc
+    except UserError:
+        raise
+    except JournalError as exc:
+        raise UserError(str(exc)) from exc
+    except Exception as exc:  # noqa: BLE001
+        raise friendly(exc) from exc
+    if args.log:
+        try:
+            write_log(args.log, result.events)
+        except OSError as exc:  # checked at the start; the folder may have gone since
+            raise UserError(f"could not write --log {args.log}: {exc.strerror or exc}") from exc
+    summary = result.summary()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{summary['game']} match {summary['match']}: {', '.join(summary['players'])}")
+        for g in summary["games"]:
+            print(f"  game {g['game'] + 1}: {'winner ' + str(g['winner']) if g['winner'] is not None else g['reason']}")
+        print(f"winner: {summary['winner']}   accepted plays: {summary['accepted']}   "
+              f"rejected: {summary['rejected'] or 0}   {summary['duration_s']} s")
+    return 0
+
+
+class _Nothing:
+    """Stands in for LocalServer when the user brings a server."""
+
+    def __init__(self, url: str) -> None:
+        from mqttkit import parse_url
+
+        self.address = parse_url(url)
+
+    async def __aenter__(self) -> _Nothing:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        return None

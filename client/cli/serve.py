@@ -1,0 +1,84 @@
+"""``blink serve``: run the relay, with an embedded MQTT broker unless ``--broker`` is given.
+
+How this works
+--------------
+``register`` adds the options; ``run`` hands them, as ``relay.serve.ServeOptions``, to
+``relay.serve.serve``, which sets up and runs everything (the server's side lives in ``relay/``).
+What that raises as ``ServeError`` keeps its exit status; any other failure becomes one line
+(``failures.friendly``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from client.cli import args as argtypes
+from client.cli.failures import UserError, friendly
+
+if TYPE_CHECKING:
+    from protocol.topics import Topics
+
+
+def _urls(text: str) -> str:
+    """One broker URL, or several comma-separated (each checked)."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"an empty URL in {text!r}")
+    for p in parts:
+        argtypes.url(p)
+    return ",".join(parts)
+
+
+def register(sub: argtypes.Subcommands) -> None:
+    s = sub.add_parser("serve", help="run the relay (with an embedded MQTT broker unless --broker is given)")
+    s.add_argument("--host", help="embedded broker address (default 127.0.0.1; with --lan 0.0.0.0)")
+    s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="embedded broker port (default 1883)")
+    s.add_argument("--broker", type=_urls, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883 "
+                   "(with --cluster/--shards: the nodes of a clustered broker, comma-separated, tried in turn)")
+    s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
+    s.add_argument("--fair-cap-ms", type=float, default=150.0, help="fair order: longest hold of a play (ms)")
+    s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
+    s.add_argument("--log", type=argtypes.out_file, metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
+    s.add_argument("--relay-id", help="this relay's name (status topic; default relay-0, with --cluster a "
+                   "random one: every relay of a cluster needs its own)")
+    s.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192,
+                   help="largest message in bytes the embedded broker passes on and the relay reads (default 8192)")
+    s.add_argument("--data", metavar="DIR", help="journal every input here and recover from it on start "
+                   "(default: the per-user data directory, e.g. ~/.local/share/blink)")
+    s.add_argument("--no-journal", action="store_true", help="keep matches in memory only (lost if the relay "
+                   "stops); for throwaway relays and measurements")
+    s.add_argument("--sync", choices=("full", "normal"), default="full", help="journal durability: full (fsync "
+                   "every batch; survives a power cut) or normal (survives a crash of the relay) (default full)")
+    s.add_argument("--lan", action="store_true", help="host for the local network: all interfaces, the next free "
+                   "port if --port is taken, advertised over multicast DNS (found by `blink lan`)")
+    s.add_argument("--interface", action="append", metavar="IF", help="with --lan: advertise only on this "
+                   "interface (name or IPv4 address; repeatable)")
+    s.add_argument("--cluster", metavar="NATS_URL", help="join the relays of this NATS cluster (with --broker): "
+                   "shards are leased in its JetStream and journalled there, e.g. nats://127.0.0.1:4222")
+    s.add_argument("--shards-total", type=argtypes.whole(1, 1024), default=None, metavar="N",
+                   help="how many shards the matches are spread over (every relay of a broker the same; default 8)")
+    s.add_argument("--lease-ttl", type=argtypes.seconds(1, 600), metavar="S", help="with --cluster: a dead relay's "
+                   "shards are free this long after its last lease renewal, unless seen dead sooner (default: the leases' own, "
+                   "12 s; renewed every second, given up after half of it without a renewal)")
+    s.add_argument("--password-file", metavar="FILE", help="the relay's password, read from FILE (as `blink cluster "
+                   "up` writes it: DIR/relay-password) and used, as user relay, for every --broker and --cluster URL "
+                   "that has none -- so it is not on the command line for every local user's `ps` to see")
+    s.add_argument("--shards", metavar="LIST", help="serve exactly these shards (e.g. 0,1): with --cluster they are "
+                   "pinned to this relay (the others share the rest); without, each is journalled in DIR/shard-N of "
+                   "--data and the other relays on the broker serve the rest")
+
+
+def run(args: argparse.Namespace, topics: Topics) -> int:
+    import asyncio
+    import dataclasses
+
+    from relay.serve import ServeError, ServeOptions, serve
+
+    options = ServeOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeOptions)})
+    try:
+        return asyncio.run(serve(options, topics))
+    except ServeError as exc:
+        raise UserError(str(exc), exc.status) from exc
+    except Exception as exc:  # noqa: BLE001 - turned into one readable line
+        raise friendly(exc) from exc

@@ -1,0 +1,377 @@
+"""One simulated player of the load generator: an MQTT connection that speaks the relay's protocol.
+
+How this works
+--------------
+``LoadPlayer`` connects with its own client id, creates or joins its match, and then acts on what
+arrives: the PUBLISHes of one socket read come to ``on_messages`` as one list, stamped once; only
+its private topic and (for a game that sends less) its match's events are decoded, the snapshot is
+only counted. It plays on its predicted state -- the last confirmed view plus its own plays not yet
+confirmed -- with at most ``MAX_IN_FLIGHT`` plays awaiting a verdict, choosing moves with the bots'
+policy and the real rules engine, and asks for a rematch when a match is over. Its timers are the
+run's (``LoadRun.later``); what it measures (verdict times, bad messages, lost connections) goes
+to the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from client.bots import RandomChance
+from client.tools.load_config import (CONNECT_TIMEOUT_S, KEEPALIVE_S, LEAVE, MAX_IN_FLIGHT, SHARED_EVENTS,
+                                      SUBSCRIBE_PID, LoadError)
+from mqttkit.packets import pack_publish, pack_subscribe
+from protocol import messages as m
+from protocol.codec import DecodeError, decode, encode
+from protocol.rules.base import Accepted
+from protocol.topics import Topics
+
+if TYPE_CHECKING:
+    from client.tools.load import LoadRun
+    from mqttkit.connection import MqttConnection
+
+
+class LoadPlayer:
+    """One simulated player: an MQTT connection, its confirmed view and its plays in flight."""
+
+    def __init__(self, run: LoadRun, name: str, rng: random.Random) -> None:
+        self.run = run
+        self.name = name
+        self.rng = rng
+        self.chance = RandomChance(rng)
+        self.cid = f"ld{os.urandom(6).hex()}"
+        t = run.topics
+        self.private_topic = t.client(self.cid)
+        self.req_topic = t.req(self.cid)
+        self.act_topic = ""
+        self.ev_topic: str | None = None  # the match's public events, when this player applies them
+        self.match_topics = t  # the topics of the shard the match lives in (MatchJoined names it)
+        self.mqtt: MqttConnection | None = None
+        self.match: str | None = None
+        self.seat: int | None = None
+        self.joined: asyncio.Future[str] | None = None
+        self.view_wire: dict[str, Any] | None = None
+        self.view_seq = -1
+        self.view_game = -1
+        self.view_ns = 0  # when the current view arrived (the "reaction" clock starts there)
+        self.status = ""
+        self._confirmed: Any = None  # the decoded view, cached
+        self._predicted: Any = None  # confirmed + own unconfirmed plays, cached
+        self.inflight: list[list[Any]] = []  # [id, action, accepted_seq or None]
+        self.awaiting: dict[int, int] = {}  # action id -> send time (perf_counter_ns), until a verdict
+        self.next_id = 1
+        self.busy = False  # a reaction is running: a move is chosen and waits to be made
+        self.rematched_game = -1
+        # A game that sends less (``Game.apply_event``): events and private updates not yet applied.
+        self.ahead: dict[int, m.Event] = {}
+        self.private: dict[int, m.PrivateUpdate] = {}
+        #: Events decoded by one player of the match for the other (set by ``LoadRun.setup_match``).
+        self.shared: dict[bytes, Any] = {}
+        self.lost = False
+
+    # --- connection
+
+    async def connect(self) -> None:
+        from mqttkit import NODELAY
+        from mqttkit.connection import Will, connect
+
+        run = self.run
+        self.joined = asyncio.get_running_loop().create_future()
+        async with run.connect_sem:
+            conn = await connect(run.address.host, run.address.port, client_id=self.cid, on_messages=self.on_messages,
+                                 username=run.address.username, password=run.address.password,
+                                 will=Will(self.req_topic, LEAVE, qos=1), keepalive=KEEPALIVE_S,
+                                 socket_options=NODELAY, timeout=max(CONNECT_TIMEOUT_S, run.cfg.timeout_s))
+        conn.on_close(self.on_close)
+        self.mqtt = conn
+        await conn.subscribe([(self.private_topic, 0)], timeout=max(CONNECT_TIMEOUT_S, run.cfg.timeout_s))
+
+    def on_close(self, reason: Exception) -> None:
+        # A player whose connection dropped stays lost (and counted): it is not reconnected.
+        self.mqtt = None
+        if not self.run.closing and not self.lost:
+            self.lost = True
+            self.run.lost_connections += 1
+
+    async def close(self, leave: bool) -> None:
+        conn, self.mqtt = self.mqtt, None
+        if conn is None:
+            return
+        try:
+            if leave:
+                conn.write(self._pack(self.req_topic, LEAVE))
+            await conn.disconnect()
+        except Exception:  # noqa: BLE001 - closing; the broker may be gone
+            pass
+
+    @staticmethod
+    def _pack(topic: str, payload: bytes) -> bytearray:
+        buf = bytearray()
+        pack_publish(buf, topic, payload)
+        return buf
+
+    def publish(self, topic: str, msg: Any) -> None:
+        conn = self.mqtt
+        if conn is not None:
+            buf = bytearray()
+            pack_publish(buf, topic, encode(msg))
+            try:
+                conn.write(buf)
+            except Exception:  # noqa: BLE001 - a connection that just dropped; counted by on_close
+                pass
+
+    def request(self, msg: Any) -> None:
+        self.publish(self.req_topic, msg)
+
+    # --- what arrives
+
+    def on_messages(self, messages: list[Any]) -> None:
+        """The PUBLISHes of one socket read (``mqttkit.packets.Message``), stamped once.
+
+        Only what the player acts on is decoded: its private topic and, for a game that sends
+        less, its match's public events. The snapshot (and the events of a game that sends whole
+        views) are carried by the broker and counted, never unpacked."""
+        run = self.run
+        run.messages_in += len(messages)
+        now = time.perf_counter_ns()
+        private, events = self.private_topic, self.ev_topic
+        for message in messages:
+            topic = message.topic
+            if topic == private:
+                self.on_private(message.payload, now)
+            elif topic == events:
+                self.on_event(message.payload, now)
+
+    def on_event(self, payload: bytes, now: int) -> None:
+        # Both players of a match get the same bytes for each event: the first to read them decodes
+        # them for both (a decoded message is immutable), the second takes it out of ``shared``.
+        shared = self.shared
+        ev = shared.pop(payload, None)
+        if ev is None:
+            try:
+                ev = decode(payload)
+            except DecodeError:
+                self.run.bad_messages += 1
+                return
+            if len(shared) < SHARED_EVENTS:  # (bounded: the other player's connection may be gone)
+                shared[payload] = ev
+        if type(ev) is m.Event and ev.seq > self.view_seq and len(self.ahead) < 4096:
+            self.ahead[ev.seq] = ev
+            if self.catch_up(now):
+                self.poke()
+
+    def on_private(self, payload: bytes, now: int) -> None:
+        run = self.run
+        try:
+            msg = decode(payload)
+        except DecodeError:
+            run.bad_messages += 1
+            return
+        kind = type(msg)
+        if kind is m.ViewUpdated:
+            if self.apply_view(msg, now):
+                self.poke()
+        elif kind is m.PrivateUpdate:
+            if msg.match == self.match and msg.game == self.view_game:
+                if msg.seq <= self.view_seq:  # it came after its event: apply it now
+                    self.apply_late(msg)
+                else:
+                    self.private[msg.seq] = msg
+                if self.catch_up(now):
+                    self.poke()
+        elif kind is m.ActionAccepted or kind is m.ActionRejected:
+            self.on_verdict(msg, now)
+        elif kind is m.Pong:
+            run.pong(time.time_ns() - msg.t0)
+        elif kind is m.MatchJoined:
+            self.on_joined(msg)
+        elif kind is m.Probe:
+            self.request(m.ProbeReply(msg.sent_ns))
+        elif kind is m.RequestRejected:
+            if self.joined is not None and not self.joined.done():
+                self.joined.set_exception(LoadError(f"the relay refused: {msg.code}: {msg.detail}"))
+            else:
+                run.request_rejected[msg.code] += 1
+
+    def on_joined(self, msg: m.MatchJoined) -> None:
+        self.match, self.seat = msg.match, msg.seat
+        self.match_topics = Topics(self.run.topics.prefix, msg.shard)
+        self.act_topic = self.match_topics.act(msg.match, self.cid)
+        ev_topic = self.match_topics.ev(msg.match)
+        # Events are decoded only by a game that sends less (the player applies them); else counted.
+        self.ev_topic = ev_topic if self.run.rules.sends_less else None
+        if self.mqtt is not None:
+            # Not awaited (one SUBACK each would cost a task per player): the broker takes a
+            # connection's packets in order, so these apply before anything the player sends next.
+            try:
+                self.mqtt.write(pack_subscribe(SUBSCRIBE_PID, [(ev_topic, 0), (self.match_topics.snap(msg.match), 0)]))
+            except Exception:  # noqa: BLE001 - a connection that just dropped; counted by on_close
+                pass
+        if self.joined is not None and not self.joined.done():
+            self.joined.set_result(msg.match)
+
+    def apply_view(self, msg: m.ViewUpdated, now_ns: int) -> bool:
+        """Take a private view from the relay as the confirmed state; False if it is stale.
+
+        The one place that turns what the relay sent into the state a player acts on: today every
+        change brings a whole view; with deltas this applies them instead."""
+        if msg.match != self.match or msg.seq < self.view_seq:
+            return False
+        if msg.game != self.view_game:
+            self.inflight.clear()  # plays of the last game: they still await verdicts, not prediction
+        self.view_wire, self.view_seq, self.view_game, self.view_ns = msg.state, msg.seq, msg.game, now_ns
+        self.status = str(msg.match_state.get("status", ""))
+        self._confirmed = self._predicted = None
+        self.inflight = [e for e in self.inflight if e[2] is None or e[2] > msg.seq]
+        self.private = {s: u for s, u in self.private.items() if s > msg.seq and u.game == msg.game}
+        self.catch_up(now_ns)
+        return True
+
+    def catch_up(self, now_ns: int) -> bool:
+        """Apply the public events (and the private update after each) that follow the confirmed
+        view, in seq order, with the game's own applier; a doubt asks for the whole view again."""
+        rules = self.run.rules
+        if rules.apply_event is None or rules.apply_private is None or self.seat is None:
+            return False
+        moved = False
+        while (ev := self.ahead.pop(self.view_seq + 1, None)) is not None:
+            if ev.game != self.view_game:
+                self.ahead[ev.seq] = ev  # a new game: its whole view comes first
+                break
+            if self._confirmed is None and self.state() is None:
+                break
+            try:
+                view = rules.apply_event(self._confirmed, self.seat, ev.type, ev.data)
+                update = self.private.pop(ev.seq, None)
+                if update is not None:
+                    view = rules.apply_private(view, self.seat, update.delta)
+            except (ValueError, KeyError, TypeError, IndexError):
+                self.run.bad_messages += 1
+                self.request(m.Resync(ev.match))
+                break
+            self._confirmed, self.view_seq, self.view_ns, self._predicted = view, ev.seq, now_ns, None
+            if self.inflight:
+                self.inflight = [e for e in self.inflight if e[2] is None or e[2] > ev.seq]
+            moved = True
+        if self.ahead:
+            for seq in [s for s in self.ahead if s <= self.view_seq]:
+                del self.ahead[seq]
+        return moved
+
+    def apply_late(self, update: m.PrivateUpdate) -> None:
+        apply_private = self.run.rules.apply_private
+        if apply_private is None or self.seat is None or (self._confirmed is None and self.state() is None):
+            return
+        try:
+            self._confirmed, self._predicted = apply_private(self._confirmed, self.seat, update.delta), None
+        except (ValueError, KeyError, TypeError, IndexError):
+            self.run.bad_messages += 1
+            self.request(m.Resync(update.match))
+
+    def state(self) -> Any:
+        """The predicted state: the confirmed view with this player's unconfirmed plays applied."""
+        if self._predicted is None:
+            if self._confirmed is None:
+                if self.view_wire is None:
+                    return None
+                try:
+                    self._confirmed = self.run.rules.from_wire(self.view_wire)
+                except ValueError:
+                    self.run.bad_messages += 1
+                    self.view_wire = None
+                    return None
+            st = self._confirmed
+            for _, action, _accepted in self.inflight:
+                result = self.run.rules.apply(st, self.seat, action)
+                if isinstance(result, Accepted):
+                    st = result.state
+            self._predicted = st
+        return self._predicted
+
+    def on_verdict(self, msg: m.ActionAccepted | m.ActionRejected, now_ns: int) -> None:
+        sent = self.awaiting.pop(msg.id, None)
+        self.run.verdict(sent, msg, now_ns)
+        if isinstance(msg, m.ActionAccepted):
+            for entry in self.inflight:
+                if entry[0] == msg.id:
+                    entry[2] = msg.seq
+            self.inflight = [e for e in self.inflight if e[2] is None or e[2] > self.view_seq]
+        else:
+            self.inflight = [e for e in self.inflight if e[0] != msg.id]
+        self._predicted = None
+        self.poke()
+
+    # --- what the player does
+
+    def poke(self) -> None:
+        """Something changed: choose a move unless one is already on its way."""
+        if not self.busy and self.run.acting and self.match is not None:
+            self.decide()
+
+    def decide(self) -> None:
+        run = self.run
+        if self.status == "over":
+            if self.rematched_game != self.view_game:
+                self.rematched_game = self.view_game
+                self._later(self.reaction(), self._rematch)
+            return
+        if self.status != "playing" or self.seat is None:
+            return
+        inflight = self.inflight
+        if len(inflight) >= MAX_IN_FLIGHT and sum(1 for e in inflight if e[2] is None) >= MAX_IN_FLIGHT:
+            return
+        st = self.state()
+        if st is None:
+            return
+        action = run.rules.bot_action(st, self.seat, self.chance)
+        if action is None:
+            return
+        self._later(self.reaction(), self._fire, action, self.view_seq)
+
+    def _later(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
+        self.busy = True
+        if delay <= 0:
+            self.run.loop.call_soon(fn, *args)
+        else:
+            self.run.later(delay, fn, *args)
+
+    def reaction(self) -> float:
+        r = self.run.reaction_s
+        return 0.0 if r <= 0 else r * math.exp(self.rng.gauss(0.0, 0.25))
+
+    def _rematch(self) -> None:
+        self.busy = False
+        if self.run.acting and self.match is not None and self.status == "over":
+            self.request(m.Rematch(self.match))
+
+    def _fire(self, action: Any, seen_seq: int) -> None:
+        self.busy = False
+        run = self.run
+        if not run.acting or self.status != "playing" or self.mqtt is None:
+            return
+        st = self.state()
+        result = run.rules.apply(st, self.seat, action) if st is not None else None
+        if not isinstance(result, Accepted):
+            run.bounced += 1  # the table changed while "reacting": the client would bounce it locally
+            self.poke()
+            return
+        aid = self.next_id
+        self.next_id += 1
+        now = time.perf_counter_ns()
+        act = m.Act(id=aid, seq=seen_seq, action=run.rules.action_to_wire(action),
+                    reaction_ns=max(0, now - self.view_ns))
+        self.publish(self.act_topic, act)
+        self.awaiting[aid] = now
+        self.inflight.append([aid, action, None])
+        # The prediction with this play is the state just checked: what ``state()`` would compute
+        # again (``apply`` is deterministic), so it is kept rather than recomputed on the next move.
+        self._predicted = result.state
+        run.sent(now)
+        self.poke()
+
+
+# ------------------------------------------------------------------------------------ the run

@@ -1,0 +1,292 @@
+"""``blink serve``: set up and run one relay -- embedded broker or a given one, journal, LAN hosting,
+or one relay of several sharing a broker.
+
+How this works
+--------------
+``serve(options, topics)`` checks the options that go together (or do not) before anything
+starts, then runs until SIGINT or SIGTERM (so the relay stops in order and says so on its status
+topic) or until the relay itself stops. Alone (the default) it is a ``relay.local.LocalServer``:
+the embedded amqtt broker unless ``--broker`` names one, the journal in the data directory
+(recovered from on start), and with ``--lan`` all interfaces, the next free port and an advert
+over multicast DNS (``relay/lanhost.py``). With ``--cluster`` or ``--shards`` it is one relay of
+several on a shared broker (``relay.local.cluster_server``): shards by lease in a NATS cluster's
+JetStream, or pinned, each journalled on its own.
+
+What it prints is what scripts wait for: the "running" line first, then where the journal is and
+what was recovered, and after a recovery one line once every match has been resynced. A problem
+the user can fix is a ``ServeError`` with its exit status (2 for options that do not go together,
+found before anything starts; 1 at run time); anything else propagates for the caller to word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from protocol.topics import Topics
+
+USAGE = 2  # bad input on the command line
+FAILED = 1  # a failure at run time
+DEFAULT_SHARDS_TOTAL = 8
+
+
+class ServeError(Exception):
+    """A problem the user can fix: one line, and the exit status it ends with."""
+
+    def __init__(self, message: str, status: int = FAILED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def usage(message: str) -> ServeError:
+    """Options that do not go together: exit status 2, before anything starts."""
+    return ServeError(message, USAGE)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """``blink serve``'s options, as the command line gives them (None: not given)."""
+
+    host: str | None = None
+    port: int = 1883
+    broker: str | None = None
+    order: str = "arrival"
+    fair_cap_ms: float = 150.0
+    seed: int | None = None
+    log: str | None = None
+    relay_id: str | None = None
+    max_payload: int = 8192
+    data: str | None = None
+    no_journal: bool = False
+    sync: str = "full"
+    lan: bool = False
+    interface: list[str] | None = None
+    cluster: str | None = None
+    shards_total: int | None = None
+    lease_ttl: float | None = None
+    password_file: str | None = None
+    shards: str | None = None
+
+
+def read_password(path: str | Path) -> str:
+    """The relay's password from a file ``blink cluster up`` wrote (first line); ServeError in one
+    line if unusable."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ServeError(f"cannot read the password file {path}: {exc.strerror or exc}") from exc
+    lines = text.splitlines()
+    password = lines[0].strip() if lines else ""
+    if not password:
+        raise ServeError(f"the password file {path} is empty")
+    if not all(c.isascii() and (c.isalnum() or c in "-._~") for c in password):
+        # it goes into mqtt:// and nats:// URLs as is (nats-py does not unquote them)
+        raise ServeError(f"the password in {path} has characters a URL cannot carry (use letters, digits, -._~)")
+    return password
+
+
+def with_password(urls: str, user: str, password: str) -> str:
+    """Comma-separated URLs with ``user:password@`` added to each that has no password (a user name
+    already in a URL is kept)."""
+    out = []
+    for url in urls.split(","):
+        url = url.strip()
+        scheme, rest = url.split("://", 1) if "://" in url else ("", url)
+        userinfo, at, hostport = rest.rpartition("@")
+        if at and ":" in userinfo:
+            out.append(url)  # it has its own password
+            continue
+        name = userinfo if at else user
+        out.append(f"{scheme + '://' if scheme else ''}{name}:{password}@{hostport}")
+    return ",".join(out)
+
+
+def _apply_password_file(options: ServeOptions) -> ServeOptions:
+    """``--password-file``: the relay's credentials into its --broker and --cluster URLs (in memory only)."""
+    if not options.password_file:
+        return options
+    if not options.broker:
+        raise usage("--password-file is for a broker given with --broker (the embedded broker makes its own "
+                    "relay secret)")
+    from mqttkit import RELAY_USER
+
+    password = read_password(options.password_file)
+    return dataclasses.replace(
+        options, broker=with_password(options.broker, RELAY_USER, password),
+        cluster=with_password(options.cluster, RELAY_USER, password) if options.cluster else options.cluster)
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event that SIGINT or SIGTERM sets (where the loop can take signal handlers), so a relay
+    stops in order and says so on its status topic."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    return stop
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _warn(line: str) -> None:
+    print(f"blink serve: {line}", file=sys.stderr, flush=True)
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def _say_resynced(relay: Any) -> None:
+    """After a recovery: one line once every match's snapshot and views have been republished
+    (requests are served meanwhile; scripts such as bench/restart_bench.py time it)."""
+    await relay.resynced.wait()
+    print(f"blink relay: every match resynced ({relay.resync_matches} still open) {relay.resync_s:.2f} s "
+          "after coming online", flush=True)
+
+
+async def serve(options: ServeOptions, topics: Topics) -> int:
+    """Run the relay ``options`` describe until a signal stops it; 0 then, ServeError otherwise."""
+    options = _apply_password_file(options)
+    if options.cluster or options.shards or options.shards_total or options.lease_ttl is not None:
+        return await _serve_cluster(options, topics)
+    relay_id = options.relay_id or "relay-0"
+    if options.broker and "," in options.broker:
+        raise usage("several --broker URLs are for relays of a cluster (--cluster or --shards); give one")
+    from relay.local import JournalError, LocalServer, RelayConfig, default_data_dir
+
+    config = RelayConfig(relay_id=relay_id, order=options.order, fair_cap_ns=int(options.fair_cap_ms * 1e6))
+    if options.no_journal and options.data:
+        raise ServeError("--no-journal and --data exclude each other")
+    data_dir = None if options.no_journal else (options.data or default_data_dir())
+    host, port = options.host or ("0.0.0.0" if options.lan else "127.0.0.1"), options.port
+    lan: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+    if options.interface and not options.lan:
+        raise usage("--interface only goes with --lan")
+    if options.lan and options.broker:
+        raise usage("--lan hosts its own broker on this machine: leave out --broker")
+    if options.lan and _loopback(host):
+        raise usage(f"--host {host} is loopback: nobody else could reach it (leave out --host)")
+    if options.lan:  # all interfaces, the next free port, advertised over multicast DNS
+        from mqttkit.lan import LanError
+        from relay import lanhost
+
+        try:
+            port = lanhost.lan_port(host, port, options.interface, _warn)
+        except LanError as err:
+            raise ServeError(str(err)) from err
+        lan = lanhost.lan_hosting(port, relay_id, host, options.interface, topics, _say, _warn)
+    server = LocalServer(options.broker, options.seed, config, options.log, host=host,
+                         port=None if options.broker else port, topics=topics,
+                         max_payload=options.max_payload, data_dir=data_dir, durable=options.sync == "full")
+    stop = _stop_on_signals()
+    try:
+        async with server, lan:
+            where = f"embedded broker on {server.address.url}" if server.broker else f"broker {server.address.url}"
+            print(f"blink relay '{relay_id}' ({options.order} order) running with {where}; Ctrl-C stops it.",
+                  flush=True)
+            # After the "running" line (scripts wait for it): where the journal is, what was recovered.
+            assert server.relay is not None
+            print(f"blink relay data (journal): {data_dir or 'none (--no-journal): matches live in memory only'}",
+                  flush=True)
+            resynced: asyncio.Task[None] | None = None
+            if server.relay.recovered:
+                print(f"blink relay: {server.relay.recovered}", flush=True)
+                resynced = asyncio.create_task(_say_resynced(server.relay))
+            relay_task = server._task
+            assert relay_task is not None
+            waiter = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait({waiter, relay_task}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if resynced is not None:
+                resynced.cancel()
+            if relay_task in done and not stop.is_set():
+                exc = relay_task.exception()
+                if isinstance(exc, JournalError):  # at run time: worded as any other failure of the relay
+                    raise ServeError(f"{type(exc).__name__}: {exc}")
+                if exc is not None:
+                    raise exc
+                raise ServeError("the relay stopped")
+    except JournalError as exc:
+        raise ServeError(str(exc)) from exc
+    print("blink relay stopped.", flush=True)
+    return 0
+
+
+async def _serve_cluster(options: ServeOptions, topics: Topics) -> int:
+    """``blink serve --broker URL --cluster NATS_URL`` (or ``--shards LIST``): one of several relays."""
+    from relay import local
+
+    if not options.broker:
+        raise usage("--cluster and --shards serve a shared broker: give it with --broker MQTT_URL")
+    if options.lan or options.interface or options.host:
+        raise usage("--lan, --interface and --host are for the embedded broker, not for --cluster/--shards")
+    if options.no_journal:
+        raise usage("a relay of several keeps its shards in a journal (another relay takes them over from "
+                    "it): leave out --no-journal")
+    if options.seed is not None:
+        raise usage("--seed is for a single relay: each shard draws its own seed when it is first served")
+    if options.lease_ttl is not None and not options.cluster:
+        raise usage("--lease-ttl is for leases in a cluster: it needs --cluster")
+    total = options.shards_total or DEFAULT_SHARDS_TOTAL
+    owned: list[str] | None = None
+    if options.shards:
+        owned = [x.strip() for x in options.shards.split(",") if x.strip()]
+        bad = [x for x in owned if not (x.isdigit() and int(x) < total and str(int(x)) == x)]
+        if bad or not owned:
+            raise usage(f"--shards must list shard numbers from 0 to {total - 1} (--shards-total {total}), "
+                        f"not {options.shards!r}")
+        if len(set(owned)) != len(owned):
+            raise usage(f"--shards names a shard twice: {options.shards!r}")
+    elif not options.cluster:
+        raise usage("--shards-total needs --cluster NATS_URL (or --shards LIST)")
+    data_dir = options.data or (None if options.cluster else str(local.default_data_dir() / "shards"))
+    relay_id = options.relay_id
+    if relay_id is None:
+        relay_id = f"relay-{os.urandom(4).hex()}" if options.cluster else "relay-0"
+    if not all(c.isalnum() or c in "-_" for c in relay_id) or not relay_id:
+        raise usage(f"--relay-id must be letters, digits, '-' or '_', not {relay_id!r}")
+    config = local.RelayConfig(relay_id=relay_id, order=options.order, fair_cap_ns=int(options.fair_cap_ms * 1e6))
+    stop = _stop_on_signals()
+    try:
+        server = await local.cluster_server(options.broker, cluster_url=options.cluster, shards=owned,
+                                            shards_total=total, data_dir=data_dir, topics=topics, config=config,
+                                            log_path=options.log, max_payload=options.max_payload,
+                                            durable=options.sync == "full", lease_ttl_s=options.lease_ttl,
+                                            say=lambda line: _say(f"blink {line}"))
+        async with server:
+            how = f"cluster {local.public_nats(options.cluster)}" if options.cluster else f"shards {','.join(owned or [])}"
+            print(f"blink relay '{relay_id}' ({options.order} order) running on broker "
+                  f"{local.public_url(options.broker)}, {how} of {total}; Ctrl-C stops it.", flush=True)
+            relay_task = server.task
+            assert relay_task is not None
+            waiter = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait({waiter, relay_task}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if relay_task in done and not stop.is_set():
+                exc = relay_task.exception()
+                if isinstance(exc, local.JournalError):
+                    raise ServeError(str(exc))
+                if exc is not None:
+                    raise exc
+                raise ServeError("the relay stopped")
+    except local.JournalError as exc:
+        raise ServeError(str(exc)) from exc
+    print("blink relay stopped.", flush=True)
+    return 0
