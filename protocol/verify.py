@@ -32,6 +32,11 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
 - when the rules say the game is over, the next event must be ``game_result`` with the rules'
   winners, reason, scores and the seed.
 
+The walk of one game is public (``walk_game`` -> ``GameWalk``): each surviving ``Hypothesis``
+keeps its parent and the action that made it, so the explanation of a true game can be read back
+as ``WalkStep``s (``GameWalk.steps()``) or as the state after every event (``GameWalk.states()``).
+The replay viewer asks ``verify(..., keep_walks=True)`` for them instead of walking a second time.
+
 A game's chance is not needed by a toy or future game in any special way: everything goes through
 the registry's engine surface (``new_game``, ``apply``, ``complete``, ``legal_actions``,
 ``timers``, ``outcome``), and where a player's choice is secret and too large to enumerate (a
@@ -42,12 +47,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
 from protocol.chance import SeededChance, commitment
 from protocol.records import plain, with_names
 from protocol.rules import game_for
-from protocol.rules.base import SYSTEM, Accepted
+from protocol.rules.base import SYSTEM, Accepted, Game
 
 #: Fields of the envelope, not of an event's data.
 ENVELOPE = ("seq", "ts", "type", "game", "match")
@@ -102,6 +107,10 @@ class Report:
     events: int = 0  # events checked (all of a true match's, less ``unchecked``)
     unchecked: int = 0  # events of games that ended without revealing their seed (a forfeit)
     first: Finding | None = None
+    #: With ``verify(..., keep_walks=True)``: the walk of every game whose events were re-derived,
+    #: in log order (the replay viewer reads each game's states from them instead of walking again).
+    keep_walks: bool = False
+    walks: list[GameWalk] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -209,40 +218,94 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# --------------------------------------------------------------------------------------- hints
-
-
-Hint = Callable[[Any, int, Sequence[Record], int], "list[Any] | None"]
-
-
-
-
 # --------------------------------------------------------------------------------------- one game
 
 
-@dataclass
-class _Hyp:
+#: A game's ``secret_choice`` as the walk calls it (see ``Game.secret_choice``).
+Hint = Callable[[Any, int, Sequence[Record], int], "list[Any] | None"]
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One consistent explanation of a game's events so far: the state the rules reached, the
+    relay's chance at that point, the timers it has armed, and how it got here (``parent``, the
+    ``action`` of ``player`` that produced the group of events ending at ``pos``). Following
+    ``parent`` from a final hypothesis reads the whole explanation back."""
+
     state: Any
     chance: SeededChance
-    armed: dict[str, tuple[int, Any]]  # timer name -> (deadline ns, action), as the relay keeps them
+    armed: Mapping[str, tuple[int, Any]]  # timer name -> (deadline ns, action), as the relay keeps them
+    pos: int = 0  # events explained so far
+    parent: Hypothesis | None = None
+    player: int | None = SYSTEM
+    action: Any = None
+
+    def key(self) -> Hashable:
+        """Hypotheses with equal keys explain the future the same way: the walk keeps one of them."""
+        try:
+            k = (self.state, self.chance.position(), tuple(sorted((n, d) for n, (d, _) in self.armed.items())))
+            hash(k)
+            return k
+        except TypeError:  # an unhashable state: each hypothesis stands alone
+            return id(self)
 
 
-def _arm(rules: Any, state: Any, armed: dict[str, tuple[int, Any]], now: int) -> dict[str, tuple[int, Any]]:
+@dataclass(frozen=True)
+class WalkStep:
+    """One action of a game's explanation: ``player``'s ``action`` (``SYSTEM``: a relay timer or
+    the relay's own move) made the logged ``events`` and led to ``state``."""
+
+    player: int | None
+    action: Any
+    events: tuple[Record, ...]
+    state: Any
+
+
+@dataclass(frozen=True)
+class GameWalk:
+    """What the walk of one game found: the first false event (``finding``), or the hypotheses
+    that explain every event (several only if hidden choices were never told apart)."""
+
+    start: Record | None  # the game's game_started (None for a walk of bare events)
+    initial: Any  # the state ``new_game`` made from the seed
+    events: tuple[Record, ...]
+    finals: tuple[Hypothesis, ...]
+    finding: Finding | None
+
+    @property
+    def ok(self) -> bool:
+        return self.finding is None and bool(self.finals)
+
+    def steps(self) -> Iterator[WalkStep]:
+        """The actions of the first explanation, in order."""
+        chain: list[Hypothesis] = []
+        h: Hypothesis | None = self.finals[0] if self.finals else None
+        while h is not None and h.parent is not None:
+            chain.append(h)
+            h = h.parent
+        for h in reversed(chain):
+            assert h.parent is not None
+            yield WalkStep(h.player, h.action, self.events[h.parent.pos:h.pos], h.state)
+
+    def states(self) -> list[Any]:
+        """The initial state, then for each event the state after the action that made it (the
+        events of one action share that state). For a false walk: the initial state throughout."""
+        out = [self.initial]
+        for step in self.steps():
+            out.extend([step.state] * len(step.events))
+        return out + [out[-1]] * (len(self.events) + 1 - len(out))
+
+
+def arm(rules: Game[Any, Any], state: Any, armed: Mapping[str, tuple[int, Any]],
+        now: int) -> dict[str, tuple[int, Any]]:
+    """The relay's timers after a change: a timer keeps its first deadline while its name is
+    wanted, a new one is due ``delay_ns`` from ``now``, one no longer wanted is gone."""
     wanted = {t.name: t for t in rules.timers(state)}
     out = {n: v for n, v in armed.items() if n in wanted}
     for n, t in wanted.items():
         if n not in out:
             out[n] = (now + max(0, t.delay_ns), t.action)
     return out
-
-
-def _key(h: _Hyp) -> Any:
-    try:
-        k = (h.state, h.chance._state, tuple(sorted((n, d) for n, (d, _) in h.armed.items())))
-        hash(k)
-        return k
-    except TypeError:
-        return id(h)
 
 
 @dataclass
@@ -268,31 +331,32 @@ class _Miss:
         return [t for d, t in self.notes if d == best][:2]
 
 
-def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
-                start_ts: int, events: Sequence[Record], end: Record | None = None) -> tuple[list[Any], Finding | None]:
-    """Explain ``events`` (a game's events between ``game_started`` and ``game_result``, which is
-    ``end``) from the seed. Returns the final states that explain all of them (several only if
-    hidden choices were never told apart) or the first false event."""
+def walk_game(rules: Game[Any, Any], settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
+              start_ts: int, events: Sequence[Record], end: Record | None = None,
+              start: Record | None = None) -> GameWalk:
+    """Explain ``events`` (a game's events between ``game_started`` -- ``start`` -- and
+    ``game_result``, which is ``end``) from the seed: the breadth-first walk of the module header.
+    The verifier judges a game by it, and the replay viewer reads the states of a true game from it."""
     chance = SeededChance(seed)
     state0 = rules.new_game(settings, seats, chance)
-    hyp0 = _Hyp(state0, chance, {} if rules.outcome(state0) is not None else _arm(rules, state0, {}, start_ts))
-    logged = [body(r) for r in events]
+    hyp0 = Hypothesis(state0, chance, {} if rules.outcome(state0) is not None else arm(rules, state0, {}, start_ts))
+    evs = tuple(events)
+    logged = [body(r) for r in evs]
     hint = rules.secret_choice
-    buckets: dict[int, dict[Any, _Hyp]] = {0: {_key(hyp0): hyp0}}
+    buckets: dict[int, dict[Hashable, Hypothesis]] = {0: {hyp0.key(): hyp0}}
     miss = _Miss()
-    n = len(events)
+    n = len(evs)
     for pos in range(n):
         hyps = buckets.pop(pos, None)
         if not hyps:
             continue
         miss.note(pos, None)
-        rec = events[pos]
-        ts = rec.data.get("ts")
+        ts = evs[pos].data.get("ts")
         for hyp in hyps.values():
             if rules.outcome(hyp.state) is not None:
                 miss.note(pos, "by the rules the game was already over (a game_result was due)")
                 continue
-            for player, action, deadline, timer in _candidates(rules, hint, hyp, seats, events, pos):
+            for player, action, deadline, timer in _candidates(rules, hint, hyp, seats, evs, pos):
                 ch = hyp.chance.copy()
                 try:
                     done = rules.complete(hyp.state, player, action, ch)
@@ -301,7 +365,7 @@ def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int
                     continue
                 if not isinstance(result, Accepted) or not result.events:
                     continue
-                k = _match_group(result.events, names, logged, events, pos, miss)
+                k = _match_group(result.events, names, logged, evs, pos, miss)
                 if k == 0:
                     continue
                 if deadline is not None and type(ts) is int and ts < deadline:
@@ -309,36 +373,44 @@ def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int
                                    f"it is {deadline - ts} ns early", 0)
                     continue
                 armed = {nm: v for nm, v in hyp.armed.items() if nm != timer}  # a fired timer is gone
-                new = _Hyp(result.state, ch, armed)
-                if rules.outcome(new.state) is None:
-                    new.armed = _arm(rules, new.state, new.armed, ts if type(ts) is int else 0)
+                if rules.outcome(result.state) is None:
+                    armed = arm(rules, result.state, armed, ts if type(ts) is int else 0)
                 else:
-                    new.armed = {}
+                    armed = {}
+                new = Hypothesis(result.state, ch, armed, pos + k, hyp, player, done)
                 bucket = buckets.setdefault(pos + k, {})
                 if len(bucket) < FRONTIER_CAP:
-                    bucket.setdefault(_key(new), new)
+                    bucket.setdefault(new.key(), new)
     finals = buckets.get(n)
     if finals:
-        return [h.state for h in finals.values()], None
+        return GameWalk(start, state0, evs, tuple(finals.values()), None)
     if 0 <= miss.pos < n:
-        where = events[miss.pos]
+        where = evs[miss.pos]
     else:  # every explanation needs more events before the game's end
-        where = end if end is not None else events[-1]
+        where = end if end is not None else evs[-1]
     problem = "no action of any player and no timer of the relay produces this event here"
     if miss.notes:
         problem += " (nearest: " + " | or: ".join(miss.nearest()) + ")"
-    return [], Finding(where.line, where.seq, where.type, problem)
+    return GameWalk(start, state0, evs, (), Finding(where.line, where.seq, where.type, problem))
 
 
-def _candidates(rules: Any, hint: Hint | None, hyp: _Hyp, seats: int, events: Sequence[Record],
-                pos: int) -> Iterable[tuple[int | None, Any, int | None, str | None]]:
+def replay_game(game_name: str, rules: Game[Any, Any], settings: dict[str, Any], seats: int, names: Sequence[str],
+                seed: int, start_ts: int, events: Sequence[Record],
+                end: Record | None = None) -> tuple[list[Any], Finding | None]:
+    """``walk_game``'s final states (several only if hidden choices were never told apart) or the
+    first false event."""
+    walk = walk_game(rules, settings, seats, names, seed, start_ts, events, end)
+    return [h.state for h in walk.finals], walk.finding
+
+
+def _candidates(rules: Game[Any, Any], hint: Hint | None, hyp: Hypothesis, seats: int, events: Sequence[Record],
+                pos: int) -> Iterator[tuple[int | None, Any, int | None, str | None]]:
     for name, (deadline, action) in sorted(hyp.armed.items(), key=lambda kv: (kv[1][0], kv[0])):
         yield SYSTEM, action, deadline, name
     for seat in range(seats):
         proposed = hint(hyp.state, seat, events, pos) if hint is not None else None
         for action in (proposed if proposed is not None else rules.legal_actions(hyp.state, seat)):
             yield seat, action, None, None
-
 
 def _match_group(produced: Sequence[dict[str, Any]], names: Sequence[str], logged: list[dict[str, Any]],
                  events: Sequence[Record], pos: int, miss: _Miss) -> int:
@@ -592,12 +664,14 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
             if commitment(seed) != commit:
                 raise _fail(end, f"the revealed seed does not match the seed_commitment of game_started "
                                  f"(line {rec.line}): the shuffle and dice were not the ones committed to")
-            finals, finding = replay_game(str(game_name), rules, checked, seats, names, seed,
-                                          int(rec.data.get("ts") or 0), game_events, end)
-            if finding is not None:
-                raise _False(finding)
+            walk = walk_game(rules, checked, seats, names, seed, int(rec.data.get("ts") or 0), game_events, end,
+                             start=rec)
+            if walk.finding is not None:
+                raise _False(walk.finding)
             report.games += 1
-            outcomes = [o for o in (rules.outcome(s) for s in finals) if o is not None]
+            if report.keep_walks:
+                report.walks.append(walk)
+            outcomes = [o for o in (rules.outcome(h.state) for h in walk.finals) if o is not None]
             if not outcomes:
                 raise _fail(end, "game_result, but by the rules the game is not over")
             expected = []
@@ -668,10 +742,12 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
 # --------------------------------------------------------------------------------------- entry
 
 
-def verify(records: Sequence[Record], lookup: Callable[[str], Any] = game_for) -> Report:
+def verify(records: Sequence[Record], lookup: Callable[[str], Game[Any, Any]] = game_for,
+           keep_walks: bool = False) -> Report:
     """Check every match in ``records`` (see the module header). ``lookup`` finds a game's engine
-    by name (the registry by default; a test may pass its own)."""
-    report = Report()
+    by name (the registry by default; a test may pass its own). ``keep_walks``: keep each game's
+    ``GameWalk`` in ``Report.walks`` (every state of every game: memory a plain check does not need)."""
+    report = Report(keep_walks=keep_walks)
     matches: list[list[Record]] = []
     open_by_code: dict[str, list[Record]] = {}
     pending_bad: list[Record] = []
