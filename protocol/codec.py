@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 import msgpack
 
@@ -115,6 +115,11 @@ def fast_init(cls: type[T]) -> type[T]:
 
 def registered(tag: str) -> type | None:
     return _REGISTRY.get(tag)
+
+
+def registry() -> Mapping[str, type]:
+    """Every registered class by its tag, read-only (for tests that go through all of them)."""
+    return types.MappingProxyType(_REGISTRY)
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -257,7 +262,7 @@ def from_dict(obj: Any) -> Any:
     return fn(obj)
 
 
-def _from_dict_planned(cls: type, obj: dict[Any, Any]) -> Any:
+def from_dict_general(cls: type, obj: dict[Any, Any]) -> Any:
     """The general form of a class's decoder (what ``_compile_from_dict`` generates, unrolled)."""
     tag: str = cls.TYPE  # type: ignore[attr-defined]
     plan = _PLANS.get(cls)
@@ -289,13 +294,13 @@ _INLINE_TESTS: dict[Callable[[Any], bool], str] = {}
 
 
 def _compile_from_dict(cls: type) -> Callable[[dict[Any, Any]], Any]:
-    """Generate the decoder of one class: ``_from_dict_planned`` with its loop over the fields
+    """Generate the decoder of one class: ``from_dict_general`` with its loop over the fields
     unrolled and each field's fast test inlined (no call per field). The same checks in the same
     order, so the same values pass and the same errors are raised, word for word."""
     tag: str = cls.TYPE  # type: ignore[attr-defined]
     allowed, fields = _plan(cls)
     if not all(name.isidentifier() for name, _, _, _ in fields):
-        return lambda obj: _from_dict_planned(cls, obj)
+        return lambda obj: from_dict_general(cls, obj)
     ns: dict[str, Any] = {"_cls": cls, "_tag": tag, "_allowed": allowed, "_check": _check, "_ABSENT": _ABSENT,
                           "DecodeError": DecodeError}
     lines = [f"def from_dict_{cls.__name__}(obj):",
