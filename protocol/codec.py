@@ -311,7 +311,7 @@ def _compile_from_dict(cls: type) -> Callable[[dict[Any, Any]], Any]:
              "    kwargs = {}"]
     for name, fast, tp, required in fields:
         ns[f"_tp_{name}"] = tp
-        test = _INLINE_TESTS.get(fast) if fast is not None else None  # type: ignore[arg-type]
+        test = _INLINE_TESTS.get(fast) if fast is not None else None
         where = f"{tag}.{name}"
         lines.append(f"    v = obj.get({name!r}, _ABSENT)")
         lines.append("    if v is not _ABSENT:")

@@ -510,7 +510,7 @@ class Toy:
     def legal_actions(self, state: ToyState, player: int) -> list[Any]:
         return [ToyRoll()] if state.winner is None and state.values[player] is None else []
 
-    def timers(self, state: ToyState) -> tuple[Timer, ...]:
+    def timers(self, state: ToyState) -> tuple[Timer[Any], ...]:
         if state.winner is not None:
             return ()
         return (Timer(f"nudge-{state.round}-{state.values.count(None)}", NS, ToyNudge(state.round)),)
@@ -536,7 +536,7 @@ class Toy:
         return to_dict(action)
 
 
-def toy_game() -> Game[ToyState]:
+def toy_game() -> Game[ToyState, Any]:
     """The toy as the relay's registry holds games: a typed ``Game`` made of its methods."""
     t = Toy()
 

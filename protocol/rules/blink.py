@@ -169,8 +169,8 @@ class Card:
         # hands are compared card by card on every play. (The generated hash stays: same fields.)
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self is other or (self.count == other.count and self.colour == other.colour  # type: ignore[attr-defined]
-                                 and self.shape == other.shape)  # type: ignore[attr-defined]
+        return self is other or (self.count == other.count and self.colour == other.colour
+                                 and self.shape == other.shape)
 
 
 def standard_deck() -> tuple[Card, ...]:
@@ -326,7 +326,9 @@ Action = PlayCard | DrawCard | PickCard | StartRace | ResolveStalemate | PickTim
 
 
 def action_from_wire(data: dict[str, Any]) -> Action:
-    return decode_action(data, PLAYER_ACTIONS, "BLINK")  # type: ignore[no-any-return]
+    action = decode_action(data, PLAYER_ACTIONS, "BLINK")
+    assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
+    return action
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:
@@ -456,7 +458,7 @@ def _after_change(state: State, events: list[EventData]) -> State:
     return _evolve(state, phase="stalled", resolution=resolution, stalemates=n)
 
 
-def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+def apply(state: State, player: int | None, action: Action) -> Accepted[State] | Rejected:
     """Apply one action; a rejection leaves ``state`` untouched (it is immutable anyway)."""
     if player is SYSTEM:
         return _apply_system(state, action)
@@ -599,7 +601,7 @@ def _place_picks(state: State, events: list[EventData], auto: tuple[bool, bool])
     return _after_change(state, events)
 
 
-def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     events: list[EventData] = []
     if isinstance(action, StartRace):
         if state.phase != "countdown":
@@ -633,16 +635,16 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
         # RULES.md (decided): when time runs out the relay chooses the first card of the hand.
         picks = tuple(state.picks[p] if state.picked[p] else state.hands[p][0] for p in (0, 1))
         auto = (not state.picked[0], not state.picked[1])
-        state = _evolve(state, picks=picks, picked=(True, True))  # type: ignore[arg-type]
+        state = _evolve(state, picks=picks, picked=(True, True))
         return Accepted(_place_picks(state, events, auto=auto), tuple(events))
     return Rejected("unknown_action", f"{type(action).__name__} is not a BLINK system action")
 
 
-def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+def complete(state: State, player: int | None, action: Action, chance: Chance) -> Action:
     return action  # BLINK needs no chance after the shuffle
 
 
-def timers(state: State) -> tuple[Timer, ...]:
+def timers(state: State) -> tuple[Timer[Action], ...]:
     s = state.settings
     if state.phase == "countdown":
         return (Timer("start", int(s.countdown_s * NS), StartRace()),)
@@ -681,14 +683,21 @@ def outcome(state: State) -> Outcome | None:
 
 def view(state: State, player: int | None) -> State:
     """What ``player`` may see (None: a spectator): no opponent hand, no draw order, no secret pick."""
-    hidden = lambda cards: tuple(None for _ in cards)  # noqa: E731
-    hands = tuple(h if p == player else hidden(h) for p, h in enumerate(state.hands))
-    draw = tuple(hidden(d) for d in state.draw)
+    hands = (_own_or_hidden(state.hands[0], player == 0), _own_or_hidden(state.hands[1], player == 1))
+    draw = (_hidden(state.draw[0]), _hidden(state.draw[1]))
     piles = state.piles
     if state.phase == "countdown":
-        piles = tuple(hidden(p) for p in piles)  # type: ignore[assignment]
-    picks = tuple(c if p == player else None for p, c in enumerate(state.picks))
-    return _evolve(state, hands=hands, draw=draw, piles=piles, picks=picks)  # type: ignore[arg-type]
+        piles = (_hidden(piles[0]), _hidden(piles[1]))
+    picks = (state.picks[0] if player == 0 else None, state.picks[1] if player == 1 else None)
+    return _evolve(state, hands=hands, draw=draw, piles=piles, picks=picks)
+
+
+def _hidden(cards: Hand) -> Hand:
+    return tuple(None for _ in cards)
+
+
+def _own_or_hidden(cards: Hand, own: bool) -> Hand:
+    return cards if own else _hidden(cards)
 
 
 # --- sending less: a view kept up to date from the public events plus private updates -------------
@@ -954,7 +963,7 @@ def bot_action(state: State, seat: int, chance: Chance) -> Action | None:
 
 # --- the game ---------------------------------------------------------------------------------------
 
-GAME: Game[State] = Game(
+GAME: Game[State, Action] = Game(
     name=NAME,
     title="BLINK",
     min_players=2,

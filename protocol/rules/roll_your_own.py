@@ -255,7 +255,9 @@ Action = BuildDie | RaiseFace | LowerWinner | LowerFace | RyoRoll | RyoTimeout
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
-    return decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Roll Your Own")  # type: ignore[no-any-return]
+    action = decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Roll Your Own")
+    assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
+    return action
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:
@@ -340,7 +342,7 @@ def _deadlocked(state: State) -> bool:
     return len(values) == 1 and len(state.rolling) > 1
 
 
-def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+def apply(state: State, player: int | None, action: Action) -> Accepted[State] | Rejected:
     if player is SYSTEM:
         return _apply_system(state, action)
     if type(player) is not int or not 0 <= player < state.players:
@@ -503,7 +505,7 @@ def _roll_won(state: State, w: int, events: list[EventData]) -> tuple[State, tup
     return state, tuple(events)
 
 
-def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     if isinstance(action, RyoRoll):
         return _roll(state, action)
     if isinstance(action, RyoTimeout):
@@ -589,7 +591,7 @@ def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
     return Accepted(replace(state, rolling=bottom), tuple(events))
 
 
-def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+def complete(state: State, player: int | None, action: Action, chance: Chance) -> Action:
     if player is not SYSTEM or not isinstance(action, RyoRoll):
         return action
     if action.values is not None or action.lot is not None:
@@ -609,7 +611,7 @@ def _timer_key(state: State) -> str | None:
     return None
 
 
-def timers(state: State) -> tuple[Timer, ...]:
+def timers(state: State) -> tuple[Timer[Action], ...]:
     if state.phase in ("rolling", "rolloff"):
         return (Timer(f"roll-{state.rolls}", 0, RyoRoll(state.rolls)),)
     key = _timer_key(state)
@@ -1001,7 +1003,7 @@ def bot_action(state: State, player: int, chance: Chance | None = None) -> Actio
         best: tuple[float, Action] | None = None
         for i in raisable(state, player):
             dice = _set(state.dice, player, _set(mine, i, mine[i] + 1))
-            v = _versus(dice[player], dice, player)  # type: ignore[arg-type]
+            v = _versus(dice[player], dice, player)
             if best is None or v > best[0]:
                 best = (v, RaiseFace(i))
         if lowerable(state, w):
@@ -1097,7 +1099,7 @@ def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: 
     return []  # never revealed in this log: no build can be checked
 
 
-GAME: Game[State] = Game(
+GAME: Game[State, Action] = Game(
     name=NAME,
     title="Roll Your Own",
     min_players=2,

@@ -255,7 +255,9 @@ Action = PlaceChip | RemoveChip | RollOff | RollDice | SequenceTimeout
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
-    return decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Sequence")  # type: ignore[no-any-return]
+    action = decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Sequence")
+    assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
+    return action
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:
@@ -309,7 +311,7 @@ def _set_chip(chips: Chips, r: int, c: int, v: int | None) -> Chips:
     return chips[:r] + (row,) + chips[r + 1 :]
 
 
-def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+def apply(state: State, player: int | None, action: Action) -> Accepted[State] | Rejected:
     if player is SYSTEM:
         return _apply_system(state, action)
     if type(player) is not int or not 0 <= player < state.players:
@@ -410,7 +412,7 @@ def _valid_die(x: Any) -> bool:
     return type(x) is int and 1 <= x <= 6
 
 
-def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     if isinstance(action, RollOff):
         if state.phase != "rolloff" or action.round != state.rolloff_round:
             return Rejected("wrong_phase", "no roll-off is waiting")
@@ -473,7 +475,7 @@ def _no_move_reason(state: State, player: int) -> str:
     return "all_own"
 
 
-def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+def complete(state: State, player: int | None, action: Action, chance: Chance) -> Action:
     if player is not SYSTEM:
         return action
     if isinstance(action, RollOff) and action.dice is None:
@@ -483,7 +485,7 @@ def complete(state: State, player: int | None, action: Any, chance: Chance) -> A
     return action
 
 
-def timers(state: State) -> tuple[Timer, ...]:
+def timers(state: State) -> tuple[Timer[Action], ...]:
     if state.phase == "rolloff":
         return (Timer(f"rolloff-{state.rolloff_round}", 0, RollOff(state.rolloff_round)),)
     if state.phase == "roll":
@@ -730,7 +732,7 @@ def invariant_ok(state: State) -> bool:
 
 # --- the game -------------------------------------------------------------------------------------
 
-GAME: Game[State] = Game(
+GAME: Game[State, Action] = Game(
     name=NAME,
     title="Sequence Dice",
     min_players=2,

@@ -325,7 +325,9 @@ Action = Reroll | ClaimBlink | StartTakeaway | RollCluster | TakeawayTimeout
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
-    return decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Takeaway")  # type: ignore[no-any-return]
+    action = decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Takeaway")
+    assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
+    return action
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:
@@ -369,7 +371,7 @@ def _valid_faces(faces: Any, n: int) -> bool:
     return isinstance(faces, tuple) and len(faces) == n and all(type(f) is int and 1 <= f <= 6 for f in faces)
 
 
-def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+def apply(state: State, player: int | None, action: Action) -> Accepted[State] | Rejected:
     """Apply one action; a rejection leaves ``state`` untouched (it is immutable anyway)."""
     if player is SYSTEM:
         return _apply_system(state, action)
@@ -430,7 +432,7 @@ def _claim(state: State, player: int, action: ClaimBlink, timeout: bool) -> Acce
     return Accepted(state, tuple(events))
 
 
-def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     if isinstance(action, StartTakeaway):
         if state.phase != "setup":
             return Rejected("wrong_phase", "the game has already started")
@@ -485,7 +487,7 @@ def default_claim(state: State, player: int) -> Coord:
     return best[1]
 
 
-def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+def complete(state: State, player: int | None, action: Action, chance: Chance) -> Action:
     """Fill in the dice (and the order) of the relay's roll actions; other actions pass unchanged."""
     if player is not SYSTEM:
         return action
@@ -498,10 +500,10 @@ def complete(state: State, player: int | None, action: Any, chance: Chance) -> A
     return action
 
 
-def timers(state: State) -> tuple[Timer, ...]:
+def timers(state: State) -> tuple[Timer[Action], ...]:
     if state.phase == "setup":
         return (Timer("start", 0, StartTakeaway()),)
-    out: list[Timer] = []
+    out: list[Timer[Action]] = []
     if state.phase == "rolling":
         out.append(Timer(f"reroll-{state.turn}", 0, RollCluster(state.turn)))
     if state.phase in ("turn", "rolling") and state.settings.turn_timer_s > 0:
@@ -709,7 +711,7 @@ def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
 
 # --- the game -------------------------------------------------------------------------------------
 
-GAME: Game[State] = Game(
+GAME: Game[State, Action] = Game(
     name=NAME,
     title="Takeaway Dice",
     min_players=2,
