@@ -60,10 +60,9 @@ EventData = dict[str, Any]
 CommonCode = Literal["not_a_player", "not_allowed", "unknown_action", "malformed", "game_over", "wrong_phase",
                      "not_your_turn"]
 #: Labels for the common codes, in the few words a player reads at a glance.
+#: (``not_allowed`` and ``unknown_action`` have none: their detail says what is not allowed.)
 COMMON_CODE_LABELS: Mapping[str, str] = {
     "not_a_player": "you are not playing in this match",
-    "not_allowed": "that is not allowed now",
-    "unknown_action": "that is not a move of this game",
     "malformed": "the relay could not read that",
     "game_over": "the game is over",
     "wrong_phase": "not now",
@@ -92,6 +91,14 @@ class FixedChance:
         return v
 
 
+#: Why the relay ends a match (``match_over``'s reason), whatever the game: a player won enough
+#: games, the cap on games was reached, a player left, or a dropped player's grace ran out.
+MatchReason = Literal["won", "game_limit", "forfeit", "abandoned"]
+MATCH_REASON_LABELS: Mapping[str, str] = {
+    "won": "match won", "game_limit": "game limit", "forfeit": "forfeit", "abandoned": "abandoned",
+}
+
+
 def shuffled(items: tuple[T, ...] | list[T], chance: Chance) -> tuple[T, ...]:
     """Fisher-Yates with the given chance: the same chance values give the same order."""
     out = list(items)
@@ -115,6 +122,23 @@ def settings_map(data: object, known: type, game: str) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown {game} settings: {', '.join(sorted(map(str, unknown)))}")
     return data
+
+
+K = TypeVar("K", bound=str)
+
+
+def one_of(value: object, choices: tuple[K, ...], what: str) -> K:
+    """``value`` as the one of ``choices`` it equals (a wire string read back as a game's
+    ``Literal``); ValueError for anything else."""
+    for choice in choices:
+        if value == choice and type(value) is str:
+            return choice
+    raise ValueError(f"unknown {what} {value!r}")
+
+
+def labels(table: Mapping[K, str]) -> Mapping[str, str]:
+    """A game's table of labels (keyed by its own ``Literal`` reasons or codes) as ``Game`` holds it."""
+    return {str(k): v for k, v in table.items()}
 
 
 def decode_action(data: dict[str, Any], allowed: tuple[type, ...], game: str) -> object:
@@ -259,9 +283,14 @@ class Game(Generic[S, A]):
     reason_labels: Mapping[str, str] = field(default_factory=dict)
     code_labels: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def all_reason_labels(self) -> Mapping[str, str]:
+        """The labels of this game's outcome reasons and of the relay's match reasons."""
+        return {**MATCH_REASON_LABELS, **self.reason_labels}
+
     def reason_label(self, reason: str) -> str:
-        """An outcome reason in words; a reason the game gives no label is shown as its words."""
-        return self.reason_labels.get(reason) or reason.replace("_", " ")
+        """An outcome (or match) reason in words; one without a label is shown as its words."""
+        return self.all_reason_labels.get(reason) or reason.replace("_", " ")
 
     def code_label(self, code: str) -> str | None:
         """A rejection code of this game (or a common one) in words; None for a code it does not know."""

@@ -27,10 +27,13 @@ each against the state as it is then.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, get_args, Literal, Mapping
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
+    CommonCode,
+    labels,
+    one_of,
     SYSTEM,
     Accepted,
     Chance,
@@ -51,6 +54,37 @@ NS = 1_000_000_000
 #: The largest custom deck (the standard one has 60 cards): a game's cost grows with its deck, and
 #: settings are checked, and refused, before a deck is ever built.
 MAX_DECK_CARDS = 240
+
+#: A race counts down, runs, stalls (a stalemate pause), has both players pick a card, and ends.
+Phase = Literal["countdown", "running", "stalled", "picking", "over"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+#: How a stalemate is resolved: turn the draw piles over onto the centre, or each player picks a card.
+Resolution = Literal["", "flip", "pick"]
+RESOLUTIONS: tuple[Resolution, ...] = get_args(Resolution)
+#: Why a game of this kind ends (``Outcome.reason``, as on the wire).
+Reason = Literal["out_of_cards", "tie"]
+#: The rejection codes of this game (besides the common ones of every game).
+Code = Literal[
+    "pile_changed", "no_match", "not_running", "stalemate", "not_in_hand", "bad_pile", "already_picked",
+    "not_stalemate", "auto_refill", "hand_full", "draw_empty", "not_countdown", "not_stalled", "not_picking"
+]
+RejectCode = CommonCode | Code
+#: In a few words, for the window.
+REASON_LABELS: dict[Reason, str] = {"out_of_cards": "out of cards", "tie": "tie"}
+#: The codes left out are the relay's own moves, or say best what went wrong in their detail.
+CODE_LABELS: dict[Code, str] = {
+    "pile_changed": "too slow — pile changed", "no_match": "doesn't match", "not_running": "wait for the start",
+    "stalemate": "paused — stalemate", "not_in_hand": "that card is not in your hand", "bad_pile": "no such pile",
+    "already_picked": "you already chose a card", "not_stalemate": "no stalemate to choose for",
+    "auto_refill": "hands refill by themselves", "hand_full": "your hand is full",
+    "draw_empty": "your draw pile is empty"
+}
+
+
+def _no(code: RejectCode, detail: str) -> Rejected:
+    """A rejection with one of this game's codes (the type checker holds the code to them)."""
+    return Rejected(code, detail)
+
 
 # --- cards ---------------------------------------------------------------------------------------
 
@@ -260,8 +294,8 @@ class State:
     draw: tuple[Hand, Hand]  # index 0 is the top of the draw pile
     hands: tuple[Hand, Hand]
     piles: tuple[Hand, Hand]  # the last card is the top
-    phase: str = "countdown"  # countdown | running | stalled | picking | over
-    resolution: str = ""  # while stalled: "flip" or "pick"
+    phase: Phase = "countdown"
+    resolution: Resolution = ""  # while stalled: how the stalemate is to be resolved
     picked: tuple[bool, bool] = (False, False)
     picks: tuple[Card | None, Card | None] = (None, None)  # chosen cards, hidden until both are placed
     winner: int | None = None
@@ -463,7 +497,7 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
     if player is SYSTEM:
         return _apply_system(state, action)
     if player not in (0, 1):
-        return Rejected("not_a_player", f"no seat {player!r} in BLINK")
+        return _no("not_a_player", f"no seat {player!r} in BLINK")
     if isinstance(action, PlayCard):
         return _play(state, player, action)
     if isinstance(action, DrawCard):
@@ -471,25 +505,25 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
     if isinstance(action, PickCard):
         return _pick(state, player, action)
     if isinstance(action, SYSTEM_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
-    return Rejected("unknown_action", f"{type(action).__name__} is not a BLINK action")
+        return _no("not_allowed", f"{type(action).__name__} is the relay's to make")
+    return _no("unknown_action", f"{type(action).__name__} is not a BLINK action")
 
 
 def _parse_card(state: State, text: str) -> Card | Rejected:
     try:
         return Card.parse(text, state.settings.deck)
     except ValueError as exc:
-        return Rejected("malformed", str(exc))
+        return _no("malformed", str(exc))
 
 
 def _phase_rejection(state: State) -> Rejected:
     if state.phase == "countdown":
-        return Rejected("not_running", "the race has not started yet")
+        return _no("not_running", "the race has not started yet")
     if state.phase == "stalled":
-        return Rejected("stalemate", "play is paused for a stalemate")
+        return _no("stalemate", "play is paused for a stalemate")
     if state.phase == "picking":
-        return Rejected("stalemate", "choose a card for your own pile (stalemate)")
-    return Rejected("game_over", "the game is over")
+        return _no("stalemate", "choose a card for your own pile (stalemate)")
+    return _no("game_over", "the game is over")
 
 
 def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Rejected:
@@ -507,7 +541,7 @@ def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Reje
         card = parsed
     pile = action.pile
     if type(pile) is not int or pile not in (0, 1):
-        return Rejected("bad_pile", f"pile must be 0 or 1, not {pile!r}")
+        return _no("bad_pile", f"pile must be 0 or 1, not {pile!r}")
     own = state.hands[player]
     hand = _remove(own, card)
     if hand is None:
@@ -516,11 +550,11 @@ def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Reje
             idx = own.index(None)
             hand = own[:idx] + own[idx + 1 :]
         else:
-            return Rejected("not_in_hand", f"{card} is not in your hand")
+            return _no("not_in_hand", f"{card} is not in your hand")
     on = state.piles[pile]
     top = on[-1] if on else None
     if top is not None and not cards_match(card, top):
-        return Rejected("no_match", f"{card} does not match {top}")
+        return _no("no_match", f"{card} does not match {top}")
     events: list[EventData] = [{"type": "card_played", "player": player, "card": str(card), "pile": pile}]
     settings = state.settings
     draw = state.draw
@@ -539,13 +573,13 @@ def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Reje
 
 def _draw(state: State, player: int) -> Accepted[State] | Rejected:
     if state.settings.auto_refill:
-        return Rejected("auto_refill", "hands are refilled automatically in this match")
+        return _no("auto_refill", "hands are refilled automatically in this match")
     if state.phase != "running":
         return _phase_rejection(state)
     if len(state.hands[player]) >= state.settings.hand_size:
-        return Rejected("hand_full", f"your hand already holds {state.settings.hand_size} cards")
+        return _no("hand_full", f"your hand already holds {state.settings.hand_size} cards")
     if not state.draw[player]:
-        return Rejected("draw_empty", "your draw pile is empty")
+        return _no("draw_empty", "your draw pile is empty")
     card = state.draw[player][0]
     state = _evolve(state, hands=_set(state.hands, player, state.hands[player] + (card,)),
                     draw=_set(state.draw, player, state.draw[player][1:]))
@@ -558,15 +592,15 @@ def _draw(state: State, player: int) -> Accepted[State] | Rejected:
 def _pick(state: State, player: int, action: PickCard) -> Accepted[State] | Rejected:
     if state.phase != "picking":
         if state.phase == "running":
-            return Rejected("not_stalemate", "choosing a card is only for a stalemate")
+            return _no("not_stalemate", "choosing a card is only for a stalemate")
         return _phase_rejection(state)
     if state.picked[player]:
-        return Rejected("already_picked", "you have already chosen your card")
+        return _no("already_picked", "you have already chosen your card")
     card = _parse_card(state, action.card)
     if isinstance(card, Rejected):
         return card
     if card not in state.hands[player] and None not in state.hands[player]:
-        return Rejected("not_in_hand", f"{card} is not in your hand")
+        return _no("not_in_hand", f"{card} is not in your hand")
     state = _evolve(state, picked=_set(state.picked, player, True), picks=_set(state.picks, player, card))
     events: list[EventData] = [{"type": "pick_made", "player": player}]
     if all(state.picked):
@@ -605,7 +639,7 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     events: list[EventData] = []
     if isinstance(action, StartRace):
         if state.phase != "countdown":
-            return Rejected("not_countdown", "the race has already started")
+            return _no("not_countdown", "the race has already started")
         for p in (0, 1):
             events.append({"type": "card_revealed", "player": p, "card": str(state.top(p)), "pile": p})
         events.append({"type": "race_started"})
@@ -613,7 +647,7 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         return Accepted(_after_change(state, events), tuple(events))
     if isinstance(action, ResolveStalemate):
         if state.phase != "stalled" or action.stalemate != state.stalemates:
-            return Rejected("not_stalled", "no stalemate is waiting to be resolved")
+            return _no("not_stalled", "no stalemate is waiting to be resolved")
         if state.resolution == "flip":
             draw, piles = list(state.draw), list(state.piles)
             for p in (0, 1):
@@ -631,13 +665,13 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         return Accepted(_evolve(state, phase="picking"), tuple(events))
     if isinstance(action, PickTimeout):
         if state.phase != "picking" or action.stalemate != state.stalemates:
-            return Rejected("not_picking", "no one is choosing a card")
+            return _no("not_picking", "no one is choosing a card")
         # RULES.md (decided): when time runs out the relay chooses the first card of the hand.
         picks = tuple(state.picks[p] if state.picked[p] else state.hands[p][0] for p in (0, 1))
         auto = (not state.picked[0], not state.picked[1])
         state = _evolve(state, picks=picks, picked=(True, True))
         return Accepted(_place_picks(state, events, auto=auto), tuple(events))
-    return Rejected("unknown_action", f"{type(action).__name__} is not a BLINK system action")
+    return _no("unknown_action", f"{type(action).__name__} is not a BLINK system action")
 
 
 def complete(state: State, player: int | None, action: Action, chance: Chance) -> Action:
@@ -760,7 +794,7 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
         n = int(data["stalemate"])
         if data["resolution"] == "tie":
             return _evolve(view, tie=True, stalemates=n)
-        return _evolve(view, phase="stalled", resolution=str(data["resolution"]), stalemates=n)
+        return _evolve(view, phase="stalled", resolution=one_of(data["resolution"], RESOLUTIONS, "resolution"), stalemates=n)
     if etype == "game_over":
         winner = data.get("winner_seat")
         # A stalemate's picks may have just been placed: the game ends with them cleared.
@@ -875,8 +909,8 @@ def from_wire(data: dict[str, Any]) -> State:
             draw=tuple(cards(d) for d in pair(data["draw"])),  # type: ignore[arg-type]
             hands=tuple(cards(h) for h in pair(data["hands"])),  # type: ignore[arg-type]
             piles=tuple(cards(p) for p in pair(data["piles"])),  # type: ignore[arg-type]
-            phase=str(data["phase"]),
-            resolution=str(data["resolution"]),
+            phase=one_of(data["phase"], PHASES, "phase"),
+            resolution=one_of(data["resolution"], RESOLUTIONS, "resolution"),
             picked=(bool(data["picked"][0]), bool(data["picked"][1])),
             picks=tuple(None if c is None else Card.parse(c, deck) for c in picks),  # type: ignore[arg-type]
             winner=data["winner"],
@@ -964,6 +998,8 @@ def bot_action(state: State, seat: int, chance: Chance) -> Action | None:
 # --- the game ---------------------------------------------------------------------------------------
 
 GAME: Game[State, Action] = Game(
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
     name=NAME,
     title="BLINK",
     min_players=2,

@@ -38,10 +38,13 @@ from bisect import bisect_left
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
+    CommonCode,
+    labels,
+    one_of,
     SYSTEM,
     Accepted,
     Chance,
@@ -59,6 +62,25 @@ NAME = "ryo"
 NS = 1_000_000_000
 FACES = 6
 MAX_PLAYERS = 8
+
+#: Building dice, a round's roll, a roll-off of the tied, the winner's choice, lowering a face, the end.
+Phase = Literal["build", "rolling", "rolloff", "choice", "lower", "over"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+#: Why a game of this kind ends (``Outcome.reason``, as on the wire).
+Reason = Literal["match_won"]
+#: The rejection codes of this game (besides the common ones of every game).
+Code = Literal["already_built", "bad_build", "pool_short", "incomplete"]
+RejectCode = CommonCode | Code
+#: In a few words, for the window.
+REASON_LABELS: dict[Reason, str] = {"match_won": "match won"}
+#: The codes left out are the relay's own moves, or say best what went wrong in their detail.
+CODE_LABELS: dict[Code, str] = {}
+
+
+def _no(code: RejectCode, detail: str) -> Rejected:
+    """A rejection with one of this game's codes (the type checker holds the code to them)."""
+    return Rejected(code, detail)
+
 
 Die = tuple[int, ...]
 
@@ -174,7 +196,7 @@ def _check_players(players: int, s: Settings) -> None:
 class State:
     settings: Settings
     players: int
-    phase: str = "build"  # build | rolling | rolloff | choice | lower | over
+    phase: Phase = "build"
     game: int = 1  # the game being played (1-based)
     round: int = 1  # the round being played in this game (1-based)
     rolls: int = 0  # rolls made in the whole match: keys the roll timers
@@ -346,47 +368,47 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
     if player is SYSTEM:
         return _apply_system(state, action)
     if type(player) is not int or not 0 <= player < state.players:
-        return Rejected("not_a_player", f"no seat {player!r} in this game")
+        return _no("not_a_player", f"no seat {player!r} in this game")
     if isinstance(action, SYSTEM_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+        return _no("not_allowed", f"{type(action).__name__} is the relay's to make")
     if not isinstance(action, PLAYER_ACTIONS):
-        return Rejected("unknown_action", f"{type(action).__name__} is not a Roll Your Own action")
+        return _no("unknown_action", f"{type(action).__name__} is not a Roll Your Own action")
     if state.phase == "over":
-        return Rejected("game_over", "the match is over")
+        return _no("game_over", "the match is over")
     if isinstance(action, BuildDie):
         return _build(state, player, action)
     if isinstance(action, (RaiseFace, LowerWinner)):
         if state.phase != "choice":
-            return Rejected("wrong_phase", "there is no choice to make now")
+            return _no("wrong_phase", "there is no choice to make now")
         if player != state.chooser:
-            return Rejected("not_your_turn", f"seat {state.chooser} chooses")
+            return _no("not_your_turn", f"seat {state.chooser} chooses")
         if isinstance(action, LowerWinner):
             assert state.round_winner is not None
             if not lowerable(state, state.round_winner):
-                return Rejected("not_allowed", "none of the winner's faces can go down")
+                return _no("not_allowed", "none of the winner's faces can go down")
             return Accepted(*_lower_chosen(state, [], timeout=False))
         return _raise(state, player, action.face, timeout=False)
     assert isinstance(action, LowerFace)
     if state.phase != "lower":
-        return Rejected("wrong_phase", "no face is to be lowered now")
+        return _no("wrong_phase", "no face is to be lowered now")
     if player != state.round_winner:
-        return Rejected("not_your_turn", f"seat {state.round_winner} lowers a face")
+        return _no("not_your_turn", f"seat {state.round_winner} lowers a face")
     return _lower(state, player, action.face, timeout=False)
 
 
 def _build(state: State, player: int, action: BuildDie, events: list[EventData] | None = None,
            timeout: bool = False) -> Accepted[State] | Rejected:
     if state.phase != "build":
-        return Rejected("wrong_phase", "dice are built before a game starts")
+        return _no("wrong_phase", "dice are built before a game starts")
     if state.built[player]:
-        return Rejected("already_built", "you have built your die for this game")
+        return _no("already_built", "you have built your die for this game")
     s = state.settings
     faces = action.faces
     if not is_valid_build(faces, s.budget, s.max_face):
-        return Rejected("bad_build", f"six whole numbers from 0 to {s.max_face}, totalling at most {s.budget}")
+        return _no("bad_build", f"six whole numbers from 0 to {s.max_face}, totalling at most {s.budget}")
     short = _pool_short(state.pool, faces)
     if short is not None:
-        return Rejected("pool_short", f"the pool has too few tiles of {short}")
+        return _no("pool_short", f"the pool has too few tiles of {short}")
     events = list(events or [])
     if timeout:
         events.append({"type": "turn_timeout", "player": player, "phase": "build"})
@@ -413,13 +435,13 @@ def _next_round(state: State, events: list[EventData]) -> tuple[State, tuple[Eve
 
 def _raise(state: State, player: int, face: Any, timeout: bool) -> Accepted[State] | Rejected:
     if type(face) is not int or not 0 <= face < FACES:
-        return Rejected("malformed", "face is an index from 0 to 5")
+        return _no("malformed", "face is an index from 0 to 5")
     die = state.dice[player]
     assert die is not None
     if face not in raisable(state, player):
         if die[face] >= state.settings.max_face:
-            return Rejected("not_allowed", f"that face is already {state.settings.max_face}")
-        return Rejected("pool_short", f"the pool has no tile of {die[face] + 1}")
+            return _no("not_allowed", f"that face is already {state.settings.max_face}")
+        return _no("pool_short", f"the pool has no tile of {die[face] + 1}")
     new = _set(die, face, die[face] + 1)
     events: list[EventData] = []
     if timeout:
@@ -439,13 +461,13 @@ def _lower_chosen(state: State, events: list[EventData], timeout: bool) -> tuple
 
 def _lower(state: State, player: int, face: Any, timeout: bool) -> Accepted[State] | Rejected:
     if type(face) is not int or not 0 <= face < FACES:
-        return Rejected("malformed", "face is an index from 0 to 5")
+        return _no("malformed", "face is an index from 0 to 5")
     die = state.dice[player]
     assert die is not None
     if face not in lowerable(state, player):
         if die[face] <= 0:
-            return Rejected("not_allowed", "that face is already 0")
-        return Rejected("pool_short", f"the pool has no tile of {die[face] - 1}")
+            return _no("not_allowed", "that face is already 0")
+        return _no("pool_short", f"the pool has no tile of {die[face] - 1}")
     new = _set(die, face, die[face] - 1)
     events: list[EventData] = []
     if timeout:
@@ -510,7 +532,7 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         return _roll(state, action)
     if isinstance(action, RyoTimeout):
         if action.key != _timer_key(state):
-            return Rejected("wrong_phase", "that time limit is no longer running")
+            return _no("wrong_phase", "that time limit is no longer running")
         if state.phase == "build":
             events: list[EventData] = []
             for p in range(state.players):
@@ -537,21 +559,21 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
             face = min(lowerable(state, w), key=lambda i: (-die[i], i))  # the highest face drops
             return _lower(state, w, face, timeout=True)
     if isinstance(action, PLAYER_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is a player's action")
-    return Rejected("unknown_action", f"{type(action).__name__} is not a Roll Your Own system action")
+        return _no("not_allowed", f"{type(action).__name__} is a player's action")
+    return _no("unknown_action", f"{type(action).__name__} is not a Roll Your Own system action")
 
 
 def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
     if state.phase not in ("rolling", "rolloff") or action.roll != state.rolls:
-        return Rejected("wrong_phase", "no roll is waiting")
+        return _no("wrong_phase", "no roll is waiting")
     kind = "roll" if state.phase == "rolling" else "rolloff"
     events: list[EventData] = []
     rolling = state.rolling
     if _deadlocked(state):
         if type(action.lot) is not int:
-            return Rejected("incomplete", "these dice can never differ: RyoRoll needs a lot (complete() draws it)")
+            return _no("incomplete", "these dice can never differ: RyoRoll needs a lot (complete() draws it)")
         if not 0 <= action.lot < len(rolling):
-            return Rejected("malformed", "the lot names one of the rolling seats")
+            return _no("malformed", "the lot names one of the rolling seats")
         chosen = rolling[action.lot]
         events.append({"type": "lot_drawn", "kind": kind, "roll": state.rolls, "players": list(rolling),
                        "player": chosen, "reason": "identical_one_valued_dice"})
@@ -561,9 +583,9 @@ def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
         events.append({"type": "rolloff_won", "player": chosen})
         return Accepted(*_offer_choice(state, chosen, events))
     if action.values is None:
-        return Rejected("incomplete", "RyoRoll needs its dice (complete() fills them)")
+        return _no("incomplete", "RyoRoll needs its dice (complete() fills them)")
     if len(action.values) != len(rolling) or not all(type(v) is int and 0 <= v < FACES for v in action.values):
-        return Rejected("malformed", "one face index from 0 to 5 per rolling seat")
+        return _no("malformed", "one face index from 0 to 5 per rolling seat")
     results = []
     for p, i in zip(rolling, action.values):
         die = state.dice[p]
@@ -920,9 +942,7 @@ def from_wire(data: dict[str, Any]) -> State:
                 raise ValueError("one die per seat")
             return tuple(None if d is None else ints(d, FACES) for d in xs)
 
-        phase = data["phase"]
-        if phase not in ("build", "rolling", "rolloff", "choice", "lower", "over"):
-            raise ValueError(f"unknown phase {phase!r}")
+        phase = one_of(data["phase"], PHASES, "phase")
         built = data["built"]
         if not isinstance(built, list) or len(built) != n or not all(type(b) is bool for b in built):
             raise ValueError("built: one flag per seat")
@@ -1100,6 +1120,8 @@ def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: 
 
 
 GAME: Game[State, Action] = Game(
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
     name=NAME,
     title="Roll Your Own",
     min_players=2,

@@ -34,10 +34,13 @@ state itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, get_args, Iterable, Literal, Mapping
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
+    CommonCode,
+    labels,
+    one_of,
     SYSTEM,
     Accepted,
     Chance,
@@ -53,6 +56,27 @@ from protocol.rules.base import (
 
 NAME = "sequence"
 NS = 1_000_000_000
+
+#: Deciding who starts, a turn's roll, its move, the end.
+Phase = Literal["rolloff", "roll", "move", "over"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+#: Why a game of this kind ends (``Outcome.reason``, as on the wire).
+Reason = Literal["sequence", "max_turns"]
+REASONS: tuple[Reason, ...] = get_args(Reason)
+STATE_REASONS: tuple[Reason | Literal[""], ...] = ("", *REASONS)  # a state's: "" while the game runs
+#: The rejection codes of this game (besides the common ones of every game).
+Code = Literal["no_such_cell", "incomplete"]
+RejectCode = CommonCode | Code
+#: In a few words, for the window.
+REASON_LABELS: dict[Reason, str] = {"sequence": "SEQUENCE", "max_turns": "turn limit"}
+#: The codes left out are the relay's own moves, or say best what went wrong in their detail.
+CODE_LABELS: dict[Code, str] = {"no_such_cell": "there is no space there"}
+
+
+def _no(code: RejectCode, detail: str) -> Rejected:
+    """A rejection with one of this game's codes (the type checker holds the code to them)."""
+    return Rejected(code, detail)
+
 
 #: The default board of RULES.md: corners 2, centre 12, each of 3..9 once per quarter.
 DEFAULT_BOARD: tuple[tuple[int, ...], ...] = (
@@ -182,7 +206,7 @@ class State:
     settings: Settings
     players: int
     chips: Chips
-    phase: str = "rolloff"  # rolloff | roll | move | over
+    phase: Phase = "rolloff"
     current: int | None = None  # whose turn it is (None during the roll-off)
     turn: int = 0  # turns started so far, bonus turns included (turn N is the N+1th)
     dice: tuple[int, int] | None = None  # the current turn's roll, in phase move
@@ -190,7 +214,7 @@ class State:
     rolloff_round: int = 0
     winners: tuple[int, ...] = ()  # seats, when over
     line: tuple[Coord, ...] = ()  # the winning SEQUENCE
-    reason: str = ""  # why it is over: sequence | max_turns
+    reason: Reason | Literal[""] = ""  # why it is over
 
     @property
     def total(self) -> int | None:
@@ -315,26 +339,26 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
     if player is SYSTEM:
         return _apply_system(state, action)
     if type(player) is not int or not 0 <= player < state.players:
-        return Rejected("not_a_player", f"no seat {player!r} in this game")
+        return _no("not_a_player", f"no seat {player!r} in this game")
     if isinstance(action, SYSTEM_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+        return _no("not_allowed", f"{type(action).__name__} is the relay's to make")
     if not isinstance(action, PLAYER_ACTIONS):
-        return Rejected("unknown_action", f"{type(action).__name__} is not a Sequence action")
+        return _no("unknown_action", f"{type(action).__name__} is not a Sequence action")
     if state.phase == "over":
-        return Rejected("game_over", "the game is over")
+        return _no("game_over", "the game is over")
     if state.phase == "rolloff":
-        return Rejected("wrong_phase", "the first player is still being decided")
+        return _no("wrong_phase", "the first player is still being decided")
     if player != state.current:
-        return Rejected("not_your_turn", f"it is seat {state.current}'s turn")
+        return _no("not_your_turn", f"it is seat {state.current}'s turn")
     if state.phase != "move":
-        return Rejected("wrong_phase", "the dice have not been rolled yet")
+        return _no("wrong_phase", "the dice have not been rolled yet")
     if type(action.row) is not int or type(action.col) is not int:
-        return Rejected("malformed", "row and col must be integers")
+        return _no("malformed", "row and col must be integers")
     s = state.settings
     if not (0 <= action.row < s.rows and 0 <= action.col < s.cols):
-        return Rejected("no_such_cell", f"there is no space at row {action.row}, column {action.col}")
+        return _no("no_such_cell", f"there is no space at row {action.row}, column {action.col}")
     if action not in moves(state, player):
-        return Rejected("not_allowed", _why_not(state, player, action))
+        return _no("not_allowed", _why_not(state, player, action))
     return _move(state, player, action, timeout=False)
 
 
@@ -415,12 +439,12 @@ def _valid_die(x: Any) -> bool:
 def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     if isinstance(action, RollOff):
         if state.phase != "rolloff" or action.round != state.rolloff_round:
-            return Rejected("wrong_phase", "no roll-off is waiting")
+            return _no("wrong_phase", "no roll-off is waiting")
         if action.dice is None:
-            return Rejected("incomplete", "RollOff needs its dice (complete() fills them)")
+            return _no("incomplete", "RollOff needs its dice (complete() fills them)")
         if len(action.dice) != len(state.contenders) or not all(
                 len(d) == 2 and all(_valid_die(x) for x in d) for d in action.dice):
-            return Rejected("malformed", "two dice from 1 to 6 per contender")
+            return _no("malformed", "two dice from 1 to 6 per contender")
         totals = [a + b for a, b in action.dice]
         best = max(totals)
         tied = tuple(p for p, t in zip(state.contenders, totals) if t == best)
@@ -435,11 +459,11 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         return Accepted(replace(state, phase="roll", current=first, contenders=(), turn=0), tuple(events))
     if isinstance(action, RollDice):
         if state.phase != "roll" or action.turn != state.turn:
-            return Rejected("wrong_phase", "no roll is waiting")
+            return _no("wrong_phase", "no roll is waiting")
         if action.dice is None:
-            return Rejected("incomplete", "RollDice needs its dice (complete() fills them)")
+            return _no("incomplete", "RollDice needs its dice (complete() fills them)")
         if len(action.dice) != 2 or not all(_valid_die(x) for x in action.dice):
-            return Rejected("malformed", "two dice from 1 to 6")
+            return _no("malformed", "two dice from 1 to 6")
         player = state.current
         assert player is not None
         dice = (action.dice[0], action.dice[1])
@@ -453,13 +477,13 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         return Accepted(state, tuple(events))
     if isinstance(action, SequenceTimeout):
         if state.phase != "move" or action.turn != state.turn:
-            return Rejected("wrong_phase", "that turn is over")
+            return _no("wrong_phase", "that turn is over")
         player = state.current
         assert player is not None
         return _move(state, player, moves(state, player)[0], timeout=True)  # type: ignore[arg-type]
     if isinstance(action, PLAYER_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is a player's action")
-    return Rejected("unknown_action", f"{type(action).__name__} is not a Sequence system action")
+        return _no("not_allowed", f"{type(action).__name__} is a player's action")
+    return _no("unknown_action", f"{type(action).__name__} is not a Sequence system action")
 
 
 def _no_move_reason(state: State, player: int) -> str:
@@ -571,7 +595,7 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
         r, c = _event_space(view, data)
         return replace(view, chips=_set_chip(view.chips, r, c, view.colour(_event_seat(view, data))))
     if etype == "game_over":
-        reason = str(data.get("reason", ""))
+        reason = one_of(data.get("reason", ""), STATE_REASONS, "reason")
         winners = _seats(view, data.get("winner_seats", []))
         line = tuple((int(x[0]), int(x[1])) for x in data.get("line", []))
         # Running out of turns ends the turn first (``_end_turn`` counts it); a SEQUENCE ends the game mid-turn.
@@ -620,9 +644,7 @@ def from_wire(data: dict[str, Any]) -> State:
             raise ValueError("chips do not fit the board")
         if not all(x is None or (type(x) is int and 0 <= x < colours) for row in chips for x in row):
             raise ValueError("a chip is a colour number or null")
-        phase = data["phase"]
-        if phase not in ("rolloff", "roll", "move", "over"):
-            raise ValueError(f"unknown phase {phase!r}")
+        phase = one_of(data["phase"], PHASES, "phase")
         current = data["current"]
         if current is not None and (type(current) is not int or not 0 <= current < players):
             raise ValueError("bad current seat")
@@ -649,7 +671,7 @@ def from_wire(data: dict[str, Any]) -> State:
             rolloff_round=int(data["rolloff_round"]),
             winners=seats(data["winners"]),
             line=tuple((int(a), int(b)) for a, b in data["line"]),
-            reason=str(data["reason"]),
+            reason=one_of(data["reason"], STATE_REASONS, "reason"),
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"malformed Sequence state: {exc!r}") from exc
@@ -733,6 +755,8 @@ def invariant_ok(state: State) -> bool:
 # --- the game -------------------------------------------------------------------------------------
 
 GAME: Game[State, Action] = Game(
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
     name=NAME,
     title="Sequence Dice",
     min_players=2,

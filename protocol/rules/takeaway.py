@@ -35,10 +35,13 @@ There is nothing secret in this game: ``view`` returns the state itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, get_args, Iterable, Literal, Mapping
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
+    CommonCode,
+    labels,
+    one_of,
     SYSTEM,
     Accepted,
     Chance,
@@ -55,6 +58,28 @@ from protocol.rules.base import (
 
 NAME = "takeaway"
 NS = 1_000_000_000
+
+#: Before the first roll, a player's turn, a re-roll being made, the end.
+Phase = Literal["setup", "turn", "rolling", "over"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+#: Why a game of this kind ends (``Outcome.reason``, as on the wire).
+Reason = Literal["highest_score", "shared_win"]
+#: The rejection codes of this game (besides the common ones of every game).
+Code = Literal["locked", "no_such_cell", "already_rerolled", "reroll_used", "incomplete"]
+RejectCode = CommonCode | Code
+#: In a few words, for the window.
+REASON_LABELS: dict[Reason, str] = {"highest_score": "highest score", "shared_win": "shared win"}
+#: The codes left out are the relay's own moves, or say best what went wrong in their detail.
+CODE_LABELS: dict[Code, str] = {
+    "locked": "that Blink is locked", "no_such_cell": "there is no Blink there",
+    "already_rerolled": "one re-roll per turn", "reroll_used": "your once-per-game re-roll is spent"
+}
+
+
+def _no(code: RejectCode, detail: str) -> Rejected:
+    """A rejection with one of this game's codes (the type checker holds the code to them)."""
+    return Rejected(code, detail)
+
 
 #: The six face directions, in face order; face i and face i+3 are opposing.
 DIRECTIONS: tuple[tuple[int, int], ...] = ((1, 0), (1, -1), (0, -1), (-1, 0), (-1, 1), (0, 1))
@@ -254,7 +279,7 @@ class State:
     cells: tuple[Cell, ...]  # the Blinks still in the cluster, sorted by (q, r)
     order: tuple[int, ...] = ()  # seats in playing order (decided by StartTakeaway)
     turn: int = 0  # turns taken so far; the current player is order[turn % players]
-    phase: str = "setup"  # setup | turn | rolling | over
+    phase: Phase = "setup"
     rerolled: bool = False  # has the current player re-rolled this turn?
     rerolls_used: tuple[int, ...] = ()  # per seat, over the whole game
     claims: tuple[tuple[int, int, int, int], ...] = ()  # (seat, q, r, face), in claiming order
@@ -376,24 +401,24 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
     if player is SYSTEM:
         return _apply_system(state, action)
     if type(player) is not int or not 0 <= player < state.players:
-        return Rejected("not_a_player", f"no seat {player!r} in this game")
+        return _no("not_a_player", f"no seat {player!r} in this game")
     if isinstance(action, SYSTEM_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+        return _no("not_allowed", f"{type(action).__name__} is the relay's to make")
     if not isinstance(action, PLAYER_ACTIONS):
-        return Rejected("unknown_action", f"{type(action).__name__} is not a Takeaway action")
+        return _no("unknown_action", f"{type(action).__name__} is not a Takeaway action")
     if state.phase == "over":
-        return Rejected("game_over", "the game is over")
+        return _no("game_over", "the game is over")
     if state.phase == "setup":
-        return Rejected("wrong_phase", "the dice have not been rolled yet")
+        return _no("wrong_phase", "the dice have not been rolled yet")
     if player != state.current:
-        return Rejected("not_your_turn", f"it is seat {state.current}'s turn")
+        return _no("not_your_turn", f"it is seat {state.current}'s turn")
     if state.phase == "rolling":
-        return Rejected("wrong_phase", "the dice are being re-rolled")
+        return _no("wrong_phase", "the dice are being re-rolled")
     if isinstance(action, Reroll):
         if state.rerolled:
-            return Rejected("already_rerolled", "one re-roll per turn")
+            return _no("already_rerolled", "one re-roll per turn")
         if state.settings.reroll_once_per_game and state.rerolls_used[player] > 0:
-            return Rejected("reroll_used", "each player may re-roll only once per game")
+            return _no("reroll_used", "each player may re-roll only once per game")
         used = tuple(n + (p == player) for p, n in enumerate(state.rerolls_used))
         new = replace(state, phase="rolling", rerolled=True, rerolls_used=used)
         return Accepted(new, ({"type": "reroll_requested", "player": player, "turn": state.turn},))
@@ -402,13 +427,13 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
 
 def _claim(state: State, player: int, action: ClaimBlink, timeout: bool) -> Accepted[State] | Rejected:
     if type(action.q) is not int or type(action.r) is not int:
-        return Rejected("malformed", "q and r must be integers")
+        return _no("malformed", "q and r must be integers")
     cell = (action.q, action.r)
     coords = state.coords()
     if cell not in coords:
-        return Rejected("no_such_cell", f"there is no Blink at {list(cell)}")
+        return _no("no_such_cell", f"there is no Blink at {list(cell)}")
     if is_locked(coords, cell):
-        return Rejected("locked", f"the Blink at {list(cell)} is locked")
+        return _no("locked", f"the Blink at {list(cell)} is locked")
     face = state.face_at(cell)
     assert face is not None
     cells = tuple(c for c in state.cells if (c[0], c[1]) != cell)
@@ -435,13 +460,13 @@ def _claim(state: State, player: int, action: ClaimBlink, timeout: bool) -> Acce
 def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     if isinstance(action, StartTakeaway):
         if state.phase != "setup":
-            return Rejected("wrong_phase", "the game has already started")
+            return _no("wrong_phase", "the game has already started")
         if action.order is None or action.faces is None:
-            return Rejected("incomplete", "StartTakeaway needs its order and dice (complete() fills them)")
+            return _no("incomplete", "StartTakeaway needs its order and dice (complete() fills them)")
         if sorted(action.order) != list(range(state.players)):
-            return Rejected("malformed", "order must list every seat once")
+            return _no("malformed", "order must list every seat once")
         if not _valid_faces(action.faces, len(state.cells)):
-            return Rejected("malformed", "one face from 1 to 6 per cell")
+            return _no("malformed", "one face from 1 to 6 per cell")
         cells = tuple((q, r, f) for (q, r, _), f in zip(state.cells, action.faces))
         state = replace(state, cells=cells, order=tuple(action.order), phase="turn", turn=0, rerolled=False)
         events: tuple[EventData, ...] = (
@@ -452,11 +477,11 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         return Accepted(state, events)
     if isinstance(action, RollCluster):
         if state.phase != "rolling" or action.turn != state.turn:
-            return Rejected("wrong_phase", "no re-roll is waiting")
+            return _no("wrong_phase", "no re-roll is waiting")
         if action.faces is None:
-            return Rejected("incomplete", "RollCluster needs its dice (complete() fills them)")
+            return _no("incomplete", "RollCluster needs its dice (complete() fills them)")
         if not _valid_faces(action.faces, len(state.cells)):
-            return Rejected("malformed", "one face from 1 to 6 per cell")
+            return _no("malformed", "one face from 1 to 6 per cell")
         cells = tuple((q, r, f) for (q, r, _), f in zip(state.cells, action.faces))
         player = state.current
         state = replace(state, cells=cells, phase="turn")
@@ -464,14 +489,14 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
                                  "turn": state.turn, "cells": _cells_event(cells)},))
     if isinstance(action, TakeawayTimeout):
         if state.phase != "turn" or action.turn != state.turn:
-            return Rejected("wrong_phase", "that turn is over")
+            return _no("wrong_phase", "that turn is over")
         player = state.current
         assert player is not None
         q, r = default_claim(state, player)
         return _claim(state, player, ClaimBlink(q, r), timeout=True)
     if isinstance(action, PLAYER_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is a player's action")
-    return Rejected("unknown_action", f"{type(action).__name__} is not a Takeaway system action")
+        return _no("not_allowed", f"{type(action).__name__} is a player's action")
+    return _no("unknown_action", f"{type(action).__name__} is not a Takeaway system action")
 
 
 def default_claim(state: State, player: int) -> Coord:
@@ -576,9 +601,7 @@ def from_wire(data: dict[str, Any]) -> State:
             if f is not None and (type(f) is not int or not 1 <= f <= 6):
                 raise ValueError("a face is 1 to 6")
             cells.append((q, r, f))
-        phase = data["phase"]
-        if phase not in ("setup", "turn", "rolling", "over"):
-            raise ValueError(f"unknown phase {phase!r}")
+        phase = one_of(data["phase"], PHASES, "phase")
         order = ints(data["order"])
         if order and sorted(order) != list(range(players)):
             raise ValueError("order must list every seat once")
@@ -712,6 +735,8 @@ def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
 # --- the game -------------------------------------------------------------------------------------
 
 GAME: Game[State, Action] = Game(
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
     name=NAME,
     title="Takeaway Dice",
     min_players=2,
