@@ -47,12 +47,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Generic, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar, cast
 
 from protocol.chance import SeededChance, commitment
 from protocol.records import plain, with_names
-from protocol.rules import game_for
-from protocol.rules.base import SYSTEM, Accepted, Game
+from protocol.rules import AnyGame, game_for
+from protocol.rules.base import SYSTEM, Accepted, Game, PublicEvent
+
+S = TypeVar("S")
+A = TypeVar("A")
 
 #: Fields of the envelope, not of an event's data.
 ENVELOPE = ("seq", "ts", "type", "game", "match")
@@ -81,23 +84,30 @@ class Record:
     data: dict[str, Any]
 
     @property
-    def seq(self) -> Any:
+    def seq(self) -> object:
         return self.data.get("seq")
 
     @property
-    def type(self) -> Any:
-        return self.data.get("type")
+    def type(self) -> str:
+        """The event's type ("" for a damaged line, which has none): a record is a ``PublicEvent``."""
+        t = self.data.get("type")
+        return t if isinstance(t, str) else ""
 
 
 @dataclass(frozen=True)
 class Finding:
     line: int
-    seq: Any
-    type: Any
+    seq: object
+    type: object
     problem: str
 
     def __str__(self) -> str:
         return f"line {self.line} (seq {self.seq}, {self.type}): {self.problem}"
+
+    @classmethod
+    def at(cls, rec: Record, problem: str) -> Finding:
+        """A finding about ``rec``, naming its seq and type as the line has them."""
+        return cls(rec.line, rec.seq, rec.data.get("type"), problem)
 
 
 @dataclass
@@ -110,7 +120,7 @@ class Report:
     #: With ``verify(..., keep_walks=True)``: the walk of every game whose events were re-derived,
     #: in log order (the replay viewer reads each game's states from them instead of walking again).
     keep_walks: bool = False
-    walks: list[GameWalk] = field(default_factory=list)
+    walks: list[GameWalk[Any, Any]] = field(default_factory=list)  # games of every kind: see AnyGame
 
     @property
     def ok(self) -> bool:
@@ -180,7 +190,7 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
 public = with_names
 
 
-def same(a: Any, b: Any) -> bool:
+def same(a: object, b: object) -> bool:
     """Equal as JSON values: ``true`` is not ``1`` and ``1.0`` is not ``1`` (Python's ``==`` would
     say they are)."""
     return a == b and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
@@ -193,7 +203,7 @@ def body(rec: Record) -> dict[str, Any]:
 _ABSENT = object()
 
 
-def _differences(expected: Any, logged: Any, path: str = "") -> str:
+def _differences(expected: object, logged: object, path: str = "") -> str:
     """Where two values first differ, as ``field[i] is X, the rules give Y`` (up to 3 fields)."""
     if isinstance(expected, dict) and isinstance(logged, dict):
         parts = []
@@ -213,7 +223,7 @@ def _differences(expected: Any, logged: Any, path: str = "") -> str:
     return f"{path} is {_short(logged)}, the rules give {_short(expected)}"
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -222,23 +232,23 @@ def _short(value: Any) -> str:
 
 
 #: A game's ``secret_choice`` as the walk calls it (see ``Game.secret_choice``).
-Hint = Callable[[Any, int, Sequence[Record], int], "list[Any] | None"]
+Hint = Callable[[S, int, Sequence[PublicEvent], int], "list[A] | None"]
 
 
 @dataclass(frozen=True)
-class Hypothesis:
+class Hypothesis(Generic[S, A]):
     """One consistent explanation of a game's events so far: the state the rules reached, the
     relay's chance at that point, the timers it has armed, and how it got here (``parent``, the
     ``action`` of ``player`` that produced the group of events ending at ``pos``). Following
     ``parent`` from a final hypothesis reads the whole explanation back."""
 
-    state: Any
+    state: S
     chance: SeededChance
-    armed: Mapping[str, tuple[int, Any]]  # timer name -> (deadline ns, action), as the relay keeps them
+    armed: Mapping[str, tuple[int, A]]  # timer name -> (deadline ns, action), as the relay keeps them
     pos: int = 0  # events explained so far
-    parent: Hypothesis | None = None
+    parent: Hypothesis[S, A] | None = None
     player: int | None = SYSTEM
-    action: Any = None
+    action: A | None = None  # None for the game's start
 
     def key(self) -> Hashable:
         """Hypotheses with equal keys explain the future the same way: the walk keeps one of them."""
@@ -251,43 +261,43 @@ class Hypothesis:
 
 
 @dataclass(frozen=True)
-class WalkStep:
+class WalkStep(Generic[S, A]):
     """One action of a game's explanation: ``player``'s ``action`` (``SYSTEM``: a relay timer or
     the relay's own move) made the logged ``events`` and led to ``state``."""
 
     player: int | None
-    action: Any
+    action: A
     events: tuple[Record, ...]
-    state: Any
+    state: S
 
 
 @dataclass(frozen=True)
-class GameWalk:
+class GameWalk(Generic[S, A]):
     """What the walk of one game found: the first false event (``finding``), or the hypotheses
     that explain every event (several only if hidden choices were never told apart)."""
 
     start: Record | None  # the game's game_started (None for a walk of bare events)
-    initial: Any  # the state ``new_game`` made from the seed
+    initial: S  # the state ``new_game`` made from the seed
     events: tuple[Record, ...]
-    finals: tuple[Hypothesis, ...]
+    finals: tuple[Hypothesis[S, A], ...]
     finding: Finding | None
 
     @property
     def ok(self) -> bool:
         return self.finding is None and bool(self.finals)
 
-    def steps(self) -> Iterator[WalkStep]:
+    def steps(self) -> Iterator[WalkStep[S, A]]:
         """The actions of the first explanation, in order."""
-        chain: list[Hypothesis] = []
-        h: Hypothesis | None = self.finals[0] if self.finals else None
+        chain: list[Hypothesis[S, A]] = []
+        h: Hypothesis[S, A] | None = self.finals[0] if self.finals else None
         while h is not None and h.parent is not None:
             chain.append(h)
             h = h.parent
         for h in reversed(chain):
-            assert h.parent is not None
+            assert h.parent is not None and h.action is not None  # only the start has neither
             yield WalkStep(h.player, h.action, self.events[h.parent.pos:h.pos], h.state)
 
-    def states(self) -> list[Any]:
+    def states(self) -> list[S]:
         """The initial state, then for each event the state after the action that made it (the
         events of one action share that state). For a false walk: the initial state throughout."""
         out = [self.initial]
@@ -296,8 +306,7 @@ class GameWalk:
         return out + [out[-1]] * (len(self.events) + 1 - len(out))
 
 
-def arm(rules: Game[Any, Any], state: Any, armed: Mapping[str, tuple[int, Any]],
-        now: int) -> dict[str, tuple[int, Any]]:
+def arm(rules: Game[S, A], state: S, armed: Mapping[str, tuple[int, A]], now: int) -> dict[str, tuple[int, A]]:
     """The relay's timers after a change: a timer keeps its first deadline while its name is
     wanted, a new one is due ``delay_ns`` from ``now``, one no longer wanted is gone."""
     wanted = {t.name: t for t in rules.timers(state)}
@@ -331,19 +340,20 @@ class _Miss:
         return [t for d, t in self.notes if d == best][:2]
 
 
-def walk_game(rules: Game[Any, Any], settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
+def walk_game(rules: Game[S, A], settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
               start_ts: int, events: Sequence[Record], end: Record | None = None,
-              start: Record | None = None) -> GameWalk:
+              start: Record | None = None) -> GameWalk[S, A]:
     """Explain ``events`` (a game's events between ``game_started`` -- ``start`` -- and
     ``game_result``, which is ``end``) from the seed: the breadth-first walk of the module header.
     The verifier judges a game by it, and the replay viewer reads the states of a true game from it."""
     chance = SeededChance(seed)
     state0 = rules.new_game(settings, seats, chance)
-    hyp0 = Hypothesis(state0, chance, {} if rules.outcome(state0) is not None else arm(rules, state0, {}, start_ts))
+    hyp0: Hypothesis[S, A] = Hypothesis(state0, chance, {} if rules.outcome(state0) is not None
+                                        else arm(rules, state0, {}, start_ts))
     evs = tuple(events)
     logged = [body(r) for r in evs]
     hint = rules.secret_choice
-    buckets: dict[int, dict[Hashable, Hypothesis]] = {0: {hyp0.key(): hyp0}}
+    buckets: dict[int, dict[Hashable, Hypothesis[S, A]]] = {0: {hyp0.key(): hyp0}}
     miss = _Miss()
     n = len(evs)
     for pos in range(n):
@@ -391,20 +401,20 @@ def walk_game(rules: Game[Any, Any], settings: dict[str, Any], seats: int, names
     problem = "no action of any player and no timer of the relay produces this event here"
     if miss.notes:
         problem += " (nearest: " + " | or: ".join(miss.nearest()) + ")"
-    return GameWalk(start, state0, evs, (), Finding(where.line, where.seq, where.type, problem))
+    return GameWalk(start, state0, evs, (), Finding.at(where, problem))
 
 
-def replay_game(game_name: str, rules: Game[Any, Any], settings: dict[str, Any], seats: int, names: Sequence[str],
+def replay_game(game_name: str, rules: Game[S, A], settings: dict[str, Any], seats: int, names: Sequence[str],
                 seed: int, start_ts: int, events: Sequence[Record],
-                end: Record | None = None) -> tuple[list[Any], Finding | None]:
+                end: Record | None = None) -> tuple[list[S], Finding | None]:
     """``walk_game``'s final states (several only if hidden choices were never told apart) or the
     first false event."""
     walk = walk_game(rules, settings, seats, names, seed, start_ts, events, end)
     return [h.state for h in walk.finals], walk.finding
 
 
-def _candidates(rules: Game[Any, Any], hint: Hint | None, hyp: Hypothesis, seats: int, events: Sequence[Record],
-                pos: int) -> Iterator[tuple[int | None, Any, int | None, str | None]]:
+def _candidates(rules: Game[S, A], hint: Hint[S, A] | None, hyp: Hypothesis[S, A], seats: int,
+                events: Sequence[Record], pos: int) -> Iterator[tuple[int | None, A, int | None, str | None]]:
     for name, (deadline, action) in sorted(hyp.armed.items(), key=lambda kv: (kv[1][0], kv[0])):
         yield SYSTEM, action, deadline, name
     for seat in range(seats):
@@ -448,7 +458,7 @@ class _False(Exception):
 
 
 def _fail(rec: Record, problem: str) -> _False:
-    return _False(Finding(rec.line, rec.seq, rec.type, problem))
+    return _False(Finding.at(rec, problem))
 
 
 def _envelope(recs: Sequence[Record]) -> Finding | None:
@@ -459,24 +469,24 @@ def _envelope(recs: Sequence[Record]) -> Finding | None:
             return Finding(rec.line, None, None, f"a damaged line: {rec.data['__bad__']}")
         want = i + 1
         if i == 0 and type(rec.seq) is int and rec.seq > 1:
-            return Finding(rec.line, rec.seq, rec.type, f"the match's log starts at seq {rec.seq}: its first "
+            return Finding.at(rec, f"the match's log starts at seq {rec.seq}: its first "
                                                         f"{rec.seq - 1} events are missing")
         if type(rec.seq) is not int or rec.seq != want:
             after = f"after seq {recs[i - 1].seq}" if i else "at the start"
             why = "an event is missing" if type(rec.seq) is int and rec.seq > want else "out of order or repeated"
-            return Finding(rec.line, rec.seq, rec.type, f"seq {rec.seq} {after}, expected {want} ({why})")
+            return Finding.at(rec, f"seq {rec.seq} {after}, expected {want} ({why})")
         ts = rec.data.get("ts")
         if type(ts) is not int:
-            return Finding(rec.line, rec.seq, rec.type, "no integer ts")
+            return Finding.at(rec, "no integer ts")
         if last_ts is not None and ts < last_ts:
-            return Finding(rec.line, rec.seq, rec.type, f"ts {ts} is earlier than the event before ({last_ts})")
+            return Finding.at(rec, f"ts {ts} is earlier than the event before ({last_ts})")
         last_ts = ts
         if type(rec.data.get("game")) is not int:
-            return Finding(rec.line, rec.seq, rec.type, "no integer game index")
+            return Finding.at(rec, "no integer game index")
     return None
 
 
-def _check_match(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) -> Finding | None:
+def _check_match(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Report) -> Finding | None:
     first_env = _envelope(recs)
     try:
         _walk(recs, lookup, report)
@@ -485,8 +495,7 @@ def _check_match(recs: Sequence[Record], lookup: Callable[[str], Any], report: R
         first_rule = exc.finding
     except Exception as exc:  # noqa: BLE001 - an engine that chokes on forged input: false, never a crash
         head = recs[0]
-        first_rule = Finding(head.line, head.seq, head.type,
-                             f"this match cannot be checked: {type(exc).__name__}: {exc}")
+        first_rule = Finding.at(head, f"this match cannot be checked: {type(exc).__name__}: {exc}")
     found = [f for f in (first_env, first_rule) if f is not None]
     return min(found, key=lambda f: f.line) if found else None  # min keeps the envelope's on a tie
 
@@ -535,7 +544,7 @@ def _abandoned(rec: Record, names: Sequence[str], away: dict[int, tuple[int, flo
                                              "wins": list(wins)}, names))
 
 
-def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) -> None:
+def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Report) -> None:
     head = recs[0]
     if head.type != "match_created":
         raise _fail(head, "a match's log starts with match_created")
@@ -548,7 +557,10 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
     if type(seats) is not int or not getattr(rules, "min_players", 1) <= seats <= getattr(rules, "max_players", 64):
         raise _fail(head, f"{seats!r} seats is not a number of players for {game_name}")
     try:
-        checked = rules.check_settings(dict(settings) if isinstance(settings, dict) else settings, seats)
+        # A value that is not a map goes to the game as it is: the game's own check refuses it in
+        # the game's words (and takes a missing one, None, for the defaults).
+        checked = rules.check_settings(dict(settings) if isinstance(settings, dict) else cast(dict[str, Any], settings),
+                                       seats)
     except (ValueError, TypeError) as exc:
         raise _fail(head, f"settings the game refuses: {exc}") from None
     if not same(plain(checked), settings):
@@ -742,7 +754,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
 # --------------------------------------------------------------------------------------- entry
 
 
-def verify(records: Sequence[Record], lookup: Callable[[str], Game[Any, Any]] = game_for,
+def verify(records: Sequence[Record], lookup: Callable[[str], AnyGame] = game_for,
            keep_walks: bool = False) -> Report:
     """Check every match in ``records`` (see the module header). ``lookup`` finds a game's engine
     by name (the registry by default; a test may pass its own). ``keep_walks``: keep each game's

@@ -204,7 +204,7 @@ def _cut_short(problem: str) -> bool:
     return "the log ends" in problem or "truncated" in problem
 
 
-def build(recs: Sequence[Record], walks: Sequence[GameWalk] | None = None) -> Replay:
+def build(recs: Sequence[Record], walks: Sequence[GameWalk[Any, Any]] | None = None) -> Replay:
     """The steps of one true match's records (see the module header), with the games' states from
     ``walks`` (the verifier's, by their ``game_started``; verified here when not given)."""
     if walks is None:
