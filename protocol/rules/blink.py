@@ -27,7 +27,7 @@ each against the state as it is then.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, get_args, Literal, Mapping
+from typing import Any, get_args, Literal, Mapping, TypeVar
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
@@ -51,6 +51,7 @@ from protocol.rules.base import (
 
 NAME = "blink"
 NS = 1_000_000_000
+T = TypeVar("T")
 #: The largest custom deck (the standard one has 60 cards): a game's cost grows with its deck, and
 #: settings are checked, and refused, before a deck is ever built.
 MAX_DECK_CARDS = 240
@@ -410,7 +411,7 @@ def _evolve(state: State, **changes: Any) -> State:
     return new
 
 
-def _set(t: tuple[Any, Any], i: int, v: Any) -> tuple[Any, Any]:
+def _set(t: tuple[T, T], i: int, v: T) -> tuple[T, T]:
     return (v, t[1]) if i == 0 else (t[0], v)
 
 
@@ -744,7 +745,7 @@ def _seat(data: Mapping[str, Any], key: str = "seat") -> int:
     return p
 
 
-def _card_or_none(view: State, text: Any) -> Card | None:
+def _card_or_none(view: State, text: object) -> Card | None:
     return None if text is None else Card.parse(str(text), view.settings.deck)
 
 
@@ -891,11 +892,13 @@ def from_wire(data: dict[str, Any]) -> State:
         s = make_settings(data["settings"])
         deck = s.deck
 
-        def cards(xs: Any) -> Hand:
+        def cards(xs: object) -> Hand:
             if isinstance(xs, int):
                 if not 0 <= xs <= 1000:
                     raise ValueError("bad pile size")
                 return tuple(None for _ in range(xs))
+            if not isinstance(xs, (list, tuple)):
+                raise ValueError("a pile is a list of cards or a number of hidden ones")
             return tuple(None if x is None else Card.parse(x, deck) for x in xs)
 
         def pair(xs: Any) -> tuple[Any, Any]:
@@ -950,7 +953,7 @@ def invariant_ok(state: State) -> bool:
 # --- fair ordering: who races whom ------------------------------------------------------------------
 
 
-def race_key(seen: State | None, action: Any) -> tuple[int, str] | None:
+def race_key(seen: State | None, action: Action) -> tuple[int, str] | None:
     """A play races every other play for the same pile top -- the top its player saw, so two plays
     against the same card compete even when one of them has already landed."""
     if not isinstance(action, PlayCard):

@@ -38,7 +38,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
+from typing import Any, get_args, Iterable, Literal, Mapping, Sequence, TypeVar
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
@@ -60,6 +60,7 @@ from protocol.rules.base import (
 
 NAME = "ryo"
 NS = 1_000_000_000
+T = TypeVar("T")
 FACES = 6
 MAX_PLAYERS = 8
 
@@ -87,7 +88,7 @@ Die = tuple[int, ...]
 # --- dice maths -----------------------------------------------------------------------------------
 
 
-def is_valid_build(faces: Any, budget: int = 21, max_face: int = 9) -> bool:
+def is_valid_build(faces: object, budget: int = 21, max_face: int = 9) -> bool:
     """Six whole numbers from 0 to ``max_face`` totalling at most ``budget``."""
     if not isinstance(faces, (list, tuple)) or len(faces) != FACES:
         return False
@@ -220,7 +221,7 @@ def _zeros(n: int) -> tuple[int, ...]:
     return tuple(0 for _ in range(n))
 
 
-def _set(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
+def _set(t: tuple[T, ...], i: int, v: T) -> tuple[T, ...]:
     return t[:i] + (v,) + t[i + 1:]
 
 
@@ -433,7 +434,7 @@ def _next_round(state: State, events: list[EventData]) -> tuple[State, tuple[Eve
     return _start_round(state, events), tuple(events)
 
 
-def _raise(state: State, player: int, face: Any, timeout: bool) -> Accepted[State] | Rejected:
+def _raise(state: State, player: int, face: object, timeout: bool) -> Accepted[State] | Rejected:
     if type(face) is not int or not 0 <= face < FACES:
         return _no("malformed", "face is an index from 0 to 5")
     die = state.dice[player]
@@ -459,7 +460,7 @@ def _lower_chosen(state: State, events: list[EventData], timeout: bool) -> tuple
     return replace(state, phase="lower"), tuple(events)
 
 
-def _lower(state: State, player: int, face: Any, timeout: bool) -> Accepted[State] | Rejected:
+def _lower(state: State, player: int, face: object, timeout: bool) -> Accepted[State] | Rejected:
     if type(face) is not int or not 0 <= face < FACES:
         return _no("malformed", "face is an index from 0 to 5")
     die = state.dice[player]
@@ -763,13 +764,13 @@ def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int
     return p
 
 
-def _event_seats(state: State, xs: Any) -> tuple[int, ...]:
+def _event_seats(state: State, xs: object) -> tuple[int, ...]:
     if not isinstance(xs, (list, tuple)) or not all(type(p) is int and 0 <= p < state.players for p in xs):
         raise ValueError(f"not a list of seats: {xs!r}")
     return tuple(xs)
 
 
-def _event_ints(xs: Any, n: int) -> tuple[int, ...]:
+def _event_ints(xs: object, n: int) -> tuple[int, ...]:
     if not isinstance(xs, (list, tuple)) or len(xs) != n or not all(type(x) is int for x in xs):
         raise ValueError(f"not {n} integers: {xs!r}")
     return tuple(xs)
@@ -925,19 +926,19 @@ def from_wire(data: dict[str, Any]) -> State:
         n = data["players"]
         _check_players(n, s)
 
-        def ints(xs: Any, length: int | None = None) -> tuple[int, ...]:
+        def ints(xs: object, length: int | None = None) -> tuple[int, ...]:
             if not isinstance(xs, (list, tuple)) or (length is not None and len(xs) != length):
                 raise ValueError("expected a list of integers")
             if not all(type(x) is int for x in xs):
                 raise ValueError("expected integers")
             return tuple(xs)
 
-        def seat(x: Any) -> int | None:
+        def seat(x: object) -> int | None:
             if x is not None and (type(x) is not int or not 0 <= x < n):
                 raise ValueError("bad seat")
             return x
 
-        def dice(xs: Any) -> tuple[Die | None, ...]:
+        def dice(xs: object) -> tuple[Die | None, ...]:
             if not isinstance(xs, list) or len(xs) != n:
                 raise ValueError("one die per seat")
             return tuple(None if d is None else ints(d, FACES) for d in xs)
@@ -1022,8 +1023,8 @@ def bot_action(state: State, player: int, chance: Chance | None = None) -> Actio
         assert mine is not None
         best: tuple[float, Action] | None = None
         for i in raisable(state, player):
-            dice = _set(state.dice, player, _set(mine, i, mine[i] + 1))
-            v = _versus(dice[player], dice, player)
+            raised = _set(mine, i, mine[i] + 1)
+            v = _versus(raised, _set(state.dice, player, raised), player)
             if best is None or v > best[0]:
                 best = (v, RaiseFace(i))
         if lowerable(state, w):
@@ -1102,7 +1103,7 @@ def summarise_games(events: Sequence[PublicEvent], players: Sequence[str],
 
 # --- the game -------------------------------------------------------------------------------------
 
-def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: int) -> list[Any] | None:
+def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: int) -> list[Action] | None:
     """For a log checker: a die is built in secret and revealed (``dice_revealed``) once all are
     built, so the seat's build is the revealed die, not one of the thousands of legal ones."""
     if state.phase != "build" or state.built[seat]:

@@ -34,7 +34,7 @@ state itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, get_args, Iterable, Literal, Mapping
+from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
@@ -101,7 +101,7 @@ Coord = tuple[int, int]
 # --- lines ----------------------------------------------------------------------------------------
 
 
-def find_sequence(owned: Iterable[Any], length: int = 5) -> tuple[Coord, ...] | None:
+def find_sequence(owned: Iterable[Sequence[int]], length: int = 5) -> tuple[Coord, ...] | None:
     """The first line of ``length`` adjacent cells of ``owned`` (row, column or diagonal), or None."""
     cells = {(int(c[0]), int(c[1])) for c in owned}
     for r, c in sorted(cells):
@@ -116,7 +116,7 @@ def find_sequence(owned: Iterable[Any], length: int = 5) -> tuple[Coord, ...] | 
     return None
 
 
-def has_sequence(owned: Iterable[Any], length: int = 5) -> bool:
+def has_sequence(owned: Iterable[Sequence[int]], length: int = 5) -> bool:
     """Are there ``length`` cells of ``owned`` (a set of ``(row, col)``) adjacent in one straight
     line: a row, a column or a diagonal?"""
     return find_sequence(owned, length) is not None
@@ -432,7 +432,7 @@ def _scores(state: State) -> tuple[int, ...]:
     return tuple(state.count(state.colour(p)) for p in range(state.players))
 
 
-def _valid_die(x: Any) -> bool:
+def _valid_die(x: object) -> bool:
     return type(x) is int and 1 <= x <= 6
 
 
@@ -557,7 +557,7 @@ def _event_space(state: State, data: Mapping[str, Any]) -> tuple[int, int]:
     return r, c
 
 
-def _seats(state: State, xs: Any) -> tuple[int, ...]:
+def _seats(state: State, xs: object) -> tuple[int, ...]:
     if not isinstance(xs, (list, tuple)) or not all(type(p) is int and 0 <= p < state.players for p in xs):
         raise ValueError(f"not a list of seats: {xs!r}")
     return tuple(xs)
@@ -654,8 +654,8 @@ def from_wire(data: dict[str, Any]) -> State:
                 raise ValueError("bad dice")
             dice = (dice[0], dice[1])
 
-        def seats(xs: Any) -> tuple[int, ...]:
-            if not all(type(x) is int and 0 <= x < players for x in xs):
+        def seats(xs: object) -> tuple[int, ...]:
+            if not isinstance(xs, (list, tuple)) or not all(type(x) is int and 0 <= x < players for x in xs):
                 raise ValueError("bad seat list")
             return tuple(xs)
 

@@ -35,7 +35,7 @@ There is nothing secret in this game: ``view`` returns the state itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, get_args, Iterable, Literal, Mapping
+from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
@@ -98,7 +98,7 @@ def neighbours(cell: Coord) -> tuple[Coord, ...]:
     return tuple((q + dq, r + dr) for dq, dr in DIRECTIONS)
 
 
-def _as_cells(cells: Iterable[Any]) -> set[Coord]:
+def _as_cells(cells: Iterable[Sequence[int]]) -> set[Coord]:
     return {(int(c[0]), int(c[1])) for c in cells}
 
 
@@ -121,7 +121,7 @@ def is_connected(cells: Iterable[Coord]) -> bool:
     return components(cells) <= 1
 
 
-def is_locked(cells: Iterable[Any], cell: Any) -> bool:
+def is_locked(cells: Iterable[Sequence[int]], cell: Sequence[int]) -> bool:
     """Is ``cell`` locked in the cluster ``cells`` (a set of ``(q, r)``)?
 
     Locked when it has neighbours on both faces of at least one opposing pair, or when removing it
@@ -136,7 +136,7 @@ def is_locked(cells: Iterable[Any], cell: Any) -> bool:
     return components(cs - {c}) > 2
 
 
-def free_cells(cells: Iterable[Any]) -> list[Coord]:
+def free_cells(cells: Iterable[Sequence[int]]) -> list[Coord]:
     """The cells that may be removed now, in (q, r) order."""
     cs = _as_cells(cells)
     return sorted(c for c in cs if not is_locked(cs, c))
@@ -392,7 +392,7 @@ def _cells_event(cells: tuple[Cell, ...]) -> list[list[int | None]]:
     return [[q, r, f] for q, r, f in cells]
 
 
-def _valid_faces(faces: Any, n: int) -> bool:
+def _valid_faces(faces: object, n: int) -> bool:
     return isinstance(faces, tuple) and len(faces) == n and all(type(f) is int and 1 <= f <= 6 for f in faces)
 
 
@@ -585,7 +585,7 @@ def from_wire(data: dict[str, Any]) -> State:
         players = data["players"]
         _check_players(players)
 
-        def ints(xs: Any, n: int | None = None) -> tuple[int, ...]:
+        def ints(xs: object, n: int | None = None) -> tuple[int, ...]:
             if not isinstance(xs, (list, tuple)) or (n is not None and len(xs) != n):
                 raise ValueError("expected a list of integers")
             if not all(type(x) is int for x in xs):
