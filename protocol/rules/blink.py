@@ -130,7 +130,7 @@ class Deck:
         return {"colours": list(self.colours), "shapes": list(self.shapes), "counts": list(self.counts)}
 
     @classmethod
-    def from_wire(cls, data: Any) -> Deck:
+    def from_wire(cls, data: object) -> Deck:
         if not isinstance(data, dict):
             raise ValueError("deck must be a map of colours, shapes and counts")
         # Bounded before anything is converted or built: a description a few bytes long could
@@ -173,7 +173,7 @@ class Card:
     shape: str
 
     @classmethod
-    def parse(cls, text: str, deck: Deck = STANDARD_DECK) -> Card:
+    def parse(cls, text: object, deck: Deck = STANDARD_DECK) -> Card:
         """``"4-yellow-star"`` -> Card(4, "yellow", "star"); anything else raises ValueError."""
         if not isinstance(text, str):
             raise ValueError(f"a card is written count-colour-shape, not {type(text).__name__}")
@@ -306,7 +306,7 @@ class State:
     def top(self, pile: int) -> Card | None:
         return self.piles[pile][-1] if self.piles[pile] else None
 
-    def counts(self) -> dict[str, Any]:
+    def counts(self) -> dict[str, list[int]]:
         return {
             "hand": [len(h) for h in self.hands],
             "draw": [len(d) for d in self.draw],
@@ -399,7 +399,7 @@ def deal(s: Settings, deck: tuple[Card, ...]) -> State:
 # --- the rules -------------------------------------------------------------------------------------
 
 
-def _evolve(state: State, **changes: Any) -> State:
+def _evolve(state: State, **changes: object) -> State:
     """``dataclasses.replace`` for a ``State`` without its cost (a field walk and a frozen
     ``__init__`` per call, about 5 us; the engine makes one or two per play): a ``State`` has no
     ``__post_init__`` and no init-only fields, so copying its attribute map and overriding the
@@ -870,7 +870,7 @@ def _cards_out(cards: Hand) -> list[str | None]:
 
 def to_wire(state: State) -> dict[str, Any]:
     """A state or view as a plain map. Draw piles of a view are sent as counts only."""
-    draw: list[Any] = [len(d) if all(c is None for c in d) else _cards_out(d) for d in state.draw]
+    draw: list[int | list[str | None]] = [len(d) if all(c is None for c in d) else _cards_out(d) for d in state.draw]
     return {
         "settings": state.settings.to_wire(),
         "draw": draw,
@@ -901,21 +901,26 @@ def from_wire(data: dict[str, Any]) -> State:
                 raise ValueError("a pile is a list of cards or a number of hidden ones")
             return tuple(None if x is None else Card.parse(x, deck) for x in xs)
 
-        def pair(xs: Any) -> tuple[Any, Any]:
+        def pair(xs: object) -> tuple[object, object]:
             if not isinstance(xs, list) or len(xs) != 2:
                 raise ValueError("expected two entries")
             return (xs[0], xs[1])
 
+        def two_piles(xs: object) -> tuple[Hand, Hand]:
+            a, b = pair(xs)
+            return (cards(a), cards(b))
+
         picks = pair(data["picks"])
         return State(
             settings=s,
-            draw=tuple(cards(d) for d in pair(data["draw"])),  # type: ignore[arg-type]
-            hands=tuple(cards(h) for h in pair(data["hands"])),  # type: ignore[arg-type]
-            piles=tuple(cards(p) for p in pair(data["piles"])),  # type: ignore[arg-type]
+            draw=two_piles(data["draw"]),
+            hands=two_piles(data["hands"]),
+            piles=two_piles(data["piles"]),
             phase=one_of(data["phase"], PHASES, "phase"),
             resolution=one_of(data["resolution"], RESOLUTIONS, "resolution"),
             picked=(bool(data["picked"][0]), bool(data["picked"][1])),
-            picks=tuple(None if c is None else Card.parse(c, deck) for c in picks),  # type: ignore[arg-type]
+            picks=(None if picks[0] is None else Card.parse(picks[0], deck),
+                   None if picks[1] is None else Card.parse(picks[1], deck)),
             winner=data["winner"],
             tie=bool(data["tie"]),
             stalemates=int(data["stalemates"]),
