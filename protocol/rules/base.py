@@ -141,6 +141,28 @@ def labels(table: Mapping[K, str]) -> Mapping[str, str]:
     return {str(k): v for k, v in table.items()}
 
 
+def wire_int(value: object, what: str) -> int:
+    """A wire value that must be an integer (a bool is not one); ValueError otherwise."""
+    if type(value) is not int:
+        raise ValueError(f"{what} is not an integer: {value!r}")
+    return value
+
+
+def wire_list(value: object, what: str) -> list[object]:
+    """A wire value that must be a list (a tuple, made in-process, is one too); ValueError otherwise."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{what} is not a list: {value!r}")
+    return list(value)
+
+
+def wire_ints(value: object, what: str, length: int | None = None) -> tuple[int, ...]:
+    """A wire list of integers (of ``length`` of them, if given); ValueError otherwise."""
+    items = wire_list(value, what)
+    if (length is not None and len(items) != length) or not all(type(x) is int for x in items):
+        raise ValueError(f"{what} is not a list of {length or 'some'} integers: {value!r}")
+    return tuple(x for x in items if type(x) is int)
+
+
 def decode_action(data: dict[str, Any], allowed: tuple[type, ...], game: str) -> object:
     """A game action from its nested wire map; ValueError (the relay answers ``malformed``) for
     anything that is not one of ``allowed`` -- a player can never send the relay's own actions."""

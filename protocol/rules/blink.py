@@ -32,6 +32,8 @@ from typing import Any, get_args, Literal, Mapping, TypeVar
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
     CommonCode,
+    wire_int,
+    wire_list,
     labels,
     one_of,
     SYSTEM,
@@ -738,7 +740,7 @@ def _own_or_hidden(cards: Hand, own: bool) -> Hand:
 # --- sending less: a view kept up to date from the public events plus private updates -------------
 
 
-def _seat(data: Mapping[str, Any], key: str = "seat") -> int:
+def _seat(data: Mapping[str, object], key: str = "seat") -> int:
     p = data.get(key)
     if type(p) is not int or p not in (0, 1):
         raise ValueError(f"event without a seat: {dict(data)!r}")
@@ -749,7 +751,7 @@ def _card_or_none(view: State, text: object) -> Card | None:
     return None if text is None else Card.parse(str(text), view.settings.deck)
 
 
-def _take_from_draw(view: State, p: int, count: int) -> State:
+def _take_from_draw(view: State, p: int, count: object) -> State:
     if type(count) is not int or not 0 <= count <= len(view.draw[p]):
         raise ValueError(f"cannot take {count!r} cards from a draw pile of {len(view.draw[p])}")
     moved = view.draw[p][:count]
@@ -770,7 +772,7 @@ def _take_from_hand(view: State, seat: int | None, p: int, card: Card | None) ->
     return hand[1:]  # a hidden hand: all unknown
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
     """One public event applied to ``seat``'s view (see ``Game.apply_event``): the same changes the
     rules make, with what a view cannot know (the cards drawn into a hand) left unknown until the
     private update names them. Events the game does not make (seats, results) change nothing."""
@@ -792,7 +794,7 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
     if etype == "race_started":
         return _evolve(view, phase="running")
     if etype == "stalemate":
-        n = int(data["stalemate"])
+        n = wire_int(data["stalemate"], "stalemate")
         if data["resolution"] == "tie":
             return _evolve(view, tie=True, stalemates=n)
         return _evolve(view, phase="stalled", resolution=one_of(data["resolution"], RESOLUTIONS, "resolution"), stalemates=n)
@@ -850,9 +852,9 @@ def private_complete(view: State, seat: int) -> bool:
     return seat not in (0, 1) or None not in view.hands[seat]
 
 
-def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
     try:
-        hand = tuple(_card_or_none(view, c) for c in delta["hand"])
+        hand = tuple(_card_or_none(view, c) for c in wire_list(delta["hand"], "hand"))
         pick = _card_or_none(view, delta["pick"])
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed BLINK private update: {exc!r}") from exc

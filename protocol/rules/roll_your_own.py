@@ -757,7 +757,7 @@ def view(state: State, player: int | None) -> State:
 # builder's own faces go to that seat alone (``private_delta``) until ``dice_revealed`` shows all.
 
 
-def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int:
+def _event_seat(state: State, data: Mapping[str, object], key: str = "seat") -> int:
     p = data.get(key)
     if type(p) is not int or not 0 <= p < state.players:
         raise ValueError(f"event without a seat: {dict(data)!r}")
@@ -776,7 +776,7 @@ def _event_ints(xs: object, n: int) -> tuple[int, ...]:
     return tuple(xs)
 
 
-def _face_changed(view: State, data: Mapping[str, Any], step: int) -> State:
+def _face_changed(view: State, data: Mapping[str, object], step: int) -> State:
     """``face_raised`` (step 1) / ``face_lowered`` (-1): the die as shown, one tile swapped in the pool."""
     p = _event_seat(view, data)
     die, face = _event_ints(data.get("die"), FACES), data.get("face")
@@ -786,7 +786,7 @@ def _face_changed(view: State, data: Mapping[str, Any], step: int) -> State:
     return replace(view, dice=_set(view.dice, p, die), pool=_swap(view.pool, old[face], die[face]))
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
     """One public event applied to ``seat``'s view (see ``Game.apply_event``): the changes the rules
     make, read back from the event; the seat's own new die comes as its private update. Events the
     game does not make (seats, results) change nothing."""
@@ -874,7 +874,7 @@ def private_complete(view: State, seat: int) -> bool:
     return not (0 <= seat < view.players and view.phase == "build" and view.built[seat] and view.dice[seat] is None)
 
 
-def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
     try:
         die = _event_ints(delta["die"], FACES)
     except (KeyError, TypeError) as exc:

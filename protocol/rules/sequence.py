@@ -39,6 +39,8 @@ from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
     CommonCode,
+    wire_ints,
+    wire_list,
     labels,
     one_of,
     SYSTEM,
@@ -543,14 +545,14 @@ def view(state: State, player: int | None) -> State:
 # Nothing is secret here, so no private update is ever needed: each event says its whole change.
 
 
-def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int:
+def _event_seat(state: State, data: Mapping[str, object], key: str = "seat") -> int:
     p = data.get(key)
     if type(p) is not int or not 0 <= p < state.players:
         raise ValueError(f"event without a seat: {dict(data)!r}")
     return p
 
 
-def _event_space(state: State, data: Mapping[str, Any]) -> tuple[int, int]:
+def _event_space(state: State, data: Mapping[str, object]) -> tuple[int, int]:
     r, c = data.get("row"), data.get("col")
     if type(r) is not int or type(c) is not int or not (0 <= r < state.settings.rows and 0 <= c < state.settings.cols):
         raise ValueError(f"event without a space on the board: {dict(data)!r}")
@@ -563,7 +565,11 @@ def _seats(state: State, xs: object) -> tuple[int, ...]:
     return tuple(xs)
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+def _space(x: tuple[int, ...]) -> Coord:
+    return (x[0], x[1])
+
+
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
     """One public event applied to a view (see ``Game.apply_event``): the changes ``apply`` makes,
     read back from the event. Events the game does not make (seats, results) change nothing."""
     if etype == "rolloff":
@@ -597,7 +603,7 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
     if etype == "game_over":
         reason = one_of(data.get("reason", ""), STATE_REASONS, "reason")
         winners = _seats(view, data.get("winner_seats", []))
-        line = tuple((int(x[0]), int(x[1])) for x in data.get("line", []))
+        line = tuple(_space(wire_ints(x, "a space of the line", 2)) for x in wire_list(data.get("line", []), "line"))
         # Running out of turns ends the turn first (``_end_turn`` counts it); a SEQUENCE ends the game mid-turn.
         turn = view.turn + 1 if reason == "max_turns" else view.turn
         return replace(view, phase="over", winners=winners, line=line, reason=reason, dice=None, turn=turn)
@@ -609,7 +615,7 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
     return None
 
 
-def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
     raise ValueError("Sequence Dice has no private updates")
 
 

@@ -40,6 +40,8 @@ from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
     CommonCode,
+    wire_ints,
+    wire_list,
     labels,
     one_of,
     SYSTEM,
@@ -624,34 +626,38 @@ def from_wire(data: dict[str, Any]) -> State:
 # Nothing is secret here, so no private update is ever needed: each event says its whole change.
 
 
-def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int:
+def _event_seat(state: State, data: Mapping[str, object], key: str = "seat") -> int:
     p = data.get(key)
     if type(p) is not int or not 0 <= p < state.players:
         raise ValueError(f"event without a seat: {dict(data)!r}")
     return p
 
 
-def _event_int(data: Mapping[str, Any], key: str) -> int:
+def _event_int(data: Mapping[str, object], key: str) -> int:
     v = data.get(key)
     if type(v) is not int:
         raise ValueError(f"event without an integer {key!r}: {dict(data)!r}")
     return v
 
 
-def _rolled(view: State, data: Mapping[str, Any]) -> tuple[Cell, ...]:
+def _cell(c: tuple[int, ...]) -> Cell:
+    return (c[0], c[1], c[2])
+
+
+def _rolled(view: State, data: Mapping[str, object]) -> tuple[Cell, ...]:
     """The cluster as a ``dice_rolled`` event shows it: the same cells, new faces."""
-    cells = tuple((int(c[0]), int(c[1]), int(c[2])) for c in data["cells"])
+    cells = tuple(_cell(wire_ints(c, "a rolled cell", 3)) for c in wire_list(data["cells"], "cells"))
     if [(q, r) for q, r, _ in cells] != [(q, r) for q, r, _ in view.cells] or not _valid_faces(
             tuple(f for _, _, f in cells), len(view.cells)):
         raise ValueError("the rolled cells are not this view's cluster")
     return cells
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
     """One public event applied to a view (see ``Game.apply_event``): the changes ``apply`` makes,
     read back from the event. Events the game does not make (seats, results) change nothing."""
     if etype == "order_decided":
-        order = tuple(data["order"])
+        order = wire_ints(data["order"], "order")
         if sorted(order) != list(range(view.players)) or view.phase != "setup":
             raise ValueError(f"bad order_decided {dict(data)!r}")
         return replace(view, order=order)
@@ -686,7 +692,7 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
     return None
 
 
-def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
     raise ValueError("Takeaway Dice has no private updates")
 
 
