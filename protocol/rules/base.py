@@ -3,8 +3,9 @@
 How this works
 --------------
 A game is a module (``protocol.rules.blink``, ``.takeaway``, ``.sequence``, ``.roll_your_own``)
-ending in one typed ``GAME = Game(...)`` (below): its facts (name, title, player counts, whether it
-is a race) and its functions. The registry (``protocol.rules.GAMES``, ``game_for(name)``) maps names
+ending in one typed ``GAME: Game[State, Action] = Game(...)`` (below): its facts (name, title,
+player counts, whether it is a race) and its functions, typed in the game's own state and action
+union, so a checker holds ``apply(state, player, action)`` to the game's actions. The registry (``protocol.rules.GAMES``, ``game_for(name)``) maps names
 to these objects; the relay, the bots, the match runner and the window ask the ``Game`` and never
 compare a game's name. The functions:
 
@@ -34,6 +35,13 @@ compare a game's name. The functions:
 
 Events are plain maps ``{"type": "card_played", ...}``; they are public by construction: an engine
 never puts a hidden card into an event.
+
+Named values are ``Literal`` types owned by each game (its ``Phase``, its outcome ``Reason``, its
+rejection ``Code``, combined with the ``CommonCode`` every engine may give), with the wire strings
+as their values; the relay's match reasons (``MatchReason``) live here. Each game labels its reasons
+and codes for people (``reason_labels``, ``code_labels``: the window shows them), so a fifth game
+brings its own words and no table elsewhere needs to know it. Values read from the wire are
+``object`` until checked (``one_of``, ``wire_int``, ``wire_list``, ``wire_ints``).
 """
 
 from __future__ import annotations

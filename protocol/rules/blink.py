@@ -1008,8 +1008,6 @@ def bot_action(state: State, seat: int, chance: Chance) -> Action | None:
 # --- the game ---------------------------------------------------------------------------------------
 
 GAME: Game[State, Action] = Game(
-    reason_labels=labels(REASON_LABELS),
-    code_labels=labels(CODE_LABELS),
     name=NAME,
     title="BLINK",
     min_players=2,
@@ -1039,5 +1037,7 @@ GAME: Game[State, Action] = Game(
     private_complete=private_complete,
     # Many short games: one game per match; a short countdown and stalemate pause.
     quick_settings={"best_of": 1, "countdown_s": 0.5, "stalemate_pause_s": 0.3},
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
 )
 RULES = GAME  # the older name

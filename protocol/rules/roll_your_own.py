@@ -1121,8 +1121,6 @@ def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: 
 
 
 GAME: Game[State, Action] = Game(
-    reason_labels=labels(REASON_LABELS),
-    code_labels=labels(CODE_LABELS),
     name=NAME,
     title="Roll Your Own",
     min_players=2,
@@ -1149,5 +1147,7 @@ GAME: Game[State, Action] = Game(
     private_delta=private_delta,
     apply_private=apply_private,
     private_complete=private_complete,
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
 )
 RULES = GAME  # the older name

@@ -761,8 +761,6 @@ def invariant_ok(state: State) -> bool:
 # --- the game -------------------------------------------------------------------------------------
 
 GAME: Game[State, Action] = Game(
-    reason_labels=labels(REASON_LABELS),
-    code_labels=labels(CODE_LABELS),
     name=NAME,
     title="Sequence Dice",
     min_players=2,
@@ -787,5 +785,7 @@ GAME: Game[State, Action] = Game(
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
 )
 RULES = GAME  # the older name

@@ -741,8 +741,6 @@ def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
 # --- the game -------------------------------------------------------------------------------------
 
 GAME: Game[State, Action] = Game(
-    reason_labels=labels(REASON_LABELS),
-    code_labels=labels(CODE_LABELS),
     name=NAME,
     title="Takeaway Dice",
     min_players=2,
@@ -766,5 +764,7 @@ GAME: Game[State, Action] = Game(
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
 )
 RULES = GAME  # the older name
