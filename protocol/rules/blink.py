@@ -391,11 +391,12 @@ def deal(s: Settings, deck: tuple[Card, ...]) -> State:
     """Set up from a known deck order (the first half is player 0's draw pile, top first)."""
     half = len(deck) // 2
     piles_src = (deck[:half], deck[half : 2 * half])
-    centre = tuple((src[0],) for src in piles_src)
-    hands = tuple(src[1 : 1 + s.hand_size] for src in piles_src)
-    draw = tuple(src[1 + s.hand_size :] for src in piles_src)
+    a, b = piles_src
+    centre: tuple[Hand, Hand] = ((a[0],), (b[0],))
+    hands: tuple[Hand, Hand] = (a[1 : 1 + s.hand_size], b[1 : 1 + s.hand_size])
+    draw: tuple[Hand, Hand] = (a[1 + s.hand_size :], b[1 + s.hand_size :])
     # An odd deck leaves one card out of the game; the standard deck is even.
-    return State(settings=s, draw=draw, hands=hands, piles=centre)  # type: ignore[arg-type]
+    return State(settings=s, draw=draw, hands=hands, piles=centre)
 
 
 # --- the rules -------------------------------------------------------------------------------------

@@ -309,7 +309,7 @@ def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chanc
 # --- the rules ------------------------------------------------------------------------------------
 
 
-def moves(state: State, seat: int) -> list[Action]:
+def moves(state: State, seat: int) -> list[PlaceChip | RemoveChip]:
     """What ``seat`` may do with the current roll, in row-major order (empty: nothing possible)."""
     total = state.total
     if total is None:
@@ -395,7 +395,8 @@ def _move(state: State, player: int, action: PlaceChip | RemoveChip, timeout: bo
     old = state.chips[r][c]
     if isinstance(action, RemoveChip):
         chips = _set_chip(state.chips, r, c, None)
-        events.append({"type": "chip_removed", "player": player, "row": r, "col": c, "colour": COLOURS[old],  # type: ignore[index]
+        assert old is not None  # a RemoveChip among the moves names an opponent's chip
+        events.append({"type": "chip_removed", "player": player, "row": r, "col": c, "colour": COLOURS[old],
                        "timeout": timeout})
         return Accepted(*_end_turn(replace(state, chips=chips), events))
     chips = _set_chip(state.chips, r, c, me)
@@ -482,7 +483,7 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
             return _no("wrong_phase", "that turn is over")
         player = state.current
         assert player is not None
-        return _move(state, player, moves(state, player)[0], timeout=True)  # type: ignore[arg-type]
+        return _move(state, player, moves(state, player)[0], timeout=True)
     if isinstance(action, PLAYER_ACTIONS):
         return _no("not_allowed", f"{type(action).__name__} is a player's action")
     return _no("unknown_action", f"{type(action).__name__} is not a Sequence system action")
@@ -524,7 +525,7 @@ def timers(state: State) -> tuple[Timer[Action], ...]:
 def legal_actions(state: State, player: int) -> list[Action]:
     if state.phase != "move" or player != state.current:
         return []
-    return moves(state, player)
+    return list(moves(state, player))
 
 
 def outcome(state: State) -> Outcome | None:
