@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from client.window import texts
 from protocol.rules import AnyGame, game_for
+from client.window import texts
 from client.window.viewmodels.feed import EventFeed, Feed
 
 NS = 1_000_000_000
