@@ -116,7 +116,7 @@ class Verdict:
 
 
 class Predictor:
-    def __init__(self, rules: Game[Any], seat: int) -> None:
+    def __init__(self, rules: Game[Any, Any], seat: int) -> None:
         self.rules = rules
         self.seat = seat
         self.confirmed: Any = None
@@ -301,7 +301,7 @@ class ClientModel:
         self.version += 1
 
     @property
-    def rules(self) -> Game[Any] | None:
+    def rules(self) -> Game[Any, Any] | None:
         """The game being played (or watched), once the relay has said which."""
         return self.predictor.rules if self.predictor else None
 

@@ -39,6 +39,11 @@ class SeededChance:
         twin.draws = self.draws
         return twin
 
+    def position(self) -> int:
+        """Where in its stream the generator stands: two chances of one seed at the same position
+        draw the same values from here on."""
+        return self._state
+
     def randbelow(self, n: int) -> int:
         if n <= 0:
             raise ValueError("randbelow needs n > 0")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 import msgpack
 
@@ -117,6 +117,11 @@ def registered(tag: str) -> type | None:
     return _REGISTRY.get(tag)
 
 
+def registry() -> Mapping[str, type]:
+    """Every registered class by its tag, read-only (for tests that go through all of them)."""
+    return types.MappingProxyType(_REGISTRY)
+
+
 def _hints(cls: type) -> dict[str, Any]:
     hints = _HINTS.get(cls)
     if hints is None:
@@ -131,10 +136,10 @@ def _hints(cls: type) -> dict[str, Any]:
 _PLAIN_ORIGINS = (tuple, dict, list)
 _PLAIN_TYPES = frozenset({int, float, str, bool, bytes, type(None)})
 
-_TO_DICT: dict[type, Callable[[Any], dict[str, Any]]] = {}
+_TO_DICT: dict[type, Callable[[object], dict[str, Any]]] = {}
 
 
-def _plain_type(tp: Any) -> bool:
+def _plain_type(tp: object) -> bool:
     """Can a value of this annotated type never be a message (so it needs no conversion)?"""
     if tp in _PLAIN_TYPES:
         return True
@@ -144,14 +149,14 @@ def _plain_type(tp: Any) -> bool:
     return origin in _PLAIN_ORIGINS
 
 
-def _convert(value: Any) -> Any:
+def _convert(value: object) -> object:
     """A field value that may be a message: its wire map, else the value."""
     if hasattr(type(value), "TYPE") and dataclasses.is_dataclass(value):
         return to_dict(value)
     return value
 
 
-def _compile_to_dict(cls: type) -> Callable[[Any], dict[str, Any]]:
+def _compile_to_dict(cls: type) -> Callable[[object], dict[str, Any]]:
     """Generate ``lambda msg: {"t": TAG, "v": VERSION, "f": msg.f, ...}`` for ``cls``; a field whose
     type could hold a message (``Any``, a class) goes through ``_convert``."""
     hints = _hints(cls)
@@ -164,11 +169,11 @@ def _compile_to_dict(cls: type) -> Callable[[Any], dict[str, Any]]:
     source = f"def to_dict_{cls.__name__}(msg):\n    return {{{', '.join(items)}}}\n"
     namespace: dict[str, Any] = {"_convert": _convert}
     exec(compile(source, f"<codec {cls.__name__}>", "exec"), namespace)  # noqa: S102 - our own source
-    fn: Callable[[Any], dict[str, Any]] = namespace[f"to_dict_{cls.__name__}"]
+    fn: Callable[[object], dict[str, Any]] = namespace[f"to_dict_{cls.__name__}"]
     return fn
 
 
-def to_dict(msg: Any) -> dict[str, Any]:
+def to_dict(msg: object) -> dict[str, Any]:
     """The wire map of a message (type tag and version included).
 
     Shallow on purpose: msgpack packs tuples, lists and maps itself, and this runs for every
@@ -180,7 +185,7 @@ def to_dict(msg: Any) -> dict[str, Any]:
     return fn(msg)
 
 
-def encode(msg: Any) -> bytes:
+def encode(msg: object) -> bytes:
     # ``packb`` (a new Packer each call): a reused one would have to be one per thread (the window's
     # network thread encodes too), and the pure core keeps out of threading.
     fn = _TO_DICT.get(type(msg))
@@ -196,14 +201,14 @@ class Encoder:
     __slots__ = ("_pack",)
 
     def __init__(self) -> None:
-        self._pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True).pack
+        self._pack: Callable[[object], bytes] = msgpack.Packer(use_bin_type=True).pack
 
-    def __call__(self, msg: Any) -> bytes:
+    def __call__(self, msg: object) -> bytes:
         fn = _TO_DICT.get(type(msg))
         return self._pack(to_dict(msg) if fn is None else fn(msg))
 
 
-def pack_plain(value: Any) -> bytes:
+def pack_plain(value: object) -> bytes:
     """Plain data (maps, lists, scalars) as msgpack bytes, as ``encode`` packs them: a compact form
     for data kept long and read rarely (``unpack_plain`` gives it back)."""
     data: bytes = msgpack.packb(value, use_bin_type=True)
@@ -216,7 +221,11 @@ def unpack_plain(data: bytes) -> Any:
 
 
 def decode(data: bytes | bytearray | memoryview) -> Any:
-    """Decode untrusted bytes into a registered message, or raise ``DecodeError``."""
+    """Decode untrusted bytes into a registered message, or raise ``DecodeError``.
+
+    Typed ``Any`` on purpose, the one such door: the message is one of the registered classes
+    (``from_dict`` says ``object``), and the hot loops that call this dispatch on ``type(msg) is
+    X`` -- faster than ``isinstance`` chains, but not something the type checker narrows."""
     try:
         raw = data if type(data) is bytes else bytes(data)  # (bytes are immutable: no copy needed)
     except Exception as exc:  # noqa: BLE001 - anything not bytes-like is simply malformed
@@ -236,7 +245,7 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
     return from_dict(obj)
 
 
-def from_dict(obj: Any) -> Any:
+def from_dict(obj: object) -> object:
     """Validate a plain map (as unpacked) into a registered message, or raise ``DecodeError``."""
     if not isinstance(obj, dict):
         raise DecodeError("malformed", "a message must be a map")
@@ -257,7 +266,7 @@ def from_dict(obj: Any) -> Any:
     return fn(obj)
 
 
-def _from_dict_planned(cls: type, obj: dict[Any, Any]) -> Any:
+def from_dict_general(cls: type, obj: dict[Any, Any]) -> Any:
     """The general form of a class's decoder (what ``_compile_from_dict`` generates, unrolled)."""
     tag: str = cls.TYPE  # type: ignore[attr-defined]
     plan = _PLANS.get(cls)
@@ -285,17 +294,17 @@ def _from_dict_planned(cls: type, obj: dict[Any, Any]) -> Any:
 _FROM_DICT: dict[type, Callable[[dict[Any, Any]], Any]] = {}
 _ABSENT = object()
 #: The fast tests as inline expressions of ``v`` (see ``_fast_test``).
-_INLINE_TESTS: dict[Callable[[Any], bool], str] = {}
+_INLINE_TESTS: dict[Callable[[object], bool], str] = {}
 
 
 def _compile_from_dict(cls: type) -> Callable[[dict[Any, Any]], Any]:
-    """Generate the decoder of one class: ``_from_dict_planned`` with its loop over the fields
+    """Generate the decoder of one class: ``from_dict_general`` with its loop over the fields
     unrolled and each field's fast test inlined (no call per field). The same checks in the same
     order, so the same values pass and the same errors are raised, word for word."""
     tag: str = cls.TYPE  # type: ignore[attr-defined]
     allowed, fields = _plan(cls)
     if not all(name.isidentifier() for name, _, _, _ in fields):
-        return lambda obj: _from_dict_planned(cls, obj)
+        return lambda obj: from_dict_general(cls, obj)
     ns: dict[str, Any] = {"_cls": cls, "_tag": tag, "_allowed": allowed, "_check": _check, "_ABSENT": _ABSENT,
                           "DecodeError": DecodeError}
     lines = [f"def from_dict_{cls.__name__}(obj):",
@@ -306,7 +315,7 @@ def _compile_from_dict(cls: type) -> Callable[[dict[Any, Any]], Any]:
              "    kwargs = {}"]
     for name, fast, tp, required in fields:
         ns[f"_tp_{name}"] = tp
-        test = _INLINE_TESTS.get(fast) if fast is not None else None  # type: ignore[arg-type]
+        test = _INLINE_TESTS.get(fast) if fast is not None else None
         where = f"{tag}.{name}"
         lines.append(f"    v = obj.get({name!r}, _ABSENT)")
         lines.append("    if v is not _ABSENT:")
@@ -329,39 +338,39 @@ def _compile_from_dict(cls: type) -> Callable[[dict[Any, Any]], Any]:
 
 
 #: Per class: the keys a wire map may have, and per field (name, fast test or None, type, required).
-_Plan = tuple[frozenset[Any], tuple[tuple[str, "Callable[[Any], bool] | None", Any, bool], ...]]
+_Plan = tuple[frozenset[str], tuple[tuple[str, "Callable[[object], bool] | None", object, bool], ...]]
 _PLANS: dict[type, _Plan] = {}
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: object) -> bool:
     return type(v) is int
 
 
-def _is_str(v: Any) -> bool:
+def _is_str(v: object) -> bool:
     return type(v) is str
 
 
-def _is_bool(v: Any) -> bool:
+def _is_bool(v: object) -> bool:
     return type(v) is bool
 
 
-def _is_bytes(v: Any) -> bool:
+def _is_bytes(v: object) -> bool:
     return type(v) is bytes
 
 
-def _is_int_or_none(v: Any) -> bool:
+def _is_int_or_none(v: object) -> bool:
     return v is None or type(v) is int
 
 
-def _is_str_or_none(v: Any) -> bool:
+def _is_str_or_none(v: object) -> bool:
     return v is None or type(v) is str
 
 
-def _is_dict(v: Any) -> bool:
+def _is_dict(v: object) -> bool:
     return isinstance(v, dict)
 
 
-def _is_anything(v: Any) -> bool:
+def _is_anything(v: object) -> bool:
     return True
 
 
@@ -371,11 +380,15 @@ _INLINE_TESTS.update({_is_int: "type(v) is int", _is_str: "type(v) is str", _is_
                       _is_anything: "True"})
 
 
-def _fast_test(tp: Any) -> Callable[[Any], bool] | None:
+_SIMPLE_TESTS: dict[type, Callable[[object], bool]] = {int: _is_int, str: _is_str, bool: _is_bool,
+                                                      bytes: _is_bytes}
+
+
+def _fast_test(tp: object) -> Callable[[object], bool] | None:
     """A one-test check that accepts a value only where ``_check`` would return it unchanged."""
     if tp is Any:
         return _is_anything
-    simple = {int: _is_int, str: _is_str, bool: _is_bool, bytes: _is_bytes}.get(tp)
+    simple = _SIMPLE_TESTS.get(tp) if isinstance(tp, type) else None
     if simple is not None:
         return simple
     origin = typing.get_origin(tp)
@@ -398,7 +411,7 @@ def _plan(cls: type) -> _Plan:
     return frozenset({"t", "v", *hints}), fields
 
 
-def _check(value: Any, tp: Any, where: str) -> Any:
+def _check(value: object, tp: object, where: str) -> object:
     if tp is Any:
         return value
     if tp is int or tp is str:  # the common fields first: no typing introspection for them
@@ -441,7 +454,7 @@ def _check(value: Any, tp: Any, where: str) -> Any:
             raise DecodeError("malformed", f"{where}: expected an integer")
         return value
     if tp is float:
-        if type(value) not in (int, float):
+        if not (type(value) is int or type(value) is float):
             raise DecodeError("malformed", f"{where}: expected a number")
         return float(value)
     if tp is str:

@@ -16,13 +16,19 @@ here changes the log format and what the checker expects together.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence, overload
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def plain(value: Any) -> Any:
-    """An engine value as JSON would carry it."""
+@overload
+def plain(value: Mapping[str, object]) -> dict[str, Any]: ...
+@overload
+def plain(value: object) -> object: ...
+
+
+def plain(value: object) -> object:
+    """An engine value as JSON would carry it (a map stays a map: its values are JSON values)."""
     if isinstance(value, dict):  # events are mostly flat maps of scalars: no call per value for those
         return {k if type(k) is str else str(k): v if type(v) in _SCALARS else plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -32,6 +32,11 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
 - when the rules say the game is over, the next event must be ``game_result`` with the rules'
   winners, reason, scores and the seed.
 
+The walk of one game is public (``walk_game`` -> ``GameWalk``): each surviving ``Hypothesis``
+keeps its parent and the action that made it, so the explanation of a true game can be read back
+as ``WalkStep``s (``GameWalk.steps()``) or as the state after every event (``GameWalk.states()``).
+The replay viewer asks ``verify(..., keep_walks=True)`` for them instead of walking a second time.
+
 A game's chance is not needed by a toy or future game in any special way: everything goes through
 the registry's engine surface (``new_game``, ``apply``, ``complete``, ``legal_actions``,
 ``timers``, ``outcome``), and where a player's choice is secret and too large to enumerate (a
@@ -42,12 +47,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Generic, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar, cast
 
 from protocol.chance import SeededChance, commitment
 from protocol.records import plain, with_names
-from protocol.rules import game_for
-from protocol.rules.base import SYSTEM, Accepted
+from protocol.rules import AnyGame, game_for
+from protocol.rules.base import SYSTEM, Accepted, Game, PublicEvent
+
+S = TypeVar("S")
+A = TypeVar("A")
 
 #: Fields of the envelope, not of an event's data.
 ENVELOPE = ("seq", "ts", "type", "game", "match")
@@ -76,23 +84,30 @@ class Record:
     data: dict[str, Any]
 
     @property
-    def seq(self) -> Any:
+    def seq(self) -> object:
         return self.data.get("seq")
 
     @property
-    def type(self) -> Any:
-        return self.data.get("type")
+    def type(self) -> str:
+        """The event's type ("" for a damaged line, which has none): a record is a ``PublicEvent``."""
+        t = self.data.get("type")
+        return t if isinstance(t, str) else ""
 
 
 @dataclass(frozen=True)
 class Finding:
     line: int
-    seq: Any
-    type: Any
+    seq: object
+    type: object
     problem: str
 
     def __str__(self) -> str:
         return f"line {self.line} (seq {self.seq}, {self.type}): {self.problem}"
+
+    @classmethod
+    def at(cls, rec: Record, problem: str) -> Finding:
+        """A finding about ``rec``, naming its seq and type as the line has them."""
+        return cls(rec.line, rec.seq, rec.data.get("type"), problem)
 
 
 @dataclass
@@ -102,6 +117,10 @@ class Report:
     events: int = 0  # events checked (all of a true match's, less ``unchecked``)
     unchecked: int = 0  # events of games that ended without revealing their seed (a forfeit)
     first: Finding | None = None
+    #: With ``verify(..., keep_walks=True)``: the walk of every game whose events were re-derived,
+    #: in log order (the replay viewer reads each game's states from them instead of walking again).
+    keep_walks: bool = False
+    walks: list[GameWalk[Any, Any]] = field(default_factory=list)  # games of every kind: see AnyGame
 
     @property
     def ok(self) -> bool:
@@ -171,7 +190,7 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
 public = with_names
 
 
-def same(a: Any, b: Any) -> bool:
+def same(a: object, b: object) -> bool:
     """Equal as JSON values: ``true`` is not ``1`` and ``1.0`` is not ``1`` (Python's ``==`` would
     say they are)."""
     return a == b and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
@@ -184,7 +203,7 @@ def body(rec: Record) -> dict[str, Any]:
 _ABSENT = object()
 
 
-def _differences(expected: Any, logged: Any, path: str = "") -> str:
+def _differences(expected: object, logged: object, path: str = "") -> str:
     """Where two values first differ, as ``field[i] is X, the rules give Y`` (up to 3 fields)."""
     if isinstance(expected, dict) and isinstance(logged, dict):
         parts = []
@@ -204,45 +223,98 @@ def _differences(expected: Any, logged: Any, path: str = "") -> str:
     return f"{path} is {_short(logged)}, the rules give {_short(expected)}"
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-# --------------------------------------------------------------------------------------- hints
-
-
-Hint = Callable[[Any, int, Sequence[Record], int], "list[Any] | None"]
-
-
 
 
 # --------------------------------------------------------------------------------------- one game
 
 
-@dataclass
-class _Hyp:
-    state: Any
+#: A game's ``secret_choice`` as the walk calls it (see ``Game.secret_choice``).
+Hint = Callable[[S, int, Sequence[PublicEvent], int], "list[A] | None"]
+
+
+@dataclass(frozen=True)
+class Hypothesis(Generic[S, A]):
+    """One consistent explanation of a game's events so far: the state the rules reached, the
+    relay's chance at that point, the timers it has armed, and how it got here (``parent``, the
+    ``action`` of ``player`` that produced the group of events ending at ``pos``). Following
+    ``parent`` from a final hypothesis reads the whole explanation back."""
+
+    state: S
     chance: SeededChance
-    armed: dict[str, tuple[int, Any]]  # timer name -> (deadline ns, action), as the relay keeps them
+    armed: Mapping[str, tuple[int, A]]  # timer name -> (deadline ns, action), as the relay keeps them
+    pos: int = 0  # events explained so far
+    parent: Hypothesis[S, A] | None = None
+    player: int | None = SYSTEM
+    action: A | None = None  # None for the game's start
+
+    def key(self) -> Hashable:
+        """Hypotheses with equal keys explain the future the same way: the walk keeps one of them."""
+        try:
+            k = (self.state, self.chance.position(), tuple(sorted((n, d) for n, (d, _) in self.armed.items())))
+            hash(k)
+            return k
+        except TypeError:  # an unhashable state: each hypothesis stands alone
+            return id(self)
 
 
-def _arm(rules: Any, state: Any, armed: dict[str, tuple[int, Any]], now: int) -> dict[str, tuple[int, Any]]:
+@dataclass(frozen=True)
+class WalkStep(Generic[S, A]):
+    """One action of a game's explanation: ``player``'s ``action`` (``SYSTEM``: a relay timer or
+    the relay's own move) made the logged ``events`` and led to ``state``."""
+
+    player: int | None
+    action: A
+    events: tuple[Record, ...]
+    state: S
+
+
+@dataclass(frozen=True)
+class GameWalk(Generic[S, A]):
+    """What the walk of one game found: the first false event (``finding``), or the hypotheses
+    that explain every event (several only if hidden choices were never told apart)."""
+
+    start: Record | None  # the game's game_started (None for a walk of bare events)
+    initial: S  # the state ``new_game`` made from the seed
+    events: tuple[Record, ...]
+    finals: tuple[Hypothesis[S, A], ...]
+    finding: Finding | None
+
+    @property
+    def ok(self) -> bool:
+        return self.finding is None and bool(self.finals)
+
+    def steps(self) -> Iterator[WalkStep[S, A]]:
+        """The actions of the first explanation, in order."""
+        chain: list[Hypothesis[S, A]] = []
+        h: Hypothesis[S, A] | None = self.finals[0] if self.finals else None
+        while h is not None and h.parent is not None:
+            chain.append(h)
+            h = h.parent
+        for h in reversed(chain):
+            assert h.parent is not None and h.action is not None  # only the start has neither
+            yield WalkStep(h.player, h.action, self.events[h.parent.pos:h.pos], h.state)
+
+    def states(self) -> list[S]:
+        """The initial state, then for each event the state after the action that made it (the
+        events of one action share that state). For a false walk: the initial state throughout."""
+        out = [self.initial]
+        for step in self.steps():
+            out.extend([step.state] * len(step.events))
+        return out + [out[-1]] * (len(self.events) + 1 - len(out))
+
+
+def arm(rules: Game[S, A], state: S, armed: Mapping[str, tuple[int, A]], now: int) -> dict[str, tuple[int, A]]:
+    """The relay's timers after a change: a timer keeps its first deadline while its name is
+    wanted, a new one is due ``delay_ns`` from ``now``, one no longer wanted is gone."""
     wanted = {t.name: t for t in rules.timers(state)}
     out = {n: v for n, v in armed.items() if n in wanted}
     for n, t in wanted.items():
         if n not in out:
             out[n] = (now + max(0, t.delay_ns), t.action)
     return out
-
-
-def _key(h: _Hyp) -> Any:
-    try:
-        k = (h.state, h.chance._state, tuple(sorted((n, d) for n, (d, _) in h.armed.items())))
-        hash(k)
-        return k
-    except TypeError:
-        return id(h)
 
 
 @dataclass
@@ -268,31 +340,33 @@ class _Miss:
         return [t for d, t in self.notes if d == best][:2]
 
 
-def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
-                start_ts: int, events: Sequence[Record], end: Record | None = None) -> tuple[list[Any], Finding | None]:
-    """Explain ``events`` (a game's events between ``game_started`` and ``game_result``, which is
-    ``end``) from the seed. Returns the final states that explain all of them (several only if
-    hidden choices were never told apart) or the first false event."""
+def walk_game(rules: Game[S, A], settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
+              start_ts: int, events: Sequence[Record], end: Record | None = None,
+              start: Record | None = None) -> GameWalk[S, A]:
+    """Explain ``events`` (a game's events between ``game_started`` -- ``start`` -- and
+    ``game_result``, which is ``end``) from the seed: the breadth-first walk of the module header.
+    The verifier judges a game by it, and the replay viewer reads the states of a true game from it."""
     chance = SeededChance(seed)
     state0 = rules.new_game(settings, seats, chance)
-    hyp0 = _Hyp(state0, chance, {} if rules.outcome(state0) is not None else _arm(rules, state0, {}, start_ts))
-    logged = [body(r) for r in events]
+    hyp0: Hypothesis[S, A] = Hypothesis(state0, chance, {} if rules.outcome(state0) is not None
+                                        else arm(rules, state0, {}, start_ts))
+    evs = tuple(events)
+    logged = [body(r) for r in evs]
     hint = rules.secret_choice
-    buckets: dict[int, dict[Any, _Hyp]] = {0: {_key(hyp0): hyp0}}
+    buckets: dict[int, dict[Hashable, Hypothesis[S, A]]] = {0: {hyp0.key(): hyp0}}
     miss = _Miss()
-    n = len(events)
+    n = len(evs)
     for pos in range(n):
         hyps = buckets.pop(pos, None)
         if not hyps:
             continue
         miss.note(pos, None)
-        rec = events[pos]
-        ts = rec.data.get("ts")
+        ts = evs[pos].data.get("ts")
         for hyp in hyps.values():
             if rules.outcome(hyp.state) is not None:
                 miss.note(pos, "by the rules the game was already over (a game_result was due)")
                 continue
-            for player, action, deadline, timer in _candidates(rules, hint, hyp, seats, events, pos):
+            for player, action, deadline, timer in _candidates(rules, hint, hyp, seats, evs, pos):
                 ch = hyp.chance.copy()
                 try:
                     done = rules.complete(hyp.state, player, action, ch)
@@ -301,7 +375,7 @@ def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int
                     continue
                 if not isinstance(result, Accepted) or not result.events:
                     continue
-                k = _match_group(result.events, names, logged, events, pos, miss)
+                k = _match_group(result.events, names, logged, evs, pos, miss)
                 if k == 0:
                     continue
                 if deadline is not None and type(ts) is int and ts < deadline:
@@ -309,36 +383,44 @@ def replay_game(game_name: str, rules: Any, settings: dict[str, Any], seats: int
                                    f"it is {deadline - ts} ns early", 0)
                     continue
                 armed = {nm: v for nm, v in hyp.armed.items() if nm != timer}  # a fired timer is gone
-                new = _Hyp(result.state, ch, armed)
-                if rules.outcome(new.state) is None:
-                    new.armed = _arm(rules, new.state, new.armed, ts if type(ts) is int else 0)
+                if rules.outcome(result.state) is None:
+                    armed = arm(rules, result.state, armed, ts if type(ts) is int else 0)
                 else:
-                    new.armed = {}
+                    armed = {}
+                new = Hypothesis(result.state, ch, armed, pos + k, hyp, player, done)
                 bucket = buckets.setdefault(pos + k, {})
                 if len(bucket) < FRONTIER_CAP:
-                    bucket.setdefault(_key(new), new)
+                    bucket.setdefault(new.key(), new)
     finals = buckets.get(n)
     if finals:
-        return [h.state for h in finals.values()], None
+        return GameWalk(start, state0, evs, tuple(finals.values()), None)
     if 0 <= miss.pos < n:
-        where = events[miss.pos]
+        where = evs[miss.pos]
     else:  # every explanation needs more events before the game's end
-        where = end if end is not None else events[-1]
+        where = end if end is not None else evs[-1]
     problem = "no action of any player and no timer of the relay produces this event here"
     if miss.notes:
         problem += " (nearest: " + " | or: ".join(miss.nearest()) + ")"
-    return [], Finding(where.line, where.seq, where.type, problem)
+    return GameWalk(start, state0, evs, (), Finding.at(where, problem))
 
 
-def _candidates(rules: Any, hint: Hint | None, hyp: _Hyp, seats: int, events: Sequence[Record],
-                pos: int) -> Iterable[tuple[int | None, Any, int | None, str | None]]:
+def replay_game(game_name: str, rules: Game[S, A], settings: dict[str, Any], seats: int, names: Sequence[str],
+                seed: int, start_ts: int, events: Sequence[Record],
+                end: Record | None = None) -> tuple[list[S], Finding | None]:
+    """``walk_game``'s final states (several only if hidden choices were never told apart) or the
+    first false event."""
+    walk = walk_game(rules, settings, seats, names, seed, start_ts, events, end)
+    return [h.state for h in walk.finals], walk.finding
+
+
+def _candidates(rules: Game[S, A], hint: Hint[S, A] | None, hyp: Hypothesis[S, A], seats: int,
+                events: Sequence[Record], pos: int) -> Iterator[tuple[int | None, A, int | None, str | None]]:
     for name, (deadline, action) in sorted(hyp.armed.items(), key=lambda kv: (kv[1][0], kv[0])):
         yield SYSTEM, action, deadline, name
     for seat in range(seats):
         proposed = hint(hyp.state, seat, events, pos) if hint is not None else None
         for action in (proposed if proposed is not None else rules.legal_actions(hyp.state, seat)):
             yield seat, action, None, None
-
 
 def _match_group(produced: Sequence[dict[str, Any]], names: Sequence[str], logged: list[dict[str, Any]],
                  events: Sequence[Record], pos: int, miss: _Miss) -> int:
@@ -376,7 +458,7 @@ class _False(Exception):
 
 
 def _fail(rec: Record, problem: str) -> _False:
-    return _False(Finding(rec.line, rec.seq, rec.type, problem))
+    return _False(Finding.at(rec, problem))
 
 
 def _envelope(recs: Sequence[Record]) -> Finding | None:
@@ -387,24 +469,24 @@ def _envelope(recs: Sequence[Record]) -> Finding | None:
             return Finding(rec.line, None, None, f"a damaged line: {rec.data['__bad__']}")
         want = i + 1
         if i == 0 and type(rec.seq) is int and rec.seq > 1:
-            return Finding(rec.line, rec.seq, rec.type, f"the match's log starts at seq {rec.seq}: its first "
+            return Finding.at(rec, f"the match's log starts at seq {rec.seq}: its first "
                                                         f"{rec.seq - 1} events are missing")
         if type(rec.seq) is not int or rec.seq != want:
             after = f"after seq {recs[i - 1].seq}" if i else "at the start"
             why = "an event is missing" if type(rec.seq) is int and rec.seq > want else "out of order or repeated"
-            return Finding(rec.line, rec.seq, rec.type, f"seq {rec.seq} {after}, expected {want} ({why})")
+            return Finding.at(rec, f"seq {rec.seq} {after}, expected {want} ({why})")
         ts = rec.data.get("ts")
         if type(ts) is not int:
-            return Finding(rec.line, rec.seq, rec.type, "no integer ts")
+            return Finding.at(rec, "no integer ts")
         if last_ts is not None and ts < last_ts:
-            return Finding(rec.line, rec.seq, rec.type, f"ts {ts} is earlier than the event before ({last_ts})")
+            return Finding.at(rec, f"ts {ts} is earlier than the event before ({last_ts})")
         last_ts = ts
         if type(rec.data.get("game")) is not int:
-            return Finding(rec.line, rec.seq, rec.type, "no integer game index")
+            return Finding.at(rec, "no integer game index")
     return None
 
 
-def _check_match(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) -> Finding | None:
+def _check_match(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Report) -> Finding | None:
     first_env = _envelope(recs)
     try:
         _walk(recs, lookup, report)
@@ -413,8 +495,7 @@ def _check_match(recs: Sequence[Record], lookup: Callable[[str], Any], report: R
         first_rule = exc.finding
     except Exception as exc:  # noqa: BLE001 - an engine that chokes on forged input: false, never a crash
         head = recs[0]
-        first_rule = Finding(head.line, head.seq, head.type,
-                             f"this match cannot be checked: {type(exc).__name__}: {exc}")
+        first_rule = Finding.at(head, f"this match cannot be checked: {type(exc).__name__}: {exc}")
     found = [f for f in (first_env, first_rule) if f is not None]
     return min(found, key=lambda f: f.line) if found else None  # min keeps the envelope's on a tie
 
@@ -463,7 +544,7 @@ def _abandoned(rec: Record, names: Sequence[str], away: dict[int, tuple[int, flo
                                              "wins": list(wins)}, names))
 
 
-def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) -> None:
+def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Report) -> None:
     head = recs[0]
     if head.type != "match_created":
         raise _fail(head, "a match's log starts with match_created")
@@ -476,7 +557,10 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
     if type(seats) is not int or not getattr(rules, "min_players", 1) <= seats <= getattr(rules, "max_players", 64):
         raise _fail(head, f"{seats!r} seats is not a number of players for {game_name}")
     try:
-        checked = rules.check_settings(dict(settings) if isinstance(settings, dict) else settings, seats)
+        # A value that is not a map goes to the game as it is: the game's own check refuses it in
+        # the game's words (and takes a missing one, None, for the defaults).
+        checked = rules.check_settings(dict(settings) if isinstance(settings, dict) else cast(dict[str, Any], settings),
+                                       seats)
     except (ValueError, TypeError) as exc:
         raise _fail(head, f"settings the game refuses: {exc}") from None
     if not same(plain(checked), settings):
@@ -592,12 +676,14 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
             if commitment(seed) != commit:
                 raise _fail(end, f"the revealed seed does not match the seed_commitment of game_started "
                                  f"(line {rec.line}): the shuffle and dice were not the ones committed to")
-            finals, finding = replay_game(str(game_name), rules, checked, seats, names, seed,
-                                          int(rec.data.get("ts") or 0), game_events, end)
-            if finding is not None:
-                raise _False(finding)
+            walk = walk_game(rules, checked, seats, names, seed, int(rec.data.get("ts") or 0), game_events, end,
+                             start=rec)
+            if walk.finding is not None:
+                raise _False(walk.finding)
             report.games += 1
-            outcomes = [o for o in (rules.outcome(s) for s in finals) if o is not None]
+            if report.keep_walks:
+                report.walks.append(walk)
+            outcomes = [o for o in (rules.outcome(h.state) for h in walk.finals) if o is not None]
             if not outcomes:
                 raise _fail(end, "game_result, but by the rules the game is not over")
             expected = []
@@ -668,10 +754,12 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], Any], report: Report) 
 # --------------------------------------------------------------------------------------- entry
 
 
-def verify(records: Sequence[Record], lookup: Callable[[str], Any] = game_for) -> Report:
+def verify(records: Sequence[Record], lookup: Callable[[str], AnyGame] = game_for,
+           keep_walks: bool = False) -> Report:
     """Check every match in ``records`` (see the module header). ``lookup`` finds a game's engine
-    by name (the registry by default; a test may pass its own)."""
-    report = Report()
+    by name (the registry by default; a test may pass its own). ``keep_walks``: keep each game's
+    ``GameWalk`` in ``Report.walks`` (every state of every game: memory a plain check does not need)."""
+    report = Report(keep_walks=keep_walks)
     matches: list[list[Record]] = []
     open_by_code: dict[str, list[Record]] = {}
     pending_bad: list[Record] = []

@@ -72,7 +72,7 @@ class RelayConfig:
     max_listed: int = 50  # waiting matches in the retained match list (it stays a few KiB)
     #: The games this relay offers, by name (default: the registry, ``protocol.rules.GAMES``). A test
     #: passes a variant here, e.g. BLINK dealing a fixed deck to force a race.
-    games: Mapping[str, Game[Any]] | None = None
+    games: Mapping[str, Game[Any, Any]] | None = None
     #: Scale-out (relay/cluster.py): how many shards the matches are spread over; 0 is the single
     #: relay (codes drawn freely, the one match list). With N >= 1 a shard's codes name the shard
     #: (relay/shards.py) and its match list is ``lobby/matches/{shard}``.
@@ -92,7 +92,7 @@ class Seat:
 class Match:
     code: str
     game: str  # the game's canonical name
-    rules: Game[Any]
+    rules: Game[Any, Any]
     settings: dict[str, Any]
     seats: int
     quick: bool

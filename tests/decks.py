@@ -10,7 +10,7 @@ from protocol.rules import GAMES, blink
 from protocol.rules.base import Chance, Game
 
 
-def fixed_deck(order: Sequence[str]) -> Game[blink.State]:
+def fixed_deck(order: Sequence[str]) -> Game[blink.State, blink.Action]:
     """BLINK that deals ``order`` (card names, top of player 0's pile first) in every game."""
 
     def new_game(settings: dict[str, Any], players: int, chance: Chance) -> blink.State:
@@ -22,7 +22,7 @@ def fixed_deck(order: Sequence[str]) -> Game[blink.State]:
     return dataclasses.replace(blink.GAME, new_game=new_game)
 
 
-def fixed_deck_games(decks: Sequence[Sequence[str]]) -> dict[str, Game[Any]]:
+def fixed_deck_games(decks: Sequence[Sequence[str]]) -> dict[str, Game[Any, Any]]:
     """The registry's games, with BLINK dealing the (one) given deck order: for ``RelayConfig.games``."""
     if len(decks) != 1:
         raise ValueError("one deck order: every game of a match deals it")

@@ -1,7 +1,7 @@
 """The codec's generated per-class decoders accept and refuse exactly what the general one does.
 
 ``protocol.codec`` compiles a decoder per message class (the field loop unrolled, the common type
-tests inlined) for speed; ``_from_dict_planned`` is the general form it was unrolled from. For
+tests inlined) for speed; ``from_dict_general`` is the general form it was unrolled from. For
 every registered class, maps with random field values (right and wrong types, missing fields,
 unknown keys) must give the same message or the same error, word for word.
 """
@@ -15,7 +15,7 @@ import pytest
 
 import protocol.messages  # noqa: F401 - registers the messages
 import protocol.rules  # noqa: F401 - registers every game's actions
-from protocol.codec import _REGISTRY, DecodeError, _from_dict_planned, decode, encode, from_dict
+from protocol.codec import DecodeError, decode, encode, from_dict, from_dict_general, registry
 
 VALUES = [None, 0, 1, -5, 2**40, True, False, 1.5, "", "x", b"b", [], [1, "a"], (1,), {}, {"a": 1}, {1: 2}]
 
@@ -29,9 +29,9 @@ def _outcome(fn, obj):  # type: ignore[no-untyped-def]
 
 def test_compiled_decoders_agree_with_the_general_one() -> None:
     rnd = random.Random(7)
-    assert len(_REGISTRY) > 20
+    assert len(registry()) > 20
     accepted = 0
-    for tag, cls in _REGISTRY.items():
+    for tag, cls in registry().items():
         names = [f.name for f in dataclasses.fields(cls)]
         for _ in range(400):
             obj = {"t": tag, "v": 1}
@@ -40,7 +40,7 @@ def test_compiled_decoders_agree_with_the_general_one() -> None:
                     obj[name] = rnd.choice(VALUES)
             if rnd.random() < 0.1:
                 obj[rnd.choice(["zz", "t2", "data"])] = 1
-            general = _outcome(lambda o: _from_dict_planned(cls, o), obj)
+            general = _outcome(lambda o: from_dict_general(cls, o), obj)
             assert _outcome(from_dict, obj) == general, (tag, obj)
             accepted += general[0] == "ok"
     assert accepted > 100  # the random maps do reach the accepting path

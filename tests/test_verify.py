@@ -152,6 +152,35 @@ def test_true_logs_of_every_game_verify(game: str, logs: dict[str, Played], tmp_
 
 
 @pytest.mark.parametrize("game", list(FAST))
+def test_the_walk_of_a_true_game_reads_back_as_steps_and_states(game: str, logs: dict[str, Played]) -> None:
+    from protocol.rules import game_for
+
+    records = parse_log(logs[game].public)
+    report = verify(records, keep_walks=True)
+    assert report.ok and len(report.walks) == report.games >= 1
+    assert verify(records).walks == []  # kept only when asked for
+    rules = game_for(game)
+    results = [r for r in records if r.type == "game_result"]
+    for walk, result in zip(report.walks, results):
+        assert walk.ok and walk.start is not None and walk.start.type == "game_started"
+        steps = list(walk.steps())
+        # the steps' events are the game's events, in order, each exactly once
+        assert [e for s in steps for e in s.events] == list(walk.events)
+        assert all(s.events for s in steps)
+        states = walk.states()
+        assert len(states) == len(walk.events) + 1 and states[0] == walk.initial
+        assert states[-1] == steps[-1].state == walk.finals[0].state
+        outcome = rules.outcome(states[-1])
+        assert outcome is not None and outcome.reason == result.data["reason"]
+        # each step's state is what the rules make of the state before it and the step's action
+        before = walk.initial
+        for s in steps:
+            produced = rules.apply(before, s.player, s.action)
+            assert isinstance(produced, Accepted) and produced.state == s.state
+            before = s.state
+
+
+@pytest.mark.parametrize("game", list(FAST))
 def test_the_relays_own_log_verifies_too(game: str, logs: dict[str, Played]) -> None:
     relay = logs[game].relay
     assert any('"kind": "applied"' in x for x in relay)
@@ -510,7 +539,7 @@ class Toy:
     def legal_actions(self, state: ToyState, player: int) -> list[Any]:
         return [ToyRoll()] if state.winner is None and state.values[player] is None else []
 
-    def timers(self, state: ToyState) -> tuple[Timer, ...]:
+    def timers(self, state: ToyState) -> tuple[Timer[Any], ...]:
         if state.winner is not None:
             return ()
         return (Timer(f"nudge-{state.round}-{state.values.count(None)}", NS, ToyNudge(state.round)),)
@@ -536,7 +565,7 @@ class Toy:
         return to_dict(action)
 
 
-def toy_game() -> Game[ToyState]:
+def toy_game() -> Game[ToyState, Any]:
     """The toy as the relay's registry holds games: a typed ``Game`` made of its methods."""
     t = Toy()
 

@@ -97,9 +97,12 @@ def test_bot_levels() -> None:
 
 
 def test_reason_texts() -> None:
-    assert reason_text("pile_changed") == "too slow — pile changed"
-    assert reason_text("no_match") == "doesn't match"
-    assert reason_text("some_new_code") == "some new code"
+    # a game's codes in the game's words, the relay's own in the window's, any other as its words
+    assert reason_text("pile_changed", blink.GAME) == "too slow — pile changed"
+    assert reason_text("no_match", blink.GAME) == "doesn't match"
+    assert reason_text("no_such_match", blink.GAME) == "that match is gone"
+    assert reason_text("malformed") == "the relay could not read that"
+    assert reason_text("some_new_code", blink.GAME) == "some new code"
 
 
 @pytest.mark.parametrize("size", [(640, 420), (1100, 720), (1920, 1080), (800, 1000), (2560, 700)])

@@ -84,11 +84,11 @@ def from_wire(data: dict[str, Any]) -> State:
         raise ValueError(f"malformed toy state: {exc!r}") from exc
 
 
-def no_timers(state: State) -> tuple[Timer, ...]:
+def no_timers(state: State) -> tuple[Timer[Take], ...]:
     return ()
 
 
-TOY: Game[State] = Game(
+TOY: Game[State, Take] = Game(
     name="toy",
     title="Toy Pile",
     min_players=2,

@@ -3,36 +3,34 @@
 How this works
 --------------
 The relay answers a rejected play with a reason *code* (``pile_changed``, ``no_match``, ...);
-``reason_text`` turns it into the few words a racing player can read at a glance. Codes this
-table does not know are shown as their words, so a new relay code is never a blank.
+``reason_text`` turns it into the few words a racing player can read at a glance. A game's own
+codes are labelled by the game (``Game.code_label``); this table holds only the codes of the relay
+and of the client themselves. Codes no one labels are shown as their words, so a new code is never
+a blank.
 """
 
 from __future__ import annotations
 
+from protocol.rules import AnyGame
+from protocol.rules.base import COMMON_CODE_LABELS
+
+#: The relay's and the client's own codes (a game's are the game's, see above).
 REASONS: dict[str, str] = {
-    "pile_changed": "too slow — pile changed",
-    "no_match": "doesn't match",
-    "not_running": "wait for the start",
-    "stalemate": "paused — stalemate",
-    "game_over": "the game is over",
-    "not_in_hand": "that card is not in your hand",
-    "bad_pile": "no such pile",
     "bad_seq": "out of step — resyncing",
-    "malformed": "the relay could not read that",
-    "not_a_player": "you are not playing in this match",
     "no_such_match": "that match is gone",
-    "already_picked": "you already chose a card",
-    "not_stalemate": "no stalemate to choose for",
     "no_match_joined": "not in a match",
     "no_game": "no game running",
-    "auto_refill": "hands refill by themselves",
-    "hand_full": "your hand is full",
-    "draw_empty": "your draw pile is empty",
 }
 
 
-def reason_text(code: str) -> str:
-    return REASONS.get(code, code.replace("_", " "))
+def label(code: str, game: AnyGame | None = None) -> str | None:
+    """The label of ``code``: the game's, else the relay's or the client's; None if no one has one."""
+    found = game.code_label(code) if game is not None else None
+    return found or REASONS.get(code) or COMMON_CODE_LABELS.get(code)
+
+
+def reason_text(code: str, game: AnyGame | None = None) -> str:
+    return label(code, game) or code.replace("_", " ")
 
 
 KEY_HINTS = "1 2 3  choose a card     ← →  or  A D  play it on a pile     mouse: click card then pile, or drag     Esc  menu"

@@ -9,8 +9,11 @@ from protocol.rules import blink, roll_your_own, sequence, takeaway
 from protocol.rules.base import Game
 
 #: Every game by its canonical name (as shown to users). Consumers ask the registry; none compares
-#: a game's name.
-GAMES: dict[str, Game[Any]] = {
+#: a game's name. The one place where games of different state and action types sit side by side,
+#: so their types are erased here (``Game[Any, Any]``): a caller holds one game's state and actions
+#: only as that game gave them, and hands them back to the same game.
+AnyGame = Game[Any, Any]
+GAMES: dict[str, AnyGame] = {
     "blink": blink.GAME,
     "takeaway": takeaway.GAME,
     "sequence": sequence.GAME,
@@ -26,7 +29,7 @@ def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def game_for(name: str, games: Mapping[str, Game[Any]] | None = None) -> Game[Any]:
+def game_for(name: str, games: Mapping[str, AnyGame] | None = None) -> AnyGame:
     """The game called ``name`` (or an alias) in ``games`` (default: the registry); raises ValueError
     for an unknown game."""
     games = GAMES if games is None else games
@@ -36,7 +39,7 @@ def game_for(name: str, games: Mapping[str, Game[Any]] | None = None) -> Game[An
     return game
 
 
-def register(game: Game[Any]) -> Game[Any] | None:
+def register(game: AnyGame) -> AnyGame | None:
     """Add (or replace) a game in the registry, for plug-ins and tests; returns the game it
     replaced, if any, so a test can put it back (or ``unregister`` a new one)."""
     old = GAMES.get(game.name)

@@ -3,8 +3,9 @@
 How this works
 --------------
 A game is a module (``protocol.rules.blink``, ``.takeaway``, ``.sequence``, ``.roll_your_own``)
-ending in one typed ``GAME = Game(...)`` (below): its facts (name, title, player counts, whether it
-is a race) and its functions. The registry (``protocol.rules.GAMES``, ``game_for(name)``) maps names
+ending in one typed ``GAME: Game[State, Action] = Game(...)`` (below): its facts (name, title,
+player counts, whether it is a race) and its functions, typed in the game's own state and action
+union, so a checker holds ``apply(state, player, action)`` to the game's actions. The registry (``protocol.rules.GAMES``, ``game_for(name)``) maps names
 to these objects; the relay, the bots, the match runner and the window ask the ``Game`` and never
 compare a game's name. The functions:
 
@@ -34,21 +35,47 @@ compare a game's name. The functions:
 
 Events are plain maps ``{"type": "card_played", ...}``; they are public by construction: an engine
 never puts a hidden card into an event.
+
+Named values are ``Literal`` types owned by each game (its ``Phase``, its outcome ``Reason``, its
+rejection ``Code``, combined with the ``CommonCode`` every engine may give), with the wire strings
+as their values; the relay's match reasons (``MatchReason``) live here. Each game labels its reasons
+and codes for people (``reason_labels``, ``code_labels``: the window shows them), so a fifth game
+brings its own words and no table elsewhere needs to know it. Values read from the wire are
+``object`` until checked (``one_of``, ``wire_int``, ``wire_list``, ``wire_ints``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generic, Literal, Mapping, Protocol, Sequence, TypeVar
 
 from protocol.codec import DecodeError, fast_init, from_dict
 
-S = TypeVar("S")
+S = TypeVar("S")  # a game's state
+A = TypeVar("A")  # a game's action (the union of its action classes)
+T = TypeVar("T")
 
 #: The ``player`` argument for actions the relay takes itself.
 SYSTEM = None
 
+#: An event as an engine makes it: ``{"type": ..., field: plain value, ...}``. The values are
+#: whatever each event carries (seats, cards as text, lists of dice), read back by ``apply_event``.
 EventData = dict[str, Any]
+
+#: The rejection codes every engine may give, whatever the game: the seat is not in the game, the
+#: action is the relay's own or no action of this game, its fields cannot be read, the game is over,
+#: it is not now (phase) or not this seat's turn.
+CommonCode = Literal["not_a_player", "not_allowed", "unknown_action", "malformed", "game_over", "wrong_phase",
+                     "not_your_turn"]
+#: Labels for the common codes, in the few words a player reads at a glance.
+#: (``not_allowed`` and ``unknown_action`` have none: their detail says what is not allowed.)
+COMMON_CODE_LABELS: Mapping[str, str] = {
+    "not_a_player": "you are not playing in this match",
+    "malformed": "the relay could not read that",
+    "game_over": "the game is over",
+    "wrong_phase": "not now",
+    "not_your_turn": "it is not your turn",
+}
 
 
 class Chance(Protocol):
@@ -72,7 +99,15 @@ class FixedChance:
         return v
 
 
-def shuffled(items: tuple[Any, ...] | list[Any], chance: Chance) -> tuple[Any, ...]:
+#: Why the relay ends a match (``match_over``'s reason), whatever the game: a player won enough
+#: games, the cap on games was reached, a player left, or a dropped player's grace ran out.
+MatchReason = Literal["won", "game_limit", "forfeit", "abandoned"]
+MATCH_REASON_LABELS: Mapping[str, str] = {
+    "won": "match won", "game_limit": "game limit", "forfeit": "forfeit", "abandoned": "abandoned",
+}
+
+
+def shuffled(items: tuple[T, ...] | list[T], chance: Chance) -> tuple[T, ...]:
     """Fisher-Yates with the given chance: the same chance values give the same order."""
     out = list(items)
     for i in range(len(out) - 1, 0, -1):
@@ -85,19 +120,58 @@ def roll_die(chance: Chance, sides: int = 6) -> int:
     return chance.randbelow(sides) + 1
 
 
-def settings_map(data: Any, known: Any, game: str) -> dict[str, Any]:
+def settings_map(data: object, known: type, game: str) -> dict[str, Any]:
     """The first checks of every game's settings: a map (or nothing), with no key the game's
     ``Settings`` dataclass (``known``) does not have. Returns a copy to read values from."""
     if data is not None and not isinstance(data, dict):
         raise ValueError(f"{game} settings must be a map")
     data = dict(data or {})
-    unknown = set(data) - set(known.__dataclass_fields__)
+    unknown = set(data) - set(getattr(known, "__dataclass_fields__"))
     if unknown:
         raise ValueError(f"unknown {game} settings: {', '.join(sorted(map(str, unknown)))}")
     return data
 
 
-def decode_action(data: dict[str, Any], allowed: tuple[type, ...], game: str) -> Any:
+K = TypeVar("K", bound=str)
+
+
+def one_of(value: object, choices: tuple[K, ...], what: str) -> K:
+    """``value`` as the one of ``choices`` it equals (a wire string read back as a game's
+    ``Literal``); ValueError for anything else."""
+    for choice in choices:
+        if value == choice and type(value) is str:
+            return choice
+    raise ValueError(f"unknown {what} {value!r}")
+
+
+def labels(table: Mapping[K, str]) -> Mapping[str, str]:
+    """A game's table of labels (keyed by its own ``Literal`` reasons or codes) as ``Game`` holds it."""
+    return {str(k): v for k, v in table.items()}
+
+
+def wire_int(value: object, what: str) -> int:
+    """A wire value that must be an integer (a bool is not one); ValueError otherwise."""
+    if type(value) is not int:
+        raise ValueError(f"{what} is not an integer: {value!r}")
+    return value
+
+
+def wire_list(value: object, what: str) -> list[object]:
+    """A wire value that must be a list (a tuple, made in-process, is one too); ValueError otherwise."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{what} is not a list: {value!r}")
+    return list(value)
+
+
+def wire_ints(value: object, what: str, length: int | None = None) -> tuple[int, ...]:
+    """A wire list of integers (of ``length`` of them, if given); ValueError otherwise."""
+    items = wire_list(value, what)
+    if (length is not None and len(items) != length) or not all(type(x) is int for x in items):
+        raise ValueError(f"{what} is not a list of {length or 'some'} integers: {value!r}")
+    return tuple(x for x in items if type(x) is int)
+
+
+def decode_action(data: dict[str, Any], allowed: tuple[type, ...], game: str) -> object:
     """A game action from its nested wire map; ValueError (the relay answers ``malformed``) for
     anything that is not one of ``allowed`` -- a player can never send the relay's own actions."""
     try:
@@ -133,10 +207,10 @@ class Outcome:
 
 @fast_init  # built on every play: see protocol.codec.fast_init
 @dataclass(frozen=True)
-class Timer:
+class Timer(Generic[A]):
     name: str
     delay_ns: int
-    action: Any  # applied with player=SYSTEM when the timer fires, if the state still asks for it
+    action: A  # applied with player=SYSTEM when the timer fires, if the state still asks for it
 
 
 #: What makes two plays race each other in fair ordering (e.g. BLINK's ``(pile, top card seen)``).
@@ -145,13 +219,13 @@ RaceKey = tuple[int | str, ...]
 
 
 @dataclass(frozen=True)
-class RaceRule(Generic[S]):
+class RaceRule(Generic[S, A]):
     """A realtime game's rule for fair ordering (see relay/fair.py): which plays race each other,
     and who could still join a race. A game without one is judged in arrival order."""
 
     #: The race a player's action enters, from the state the player saw when sending it (``None``
     #: when the relay no longer remembers that state); ``None`` for an action that races no one.
-    key: Callable[[S | None, Any], RaceKey | None]
+    key: Callable[[S | None, A], RaceKey | None]
     #: Could ``seat`` still send a play for race ``key``, as far as the state as it is now says?
     could_race: Callable[[S | None, int, RaceKey], bool]
 
@@ -177,10 +251,11 @@ def one_game(settings: dict[str, Any]) -> int:
 
 
 @dataclass(frozen=True, eq=False)
-class Game(Generic[S]):
+class Game(Generic[S, A]):
     """Everything the relay, the bots, the match runner and the window need to know about one game,
-    with ``S`` its state type. Each engine module ends with one ``GAME = Game(...)``; the registry in
-    ``protocol/rules/__init__.py`` finds it by name. Compared by identity (``eq=False``)."""
+    with ``S`` its state type and ``A`` its action type (the union of its action classes, the
+    relay's own included). Each engine module ends with one ``GAME: Game[State, Action] = Game(...)``;
+    the registry in ``protocol/rules/__init__.py`` finds it by name. Compared by identity (``eq=False``)."""
 
     name: str  # canonical, as on the wire and the command line
     title: str  # for people: "BLINK", "Takeaway Dice"
@@ -190,24 +265,24 @@ class Game(Generic[S]):
     #: The settings as a checked wire map; raises ValueError (or TypeError) for a bad map or player count.
     check_settings: Callable[[dict[str, Any], int], dict[str, Any]]
     new_game: Callable[[dict[str, Any], int, Chance], S]
-    apply: Callable[[S, int | None, Any], Accepted[S] | Rejected]
-    complete: Callable[[S, int | None, Any, Chance], Any]
+    apply: Callable[[S, int | None, A], Accepted[S] | Rejected]
+    complete: Callable[[S, int | None, A, Chance], A]
     view: Callable[[S, int | None], S]
-    legal_actions: Callable[[S, int], Sequence[Any]]
+    legal_actions: Callable[[S, int], Sequence[A]]
     outcome: Callable[[S], Outcome | None]
-    timers: Callable[[S], tuple[Timer, ...]]
+    timers: Callable[[S], tuple[Timer[A], ...]]
     to_wire: Callable[[S], dict[str, Any]]
     from_wire: Callable[[dict[str, Any]], S]
-    action_from_wire: Callable[[dict[str, Any]], Any]
-    action_to_wire: Callable[[Any], dict[str, Any]]
+    action_from_wire: Callable[[dict[str, Any]], A]
+    action_to_wire: Callable[[A], dict[str, Any]]
     #: The bots' policy: an action for ``seat`` in (its view of) the state, or None to wait.
-    bot_action: Callable[[S, int, Chance], Any | None]
+    bot_action: Callable[[S, int, Chance], A | None]
     #: Games in a match (the relay plays a best-of-N); the dice games play one.
     best_of: Callable[[dict[str, Any]], int] = one_game
     #: The rejection code for an action that was legal in the state its player saw but lost to a change.
     stale_code: str = "stale"
     realtime: bool = False  # players act at the same time (a race), not in turns
-    race: RaceRule[S] | None = None  # fair ordering's rule; None: arrival order only
+    race: RaceRule[S, A] | None = None  # fair ordering's rule; None: arrival order only
     invariant_ok: Callable[[S], bool] | None = None  # a whole-state check for property tests
     summarise_games: GamesSummary | None = None  # the match runner's per-game entries, if the game has its own
     #: Settings that make a match short (quick tests and measurements); merged over the defaults.
@@ -229,10 +304,27 @@ class Game(Generic[S]):
     #: ``secret_choice(state, seat, events, pos) -> actions | None``: for a log checker, the actions
     #: a seat's secret choice can have been, read from the reveal among the public ``events`` after
     #: ``pos`` (None: try ``legal_actions``) -- a choice too large to enumerate (a Roll Your Own die).
-    secret_choice: Callable[[S, int, Sequence[PublicEvent], int], list[Any] | None] | None = None
+    secret_choice: Callable[[S, int, Sequence[PublicEvent], int], list[A] | None] | None = None
     #: ``private_complete(view, seat) -> bool``: does the view hold all ``seat`` may know (no card of
     #: its own hand unknown)? False after the events means a private update was lost: resync.
     private_complete: Callable[[S, int], bool] | None = None
+    #: Human labels of the game's outcome reasons (``Outcome.reason``: ``"out_of_cards"``, ...) and
+    #: of its rejection codes (the common ones are in ``COMMON_CODE_LABELS``); the window shows them.
+    reason_labels: Mapping[str, str] = field(default_factory=dict)
+    code_labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def all_reason_labels(self) -> Mapping[str, str]:
+        """The labels of this game's outcome reasons and of the relay's match reasons."""
+        return {**MATCH_REASON_LABELS, **self.reason_labels}
+
+    def reason_label(self, reason: str) -> str:
+        """An outcome (or match) reason in words; one without a label is shown as its words."""
+        return self.all_reason_labels.get(reason) or reason.replace("_", " ")
+
+    def code_label(self, code: str) -> str | None:
+        """A rejection code of this game (or a common one) in words; None for a code it does not know."""
+        return self.code_labels.get(code) or COMMON_CODE_LABELS.get(code)
 
     @property
     def sends_less(self) -> bool:

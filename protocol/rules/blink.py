@@ -27,10 +27,15 @@ each against the state as it is then.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, get_args, Literal, Mapping, TypeVar
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
+    CommonCode,
+    wire_int,
+    wire_list,
+    labels,
+    one_of,
     SYSTEM,
     Accepted,
     Chance,
@@ -48,9 +53,41 @@ from protocol.rules.base import (
 
 NAME = "blink"
 NS = 1_000_000_000
+T = TypeVar("T")
 #: The largest custom deck (the standard one has 60 cards): a game's cost grows with its deck, and
 #: settings are checked, and refused, before a deck is ever built.
 MAX_DECK_CARDS = 240
+
+#: A race counts down, runs, stalls (a stalemate pause), has both players pick a card, and ends.
+Phase = Literal["countdown", "running", "stalled", "picking", "over"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+#: How a stalemate is resolved: turn the draw piles over onto the centre, or each player picks a card.
+Resolution = Literal["", "flip", "pick"]
+RESOLUTIONS: tuple[Resolution, ...] = get_args(Resolution)
+#: Why a game of this kind ends (``Outcome.reason``, as on the wire).
+Reason = Literal["out_of_cards", "tie"]
+#: The rejection codes of this game (besides the common ones of every game).
+Code = Literal[
+    "pile_changed", "no_match", "not_running", "stalemate", "not_in_hand", "bad_pile", "already_picked",
+    "not_stalemate", "auto_refill", "hand_full", "draw_empty", "not_countdown", "not_stalled", "not_picking"
+]
+RejectCode = CommonCode | Code
+#: In a few words, for the window.
+REASON_LABELS: dict[Reason, str] = {"out_of_cards": "out of cards", "tie": "tie"}
+#: The codes left out are the relay's own moves, or say best what went wrong in their detail.
+CODE_LABELS: dict[Code, str] = {
+    "pile_changed": "too slow — pile changed", "no_match": "doesn't match", "not_running": "wait for the start",
+    "stalemate": "paused — stalemate", "not_in_hand": "that card is not in your hand", "bad_pile": "no such pile",
+    "already_picked": "you already chose a card", "not_stalemate": "no stalemate to choose for",
+    "auto_refill": "hands refill by themselves", "hand_full": "your hand is full",
+    "draw_empty": "your draw pile is empty"
+}
+
+
+def _no(code: RejectCode, detail: str) -> Rejected:
+    """A rejection with one of this game's codes (the type checker holds the code to them)."""
+    return Rejected(code, detail)
+
 
 # --- cards ---------------------------------------------------------------------------------------
 
@@ -95,7 +132,7 @@ class Deck:
         return {"colours": list(self.colours), "shapes": list(self.shapes), "counts": list(self.counts)}
 
     @classmethod
-    def from_wire(cls, data: Any) -> Deck:
+    def from_wire(cls, data: object) -> Deck:
         if not isinstance(data, dict):
             raise ValueError("deck must be a map of colours, shapes and counts")
         # Bounded before anything is converted or built: a description a few bytes long could
@@ -138,7 +175,7 @@ class Card:
     shape: str
 
     @classmethod
-    def parse(cls, text: str, deck: Deck = STANDARD_DECK) -> Card:
+    def parse(cls, text: object, deck: Deck = STANDARD_DECK) -> Card:
         """``"4-yellow-star"`` -> Card(4, "yellow", "star"); anything else raises ValueError."""
         if not isinstance(text, str):
             raise ValueError(f"a card is written count-colour-shape, not {type(text).__name__}")
@@ -169,8 +206,8 @@ class Card:
         # hands are compared card by card on every play. (The generated hash stays: same fields.)
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self is other or (self.count == other.count and self.colour == other.colour  # type: ignore[attr-defined]
-                                 and self.shape == other.shape)  # type: ignore[attr-defined]
+        return self is other or (self.count == other.count and self.colour == other.colour
+                                 and self.shape == other.shape)
 
 
 def standard_deck() -> tuple[Card, ...]:
@@ -260,8 +297,8 @@ class State:
     draw: tuple[Hand, Hand]  # index 0 is the top of the draw pile
     hands: tuple[Hand, Hand]
     piles: tuple[Hand, Hand]  # the last card is the top
-    phase: str = "countdown"  # countdown | running | stalled | picking | over
-    resolution: str = ""  # while stalled: "flip" or "pick"
+    phase: Phase = "countdown"
+    resolution: Resolution = ""  # while stalled: how the stalemate is to be resolved
     picked: tuple[bool, bool] = (False, False)
     picks: tuple[Card | None, Card | None] = (None, None)  # chosen cards, hidden until both are placed
     winner: int | None = None
@@ -271,7 +308,7 @@ class State:
     def top(self, pile: int) -> Card | None:
         return self.piles[pile][-1] if self.piles[pile] else None
 
-    def counts(self) -> dict[str, Any]:
+    def counts(self) -> dict[str, list[int]]:
         return {
             "hand": [len(h) for h in self.hands],
             "draw": [len(d) for d in self.draw],
@@ -326,7 +363,9 @@ Action = PlayCard | DrawCard | PickCard | StartRace | ResolveStalemate | PickTim
 
 
 def action_from_wire(data: dict[str, Any]) -> Action:
-    return decode_action(data, PLAYER_ACTIONS, "BLINK")  # type: ignore[no-any-return]
+    action = decode_action(data, PLAYER_ACTIONS, "BLINK")
+    assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
+    return action
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:
@@ -352,17 +391,18 @@ def deal(s: Settings, deck: tuple[Card, ...]) -> State:
     """Set up from a known deck order (the first half is player 0's draw pile, top first)."""
     half = len(deck) // 2
     piles_src = (deck[:half], deck[half : 2 * half])
-    centre = tuple((src[0],) for src in piles_src)
-    hands = tuple(src[1 : 1 + s.hand_size] for src in piles_src)
-    draw = tuple(src[1 + s.hand_size :] for src in piles_src)
+    a, b = piles_src
+    centre: tuple[Hand, Hand] = ((a[0],), (b[0],))
+    hands: tuple[Hand, Hand] = (a[1 : 1 + s.hand_size], b[1 : 1 + s.hand_size])
+    draw: tuple[Hand, Hand] = (a[1 + s.hand_size :], b[1 + s.hand_size :])
     # An odd deck leaves one card out of the game; the standard deck is even.
-    return State(settings=s, draw=draw, hands=hands, piles=centre)  # type: ignore[arg-type]
+    return State(settings=s, draw=draw, hands=hands, piles=centre)
 
 
 # --- the rules -------------------------------------------------------------------------------------
 
 
-def _evolve(state: State, **changes: Any) -> State:
+def _evolve(state: State, **changes: object) -> State:
     """``dataclasses.replace`` for a ``State`` without its cost (a field walk and a frozen
     ``__init__`` per call, about 5 us; the engine makes one or two per play): a ``State`` has no
     ``__post_init__`` and no init-only fields, so copying its attribute map and overriding the
@@ -374,7 +414,7 @@ def _evolve(state: State, **changes: Any) -> State:
     return new
 
 
-def _set(t: tuple[Any, Any], i: int, v: Any) -> tuple[Any, Any]:
+def _set(t: tuple[T, T], i: int, v: T) -> tuple[T, T]:
     return (v, t[1]) if i == 0 else (t[0], v)
 
 
@@ -456,12 +496,12 @@ def _after_change(state: State, events: list[EventData]) -> State:
     return _evolve(state, phase="stalled", resolution=resolution, stalemates=n)
 
 
-def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+def apply(state: State, player: int | None, action: Action) -> Accepted[State] | Rejected:
     """Apply one action; a rejection leaves ``state`` untouched (it is immutable anyway)."""
     if player is SYSTEM:
         return _apply_system(state, action)
     if player not in (0, 1):
-        return Rejected("not_a_player", f"no seat {player!r} in BLINK")
+        return _no("not_a_player", f"no seat {player!r} in BLINK")
     if isinstance(action, PlayCard):
         return _play(state, player, action)
     if isinstance(action, DrawCard):
@@ -469,25 +509,25 @@ def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Re
     if isinstance(action, PickCard):
         return _pick(state, player, action)
     if isinstance(action, SYSTEM_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
-    return Rejected("unknown_action", f"{type(action).__name__} is not a BLINK action")
+        return _no("not_allowed", f"{type(action).__name__} is the relay's to make")
+    return _no("unknown_action", f"{type(action).__name__} is not a BLINK action")
 
 
 def _parse_card(state: State, text: str) -> Card | Rejected:
     try:
         return Card.parse(text, state.settings.deck)
     except ValueError as exc:
-        return Rejected("malformed", str(exc))
+        return _no("malformed", str(exc))
 
 
 def _phase_rejection(state: State) -> Rejected:
     if state.phase == "countdown":
-        return Rejected("not_running", "the race has not started yet")
+        return _no("not_running", "the race has not started yet")
     if state.phase == "stalled":
-        return Rejected("stalemate", "play is paused for a stalemate")
+        return _no("stalemate", "play is paused for a stalemate")
     if state.phase == "picking":
-        return Rejected("stalemate", "choose a card for your own pile (stalemate)")
-    return Rejected("game_over", "the game is over")
+        return _no("stalemate", "choose a card for your own pile (stalemate)")
+    return _no("game_over", "the game is over")
 
 
 def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Rejected:
@@ -505,7 +545,7 @@ def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Reje
         card = parsed
     pile = action.pile
     if type(pile) is not int or pile not in (0, 1):
-        return Rejected("bad_pile", f"pile must be 0 or 1, not {pile!r}")
+        return _no("bad_pile", f"pile must be 0 or 1, not {pile!r}")
     own = state.hands[player]
     hand = _remove(own, card)
     if hand is None:
@@ -514,11 +554,11 @@ def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Reje
             idx = own.index(None)
             hand = own[:idx] + own[idx + 1 :]
         else:
-            return Rejected("not_in_hand", f"{card} is not in your hand")
+            return _no("not_in_hand", f"{card} is not in your hand")
     on = state.piles[pile]
     top = on[-1] if on else None
     if top is not None and not cards_match(card, top):
-        return Rejected("no_match", f"{card} does not match {top}")
+        return _no("no_match", f"{card} does not match {top}")
     events: list[EventData] = [{"type": "card_played", "player": player, "card": str(card), "pile": pile}]
     settings = state.settings
     draw = state.draw
@@ -537,13 +577,13 @@ def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Reje
 
 def _draw(state: State, player: int) -> Accepted[State] | Rejected:
     if state.settings.auto_refill:
-        return Rejected("auto_refill", "hands are refilled automatically in this match")
+        return _no("auto_refill", "hands are refilled automatically in this match")
     if state.phase != "running":
         return _phase_rejection(state)
     if len(state.hands[player]) >= state.settings.hand_size:
-        return Rejected("hand_full", f"your hand already holds {state.settings.hand_size} cards")
+        return _no("hand_full", f"your hand already holds {state.settings.hand_size} cards")
     if not state.draw[player]:
-        return Rejected("draw_empty", "your draw pile is empty")
+        return _no("draw_empty", "your draw pile is empty")
     card = state.draw[player][0]
     state = _evolve(state, hands=_set(state.hands, player, state.hands[player] + (card,)),
                     draw=_set(state.draw, player, state.draw[player][1:]))
@@ -556,15 +596,15 @@ def _draw(state: State, player: int) -> Accepted[State] | Rejected:
 def _pick(state: State, player: int, action: PickCard) -> Accepted[State] | Rejected:
     if state.phase != "picking":
         if state.phase == "running":
-            return Rejected("not_stalemate", "choosing a card is only for a stalemate")
+            return _no("not_stalemate", "choosing a card is only for a stalemate")
         return _phase_rejection(state)
     if state.picked[player]:
-        return Rejected("already_picked", "you have already chosen your card")
+        return _no("already_picked", "you have already chosen your card")
     card = _parse_card(state, action.card)
     if isinstance(card, Rejected):
         return card
     if card not in state.hands[player] and None not in state.hands[player]:
-        return Rejected("not_in_hand", f"{card} is not in your hand")
+        return _no("not_in_hand", f"{card} is not in your hand")
     state = _evolve(state, picked=_set(state.picked, player, True), picks=_set(state.picks, player, card))
     events: list[EventData] = [{"type": "pick_made", "player": player}]
     if all(state.picked):
@@ -599,11 +639,11 @@ def _place_picks(state: State, events: list[EventData], auto: tuple[bool, bool])
     return _after_change(state, events)
 
 
-def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     events: list[EventData] = []
     if isinstance(action, StartRace):
         if state.phase != "countdown":
-            return Rejected("not_countdown", "the race has already started")
+            return _no("not_countdown", "the race has already started")
         for p in (0, 1):
             events.append({"type": "card_revealed", "player": p, "card": str(state.top(p)), "pile": p})
         events.append({"type": "race_started"})
@@ -611,7 +651,7 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
         return Accepted(_after_change(state, events), tuple(events))
     if isinstance(action, ResolveStalemate):
         if state.phase != "stalled" or action.stalemate != state.stalemates:
-            return Rejected("not_stalled", "no stalemate is waiting to be resolved")
+            return _no("not_stalled", "no stalemate is waiting to be resolved")
         if state.resolution == "flip":
             draw, piles = list(state.draw), list(state.piles)
             for p in (0, 1):
@@ -629,20 +669,20 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
         return Accepted(_evolve(state, phase="picking"), tuple(events))
     if isinstance(action, PickTimeout):
         if state.phase != "picking" or action.stalemate != state.stalemates:
-            return Rejected("not_picking", "no one is choosing a card")
+            return _no("not_picking", "no one is choosing a card")
         # RULES.md (decided): when time runs out the relay chooses the first card of the hand.
         picks = tuple(state.picks[p] if state.picked[p] else state.hands[p][0] for p in (0, 1))
         auto = (not state.picked[0], not state.picked[1])
-        state = _evolve(state, picks=picks, picked=(True, True))  # type: ignore[arg-type]
+        state = _evolve(state, picks=picks, picked=(True, True))
         return Accepted(_place_picks(state, events, auto=auto), tuple(events))
-    return Rejected("unknown_action", f"{type(action).__name__} is not a BLINK system action")
+    return _no("unknown_action", f"{type(action).__name__} is not a BLINK system action")
 
 
-def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+def complete(state: State, player: int | None, action: Action, chance: Chance) -> Action:
     return action  # BLINK needs no chance after the shuffle
 
 
-def timers(state: State) -> tuple[Timer, ...]:
+def timers(state: State) -> tuple[Timer[Action], ...]:
     s = state.settings
     if state.phase == "countdown":
         return (Timer("start", int(s.countdown_s * NS), StartRace()),)
@@ -681,31 +721,38 @@ def outcome(state: State) -> Outcome | None:
 
 def view(state: State, player: int | None) -> State:
     """What ``player`` may see (None: a spectator): no opponent hand, no draw order, no secret pick."""
-    hidden = lambda cards: tuple(None for _ in cards)  # noqa: E731
-    hands = tuple(h if p == player else hidden(h) for p, h in enumerate(state.hands))
-    draw = tuple(hidden(d) for d in state.draw)
+    hands = (_own_or_hidden(state.hands[0], player == 0), _own_or_hidden(state.hands[1], player == 1))
+    draw = (_hidden(state.draw[0]), _hidden(state.draw[1]))
     piles = state.piles
     if state.phase == "countdown":
-        piles = tuple(hidden(p) for p in piles)  # type: ignore[assignment]
-    picks = tuple(c if p == player else None for p, c in enumerate(state.picks))
-    return _evolve(state, hands=hands, draw=draw, piles=piles, picks=picks)  # type: ignore[arg-type]
+        piles = (_hidden(piles[0]), _hidden(piles[1]))
+    picks = (state.picks[0] if player == 0 else None, state.picks[1] if player == 1 else None)
+    return _evolve(state, hands=hands, draw=draw, piles=piles, picks=picks)
+
+
+def _hidden(cards: Hand) -> Hand:
+    return tuple(None for _ in cards)
+
+
+def _own_or_hidden(cards: Hand, own: bool) -> Hand:
+    return cards if own else _hidden(cards)
 
 
 # --- sending less: a view kept up to date from the public events plus private updates -------------
 
 
-def _seat(data: Mapping[str, Any], key: str = "seat") -> int:
+def _seat(data: Mapping[str, object], key: str = "seat") -> int:
     p = data.get(key)
     if type(p) is not int or p not in (0, 1):
         raise ValueError(f"event without a seat: {dict(data)!r}")
     return p
 
 
-def _card_or_none(view: State, text: Any) -> Card | None:
+def _card_or_none(view: State, text: object) -> Card | None:
     return None if text is None else Card.parse(str(text), view.settings.deck)
 
 
-def _take_from_draw(view: State, p: int, count: int) -> State:
+def _take_from_draw(view: State, p: int, count: object) -> State:
     if type(count) is not int or not 0 <= count <= len(view.draw[p]):
         raise ValueError(f"cannot take {count!r} cards from a draw pile of {len(view.draw[p])}")
     moved = view.draw[p][:count]
@@ -726,7 +773,7 @@ def _take_from_hand(view: State, seat: int | None, p: int, card: Card | None) ->
     return hand[1:]  # a hidden hand: all unknown
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
     """One public event applied to ``seat``'s view (see ``Game.apply_event``): the same changes the
     rules make, with what a view cannot know (the cards drawn into a hand) left unknown until the
     private update names them. Events the game does not make (seats, results) change nothing."""
@@ -748,10 +795,10 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
     if etype == "race_started":
         return _evolve(view, phase="running")
     if etype == "stalemate":
-        n = int(data["stalemate"])
+        n = wire_int(data["stalemate"], "stalemate")
         if data["resolution"] == "tie":
             return _evolve(view, tie=True, stalemates=n)
-        return _evolve(view, phase="stalled", resolution=str(data["resolution"]), stalemates=n)
+        return _evolve(view, phase="stalled", resolution=one_of(data["resolution"], RESOLUTIONS, "resolution"), stalemates=n)
     if etype == "game_over":
         winner = data.get("winner_seat")
         # A stalemate's picks may have just been placed: the game ends with them cleared.
@@ -806,9 +853,9 @@ def private_complete(view: State, seat: int) -> bool:
     return seat not in (0, 1) or None not in view.hands[seat]
 
 
-def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
     try:
-        hand = tuple(_card_or_none(view, c) for c in delta["hand"])
+        hand = tuple(_card_or_none(view, c) for c in wire_list(delta["hand"], "hand"))
         pick = _card_or_none(view, delta["pick"])
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed BLINK private update: {exc!r}") from exc
@@ -826,7 +873,7 @@ def _cards_out(cards: Hand) -> list[str | None]:
 
 def to_wire(state: State) -> dict[str, Any]:
     """A state or view as a plain map. Draw piles of a view are sent as counts only."""
-    draw: list[Any] = [len(d) if all(c is None for c in d) else _cards_out(d) for d in state.draw]
+    draw: list[int | list[str | None]] = [len(d) if all(c is None for c in d) else _cards_out(d) for d in state.draw]
     return {
         "settings": state.settings.to_wire(),
         "draw": draw,
@@ -848,28 +895,35 @@ def from_wire(data: dict[str, Any]) -> State:
         s = make_settings(data["settings"])
         deck = s.deck
 
-        def cards(xs: Any) -> Hand:
+        def cards(xs: object) -> Hand:
             if isinstance(xs, int):
                 if not 0 <= xs <= 1000:
                     raise ValueError("bad pile size")
                 return tuple(None for _ in range(xs))
+            if not isinstance(xs, (list, tuple)):
+                raise ValueError("a pile is a list of cards or a number of hidden ones")
             return tuple(None if x is None else Card.parse(x, deck) for x in xs)
 
-        def pair(xs: Any) -> tuple[Any, Any]:
+        def pair(xs: object) -> tuple[object, object]:
             if not isinstance(xs, list) or len(xs) != 2:
                 raise ValueError("expected two entries")
             return (xs[0], xs[1])
 
+        def two_piles(xs: object) -> tuple[Hand, Hand]:
+            a, b = pair(xs)
+            return (cards(a), cards(b))
+
         picks = pair(data["picks"])
         return State(
             settings=s,
-            draw=tuple(cards(d) for d in pair(data["draw"])),  # type: ignore[arg-type]
-            hands=tuple(cards(h) for h in pair(data["hands"])),  # type: ignore[arg-type]
-            piles=tuple(cards(p) for p in pair(data["piles"])),  # type: ignore[arg-type]
-            phase=str(data["phase"]),
-            resolution=str(data["resolution"]),
+            draw=two_piles(data["draw"]),
+            hands=two_piles(data["hands"]),
+            piles=two_piles(data["piles"]),
+            phase=one_of(data["phase"], PHASES, "phase"),
+            resolution=one_of(data["resolution"], RESOLUTIONS, "resolution"),
             picked=(bool(data["picked"][0]), bool(data["picked"][1])),
-            picks=tuple(None if c is None else Card.parse(c, deck) for c in picks),  # type: ignore[arg-type]
+            picks=(None if picks[0] is None else Card.parse(picks[0], deck),
+                   None if picks[1] is None else Card.parse(picks[1], deck)),
             winner=data["winner"],
             tie=bool(data["tie"]),
             stalemates=int(data["stalemates"]),
@@ -907,7 +961,7 @@ def invariant_ok(state: State) -> bool:
 # --- fair ordering: who races whom ------------------------------------------------------------------
 
 
-def race_key(seen: State | None, action: Any) -> tuple[int, str] | None:
+def race_key(seen: State | None, action: Action) -> tuple[int, str] | None:
     """A play races every other play for the same pile top -- the top its player saw, so two plays
     against the same card compete even when one of them has already landed."""
     if not isinstance(action, PlayCard):
@@ -954,7 +1008,7 @@ def bot_action(state: State, seat: int, chance: Chance) -> Action | None:
 
 # --- the game ---------------------------------------------------------------------------------------
 
-GAME: Game[State] = Game(
+GAME: Game[State, Action] = Game(
     name=NAME,
     title="BLINK",
     min_players=2,
@@ -984,5 +1038,7 @@ GAME: Game[State] = Game(
     private_complete=private_complete,
     # Many short games: one game per match; a short countdown and stalemate pause.
     quick_settings={"best_of": 1, "countdown_s": 0.5, "stalemate_pause_s": 0.3},
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
 )
 RULES = GAME  # the older name

@@ -38,10 +38,13 @@ from bisect import bisect_left
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, get_args, Iterable, Literal, Mapping, Sequence, TypeVar
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
+    CommonCode,
+    labels,
+    one_of,
     SYSTEM,
     Accepted,
     Chance,
@@ -57,15 +60,35 @@ from protocol.rules.base import (
 
 NAME = "ryo"
 NS = 1_000_000_000
+T = TypeVar("T")
 FACES = 6
 MAX_PLAYERS = 8
+
+#: Building dice, a round's roll, a roll-off of the tied, the winner's choice, lowering a face, the end.
+Phase = Literal["build", "rolling", "rolloff", "choice", "lower", "over"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+#: Why a game of this kind ends (``Outcome.reason``, as on the wire).
+Reason = Literal["match_won"]
+#: The rejection codes of this game (besides the common ones of every game).
+Code = Literal["already_built", "bad_build", "pool_short", "incomplete"]
+RejectCode = CommonCode | Code
+#: In a few words, for the window.
+REASON_LABELS: dict[Reason, str] = {"match_won": "match won"}
+#: The codes left out are the relay's own moves, or say best what went wrong in their detail.
+CODE_LABELS: dict[Code, str] = {}
+
+
+def _no(code: RejectCode, detail: str) -> Rejected:
+    """A rejection with one of this game's codes (the type checker holds the code to them)."""
+    return Rejected(code, detail)
+
 
 Die = tuple[int, ...]
 
 # --- dice maths -----------------------------------------------------------------------------------
 
 
-def is_valid_build(faces: Any, budget: int = 21, max_face: int = 9) -> bool:
+def is_valid_build(faces: object, budget: int = 21, max_face: int = 9) -> bool:
     """Six whole numbers from 0 to ``max_face`` totalling at most ``budget``."""
     if not isinstance(faces, (list, tuple)) or len(faces) != FACES:
         return False
@@ -174,7 +197,7 @@ def _check_players(players: int, s: Settings) -> None:
 class State:
     settings: Settings
     players: int
-    phase: str = "build"  # build | rolling | rolloff | choice | lower | over
+    phase: Phase = "build"
     game: int = 1  # the game being played (1-based)
     round: int = 1  # the round being played in this game (1-based)
     rolls: int = 0  # rolls made in the whole match: keys the roll timers
@@ -198,7 +221,7 @@ def _zeros(n: int) -> tuple[int, ...]:
     return tuple(0 for _ in range(n))
 
 
-def _set(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
+def _set(t: tuple[T, ...], i: int, v: T) -> tuple[T, ...]:
     return t[:i] + (v,) + t[i + 1:]
 
 
@@ -255,7 +278,9 @@ Action = BuildDie | RaiseFace | LowerWinner | LowerFace | RyoRoll | RyoTimeout
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
-    return decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Roll Your Own")  # type: ignore[no-any-return]
+    action = decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Roll Your Own")
+    assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
+    return action
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:
@@ -340,51 +365,51 @@ def _deadlocked(state: State) -> bool:
     return len(values) == 1 and len(state.rolling) > 1
 
 
-def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+def apply(state: State, player: int | None, action: Action) -> Accepted[State] | Rejected:
     if player is SYSTEM:
         return _apply_system(state, action)
     if type(player) is not int or not 0 <= player < state.players:
-        return Rejected("not_a_player", f"no seat {player!r} in this game")
+        return _no("not_a_player", f"no seat {player!r} in this game")
     if isinstance(action, SYSTEM_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+        return _no("not_allowed", f"{type(action).__name__} is the relay's to make")
     if not isinstance(action, PLAYER_ACTIONS):
-        return Rejected("unknown_action", f"{type(action).__name__} is not a Roll Your Own action")
+        return _no("unknown_action", f"{type(action).__name__} is not a Roll Your Own action")
     if state.phase == "over":
-        return Rejected("game_over", "the match is over")
+        return _no("game_over", "the match is over")
     if isinstance(action, BuildDie):
         return _build(state, player, action)
     if isinstance(action, (RaiseFace, LowerWinner)):
         if state.phase != "choice":
-            return Rejected("wrong_phase", "there is no choice to make now")
+            return _no("wrong_phase", "there is no choice to make now")
         if player != state.chooser:
-            return Rejected("not_your_turn", f"seat {state.chooser} chooses")
+            return _no("not_your_turn", f"seat {state.chooser} chooses")
         if isinstance(action, LowerWinner):
             assert state.round_winner is not None
             if not lowerable(state, state.round_winner):
-                return Rejected("not_allowed", "none of the winner's faces can go down")
+                return _no("not_allowed", "none of the winner's faces can go down")
             return Accepted(*_lower_chosen(state, [], timeout=False))
         return _raise(state, player, action.face, timeout=False)
     assert isinstance(action, LowerFace)
     if state.phase != "lower":
-        return Rejected("wrong_phase", "no face is to be lowered now")
+        return _no("wrong_phase", "no face is to be lowered now")
     if player != state.round_winner:
-        return Rejected("not_your_turn", f"seat {state.round_winner} lowers a face")
+        return _no("not_your_turn", f"seat {state.round_winner} lowers a face")
     return _lower(state, player, action.face, timeout=False)
 
 
 def _build(state: State, player: int, action: BuildDie, events: list[EventData] | None = None,
            timeout: bool = False) -> Accepted[State] | Rejected:
     if state.phase != "build":
-        return Rejected("wrong_phase", "dice are built before a game starts")
+        return _no("wrong_phase", "dice are built before a game starts")
     if state.built[player]:
-        return Rejected("already_built", "you have built your die for this game")
+        return _no("already_built", "you have built your die for this game")
     s = state.settings
     faces = action.faces
     if not is_valid_build(faces, s.budget, s.max_face):
-        return Rejected("bad_build", f"six whole numbers from 0 to {s.max_face}, totalling at most {s.budget}")
+        return _no("bad_build", f"six whole numbers from 0 to {s.max_face}, totalling at most {s.budget}")
     short = _pool_short(state.pool, faces)
     if short is not None:
-        return Rejected("pool_short", f"the pool has too few tiles of {short}")
+        return _no("pool_short", f"the pool has too few tiles of {short}")
     events = list(events or [])
     if timeout:
         events.append({"type": "turn_timeout", "player": player, "phase": "build"})
@@ -409,15 +434,15 @@ def _next_round(state: State, events: list[EventData]) -> tuple[State, tuple[Eve
     return _start_round(state, events), tuple(events)
 
 
-def _raise(state: State, player: int, face: Any, timeout: bool) -> Accepted[State] | Rejected:
+def _raise(state: State, player: int, face: object, timeout: bool) -> Accepted[State] | Rejected:
     if type(face) is not int or not 0 <= face < FACES:
-        return Rejected("malformed", "face is an index from 0 to 5")
+        return _no("malformed", "face is an index from 0 to 5")
     die = state.dice[player]
     assert die is not None
     if face not in raisable(state, player):
         if die[face] >= state.settings.max_face:
-            return Rejected("not_allowed", f"that face is already {state.settings.max_face}")
-        return Rejected("pool_short", f"the pool has no tile of {die[face] + 1}")
+            return _no("not_allowed", f"that face is already {state.settings.max_face}")
+        return _no("pool_short", f"the pool has no tile of {die[face] + 1}")
     new = _set(die, face, die[face] + 1)
     events: list[EventData] = []
     if timeout:
@@ -435,15 +460,15 @@ def _lower_chosen(state: State, events: list[EventData], timeout: bool) -> tuple
     return replace(state, phase="lower"), tuple(events)
 
 
-def _lower(state: State, player: int, face: Any, timeout: bool) -> Accepted[State] | Rejected:
+def _lower(state: State, player: int, face: object, timeout: bool) -> Accepted[State] | Rejected:
     if type(face) is not int or not 0 <= face < FACES:
-        return Rejected("malformed", "face is an index from 0 to 5")
+        return _no("malformed", "face is an index from 0 to 5")
     die = state.dice[player]
     assert die is not None
     if face not in lowerable(state, player):
         if die[face] <= 0:
-            return Rejected("not_allowed", "that face is already 0")
-        return Rejected("pool_short", f"the pool has no tile of {die[face] - 1}")
+            return _no("not_allowed", "that face is already 0")
+        return _no("pool_short", f"the pool has no tile of {die[face] - 1}")
     new = _set(die, face, die[face] - 1)
     events: list[EventData] = []
     if timeout:
@@ -503,12 +528,12 @@ def _roll_won(state: State, w: int, events: list[EventData]) -> tuple[State, tup
     return state, tuple(events)
 
 
-def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     if isinstance(action, RyoRoll):
         return _roll(state, action)
     if isinstance(action, RyoTimeout):
         if action.key != _timer_key(state):
-            return Rejected("wrong_phase", "that time limit is no longer running")
+            return _no("wrong_phase", "that time limit is no longer running")
         if state.phase == "build":
             events: list[EventData] = []
             for p in range(state.players):
@@ -535,21 +560,21 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
             face = min(lowerable(state, w), key=lambda i: (-die[i], i))  # the highest face drops
             return _lower(state, w, face, timeout=True)
     if isinstance(action, PLAYER_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is a player's action")
-    return Rejected("unknown_action", f"{type(action).__name__} is not a Roll Your Own system action")
+        return _no("not_allowed", f"{type(action).__name__} is a player's action")
+    return _no("unknown_action", f"{type(action).__name__} is not a Roll Your Own system action")
 
 
 def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
     if state.phase not in ("rolling", "rolloff") or action.roll != state.rolls:
-        return Rejected("wrong_phase", "no roll is waiting")
+        return _no("wrong_phase", "no roll is waiting")
     kind = "roll" if state.phase == "rolling" else "rolloff"
     events: list[EventData] = []
     rolling = state.rolling
     if _deadlocked(state):
         if type(action.lot) is not int:
-            return Rejected("incomplete", "these dice can never differ: RyoRoll needs a lot (complete() draws it)")
+            return _no("incomplete", "these dice can never differ: RyoRoll needs a lot (complete() draws it)")
         if not 0 <= action.lot < len(rolling):
-            return Rejected("malformed", "the lot names one of the rolling seats")
+            return _no("malformed", "the lot names one of the rolling seats")
         chosen = rolling[action.lot]
         events.append({"type": "lot_drawn", "kind": kind, "roll": state.rolls, "players": list(rolling),
                        "player": chosen, "reason": "identical_one_valued_dice"})
@@ -559,9 +584,9 @@ def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
         events.append({"type": "rolloff_won", "player": chosen})
         return Accepted(*_offer_choice(state, chosen, events))
     if action.values is None:
-        return Rejected("incomplete", "RyoRoll needs its dice (complete() fills them)")
+        return _no("incomplete", "RyoRoll needs its dice (complete() fills them)")
     if len(action.values) != len(rolling) or not all(type(v) is int and 0 <= v < FACES for v in action.values):
-        return Rejected("malformed", "one face index from 0 to 5 per rolling seat")
+        return _no("malformed", "one face index from 0 to 5 per rolling seat")
     results = []
     for p, i in zip(rolling, action.values):
         die = state.dice[p]
@@ -589,7 +614,7 @@ def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
     return Accepted(replace(state, rolling=bottom), tuple(events))
 
 
-def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+def complete(state: State, player: int | None, action: Action, chance: Chance) -> Action:
     if player is not SYSTEM or not isinstance(action, RyoRoll):
         return action
     if action.values is not None or action.lot is not None:
@@ -609,7 +634,7 @@ def _timer_key(state: State) -> str | None:
     return None
 
 
-def timers(state: State) -> tuple[Timer, ...]:
+def timers(state: State) -> tuple[Timer[Action], ...]:
     if state.phase in ("rolling", "rolloff"):
         return (Timer(f"roll-{state.rolls}", 0, RyoRoll(state.rolls)),)
     key = _timer_key(state)
@@ -732,26 +757,26 @@ def view(state: State, player: int | None) -> State:
 # builder's own faces go to that seat alone (``private_delta``) until ``dice_revealed`` shows all.
 
 
-def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int:
+def _event_seat(state: State, data: Mapping[str, object], key: str = "seat") -> int:
     p = data.get(key)
     if type(p) is not int or not 0 <= p < state.players:
         raise ValueError(f"event without a seat: {dict(data)!r}")
     return p
 
 
-def _event_seats(state: State, xs: Any) -> tuple[int, ...]:
+def _event_seats(state: State, xs: object) -> tuple[int, ...]:
     if not isinstance(xs, (list, tuple)) or not all(type(p) is int and 0 <= p < state.players for p in xs):
         raise ValueError(f"not a list of seats: {xs!r}")
     return tuple(xs)
 
 
-def _event_ints(xs: Any, n: int) -> tuple[int, ...]:
+def _event_ints(xs: object, n: int) -> tuple[int, ...]:
     if not isinstance(xs, (list, tuple)) or len(xs) != n or not all(type(x) is int for x in xs):
         raise ValueError(f"not {n} integers: {xs!r}")
     return tuple(xs)
 
 
-def _face_changed(view: State, data: Mapping[str, Any], step: int) -> State:
+def _face_changed(view: State, data: Mapping[str, object], step: int) -> State:
     """``face_raised`` (step 1) / ``face_lowered`` (-1): the die as shown, one tile swapped in the pool."""
     p = _event_seat(view, data)
     die, face = _event_ints(data.get("die"), FACES), data.get("face")
@@ -761,7 +786,7 @@ def _face_changed(view: State, data: Mapping[str, Any], step: int) -> State:
     return replace(view, dice=_set(view.dice, p, die), pool=_swap(view.pool, old[face], die[face]))
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
     """One public event applied to ``seat``'s view (see ``Game.apply_event``): the changes the rules
     make, read back from the event; the seat's own new die comes as its private update. Events the
     game does not make (seats, results) change nothing."""
@@ -849,7 +874,7 @@ def private_complete(view: State, seat: int) -> bool:
     return not (0 <= seat < view.players and view.phase == "build" and view.built[seat] and view.dice[seat] is None)
 
 
-def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
     try:
         die = _event_ints(delta["die"], FACES)
     except (KeyError, TypeError) as exc:
@@ -901,26 +926,24 @@ def from_wire(data: dict[str, Any]) -> State:
         n = data["players"]
         _check_players(n, s)
 
-        def ints(xs: Any, length: int | None = None) -> tuple[int, ...]:
+        def ints(xs: object, length: int | None = None) -> tuple[int, ...]:
             if not isinstance(xs, (list, tuple)) or (length is not None and len(xs) != length):
                 raise ValueError("expected a list of integers")
             if not all(type(x) is int for x in xs):
                 raise ValueError("expected integers")
             return tuple(xs)
 
-        def seat(x: Any) -> int | None:
+        def seat(x: object) -> int | None:
             if x is not None and (type(x) is not int or not 0 <= x < n):
                 raise ValueError("bad seat")
             return x
 
-        def dice(xs: Any) -> tuple[Die | None, ...]:
+        def dice(xs: object) -> tuple[Die | None, ...]:
             if not isinstance(xs, list) or len(xs) != n:
                 raise ValueError("one die per seat")
             return tuple(None if d is None else ints(d, FACES) for d in xs)
 
-        phase = data["phase"]
-        if phase not in ("build", "rolling", "rolloff", "choice", "lower", "over"):
-            raise ValueError(f"unknown phase {phase!r}")
+        phase = one_of(data["phase"], PHASES, "phase")
         built = data["built"]
         if not isinstance(built, list) or len(built) != n or not all(type(b) is bool for b in built):
             raise ValueError("built: one flag per seat")
@@ -1000,8 +1023,8 @@ def bot_action(state: State, player: int, chance: Chance | None = None) -> Actio
         assert mine is not None
         best: tuple[float, Action] | None = None
         for i in raisable(state, player):
-            dice = _set(state.dice, player, _set(mine, i, mine[i] + 1))
-            v = _versus(dice[player], dice, player)  # type: ignore[arg-type]
+            raised = _set(mine, i, mine[i] + 1)
+            v = _versus(raised, _set(state.dice, player, raised), player)
             if best is None or v > best[0]:
                 best = (v, RaiseFace(i))
         if lowerable(state, w):
@@ -1080,7 +1103,7 @@ def summarise_games(events: Sequence[PublicEvent], players: Sequence[str],
 
 # --- the game -------------------------------------------------------------------------------------
 
-def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: int) -> list[Any] | None:
+def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: int) -> list[Action] | None:
     """For a log checker: a die is built in secret and revealed (``dice_revealed``) once all are
     built, so the seat's build is the revealed die, not one of the thousands of legal ones."""
     if state.phase != "build" or state.built[seat]:
@@ -1097,7 +1120,7 @@ def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: 
     return []  # never revealed in this log: no build can be checked
 
 
-GAME: Game[State] = Game(
+GAME: Game[State, Action] = Game(
     name=NAME,
     title="Roll Your Own",
     min_players=2,
@@ -1124,5 +1147,7 @@ GAME: Game[State] = Game(
     private_delta=private_delta,
     apply_private=apply_private,
     private_complete=private_complete,
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
 )
 RULES = GAME  # the older name

@@ -34,10 +34,15 @@ state itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
+    CommonCode,
+    wire_ints,
+    wire_list,
+    labels,
+    one_of,
     SYSTEM,
     Accepted,
     Chance,
@@ -53,6 +58,27 @@ from protocol.rules.base import (
 
 NAME = "sequence"
 NS = 1_000_000_000
+
+#: Deciding who starts, a turn's roll, its move, the end.
+Phase = Literal["rolloff", "roll", "move", "over"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+#: Why a game of this kind ends (``Outcome.reason``, as on the wire).
+Reason = Literal["sequence", "max_turns"]
+REASONS: tuple[Reason, ...] = get_args(Reason)
+STATE_REASONS: tuple[Reason | Literal[""], ...] = ("", *REASONS)  # a state's: "" while the game runs
+#: The rejection codes of this game (besides the common ones of every game).
+Code = Literal["no_such_cell", "incomplete"]
+RejectCode = CommonCode | Code
+#: In a few words, for the window.
+REASON_LABELS: dict[Reason, str] = {"sequence": "SEQUENCE", "max_turns": "turn limit"}
+#: The codes left out are the relay's own moves, or say best what went wrong in their detail.
+CODE_LABELS: dict[Code, str] = {"no_such_cell": "there is no space there"}
+
+
+def _no(code: RejectCode, detail: str) -> Rejected:
+    """A rejection with one of this game's codes (the type checker holds the code to them)."""
+    return Rejected(code, detail)
+
 
 #: The default board of RULES.md: corners 2, centre 12, each of 3..9 once per quarter.
 DEFAULT_BOARD: tuple[tuple[int, ...], ...] = (
@@ -77,7 +103,7 @@ Coord = tuple[int, int]
 # --- lines ----------------------------------------------------------------------------------------
 
 
-def find_sequence(owned: Iterable[Any], length: int = 5) -> tuple[Coord, ...] | None:
+def find_sequence(owned: Iterable[Sequence[int]], length: int = 5) -> tuple[Coord, ...] | None:
     """The first line of ``length`` adjacent cells of ``owned`` (row, column or diagonal), or None."""
     cells = {(int(c[0]), int(c[1])) for c in owned}
     for r, c in sorted(cells):
@@ -92,7 +118,7 @@ def find_sequence(owned: Iterable[Any], length: int = 5) -> tuple[Coord, ...] | 
     return None
 
 
-def has_sequence(owned: Iterable[Any], length: int = 5) -> bool:
+def has_sequence(owned: Iterable[Sequence[int]], length: int = 5) -> bool:
     """Are there ``length`` cells of ``owned`` (a set of ``(row, col)``) adjacent in one straight
     line: a row, a column or a diagonal?"""
     return find_sequence(owned, length) is not None
@@ -182,7 +208,7 @@ class State:
     settings: Settings
     players: int
     chips: Chips
-    phase: str = "rolloff"  # rolloff | roll | move | over
+    phase: Phase = "rolloff"
     current: int | None = None  # whose turn it is (None during the roll-off)
     turn: int = 0  # turns started so far, bonus turns included (turn N is the N+1th)
     dice: tuple[int, int] | None = None  # the current turn's roll, in phase move
@@ -190,7 +216,7 @@ class State:
     rolloff_round: int = 0
     winners: tuple[int, ...] = ()  # seats, when over
     line: tuple[Coord, ...] = ()  # the winning SEQUENCE
-    reason: str = ""  # why it is over: sequence | max_turns
+    reason: Reason | Literal[""] = ""  # why it is over
 
     @property
     def total(self) -> int | None:
@@ -255,7 +281,9 @@ Action = PlaceChip | RemoveChip | RollOff | RollDice | SequenceTimeout
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
-    return decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Sequence")  # type: ignore[no-any-return]
+    action = decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Sequence")
+    assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
+    return action
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:
@@ -281,7 +309,7 @@ def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chanc
 # --- the rules ------------------------------------------------------------------------------------
 
 
-def moves(state: State, seat: int) -> list[Action]:
+def moves(state: State, seat: int) -> list[PlaceChip | RemoveChip]:
     """What ``seat`` may do with the current roll, in row-major order (empty: nothing possible)."""
     total = state.total
     if total is None:
@@ -309,30 +337,30 @@ def _set_chip(chips: Chips, r: int, c: int, v: int | None) -> Chips:
     return chips[:r] + (row,) + chips[r + 1 :]
 
 
-def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+def apply(state: State, player: int | None, action: Action) -> Accepted[State] | Rejected:
     if player is SYSTEM:
         return _apply_system(state, action)
     if type(player) is not int or not 0 <= player < state.players:
-        return Rejected("not_a_player", f"no seat {player!r} in this game")
+        return _no("not_a_player", f"no seat {player!r} in this game")
     if isinstance(action, SYSTEM_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+        return _no("not_allowed", f"{type(action).__name__} is the relay's to make")
     if not isinstance(action, PLAYER_ACTIONS):
-        return Rejected("unknown_action", f"{type(action).__name__} is not a Sequence action")
+        return _no("unknown_action", f"{type(action).__name__} is not a Sequence action")
     if state.phase == "over":
-        return Rejected("game_over", "the game is over")
+        return _no("game_over", "the game is over")
     if state.phase == "rolloff":
-        return Rejected("wrong_phase", "the first player is still being decided")
+        return _no("wrong_phase", "the first player is still being decided")
     if player != state.current:
-        return Rejected("not_your_turn", f"it is seat {state.current}'s turn")
+        return _no("not_your_turn", f"it is seat {state.current}'s turn")
     if state.phase != "move":
-        return Rejected("wrong_phase", "the dice have not been rolled yet")
+        return _no("wrong_phase", "the dice have not been rolled yet")
     if type(action.row) is not int or type(action.col) is not int:
-        return Rejected("malformed", "row and col must be integers")
+        return _no("malformed", "row and col must be integers")
     s = state.settings
     if not (0 <= action.row < s.rows and 0 <= action.col < s.cols):
-        return Rejected("no_such_cell", f"there is no space at row {action.row}, column {action.col}")
+        return _no("no_such_cell", f"there is no space at row {action.row}, column {action.col}")
     if action not in moves(state, player):
-        return Rejected("not_allowed", _why_not(state, player, action))
+        return _no("not_allowed", _why_not(state, player, action))
     return _move(state, player, action, timeout=False)
 
 
@@ -367,7 +395,8 @@ def _move(state: State, player: int, action: PlaceChip | RemoveChip, timeout: bo
     old = state.chips[r][c]
     if isinstance(action, RemoveChip):
         chips = _set_chip(state.chips, r, c, None)
-        events.append({"type": "chip_removed", "player": player, "row": r, "col": c, "colour": COLOURS[old],  # type: ignore[index]
+        assert old is not None  # a RemoveChip among the moves names an opponent's chip
+        events.append({"type": "chip_removed", "player": player, "row": r, "col": c, "colour": COLOURS[old],
                        "timeout": timeout})
         return Accepted(*_end_turn(replace(state, chips=chips), events))
     chips = _set_chip(state.chips, r, c, me)
@@ -406,19 +435,19 @@ def _scores(state: State) -> tuple[int, ...]:
     return tuple(state.count(state.colour(p)) for p in range(state.players))
 
 
-def _valid_die(x: Any) -> bool:
+def _valid_die(x: object) -> bool:
     return type(x) is int and 1 <= x <= 6
 
 
-def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     if isinstance(action, RollOff):
         if state.phase != "rolloff" or action.round != state.rolloff_round:
-            return Rejected("wrong_phase", "no roll-off is waiting")
+            return _no("wrong_phase", "no roll-off is waiting")
         if action.dice is None:
-            return Rejected("incomplete", "RollOff needs its dice (complete() fills them)")
+            return _no("incomplete", "RollOff needs its dice (complete() fills them)")
         if len(action.dice) != len(state.contenders) or not all(
                 len(d) == 2 and all(_valid_die(x) for x in d) for d in action.dice):
-            return Rejected("malformed", "two dice from 1 to 6 per contender")
+            return _no("malformed", "two dice from 1 to 6 per contender")
         totals = [a + b for a, b in action.dice]
         best = max(totals)
         tied = tuple(p for p, t in zip(state.contenders, totals) if t == best)
@@ -433,11 +462,11 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
         return Accepted(replace(state, phase="roll", current=first, contenders=(), turn=0), tuple(events))
     if isinstance(action, RollDice):
         if state.phase != "roll" or action.turn != state.turn:
-            return Rejected("wrong_phase", "no roll is waiting")
+            return _no("wrong_phase", "no roll is waiting")
         if action.dice is None:
-            return Rejected("incomplete", "RollDice needs its dice (complete() fills them)")
+            return _no("incomplete", "RollDice needs its dice (complete() fills them)")
         if len(action.dice) != 2 or not all(_valid_die(x) for x in action.dice):
-            return Rejected("malformed", "two dice from 1 to 6")
+            return _no("malformed", "two dice from 1 to 6")
         player = state.current
         assert player is not None
         dice = (action.dice[0], action.dice[1])
@@ -451,13 +480,13 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
         return Accepted(state, tuple(events))
     if isinstance(action, SequenceTimeout):
         if state.phase != "move" or action.turn != state.turn:
-            return Rejected("wrong_phase", "that turn is over")
+            return _no("wrong_phase", "that turn is over")
         player = state.current
         assert player is not None
-        return _move(state, player, moves(state, player)[0], timeout=True)  # type: ignore[arg-type]
+        return _move(state, player, moves(state, player)[0], timeout=True)
     if isinstance(action, PLAYER_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is a player's action")
-    return Rejected("unknown_action", f"{type(action).__name__} is not a Sequence system action")
+        return _no("not_allowed", f"{type(action).__name__} is a player's action")
+    return _no("unknown_action", f"{type(action).__name__} is not a Sequence system action")
 
 
 def _no_move_reason(state: State, player: int) -> str:
@@ -473,7 +502,7 @@ def _no_move_reason(state: State, player: int) -> str:
     return "all_own"
 
 
-def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+def complete(state: State, player: int | None, action: Action, chance: Chance) -> Action:
     if player is not SYSTEM:
         return action
     if isinstance(action, RollOff) and action.dice is None:
@@ -483,7 +512,7 @@ def complete(state: State, player: int | None, action: Any, chance: Chance) -> A
     return action
 
 
-def timers(state: State) -> tuple[Timer, ...]:
+def timers(state: State) -> tuple[Timer[Action], ...]:
     if state.phase == "rolloff":
         return (Timer(f"rolloff-{state.rolloff_round}", 0, RollOff(state.rolloff_round)),)
     if state.phase == "roll":
@@ -496,7 +525,7 @@ def timers(state: State) -> tuple[Timer, ...]:
 def legal_actions(state: State, player: int) -> list[Action]:
     if state.phase != "move" or player != state.current:
         return []
-    return moves(state, player)
+    return list(moves(state, player))
 
 
 def outcome(state: State) -> Outcome | None:
@@ -517,27 +546,31 @@ def view(state: State, player: int | None) -> State:
 # Nothing is secret here, so no private update is ever needed: each event says its whole change.
 
 
-def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int:
+def _event_seat(state: State, data: Mapping[str, object], key: str = "seat") -> int:
     p = data.get(key)
     if type(p) is not int or not 0 <= p < state.players:
         raise ValueError(f"event without a seat: {dict(data)!r}")
     return p
 
 
-def _event_space(state: State, data: Mapping[str, Any]) -> tuple[int, int]:
+def _event_space(state: State, data: Mapping[str, object]) -> tuple[int, int]:
     r, c = data.get("row"), data.get("col")
     if type(r) is not int or type(c) is not int or not (0 <= r < state.settings.rows and 0 <= c < state.settings.cols):
         raise ValueError(f"event without a space on the board: {dict(data)!r}")
     return r, c
 
 
-def _seats(state: State, xs: Any) -> tuple[int, ...]:
+def _seats(state: State, xs: object) -> tuple[int, ...]:
     if not isinstance(xs, (list, tuple)) or not all(type(p) is int and 0 <= p < state.players for p in xs):
         raise ValueError(f"not a list of seats: {xs!r}")
     return tuple(xs)
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+def _space(x: tuple[int, ...]) -> Coord:
+    return (x[0], x[1])
+
+
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
     """One public event applied to a view (see ``Game.apply_event``): the changes ``apply`` makes,
     read back from the event. Events the game does not make (seats, results) change nothing."""
     if etype == "rolloff":
@@ -569,9 +602,9 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, An
         r, c = _event_space(view, data)
         return replace(view, chips=_set_chip(view.chips, r, c, view.colour(_event_seat(view, data))))
     if etype == "game_over":
-        reason = str(data.get("reason", ""))
+        reason = one_of(data.get("reason", ""), STATE_REASONS, "reason")
         winners = _seats(view, data.get("winner_seats", []))
-        line = tuple((int(x[0]), int(x[1])) for x in data.get("line", []))
+        line = tuple(_space(wire_ints(x, "a space of the line", 2)) for x in wire_list(data.get("line", []), "line"))
         # Running out of turns ends the turn first (``_end_turn`` counts it); a SEQUENCE ends the game mid-turn.
         turn = view.turn + 1 if reason == "max_turns" else view.turn
         return replace(view, phase="over", winners=winners, line=line, reason=reason, dice=None, turn=turn)
@@ -583,7 +616,7 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
     return None
 
 
-def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
     raise ValueError("Sequence Dice has no private updates")
 
 
@@ -618,9 +651,7 @@ def from_wire(data: dict[str, Any]) -> State:
             raise ValueError("chips do not fit the board")
         if not all(x is None or (type(x) is int and 0 <= x < colours) for row in chips for x in row):
             raise ValueError("a chip is a colour number or null")
-        phase = data["phase"]
-        if phase not in ("rolloff", "roll", "move", "over"):
-            raise ValueError(f"unknown phase {phase!r}")
+        phase = one_of(data["phase"], PHASES, "phase")
         current = data["current"]
         if current is not None and (type(current) is not int or not 0 <= current < players):
             raise ValueError("bad current seat")
@@ -630,8 +661,8 @@ def from_wire(data: dict[str, Any]) -> State:
                 raise ValueError("bad dice")
             dice = (dice[0], dice[1])
 
-        def seats(xs: Any) -> tuple[int, ...]:
-            if not all(type(x) is int and 0 <= x < players for x in xs):
+        def seats(xs: object) -> tuple[int, ...]:
+            if not isinstance(xs, (list, tuple)) or not all(type(x) is int and 0 <= x < players for x in xs):
                 raise ValueError("bad seat list")
             return tuple(xs)
 
@@ -647,7 +678,7 @@ def from_wire(data: dict[str, Any]) -> State:
             rolloff_round=int(data["rolloff_round"]),
             winners=seats(data["winners"]),
             line=tuple((int(a), int(b)) for a, b in data["line"]),
-            reason=str(data["reason"]),
+            reason=one_of(data["reason"], STATE_REASONS, "reason"),
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"malformed Sequence state: {exc!r}") from exc
@@ -730,7 +761,7 @@ def invariant_ok(state: State) -> bool:
 
 # --- the game -------------------------------------------------------------------------------------
 
-GAME: Game[State] = Game(
+GAME: Game[State, Action] = Game(
     name=NAME,
     title="Sequence Dice",
     min_players=2,
@@ -755,5 +786,7 @@ GAME: Game[State] = Game(
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
 )
 RULES = GAME  # the older name

@@ -35,10 +35,15 @@ There is nothing secret in this game: ``view`` returns the state itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 
 from protocol.codec import message, to_dict
 from protocol.rules.base import (
+    CommonCode,
+    wire_ints,
+    wire_list,
+    labels,
+    one_of,
     SYSTEM,
     Accepted,
     Chance,
@@ -55,6 +60,28 @@ from protocol.rules.base import (
 
 NAME = "takeaway"
 NS = 1_000_000_000
+
+#: Before the first roll, a player's turn, a re-roll being made, the end.
+Phase = Literal["setup", "turn", "rolling", "over"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+#: Why a game of this kind ends (``Outcome.reason``, as on the wire).
+Reason = Literal["highest_score", "shared_win"]
+#: The rejection codes of this game (besides the common ones of every game).
+Code = Literal["locked", "no_such_cell", "already_rerolled", "reroll_used", "incomplete"]
+RejectCode = CommonCode | Code
+#: In a few words, for the window.
+REASON_LABELS: dict[Reason, str] = {"highest_score": "highest score", "shared_win": "shared win"}
+#: The codes left out are the relay's own moves, or say best what went wrong in their detail.
+CODE_LABELS: dict[Code, str] = {
+    "locked": "that Blink is locked", "no_such_cell": "there is no Blink there",
+    "already_rerolled": "one re-roll per turn", "reroll_used": "your once-per-game re-roll is spent"
+}
+
+
+def _no(code: RejectCode, detail: str) -> Rejected:
+    """A rejection with one of this game's codes (the type checker holds the code to them)."""
+    return Rejected(code, detail)
+
 
 #: The six face directions, in face order; face i and face i+3 are opposing.
 DIRECTIONS: tuple[tuple[int, int], ...] = ((1, 0), (1, -1), (0, -1), (-1, 0), (-1, 1), (0, 1))
@@ -73,7 +100,7 @@ def neighbours(cell: Coord) -> tuple[Coord, ...]:
     return tuple((q + dq, r + dr) for dq, dr in DIRECTIONS)
 
 
-def _as_cells(cells: Iterable[Any]) -> set[Coord]:
+def _as_cells(cells: Iterable[Sequence[int]]) -> set[Coord]:
     return {(int(c[0]), int(c[1])) for c in cells}
 
 
@@ -96,7 +123,7 @@ def is_connected(cells: Iterable[Coord]) -> bool:
     return components(cells) <= 1
 
 
-def is_locked(cells: Iterable[Any], cell: Any) -> bool:
+def is_locked(cells: Iterable[Sequence[int]], cell: Sequence[int]) -> bool:
     """Is ``cell`` locked in the cluster ``cells`` (a set of ``(q, r)``)?
 
     Locked when it has neighbours on both faces of at least one opposing pair, or when removing it
@@ -111,7 +138,7 @@ def is_locked(cells: Iterable[Any], cell: Any) -> bool:
     return components(cs - {c}) > 2
 
 
-def free_cells(cells: Iterable[Any]) -> list[Coord]:
+def free_cells(cells: Iterable[Sequence[int]]) -> list[Coord]:
     """The cells that may be removed now, in (q, r) order."""
     cs = _as_cells(cells)
     return sorted(c for c in cs if not is_locked(cs, c))
@@ -254,7 +281,7 @@ class State:
     cells: tuple[Cell, ...]  # the Blinks still in the cluster, sorted by (q, r)
     order: tuple[int, ...] = ()  # seats in playing order (decided by StartTakeaway)
     turn: int = 0  # turns taken so far; the current player is order[turn % players]
-    phase: str = "setup"  # setup | turn | rolling | over
+    phase: Phase = "setup"
     rerolled: bool = False  # has the current player re-rolled this turn?
     rerolls_used: tuple[int, ...] = ()  # per seat, over the whole game
     claims: tuple[tuple[int, int, int, int], ...] = ()  # (seat, q, r, face), in claiming order
@@ -325,7 +352,9 @@ Action = Reroll | ClaimBlink | StartTakeaway | RollCluster | TakeawayTimeout
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
-    return decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Takeaway")  # type: ignore[no-any-return]
+    action = decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Takeaway")
+    assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
+    return action
 
 
 def action_to_wire(action: Action) -> dict[str, Any]:
@@ -365,33 +394,33 @@ def _cells_event(cells: tuple[Cell, ...]) -> list[list[int | None]]:
     return [[q, r, f] for q, r, f in cells]
 
 
-def _valid_faces(faces: Any, n: int) -> bool:
+def _valid_faces(faces: object, n: int) -> bool:
     return isinstance(faces, tuple) and len(faces) == n and all(type(f) is int and 1 <= f <= 6 for f in faces)
 
 
-def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Rejected:
+def apply(state: State, player: int | None, action: Action) -> Accepted[State] | Rejected:
     """Apply one action; a rejection leaves ``state`` untouched (it is immutable anyway)."""
     if player is SYSTEM:
         return _apply_system(state, action)
     if type(player) is not int or not 0 <= player < state.players:
-        return Rejected("not_a_player", f"no seat {player!r} in this game")
+        return _no("not_a_player", f"no seat {player!r} in this game")
     if isinstance(action, SYSTEM_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is the relay's to make")
+        return _no("not_allowed", f"{type(action).__name__} is the relay's to make")
     if not isinstance(action, PLAYER_ACTIONS):
-        return Rejected("unknown_action", f"{type(action).__name__} is not a Takeaway action")
+        return _no("unknown_action", f"{type(action).__name__} is not a Takeaway action")
     if state.phase == "over":
-        return Rejected("game_over", "the game is over")
+        return _no("game_over", "the game is over")
     if state.phase == "setup":
-        return Rejected("wrong_phase", "the dice have not been rolled yet")
+        return _no("wrong_phase", "the dice have not been rolled yet")
     if player != state.current:
-        return Rejected("not_your_turn", f"it is seat {state.current}'s turn")
+        return _no("not_your_turn", f"it is seat {state.current}'s turn")
     if state.phase == "rolling":
-        return Rejected("wrong_phase", "the dice are being re-rolled")
+        return _no("wrong_phase", "the dice are being re-rolled")
     if isinstance(action, Reroll):
         if state.rerolled:
-            return Rejected("already_rerolled", "one re-roll per turn")
+            return _no("already_rerolled", "one re-roll per turn")
         if state.settings.reroll_once_per_game and state.rerolls_used[player] > 0:
-            return Rejected("reroll_used", "each player may re-roll only once per game")
+            return _no("reroll_used", "each player may re-roll only once per game")
         used = tuple(n + (p == player) for p, n in enumerate(state.rerolls_used))
         new = replace(state, phase="rolling", rerolled=True, rerolls_used=used)
         return Accepted(new, ({"type": "reroll_requested", "player": player, "turn": state.turn},))
@@ -400,13 +429,13 @@ def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Re
 
 def _claim(state: State, player: int, action: ClaimBlink, timeout: bool) -> Accepted[State] | Rejected:
     if type(action.q) is not int or type(action.r) is not int:
-        return Rejected("malformed", "q and r must be integers")
+        return _no("malformed", "q and r must be integers")
     cell = (action.q, action.r)
     coords = state.coords()
     if cell not in coords:
-        return Rejected("no_such_cell", f"there is no Blink at {list(cell)}")
+        return _no("no_such_cell", f"there is no Blink at {list(cell)}")
     if is_locked(coords, cell):
-        return Rejected("locked", f"the Blink at {list(cell)} is locked")
+        return _no("locked", f"the Blink at {list(cell)} is locked")
     face = state.face_at(cell)
     assert face is not None
     cells = tuple(c for c in state.cells if (c[0], c[1]) != cell)
@@ -430,16 +459,16 @@ def _claim(state: State, player: int, action: ClaimBlink, timeout: bool) -> Acce
     return Accepted(state, tuple(events))
 
 
-def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
+def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
     if isinstance(action, StartTakeaway):
         if state.phase != "setup":
-            return Rejected("wrong_phase", "the game has already started")
+            return _no("wrong_phase", "the game has already started")
         if action.order is None or action.faces is None:
-            return Rejected("incomplete", "StartTakeaway needs its order and dice (complete() fills them)")
+            return _no("incomplete", "StartTakeaway needs its order and dice (complete() fills them)")
         if sorted(action.order) != list(range(state.players)):
-            return Rejected("malformed", "order must list every seat once")
+            return _no("malformed", "order must list every seat once")
         if not _valid_faces(action.faces, len(state.cells)):
-            return Rejected("malformed", "one face from 1 to 6 per cell")
+            return _no("malformed", "one face from 1 to 6 per cell")
         cells = tuple((q, r, f) for (q, r, _), f in zip(state.cells, action.faces))
         state = replace(state, cells=cells, order=tuple(action.order), phase="turn", turn=0, rerolled=False)
         events: tuple[EventData, ...] = (
@@ -450,11 +479,11 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
         return Accepted(state, events)
     if isinstance(action, RollCluster):
         if state.phase != "rolling" or action.turn != state.turn:
-            return Rejected("wrong_phase", "no re-roll is waiting")
+            return _no("wrong_phase", "no re-roll is waiting")
         if action.faces is None:
-            return Rejected("incomplete", "RollCluster needs its dice (complete() fills them)")
+            return _no("incomplete", "RollCluster needs its dice (complete() fills them)")
         if not _valid_faces(action.faces, len(state.cells)):
-            return Rejected("malformed", "one face from 1 to 6 per cell")
+            return _no("malformed", "one face from 1 to 6 per cell")
         cells = tuple((q, r, f) for (q, r, _), f in zip(state.cells, action.faces))
         player = state.current
         state = replace(state, cells=cells, phase="turn")
@@ -462,14 +491,14 @@ def _apply_system(state: State, action: Any) -> Accepted[State] | Rejected:
                                  "turn": state.turn, "cells": _cells_event(cells)},))
     if isinstance(action, TakeawayTimeout):
         if state.phase != "turn" or action.turn != state.turn:
-            return Rejected("wrong_phase", "that turn is over")
+            return _no("wrong_phase", "that turn is over")
         player = state.current
         assert player is not None
         q, r = default_claim(state, player)
         return _claim(state, player, ClaimBlink(q, r), timeout=True)
     if isinstance(action, PLAYER_ACTIONS):
-        return Rejected("not_allowed", f"{type(action).__name__} is a player's action")
-    return Rejected("unknown_action", f"{type(action).__name__} is not a Takeaway system action")
+        return _no("not_allowed", f"{type(action).__name__} is a player's action")
+    return _no("unknown_action", f"{type(action).__name__} is not a Takeaway system action")
 
 
 def default_claim(state: State, player: int) -> Coord:
@@ -485,7 +514,7 @@ def default_claim(state: State, player: int) -> Coord:
     return best[1]
 
 
-def complete(state: State, player: int | None, action: Any, chance: Chance) -> Any:
+def complete(state: State, player: int | None, action: Action, chance: Chance) -> Action:
     """Fill in the dice (and the order) of the relay's roll actions; other actions pass unchanged."""
     if player is not SYSTEM:
         return action
@@ -498,10 +527,10 @@ def complete(state: State, player: int | None, action: Any, chance: Chance) -> A
     return action
 
 
-def timers(state: State) -> tuple[Timer, ...]:
+def timers(state: State) -> tuple[Timer[Action], ...]:
     if state.phase == "setup":
         return (Timer("start", 0, StartTakeaway()),)
-    out: list[Timer] = []
+    out: list[Timer[Action]] = []
     if state.phase == "rolling":
         out.append(Timer(f"reroll-{state.turn}", 0, RollCluster(state.turn)))
     if state.phase in ("turn", "rolling") and state.settings.turn_timer_s > 0:
@@ -558,7 +587,7 @@ def from_wire(data: dict[str, Any]) -> State:
         players = data["players"]
         _check_players(players)
 
-        def ints(xs: Any, n: int | None = None) -> tuple[int, ...]:
+        def ints(xs: object, n: int | None = None) -> tuple[int, ...]:
             if not isinstance(xs, (list, tuple)) or (n is not None and len(xs) != n):
                 raise ValueError("expected a list of integers")
             if not all(type(x) is int for x in xs):
@@ -574,9 +603,7 @@ def from_wire(data: dict[str, Any]) -> State:
             if f is not None and (type(f) is not int or not 1 <= f <= 6):
                 raise ValueError("a face is 1 to 6")
             cells.append((q, r, f))
-        phase = data["phase"]
-        if phase not in ("setup", "turn", "rolling", "over"):
-            raise ValueError(f"unknown phase {phase!r}")
+        phase = one_of(data["phase"], PHASES, "phase")
         order = ints(data["order"])
         if order and sorted(order) != list(range(players)):
             raise ValueError("order must list every seat once")
@@ -599,34 +626,38 @@ def from_wire(data: dict[str, Any]) -> State:
 # Nothing is secret here, so no private update is ever needed: each event says its whole change.
 
 
-def _event_seat(state: State, data: Mapping[str, Any], key: str = "seat") -> int:
+def _event_seat(state: State, data: Mapping[str, object], key: str = "seat") -> int:
     p = data.get(key)
     if type(p) is not int or not 0 <= p < state.players:
         raise ValueError(f"event without a seat: {dict(data)!r}")
     return p
 
 
-def _event_int(data: Mapping[str, Any], key: str) -> int:
+def _event_int(data: Mapping[str, object], key: str) -> int:
     v = data.get(key)
     if type(v) is not int:
         raise ValueError(f"event without an integer {key!r}: {dict(data)!r}")
     return v
 
 
-def _rolled(view: State, data: Mapping[str, Any]) -> tuple[Cell, ...]:
+def _cell(c: tuple[int, ...]) -> Cell:
+    return (c[0], c[1], c[2])
+
+
+def _rolled(view: State, data: Mapping[str, object]) -> tuple[Cell, ...]:
     """The cluster as a ``dice_rolled`` event shows it: the same cells, new faces."""
-    cells = tuple((int(c[0]), int(c[1]), int(c[2])) for c in data["cells"])
+    cells = tuple(_cell(wire_ints(c, "a rolled cell", 3)) for c in wire_list(data["cells"], "cells"))
     if [(q, r) for q, r, _ in cells] != [(q, r) for q, r, _ in view.cells] or not _valid_faces(
             tuple(f for _, _, f in cells), len(view.cells)):
         raise ValueError("the rolled cells are not this view's cluster")
     return cells
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, Any]) -> State:
+def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
     """One public event applied to a view (see ``Game.apply_event``): the changes ``apply`` makes,
     read back from the event. Events the game does not make (seats, results) change nothing."""
     if etype == "order_decided":
-        order = tuple(data["order"])
+        order = wire_ints(data["order"], "order")
         if sorted(order) != list(range(view.players)) or view.phase != "setup":
             raise ValueError(f"bad order_decided {dict(data)!r}")
         return replace(view, order=order)
@@ -661,7 +692,7 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
     return None
 
 
-def apply_private(view: State, seat: int, delta: Mapping[str, Any]) -> State:
+def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
     raise ValueError("Takeaway Dice has no private updates")
 
 
@@ -709,7 +740,7 @@ def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
 
 # --- the game -------------------------------------------------------------------------------------
 
-GAME: Game[State] = Game(
+GAME: Game[State, Action] = Game(
     name=NAME,
     title="Takeaway Dice",
     min_players=2,
@@ -733,5 +764,7 @@ GAME: Game[State] = Game(
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,
+    reason_labels=labels(REASON_LABELS),
+    code_labels=labels(CODE_LABELS),
 )
 RULES = GAME  # the older name

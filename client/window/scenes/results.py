@@ -12,7 +12,7 @@ the menu, Q quits.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from pyglet.window import key
 
@@ -22,11 +22,16 @@ from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window import texts
 from client.window.viewmodels.results import game_line, match_result_line
+from protocol.rules import game_for
+from protocol.rules.base import MATCH_REASON_LABELS
 
 
-REASONS = {"out_of_cards": "out of cards", "tie": "tie", "forfeit": "forfeit", "game_limit": "game limit",
-           "highest_score": "highest score", "shared_win": "shared win", "sequence": "SEQUENCE",
-           "max_turns": "turn limit", "match_won": "match won"}
+def _reason_labels(game: str) -> Mapping[str, str]:
+    """The game's own words for why its games ended (the relay's match reasons where it has none)."""
+    try:
+        return game_for(game).all_reason_labels
+    except ValueError:
+        return MATCH_REASON_LABELS
 
 
 class ResultsScene(Scene):
@@ -133,7 +138,8 @@ class ResultsScene(Scene):
             self.title.font_size = round(self.title.font_size * 0.9, 1)
         for i, g in enumerate(self.games):
             if i < len(results):
-                set_text(g, game_line(i, results[i], names, seat, REASONS, self.app.score_word(self.app.current_game())))
+                set_text(g, game_line(i, results[i], names, seat, _reason_labels(self.app.current_game()),
+                                      self.app.score_word(self.app.current_game())))
             else:
                 set_text(g, "")
         others = [i for i in range(len(names)) if i != seat]

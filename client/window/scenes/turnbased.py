@@ -48,7 +48,7 @@ from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
 from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are the scenes' palette
     AMBER, DIM, GREEN, PENDING_LINE, RED, SEAT_COLOURS, SEAT_MARKS, SOFT, WHITE, YELLOW, TurnViewModel,
-    reason_text)
+    game_of, reason_text)
 
 PANEL = (24, 30, 40, 235)
 WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
@@ -490,7 +490,7 @@ class TurnBasedScene(Scene):
             return None
         result = self.app.session.act_now(action)
         if isinstance(result, Rejected):
-            self.vm.refused(action, result.code, result.detail, now)
+            self.vm.refused(action, result.code, result.detail, now, game=game_of(model))
         else:
             self.vm.cues.append("land")
             self.vm.version += 1

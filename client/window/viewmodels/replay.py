@@ -8,9 +8,9 @@ relay's ``blink serve --log``) with ``protocol.verify.parse_log`` and refuses it
 first false line, before any window opens. Of a true log it keeps one match (the first, or the
 one asked for by code).
 
-Each game of the match is then re-simulated from the seed its ``game_result`` reveals -- the same
-walk ``protocol.verify`` makes (its candidates, timers and matching are reused), but remembering
-the path: for every logged event the state right after the action that made it. Only
+Each game of the match is re-simulated once, by the verifier itself: ``verify(..., keep_walks=True)``
+keeps every game's ``GameWalk``, whose ``states()`` give for every logged event the state right
+after the action that made it. Only
 ``game.view(state, None)`` is kept, i.e. what a spectator may see: hidden cards stay hidden, as
 they did to anyone watching the match live. Around the games the relay's ``match_state`` (status,
 wins, results, winner) is rebuilt from the match events, as ``relay/model.py`` keeps it. A game
@@ -35,12 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from protocol import messages as m
-from protocol.chance import SeededChance
 from protocol.rules import game_for
-from protocol.rules.base import Accepted
 from client.window.viewmodels.results import match_result_line
-from protocol.verify import (NotALog, Record, _arm, _candidates, _Hyp, _key, _match_group, _Miss, body,
-                             parse_log, verify)
+from protocol.verify import GameWalk, NotALog, Record, body, parse_log, verify
 
 NS = 1_000_000_000
 MAX_GAP_S = 2.5  # a longer pause between two events plays as this long
@@ -157,11 +154,12 @@ def load_replay(lines: Iterable[str], match: str | None = None, cut_unfinished: 
         records = parse_log(lines)
     except NotALog as exc:
         raise ReplayError(str(exc)) from None
-    report = verify(records)
+    report = verify(records, keep_walks=True)
     if not report.ok and cut_unfinished and report.first is not None and _cut_short(report.first.problem):
         ends = [k for k, r in enumerate(records) if r.type == "match_over"]
-        if ends and verify(records[:ends[-1] + 1]).ok:
-            records, report = records[:ends[-1] + 1], verify(records[:ends[-1] + 1])
+        cut = verify(records[:ends[-1] + 1], keep_walks=True) if ends else None
+        if cut is not None and cut.ok:
+            records, report = records[:ends[-1] + 1], cut
         else:
             raise ReplayError("the recording stops before the end of its first match: the seeds of its last "
                               "game were never revealed, so it cannot be replayed")
@@ -184,7 +182,7 @@ def load_replay(lines: Iterable[str], match: str | None = None, cut_unfinished: 
         code = wanted[0]
     else:
         code = order[0]
-    return build(groups[code])
+    return build(groups[code], report.walks)
 
 
 def _cut_short(problem: str) -> bool:
@@ -192,13 +190,16 @@ def _cut_short(problem: str) -> bool:
     return "the log ends" in problem or "truncated" in problem
 
 
-def build(recs: Sequence[Record]) -> Replay:
-    """The steps of one true match's records (see the module header)."""
+def build(recs: Sequence[Record], walks: Sequence[GameWalk[Any, Any]] | None = None) -> Replay:
+    """The steps of one true match's records (see the module header), with the games' states from
+    ``walks`` (the verifier's, by their ``game_started``; verified here when not given)."""
+    if walks is None:
+        walks = verify(recs, keep_walks=True).walks
+    by_start = {w.start.line: w for w in walks if w.start is not None}
     head = recs[0].data
     game_name = str(head.get("game_name"))
     rules = game_for(game_name)
     seats = int(head.get("seats") or 2)
-    settings = rules.check_settings(dict(head.get("settings") or {}), seats)
     code = str(head.get("match"))
     names: list[str] = []
     ms: dict[str, Any] = {"status": "waiting", "game_index": -1, "best_of": head.get("best_of", 1), "wins": [],
@@ -206,7 +207,7 @@ def build(recs: Sequence[Record]) -> Replay:
     states: list[Any] = [None] * len(recs)
     games: list[int] = [0] * len(recs)
     game_start: list[int] = [0] * len(recs)
-    # Each game's states, re-derived from its seed.
+    # Each game's states, as the verifier's walk re-derived them from its seed.
     i = 0
     n = len(recs)
     while i < n:
@@ -219,11 +220,16 @@ def build(recs: Sequence[Record]) -> Replay:
             for k in range(i, min(j + 1, n)):
                 game_start[k] = i
                 games[k] = gidx
-            if end is not None and end.type == "game_result" and type(end.data.get("seed")) is int:
-                path = _game_path(game_name, rules, settings, seats, list(recs[i].data.get("players") or []),
-                                  int(end.data["seed"]), int(recs[i].data.get("ts") or 0), recs[i + 1:j])
-                for k, st in enumerate(path):
-                    states[i + k] = rules.view(st, None)
+            walk = by_start.get(recs[i].line)
+            if end is not None and end.type == "game_result" and walk is not None:
+                # The walk explains the game's own events; a player's connection dropping and
+                # returning falls between them and shows the state before it.
+                after = {ev.line: st for ev, st in zip(walk.events, walk.states()[1:])}
+                last = walk.initial
+                states[i] = rules.view(last, None)
+                for k in range(i + 1, j):
+                    last = after.get(recs[k].line, last)
+                    states[k] = rules.view(last, None)
                 states[j] = states[j - 1]
             i = j
         i += 1
@@ -275,74 +281,6 @@ def build(recs: Sequence[Record]) -> Replay:
         steps.append(Step(ev, last_state, last_game, json.loads(json.dumps(ms)), t))
         game_start[k] = last_start
     return Replay(code, game_name, tuple(names), dict(head.get("settings") or {}), steps, game_start)
-
-
-def _game_path(game_name: str, rules: Any, settings: Any, seats: int, names: Sequence[str], seed: int,
-               start_ts: int, events: Sequence[Record]) -> list[Any]:
-    """The states of one verified game: [initial, then the state after each of ``events``].
-
-    ``protocol.verify.replay_game``'s walk, keeping for every consistent state the one it came
-    from, so the path that explains the whole game can be read back from its end."""
-    chance = SeededChance(seed)
-    state0 = rules.new_game(settings, seats, chance)
-    hyp0 = _Hyp(state0, chance, {} if rules.outcome(state0) is not None else _arm(rules, state0, {}, start_ts))
-    logged = [body(r) for r in events]
-    hint = rules.secret_choice
-    # pos -> key -> (hyp, previous pos, previous key)
-    buckets: dict[int, dict[Any, tuple[_Hyp, int, Any]]] = {0: {_key(hyp0): (hyp0, -1, None)}}
-    kept: dict[int, dict[Any, tuple[_Hyp, int, Any]]] = {}
-    miss = _Miss()
-    n = len(events)
-    for pos in range(n):
-        hyps = buckets.pop(pos, None)
-        if not hyps:
-            continue
-        kept[pos] = hyps
-        ts = events[pos].data.get("ts")
-        for hkey, (hyp, _, _) in hyps.items():
-            if rules.outcome(hyp.state) is not None:
-                continue
-            for player, action, deadline, timer in _candidates(rules, hint, hyp, seats, events, pos):
-                ch = hyp.chance.copy()
-                try:
-                    done = rules.complete(hyp.state, player, action, ch)
-                    result = rules.apply(hyp.state, player, done)
-                except Exception:  # noqa: BLE001 - as in verify: explains nothing
-                    continue
-                if not isinstance(result, Accepted) or not result.events:
-                    continue
-                k = _match_group(result.events, names, logged, events, pos, miss)
-                if k == 0 or (deadline is not None and type(ts) is int and ts < deadline):
-                    continue
-                armed = {nm: v for nm, v in hyp.armed.items() if nm != timer}
-                new = _Hyp(result.state, ch, armed)
-                new.armed = _arm(rules, new.state, armed, ts if type(ts) is int else 0) \
-                    if rules.outcome(new.state) is None else {}
-                bucket = buckets.setdefault(pos + k, {})
-                if len(bucket) < 256:
-                    bucket.setdefault(_key(new), (new, pos, hkey))
-    kept[n] = buckets.get(n, {})
-    if not kept[n]:
-        return [state0] * (n + 1)  # cannot happen for a verified log; show the start rather than fail
-    # Read the path back: positions p0=0 < p1 < ... < n, each reached from the one before.
-    path: dict[int, Any] = {}
-    pos, key = n, next(iter(kept[n]))
-    while pos >= 0:
-        hyp, prev_pos, prev_key = kept[pos][key]
-        path[pos] = hyp.state
-        if prev_pos < 0:
-            break
-        pos, key = prev_pos, prev_key
-    out: list[Any] = [state0]
-    last_known = state0
-    # event e (0-based) is covered by the group that starts at the greatest path position <= e and
-    # ends after it: show that group's resulting state for every event in it.
-    ends = sorted(path)
-    for e in range(n):
-        after = next(p for p in ends if p > e)
-        last_known = path[after]
-        out.append(last_known)
-    return out
 
 
 # --------------------------------------------------------------------------------------- the clock

@@ -164,7 +164,7 @@ class TableViewModel:
                     card = None
                 if card is not None:
                     self.flights.append(Flight(card, b.action.pile if b.action.pile in (0, 1) else 0, now_ns))
-            self.say(texts.reason_text(b.code), now_ns)
+            self.say(texts.reason_text(b.code, blink.GAME), now_ns)
             self.cues.append("bounce")
         for v in self._verdicts.take(model.verdicts):
             if v.ok and isinstance(v.action, blink.PlayCard):
@@ -477,7 +477,7 @@ class TableViewModel:
         """What happened to an action the renderer sent: a local refusal shows its reason (and a
         refused play shakes its card); a play taken clears the selection."""
         if isinstance(result, Rejected):
-            self.say(texts.reason_text(result.code), now_ns)
+            self.say(texts.reason_text(result.code, blink.GAME), now_ns)
             if isinstance(step.action, blink.PlayCard):
                 if step.slot is not None:
                     self.shaking = (step.slot, now_ns)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.rules import AnyGame, game_for
 from client.window import texts
 from client.window.viewmodels.feed import EventFeed, Feed
 
@@ -48,26 +49,26 @@ SEAT_COLOURS: tuple[RGBA, ...] = (
     (190, 110, 240, 255), (80, 210, 210, 255), (240, 140, 200, 255), (170, 170, 170, 255))
 SEAT_MARKS = ("●", "■", "▲", "◆", "★", "✚", "♥", "♣")
 
+#: The client's own codes (a game's codes are labelled by the game: ``Game.code_label``).
 REASONS = {
-    "not_your_turn": "it is not your turn",
-    "locked": "that Blink is locked",
-    "no_such_cell": "there is no Blink there",
-    "already_rerolled": "one re-roll per turn",
-    "reroll_used": "your once-per-game re-roll is spent",
-    "wrong_phase": "not now",
     "spectator": "spectators only watch",
-    "game_over": "the game is over",
 }
 
 PENDING_LINE = "PENDING — your move is shown; waiting for the relay to confirm it"
 
 
-def reason_text(code: str, detail: str = "") -> str:
-    if code in REASONS:
-        return REASONS[code]
-    if code in texts.REASONS:
-        return texts.reason_text(code)
-    return detail or code.replace("_", " ")
+def reason_text(code: str, detail: str = "", game: AnyGame | None = None) -> str:
+    """A refusal in words: the label of its code, else the engine's detail (which says what exactly
+    was not allowed), else the code's words."""
+    return REASONS.get(code) or texts.label(code, game) or detail or code.replace("_", " ")
+
+
+def game_of(model: Any) -> AnyGame | None:
+    """The game a model plays, for its labels (None when it has none yet)."""
+    try:
+        return game_for(model.game)
+    except (ValueError, AttributeError, TypeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class TurnViewModel:
             self._seen_game = model.predictor.game
             self.over_at = None
         for b in self._bounces.take(model.bounces):
-            self.refused(b.action, b.code, b.detail, now_ns, by_relay=True)
+            self.refused(b.action, b.code, b.detail, now_ns, by_relay=True, game=game_of(model))
         for ev in self._events.take_current(model):
             self.on_event(ev, model, state, now_ns)
         if self.over_at is None and (model.match_state or {}).get("status") == "over":
@@ -253,8 +254,6 @@ class TurnViewModel:
         names = list(model.players)
         wins = list(ms.get("wins") or [])
         if state is not None and ms.get("status", "playing") == "playing" and getattr(state, "phase", "") == "over":
-            from protocol.rules import game_for
-
             try:
                 outcome = game_for(model.game).outcome(state)
             except (ValueError, AttributeError):
@@ -325,8 +324,9 @@ class TurnViewModel:
 
     # ------------------------------------------------------------------ messages
 
-    def refused(self, action: Any, code: str, detail: str, now_ns: int, by_relay: bool = False) -> None:
-        why = reason_text(code, detail)
+    def refused(self, action: Any, code: str, detail: str, now_ns: int, by_relay: bool = False,
+                game: AnyGame | None = None) -> None:
+        why = reason_text(code, detail, game)
         text = f"✗ the relay refused your move: {why} — it has been undone" if by_relay else f"✗ {why}"
         self.say(text, now_ns, RED)
         self.rejected = (action, now_ns)
