@@ -15,9 +15,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
+
+if TYPE_CHECKING:  # aiomqtt is the client's library: imported where it is used
+    import aiomqtt
+    from paho.mqtt.reasoncodes import ReasonCode
 
 __all__ = ["DEFAULT_MAX_PAYLOAD", "NODELAY", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "check_port", "free_port", "granted",
            "parse_url", "stop_task", "subscribe_granted", "wait_event"]
@@ -34,7 +39,7 @@ RELAY_USER = "relay"
 NODELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
 
 
-def granted(result: Any) -> bool:
+def granted(result: Iterable[int | ReasonCode] | None) -> bool:
     """Whether a SUBACK granted every subscription (MQTT 3.1.1: a QoS each, 0x80 for a refusal)."""
     for code in result or ():
         value = getattr(code, "value", code)
@@ -43,11 +48,11 @@ def granted(result: Any) -> bool:
     return True
 
 
-async def subscribe_granted(client: Any, topic: str, qos: int, tries: int = 8, first_wait_s: float = 0.25) -> None:
+async def subscribe_granted(client: aiomqtt.Client, topic: str, qos: int, tries: int = 8, first_wait_s: float = 0.25) -> None:
     """``client.subscribe`` (an aiomqtt client) until the broker grants it. NATS's MQTT refuses a QoS 1
     subscription (SUBACK 0x80) when it cannot make its JetStream consumer in time -- many clients
-    connecting at once on a busy machine, or a node away: a client whose private topic was refused
-    so never heard its answers. After ``tries`` refusals: an ``aiomqtt.MqttError`` (the caller's
+    connecting at once on a busy machine, or a node away: a client whose private topic is refused
+    never hears its answers. After ``tries`` refusals: an ``aiomqtt.MqttError`` (the caller's
     reconnect logic takes over)."""
     import aiomqtt
 
@@ -76,7 +81,7 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
         return False
 
 
-async def stop_task(task: asyncio.Task[Any], tries: int = 20, wait_s: float = 0.25) -> None:
+async def stop_task(task: asyncio.Task[object], tries: int = 20, wait_s: float = 0.25) -> None:
     """Cancel a task and wait for it, asking again if a library swallowed the cancellation;
     bounded, so shutting down never hangs."""
     for _ in range(tries):

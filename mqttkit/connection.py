@@ -45,22 +45,23 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable, TypeVarTuple
 
 from mqttkit.packets import (CONNACK, DISCONNECT_PACKET, PINGREQ_PACKET, PINGRESP, PUBACK, PUBCOMP, PUBREC, PUBREL,
                              SUBACK, UNSUBACK, Control, Message, Oversize, Parser, ProtocolError, pack_ack,
                              pack_connect, pack_publish, pack_subscribe, pack_unsubscribe)
 
 log = logging.getLogger("blink.mqtt")
+Ts = TypeVarTuple("Ts")
 
 CONNECT_TIMEOUT_S = 10.0
 #: After a read that held at least ``COALESCE_MIN`` dropped messages (a flood: see ``drop_until``),
 #: the socket is left unread for ``COALESCE_S``, so that the next read takes what came meanwhile
 #: in one go: a flood arrives a few packets per read otherwise (Mosquitto writes each message as
 #: it comes), and each read costs more than dropping its packets (measured: ~8 packets and ~12 us
-#: a read). The other messages of that time wait at most that long, in the kernel's buffer: 1 ms,
-#: not 3 -- during a Mosquitto flood of ~80k messages/s the players' p50 play -> verdict was 2.0-2.1 ms
-#: against 3.5-3.6 with 3 ms, for 2-3 % more of a core in the relay (bench/RESULTS.md, session 6).
+#: a read). The other messages of that time wait at most that long, in the kernel's buffer: during
+#: a Mosquitto flood of ~80k messages/s the players' median play -> verdict is about 2 ms with 1 ms
+#: here and 3.5 ms with 3 ms, which would save only 2-3 % of a core in the relay.
 COALESCE_MIN = 16
 COALESCE_S = 0.001
 #: Bytes the transport may hold unsent before the broker is deemed not to read any more.
@@ -329,7 +330,7 @@ class MqttConnection(asyncio.Protocol):
         if transport is not None and not transport.is_closing() and not transport.is_reading():
             transport.resume_reading()
 
-    def _deliver(self, callback: Callable[..., None], *args: Any) -> None:
+    def _deliver(self, callback: Callable[[*Ts], None], *args: *Ts) -> None:
         try:
             callback(*args)
         except Exception as exc:  # noqa: BLE001 - a bug in the callback: say so, do not lose the connection's loop

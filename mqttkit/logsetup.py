@@ -2,8 +2,8 @@
 
 ``logging.basicConfig`` does nothing at all once the root logger has a handler -- not even set the
 level. A test guard (``tests/guard_site``) or anything imported early may have added one, and then
-a relay's warnings went nowhere: the failover test's relays had empty ``.err`` files. So the stderr
-handler is added unless one is already there, and the root level is set either way."""
+a relay's warnings would go nowhere. So the stderr handler is added unless one is already there,
+and the root level is set either way."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ Trust (the same rules as ``deploy/mosquitto.acl``, by MQTT client id):
   connection as soon as its length is read, before its body is. Only the relay may leave
   retained messages.
 
-Rates (issue 12: one flooding client must not hurt the others): a flood has to be stopped before
+Rates (one flooding client must not hurt the others): a flood has to be stopped before
 it costs this process -- which runs the relay too -- more than a sliver of its time, so amqtt never
 sees it. The gate reads each client's packets whole, before amqtt does (``_LimitedReader`` and
 ``_Gate``): a PUBLISH over its sender's request or action rate (``relay.limits.Intake`` at the
@@ -48,17 +48,61 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator, Protocol
 
-from amqtt.adapters import BufferReader, ReaderAdapter, StreamWriterAdapter
-from amqtt.broker import Broker
+from amqtt.adapters import BufferReader, StreamWriterAdapter
 from amqtt.contexts import Action, BaseContext
 from amqtt.mqtt.connack import BAD_USERNAME_PASSWORD, IDENTIFIER_REJECTED, NOT_AUTHORIZED, ConnackPacket
 from amqtt.mqtt.connect import ConnectPacket
-from amqtt.plugins.base import BaseAuthPlugin, BaseTopicPlugin
-from amqtt.session import Session
 
-# The helpers below moved to ``mqttkit`` (shared with the client); re-exported for older importers.
+if TYPE_CHECKING:
+    # amqtt is annotated but ships no ``py.typed`` marker, so a type checker takes its names as
+    # untyped (and strict mode refuses to subclass them). These declare what this module uses of the
+    # classes it extends and of a session, with amqtt 0.12's own signatures; at run time the real
+    # classes stand here.
+    class _SessionState(Protocol):
+        def is_connected(self) -> bool: ...
+
+    class Session(Protocol):
+        client_id: str | None
+        username: str | None
+        password: str | None
+        transitions: _SessionState
+
+    class ReaderAdapter:
+        async def read(self, n: int = -1) -> bytes: ...
+        def feed_eof(self) -> None: ...
+
+    class BaseAuthPlugin:
+        def __init__(self, context: BaseContext) -> None: ...
+        async def authenticate(self, *, session: Session) -> bool | None: ...
+
+    class BaseTopicPlugin:
+        def __init__(self, context: BaseContext) -> None: ...
+        async def topic_filtering(self, *, session: Session | None = None, topic: str | None = None,
+                                  action: Action | None = None) -> bool | None: ...
+
+    class Broker:
+        _subscriptions: dict[str, list[tuple[Session, int]]]
+        def __init__(self, config: dict[str, object] | None = None) -> None: ...
+        @property
+        def sessions(self) -> dict[str, tuple[Session, object]]: ...
+        async def start(self) -> None: ...
+        async def shutdown(self) -> None: ...
+        async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                   listener_name: str) -> None: ...
+        async def external_connected(self, reader: ReaderAdapter, writer: StreamWriterAdapter,
+                                     listener_name: str) -> None: ...
+        async def internal_message_broadcast(self, topic: str, data: bytes, qos: int | None = None) -> None: ...
+        async def retain_message(self, source_session: Session | None, topic_name: str | None,
+                                 data: bytes | bytearray | None, qos: int | None = None) -> None: ...
+else:
+    from amqtt.adapters import ReaderAdapter
+    from amqtt.broker import Broker
+    from amqtt.plugins.base import BaseAuthPlugin, BaseTopicPlugin
+    from amqtt.session import Session
+
+# Shared with the client in ``mqttkit``; re-exported because this is where the relay's side finds them.
 from mqttkit import (DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BadURL, BrokerAddress, PortInUse, check_port,
                      free_port, parse_url, wait_event)
 from protocol import messages as m
@@ -125,6 +169,8 @@ class BlinkAccessPlugin(BaseAuthPlugin, BaseTopicPlugin):
         relay_secret: str = ""
         prefix: str = DEFAULT_PREFIX
 
+    config: Config  # amqtt fills it in from the broker's "plugins" section
+
     def __init__(self, context: BaseContext) -> None:
         super().__init__(context)
         self.access = Access(self.config.prefix)
@@ -160,7 +206,7 @@ class PacketTooLarge(Exception):
 #: limits, so the excess still meets them and its sender is told; a connection sending faster is
 #: simply read more slowly, so its excess waits in its own socket (TCP pushes back on the sender)
 #: instead of costing this process -- which also runs the relay -- time to read and drop it (~20 us
-#: a dropped packet; a connection flooding at full speed measured 1.5 % of a core, bench/RESULTS.md).
+#: a dropped packet; a connection flooding at full speed costs about 1.5 % of a core when paced).
 #: The gate's bursts (see ``EmbeddedBroker.intake``): a quarter of a second at the rate, at least
 #: 20 -- far above what a client sends at once (a player's resends after a reconnect are a few; the
 #: project's bots at full speed send one action per decision, at most 32 a second).
@@ -244,7 +290,7 @@ class _Gate:
         what = "actions" if act else "requests"
         rate = broker.intake.act[0] if act else broker.intake.req[0]
         detail = f"too many {what}: at most {rate:g} a second; the rest are dropped"
-        reply: Any
+        reply: m.ActionRejected | m.RequestRejected
         if act:
             action_id = -1
             try:
@@ -328,7 +374,7 @@ async def _read_first_packet(reader: asyncio.StreamReader, limit: int) -> bytes:
 class _SubscriptionTable(dict[str, list[tuple[Session, int]]]):
     """amqtt's subscription table, iterated over a copy: its broadcast loop awaits the topic check
     (our access plugin) inside ``for ... in self._subscriptions.items()``, so a client subscribing or
-    leaving meanwhile raised "dictionary changed size during iteration" and the message was lost."""
+    leaving meanwhile would raise "dictionary changed size during iteration" and lose the message."""
 
     def items(self) -> list[tuple[str, list[tuple[Session, int]]]]:  # type: ignore[override]
         return [(k, list(v)) for k, v in super().items()]
@@ -340,7 +386,7 @@ class _SubscriptionTable(dict[str, list[tuple[Session, int]]]):
 class _GuardedBroker(Broker):
     """amqtt's broker with a gate in front of every TCP connection (see the module header)."""
 
-    def __init__(self, config: dict[str, Any], access: Access, secret: str, packet_limit: int,
+    def __init__(self, config: dict[str, object], access: Access, secret: str, packet_limit: int,
                  intake: Intake, topics: Topics) -> None:
         super().__init__(config)
         self._subscriptions = _SubscriptionTable()

@@ -16,8 +16,8 @@ conditional: it carries ``Nats-Expected-Last-Sequence`` = the stream sequence of
 this writer knows, so JetStream stores it only if nobody wrote in between. (The stream has one
 subject, so the per-subject header would say the same, but nats-server before 2.9.21 checks that
 one only before the write is replicated: concurrent writers on a clustered stream both get it
-accepted, nats-server#4320; measured here on 2.9.10: 199 of 200 races let two writes through with
-the per-subject header, 0 of 200 with the stream-wide one.) When that
+accepted, nats-server#4320: on 2.9.10, 199 of 200 races let two writes through with the
+per-subject header, none of 200 with the stream-wide one.) When that
 condition fails the writer catches up (reads the messages it missed): if one of them is its own
 (the same nonce) the append had in fact succeeded; if one carries a newer fence than the caller's,
 the append is refused with ``FencedError``; otherwise it retries at the new end. So two owners can
@@ -52,18 +52,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import re
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import msgpack
 
 from relay.journal import Entry, FencedError, JournalError, Msg, Tick
 
+if TYPE_CHECKING:  # nats-py is imported where it is used: a relay without a cluster never loads it
+    from nats.aio.client import Client as NATS
+    from nats.js.api import ObjectInfo, RawStreamMsg
+    from nats.js.client import JetStreamContext
+    from nats.js.object_store import ObjectStore
+
 T = TypeVar("T")
+#: A coroutine handed to another thread's loop: only its result matters to the caller.
+Job = Coroutine[object, None, T]
 
 H_POS = "Blink-Pos"
 H_N = "Blink-N"
@@ -110,7 +119,7 @@ def parse_servers(servers: str | Sequence[str]) -> list[str]:
 
 
 async def connect_jetstream(servers: str | Sequence[str], connect_timeout: float = 5.0,
-                            name: str = "blink-relay") -> Any:
+                            name: str = "blink-relay") -> NATS:
     """A nats-py connection to a JetStream-enabled cluster, or ``JournalError`` in one line.
 
     The first connection is bounded (every server tried a few times within ``connect_timeout``);
@@ -173,12 +182,12 @@ async def bounded(awaitable: Awaitable[T], timeout: float) -> T | None:
     return task.result()
 
 
-def _consume(task: asyncio.Future[Any]) -> None:
+def _consume(task: asyncio.Future[T]) -> None:
     if not task.cancelled():
         task.exception()  # retrieved: an abandoned task's failure is not "never retrieved"
 
 
-async def close_nats(nc: Any, timeout: float = 5.0) -> None:
+async def close_nats(nc: NATS, timeout: float = 5.0) -> None:
     """Close a nats-py connection without ever hanging on it."""
     try:
         await bounded(nc.close(), timeout)
@@ -198,13 +207,13 @@ class NatsLink:
         self._thread.start()
         self._closed = False
         try:
-            self.nc: Any = self.run(connect_jetstream(self.servers, connect_timeout, name), connect_timeout + 5)
+            self.nc: NATS = self.run(connect_jetstream(self.servers, connect_timeout, name), connect_timeout + 5)
         except BaseException:
             self._stop_loop()
             raise
-        self.js: Any = self.nc.jetstream(timeout=request_timeout)
+        self.js: JetStreamContext = self.nc.jetstream(timeout=request_timeout)
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    def run(self, coro: Job[T], timeout: float | None = None) -> T:
         """Run ``coro`` on the link's loop and wait for its result (from any thread but the loop's)."""
         if self._closed:
             coro.close()
@@ -249,7 +258,7 @@ class NatsLink:
 # ---------------------------------------------------------------------------------------------- records
 
 def encode_entries(entries: Sequence[Entry]) -> bytes:
-    rows: list[list[Any]] = []
+    rows: list[list[int | str | bytes]] = []
     for e in entries:
         if isinstance(e, Msg):
             rows.append([0, e.now_ns, e.topic, bytes(e.payload)])
@@ -353,10 +362,10 @@ class JetStreamJournal:
 
     # ---- plumbing
 
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    def _call(self, coro: Job[T], timeout: float | None = None) -> T:
         return self.link.run(coro, (timeout or self.op_timeout) + 5)
 
-    async def _retrying(self, what: str, make: Any) -> Any:
+    async def _retrying(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
         """Await ``make()`` until it succeeds, retrying transient failures (no leader yet, a node down,
         a reconnect under way) until ``op_timeout``; anything else is raised at once."""
         import nats.errors
@@ -400,7 +409,7 @@ class JetStreamJournal:
                                       storage=StorageType.FILE, discard=DiscardPolicy.OLD, deny_delete=True,
                                       description=f"blink journal of shard {self.shard}")
                 try:
-                    info = await self._retrying("create the journal stream", lambda c=config: js.add_stream(c))
+                    info = await self._retrying("create the journal stream", functools.partial(js.add_stream, config))
                     got = r
                     break
                 except nats.js.errors.APIError as exc:
@@ -423,7 +432,7 @@ class JetStreamJournal:
         msg = await self._retrying("read the journal", lambda: self.link.js.get_msg(self.stream, seq=seq))
         return _Head(seq, msg.headers)
 
-    async def _get(self, seq: int) -> Any:
+    async def _get(self, seq: int) -> RawStreamMsg:
         return await self._retrying("read the journal", lambda: self.link.js.get_msg(self.stream, seq=seq))
 
     def _check_open(self) -> None:
@@ -552,7 +561,7 @@ class JetStreamJournal:
                         yield head.pos + i, entry
             seq = top + 1
 
-    async def _window(self, lo: int, hi: int) -> list[Any]:
+    async def _window(self, lo: int, hi: int) -> list[RawStreamMsg]:
         import nats.js.errors
 
         try:
@@ -578,7 +587,7 @@ class JetStreamJournal:
 
     # ---- snapshots
 
-    async def _snapshots_store(self) -> Any:
+    async def _snapshots_store(self) -> ObjectStore:
         import nats.js.errors
         from nats.js.api import ObjectStoreConfig, StorageType
 
@@ -596,7 +605,7 @@ class JetStreamJournal:
         except nats.js.errors.APIError as exc:
             raise JournalError(f"cannot create the snapshot store {self.bucket}: {_one_line(exc)}") from exc
 
-    async def _names(self, store: Any) -> list[tuple[int, str]]:
+    async def _names(self, store: ObjectStore) -> list[tuple[int, str]]:
         """(position, name) of every snapshot, newest first (read without a consumer: see ``_latest``)."""
         infos = await self._retrying("list the snapshots", self._snapshot_infos)
         return [(pos, str(meta.name)) for pos, meta in infos]
@@ -622,7 +631,7 @@ class JetStreamJournal:
             raise JournalError(f"cannot save a snapshot of shard {self.shard}: {_one_line(exc)}") from exc
         for _, old in (await self._names(store))[KEEP_SNAPSHOTS:]:
             try:
-                await self._retrying("drop an old snapshot", lambda o=old: store.delete(o))
+                await self._retrying("drop an old snapshot", functools.partial(store.delete, old))
             except Exception:  # noqa: BLE001 -- an old snapshot left behind is only wasted space
                 pass
 
@@ -633,21 +642,21 @@ class JetStreamJournal:
 
     async def _latest(self) -> tuple[int, bytes] | None:
         """The newest readable snapshot, read without a consumer: nats-py's object store lists and
-        reads through consumers, and making a consumer needs the cluster's meta leader -- while a node
-        was away a takeover's read of a snapshot took 6 s (28 entries replayed). Here every read is a
+        reads through consumers, and making a consumer needs the cluster's meta leader, which may be
+        seconds away while a node is down -- just when a takeover reads a snapshot. Here every read is a
         direct get from the snapshot stream's own leader: the objects' meta subjects from the stream's
         state, each object's info, then its chunks one by one (checked against its SHA-256)."""
         await self._snapshots_store()  # made if missing
         for pos, info in await self._retrying("list the snapshots", self._snapshot_infos):
             try:
-                blob = await self._retrying("read a snapshot", lambda i=info: self._read_object(i))
+                blob = await self._retrying("read a snapshot", functools.partial(self._read_object, info))
             except Exception:  # noqa: BLE001 -- damaged or half-deleted: the older one stands in
                 continue
             self._snap_pos = max(self._snap_pos or 0, pos)
             return pos, blob
         return None
 
-    async def _snapshot_infos(self) -> list[tuple[int, Any]]:
+    async def _snapshot_infos(self) -> list[tuple[int, ObjectInfo]]:
         """(position, ObjectInfo) of every snapshot, newest first."""
         import base64
         import json
@@ -678,7 +687,7 @@ class JetStreamJournal:
             out.append((int(name[5:]), meta))
         return sorted(out, key=lambda pi: pi[0], reverse=True)
 
-    async def _read_object(self, meta: Any) -> bytes:
+    async def _read_object(self, meta: ObjectInfo) -> bytes:
         import base64
         import hashlib
 
@@ -689,7 +698,9 @@ class JetStreamJournal:
         for _ in range(int(meta.chunks or 0)):
             msg = await self.link.js.get_msg(stream, seq=seq, subject=subject, next=True)
             data += msg.data or b""
-            seq = int(msg.seq) + 1
+            if msg.seq is None:
+                raise JournalError(f"a chunk of snapshot {meta.name} of shard {self.shard} has no sequence")
+            seq = msg.seq + 1
         if len(data) != int(meta.size or 0):
             raise JournalError(f"snapshot {meta.name} of shard {self.shard} is {len(data)} bytes, not {meta.size}")
         digest = str(meta.digest or "")

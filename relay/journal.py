@@ -40,9 +40,9 @@ The embedded backend, ``SqliteJournal``, is one SQLite file (stdlib ``sqlite3``)
   ``wall_ns``) with a CRC-32 over all of them. ``now_ns`` is the core's monotonic time (it orders
   and times everything), ``wall_ns`` the wall clock the shell read with it (it only stamps events
   and log lines): replay needs both to reproduce the same outputs. A row whose ``wall_ns`` is NULL
-  (written before schema 2, when the core ran on the wall clock) means ``wall_ns == now_ns`` and
-  keeps its old checksum, so opening a schema-1 journal migrates it in place by adding the column
-  (no row is rewritten). SQLite's own WAL checksums already drop a torn last transaction
+  (schema 1, whose core had one clock) means ``wall_ns == now_ns`` and keeps its schema-1
+  checksum, so opening a schema-1 journal migrates it in place by adding the column (no row is
+  rewritten). SQLite's own WAL checksums already drop a torn last transaction
   whole; the per-entry CRC also catches damage SQLite cannot see (a bad disk, a stray writer).
 - On open the live entries are verified in order (checksum, and positions without gaps): at the
   first bad one the valid prefix is kept and the rest is set aside (table ``discarded``); if the
@@ -55,8 +55,8 @@ The embedded backend, ``SqliteJournal``, is one SQLite file (stdlib ``sqlite3``)
   live matches is 8-13 MB: written inside the database, it held every append (and so every
   player's answer) for tens of milliseconds each time. Compaction deletes the files of the
   snapshots it drops; opening removes files no row names (a crash between the two writes) and
-  drops rows whose file is missing or fails its CRC. Journals written before (schema 2) keep their
-  snapshots in the row and are read as they are.
+  drops rows whose file is missing or fails its CRC. A schema-2 journal keeps its snapshots in the
+  row; they are read as they are.
 - A ``meta`` table holds the schema version (a journal written by a newer version is refused with
   a clear ``JournalError``; an older one is migrated), the newest fence and the position compaction
   reached.
@@ -88,7 +88,7 @@ import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 SCHEMA_VERSION = 3  # 2: entries carry wall_ns beside the monotonic now_ns; 3: snapshots in files of their own
 #: A snapshot row whose blob starts with this names the file beside the journal that holds the snapshot.
@@ -110,8 +110,8 @@ class FencedError(JournalError):
 @dataclass(frozen=True, slots=True)
 class Msg:
     """One message handed to ``core.handle(topic, payload, now_ns, wall_ns)``. ``now_ns`` is the
-    core's monotonic time; ``wall_ns`` the wall clock (None: the same as ``now_ns``, as in entries
-    written before the core had two clocks)."""
+    core's monotonic time; ``wall_ns`` the wall clock (None: the same as ``now_ns``, as in
+    schema-1 entries, whose core had one clock)."""
 
     topic: str
     payload: bytes
@@ -176,12 +176,14 @@ _WALL = struct.Struct("<q")
 
 def _crc(pos: int, kind: int, now_ns: int, topic: bytes, payload: bytes, wall_ns: int | None = None) -> int:
     # The position is inside the checksum: a row that is intact but in the wrong place is caught too.
-    # Without wall_ns it is schema 1's checksum, so rows written before the migration stay valid.
+    # Without wall_ns it is schema 1's checksum, so schema-1 rows stay valid after the migration.
     crc = zlib.crc32(payload, zlib.crc32(topic, zlib.crc32(_HEAD.pack(pos, kind, now_ns, len(topic)))))
     return crc if wall_ns is None else zlib.crc32(_WALL.pack(wall_ns), crc)
 
 
 Row = tuple[int, int, int, str | None, bytes | None, int, int | None]
+#: A row as SQLite hands it back: whatever the file holds, checked before it is trusted.
+StoredRow = Sequence[object]
 
 
 def _row(pos: int, entry: Entry) -> Row:
@@ -197,9 +199,11 @@ def _row(pos: int, entry: Entry) -> Row:
     raise TypeError(f"a journal entry is a Msg or a Tick, not {type(entry).__name__}")
 
 
-def _entry(row: Sequence[Any]) -> Entry | None:
+def _entry(row: StoredRow) -> Entry | None:
     """The entry a stored row holds, or None when the row fails its checksum or makes no sense."""
     pos, kind, now_ns, topic, payload, crc, wall = row
+    if type(pos) is not int or type(kind) is not int or type(now_ns) is not int or type(crc) is not int:
+        return None  # only INTEGERs are packed into the checksum
     try:
         if wall is not None and type(wall) is not int:
             return None
@@ -560,9 +564,9 @@ class SqliteJournal:
     def _snapshot_name(self, position: int) -> str:
         return f"{self.path.name}.snapshot-{position}"
 
-    def _snapshot_blob(self, stored: Any, crc: Any) -> bytes | None:
-        """A snapshot row's blob -- kept in the row (journals written before snapshot files) or in
-        the file the row names -- or None if it is missing or fails its checksum."""
+    def _snapshot_blob(self, stored: object, crc: object) -> bytes | None:
+        """A snapshot row's blob -- kept in the row (schema 2) or in the file the row names --
+        or None if it is missing or fails its checksum."""
         if not isinstance(stored, bytes):
             return None
         if stored.startswith(SNAPSHOT_FILE):
@@ -577,7 +581,7 @@ class SqliteJournal:
             blob = stored
         return blob if zlib.crc32(blob) == crc else None
 
-    def _snapshot_files(self, stored: Iterable[Any]) -> list[Path]:
+    def _snapshot_files(self, stored: Iterable[object]) -> list[Path]:
         return [self.path.with_name(b[len(SNAPSHOT_FILE):].decode("utf-8", "replace")) for b in stored
                 if isinstance(b, bytes) and b.startswith(SNAPSHOT_FILE)]
 
@@ -726,9 +730,9 @@ def open_journal(data_dir: str | Path, *, durable: bool = True) -> SqliteJournal
     return SqliteJournal(data_dir / "journal.db", durable=durable, lock=lock)
 
 
-def _valid_run(conn: sqlite3.Connection, after: int, columns: str = _COLUMNS) -> list[Any]:
+def _valid_run(conn: sqlite3.Connection, after: int, columns: str = _COLUMNS) -> list[StoredRow]:
     """The valid, gap-free entries after position ``after`` of a damaged file, up to the first bad one."""
-    rows: list[Any] = []
+    rows: list[StoredRow] = []
     try:
         for row in conn.execute(f"SELECT {columns} FROM entries WHERE pos > ? ORDER BY pos", (after,)):
             if row[0] != after + len(rows) + 1 or _entry(row) is None:

@@ -31,14 +31,14 @@ member; NATS answers "no responders" at once when nobody is subscribed -- the re
 closed (``kill -9`` closes it too). The probes run every ``PROBE_S`` in a task of their own (a tick
 reading the bucket while a stream elects its leader may take a second or more). A member with no
 responder on every probe for ``DEAD_AFTER_S`` (longer than a NATS client's reconnect to another
-node: measured well under 0.2 s on loopback) is taken as dead and the tick runs at once: its shards are taken
+node, well under 0.2 s on loopback) is taken as dead and the tick runs at once: its shards are taken
 without waiting for their entries to expire, each written over only if it still holds that
 relay's revision (the same stream-wide condition as an acquisition). Should the relay in fact be
 alive (cut off from NATS for that long), it gives its shards up by itself at ``ttl/2`` and its late
 journal appends are refused by the new owner's fence, claimed before it replays -- the fence, not
-the timing, is what keeps two relays from writing one shard. Measured before this: a killed relay's
-shards were served again only after their leases expired (up to the TTL after the kill) plus the
-next tick; the first verdict came ~16 s after the kill in the failover test.
+the timing, is what keeps two relays from writing one shard. Without the probes a killed relay's
+shards would be served again only once their leases expired (up to the ttl after the kill) plus a
+tick.
 
 Safety: a renewal is counted from the moment it was *sent* (the server's expiry clock starts
 later). A relay that has had no successful renewal for ``ttl/2`` gives the shard up at once
@@ -52,15 +52,16 @@ the others need not wait for the expiry once the cluster answers again. Should a
 after all that (a frozen process), the journal's fence refuses it.
 
 Timing (the default ttl, ``DEFAULT_TTL_S``, is 12 s): renewals every second, give-up after 6 s
-without a successful one. The ttl was 4 s (renewal every 1.33 s, give-up after 2 s); when a NATS node
-stopped, JetStream stalled for ~4 s some 7-12 s later (consumer deletions waiting on the meta leader
-held the routes up) and every relay gave every shard up. Now a stall of up to ~5 s (the give-up time
-less a renewal interval) costs nothing. What the longer ttl costs: a relay that is *frozen* (SIGSTOP,
-a hung process whose NATS connection stays open: its probes time out rather than find no responder)
-has its shards taken only when its entries expire, up to 12 s (was 4 s); a killed relay's shards are
-still taken through the probes after ``DEAD_AFTER_S``. Writes: one KV write per held shard a second
-(was 0.75), a heartbeat every ``ttl/3``; each tick's read of the bucket (a stream-info request plus
-one read per key, every ``tick_s`` by every relay) is by far the larger load and is unchanged.
+without a successful one. When a NATS node stops, JetStream may stall for ~4 s some 7-12 s later
+(consumer deletions waiting on the meta leader hold the routes up); with a give-up time of 2 s (a
+4 s ttl) every relay would give every shard up then, while with 6 s a stall of up to ~5 s (the
+give-up time less a renewal interval) costs nothing. What a long ttl costs: a relay that is
+*frozen* (SIGSTOP, a hung process whose NATS connection stays open: its probes time out rather
+than find no responder) has its shards taken only when its entries expire, up to the ttl; a killed
+relay's shards are taken through the probes after ``DEAD_AFTER_S`` whatever the ttl. Writes: one KV
+write per held shard a second, a heartbeat every ``ttl/3``; each tick's read of the bucket (a
+stream-info request plus one read per key, every ``tick_s`` by every relay) is by far the larger
+load.
 
 Balance: every relay sees the live members (heartbeat keys) and the owners. Shards pinned by a
 live member (``shards=[...]``) are its alone; the others are shared by the unpinned members, each
@@ -81,6 +82,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import hashlib
 import json
 import logging
@@ -91,11 +93,20 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from relay.jetstream import bounded, close_nats, connect_jetstream
 from relay.journal import JournalError
 from relay.ownership import OnGain, OnLoss
+
+if TYPE_CHECKING:  # nats-py is imported where it is used: a relay without a cluster never loads it
+    from nats.aio.client import Client as NATS
+    from nats.aio.msg import Msg as NatsMsg
+    from nats.aio.subscription import Subscription
+    from nats.js.client import JetStreamContext
+    from nats.js.kv import KeyValue
+
+T = TypeVar("T")
 
 log = logging.getLogger("blink.relay.leases")
 
@@ -103,9 +114,9 @@ DEFAULT_TTL_S = 12.0  # rides out a ~5 s JetStream stall (see "Timing" above); `
 RENEW_EVERY_S = 1.0  # renew this long after the last successful renewal was sent ...
 RENEW_AT = 1 / 3  # ... or after this fraction of the ttl, if that is sooner (a ttl under 3 s)
 GIVE_UP_AT = 1 / 2  # of the ttl: no successful renewal for that long -> stop serving
-REQUEST_S = 4.0 / 6  # at most, for one request of the lease shell (ttl/6 if shorter): what the old 4 s ttl gave
+REQUEST_S = 4.0 / 6  # at most, for one request of the lease shell (ttl/6 if shorter): resent soon after a stall
 COOLDOWN_TTLS = 2.0
-COOLDOWN_MAX_S = 8.0  # what 2 * ttl was at the old default ttl of 4 s: a lost shard is not shunned for longer
+COOLDOWN_MAX_S = 8.0  # whatever the ttl, a lost shard is not shunned for longer (others may be gone too)
 DEAD_AFTER_S = 0.75  # no responder on the liveness subject for this long: the relay is dead
 PROBE_S = 0.2  # how often the other members are asked (a task of its own; a death wakes the tick)
 _ID = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -292,8 +303,9 @@ class NatsLeases:
         self._loss: list[OnLoss] = []
         self._events: asyncio.Queue[tuple[str, str, int, Callable[[], Awaitable[None]] | None]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._nc: Any = None
-        self._kv: Any = None
+        self._nc: NATS | None = None
+        self._js_context: JetStreamContext | None = None
+        self._kv_bucket: KeyValue | None = None
         self._stream = ""
         self._since: int | None = None
         self._closing = False
@@ -301,7 +313,7 @@ class NatsLeases:
         self.probe = probe  # ask the other members whether they are alive (see the module docstring)
         self._absent: dict[str, float] = {}  # member -> since when it has had no responder
         self._replacing: dict[str, Owner] = {}  # shard -> the dead relay's entry, for this tick's acquisitions
-        self._alive_sub: Any = None
+        self._alive_sub: Subscription | None = None
         self._dead: set[str] = set()  # the members the probes found dead (see ``_run_probes``)
         self._wake_tick: asyncio.Event | None = None
         self.view = View()
@@ -313,6 +325,20 @@ class NatsLeases:
         self.tick_s = min(0.5, ttl / 8)
         # one request's timeout: short, so a request lost in a stall is sent again soon after it ends
         self.request_s = min(REQUEST_S, ttl / 6)
+
+    # The connection and the buckets exist from ``start`` on; nothing uses them before.
+
+    @property
+    def _kv(self) -> KeyValue:
+        if self._kv_bucket is None:
+            raise LeaseError("the leases are not started")
+        return self._kv_bucket
+
+    @property
+    def _js(self) -> JetStreamContext:
+        if self._js_context is None:
+            raise LeaseError("the leases are not started")
+        return self._js_context
 
     # ---- Ownership
 
@@ -332,7 +358,7 @@ class NatsLeases:
         except JournalError as exc:
             raise LeaseError(str(exc)) from exc
         try:
-            await self._setup()
+            await self._setup(self._nc)
         except BaseException:
             await close_nats(self._nc)
             self._nc = None
@@ -378,14 +404,14 @@ class NatsLeases:
 
     # ---- setup
 
-    async def _setup(self) -> None:
+    async def _setup(self, nc: NATS) -> None:
         import nats.errors
         import nats.js.errors
         from nats.js.api import KeyValueConfig, StorageType
 
         # Short requests, retried: right after a stream is created (by another relay starting at the same
         # moment, say) nats-server 2.9 may answer a request to it with silence until its leader is up.
-        js = self._nc.jetstream(timeout=2.0)
+        js = nc.jetstream(timeout=2.0)
         bucket = f"{self.namespace}_leases"
         meta_bucket = f"{self.namespace}_meta"
         replicas_choices = [self.replicas] if self.replicas else [3, 2, 1]
@@ -394,7 +420,7 @@ class NatsLeases:
         transient = (nats.errors.TimeoutError, asyncio.TimeoutError, nats.js.errors.ServiceUnavailableError,
                      nats.errors.NoRespondersError)
 
-        async def bucket_of(name: str, ttl: float | None) -> Any:
+        async def bucket_of(name: str, ttl: float | None) -> KeyValue:
             """The bucket, created if missing; several relays starting at once may all try, and a busy
             cluster may time a creation out that still happens: look again until the deadline."""
             choices = list(replicas_choices)
@@ -422,7 +448,7 @@ class NatsLeases:
                     choices.pop(0)
                 await asyncio.sleep(0.2)
 
-        async def again(make: Callable[[], Awaitable[Any]]) -> Any:
+        async def again(make: Callable[[], Awaitable[T]]) -> T:
             while True:
                 try:
                     return await make()
@@ -433,7 +459,7 @@ class NatsLeases:
 
         try:
             meta = await bucket_of(meta_bucket, None)
-            self._js = js
+            self._js_context = js
             written = await again(lambda: self._create_exclusive(f"KV_{meta_bucket}", f"$KV.{meta_bucket}.shards",
                                                                  str(self.shard_count).encode()))
             if written is None:
@@ -442,7 +468,7 @@ class NatsLeases:
                     raise LeaseError(f"the cluster has {stored.decode(errors='replace')} shards "
                                      f"(namespace {self.namespace}); this relay was started with {self.shard_count}: "
                                      f"use the same shard count on every relay")
-            self._kv = await bucket_of(bucket, self.ttl)
+            self._kv_bucket = await bucket_of(bucket, self.ttl)
             info = await again(lambda: js.stream_info(f"KV_{bucket}"))
             age = float(info.config.max_age or 0)
             if age and abs(age - self.ttl) > 1e-3:
@@ -457,8 +483,8 @@ class NatsLeases:
                 if problem:
                     raise LeaseError(f"refused: {problem}; two relays cannot be forced onto one shard")
             # answer liveness probes before anyone can see this relay as a member
-            self._alive_sub = await self._nc.subscribe(self._alive_subject(self.relay_id), cb=self._answer_alive)
-            await self._nc.flush(timeout=2)
+            self._alive_sub = await nc.subscribe(self._alive_subject(self.relay_id), cb=self._answer_alive)
+            await nc.flush(timeout=2)
             self._since = await again(lambda: self._kv.create(f"m.{self.relay_id}", self._member_value()))
             if self.pinned:
                 self.view = await again(self._observe)
@@ -477,7 +503,7 @@ class NatsLeases:
     def _alive_subject(self, relay: str) -> str:
         return f"{self.namespace}.alive.{relay}"
 
-    async def _answer_alive(self, msg: Any) -> None:
+    async def _answer_alive(self, msg: NatsMsg) -> None:
         try:
             await msg.respond(b"1")
         except Exception:  # noqa: BLE001 -- the asker will ask again
@@ -490,12 +516,13 @@ class NatsLeases:
         others = [m for m in self.view.members if m != self.relay_id]
         for gone in [m for m in self._absent if m not in others]:
             del self._absent[gone]
-        if not others or not self.probe:
+        nc = self._nc
+        if not others or not self.probe or nc is None:
             return set()
 
         async def ask(member: str) -> bool | None:
             try:
-                await self._nc.request(self._alive_subject(member), b"", timeout=min(1.0, self.request_s))
+                await nc.request(self._alive_subject(member), b"", timeout=min(1.0, self.request_s))
                 return True
             except nats.errors.NoRespondersError:
                 return False
@@ -542,8 +569,10 @@ class NatsLeases:
             if op in ("DEL", "PURGE"):
                 continue
             key = subject[len(self._prefix):]
+            if msg.seq is None:
+                raise LeaseError(f"the lease bucket's entry {key} has no revision")
             if key.startswith("s."):
-                owners[key[2:]] = Owner((msg.data or b"").decode(errors="replace"), int(msg.seq))
+                owners[key[2:]] = Owner((msg.data or b"").decode(errors="replace"), msg.seq)
             elif key.startswith("m."):
                 try:
                     value = json.loads(msg.data or b"{}")
@@ -551,7 +580,7 @@ class NatsLeases:
                     since[key[2:]] = int(value.get("since") or msg.seq)
                 except (ValueError, TypeError, AttributeError):
                     members[key[2:]] = frozenset()
-                    since[key[2:]] = int(msg.seq)
+                    since[key[2:]] = msg.seq
         return View(owners, members, since)
 
     async def _run_probes(self) -> None:
@@ -678,9 +707,10 @@ class NatsLeases:
                 entry = await bounded(self._kv.get(f"s.{shard}"), self.request_s)
             except Exception:  # noqa: BLE001 -- cannot tell now: the next tick's read decides
                 return
-            if entry is not None and (entry.value or b"") == self.relay_id.encode() and int(entry.revision or 0) > h.revision:
+            landed = (entry.revision or 0) if entry is not None else 0
+            if entry is not None and (entry.value or b"") == self.relay_id.encode() and landed > h.revision:
                 if self._held.get(shard) is h:
-                    self._held[shard] = Held(h.fence, int(entry.revision), h.renewed_at)
+                    self._held[shard] = Held(h.fence, landed, h.renewed_at)
                 log.info("renewal of shard %s: an earlier one had landed (revision %s)", shard, entry.revision)
                 return
             if entry is None:
@@ -707,7 +737,7 @@ class NatsLeases:
             try:
                 msg = await self._js.get_msg(stream, subject=subject)
                 present = (msg.headers or {}).get("KV-Operation") not in ("DEL", "PURGE")
-                if present and (replacing is None or int(msg.seq) != replacing.revision
+                if present and (replacing is None or msg.seq != replacing.revision
                                 or (msg.data or b"").decode(errors="replace") != replacing.relay):
                     return None
             except nats.js.errors.NotFoundError:
@@ -798,8 +828,8 @@ class NatsLeases:
 class ThreadedLeases:
     """``Ownership``: a ``NatsLeases`` run on a thread of its own, with its own event loop and NATS
     connection, so that a relay whose event loop is busy (a burst of plays, a long replay, a slow
-    journal) never makes a renewal late. Measured before this: under two CPU burners the relay's loop
-    stalled long enough for renewals to miss the give-up time, and shards moved for nothing.
+    journal) never makes a renewal late: under two CPU burners a relay's loop can stall long enough
+    for renewals made on it to miss the give-up time, and shards would move for nothing.
 
     The callbacks still run on the caller's loop (the one ``start`` was awaited on), in order, each
     awaited before the next -- as with ``NatsLeases`` itself. ``owned()`` is read straight from the
@@ -889,11 +919,11 @@ class ThreadedLeases:
 
     async def _forward_gain(self, shard: str, fence: int) -> None:
         for cb in list(self._gain):
-            await self._on_caller(lambda cb=cb: cb(shard, fence))  # type: ignore[misc]
+            await self._on_caller(functools.partial(cb, shard, fence))
 
     async def _forward_loss(self, shard: str) -> None:
         for cb in list(self._loss):
-            await self._on_caller(lambda cb=cb: cb(shard))  # type: ignore[misc]
+            await self._on_caller(functools.partial(cb, shard))
 
 
 __all__ = ["DEAD_AFTER_S", "DEFAULT_TTL_S", "Held", "cooldown_s", "renew_after", "LeaseError", "NatsLeases", "ThreadedLeases", "without_dead", "Owner", "Plan", "View", "decide", "parse_shards", "pin_conflict",

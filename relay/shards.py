@@ -23,14 +23,15 @@ handles it. Every relay computes the same answer, so exactly one owner handles e
   looks; the shard's journal records what its core was given, so replay stays exact).
 
 Hashes are BLAKE2b (Python's ``hash`` is salted per process: relays would disagree). With
-``total == 1`` everything is shard ``"0"``, and codes are drawn exactly as before.
+``total == 1`` everything is shard ``"0"``, and the core draws its codes from the whole code space.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
 from protocol import messages as m
 from protocol.codec import DecodeError, decode
@@ -103,21 +104,21 @@ def home_shard(client: str, total: int) -> str:
     return "0" if total == 1 else _hash_shard("client", client, total)
 
 
-def quick_key(game: str, settings: dict[str, Any]) -> str:
+def quick_key(game: str, settings: Mapping[str, object]) -> str:
     """What a quick match pairs on, normalised the way the core compares: the game's canonical name
     and its checked settings (the ``order`` and ``grace_s`` the core takes out first, kept as given)."""
-    settings = dict(settings)
-    order = settings.pop("order", None)
-    grace = settings.pop("grace_s", None)
+    rest = dict(settings)
+    order = rest.pop("order", None)
+    grace = rest.pop("grace_s", None)
     name = canonical(game) if isinstance(game, str) else repr(game)
     try:
-        settings = game_for(name).check_settings(settings, 2)
+        rest = game_for(name).check_settings(rest, 2)
     except Exception:  # noqa: BLE001 - a bad request: its shard rejects it, routing just needs a key
         pass
-    return json.dumps([name, settings, order, grace], sort_keys=True, default=repr)
+    return json.dumps([name, rest, order, grace], sort_keys=True, default=repr)
 
 
-def shard_of_quick(game: str, settings: dict[str, Any], total: int) -> str:
+def shard_of_quick(game: str, settings: Mapping[str, object], total: int) -> str:
     return "0" if total == 1 else _hash_shard("quick", quick_key(game, settings), total)
 
 
@@ -132,7 +133,8 @@ def route_request(client: str, payload: bytes, total: int) -> str:
     return route_message(client, msg, total)
 
 
-def route_message(client: str, msg: Any, total: int) -> str:
+def route_message(client: str, msg: object, total: int) -> str:
+    """The shard that handles the decoded lobby request ``msg`` from ``client`` (or ``KNOWN``)."""
     if isinstance(msg, m.JoinMatch):
         return shard_of_code(msg.code, total)
     if isinstance(msg, (m.Resync, m.Rematch, m.Rejoin)):

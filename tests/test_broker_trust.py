@@ -401,6 +401,7 @@ def readable_dir() -> Any:
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.integration("mosquitto")
 def test_broker_config_command_writes_a_config_mosquitto_runs_as_is(readable_dir: Path) -> None:
     binary = find_mosquitto()
     assert binary is not None

@@ -42,6 +42,7 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
 # ------------------------------------------------------------------------------------ paths
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("argv, says", [
     (["play", "--screenshot", "{missing}/x.png", "--quit-after", "1"], "no such directory"),
     (["play", "--screenshot", "{dir}", "--quit-after", "1"], "is a directory"),
@@ -68,6 +69,7 @@ def test_a_path_that_cannot_be_written_is_one_line_and_status_2_before_anything_
     assert proc.stdout == "", "nothing started (nothing said it was running)"
 
 
+@pytest.mark.integration
 def test_screenshot_under_proc_is_refused_at_once() -> None:
     proc = blink("play", "--screenshot", "/proc/nope/x.png", "--quit-after", "1")
     assert proc.returncode == 2 and "/proc/nope" in one_line(proc)
@@ -77,6 +79,7 @@ def test_screenshot_under_proc_is_refused_at_once() -> None:
 # ------------------------------------------------------------------------------------ exit statuses
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("argv, says", [
     (["match", "--bots", "3"], "BLINK is for 2 players, not 3"),
     (["match", "--bots", "1"], "BLINK is for 2 players, not 1"),
@@ -242,6 +245,7 @@ async def _watch_a_running_match(tmp: Path) -> tuple[list[dict[str, Any]], str, 
         return lines, err.decode(), missing.returncode, [e for e in every if e.match == code], missing_err.decode()
 
 
+@pytest.mark.integration
 def test_watch_starts_from_the_beginning_and_ends_with_the_result(tmp_path: Path) -> None:
     lines, err, _, every, missing_err = asyncio.run(_watch_a_running_match(tmp_path))
     assert [x["seq"] for x in lines] == list(range(1, len(lines) + 1)), "from seq 1, each once, in order"
@@ -259,6 +263,7 @@ def test_watch_starts_from_the_beginning_and_ends_with_the_result(tmp_path: Path
 # ------------------------------------------------------------------------------------ Roll Your Own's --json
 
 
+@pytest.mark.integration
 def test_roll_your_own_json_numbers_games_from_0_and_each_has_winners_and_reason(tmp_path: Path) -> None:
     log = tmp_path / "ryo.jsonl"
     proc = blink("match", "--game", "ryo", "--bots", "2", "--seed", "3", "--reaction", "0.005", "--json",

@@ -32,7 +32,7 @@ from protocol.verify import parse_log, verify
 from tests.helpers import collect_messages, quiet_error_cb
 from tests.test_cluster_cli import BLINK, ROOT, blink, one_line
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.integration("nats-server")
 
 T = Topics()
 FAST = {"countdown_s": 0.3, "stalemate_pause_s": 0.2, "pick_time_s": 1.0}

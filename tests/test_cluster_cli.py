@@ -42,6 +42,7 @@ def gone(pid: int) -> bool:
     return stat.rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
 
 
+@pytest.mark.integration("nats-server")
 def test_up_prints_urls_mqtt_crosses_nodes_and_down_stops_everything(tmp_path: Path) -> None:
     directory = tmp_path / "c"
     try:
@@ -95,6 +96,7 @@ def test_up_prints_urls_mqtt_crosses_nodes_and_down_stops_everything(tmp_path: P
         nats_cluster.stop_cluster(directory)
 
 
+@pytest.mark.integration("nats-server")
 def test_one_node_cluster_has_jetstream(tmp_path: Path) -> None:
     with nats_cluster.running_cluster(1, tmp_path / "one") as cluster:
         assert len(cluster.mqtt) == 1

@@ -31,7 +31,7 @@ from relay import shards
 from client.matchrun import MatchResult, event_line, run_match
 from tests.logcheck import check_blink_log
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow,
+pytestmark = [pytest.mark.integration("nats-server"), pytest.mark.slow,
               pytest.mark.skipif(os.environ.get("BLINK_FAILOVER") == "0", reason="BLINK_FAILOVER=0 skips it")]
 
 BLINK = [sys.executable, "-m", "client.cli"]

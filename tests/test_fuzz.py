@@ -14,6 +14,8 @@ import pytest
 from bench.fuzz import KINDS, Stack, fuzz
 from relay.broker import BrokerAddress
 
+pytestmark = pytest.mark.integration  # each test drives a relay through a broker
+
 PAYLOADS = 2_400  # 200 of each of the twelve kinds
 
 

@@ -54,6 +54,7 @@ def test_a_bug_in_a_game_engine_reaches_the_guard_in_this_process(relay_guard: R
     assert relay_guard.problems() == []  # taken: this test owns them and passes
 
 
+@pytest.mark.integration
 def test_a_bug_in_a_subprocess_relay_reaches_the_guard(relay_guard: RelayGuard) -> None:
     port = free_port()
     serve = subprocess.Popen([*BLINK, "serve", "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE,

@@ -16,7 +16,7 @@ from mqttkit import free_port
 from relay.jetstream import JetStreamJournal, NatsLink, decode_entries, encode_entries, split_batch
 from relay.journal import FencedError, JournalError, Msg, Tick, replay
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.integration("nats-server")
 
 _names = itertools.count(1)
 

@@ -149,6 +149,7 @@ def test_pick_port_gives_up_after_its_tries_and_never_passes_65535() -> None:
     assert tried == [65534, 65535]
 
 
+@pytest.mark.integration
 def test_port_is_free_sees_a_listening_socket_on_loopback() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -435,6 +435,7 @@ def test_a_killed_relays_shards_are_taken_before_its_leases_expire(cluster: Clus
     run(scenario())
 
 
+@pytest.mark.integration("nats-server")
 def test_shards_stay_served_when_a_nats_node_stops(tmp_path: Path) -> None:
     """A node of three goes down under two relays: leases may move (a relay whose node vanished cannot
     renew until it has reconnected and the bucket has a leader), but every shard ends up served again,
@@ -516,6 +517,7 @@ def test_leases_on_their_own_thread_survive_a_busy_relay_loop(cluster: Cluster) 
     run(scenario())
 
 
+@pytest.mark.integration
 def test_bad_configuration_and_unreachable_cluster() -> None:
     with pytest.raises(LeaseError):
         NatsLeases("nats://127.0.0.1:1", 0)

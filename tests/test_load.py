@@ -148,15 +148,18 @@ def test_ctrl_c_stops_the_run_and_its_relay() -> None:
 # ------------------------------------------------------------------------------------ bad input
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("matches", ["0", "-3", "abc", "1e9", "100000"])
 def test_bad_matches(matches: str) -> None:
     assert "--matches" in one_line_error(run_blink("load", "--matches", matches, "--duration", "2"))
 
 
+@pytest.mark.integration
 def test_too_many_matches_for_the_embedded_broker() -> None:
     assert "--server" in one_line_error(run_blink("load", "--matches", "2000", "--duration", "2"))
 
 
+@pytest.mark.integration
 def test_unreachable_server() -> None:
     port = free_port()
     line = one_line_error(run_blink("load", "--server", f"mqtt://127.0.0.1:{port}", "--matches", "2", "--duration", "2",
@@ -164,6 +167,7 @@ def test_unreachable_server() -> None:
     assert "cannot reach" in line
 
 
+@pytest.mark.integration
 def test_relay_pid_needs_server() -> None:
     one_line_error(run_blink("load", "--matches", "1", "--relay-pid", "1"))
 

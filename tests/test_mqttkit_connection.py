@@ -325,6 +325,7 @@ def run(coro: Awaitable[None]) -> None:
 # ------------------------------------------------------------------------------------ the connection
 
 
+@pytest.mark.integration
 def test_login_subscribe_and_batches_of_messages_acknowledged_in_one_write() -> None:
     batches: list[list[Message]] = []
     login: dict[str, Any] = {}
@@ -371,6 +372,7 @@ def test_login_subscribe_and_batches_of_messages_acknowledged_in_one_write() -> 
     assert body[7] == 0x80 | 0x40 | 0x20 | 0x08 | 0x04 | 0x02  # user, password, will retain, will QoS 1, will, clean
 
 
+@pytest.mark.integration
 def test_a_refused_subscription_raises_subscribe_refused_and_the_connection_stays_up() -> None:
     async def script(s: Session) -> None:
         await s.read_until(1)
@@ -393,6 +395,7 @@ def test_a_refused_subscription_raises_subscribe_refused_and_the_connection_stay
     run(main())
 
 
+@pytest.mark.integration
 def test_a_refused_login_raises_connect_refused_with_its_code() -> None:
     async def script(s: Session) -> None:
         await s.read()
@@ -407,6 +410,7 @@ def test_a_refused_login_raises_connect_refused_with_its_code() -> None:
     run(main())
 
 
+@pytest.mark.integration
 def test_nothing_listening_and_a_silent_broker_are_mqtt_errors() -> None:
     async def silent(s: Session) -> None:
         await s.read()
@@ -422,6 +426,7 @@ def test_nothing_listening_and_a_silent_broker_are_mqtt_errors() -> None:
     run(main())
 
 
+@pytest.mark.integration
 def test_a_malformed_packet_drops_the_connection_with_one_logged_line_after_the_good_ones(
         caplog: pytest.LogCaptureFixture) -> None:
     got: list[Message] = []
@@ -447,6 +452,7 @@ def test_a_malformed_packet_drops_the_connection_with_one_logged_line_after_the_
     assert len(lines) == 1 and "malformed packet" in lines[0].getMessage() and lines[0].exc_info is None
 
 
+@pytest.mark.integration
 def test_oversized_and_qos2_messages_are_acknowledged_and_delivered_once() -> None:
     got: list[Message] = []
     oversize: list[tuple[str, int]] = []
@@ -479,6 +485,7 @@ def test_oversized_and_qos2_messages_are_acknowledged_and_delivered_once() -> No
     assert [(m.topic, m.payload) for m in got] == [("a/q2", b"two"), ("a/q2", b"two again")]
 
 
+@pytest.mark.integration
 def test_a_broker_that_stops_answering_pings_is_dropped_by_the_keepalive() -> None:
     async def script(s: Session) -> None:
         await s.handshake()
@@ -500,6 +507,7 @@ def test_a_broker_that_stops_answering_pings_is_dropped_by_the_keepalive() -> No
     run(main())
 
 
+@pytest.mark.integration
 def test_a_broker_that_answers_pings_keeps_the_connection() -> None:
     pings = [0]
 
@@ -522,6 +530,7 @@ def test_a_broker_that_answers_pings_keeps_the_connection() -> None:
     run(main())
 
 
+@pytest.mark.integration
 def test_a_callback_that_raises_is_logged_and_drops_the_connection(relay_guard: Any) -> None:
     """A bug in the caller's callback is a bug: logged with its traceback (the guard sees it), and
     the connection is dropped rather than left half-read."""
@@ -597,6 +606,7 @@ def test_on_mosquitto_messages_the_will_and_a_clean_disconnect(mosquitto: Broker
 # ------------------------------------------------------------------------------------ the relay shell
 
 
+@pytest.mark.integration
 def test_the_relay_shell_rides_out_a_malformed_packet_by_reconnecting_and_resubscribing(
         caplog: pytest.LogCaptureFixture) -> None:
     """The broker's stream breaks: the shell's connection is dropped with a logged line (no

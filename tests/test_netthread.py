@@ -8,11 +8,15 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from protocol import messages as m
 from client.net import new_client_id
 from client.netthread import NetThread, ThreadedConnection
 from client.player import Player
 from tests.helpers import eventually, wait_until
+
+pytestmark = pytest.mark.integration  # each test plays against a relay (LocalServer, ChildServer)
 
 SCENARIO_S = 180.0
 

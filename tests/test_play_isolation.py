@@ -25,7 +25,7 @@ from tests.test_window import LONG, SCENARIO_S, xdisplay  # noqa: F401 - the Xvf
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.timeout(SCENARIO_S)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(SCENARIO_S)]  # relay children
 
 
 def alive(pid: int) -> bool:

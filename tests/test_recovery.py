@@ -270,6 +270,7 @@ class OwnMosquitto:
             self.proc = None
 
 
+@pytest.mark.integration("mosquitto")
 def test_the_relay_reconnects_when_its_broker_restarts(tmp_path: Path) -> None:
     broker_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"blink-mosq-{os.getpid()}-{free_port()}"
     broker = OwnMosquitto(broker_dir)
@@ -325,11 +326,13 @@ def one_line_failure(proc: subprocess.CompletedProcess[str], *words: str) -> Non
         assert w in lines[0], lines[0]
 
 
+@pytest.mark.integration
 def test_a_data_directory_that_cannot_be_created_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a directory")
     one_line_failure(serve_once(["--data", str(tmp_path / "file" / "data")]), "data directory")
 
 
+@pytest.mark.integration
 def test_a_journal_from_a_newer_version_is_refused(tmp_path: Path) -> None:
     with SqliteJournal(tmp_path / "journal.db") as j:
         j.append([])
@@ -338,6 +341,7 @@ def test_a_journal_from_a_newer_version_is_refused(tmp_path: Path) -> None:
     one_line_failure(serve_once(["--data", str(tmp_path)]), "newer version")
 
 
+@pytest.mark.integration
 def test_a_second_relay_on_a_held_directory_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
     first = subprocess.Popen([*BLINK, "serve", "--port", str(free_port()), "--data", str(tmp_path)], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

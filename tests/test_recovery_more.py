@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from mqttkit import BrokerAddress, free_port, parse_url
 from protocol import messages as m
 from protocol.topics import Topics
@@ -26,6 +28,8 @@ from client.net import Connection, new_client_id
 from client.player import Player
 from tests.conftest import ROOT
 from tests.test_recovery import BLINK, OwnMosquitto, Relay, check_log, read_log, until
+
+pytestmark = pytest.mark.integration("mosquitto")
 
 #: A BLINK deck where cards rarely share a colour, shape or count, one card in hand, fast timers and
 #: the longest match: stalemates with an empty draw pile (a pick) come in about a third of games.

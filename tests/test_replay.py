@@ -257,6 +257,7 @@ def test_a_tampered_truncated_or_reordered_log_is_refused_with_its_first_bad_lin
         load_replay(["hello"])
 
 
+@pytest.mark.integration
 def test_blink_replay_refuses_a_false_log_in_one_line_and_opens_no_window(played: Any, tmp_path: Path) -> None:
     lines, _ = played["takeaway"]
     bad = tmp_path / "cut.jsonl"

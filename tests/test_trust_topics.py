@@ -53,7 +53,7 @@ async def until(cond: Any, what: str, timeout: float = DEADLINE_S) -> None:
         await asyncio.sleep(0.01)
 
 
-@pytest.fixture(params=["embedded", "mosquitto"])
+@pytest.fixture(params=["embedded", pytest.param("mosquitto", marks=pytest.mark.integration("mosquitto"))])
 def relay_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
     """None: ``LocalServer`` starts the embedded broker; else the relay's login to a Mosquitto run
     as ``blink broker-config`` sets it up."""

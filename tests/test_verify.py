@@ -211,6 +211,7 @@ def test_a_forfeit_is_true_but_its_unrevealed_game_is_not_checkable() -> None:
     assert report.unchecked > 0 and "not checkable" in report.summary()
 
 
+@pytest.mark.integration
 def test_a_real_log_written_by_blink_match(tmp_path: Path) -> None:
     log = tmp_path / "m.jsonl"
     subprocess.run([sys.executable, "-m", "client.cli", "match", "--game", "takeaway", "--bots", "2", "--seed", "3",
@@ -408,6 +409,7 @@ def test_missing_unreadable_and_binary_files(tmp_path: Path, capsys: pytest.Capt
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.integration
 def test_the_command_line_has_no_traceback_for_a_bad_log(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text("{not json\n")

@@ -71,6 +71,7 @@ def test_play_arguments() -> None:
         p.parse_args(["play", "--server", "http://nope"])
 
 
+@pytest.mark.integration
 def test_play_refuses_what_it_cannot_do_with_one_line() -> None:
     for args in (["play", "--game", "blink", "--players", "3"], ["play", "--game", "takeaway", "--players", "9"],
                  ["play", "--watch", "ABCDE"], ["play", "--match", "ABCDE"], ["play", "--settings", '{"best_of": 2}']):
@@ -80,6 +81,7 @@ def test_play_refuses_what_it_cannot_do_with_one_line() -> None:
         assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
 
 
+@pytest.mark.integration
 def test_play_without_a_display_says_so_in_one_line() -> None:
     env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
     out = subprocess.run([sys.executable, "-m", "client.cli", "play", "--quit-after", "1"], capture_output=True,
