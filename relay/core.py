@@ -97,7 +97,8 @@ from relay.fair import FairOrder, Table
 from relay.limits import Clients, Deadlines, Quiet, TokenBucket
 from relay.model import STATE_HISTORY, LogRecord, Match, Out, Publish, RelayConfig, Seat
 
-__all__ = ["RelayCore", "RelayConfig", "Match", "Seat", "Publish", "LogRecord", "Out", "ORDERS", "STATE_HISTORY"]
+__all__ = ["ACCEPTED_SEQ_BITS", "CoreParts", "LogRecord", "Match", "ORDERS", "Out", "PAST_EVENTS", "Publish",
+           "REMEMBERED_ANSWERS", "RelayConfig", "RelayCore", "STATE_HISTORY", "Seat"]
 
 ORDERS = ("arrival", "fair")
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
@@ -127,6 +128,27 @@ def _past_event(code: str, kept: PastEvent) -> m.Event:
     if isinstance(data, bytes):  # the tuple form with its map packed
         data = unpack_plain(data)
     return m.Event(match=code, seq=seq, ts=ts, game=game, type=etype, data=data)
+
+
+@dataclasses.dataclass
+class CoreParts:
+    """The core's private parts, as it hands them to ``relay/snapshot.py`` (the one module that
+    writes and reads them) and takes them back: the names on disk are that module's, not these."""
+
+    codes: SeededChance
+    wall_offset: int
+    answers: dict[str, dict[tuple[str, int], Answer]]
+    past: dict[str, tuple[deque[PastEvent], dict[str, int]]]
+    waiting: dict[str, Match]
+    live: dict[str, Match]
+    fair_live: dict[str, None]
+    wake: Deadlines
+    owned: dict[str, set[str]]
+    housekeeping: Deadlines
+    clients: Clients
+    act_buckets: dict[str, TokenBucket]
+    req_buckets: dict[str, TokenBucket]
+    quiet: Quiet
 
 
 class RelayCore:
@@ -189,6 +211,18 @@ class RelayCore:
                 x.wake_at = None
                 x.snapshot_due = None
                 self._wake_up(x)
+
+    def _parts(self) -> CoreParts:
+        return CoreParts(codes=self._codes, wall_offset=self._wall_offset, answers=self._answers, past=self._past,
+                         waiting=self._waiting, live=self._live, fair_live=self._fair_live, wake=self._wake,
+                         owned=self._owned, housekeeping=self._housekeeping, clients=self._clients,
+                         act_buckets=self._act_buckets, req_buckets=self._req_buckets, quiet=self._quiet)
+
+    def _restore_parts(self, p: CoreParts) -> None:
+        self._codes, self._wall_offset, self._answers, self._past = p.codes, p.wall_offset, p.answers, p.past
+        self._waiting, self._live, self._fair_live, self._wake = p.waiting, p.live, p.fair_live, p.wake
+        self._owned, self._housekeeping, self._clients, self._quiet = p.owned, p.housekeeping, p.clients, p.quiet
+        self._act_buckets, self._req_buckets = p.act_buckets, p.req_buckets
 
     def _rebuild_limits(self) -> None:
         self.stats.setdefault("limited", {"dropped": 0, "bursts": 0})
