@@ -47,7 +47,7 @@ from protocol.codec import pack_plain
 from protocol.rules import GAMES
 from protocol.rules.base import Game
 from protocol.topics import Topics
-from relay.core import CoreParts, RelayCore
+from relay.core import RelayCore
 from relay.fair import FairOrder, Held
 from relay.journal import JournalError
 from relay.limits import Clients, Deadlines, Quiet, StrictBucket, TokenBucket
@@ -333,30 +333,30 @@ def record_of(core: RelayCore) -> tuple[dict[str, Any], list[list[Any]]]:
     # Match states are compared by identity (is the state a play was made against still the
     # current one?): a game whose state is all scalars must not have two equal states merged.
     enc = _Encoder({id(s) for x in core.matches.values() for s in (x.state, *(st for _, st in x.history))})
-    p = core._parts()  # noqa: SLF001 - the core hands its parts to the one module that writes them
+    t, gate, deadlines = core.tables, core.gate, core.deadlines
     rec = {
         "seed": core.seed,
         "topics": {"prefix": core.topics.prefix, "shard": core.topics.shard},
         "config": {k: getattr(core.config, k) for k in _CONFIG_FIELDS},
-        "codes": _chance(p.codes),
+        "codes": _chance(core.lobby.codes),
         "last_now_ns": core.last_now_ns,
-        "wall_offset": p.wall_offset,
+        "wall_offset": t.wall_offset,
         "matches": [_match(x, enc) for x in core.matches.values()],
         "client_match": core.client_match,
-        "answers": {client: [[c, i, enc.enc(_answer(c, i, a))] for (c, i), a in book.items()]
-                    for client, book in p.answers.items()},
-        "past": {code: [q.maxlen, [_past_event(e) for e in q], sent] for code, (q, sent) in p.past.items()},
+        "answers": {client: [[c, i, enc.enc(a)] for (c, i), a in book.items()]
+                    for client, book in core.answers.book.items()},
+        "past": {code: [q.maxlen, list(q), sent] for code, (q, sent) in core.events.past.items()},
         "stats": enc.enc(core.stats),
         "fair": _fair(core.fair, enc),
-        "waiting": list(p.waiting), "live": list(p.live), "fair_live": list(p.fair_live),
-        "wake": [list(e) for e in p.wake.heap],
-        "owned": {c: sorted(codes) for c, codes in p.owned.items()},
-        "housekeeping": [list(e) for e in p.housekeeping.heap],
-        "clients": {"idle_ns": p.clients.idle_ns, "seen": [[c, t] for c, t in p.clients.seen.items()]},
-        "act_buckets": {c: _bucket(b) for c, b in p.act_buckets.items()},
-        "req_buckets": {c: _bucket(b) for c, b in p.req_buckets.items()},
-        "quiet": {"quiet_ns": p.quiet.quiet_ns,
-                  "last": {s: {k: list(v) for k, v in kinds.items()} for s, kinds in p.quiet.last.items()}},
+        "waiting": list(t.waiting), "live": list(t.live), "fair_live": list(t.fair_live),
+        "wake": [list(e) for e in deadlines.wake.heap],
+        "owned": {c: sorted(codes) for c, codes in gate.owned.items()},
+        "housekeeping": [list(e) for e in deadlines.housekeeping.heap],
+        "clients": {"idle_ns": gate.clients.idle_ns, "seen": [[c, t] for c, t in gate.clients.seen.items()]},
+        "act_buckets": {c: _bucket(b) for c, b in gate.act_buckets.items()},
+        "req_buckets": {c: _bucket(b) for c, b in gate.req_buckets.items()},
+        "quiet": {"quiet_ns": gate.quiet.quiet_ns,
+                  "last": {s: {k: list(v) for k, v in kinds.items()} for s, kinds in gate.quiet.last.items()}},
     }
     return rec, enc.types
 
@@ -370,26 +370,32 @@ def core_of(rec: dict[str, Any], types: list[Any], games: Mapping[str, Game[Any]
     core = RelayCore(topics, config, rec["seed"])
     matches = {r["code"]: _match_of(r, dec, offered) for r in rec["matches"]}
     wake, housekeeping = Deadlines(), Deadlines()
-    wake.heap = [tuple(e) for e in rec["wake"]]  # type: ignore[misc]
-    housekeeping.heap = [tuple(e) for e in rec["housekeeping"]]  # type: ignore[misc]
+    wake.heap = [tuple(e) for e in rec["wake"]]
+    housekeeping.heap = [tuple(e) for e in rec["housekeeping"]]
     clients = Clients(rec["clients"]["idle_ns"])
     clients.seen = OrderedDict((c, t) for c, t in rec["clients"]["seen"])
     quiet = Quiet(rec["quiet"]["quiet_ns"], {s: {k: (v[0], v[1]) for k, v in kinds.items()}
                                               for s, kinds in rec["quiet"]["last"].items()})
     answers = {client: {(c, i): dec.dec(a) for c, i, a in book} for client, book in rec["answers"].items()}
-    core.stats = dec.dec(rec["stats"])
-    core.fair = _fair_of(rec["fair"], dec)
-    core.matches = matches
-    core.client_match = dict(rec["client_match"])
+    t = core.tables
+    t.stats = dec.dec(rec["stats"])
+    t.fair = _fair_of(rec["fair"], dec)
+    t.matches = matches
+    t.client_match = dict(rec["client_match"])
+    t.wall_offset = rec["wall_offset"]
+    t.waiting = {c: matches[c] for c in rec["waiting"]}
+    t.live = {c: matches[c] for c in rec["live"]}
+    t.fair_live = dict.fromkeys(rec["fair_live"])
     core.last_now_ns = rec["last_now_ns"]
-    core._restore_parts(CoreParts(  # noqa: SLF001
-        codes=_chance_of(rec["codes"]), wall_offset=rec["wall_offset"], answers=answers,
-        past={code: (deque(q, maxlen=n), dict(sent)) for code, (n, q, sent) in rec["past"].items()},
-        waiting={c: matches[c] for c in rec["waiting"]}, live={c: matches[c] for c in rec["live"]},
-        fair_live=dict.fromkeys(rec["fair_live"]), wake=wake, owned={c: set(v) for c, v in rec["owned"].items()},
-        housekeeping=housekeeping, clients=clients,
-        act_buckets={c: _bucket_of(b) for c, b in rec["act_buckets"].items()},
-        req_buckets={c: _bucket_of(b) for c, b in rec["req_buckets"].items()}, quiet=quiet))
+    core.lobby.codes = _chance_of(rec["codes"])
+    core.answers.book = answers
+    core.events.past = {code: (deque(q, maxlen=n), dict(sent)) for code, (n, q, sent) in rec["past"].items()}
+    core.deadlines.wake, core.deadlines.housekeeping = wake, housekeeping
+    gate = core.gate
+    gate.clients, gate.quiet = clients, quiet
+    gate.owned = {c: set(v) for c, v in rec["owned"].items()}
+    gate.act_buckets = {c: _bucket_of(b) for c, b in rec["act_buckets"].items()}
+    gate.req_buckets = {c: _bucket_of(b) for c, b in rec["req_buckets"].items()}
     return core
 
 
@@ -469,7 +475,7 @@ class _LegacyUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         if name in _LEGACY.get(module, ()):
-            return RelayCore if (module, name) == ("relay.core", "RelayCore") else super().find_class(module, name)
+            return _LegacyCore if (module, name) == ("relay.core", "RelayCore") else super().find_class(module, name)
         qualname = f"{module}.{name}"
         if qualname in self._registry:
             return self._registry[qualname]
@@ -481,12 +487,82 @@ class _LegacyUnpickler(pickle.Unpickler):
         raise SnapshotError(f"holds {qualname}, which a relay snapshot never held")
 
 
+class _LegacyCore:
+    """What a pickle of the core held: its attribute map, read by ``_from_legacy``, never run."""
+
+    state: dict[str, Any]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+
 def _unpickle_legacy(payload: memoryview) -> RelayCore:
     games: dict[str, Game[Any]] = dict(GAMES)
-    core = _LegacyUnpickler(io.BytesIO(bytes(payload)), _registry(games)).load()
-    if not isinstance(core, RelayCore):
+    held = _LegacyUnpickler(io.BytesIO(bytes(payload)), _registry(games)).load()
+    if not isinstance(held, _LegacyCore):
         raise SnapshotError("is not a relay core")
+    return _from_legacy(held.state, games)
+
+
+def migrate(state: dict[str, Any], games: Mapping[str, Game[Any]] | None = None) -> RelayCore:
+    """The core that a pickled core's attribute map (formats 1 and 2) stands for, through the
+    current record (``games``: those the relay offers; default the registry)."""
+    offered = GAMES if games is None else games
+    return core_of(*record_of(_from_legacy(state, offered)), games)
+
+
+def _from_legacy(d: dict[str, Any], games: Mapping[str, Game[Any]]) -> RelayCore:
+    """A core from the attribute map of a pickled one, in every form a relay has pickled: the
+    first ones had no limits' state and no deadline heap (rebuilt here from the matches), kept
+    acceptances as (seq, hold_ns) and past events as tuples or ``Event``s (turned into the
+    current forms by ``record_of``)."""
+    config: RelayConfig = d["config"]
+    core = RelayCore(d["topics"], config, d["seed"])
+    t, gate, deadlines = core.tables, core.gate, core.deadlines
+    for x in d["matches"].values():  # a field added since that pickle: its default
+        for f in dataclasses.fields(Match):
+            if f.name not in vars(x):
+                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                setattr(x, f.name, default)
+        x.rules = games.get(x.game, x.rules)
+    t.matches, t.client_match, t.stats, t.fair = d["matches"], d["client_match"], d["stats"], d["fair"]
+    t.wall_offset = d.get("_wall_offset", 0)
+    core.last_now_ns = d.get("last_now_ns", 0)
+    core.lobby.codes = d["_codes"]
+    core.answers.book = {c: {k: _answer(k[0], k[1], a) for k, a in book.items()}  # type: ignore[misc]
+                         for c, book in d["_answers"].items()}
+    core.events.past = {code: (deque((_past_event(e) for e in q), maxlen=q.maxlen), sent)
+                        for code, (q, sent) in d["_past"].items()}
+    if "_waiting" in d:
+        t.waiting, t.live = d["_waiting"], d["_live"]
+        gate.owned, gate.clients, gate.quiet = d["_owned"], d["_clients"], d["_quiet"]
+        gate.act_buckets, gate.req_buckets = d["_act_buckets"], d["_req_buckets"]
+        deadlines.housekeeping = d["_housekeeping"]
+    else:  # from before the limits: their state starts empty, the indexes come from the matches
+        t.stats.setdefault("limited", {"dropped": 0, "bursts": 0})
+        t.waiting = {c: x for c, x in t.matches.items() if x.status == "waiting"}
+        t.live = {c: x for c, x in t.matches.items() if x.status in ("playing", "between")}
+        # The relay's time when the snapshot was taken, near enough: its last publication.
+        then = max((at for book in t.fair.published.values() for at in book.values()), default=0)
+        for client in core.answers.book:
+            gate.clients.touch(client, then)
+        for match in t.matches.values():
+            if match.status == "waiting":
+                match.creator = match.players[0].client if match.players else ""
+                if match.creator:
+                    gate.owned.setdefault(match.creator, set()).add(match.code)
+                deadlines.schedule(match, then + int(config.waiting_ttl_s * 1_000_000_000))
+            elif match.status == "over":
+                deadlines.schedule(match, then + int(config.linger_s * 1_000_000_000))
+    if "_wake" in d:
+        t.fair_live, deadlines.wake = d["_fair_live"], d["_wake"]
+    else:  # from before the deadline heap: build it
+        t.fair_live = {c: None for c, x in t.live.items() if x.order == "fair"}
+        for x in t.matches.values():
+            x.wake_at = None
+            x.snapshot_due = None
+            deadlines.wake_up(x)
     return core
 
 
-__all__ = ["MAGIC", "VERSION", "SnapshotError", "core_of", "dump", "load", "record_of"]
+__all__ = ["MAGIC", "VERSION", "SnapshotError", "core_of", "dump", "load", "migrate", "record_of"]

@@ -181,14 +181,14 @@ def test_past_events_kept_packed_or_in_an_older_core_s_form_are_re_sent_alike() 
     code = h.start_match({"countdown_s": 0.5})
     published = [e for e in h.events() if e.match == code]
     assert len(published) >= 3
-    past = h.core._past[code][0]
+    past = h.core.events.past[code][0]
     assert all(isinstance(entry, bytes) for entry in past)
     fields = [tuple(unpack_plain(e)) for e in past]
     forms = {"whole": list(past), "tuple, map packed": [(*f[:4], pack_plain(f[4])) for f in fields],
              "tuple, map plain": [f for f in fields], "event": published}
     for form, entries in forms.items():
         for from_seq in (1, 2, published[-1].seq, published[-1].seq + 1):
-            h.core._past[code] = (type(past)(entries, maxlen=past.maxlen), {})
+            h.core.events.past[code] = (type(past)(entries, maxlen=past.maxlen), {})
             out = h.send(T.req(f"w{from_seq}"), m.Resync(code, from_seq=from_seq))
             again = [x for x in h.to(f"w{from_seq}", out) if isinstance(x, m.Event)]
             assert [encode(e) for e in again] == [encode(e) for e in published if e.seq >= from_seq], form
@@ -199,7 +199,7 @@ def test_the_relay_keeps_a_bounded_past_per_match() -> None:
     code = h.start_match()
     match = h.core.matches[code]
     for _ in range(PAST_EVENTS + 10):
-        h.core._event(match, h.now, [], {"type": "race_resumed"})
+        h.core.events.event(match, h.now, [], {"type": "race_resumed"})
     h.tick(1.0)
     out = h.send(T.req("w"), m.Resync(code, from_seq=1))
     got = [x.seq for x in h.to("w", out) if isinstance(x, m.Event)]
