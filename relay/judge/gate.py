@@ -62,7 +62,7 @@ class Gate:
             return False
         return True
 
-    def refuse(self, client: str, code: str | None, payload: bytes, reason: str, detail: str, now_ns: int,
+    def refuse(self, client: str, code: str | None, payload: bytes, reason: Refusal, detail: str, now_ns: int,
                 out: list[Out]) -> None:
         """Tell the sender of an undecoded message that it was refused (never remembered as an answer:
         the same action sent again later is judged)."""

@@ -35,6 +35,8 @@ from relay.model import LogRecord, Match, Out, Publish
 
 #: Why a match ended.
 EndReason = Literal["won", "game_limit", "forfeit", "abandoned"]
+#: The relay's own reasons to reject an action (the engine's codes come as ``str``, ``Rejected.code``).
+ActionRefusal = Literal["malformed", "no_such_match", "not_a_player", "not_running", "game_over", "bad_seq"]
 
 
 class Referee:
@@ -292,7 +294,7 @@ class Referee:
             match.status = "between"
             match.next_game_at = now_ns + int(self.t.config.between_games_s * NS)
 
-    def end_match(self, match: Match, winner: int | None, reason: str, now_ns: int, out: list[Out],
+    def end_match(self, match: Match, winner: int | None, reason: EndReason, now_ns: int, out: list[Out],
                    winners: list[int] | None = None) -> None:
         match.status = "over"
         match.winner = winner

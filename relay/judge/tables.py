@@ -13,14 +13,13 @@ handled. A ``Tables`` is plain data: it imports nothing of the parts, so they fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 from protocol.rules.base import Game
 from protocol.topics import Topics
 from relay.fair import FairOrder
-from relay.model import Match, RelayConfig
+from relay.model import Match, Order, RelayConfig
 
-Order = Literal["arrival", "fair"]
 ORDERS: tuple[Order, ...] = ("arrival", "fair")
 NS = 1_000_000_000
 DETAIL_CHARS = 200  # a rejection's detail is cut to this: it may quote the (hostile) input
