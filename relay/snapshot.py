@@ -7,20 +7,22 @@ reads the newest one back and replays the entries after it. ``dump(core)`` write
 ``load(blob, where)`` reads, ``MAGIC`` + a 2-byte little-endian format version + msgpack of one map:
 the core's parts under names of their own (``matches``, ``answers``, ``past``, ``fair``, ...), each
 part as maps and lists. Nothing on disk names a Python attribute: the names are this module's, so
-renaming a private attribute of the core changes no byte, and a record read back is checked key by
-key. Any blob this version cannot read raises ``SnapshotError`` (a ``JournalError``) with one line.
+renaming an attribute of any part of the judge (``relay/judge/``) changes no byte. Any blob this
+version cannot read raises ``SnapshotError`` (a ``JournalError``) with one line.
 
 The games' states (frozen dataclasses, tuples, frozensets, enums) go through a type-driven codec:
 ``[tag, ...]`` lists for containers and ``[DATACLASS, type id, field values...]`` for a state
 class, its qualified name and field names listed once in the blob's ``types`` table. The classes a
 blob may name form a closed registry built from code, never from data: every dataclass and enum
 defined in a module of a game the core offers (``RelayConfig.games`` or the registry), in the
-games' shared ``protocol.rules.base`` and in the protocol's messages. A name outside it is refused, nothing is imported. Frozen values are written
-once and referred to after (``[REF, n]``, numbered as they complete), and a game value of scalar
-fields only (a BLINK ``Card``) once for all its equals: 1,000 live matches carry 60 cards, not
-60,000. Consecutive states in a match's history share most of their parts, and a match's current state *is* the newest state of
-its history -- the stale check compares by identity, so the references keep it, and never merge
-two equal states.
+games' shared ``protocol.rules.base`` and in the protocol's messages. A name outside it is
+refused; nothing is imported. Frozen values are written once and referred to after (``[REF, n]``,
+numbered as they complete, so the values are read back in the order they were written), and a game
+value of scalar fields only (a BLINK ``Card``) once for all its equals: 1,000 live matches carry
+60 cards, not 60,000. Consecutive states in a match's history share most of their parts, and a
+match's current state *is* the newest state of its history -- the stale check compares by
+identity, so the references keep it, and never merge two equal states. The garbage collector is
+paused while a record is built or read: it is a tree of fresh lists, none in a cycle.
 
 Older data directories: format 1 (a bare pickle of the core) and format 2 (``MAGIC``, version 2, a
 pickle) are read by an unpickler that resolves only the classes such a pickle held (the core and
