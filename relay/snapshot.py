@@ -319,7 +319,7 @@ def _fair(f: FairOrder, enc: _Encoder) -> dict[str, Any]:
     return {
         "cap_ns": f.cap_ns, "floor_ns": f.floor_ns, "probe_interval_ns": f.probe_interval_ns,
         "rtt": {c: [q.maxlen, list(q)] for c, q in f.rtt.items()},
-        "last_probe_ns": f._last_probe_ns,  # noqa: SLF001 - the scheduler's state, by value
+        "last_probe_ns": f.last_probe_ns,
         "published": {code: [[s, t] for s, t in book.items()] for code, book in f.published.items()},
         "held": {code: [_held(h, enc) for h in hs] for code, hs in f.held.items()},
         "coins": {code: _chance(c) for code, c in f.coins.items()},
@@ -329,7 +329,7 @@ def _fair(f: FairOrder, enc: _Encoder) -> dict[str, Any]:
 def _fair_of(r: dict[str, Any], dec: _Decoder) -> FairOrder:
     f = FairOrder(r["cap_ns"], r["floor_ns"], r["probe_interval_ns"])
     f.rtt = {c: deque(q, maxlen=n) for c, (n, q) in r["rtt"].items()}
-    f._last_probe_ns = r["last_probe_ns"]  # noqa: SLF001
+    f.last_probe_ns = r["last_probe_ns"]
     f.published = {code: {s: t for s, t in book} for code, book in r["published"].items()}
     f.held = {code: [_held_of(h, dec) for h in hs] for code, hs in r["held"].items()}
     f.coins = {code: _chance_of(c) for code, c in r["coins"].items()}
@@ -572,6 +572,9 @@ def _from_legacy(d: dict[str, Any], games: Mapping[str, Game[Any]]) -> RelayCore
                 setattr(x, f.name, default)
         x.rules = games.get(x.game, x.rules)
     t.matches, t.client_match, t.stats, t.fair = d["matches"], d["client_match"], d["stats"], d["fair"]
+    fair_state = vars(t.fair)
+    if "_last_probe_ns" in fair_state:  # the scheduler's name for it then
+        fair_state["last_probe_ns"] = fair_state.pop("_last_probe_ns")
     t.wall_offset = d.get("_wall_offset", 0)
     core.last_now_ns = d.get("last_now_ns", 0)
     core.lobby.codes = d["_codes"]

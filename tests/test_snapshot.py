@@ -314,8 +314,9 @@ def test_renaming_a_private_attribute_changes_nothing_on_disk() -> None:
     blob = snapshot.dump(d.core)
     core = d.core
     parts = [core.tables, core.lobby, core.referee, core.answers, core.gate, core.deadlines, core.housekeeping,
-             core.events, core.fair, core.gate.clients, core.gate.quiet]
-    assert "_last_probe_ns" in vars(core.fair)  # a private attribute among them
+             core.events, core.fair, core.gate.clients, core.gate.quiet, core.lobby.codes,
+             *(x.chance for x in core.matches.values() if x.chance is not None)]
+    assert "_state" in vars(core.lobby.codes)  # a private attribute among them
 
     def moved(name: str) -> property:
         return property(lambda self: self.__dict__["_renamed_" + name],
@@ -327,7 +328,7 @@ def test_renaming_a_private_attribute_changes_nothing_on_disk() -> None:
         part.__class__ = type(cls.__name__, (cls,), {n: moved(n) for n in names})
         for n in names:
             part.__dict__["_renamed_" + n] = part.__dict__.pop(n)
-    assert "_last_probe_ns" not in vars(core.fair) and "book" not in vars(core.answers)
+    assert "_state" not in vars(core.lobby.codes) and "book" not in vars(core.answers)
     assert snapshot.dump(core) == blob  # the names on disk are the snapshot module's, not the parts'
     restored = snapshot.load(blob)
     for _ in range(60):
