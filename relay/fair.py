@@ -91,7 +91,7 @@ class FairOrder:
         self.floor_ns = floor_ns
         self.probe_interval_ns = probe_interval_ns
         self.rtt: dict[str, deque[int]] = {}
-        self._last_probe_ns: int | None = None
+        self.last_probe_ns: int | None = None  # when the players were last probed
         self.published: dict[str, dict[int, int]] = {}  # match -> seq -> relay time it was published
         self.held: dict[str, list[Held]] = {}
         self.coins: dict[str, SeededChance] = {}
@@ -123,13 +123,13 @@ class FairOrder:
     def probe_due(self, now_ns: int) -> bool:
         """Is it time to probe every player of a fair match? If so, the probe counts as sent now:
         the caller sends ``Probe(sent_ns=now_ns)`` to them all."""
-        if self._last_probe_ns is not None and now_ns - self._last_probe_ns < self.probe_interval_ns:
+        if self.last_probe_ns is not None and now_ns - self.last_probe_ns < self.probe_interval_ns:
             return False
-        self._last_probe_ns = now_ns
+        self.last_probe_ns = now_ns
         return True
 
     def next_probe_ns(self) -> int:
-        return 0 if self._last_probe_ns is None else self._last_probe_ns + self.probe_interval_ns
+        return 0 if self.last_probe_ns is None else self.last_probe_ns + self.probe_interval_ns
 
     # -- ordering ----------------------------------------------------------------------------
 

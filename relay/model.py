@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from protocol.chance import SeededChance
 from protocol.codec import fast_init
 from protocol.rules.base import Game
+
+#: A match's phase: waiting for its players, playing a game, between two games, over.
+Status = Literal["waiting", "playing", "between", "over"]
+#: How simultaneous plays are ordered: as they arrive, or by reaction time (``relay/fair.py``).
+Order = Literal["arrival", "fair"]
 
 STATE_HISTORY = 256  # per match: states kept to tell a lost race from a plain mistake ...
 #: ... but only those younger than this (a race is lost within a round trip; the last few always stay):
@@ -46,7 +51,7 @@ Out = Publish | LogRecord
 @dataclass
 class RelayConfig:
     relay_id: str = "relay-0"
-    order: str = "arrival"  # arrival | fair
+    order: str = "arrival"  # an ``Order``: checked when a core is made (a command line passes a str)
     fair_cap_ns: int = 150_000_000  # fair mode: never hold a play longer than this
     fair_floor_ns: int = 100_000_000  # fair mode: no human reacts faster than this
     between_games_s: float = 3.0
@@ -98,7 +103,7 @@ class Match:
     quick: bool
     seed: int
     players: list[Seat] = field(default_factory=list)
-    status: str = "waiting"  # waiting | playing | between | over
+    status: Status = "waiting"
     seq: int = 0
     game_index: int = -1
     wins: list[int] = field(default_factory=list)
@@ -112,7 +117,7 @@ class Match:
     game_seed: int = 0
     winner: int | None = None
     results: list[dict[str, Any]] = field(default_factory=list)
-    order: str = "arrival"  # arrival | fair (relay default, or chosen per match)
+    order: Order = "arrival"  # the relay's default, or chosen per match
     creator: str = ""  # the client that created it (its open matches are capped)
     #: When the core's housekeeping deadline for this match falls (waiting: it expires; over: it
     #: leaves memory); None: none pending. A deadline on the heap that differs from this is moot.

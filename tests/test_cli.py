@@ -175,23 +175,27 @@ def test_resync_from_seq_resends_the_match_past_events_to_the_asker_only() -> No
 
 
 def test_past_events_kept_packed_or_in_an_older_core_s_form_are_re_sent_alike() -> None:
-    # The core keeps a past event packed whole (one bytes object); a core restored from an older
+    # The core keeps a past event packed whole (one bytes object); a pickled core of an older
     # snapshot has a tuple of its fields there, with the map packed or plain, or the Event itself.
-    # Every form re-sends the events exactly as first published, from any ``from_seq``.
+    # Every form, migrated, re-sends the events exactly as first published, from any ``from_seq``.
     from protocol.codec import encode, pack_plain, unpack_plain
+    from relay import snapshot
+    from tests.test_snapshot import legacy_state
 
     h = Harness()
     code = h.start_match({"countdown_s": 0.5})
     published = [e for e in h.events() if e.match == code]
     assert len(published) >= 3
-    past = h.core._past[code][0]
+    past = h.core.events.past[code][0]
     assert all(isinstance(entry, bytes) for entry in past)
     fields = [tuple(unpack_plain(e)) for e in past]
     forms = {"whole": list(past), "tuple, map packed": [(*f[:4], pack_plain(f[4])) for f in fields],
              "tuple, map plain": [f for f in fields], "event": published}
     for form, entries in forms.items():
         for from_seq in (1, 2, published[-1].seq, published[-1].seq + 1):
-            h.core._past[code] = (type(past)(entries, maxlen=past.maxlen), {})
+            state = legacy_state(h.core)  # restored from a pickled core holding this form
+            state["_past"] = {code: (type(past)(entries, maxlen=past.maxlen), {})}
+            h.core = snapshot.migrate(state, h.core.games)
             out = h.send(T.req(f"w{from_seq}"), m.Resync(code, from_seq=from_seq))
             again = [x for x in h.to(f"w{from_seq}", out) if isinstance(x, m.Event)]
             assert [encode(e) for e in again] == [encode(e) for e in published if e.seq >= from_seq], form
@@ -202,7 +206,7 @@ def test_the_relay_keeps_a_bounded_past_per_match() -> None:
     code = h.start_match()
     match = h.core.matches[code]
     for _ in range(PAST_EVENTS + 10):
-        h.core._event(match, h.now, [], {"type": "race_resumed"})
+        h.core.events.event(match, h.now, [], {"type": "race_resumed"})
     h.tick(1.0)
     out = h.send(T.req("w"), m.Resync(code, from_seq=1))
     got = [x.seq for x in h.to("w", out) if isinstance(x, m.Event)]

@@ -15,7 +15,7 @@ from protocol import messages as m
 from protocol.codec import encode, to_dict
 from protocol.rules import blink
 from protocol.topics import Topics
-from relay import core as core_module
+from relay.judge.tables import DETAIL_CHARS
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.limits import Clients, Deadlines, Quiet, TokenBucket
 from tests.toygame import TOY, Take
@@ -208,13 +208,16 @@ def test_a_payload_over_the_cap_is_refused_undecoded(monkeypatch: pytest.MonkeyP
     r = Relay(max_payload=1024)
     code = r.start("a", "b")
     before = (r.core.matches[code].seq, r.core.matches[code].state)
-    real_decode = core_module.decode
+    from relay.judge import gate, lobby, referee
+
+    real_decode = referee.decode
 
     def guarded(data: bytes) -> Any:
         assert len(data) <= 1024, "an oversized payload was decoded"
         return real_decode(data)
 
-    monkeypatch.setattr(core_module, "decode", guarded)
+    for part in (gate, lobby, referee):  # every part that decodes a payload
+        monkeypatch.setattr(part, "decode", guarded)
     big_act = encode(m.Act(id=9, seq=1, action={"t": "PlayCard", "v": 1, "card": "x" * 2000, "pile": 0}))
     out: list[Any] = []
     for _ in range(5):
@@ -281,7 +284,7 @@ def test_hostile_settings_of_every_game_are_refused_plainly(game: str, settings:
     out = r.send(T.req("x"), m.CreateMatch(name="x", game=game, settings=settings, seats=seats))
     rejected = [x for x in r.to("x", out) if isinstance(x, m.RequestRejected)]
     assert [x.code for x in rejected] == ["bad_settings"]
-    assert len(rejected[0].detail) <= core_module.DETAIL_CHARS
+    assert len(rejected[0].detail) <= DETAIL_CHARS
     assert not r.core.matches
 
 
@@ -318,18 +321,18 @@ def _play_one(r: Relay, i: int) -> str:
 def _drain(r: Relay) -> None:
     for _ in range(200):
         r.tick(1.0)
-        if not r.core.matches and not len(r.core._clients):
+        if not r.core.matches and not len(r.core.gate.clients):
             return
     raise AssertionError("housekeeping never finished")
 
 
 def _sizes(core: RelayCore) -> dict[str, int]:
-    return {"matches": len(core.matches), "waiting": len(core._waiting), "live": len(core._live),
-            "owned": len(core._owned), "client_match": len(core.client_match), "answers": len(core._answers),
-            "act_buckets": len(core._act_buckets), "req_buckets": len(core._req_buckets),
-            "clients": len(core._clients), "quiet": len(core._quiet.last), "rtt": len(core.fair.rtt),
+    return {"matches": len(core.matches), "waiting": len(core.tables.waiting), "live": len(core.tables.live),
+            "owned": len(core.gate.owned), "client_match": len(core.client_match), "answers": len(core.answers.book),
+            "act_buckets": len(core.gate.act_buckets), "req_buckets": len(core.gate.req_buckets),
+            "clients": len(core.gate.clients), "quiet": len(core.gate.quiet.last), "rtt": len(core.fair.rtt),
             "published": len(core.fair.published), "held": len(core.fair.held), "coins": len(core.fair.coins),
-            "housekeeping": len(core._housekeeping)}
+            "housekeeping": len(core.deadlines.housekeeping)}
 
 
 def _finish_many(r: Relay, first: int, n: int) -> None:
@@ -423,15 +426,15 @@ def test_idle_clients_state_is_dropped_but_a_seated_players_is_kept() -> None:
     for i in range(100):
         r.send(T.req(f"p{i}"), m.Ping(t0=i))
         r.send(T.req(f"p{i}"), m.ProbeReply(sent_ns=r.now))
-    assert len(r.core._req_buckets) >= 102 and "a" in r.core._answers
+    assert len(r.core.gate.req_buckets) >= 102 and "a" in r.core.answers.book
     r.tick(61)
     sizes = _sizes(r.core)
     assert sizes["req_buckets"] == 2 and sizes["clients"] == 2 and sizes["rtt"] == 0  # a and b only
-    assert "a" in r.core._answers and r.core.client_match == {"a": code, "b": code}
+    assert "a" in r.core.answers.book and r.core.client_match == {"a": code, "b": code}
     r.send(T.req("b"), m.Leave(match=code))
     r.tick(61)
     r.tick(61)
-    assert _sizes(r.core)["clients"] == 0 and not r.core._answers and not r.core.client_match
+    assert _sizes(r.core)["clients"] == 0 and not r.core.answers.book and not r.core.client_match
 
 
 def test_the_number_of_clients_remembered_is_capped_least_recent_first() -> None:
@@ -440,8 +443,8 @@ def test_the_number_of_clients_remembered_is_capped_least_recent_first() -> None
         r.now += 1
         r.send(T.req(f"p{i}"), m.Ping(t0=i))
     r.tick()
-    assert len(r.core._clients) == 100 and len(r.core._req_buckets) == 100
-    assert "p299" in r.core._req_buckets and "p0" not in r.core._req_buckets
+    assert len(r.core.gate.clients) == 100 and len(r.core.gate.req_buckets) == 100
+    assert "p299" in r.core.gate.req_buckets and "p0" not in r.core.gate.req_buckets
 
 
 def test_waiting_matches_expire_with_an_event_and_free_their_creator() -> None:
@@ -528,18 +531,19 @@ def test_a_snapshot_from_before_the_limits_loads_and_carries_on() -> None:
     playing = r.start("a", "b")
     waiting = r.create("c")
     r.send(T.req("b"), m.Leave(match=playing))  # over
-    state = dict(r.core.__dict__)
+    from relay import snapshot
+    from tests.test_snapshot import legacy_pickle, legacy_state
+
+    state = legacy_state(r.core)  # a pickled core's attributes, less what the limits added
     for name in ("_waiting", "_live", "_owned", "_housekeeping", "_clients", "_act_buckets", "_req_buckets",
                  "_quiet"):
         del state[name]
     state["stats"] = {k: v for k, v in state["stats"].items() if k != "limited"}
-    old = RelayCore.__new__(RelayCore)
-    old.__dict__.update(state)
-    core = pickle.loads(pickle.dumps(old))
-    assert list(core._waiting) == [waiting] and not core._live and core._owned == {"c": {waiting}}
+    core = snapshot.load(legacy_pickle(state))
+    assert list(core.tables.waiting) == [waiting] and not core.tables.live and core.gate.owned == {"c": {waiting}}
     out = core.handle(T.req("d"), encode(m.JoinMatch(name="d", code=waiting)), r.now)
     assert any(isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined) for o in out)
-    assert waiting in core._live
+    assert waiting in core.tables.live
     core.tick(r.now + 60 * S)
     assert playing in core.matches  # its linger counts from the snapshot's time, not from zero
     for _ in range(5):

@@ -411,8 +411,8 @@ def test_a_ping_changes_the_core_so_every_input_is_journalled_and_replayed_exact
     core.handle(*inputs[-1])
     assert core.matches[code].status == "playing"
     def limits(c: RelayCore) -> tuple[Any, ...]:
-        bucket = c._req_buckets[a]
-        return bucket.tokens, bucket.at_ns, list(c._clients.seen.items())
+        bucket = c.gate.req_buckets[a]
+        return bucket.tokens, bucket.at_ns, list(c.gate.clients.seen.items())
 
     before = limits(core)
     ping = (topics.req(a), encode(m.Ping(t0=5)), 3_000)

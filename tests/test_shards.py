@@ -12,7 +12,7 @@ import pytest
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
-from relay import core as core_module
+from relay.judge import lobby as core_module
 from relay import shards
 from relay.core import RelayConfig, RelayCore
 from relay.model import Publish

@@ -1,0 +1,1 @@
+"""The judge's parts, composed by ``relay.core.RelayCore`` (see each module's header)."""

@@ -1,0 +1,349 @@
+"""The lobby: control requests -- create, join, quick match, leave, rejoin, rematch, resync, pings.
+
+How this works
+--------------
+Matches are created waiting (in the gate's limits: ``too_many_matches``, ``relay_full``), joined by
+code or by quick match (the first waiting quick match of the same game and settings), and started
+by the referee when their last seat is taken. A code is drawn from the relay's seeded chance (naming
+the shard on a sharded relay). Joining gives a seat a secret token; a client's last will
+(``Leave(dropped=True)``) marks its seat dropped in a running match for ``grace_s``, and
+``Rejoin(match, token)`` from any client id within it gives the seat back; leaving a running match
+otherwise forfeits it. A rematch starts once every seat asked for it. Every refusal is a
+``RequestRejected`` with a reason code to the requester's private topic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any, Literal
+
+from protocol import messages as m
+from protocol.chance import SeededChance, derive
+from protocol.codec import DecodeError, decode
+from protocol.rules import canonical, game_for
+from protocol.topics import valid_id
+from relay import shards
+from relay.judge.deadlines import Deadlines
+from relay.judge.events import Events
+from relay.judge.gate import Gate
+from relay.judge.referee import Referee
+from relay.judge.tables import DETAIL_CHARS, NS, ORDERS, Tables
+from relay.model import LogRecord, Match, Out, Publish, Seat
+
+CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
+MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``grace_s`` setting)
+#: The lobby's own refusals of a request (a decoding error's code comes from the codec).
+RequestRefusal = Literal["too_many_matches", "relay_full", "bad_settings", "no_such_match", "match_full",
+                         "bad_token", "not_a_player", "not_over", "unexpected"]
+#: Refusals a flood meets: answered each time (within the sender's rate), logged once per burst.
+LIMIT_CODES = frozenset({"too_many_matches", "relay_full", "too_large"})
+
+
+class Lobby:
+    def __init__(self, t: Tables, events: Events, gate: Gate, deadlines: Deadlines, referee: Referee) -> None:
+        self.t = t
+        self.events = events
+        self.gate = gate
+        self.deadlines = deadlines
+        self.referee = referee
+        self.codes = SeededChance(derive(t.seed, "codes"))
+
+    def on_req(self, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
+        if not valid_id(client):
+            self.gate.bad_quietly(now_ns, out, "bad_client_id", client=client[:80])
+            return
+        try:
+            msg = decode(payload)
+        except DecodeError as exc:
+            self.reject_req(client, exc.code, exc.detail, now_ns, out)
+            return
+        if isinstance(msg, m.Ping):
+            out.append(Publish(self.t.topics.client(client), m.Pong(t0=msg.t0, t1=now_ns + self.t.wall_offset, t2=now_ns + self.t.wall_offset)))
+        elif isinstance(msg, m.CreateMatch):
+            self.create(client, msg.name, msg.game, msg.settings, msg.seats, False, now_ns, out)
+        elif isinstance(msg, m.JoinMatch):
+            self.join(client, msg.name, msg.code.upper(), now_ns, out)
+        elif isinstance(msg, m.QuickMatch):
+            self.quick(client, msg, now_ns, out)
+        elif isinstance(msg, m.Resync):
+            match = self.t.matches.get(msg.match)
+            if match is None:
+                self.reject_req(client, "no_such_match", f"no match {msg.match[:16]!r}", now_ns, out)
+            else:
+                if msg.from_seq > 0:
+                    self.events.resend_past(match.code, client, msg.from_seq, now_ns, out)
+                self.events.send_views(match, out, only=client)
+                self.events.publish_snapshot(match, now_ns, out)
+        elif isinstance(msg, m.Rematch):
+            self.rematch(client, msg.match, now_ns, out)
+        elif isinstance(msg, m.Leave):
+            self.leave(client, msg.match, now_ns, out, dropped=msg.dropped)
+        elif isinstance(msg, m.Rejoin):
+            self.rejoin(client, msg.match, msg.token, now_ns, out)
+        elif isinstance(msg, m.ProbeReply):
+            self.t.fair.on_probe_reply(client, msg.sent_ns, now_ns)
+        else:
+            self.reject_req(client, "unexpected", f"{type(msg).__name__} is not a request", now_ns, out)
+
+    def reject_req(self, client: str, code: str, detail: str, now_ns: int, out: list[Out]) -> None:
+        detail = detail[:DETAIL_CHARS]
+        out.append(Publish(self.t.topics.client(client), m.RequestRejected(code, detail)))
+        if code in LIMIT_CODES:  # a limit met by a flood: answered every time, logged once per burst
+            self.gate.bad_quietly(now_ns, out, code, sender=client, client=client, detail=detail)
+        else:
+            out.append(self.events.bad(now_ns, code, client=client, detail=detail))
+
+    def new_code(self) -> str:
+        total = self.t.config.shards_total
+        while True:
+            if total > 1:  # several relays: the code names this core's shard (relay/shards.py)
+                shard = int(self.t.topics.shard)
+                code = shards.code_in_shard(self.codes.randbelow(shards.codes_in_shard(shard, total)), shard, total)
+            else:
+                code = "".join(CODE_ALPHABET[self.codes.randbelow(len(CODE_ALPHABET))] for _ in range(5))
+            if code not in self.t.matches:
+                return code
+
+    def create(self, client: str, name: str, game: str, settings: dict[str, Any], seats: int, quick: bool,
+                now_ns: int, out: list[Out]) -> Match | None:
+        owned = self.gate.owned.get(client)
+        if owned is not None and len(owned) >= self.t.config.max_open_per_client:
+            self.reject_req(client, "too_many_matches",
+                             f"you already have {len(owned)} matches open (at most {self.t.config.max_open_per_client})",
+                             now_ns, out)
+            return None
+        if len(self.t.matches) >= self.t.config.max_matches or len(self.t.waiting) >= self.t.config.max_waiting:
+            self.reject_req(client, "relay_full", "this relay holds no more matches", now_ns, out)
+            return None
+        settings = dict(settings)
+        order = settings.pop("order", self.t.config.order)
+        if order not in ORDERS:
+            self.reject_req(client, "bad_settings", f"order must be one of {', '.join(ORDERS)}, not {order!r}",
+                             now_ns, out)
+            return None
+        grace_s = _grace(settings.pop("grace_s", None))
+        if grace_s is None:
+            self.reject_req(client, "bad_settings", f"grace_s must be a number of seconds from 0 to {MAX_GRACE_S:g}",
+                             now_ns, out)
+            return None
+        try:
+            rules = game_for(game, self.t.games)
+            settings = rules.check_settings(settings, seats)
+        except (ValueError, TypeError) as exc:
+            self.reject_req(client, "bad_settings", str(exc), now_ns, out)
+            return None
+        problem = rules.seats_problem(seats)
+        if problem is not None:
+            self.reject_req(client, "bad_settings", problem, now_ns, out)
+            return None
+        code = self.new_code()
+        match = Match(code=code, game=canonical(game), rules=rules, settings=settings, seats=seats, quick=quick,
+                      seed=derive(self.t.seed, "match", code), best_of=rules.best_of(settings), order=order,
+                      creator=client, grace_s=grace_s)
+        self.t.matches[code] = match
+        self.t.waiting[code] = match
+        self.gate.owned.setdefault(client, set()).add(code)
+        self.deadlines.schedule(match, now_ns + int(self.t.config.waiting_ttl_s * NS))
+        self.events.event(match, now_ns, out, {"type": "match_created", "game_name": match.game, "seats": seats,
+                                          "settings": settings, "best_of": match.best_of, "order": order})
+        self.join(client, name, code, now_ns, out)
+        return match
+
+    def quick(self, client: str, msg: m.QuickMatch, now_ns: int, out: list[Out]) -> None:
+        game = canonical(msg.game)
+        checked: dict[int, Any] = {}  # seats -> the settings asked for, checked once per call
+        for match in self.t.waiting.values():
+            if (match.quick and match.game == game
+                    and match.seat_of(client) is None and len(match.players) < match.seats):
+                settings = dict(msg.settings)
+                order = settings.pop("order", self.t.config.order)
+                if _grace(settings.pop("grace_s", None)) != match.grace_s:
+                    continue
+                if match.seats not in checked:
+                    try:
+                        checked[match.seats] = match.rules.check_settings(settings, match.seats)
+                    except (ValueError, TypeError):
+                        checked[match.seats] = None
+                wanted = checked[match.seats]
+                if wanted == match.settings and order == match.order:
+                    self.join(client, msg.name, match.code, now_ns, out)
+                    return
+        self.create(client, msg.name, msg.game, msg.settings, 2, True, now_ns, out)
+
+    def join(self, client: str, name: str, code: str, now_ns: int, out: list[Out]) -> None:
+        match = self.t.matches.get(code)
+        if match is None:
+            self.reject_req(client, "no_such_match", f"no match with code {code[:16]!r}", now_ns, out)
+            return
+        seat = match.seat_of(client)
+        if seat is None:
+            if match.status != "waiting" or len(match.players) >= match.seats:
+                self.reject_req(client, "match_full", f"match {code} already has its players", now_ns, out)
+                return
+            name = _clean_name(name[:200]) or f"player{len(match.players) + 1}"
+            taken = set(match.names)
+            base, n = name, 2
+            while name in taken:
+                name, n = f"{base}-{n}", n + 1
+            match.players.append(Seat(client, name, token=self.seat_token(code, client, now_ns)))
+            seat = len(match.players) - 1
+            self.t.client_match[client] = code
+            self.events.event(match, now_ns, out, {"type": "seat_taken", "player": seat, "name": name})
+        out.append(self.joined(match, seat))
+        if match.status == "waiting" and len(match.players) == match.seats:
+            match.wins = [0] * match.seats
+            self.referee.start_game(match, now_ns, out)
+        else:
+            self.events.publish_snapshot(match, now_ns, out)
+        out.append(self.events.match_list())
+
+    def joined(self, match: Match, seat: int) -> Publish:
+        """``MatchJoined`` for a seat, with its secret token: to the seat's private topic only."""
+        s = match.players[seat]
+        return Publish(self.t.topics.client(s.client), m.MatchJoined(
+            match=match.code, seat=seat, game=match.game, players=match.names, seats=match.seats,
+            settings=match.settings, shard=self.t.topics.shard, token=s.token))
+
+    def seat_token(self, code: str, client: str, now_ns: int) -> str:
+        """A seat's secret: from the relay's seed (the shell draws it from the OS; only the
+        operator's log holds it), so a core fed the same inputs gives the same tokens."""
+        return hashlib.sha256(f"{self.t.seed}:seat-token:{code}:{client}:{now_ns}".encode()).hexdigest()[:32]
+
+    def leave(self, client: str, code: str, now_ns: int, out: list[Out], dropped: bool = False) -> None:
+        match = self.t.matches.get(code) if code else self.t.matches.get(self.t.client_match.get(client, ""))
+        if match is None:
+            return
+        seat = match.seat_of(client)
+        if seat is None:
+            return
+        if dropped and match.status in ("playing", "between"):
+            # The connection dropped (the client's last will): the seat waits ``grace_s`` for a Rejoin.
+            s = match.players[seat]
+            if s.dropped_at is None:
+                s.dropped_at = now_ns
+                self.events.event(match, now_ns, out, {"type": "player_dropped", "player": seat, "grace_s": match.grace_s})
+                self.schedule_grace(match)
+            return
+        self.t.client_match.pop(client, None)
+        if match.status == "waiting":
+            match.players.pop(seat)
+            self.events.event(match, now_ns, out, {"type": "seat_left", "player": seat})
+            if not match.players:
+                self.close(match, out)
+            else:
+                self.events.publish_snapshot(match, now_ns, out)
+        elif match.status in ("playing", "between"):
+            # Leaving a running match forfeits it: the others win.
+            others = [i for i in range(match.seats) if i != seat]
+            self.events.event(match, now_ns, out, {"type": "seat_left", "player": seat})
+            winner = others[0] if len(others) == 1 else None
+            self.referee.end_match(match, winner, "forfeit", now_ns, out)
+        out.append(self.events.match_list())
+
+    def schedule_grace(self, match: Match) -> None:
+        """Housekeeping for a running match is the end of its earliest dropped seat's grace."""
+        at = match.grace_deadline()
+        if at is None:
+            match.housekeep_at = None
+        else:
+            self.deadlines.schedule(match, at)
+
+    def grace_over(self, match: Match, now_ns: int, out: list[Out]) -> None:
+        """A dropped seat's grace ran out: the match is forfeited (``abandoned``) to those still there."""
+        grace_ns = int(match.grace_s * NS)
+        late = [i for i, s in enumerate(match.players) if s.dropped_at is not None and s.dropped_at + grace_ns <= now_ns]
+        if not late:
+            self.schedule_grace(match)
+            return
+        others = [i for i in range(match.seats) if i not in late]
+        self.referee.end_match(match, others[0] if len(others) == 1 else None, "abandoned", now_ns, out, winners=others)
+        out.append(self.events.match_list())
+
+    def rejoin(self, client: str, code: str, token: str, now_ns: int, out: list[Out]) -> None:
+        """A seat taken back with its token, by a new client id (a restarted process) or the same
+        one (a reconnect): the seat is the new client's, it gets ``MatchJoined`` and its view."""
+        match = self.t.matches.get(code.upper()[:16])
+        if match is None:
+            self.reject_req(client, "no_such_match", f"no match {code[:16]!r}", now_ns, out)
+            return
+        seat = next((i for i, s in enumerate(match.players)
+                     if s.token and hmac.compare_digest(s.token.encode(), token.encode()[:64])), None)
+        if seat is None:
+            self.reject_req(client, "bad_token", f"no seat of match {match.code} has this token", now_ns, out)
+            return
+        s = match.players[seat]
+        if s.client != client:
+            if match.status == "over":
+                self.reject_req(client, "bad_token", f"match {match.code} is over: its seats are closed", now_ns, out)
+                return
+            if match.seat_of(client) is not None:
+                self.reject_req(client, "bad_token", "you already hold another seat of this match", now_ns, out)
+                return
+            if self.t.client_match.get(s.client) == match.code:
+                del self.t.client_match[s.client]
+            out.append(LogRecord({"kind": "seat_moved", "match": match.code, "seat": seat, "from": s.client,
+                                  "to": client, "ts": now_ns}))
+            s.client = client
+        self.t.client_match[client] = match.code
+        if s.dropped_at is not None:
+            s.dropped_at = None
+            if match.status in ("playing", "between"):
+                self.events.event(match, now_ns, out, {"type": "player_returned", "player": seat})
+                self.schedule_grace(match)
+        out.append(self.joined(match, seat))
+        self.events.send_views(match, out, only=client)
+        self.events.publish_snapshot(match, now_ns, out)
+
+    def close(self, match: Match, out: list[Out]) -> None:
+        self.t.matches.pop(match.code, None)
+        self.events.past.pop(match.code, None)
+        self.t.waiting.pop(match.code, None)
+        self.t.live.pop(match.code, None)
+        self.t.fair_live.pop(match.code, None)
+        self.gate.disown(match)
+        match.housekeep_at = None
+        for s in match.players:
+            if self.t.client_match.get(s.client) == match.code:
+                del self.t.client_match[s.client]
+        self.t.fair.drop_match(match.code)
+        out.append(Publish(self.t.topics.snap(match.code), b"", retain=True))  # clears the retained snapshot
+
+    def rematch(self, client: str, code: str, now_ns: int, out: list[Out]) -> None:
+        match = self.t.matches.get(code)
+        if match is None:
+            self.reject_req(client, "no_such_match", f"no match {code[:16]!r}", now_ns, out)
+            return
+        seat = match.seat_of(client)
+        if seat is None:
+            self.reject_req(client, "not_a_player", "you are not in this match", now_ns, out)
+            return
+        if match.status != "over":
+            self.reject_req(client, "not_over", "the match is still running", now_ns, out)
+            return
+        match.players[seat].rematch = True
+        self.events.event(match, now_ns, out, {"type": "rematch_requested", "player": seat})
+        if all(s.rematch for s in match.players):
+            for s in match.players:
+                s.rematch = False
+                s.dropped_at = None  # whoever asked for the rematch is there
+            match.wins = [0] * match.seats
+            match.winner = None
+            match.results = []
+            match.seed = derive(match.seed, "rematch")
+            match.housekeep_at = None  # it stays while it is played again
+            self.events.event(match, now_ns, out, {"type": "rematch_started"})
+            self.referee.start_game(match, now_ns, out)
+
+
+def _grace(value: Any) -> float | None:
+    """The ``grace_s`` match setting, checked: None (absent) is the default 30 s; None back if bad."""
+    if value is None:
+        return 30.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_GRACE_S:
+        return None
+    return float(value)
+
+
+def _clean_name(name: str) -> str:
+    return "".join(c for c in name if c.isprintable() and c not in "/+#")[:24].strip()
