@@ -39,6 +39,15 @@ class SeededChance:
         twin.draws = self.draws
         return twin
 
+    @classmethod
+    def at(cls, seed: int, position: int, draws: int) -> SeededChance:
+        """The generator of ``seed`` standing at ``position`` after ``draws`` draws: what a saved
+        relay restores (``position()`` and ``draws`` are all a generator is beside its seed)."""
+        chance = cls(seed)
+        chance._state = position & _MASK
+        chance.draws = draws
+        return chance
+
     def position(self) -> int:
         """Where in its stream the generator stands: two chances of one seed at the same position
         draw the same values from here on."""

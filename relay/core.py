@@ -89,8 +89,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from protocol import messages as m
-from protocol.rules import GAMES
-from protocol.rules.base import Game
+from protocol.rules import GAMES, AnyGame
 from protocol.topics import Topics, valid_id
 from relay.fair import FairOrder
 from relay.judge.answers import ACCEPTED_SEQ_BITS, REMEMBERED_ANSWERS, Answers
@@ -116,7 +115,7 @@ class RelayCore:
         config = config or RelayConfig()
         if config.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {config.order!r}")
-        games: Mapping[str, Game[Any]] = GAMES if config.games is None else config.games
+        games: Mapping[str, AnyGame] = GAMES if config.games is None else config.games
         # Idle for arrival-order matches; a match may choose fair order itself.
         fair = FairOrder(config.fair_cap_ns, config.fair_floor_ns)
         t = self.tables = Tables(topics=topics or Topics(), config=config, seed=seed, games=games, fair=fair)
@@ -145,7 +144,7 @@ class RelayCore:
         return self.tables.seed
 
     @property
-    def games(self) -> Mapping[str, Game[Any]]:
+    def games(self) -> Mapping[str, AnyGame]:
         return self.tables.games
 
     @property

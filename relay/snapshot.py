@@ -49,7 +49,7 @@ import msgpack
 from protocol import messages as m
 from protocol.chance import SeededChance
 from protocol.codec import pack_plain
-from protocol.rules import GAMES
+from protocol.rules import GAMES, AnyGame
 from protocol.rules.base import Game
 from protocol.topics import Topics
 from relay.core import RelayCore
@@ -82,7 +82,7 @@ class SnapshotError(JournalError):
 # ---------------------------------------------------------------------- the closed registry of types
 
 
-def _registry(games: Mapping[str, Game[Any]]) -> dict[str, type]:
+def _registry(games: Mapping[str, AnyGame]) -> dict[str, type]:
     """Every class a blob may name, by qualified name: the dataclasses and enums defined in the
     modules of the games offered and of the protocol's messages (from code, never from data)."""
     modules = {m.__name__, Game.__module__}
@@ -250,13 +250,11 @@ class _Decoder:
 
 
 def _chance(c: SeededChance) -> list[int]:
-    return [c.seed, c._state, c.draws]  # noqa: SLF001 - the chance's whole state, by value
+    return [c.seed, c.position(), c.draws]
 
 
 def _chance_of(v: list[int]) -> SeededChance:
-    c = SeededChance(v[0])
-    c._state, c.draws = v[1], v[2]  # noqa: SLF001
-    return c
+    return SeededChance.at(v[0], v[1], v[2])
 
 
 def _bucket(b: TokenBucket) -> list[Any]:
@@ -285,7 +283,7 @@ def _match(x: Match, enc: _Encoder) -> dict[str, Any]:
     }
 
 
-def _match_of(r: dict[str, Any], dec: _Decoder, games: Mapping[str, Game[Any]]) -> Match:
+def _match_of(r: dict[str, Any], dec: _Decoder, games: Mapping[str, AnyGame]) -> Match:
     rules = games.get(r["game"])
     if rules is None:
         raise SnapshotError(f"holds a match of a game this relay does not offer ({r['game']!r})")
@@ -390,7 +388,7 @@ def record_of(core: RelayCore) -> tuple[dict[str, Any], list[list[Any]]]:
     return rec, enc.types
 
 
-def core_of(rec: dict[str, Any], types: list[Any], games: Mapping[str, Game[Any]] | None = None) -> RelayCore:
+def core_of(rec: dict[str, Any], types: list[Any], games: Mapping[str, AnyGame] | None = None) -> RelayCore:
     """The core a record holds (``games``: those the relay offers; default the registry)."""
     config = RelayConfig(**{k: v for k, v in rec["config"].items() if k in _CONFIG_FIELDS}, games=games)
     offered = GAMES if games is None else games
@@ -455,7 +453,7 @@ def dump(core: RelayCore) -> bytes:
 
 
 def load(blob: bytes | bytearray | memoryview, where: str = "the snapshot",
-         games: Mapping[str, Game[Any]] | None = None) -> RelayCore:
+         games: Mapping[str, AnyGame] | None = None) -> RelayCore:
     """The core a snapshot blob holds; a ``SnapshotError`` (one line) if this version cannot read it."""
     view = memoryview(blob)
     version = 1
@@ -482,7 +480,7 @@ def load(blob: bytes | bytearray | memoryview, where: str = "the snapshot",
                             f"({type(exc).__name__}: {exc}): move the data directory aside to start afresh") from exc
 
 
-def _read(version: int, payload: memoryview, games: Mapping[str, Game[Any]] | None) -> RelayCore:
+def _read(version: int, payload: memoryview, games: Mapping[str, AnyGame] | None) -> RelayCore:
     if version < 3:
         rec, types = record_of(_unpickle_legacy(payload))
     else:
@@ -543,21 +541,21 @@ class _LegacyCore:
 
 
 def _unpickle_legacy(payload: memoryview) -> RelayCore:
-    games: dict[str, Game[Any]] = dict(GAMES)
+    games: dict[str, AnyGame] = dict(GAMES)
     held = _LegacyUnpickler(io.BytesIO(bytes(payload)), _registry(games)).load()
     if not isinstance(held, _LegacyCore):
         raise SnapshotError("is not a relay core")
     return _from_legacy(held.state, games)
 
 
-def migrate(state: dict[str, Any], games: Mapping[str, Game[Any]] | None = None) -> RelayCore:
+def migrate(state: dict[str, Any], games: Mapping[str, AnyGame] | None = None) -> RelayCore:
     """The core that a pickled core's attribute map (formats 1 and 2) stands for, through the
     current record (``games``: those the relay offers; default the registry)."""
     offered = GAMES if games is None else games
     return core_of(*record_of(_from_legacy(state, offered)), games)
 
 
-def _from_legacy(d: dict[str, Any], games: Mapping[str, Game[Any]]) -> RelayCore:
+def _from_legacy(d: dict[str, Any], games: Mapping[str, AnyGame]) -> RelayCore:
     """A core from the attribute map of a pickled one, in every form a relay has pickled: the
     first ones had no limits' state and no deadline heap (rebuilt here from the matches), kept
     acceptances as (seq, hold_ns) and past events as tuples or ``Event``s (turned into the

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from protocol.rules.base import Game
+from protocol.rules import AnyGame
 from protocol.topics import Topics
 from relay.fair import FairOrder
 from relay.model import Match, Order, RelayConfig
@@ -31,7 +31,7 @@ class Tables:
     topics: Topics
     config: RelayConfig
     seed: int
-    games: Mapping[str, Game[Any]]
+    games: Mapping[str, AnyGame]
     fair: FairOrder
     matches: dict[str, Match] = field(default_factory=dict)
     client_match: dict[str, str] = field(default_factory=dict)
