@@ -7,7 +7,7 @@ during an election stalls the connection, so a takeover must need none) and drop
 does not serve. Here reads of ``--per-read`` action PUBLISHes (topics of ``--shards`` shards, round
 robin; a 40-byte payload, like a BLINK play) are fed to ``mqttkit.packets.Parser`` with the topic
 filter the relay sets (its served shards: ``--served``), and what it delivers goes through
-``ClusterRelay._on_messages`` as in the relay (stamp, queue). Reported: ns per message when none is
+``Relay._on_messages`` (relay/runtime.py) as in the relay (stamp, queue). Reported: ns per message when none is
 served (all dropped by the filter), when all are served (parsed, a ``Message`` each, queued) and with
 no filter at all (what the relay did per dropped message before the filter: parse, decode, then look
 the topic up), in the same run.

@@ -1,5 +1,5 @@
 """The relay survives: ``kill -9`` and a restart on the same data directory, a restarted broker,
-and bad data directories (relay/shell.py, relay/journal.py).
+and bad data directories (relay/runtime.py, relay/shard.py, relay/journal.py).
 
 Every test starts its own Mosquitto (or uses the ``mosquitto`` fixture) and real ``blink serve``
 processes; the players are in-process clients (``client.player.Player`` driven by ``Bot``), so the
