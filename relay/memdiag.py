@@ -2,8 +2,8 @@
 
 How this works
 --------------
-When ``BLINK_MEMDUMP`` names a file (``{pid}`` in it is replaced by the process id), the relay's
-shell calls ``install`` as it starts: ``tracemalloc`` traces every Python allocation from then on
+When ``BLINK_MEMDUMP`` names a file (``{pid}`` in it is replaced by the process id), the relay
+calls ``install`` as it starts: ``tracemalloc`` traces every Python allocation from then on
 with ``BLINK_MEMDUMP_FRAMES`` frames of traceback (default 10; ``0`` leaves tracemalloc off -- it
 made the relay need three to four times the CPU a play, so a loaded relay falls behind and its
 backlog shows in the figures, and it adds its own memory: RSS figures are taken without it), and

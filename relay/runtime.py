@@ -232,6 +232,16 @@ class Relay:
         self._whole.core = core
 
     @property
+    def resync_matches(self) -> int:
+        """Matches the last complete resync republished (``blink serve`` says it)."""
+        return self.resync.matches
+
+    @property
+    def resync_s(self) -> float:
+        """How long after coming online the last complete resync took."""
+        return self.resync.seconds
+
+    @property
     def journal(self) -> Journal | None:
         return self._whole.journal if self._whole is not None else None
 
@@ -246,6 +256,7 @@ class Relay:
         whole.recover()
         # The journal's seed and configuration win: the matches were made with them.
         self.seed, self.config, self.topics = whole.core.seed, whole.core.config, whole.core.topics
+        self.relay_id = self.config.relay_id
 
     def _resume_clock(self) -> None:
         assert self._whole is not None
@@ -274,14 +285,14 @@ class Relay:
     def _shard(self, name: str, core: RelayCore, journal: Journal | None, fence: int) -> Shard:
         return Shard(name, core, journal, fence, log_path=self.log_path, tagged=self.sharded,
                      snapshot_every=self.snapshot_every, snapshot_every_s=self.snapshot_every_s,
-                     io=self._pool, wake=self._wake.set)
+                     io=self._pool if self.sharded else None, wake=self._wake.set)
 
     async def _on_gain(self, shard: str, fence: int) -> None:
         if shard in self.servers or shard in self._starting:
             return
         if self._whole is not None:  # a single relay: its one shard, recovered before it connects
             self._whole.fence = fence
-            await asyncio.get_running_loop().run_in_executor(self._pool, self.recover)
+            await asyncio.get_running_loop().run_in_executor(None, self.recover)
             self._resume_clock()
             self._serve(self._whole, time.monotonic())
             return
@@ -308,7 +319,9 @@ class Relay:
         if task is not None:
             task.cancel()
         srv = self.servers.get(shard)
-        if srv is not None:
+        if srv is self._whole:  # a single relay stopping: its journal is its owner's to close
+            self.servers.pop(shard, None)
+        elif srv is not None:
             history = getattr(self.ownership, "history", None)  # the leases say why (for the operator)
             why = next((what for _, what, s in reversed(list(history)) if s == shard), None) if history else None
             self._drop(srv, rebuild=False, why=why)
@@ -431,9 +444,11 @@ class Relay:
             if self.log_path:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
                 self._log_file = open(self.log_path, "a", encoding="utf-8")
-            started: dict[str, Any] = {"kind": "relay_started", "ts": time.time_ns(), "relay": self.relay_id}
-            started.update({"shards_total": self.total} if self.sharded else {"seed": self.seed})
-            started["order"] = self.config.order
+            started: dict[str, Any] = (
+                {"kind": "relay_started", "ts": time.time_ns(), "relay": self.relay_id, "shards_total": self.total,
+                 "order": self.config.order} if self.sharded else
+                {"kind": "relay_started", "seed": self.seed, "ts": time.time_ns(), "order": self.config.order,
+                 "relay": self.relay_id})
             self._write([LogRecord(started)])
             connection = asyncio.create_task(self._connection_loop())
             stepper = asyncio.create_task(self._step_loop())
