@@ -34,20 +34,9 @@ clock, snapshots, recovery). Two tasks share one event loop, so no core is enter
   shard at once, unpublished; another journal error drops a leased shard's core (its memory got
   ahead of its journal) and rebuilds it while the shard is owned, and ends a single relay.
 
-Publishing. A step's outputs go out as MQTT PUBLISH packets packed back to back into one buffer and
-written at once (``send_publishes``): a library's awaited publish cost a loop turn per message,
-and paho a ``send`` each (0.3-0.9 ms a loopback ``send`` on a busy 2-core machine). A QoS-1 message
-goes through the connection's ``publish`` in its place. A publish on a dropped connection is
-counted and logged, never raised: the connection reconnects and every shard resyncs then.
-
-Resync. Once connected (and after every reconnect), and when a shard is gained, each shard's status
-and match list go out -- from then on it serves requests -- and then every match's players' views
-and retained snapshot (``RelayCore.resync``), so clients catch up. That is ~0.25 ms of CPU a match:
-seconds for thousands, which requests must not wait behind. So it goes out in chunks of
-``RESYNC_CHUNK`` matches (running ones first), one chunk per step after the step's requests, and
-the reader runs between two chunks. A chunk's last message goes at QoS 1 and the next waits for its
-acknowledgement (at most ``RESYNC_ACK_WAIT_S``): a broker slower than the relay would otherwise
-still be reading the resync when the answer to a request came behind it.
+Publishing and resync (``relay/publishing.py``): a step's outputs go out in one buffer, one write;
+after every (re)connect and every shard gained, each shard's status, match list and then every
+match's views and snapshot, a chunk per step behind the step's requests.
 
 Takeover (``on_gain``, which only starts it, so lease renewals never wait on a replay): open the
 shard's journal, append an empty batch with the new fence (the previous owner's appends are refused
@@ -82,7 +71,6 @@ import os
 import secrets
 import time
 from array import array
-from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -91,9 +79,9 @@ from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, sto
 from mqttkit.connection import CONNECT_TIMEOUT_S as DEFAULT_CONNECT_TIMEOUT_S
 from mqttkit.connection import MqttConnection, MqttError, SubscribeRefused, Will
 from mqttkit.connection import connect as mqtt_connect
-from mqttkit.packets import Message, pack_publish
+from mqttkit.packets import Message
 from protocol import messages as m
-from protocol.codec import Encoder, encode
+from protocol.codec import encode
 from protocol.topics import Topics, valid_id
 from relay import memdiag, shards
 from relay.core import RelayConfig, RelayCore
@@ -101,15 +89,14 @@ from relay.model import LogRecord, Out, Publish
 from relay.journal import Entry, FencedError, Journal, JournalError, Msg, Tick
 from relay.limits import RELAY_INTAKE_SLACK, Intake
 from relay.ownership import Ownership, StaticOwnership
-from relay.shard import SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, wall_minus_mono
+from relay.publishing import Resync, send_publishes
+from relay.shard import (SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, check_shard,
+                         close_quietly, wall_minus_mono)
 
 log = logging.getLogger("blink.relay")
 
 MAX_SLEEP_S = 0.05
 MAX_BATCH = 512  # messages handled (and journalled as one write a shard) per step
-RESYNC_CHUNK = 50  # matches republished per step after a (re)connect (~10-15 ms of CPU)
-RESYNC_ACK_WAIT_S = 1.0
-RESYNC_IN_FLIGHT = 2  # chunks sent and not yet acknowledged, at most
 TOO_LARGE_QUIET_NS = 1_000_000_000
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
@@ -194,7 +181,7 @@ class Relay:
         self._fatal: BaseException | None = None
         self._resync = False  # set on (re)connect: every shard is announced again
         self._announce: list[str] = []  # shards gained and not yet announced
-        self.resync = Resync(self)
+        self.resync = Resync(self._emit_all, self._wake.set)
         self.resynced = self.resync.done
         self.ready = asyncio.Event()
         self.publish_failures = 0
@@ -258,14 +245,6 @@ class Relay:
         self.seed, self.config, self.topics = whole.core.seed, whole.core.config, whole.core.topics
         self.relay_id = self.config.relay_id
 
-    def _resume_clock(self) -> None:
-        assert self._whole is not None
-        self._whole.resume_clock(self._wall_minus_mono)
-
-    async def snapshot(self, force: bool = False) -> None:
-        assert self._whole is not None
-        await self._whole.snapshot(force)
-
     def now(self) -> tuple[int, int]:
         """The (core, wall) time in ns of a single relay's core (0 offset for a relay of several)."""
         mono = self._mono()
@@ -293,7 +272,7 @@ class Relay:
         if self._whole is not None:  # a single relay: its one shard, recovered before it connects
             self._whole.fence = fence
             await asyncio.get_running_loop().run_in_executor(None, self.recover)
-            self._resume_clock()
+            self._whole.resume_clock(self._wall_minus_mono)
             self._serve(self._whole, time.monotonic())
             return
         if shard not in shards.shard_names(self.total):
@@ -341,19 +320,19 @@ class Relay:
                 cfg = dataclasses.replace(self.config, relay_id=shard_status_id(shard), shards_total=self.total)
                 srv = self._shard(shard, RelayCore(Topics(self.prefix, shard), cfg,
                                                    int.from_bytes(os.urandom(8), "big")), journal, fence)
-                await loop.run_in_executor(self._pool, srv.recover, self._check(shard))
+                await loop.run_in_executor(self._pool, srv.recover, check_shard(shard, self.total, self.prefix))
             except FencedError as exc:
                 log.warning("shard %s: %s", shard, exc)
                 if journal is not None:
-                    await loop.run_in_executor(self._pool, _close_quietly, journal)
+                    await loop.run_in_executor(self._pool, close_quietly, journal)
                 return  # someone newer holds it; the ownership will tell us it is lost
             except (ConfigConflict, asyncio.CancelledError):
                 if journal is not None:
-                    await loop.run_in_executor(self._pool, _close_quietly, journal)
+                    await loop.run_in_executor(self._pool, close_quietly, journal)
                 raise
             except Exception as exc:  # noqa: BLE001 - a journal that cannot be read now: try again
                 if journal is not None:
-                    await loop.run_in_executor(self._pool, _close_quietly, journal)
+                    await loop.run_in_executor(self._pool, close_quietly, journal)
                 if shard not in self.ownership.owned():
                     return
                 log.warning("shard %s: cannot open its journal yet (%s: %s); again in %.1f s",
@@ -371,15 +350,6 @@ class Relay:
         if present:
             self._will_checks.append((time.monotonic() + WILL_CHECK_S, srv, present))
         self._serve(srv, began)
-
-    def _check(self, shard: str) -> Callable[[RelayCore], None]:
-        def check(core: RelayCore) -> None:
-            if core.config.shards_total != self.total or core.topics.shard != shard or core.topics.prefix != self.prefix:
-                raise ConfigConflict(
-                    f"shard {shard}'s journal was made with {core.config.shards_total} shard(s) and prefix "
-                    f"{core.topics.prefix!r}; this relay has --shards-total {self.total} and prefix "
-                    f"{self.prefix!r}: every relay of a cluster must use the same")
-        return check
 
     def _serve(self, srv: Shard, began: float) -> None:
         self.servers[srv.name] = srv
@@ -536,12 +506,13 @@ class Relay:
         if self.sharded:
             status = process_status_topic(self.prefix, self.relay_id)
             will = Will(status, encode(m.RelayStatus(self.relay_id, False)), qos=1, retain=True)
-            topics = [(self.topics.req_all, SUB_QOS), (f"{self.prefix}/m/+/+/act/+", SUB_QOS)]
+            # One SUBSCRIBE each: a refusal (NATS) is asked again for that topic alone.
+            groups = [[(self.topics.req_all, SUB_QOS)], [(f"{self.prefix}/m/+/+/act/+", SUB_QOS)]]
         else:
             status = ""
             will = Will(self.topics.relay_status(self.relay_id), encode(m.RelayStatus(self.relay_id, False)),
                         qos=1, retain=True)
-            topics = [(t, 1) for t in self.core.subscriptions()]
+            groups = [[(t, 1) for t in self.core.subscriptions()]]
         delay = RECONNECT_FIRST_S
         first = True
         node = attempts = 0
@@ -563,8 +534,8 @@ class Relay:
                 # The connection is the stepper's from here: a request can arrive with the SUBACK.
                 self._client = conn
                 try:
-                    for topic, qos in topics:
-                        await self._subscribe(conn, topic, qos)
+                    for group in groups:
+                        await self._subscribe(conn, group)
                     if status:  # QoS 0: a retained PUBACK waits on JetStream on NATS
                         conn.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=0, retain=True)
                     if lost_at is not None:
@@ -612,15 +583,15 @@ class Relay:
                 if conn is not None:
                     conn.abort()  # a no-op once it has ended (a clean stop disconnected it first)
 
-    async def _subscribe(self, client: MqttConnection, topic: str, qos: int) -> None:
+    async def _subscribe(self, client: MqttConnection, topics: list[tuple[str, int]]) -> None:
         """Subscribe and make sure it was granted: a refusal (NATS, while it could not make the
         subscription's consumer) is asked again in the background until granted or disconnected."""
         try:
-            await client.subscribe([(topic, qos)], timeout=SUBSCRIBE_TIMEOUT_S)
+            await client.subscribe(topics, timeout=SUBSCRIBE_TIMEOUT_S)
             return
         except SubscribeRefused:
             pass
-        log.warning("the broker refused the subscription to %s; asking again", topic)
+        log.warning("the broker refused the subscription to %s; asking again", topics)
 
         async def again() -> None:
             delay = 0.25
@@ -628,12 +599,12 @@ class Relay:
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 try:
-                    await client.subscribe([(topic, qos)], timeout=SUBSCRIBE_TIMEOUT_S)
+                    await client.subscribe(topics, timeout=SUBSCRIBE_TIMEOUT_S)
                 except SubscribeRefused:
                     continue
                 except MqttError:
                     return  # the connection is gone: the reconnect subscribes again
-                log.warning("subscribed to %s at last", topic)
+                log.warning("subscribed to %s at last", topics)
                 return
         self._background(again())
 
@@ -768,7 +739,7 @@ class Relay:
         a shard, then the outputs; then a chunk of the resync and any snapshot due."""
         if self._client is not None and (self._resync or self._announce):
             fresh = list(self.servers) if self._resync else [s for s in self._announce if s in self.servers]
-            self.resync.start([self.servers[s] for s in fresh], restart=self._resync)
+            self.resync.start([self.servers[s] for s in fresh], self._resync, self._mono())
             self._resync, self._announce = False, []
             self.ready.set()
         inbox, self._inbox = self._inbox[:MAX_BATCH], self._inbox[MAX_BATCH:]
@@ -790,7 +761,7 @@ class Relay:
                 batch[2].extend(srv.core.handle(topic, payload, now, arrived + wmm))
         mono = self._mono()
         wall = mono + self._wall_minus_mono
-        for srv in self._serving():
+        for srv in ([self._whole] if self._whole is not None else list(self.servers.values())):
             deadline = srv.core.next_deadline()
             now = mono + srv.mono_offset
             if deadline is not None and deadline <= now:
@@ -841,12 +812,9 @@ class Relay:
             finished = time.monotonic_ns()
             residence.extend(finished - arrived for _, _, arrived in inbox)
         if self._client is not None and self.resync.may_send():
-            self.resync.send_chunk(mono, wall)
-        for srv in self._serving():
+            self.resync.send_chunk(self.servers, mono, wall)
+        for srv in ([self._whole] if self._whole is not None else list(self.servers.values())):
             await srv.maybe_snapshot()
-
-    def _serving(self) -> list[Shard]:
-        return [self._whole] if self._whole is not None else list(self.servers.values())
 
     def _too_large(self, topic: str, size: int, now_ns: int, wall_ns: int) -> list[Out]:
         """A payload over the limit is not decoded nor journalled: its sender (from the topic) is told
@@ -908,134 +876,6 @@ class Relay:
                 log.info("bad input: %s", row)
 
 
-class Resync:
-    """Every served match's views and snapshot, republished a chunk per step (see the header)."""
-
-    def __init__(self, relay: Relay) -> None:
-        self.relay = relay
-        self.left: deque[tuple[Shard, str]] = deque()
-        self.chunk = RESYNC_CHUNK
-        self.acks: deque[tuple[asyncio.Future[bytes], float]] = deque()  # unacknowledged chunks' last
-        self._last_qos1: asyncio.Future[bytes] | None = None
-        self.done = asyncio.Event()  # set when every match has been republished
-        self.began = 0.0
-        self.sent = 0
-        self.matches = 0  # matches republished by the last complete resync
-        self.seconds = 0.0  # how long after coming online that took
-
-    def start(self, fresh: list[Shard], restart: bool) -> None:
-        """Announce ``fresh`` shards (status and match list: they serve requests from here on) and
-        queue their matches, running ones first; ``restart``: after a (re)connect, everything."""
-        relay = self.relay
-        mono = relay._mono()
-        relay._emit_all([(srv, srv.core.startup(mono + srv.mono_offset)) for srv in fresh])
-        if restart:
-            self.left.clear()
-            self.acks.clear()
-        if restart or not self.left:
-            self.began, self.sent = time.monotonic(), 0
-        for srv in fresh:
-            if srv.recovered is not None or srv.core.matches:
-                log.info("shard %s: announced (status online, %d match(es))", srv.name, len(srv.core.matches))
-            matches = srv.core.matches
-            live = [c for c, x in matches.items() if x.status in ("playing", "between")]
-            self.left.extend((srv, c) for c in live + [c for c, x in matches.items()
-                                                       if x.status not in ("playing", "between")])
-        self.done.clear()
-        self._finish_if_empty()
-
-    def may_send(self) -> bool:
-        """Is a chunk left, and may it go? Once the broker has acknowledged the last one (it has
-        read everything before it), or ``RESYNC_ACK_WAIT_S`` after it was sent."""
-        if not self.left:
-            return False
-        acks = self.acks
-        while acks and (acks[0][0].done() or time.monotonic() - acks[0][1] >= RESYNC_ACK_WAIT_S):
-            acks.popleft()
-        return len(acks) < RESYNC_IN_FLIGHT
-
-    def send_chunk(self, mono: int, wall: int) -> None:
-        """The next ``chunk`` matches' views and snapshots, built from the state as it is now (a view
-        never lags behind an event already published). A match gone meanwhile is skipped."""
-        relay, left = self.relay, self.left
-        out: list[Out] = []
-        for _ in range(min(self.chunk, len(left))):
-            srv, code = left.popleft()
-            if relay.servers.get(srv.name) is not srv:
-                continue  # lost meanwhile
-            part = srv.core.resync(code, mono + srv.mono_offset, wall)
-            if part:
-                out.extend(part)
-                self.sent += 1
-        if left and out and isinstance(out[-1], Publish):
-            out[-1] = dataclasses.replace(out[-1], qos=1)  # acknowledged: the next chunk waits for it
-        self._last_qos1 = None
-        relay._emit_all([(None, out)])
-        if self._last_qos1 is not None:
-            self.acks.append((self._last_qos1, time.monotonic()))
-        self._finish_if_empty()
-
-    def _finish_if_empty(self) -> None:
-        if not self.left and not self.done.is_set():
-            self.seconds = time.monotonic() - self.began
-            self.matches = self.sent
-            self.done.set()
-            log.info("resynced %d match(es) in %.2f s after coming online", self.sent, self.seconds)
-
-    def on_qos1(self, future: asyncio.Future[bytes]) -> None:
-        # A broker's acknowledgement wakes the stepper: the resync's next chunk waits for one.
-        future.add_done_callback(lambda _: self.relay._wake.set())
-        self._last_qos1 = future
-
-
-def send_publishes(client: MqttConnection, out: Sequence[Out],
-                   on_qos1: Callable[[asyncio.Future[bytes]], None] | None = None) -> tuple[int, str]:
-    """Write the ``Publish``es of ``out`` (other items skipped) to ``client``: the QoS-0 ones packed
-    back to back into one buffer and written at once, a QoS-1 one through the connection's
-    ``publish`` in its place (``on_qos1`` is given its acknowledgement's future). Never raises for
-    a dropped connection: returns how many could not be written, and why."""
-    publishes = [o for o in out if isinstance(o, Publish)]
-    if not publishes:
-        return 0, ""
-    if not client.connected:
-        return len(publishes), "not connected"
-    buf = bytearray()
-    failed, why = 0, ""
-    encode_one = Encoder()  # one Packer for the step's messages (this runs in the loop's thread)
-    for o in publishes:
-        payload = o.msg if isinstance(o.msg, (bytes, bytearray)) else encode_one(o.msg)
-        try:
-            if o.qos == 0:
-                pack_publish(buf, o.topic, payload, o.retain)
-                continue
-            if buf:
-                client.write(buf)
-                buf = bytearray()
-            if on_qos1 is None:
-                client.publish(o.topic, payload, o.qos, o.retain)
-            else:
-                future = client.publish(o.topic, payload, o.qos, o.retain, wait=True)
-                if future is not None:
-                    on_qos1(future)
-        except (ValueError, MqttError) as exc:  # a bad topic; the connection dropped under it
-            why = f"{type(exc).__name__}: {exc}"
-            failed += 1
-    if buf:
-        try:
-            client.write(buf)
-        except MqttError as exc:  # the connection broke under it
-            why = f"{type(exc).__name__}: {exc}"
-            failed += sum(1 for o in publishes if o.qos == 0)  # an upper bound: what this step sent
-    return failed, why
-
-
-def _close_quietly(journal: Journal) -> None:
-    try:
-        journal.close()
-    except Exception as exc:  # noqa: BLE001 - closing a journal whose backend is gone
-        log.info("closing a journal: %s", exc)
-
-
 def _write_residence(path: str, values: Sequence[int], steps: int = 0) -> None:
     """Percentiles (ms) of the residence times, one line: ``50:0.41 90:1.2 99:5.3 99.9:9.8 100:12.0
     n=... steps=...`` (``n`` messages in ``steps`` steps)."""
@@ -1048,4 +888,4 @@ def _write_residence(path: str, values: Sequence[int], steps: int = 0) -> None:
         log.warning("cannot write the residence times to %s: %s", path, exc)
 
 
-__all__ = ["JournalOpener", "Relay", "Resync", "process_status_topic", "send_publishes", "shard_status_id"]
+__all__ = ["JournalOpener", "Relay", "process_status_topic", "shard_status_id"]

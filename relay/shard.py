@@ -130,13 +130,14 @@ class Shard:
 
     # ------------------------------------------------------------------ time
 
-    def resume_clock(self, wall_minus_mono: int) -> None:
+    def resume_clock(self, wmm: int | None = None) -> None:
         """Continue a recovered core's time (see the header's Time). Never backwards."""
         last_mono, last_wall = self.core.last_clock()
         if last_mono == 0 and last_wall == 0:
             return  # a fresh core: nothing to continue
+        wmm = wall_minus_mono() if wmm is None else wmm
         mono = time.monotonic_ns()
-        self.mono_offset = last_mono + max(0, mono + wall_minus_mono - last_wall) - mono
+        self.mono_offset = last_mono + max(0, mono + wmm - last_wall) - mono
 
     # ------------------------------------------------------------------ recovery
 
@@ -299,10 +300,25 @@ class Shard:
     def close_quietly(self) -> None:
         """Close the journal, whatever state its backend is in (in a worker thread)."""
         if self.journal is not None:
-            try:
-                self.journal.close()
-            except Exception as exc:  # noqa: BLE001 - closing a journal whose backend is gone
-                log.info("closing a journal: %s", exc)
+            close_quietly(self.journal)
+
+
+def close_quietly(journal: Journal) -> None:
+    try:
+        journal.close()
+    except Exception as exc:  # noqa: BLE001 - closing a journal whose backend is gone
+        log.info("closing a journal: %s", exc)
+
+
+def check_shard(shard: str, total: int, prefix: str) -> Callable[[RelayCore], None]:
+    """Refuses a shard's recovered core made under another shard count or prefix (in one line)."""
+    def check(core: RelayCore) -> None:
+        if core.config.shards_total != total or core.topics.shard != shard or core.topics.prefix != prefix:
+            raise ConfigConflict(
+                f"shard {shard}'s journal was made with {core.config.shards_total} shard(s) and prefix "
+                f"{core.topics.prefix!r}; this relay has --shards-total {total} and prefix {prefix!r}: "
+                f"every relay of a cluster must use the same")
+    return check
 
 
 class JournalWriter:
@@ -499,4 +515,5 @@ def _read_into(fd: int, buf: bytearray) -> int:
     return got
 
 
-__all__ = ["ClusterError", "ConfigConflict", "JournalWriter", "Shard", "complete_log", "wall_minus_mono"]
+__all__ = ["ClusterError", "ConfigConflict", "JournalWriter", "Shard", "check_shard", "close_quietly", "complete_log",
+           "wall_minus_mono"]

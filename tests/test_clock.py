@@ -123,7 +123,7 @@ def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_
     journal = open_journal(tmp_path / "data")
     again = RelayShell(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=journal)
     again.recover()
-    again._resume_clock()  # noqa: SLF001 - what run() does after recover()
+    again.whole.resume_clock()  # what run() does after recover()
     now, wall = again.now()
     assert now == last_mono + S and wall == last_wall + S
     assert again.core.next_deadline() == deadline  # the core's deadlines are where they were
@@ -139,14 +139,14 @@ def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_
     journal = open_journal(tmp_path / "data")
     third = RelayShell(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=journal)
     third.recover()
-    third._resume_clock()  # noqa: SLF001
+    third.whole.resume_clock()
     assert third.now()[0] >= deadline
     # A wall clock set back before the last input never moves the core's time backwards.
     clock.wall = last_wall - 3600 * S
     fourth_journal = journal
     fourth = RelayShell(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=fourth_journal)
     fourth.core = third.core
-    fourth._resume_clock()  # noqa: SLF001
+    fourth.whole.resume_clock()
     assert fourth.now()[0] >= third.core.last_clock()[0]
     journal.close()
 

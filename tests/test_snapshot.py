@@ -155,7 +155,7 @@ def test_the_shell_recovers_from_an_old_format_snapshot_and_writes_the_new_one(t
         assert shell.recovered is not None and f"{len(d.inputs) - 5} entries replayed" in shell.recovered
         assert {c: (x.seq, x.state) for c, x in shell.core.matches.items()} == \
                {c: (x.seq, x.state) for c, x in d.core.matches.items()}
-        asyncio.run(shell.snapshot(force=True))
+        asyncio.run(shell.whole.snapshot(force=True))
         pos, blob = j.latest_snapshot() or (0, b"")
         assert pos == len(d.inputs) and blob.startswith(snapshot.MAGIC)
     with SqliteJournal(tmp_path / "j.db") as j:
@@ -181,9 +181,9 @@ def test_snapshots_are_spaced_by_their_own_cost(tmp_path: Path) -> None:
         shell.recover()  # a fresh journal: the fresh core's snapshot at 0
         j.append([Tick(1)])
         shell.whole.snapshot_s = 3600.0  # as if the last one had taken an hour
-        asyncio.run(shell.snapshot())
+        asyncio.run(shell.whole.snapshot())
         assert (j.latest_snapshot() or (None,))[0] == 0  # too soon: skipped
-        asyncio.run(shell.snapshot(force=True))
+        asyncio.run(shell.whole.snapshot(force=True))
         assert (j.latest_snapshot() or (None,))[0] == 1
         assert 0.0 <= shell.whole.snapshot_s < 3600.0  # measured afresh
 
