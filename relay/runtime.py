@@ -775,8 +775,15 @@ class Relay:
         work = [(srv, entries, out) for srv, entries, out in batches.values()]
         appends = [srv.writer.append(entries, srv.fence if self.sharded else None)
                    for srv, entries, _ in work if entries and srv.writer is not None]
-        results: list[BaseException | None] = list(await asyncio.gather(*appends, return_exceptions=True)) \
-            if appends else []
+        results: list[BaseException | None] = []
+        if len(appends) == 1:  # (the usual step of a single relay: no gathering future)
+            try:
+                await appends[0]
+                results.append(None)
+            except Exception as exc:  # noqa: BLE001 - judged below, as gather's would be
+                results.append(exc)
+        elif appends:
+            results = list(await asyncio.gather(*appends, return_exceptions=True))
         outcome = iter(results)
         held = self.ownership.owned() if self.sharded else {}
         done: list[tuple[Shard | None, list[Out]]] = [(None, extra)] if extra else []
