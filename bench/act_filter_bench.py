@@ -2,7 +2,7 @@
 
 How this works
 --------------
-Every cluster relay subscribes to every shard's actions (``relay/cluster.py``: on NATS a SUBSCRIBE
+Every cluster relay subscribes to every shard's actions (``relay/runtime.py``: on NATS a SUBSCRIBE
 during an election stalls the connection, so a takeover must need none) and drops those of shards it
 does not serve. Here reads of ``--per-read`` action PUBLISHes (topics of ``--shards`` shards, round
 robin; a 40-byte payload, like a BLINK play) are fed to ``mqttkit.packets.Parser`` with the topic

@@ -2,7 +2,7 @@
 
 What it measures
 ----------------
-``RelayShell.step()`` as the stepper runs it -- the inbox's BLINK plays handed to the core, the
+``Relay.step()`` as the stepper runs it -- the inbox's BLINK plays handed to the core, the
 batch appended to a real SQLite journal (``synchronous=FULL``: an fsync per commit, in the shell's
 journal thread), the outputs encoded and packed for a connection that only counts the bytes --
 with ``--batch`` plays in the inbox per step, over ``--steps`` steps spread over ``--pool`` live
