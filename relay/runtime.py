@@ -10,20 +10,15 @@ other, or JetStream) under its fence, and speaks for each under ``shard-{n}``; i
 ``relays/{relay_id}/status``. Each owned shard is a ``Shard`` (``relay/shard.py``: core, journal,
 clock, snapshots, recovery). Two tasks share one event loop, so no core is entered concurrently.
 
-- The *connection* task holds the MQTT connection (``mqttkit.connection``, a bare
-  ``asyncio.Protocol`` MQTT 3.1.1 client: paho's reader under aiomqtt cost about 0.6 ms a message).
-  Every read's PUBLISHes come to ``_on_messages`` as one list -- no task, queue or loop turn per
-  message -- stamped once with the monotonic clock, admitted by the intake and put in the inbox.
-  A message far over ``max_payload`` is never buffered (its sender is told ``too_large``). A
-  flood's excess costs as little as can be (Mosquitto cannot limit a client's rate): the same
-  refused topic is charged in bulk for the rest of a read, and once its sender is at the floor of
-  its intake bucket the parser drops that topic's packets unbuilt until it could have a token back
-  (``Intake.hold_ns``). A relay of a cluster subscribes once to every lobby request and every
-  shard's actions, and the parser skips the actions of shards it does not serve by their topic
-  bytes (``set_topic_filter``): on NATS every SUBSCRIBE writes the MQTT session to JetStream,
-  which stalled a takeover by 4 s per SUBSCRIBE while a node was away. With several broker nodes
-  (``a,b,c``) a lost or silent one moves the relay to the next at once (each once), then it backs
-  off (0.1 s doubling to 5 s); only the very first connection may fail for good.
+- The *connection* task (``relay/link.py``) holds the MQTT connection; every read's PUBLISHes come
+  to ``_on_messages`` as one list -- no task, queue or loop turn per message -- stamped once with
+  the monotonic clock, admitted by the intake and put in the inbox. A flood's excess costs as little
+  as can be (Mosquitto cannot limit a client's rate): the same refused topic is charged in bulk for
+  the rest of a read, and once its sender is at the floor of its bucket the parser drops that
+  topic's packets unbuilt until it could have a token back (``Intake.hold_ns``). A relay of several
+  subscribes once to every lobby request and every shard's actions, and the parser skips the actions
+  of shards it does not serve by their topic bytes: on NATS every SUBSCRIBE writes the MQTT session
+  to JetStream, which stalled a takeover by 4 s per SUBSCRIBE while a node was away.
 - The *stepper* runs one step per loop turn (group commit): the messages already in the inbox (at
   most ``MAX_BATCH``) are routed to their shard (``relay/shards.py``: the same answer on every
   relay) and handed to its core in arrival order, every due core ticks, each shard's inputs are
@@ -75,10 +70,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from mqttkit import DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BrokerAddress, stop_task, wait_event
+from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, stop_task, wait_event
 from mqttkit.connection import CONNECT_TIMEOUT_S as DEFAULT_CONNECT_TIMEOUT_S
-from mqttkit.connection import MqttConnection, MqttError, SubscribeRefused, Will
-from mqttkit.connection import connect as mqtt_connect
+from mqttkit.connection import MqttConnection, MqttError, Will
 from mqttkit.packets import Message
 from protocol import messages as m
 from protocol.codec import encode
@@ -88,6 +82,7 @@ from relay.core import RelayConfig, RelayCore
 from relay.model import LogRecord, Out, Publish
 from relay.journal import Entry, FencedError, Journal, JournalError, Msg, Tick
 from relay.limits import RELAY_INTAKE_SLACK, Intake
+from relay.link import BrokerLink, Login
 from relay.ownership import Ownership, StaticOwnership
 from relay.publishing import Resync, send_publishes
 from relay.shard import (SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, check_shard,
@@ -98,8 +93,6 @@ log = logging.getLogger("blink.relay")
 MAX_SLEEP_S = 0.05
 MAX_BATCH = 512  # messages handled (and journalled as one write a shard) per step
 TOO_LARGE_QUIET_NS = 1_000_000_000
-RECONNECT_FIRST_S = 0.1
-RECONNECT_MAX_S = 5.0
 REBUILD_FIRST_S = 0.2
 REBUILD_MAX_S = 5.0
 WALL_STEP_NS = 50_000_000  # the wall clock moved this much against the monotonic one: it was set
@@ -115,7 +108,6 @@ SUB_QOS = 0
 #: With several broker nodes: how long a CONNECT may wait before the next node is tried (NATS waits
 #: on JetStream 4 s and fails while its session stream elects a leader).
 CONNECT_TIMEOUT_S = 2.0
-SUBSCRIBE_TIMEOUT_S = 6.0  # longer than NATS's own 4 s wait: a refusal is heard, not taken for death
 WILL_CHECK_S = 10.0  # after a takeover: a seated player not heard from for this long gets its last will
 
 #: Opens the journal of one shard (called in a worker thread).
@@ -177,7 +169,7 @@ class Relay:
         self._wake = asyncio.Event()
         self._client: MqttConnection | None = None
         self._act_head = f"{self.prefix}/m/".encode()
-        self._closing = False
+        self.link: BrokerLink | None = None
         self._fatal: BaseException | None = None
         self._resync = False  # set on (re)connect: every shard is announced again
         self._announce: list[str] = []  # shards gained and not yet announced
@@ -420,7 +412,8 @@ class Relay:
                 {"kind": "relay_started", "seed": self.seed, "ts": time.time_ns(), "order": self.config.order,
                  "relay": self.relay_id})
             self._write([LogRecord(started)])
-            connection = asyncio.create_task(self._connection_loop())
+            self.link = self._link()
+            connection = asyncio.create_task(self.link.run())
             stepper = asyncio.create_task(self._step_loop())
             done, _ = await asyncio.wait({connection, stepper}, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
@@ -451,7 +444,8 @@ class Relay:
         try:
             if stepper is not None and not stepper.done():
                 await stop_task(stepper)
-            self._closing = True
+            if self.link is not None:
+                self.link.closing = True
             client = self._client
             if client is not None and client.connected:
                 try:  # every status offline, then DISCONNECT (the broker drops the last will)
@@ -500,113 +494,46 @@ class Relay:
     def _refilter(self) -> None:
         """A relay of several shards keeps only its served shards' actions from the next read on."""
         if self._client is not None and self.sharded:
-            self._client.set_topic_filter(self._act_head, tuple(f"{self.prefix}/m/{s}/".encode() for s in self.servers))
+            self._client.set_topic_filter(*self._topic_filter())
 
-    async def _connection_loop(self) -> None:
+    def _link(self) -> BrokerLink:
+        """The connection (``relay/link.py``): a single relay speaks for its core's status; a relay of
+        several for its own, and subscribes once to every shard's actions (one SUBSCRIBE a topic, so a
+        refusal is asked again for that one alone), skipping the unserved ones in the parser."""
         if self.sharded:
             status = process_status_topic(self.prefix, self.relay_id)
-            will = Will(status, encode(m.RelayStatus(self.relay_id, False)), qos=1, retain=True)
-            # One SUBSCRIBE each: a refusal (NATS) is asked again for that topic alone.
             groups = [[(self.topics.req_all, SUB_QOS)], [(f"{self.prefix}/m/+/+/act/+", SUB_QOS)]]
         else:
-            status = ""
-            will = Will(self.topics.relay_status(self.relay_id), encode(m.RelayStatus(self.relay_id, False)),
-                        qos=1, retain=True)
-            groups = [[(t, 1) for t in self.core.subscriptions()]]
-        delay = RECONNECT_FIRST_S
-        first = True
-        node = attempts = 0
-        lost_at: float | None = None
-        timeout = CONNECT_TIMEOUT_S if len(self.addresses) > 1 or self.sharded else DEFAULT_CONNECT_TIMEOUT_S
-        while True:
-            self.address = self.addresses[node % len(self.addresses)]
-            attempts += 1
-            conn: MqttConnection | None = None
+            status, groups = self.topics.relay_status(self.relay_id), [[(t, 1) for t in self.core.subscriptions()]]
+        several = len(self.addresses) > 1 or self.sharded
+        login = Login(self.client_id, Will(status, encode(m.RelayStatus(self.relay_id, False)), qos=1, retain=True),
+                      groups, status if self.sharded else "", encode(m.RelayStatus(self.relay_id, True)),
+                      self.max_payload + PACKET_HEADER_ALLOWANCE,
+                      CONNECT_TIMEOUT_S if several else DEFAULT_CONNECT_TIMEOUT_S,
+                      self._topic_filter if self.sharded else None)
+        return BrokerLink(self.addresses, login, self._on_messages, self._on_oversize, self._on_client, self._on_up)
+
+    def _topic_filter(self) -> tuple[bytes, tuple[bytes, ...]]:
+        return self._act_head, tuple(f"{self.prefix}/m/{s}/".encode() for s in self.servers)
+
+    def _on_client(self, conn: MqttConnection | None) -> None:
+        self._client = conn
+
+    async def _on_up(self, first: bool) -> None:
+        """Connected and subscribed: the first time a leased relay starts taking part (a shard gained
+        is served at once); after a reconnect, every shard is announced again."""
+        if first and not isinstance(self.ownership, StaticOwnership):
             try:
-                conn = await mqtt_connect(self.address.host, self.address.port, client_id=self.client_id,
-                                          on_messages=self._on_messages, on_oversize=self._on_oversize,
-                                          username=self.address.username or RELAY_USER,
-                                          password=self.address.password, will=will, keepalive=30,
-                                          max_packet=self.max_payload + PACKET_HEADER_ALLOWANCE,
-                                          socket_options=NODELAY, timeout=timeout)
-                if self.sharded:  # before any SUBSCRIBE: other shards' actions skipped from the first read
-                    conn.set_topic_filter(self._act_head, tuple(f"{self.prefix}/m/{s}/".encode() for s in self.servers))
-                # The connection is the stepper's from here: a request can arrive with the SUBACK.
-                self._client = conn
-                try:
-                    for group in groups:
-                        await self._subscribe(conn, group)
-                    if status:  # QoS 0: a retained PUBACK waits on JetStream on NATS
-                        conn.publish(status, encode(m.RelayStatus(self.relay_id, True)), qos=0, retain=True)
-                    if lost_at is not None:
-                        log.warning("reconnected to the broker %s %.2f s after losing it (%d attempt(s))",
-                                    self.address.url, time.monotonic() - lost_at, attempts)
-                    lost_at = None
-                    attempts = 0
-                    if first and not isinstance(self.ownership, StaticOwnership):
-                        try:  # only now: a shard gained is served at once
-                            await self.ownership.start()
-                        except (MqttError, asyncio.CancelledError):
-                            raise
-                        except Exception as exc:  # noqa: BLE001 - one line for a person
-                            raise ClusterError(str(exc) or type(exc).__name__) from exc
-                    elif not first:
-                        self.reconnects += 1
-                        log.warning("reconnected to the broker %s", self.address.url)
-                    first = False
-                    delay = RECONNECT_FIRST_S
-                    self._resync = True
-                    self._wake.set()
-                    raise await conn.wait_closed()  # nothing to do here until the connection ends
-                finally:
-                    if self._client is conn:
-                        self._client = None
-            except MqttError as exc:
-                self._client = None
-                if self._closing:
-                    return  # the last words were said: no new connection
-                node += 1  # the next node (it comes round again last)
-                if first and node >= len(self.addresses):
-                    raise
-                if first:
-                    continue
-                if lost_at is None:
-                    lost_at = time.monotonic()
-                    delay = RECONNECT_FIRST_S
-                    log.warning("lost the broker %s (%s); reconnecting", self.address.url, exc)
-                else:
-                    log.warning("broker %s: %s; next try in %.1f s", self.address.url, exc, delay)
-                if attempts >= len(self.addresses):  # each node once without waiting, then backing off
-                    await asyncio.sleep(delay)
-                    delay = min(RECONNECT_MAX_S, delay * 2)
-            finally:
-                if conn is not None:
-                    conn.abort()  # a no-op once it has ended (a clean stop disconnected it first)
-
-    async def _subscribe(self, client: MqttConnection, topics: list[tuple[str, int]]) -> None:
-        """Subscribe and make sure it was granted: a refusal (NATS, while it could not make the
-        subscription's consumer) is asked again in the background until granted or disconnected."""
-        try:
-            await client.subscribe(topics, timeout=SUBSCRIBE_TIMEOUT_S)
-            return
-        except SubscribeRefused:
-            pass
-        log.warning("the broker refused the subscription to %s; asking again", topics)
-
-        async def again() -> None:
-            delay = 0.25
-            while self._client is client:
-                await asyncio.sleep(delay)
-                delay = min(RECONNECT_MAX_S, delay * 2)
-                try:
-                    await client.subscribe(topics, timeout=SUBSCRIBE_TIMEOUT_S)
-                except SubscribeRefused:
-                    continue
-                except MqttError:
-                    return  # the connection is gone: the reconnect subscribes again
-                log.warning("subscribed to %s at last", topics)
-                return
-        self._background(again())
+                await self.ownership.start()
+            except (MqttError, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - one line for a person
+                raise ClusterError(str(exc) or type(exc).__name__) from exc
+        elif not first:
+            self.reconnects += 1
+            log.warning("reconnected to the broker %s", self.link.address.url if self.link else "")
+        self._resync = True
+        self._wake.set()
 
     def _on_messages(self, messages: list[Message]) -> None:
         """The PUBLISHes of one read: stamped once (they arrived together), admitted by the
