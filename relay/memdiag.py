@@ -39,13 +39,16 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import logging
 import sys
 import time
 import tracemalloc
 from collections import Counter
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Callable
 
+log = logging.getLogger("blink.relay")
 ENV_FILE = "BLINK_MEMDUMP"
 MALLOC_MMAP_THRESHOLD = 1 << 20
 MALLOC_TRIM_THRESHOLD = 1 << 20
@@ -255,3 +258,16 @@ def _tracemalloc_lines() -> list[str]:
         for line in stat.traceback.format(most_recent_first=True)[::2]:
             out.append(f"        {line.strip()}")
     return out
+
+
+def write_residence(path: str, values: Sequence[int], steps: int = 0) -> None:
+    """``BLINK_RESIDENCE=FILE``: percentiles (ms) of how long each message waited between its read
+    and the write of its step's outputs, one line: ``50:0.41 90:1.2 99:5.3 99.9:9.8 100:12.0 n=...
+    steps=...`` (``n`` messages in ``steps`` steps)."""
+    xs = sorted(values) or [0]
+    parts = [f"{q:g}:{xs[min(len(xs) - 1, int(q / 100 * len(xs)))] / 1e6:.3f}" for q in (50, 90, 99, 99.9, 100)]
+    try:
+        with open(path, "w") as f:
+            f.write(" ".join(parts) + f" n={len(values)} steps={steps}\n")
+    except OSError as exc:
+        log.warning("cannot write the residence times to %s: %s", path, exc)

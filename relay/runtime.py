@@ -42,12 +42,12 @@ present in the shard's running matches are noted, and those not heard from withi
 (``on_loss``) removes it at once. A clean stop says every status offline, disconnects, and then
 releases the shards, so a successor starts at once.
 
-Memory. glibc's malloc raises its mmap threshold to the largest block freed, and a snapshot's
-few-MB buffers then stayed in the heaps: ``memdiag.tune_malloc`` fixes both thresholds at start.
-The cyclic collector's oldest generation walks every object the relay holds (25-55 ms at 300
-matches) and finds nothing to free, so it runs on the stepper's schedule (``GC_FULL_EVERY_S``).
-``BLINK_MEMDUMP`` (``relay/memdiag.py``) reports where memory went; ``BLINK_RESIDENCE=FILE`` keeps
-how long each message waited between its read and its step's write, written to FILE at exit.
+Oversize: a payload over ``max_payload`` is neither decoded nor journalled; its sender (known from
+the topic) is told ``too_large`` and it is logged, once a second per sender at most.
+
+Memory (``relay/memdiag.py``): ``tune_malloc`` at start; the cyclic collector's oldest generation
+walks every object the relay holds (25-55 ms at 300 matches) and finds nothing to free, so it runs
+on the stepper's schedule (``GC_FULL_EVERY_S``); ``BLINK_MEMDUMP`` and ``BLINK_RESIDENCE`` report.
 
 The relay logs in as user ``relay`` unless its URL names one, under a client id random per start
 and never published; its status is retained and set offline by its last will. This is the only
@@ -434,7 +434,7 @@ class Relay:
                         break
             gc.set_threshold(*thresholds)
             if self._residence_file and self._residence is not None:
-                _write_residence(self._residence_file, self._residence, self.steps)
+                memdiag.write_residence(self._residence_file, self._residence, self.steps)
             if dump is not None:
                 dump("exit")
 
@@ -462,12 +462,7 @@ class Relay:
             for task in list(self._starting.values()):
                 task.cancel()
             for srv in list(self.servers.values()):
-                if srv.snap_task is not None:
-                    srv.snap_task.cancel()
-                    try:
-                        await srv.snap_task
-                    except BaseException:  # noqa: BLE001 - it was asked to stop
-                        pass
+                await srv.stop_snapshot()
             if self.sharded:
                 servers, self.servers = list(self.servers.values()), {}
                 for srv in servers:
@@ -808,18 +803,6 @@ class Relay:
         for row in rows:
             if row.get("kind") == "bad_input":
                 log.info("bad input: %s", row)
-
-
-def _write_residence(path: str, values: Sequence[int], steps: int = 0) -> None:
-    """Percentiles (ms) of the residence times, one line: ``50:0.41 90:1.2 99:5.3 99.9:9.8 100:12.0
-    n=... steps=...`` (``n`` messages in ``steps`` steps)."""
-    xs = sorted(values) or [0]
-    parts = [f"{q:g}:{xs[min(len(xs) - 1, int(q / 100 * len(xs)))] / 1e6:.3f}" for q in (50, 90, 99, 99.9, 100)]
-    try:
-        with open(path, "w") as f:
-            f.write(" ".join(parts) + f" n={len(values)} steps={steps}\n")
-    except OSError as exc:
-        log.warning("cannot write the residence times to %s: %s", path, exc)
 
 
 __all__ = ["JournalOpener", "Relay", "process_status_topic", "shard_status_id"]

@@ -294,6 +294,15 @@ class Shard:
                 except OSError:
                     pass
 
+    async def stop_snapshot(self) -> None:
+        """Stopping: a snapshot being taken is abandoned (its child killed); the journal is as it was."""
+        if self.snap_task is not None:
+            self.snap_task.cancel()
+            try:
+                await self.snap_task
+            except BaseException:  # noqa: BLE001 - it was asked to stop
+                pass
+
     def _run(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
 
