@@ -2,12 +2,12 @@
 
 How this works
 --------------
-Every cluster relay subscribes to every shard's actions (``relay/cluster.py``: on NATS a SUBSCRIBE
+Every cluster relay subscribes to every shard's actions (``relay/runtime.py``: on NATS a SUBSCRIBE
 during an election stalls the connection, so a takeover must need none) and drops those of shards it
 does not serve. Here reads of ``--per-read`` action PUBLISHes (topics of ``--shards`` shards, round
 robin; a 40-byte payload, like a BLINK play) are fed to ``mqttkit.packets.Parser`` with the topic
 filter the relay sets (its served shards: ``--served``), and what it delivers goes through
-``ClusterRelay._on_messages`` as in the relay (stamp, queue). Reported: ns per message when none is
+``Relay._on_messages`` (relay/runtime.py) as in the relay (stamp, queue). Reported: ns per message when none is
 served (all dropped by the filter), when all are served (parsed, a ``Message`` each, queued) and with
 no filter at all (what a relay without the filter would do per dropped message: parse, decode, then
 look the topic up), in the same run.

@@ -2,7 +2,7 @@
 
 What it measures
 ----------------
-``RelayShell.step()`` as the stepper runs it -- the inbox's BLINK plays handed to the core, the
+``Relay.step()`` as the stepper runs it -- the inbox's BLINK plays handed to the core, the
 batch appended to a real SQLite journal (``synchronous=FULL``: an fsync per commit, in the shell's
 journal thread), the outputs encoded and packed for a connection that only counts the bytes --
 with ``--batch`` plays in the inbox per step, over ``--steps`` steps spread over ``--pool`` live
@@ -34,7 +34,7 @@ from typing import Any
 def measure(batch: int, steps: int, pool: int) -> dict[str, float]:
     from bench.core_bench import S, Bench
     from relay.journal import open_journal
-    from relay.shell import RelayShell
+    from relay.runtime import Relay
     from mqttkit import BrokerAddress
 
     class Sink:
@@ -49,11 +49,10 @@ def measure(batch: int, steps: int, pool: int) -> dict[str, float]:
     bench = Bench(seed=3)
     with tempfile.TemporaryDirectory(prefix="blink-step-bench-") as tmp:
         journal = open_journal(Path(tmp) / "data")
-        shell = RelayShell(BrokerAddress("127.0.0.1", 1), config=bench.core.config, seed=3, journal=journal,
-                           snapshot_every_s=1e9, snapshot_every=10**9)
+        shell = Relay(BrokerAddress("127.0.0.1", 1), config=bench.core.config, seed=3, journal=journal,
+                      snapshot_every_s=1e9, snapshot_every=10**9)
         shell.core = bench.core  # the bench's core, with its relaxed limits
         sink = Sink()
-        wall0 = shell._wall_offset  # noqa: SLF001 - wall minus monotonic, as the shell measured it
         shell._client = sink  # type: ignore[assignment]  # noqa: SLF001 - as the connection task sets it
         for i in range(pool):
             bench.new_match(i)
@@ -66,7 +65,9 @@ def measure(batch: int, steps: int, pool: int) -> dict[str, float]:
             cpu0 = time.process_time()
             for _ in range(steps):
                 c0 = time.thread_time()
-                inbox: list[tuple[str, bytes, int, int]] = []
+                inbox: list[tuple[str, bytes, int]] = []
+                # The core's clock is the bench's: a message read at monotonic ``t`` is at ``t + offset``.
+                offset = shell.whole.mono_offset = bench.now - time.monotonic_ns()
                 while len(inbox) < batch:
                     code = bench.codes[i % len(bench.codes)]
                     i += 1
@@ -80,11 +81,8 @@ def measure(batch: int, steps: int, pool: int) -> dict[str, float]:
                         continue
                     idle = 0
                     bench.now += 1_000_000
-                    inbox.append((nxt[0], nxt[1], bench.now, bench.now))  # (one play a match per step)
+                    inbox.append((nxt[0], nxt[1], bench.now - offset))  # (one play a match per step)
                 chose += time.thread_time() - c0
-                # The core's clock is the bench's (the wall clock keeps its distance to it).
-                shell._mono_offset = bench.now - time.monotonic_ns()  # noqa: SLF001
-                shell._wall_offset = wall0 - shell._mono_offset  # noqa: SLF001
                 shell._inbox = inbox  # noqa: SLF001 - as the connection task fills it
                 await shell.step()
                 done += len(inbox)

@@ -21,6 +21,11 @@ their own, removed when they stop, so two of them never collide on a lock. ``wri
 external broker, and ``write_nats_auth``/``secure_node_conf`` (from ``relay.natsauth``) for ``blink
 cluster up``, which locks a NATS cluster the same way.
 
+``ClusterServer`` is a relay of a cluster (``relay/runtime.py`` with ``shards_total``) started the
+same way: ``cluster_server`` makes one for ``blink serve --shards``/``--cluster`` -- static shards
+journalled side by side under ``data_dir`` (``sqlite_opener``), or leases and journals in a NATS
+cluster's JetStream.
+
 ``ChildServer`` (``relay/localproc.py``) is the same embedded broker + relay in a child process of
 its own: what ``blink play`` starts, so its window and the relay never share an event loop.
 """
@@ -31,8 +36,9 @@ import asyncio
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
 from protocol.topics import Topics
@@ -41,13 +47,16 @@ from relay.journal import JournalError, default_data_dir, open_journal
 from relay.localproc import ChildServer
 from relay.mosquitto import write_mosquitto_config
 from relay.natsauth import secure_node_conf, write_nats_auth
-from relay.shell import RelayShell
+from relay.journal import Journal
+from relay.ownership import StaticOwnership
+from relay.runtime import Relay
+from relay.shard import ClusterError, ConfigConflict
 
 if TYPE_CHECKING:  # imported where it is started: a relay on an outside broker never loads amqtt (start-up time)
     from relay.broker import EmbeddedBroker
 
-__all__ = ["ChildServer", "JournalError", "LocalServer", "RelayConfig", "cluster_server", "default_data_dir",
-           "public_url", "start_local", "secure_node_conf", "temporary_data_dir", "write_mosquitto_config", "write_nats_auth"]
+__all__ = ["ChildServer", "ClusterError", "ClusterServer", "ConfigConflict", "JournalError", "LocalServer", "RelayConfig", "cluster_server", "default_data_dir",
+           "public_nats", "public_url", "sqlite_opener", "start_local", "secure_node_conf", "temporary_data_dir", "write_mosquitto_config", "write_nats_auth"]
 
 
 def temporary_data_dir() -> Path:
@@ -81,7 +90,8 @@ class LocalServer:
             relay_address = self.broker.relay_address
         #: Where players connect (never the relay's credentials).
         self.address: BrokerAddress = relay_address.public()
-        self.relay = RelayShell(relay_address, topics, config, seed, log_path, max_payload) if relay else None
+        self.relay = Relay(relay_address, topics=topics, config=config, seed=seed, log_path=log_path,
+                           max_payload=max_payload) if relay else None
         self._task: asyncio.Task[Any] | None = None
 
     async def __aenter__(self) -> LocalServer:
@@ -94,9 +104,10 @@ class LocalServer:
     async def start(self) -> None:
         if self.relay is not None and self.data_dir is not None and self.relay.journal is None:
             # Before the broker takes its port: a held or unwritable directory is refused first.
-            self.relay.journal = open_journal(self.data_dir, durable=self.durable)
-            if self.relay.journal.recovery_note:
-                print(self.relay.journal.recovery_note, file=sys.stderr, flush=True)
+            journal = open_journal(self.data_dir, durable=self.durable)
+            self.relay.whole.attach(journal)
+            if journal.recovery_note:
+                print(journal.recovery_note, file=sys.stderr, flush=True)
         if self.broker is not None:
             await self.broker.start()
         if self.relay is not None:
@@ -124,9 +135,9 @@ class LocalServer:
                 await asyncio.wait_for(self.broker.stop(), timeout=5)
             except asyncio.TimeoutError:
                 pass
-        if self.relay is not None and self.relay.journal is not None:
+        if self.relay is not None and self.relay.sharded is False and self.relay.journal is not None:
             self.relay.journal.close()
-            self.relay.journal = None
+            self.relay.whole.attach(None)
         if self._remove_data_dir and self.data_dir is not None:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -159,16 +170,109 @@ def public_nats(cluster_url: str) -> str:
     return shown([u.strip() for u in cluster_url.split(",") if u.strip()]).replace(", ", ",")
 
 
+def sqlite_opener(data_dir: str | Path, durable: bool = True) -> Callable[[str], Journal]:
+    """One SQLite journal per shard, each in ``DIR/shard-{n}`` (locked by the relay that opens it):
+    the static (no NATS) set-up, several relays on one broker and one machine."""
+    base = Path(data_dir)
+
+    def open_shard(shard: str) -> Journal:
+        try:
+            return open_journal(base / f"shard-{shard}", durable=durable)
+        except JournalError as exc:
+            if "is in use by" in str(exc):  # the directory lock: another relay serves this shard
+                raise ConfigConflict(f"shard {shard} is already served by another relay ({exc}); "
+                                     f"two relays were given the same shard") from exc
+            raise
+
+    return open_shard
+
+
+class ClusterServer:
+    """A relay of a cluster started in the running loop (like ``LocalServer``): ``start`` returns
+    once the relay is connected and taking part; ``stop`` hands its shards over."""
+
+    def __init__(self, relay: Relay, on_stop: Callable[[], Any] | None = None) -> None:
+        self.relay = relay
+        self._on_stop = on_stop
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._task
+
+    async def start(self, timeout_s: float = 30.0) -> None:
+        self._task = asyncio.create_task(self.relay.run())
+        ready = asyncio.create_task(self.relay.ready.wait())
+        done, _ = await asyncio.wait({self._task, ready}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if self._task in done:
+            await self._task  # raises why it stopped
+        if not self.relay.ready.is_set():
+            await self.stop()
+            raise ConnectionError(f"the relay could not start on {self.relay.address.url}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await stop_task(self._task, tries=40)
+        if self._on_stop is not None:
+            result = self._on_stop()
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def __aenter__(self) -> ClusterServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
 async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: list[str] | None, shards_total: int,
                          data_dir: str | Path | None, topics: Topics | None = None, config: RelayConfig | None = None,
                          log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
                          durable: bool = True, lease_ttl_s: float | None = None,
-                         say: Callable[[str], None] | None = None) -> Any:
-    """One of several relays on a shared broker (``relay/cluster.py``): with ``cluster_url`` the shards
-    are leased and journalled in that NATS cluster's JetStream; else it serves exactly ``shards``,
-    each journalled under ``data_dir``. Returns a not yet started ``ClusterServer``."""
-    from relay.cluster import make_cluster_server
+                         say: Callable[[str], None] | None = None) -> ClusterServer:
+    """One of several relays on a shared broker (what ``blink serve --broker URL (--cluster NATS_URL
+    | --shards LIST)`` runs): with ``cluster_url`` the shards are leased and journalled in that NATS
+    cluster's JetStream (``shards`` pinned to this relay); else it serves exactly ``shards``, each
+    journalled under ``data_dir``. Returns a not yet started ``ClusterServer``."""
+    address = [parse_url(u.strip()) for u in broker_url.split(",") if u.strip()]
+    topics = Topics((topics or Topics()).prefix)
+    config = config or RelayConfig()
+    if cluster_url is None:
+        if shards is None or data_dir is None:
+            raise ValueError("without a cluster a relay needs its shards and a data directory")
+        return ClusterServer(Relay(address, StaticOwnership(shards), sqlite_opener(data_dir, durable), shards_total,
+                                   topics, config, relay_id=config.relay_id, log_path=log_path,
+                                   max_payload=max_payload, say=say))
+    return await _nats_cluster_server(address, cluster_url, shards_total, topics, config, log_path, max_payload,
+                                      shards or (), lease_ttl_s, say)
 
-    return await make_cluster_server(broker_url, cluster_url=cluster_url, shards=shards, shards_total=shards_total,
-                                     data_dir=data_dir, topics=topics, config=config, log_path=log_path,
-                                     max_payload=max_payload, durable=durable, lease_ttl_s=lease_ttl_s, say=say)
+
+async def _nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str, shards_total: int, topics: Topics,
+                               config: RelayConfig, log_path: str | Path | None, max_payload: int,
+                               pinned: Sequence[str], lease_ttl_s: float | None,
+                               say: Callable[[str], None] | None) -> ClusterServer:
+    """Leases and journals in the JetStream of the NATS cluster at ``cluster_url`` (``a,b,c`` for
+    several nodes): one NATS connection for every shard's journal, another for the leases."""
+    try:
+        from relay.jetstream import JetStreamJournal, NatsLink
+        from relay.leases import NatsLeases, ThreadedLeases
+    except ImportError as exc:
+        raise ClusterError(f"this installation cannot use a NATS cluster ({exc}): install nats-py") from exc
+    link = await asyncio.to_thread(NatsLink, cluster_url)  # JournalError in one line: unreachable, no JetStream
+    try:
+        kwargs: dict[str, Any] = {"pinned": pinned, "relay_id": config.relay_id}
+        if lease_ttl_s is not None:
+            kwargs["ttl"] = lease_ttl_s
+        leases = ThreadedLeases(NatsLeases(cluster_url, shards_total, **kwargs))
+    except Exception as exc:
+        await asyncio.to_thread(link.close)
+        raise ClusterError(str(exc)) from exc
+
+    def open_shard(shard: str) -> Journal:
+        return JetStreamJournal(link, shard)
+
+    relay = Relay(address, leases, open_shard, shards_total, topics, config, relay_id=config.relay_id,
+                  log_path=log_path, max_payload=max_payload, say=say)
+    return ClusterServer(relay, on_stop=lambda: asyncio.to_thread(link.close))

@@ -30,7 +30,7 @@ from protocol.topics import Topics
 from relay.broker import Access, EmbeddedBroker, PacketTooLarge, _LimitedReader
 from relay.local import LocalServer
 from relay.mosquitto import acl_text, hash_password, write_mosquitto_config
-from relay.shell import RelayShell
+from relay.runtime import Relay
 from client.matchrun import run_match
 from client.net import Connection, new_client_id
 from tests.conftest import ROOT, find_mosquitto, wait_port
@@ -137,7 +137,7 @@ def test_client_ids_have_at_least_96_random_bits() -> None:
 
 
 def test_the_relay_client_id_is_unique_per_start_and_not_the_old_fixed_one() -> None:
-    a, b = RelayShell(BrokerAddress("127.0.0.1", 1)), RelayShell(BrokerAddress("127.0.0.1", 1))
+    a, b = Relay(BrokerAddress("127.0.0.1", 1)), Relay(BrokerAddress("127.0.0.1", 1))
     assert a.client_id != b.client_id and "blink-relay-0" not in (a.client_id, b.client_id)
 
 
@@ -299,7 +299,7 @@ def test_the_relay_refuses_payloads_over_its_limit_itself() -> None:
     async def main() -> None:
         broker = EmbeddedBroker("127.0.0.1", free_port(), max_payload=60_000)  # a broker that lets it through
         await broker.start()
-        relay = RelayShell(broker.relay_address, max_payload=1024)
+        relay = Relay(broker.relay_address, max_payload=1024)
         relay.records = []
         task = asyncio.create_task(relay.run())
         try:

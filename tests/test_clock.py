@@ -1,4 +1,4 @@
-"""The relay shell's two clocks through the journal: monotonic time for the core, the wall clock for
+"""The relay's two clocks through the journal: monotonic time for the core, the wall clock for
 stamps; both journalled, replayed exactly, continued across a restart; schema-1 journals migrated."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from mqttkit import parse_url
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
-from relay import shell as shell_module
+from relay import runtime as shell_module
 from relay.core import LogRecord, Publish, RelayConfig
 from relay.journal import SCHEMA_VERSION, Msg, SqliteJournal, Tick, open_journal
-from relay.shell import RelayShell
+from relay.runtime import Relay
 
 T = Topics()
 S = 1_000_000_000
@@ -45,16 +45,15 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return c
 
 
-def _feed(shell: RelayShell, clock: Clock, topic: str, msg: Any) -> None:
-    mono, wall = shell.now()
-    shell._inbox.append((topic, encode(msg), mono, wall))  # noqa: SLF001 - as the connection task does
+def _feed(shell: Relay, clock: Clock, topic: str, msg: Any) -> None:
+    shell._inbox.append((topic, encode(msg), clock.mono))  # noqa: SLF001 - as the connection task does
 
 
-async def _step(shell: RelayShell) -> None:
+async def _step(shell: Relay) -> None:
     await shell.step()
 
 
-def _run_steps(shell: RelayShell, clock: Clock, inputs: list[tuple[str, Any]]) -> None:
+def _run_steps(shell: Relay, clock: Clock, inputs: list[tuple[str, Any]]) -> None:
     import asyncio
 
     for topic, msg in inputs:
@@ -65,7 +64,7 @@ def _run_steps(shell: RelayShell, clock: Clock, inputs: list[tuple[str, Any]]) -
 
 def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clock: Clock, tmp_path: Path) -> None:
     journal = open_journal(tmp_path / "data")
-    shell = RelayShell(ADDRESS, T, RelayConfig(), seed=5, journal=journal)
+    shell = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=5, journal=journal)
     shell.records = []
     shell.recover()
     _run_steps(shell, clock, [(T.req("a"), m.CreateMatch(name="ann")), (T.req("a"), m.Ping(t0=1))])
@@ -83,12 +82,12 @@ def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clo
     # A second relay on the same directory replays the entries and makes the same log records
     # (the recovered event log is completed by comparing lines: the stamps must be identical).
     journal = open_journal(tmp_path / "data")
-    again = RelayShell(ADDRESS, T, RelayConfig(), seed=5, journal=journal)
+    again = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=5, journal=journal)
     again.recover()
     replayed: list[dict[str, Any]] = []
     core = again.core
     # Re-run the journal from the start on a fresh core, as recovery does from a snapshot.
-    fresh = RelayShell(ADDRESS, T, RelayConfig(), seed=5).core
+    fresh = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=5).core
     for entry in entries:
         if isinstance(entry, Msg):
             out = fresh.handle(entry.topic, entry.payload, entry.now_ns, entry.wall_ns)
@@ -106,7 +105,7 @@ def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clo
 
 def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_path: Path) -> None:
     journal = open_journal(tmp_path / "data")
-    shell = RelayShell(ADDRESS, T, RelayConfig(), seed=9, journal=journal)
+    shell = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=journal)
     shell.records = []
     shell.recover()
     _run_steps(shell, clock, [(T.req("a"), m.CreateMatch(name="ann", settings={"countdown_s": 3}))])
@@ -122,9 +121,9 @@ def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_
     # The machine reboots: its monotonic clock starts again near 0; 1 s of wall time has passed.
     clock.mono, clock.wall = 2 * S, last_wall + S
     journal = open_journal(tmp_path / "data")
-    again = RelayShell(ADDRESS, T, RelayConfig(), seed=9, journal=journal)
+    again = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=journal)
     again.recover()
-    again._resume_clock()  # noqa: SLF001 - what run() does after recover()
+    again.whole.resume_clock()  # what run() does after recover()
     now, wall = again.now()
     assert now == last_mono + S and wall == last_wall + S
     assert again.core.next_deadline() == deadline  # the core's deadlines are where they were
@@ -138,16 +137,16 @@ def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_
     # Down longer than the countdown: it is due at once after recovery (time never runs back).
     clock.mono, clock.wall = 7 * S, clock.wall + 60 * S
     journal = open_journal(tmp_path / "data")
-    third = RelayShell(ADDRESS, T, RelayConfig(), seed=9, journal=journal)
+    third = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=journal)
     third.recover()
-    third._resume_clock()  # noqa: SLF001
+    third.whole.resume_clock()
     assert third.now()[0] >= deadline
     # A wall clock set back before the last input never moves the core's time backwards.
     clock.wall = last_wall - 3600 * S
     fourth_journal = journal
-    fourth = RelayShell(ADDRESS, T, RelayConfig(), seed=9, journal=fourth_journal)
+    fourth = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=fourth_journal)
     fourth.core = third.core
-    fourth._resume_clock()  # noqa: SLF001
+    fourth.whole.resume_clock()
     assert fourth.now()[0] >= third.core.last_clock()[0]
     journal.close()
 
@@ -222,8 +221,8 @@ def test_a_publish_on_a_dropped_connection_is_counted_not_raised(clock: Clock) -
 
     from mqttkit.connection import MqttConnection
 
-    async def main() -> RelayShell:
-        shell = RelayShell(ADDRESS, T, RelayConfig(), seed=1)
+    async def main() -> Relay:
+        shell = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=1)
         shell.records = []
         client = MqttConnection(lambda msgs: None)  # never connected: no transport
         out = [Publish(T.client("a"), m.Pong(t0=1, t1=2, t2=3)), LogRecord({"kind": "x"}),

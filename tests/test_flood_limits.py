@@ -100,7 +100,7 @@ class Counting:
         return ok
 
     def refuse_more(self, n: int) -> None:
-        """The relay's intake refuses a flooder's messages in bulk (``RelayShell._on_messages``,
+        """The relay's intake refuses a flooder's messages in bulk (``Relay._on_messages``,
         ``_on_dropped``): counted here as received, under the refused sender and kind."""
         self.received[self.intake._refused[0]] += n  # noqa: SLF001 - the bucket being charged
         self.bulk += n

@@ -1,5 +1,5 @@
 """The relay's journal snapshots are taken in a forked child while the stepper goes on
-(relay/shell.py's Snapshots): a play or ping that arrives while the core is being pickled is
+(relay/shard.py's Snapshots): a play or ping that arrives while the core is being pickled is
 answered without waiting for it; the snapshot stands for the journal position of the fork; a child
 that fails leaves the journal as it was and is tried again later; a relay stopped mid-snapshot
 leaves no child behind."""
@@ -19,7 +19,7 @@ from client.net import new_client_id
 from mqttkit import BrokerAddress
 from protocol import messages as m
 from protocol.codec import decode, encode
-from relay import shell as shell_module
+from relay import shard as shell_module
 from relay import snapshot
 from relay.journal import SqliteJournal, Tick, open_journal
 from relay.local import LocalServer
@@ -50,16 +50,16 @@ def test_a_forked_snapshot_is_saved_at_the_position_of_the_fork(tmp_path: Path) 
         j.append([Tick(1), Tick(2)])
 
         async def main() -> None:
-            shell._fork_snapshot()
-            task = shell._snap_task
+            shell.whole.fork_snapshot()
+            task = shell.whole.snap_task
             assert task is not None
             await asyncio.wait_for(task, 60)
 
         asyncio.run(main())
         pos, blob = j.latest_snapshot() or (0, b"")
-        assert pos == 2 and shell._snap_task is None
+        assert pos == 2 and shell.whole.snap_task is None
         assert snapshot.load(blob).last_clock() == shell.core.last_clock()
-        assert shell.snapshot_s >= 0.0  # the child's CPU time, which spaces the next one
+        assert shell.whole.snapshot_s >= 0.0  # the child's CPU time, which spaces the next one
 
 
 def test_a_failing_child_leaves_the_journal_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -79,8 +79,8 @@ def test_a_failing_child_leaves_the_journal_as_it_was(tmp_path: Path, monkeypatc
         monkeypatch.setattr(shell_module.snapshots, "dump", broken)
 
         async def main() -> None:
-            shell._fork_snapshot()
-            task = shell._snap_task
+            shell.whole.fork_snapshot()
+            task = shell.whole.snap_task
             assert task is not None
             await asyncio.wait_for(task, 60)  # the relay itself is not disturbed
 
@@ -142,15 +142,15 @@ def test_the_relay_answers_while_its_snapshot_is_being_taken(mosquitto: BrokerAd
                 await ping_and_wait(1)
                 # From here a snapshot is due after every step, and its child waits for the gate.
                 monkeypatch.setattr(shell_module.snapshots, "dump", gated_dump(gate, snapshot.dump))
-                relay.snapshot_every, relay.snapshot_s = 1, 0.0
+                relay.whole.snapshot_every, relay.whole.snapshot_s = 1, 0.0
                 await ping_and_wait(1)
-                await until(lambda: relay._snap_task is not None, "no snapshot was started")
+                await until(lambda: relay.whole.snap_task is not None, "no snapshot was started")
                 journal = relay.journal
                 assert journal is not None
                 started_at = journal.last_position()
                 # The child is still pickling (it waits for the gate): the relay answers all the same.
                 await ping_and_wait(5)
-                assert relay._snap_task is not None
+                assert relay.whole.snap_task is not None
                 assert (journal.latest_snapshot() or (0,))[0] == 0
                 answered_during = journal.last_position()
                 gate.touch()
@@ -159,7 +159,7 @@ def test_the_relay_answers_while_its_snapshot_is_being_taken(mosquitto: BrokerAd
                 # Started again after each step while pings went on: stop at a gated one, mid-way.
                 gate.unlink()
                 await ping_and_wait(1)
-                await until(lambda: relay._snap_task is not None, "no second snapshot was started")
+                await until(lambda: relay.whole.snap_task is not None, "no second snapshot was started")
                 child_pids = children()
                 assert child_pids, "no snapshot child to be seen"
             finally:

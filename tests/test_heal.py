@@ -519,7 +519,7 @@ class RestartableMosquitto:
 def test_a_client_reconnects_after_the_broker_restarts_and_subscribes_again(tmp_path: Path) -> None:
     """The client side of a broker restart: the connection comes back by itself, its private topic
     and the relay status are subscribed again, its requests flow again. (The relay's own reconnect
-    is relay/shell.py's.)"""
+    is relay/runtime.py's.)"""
     import aiomqtt
 
     from mqttkit import parse_url

@@ -575,13 +575,13 @@ def test_damage_that_appears_while_open_stops_a_read_with_a_clear_error(journal:
 
 
 def test_the_shells_journal_writer_appends_in_order_and_hands_back_errors(tmp_path: Path) -> None:
-    """``relay.shell._JournalWriter``: appends asked for without waiting are written in the order
+    """``relay.shard.JournalWriter``: appends asked for without waiting are written in the order
     asked, each answer reaches the loop that asked (a loop per ``asyncio.run`` here), and a journal
     that cannot be written raises in the step that waits for it."""
     import asyncio
 
     from relay.journal import JournalError, Msg
-    from relay.shell import _JournalWriter
+    from relay.shard import JournalWriter as _JournalWriter
 
     journal = open_journal(tmp_path / "data")
     writer = _JournalWriter(journal)

@@ -1,4 +1,4 @@
-"""Several relays on one broker (relay/cluster.py): two relays with static, disjoint shards on a
+"""Several relays on one broker (relay/runtime.py): two relays with static, disjoint shards on a
 test-started Mosquitto. Bot matches of all four games land on shards of both relays and finish;
 every lobby request is handled by exactly one relay; a client follows its match's shard; a relay
 that stops hands its shards to another, which replays their journals and carries on."""
@@ -20,7 +20,8 @@ from protocol.codec import decode, encode
 from protocol.rules import game_for
 from protocol.topics import Topics
 from relay import shards
-from relay.cluster import ClusterRelay, ClusterServer, ConfigConflict, sqlite_opener
+from relay.local import ClusterServer, ConfigConflict, sqlite_opener
+from relay.runtime import Relay
 from relay.core import RelayConfig
 from relay.ownership import StaticOwnership
 from client.matchrun import run_match
@@ -32,7 +33,7 @@ TOTAL = 4
 GAMES = ("blink", "takeaway", "sequence", "ryo")
 
 
-class CountingRelay(ClusterRelay):
+class CountingRelay(Relay):
     """A cluster relay that counts the lobby requests it hands to a core, per client, and the actions
     of shards it does not serve that reached its inbox (the connection's parser should skip them)."""
 
@@ -64,7 +65,7 @@ def relay(address: BrokerAddress, owned: list[str], data: Path, name: str, total
     return r
 
 
-async def started(*relays: ClusterRelay) -> list[ClusterServer]:
+async def started(*relays: Relay) -> list[ClusterServer]:
     servers = [ClusterServer(r) for r in relays]
     for s in servers:
         await s.start()
@@ -241,7 +242,7 @@ def test_a_last_will_lost_while_a_shard_had_no_relay_is_given_by_the_next_owner(
     """A player's connection ends while its shard is served by nobody (its relay is gone, so its last
     will is heard by no core). The relay that takes the shard over gives the will itself: the player not
     heard from since the takeover is marked dropped; the one still there (pinging) is not."""
-    monkeypatch.setattr("relay.cluster.WILL_CHECK_S", 5.0)
+    monkeypatch.setattr("relay.runtime.WILL_CHECK_S", 5.0)
 
     async def body() -> None:
         data = tmp_path / "shared"

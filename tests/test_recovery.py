@@ -1,5 +1,5 @@
 """The relay survives: ``kill -9`` and a restart on the same data directory, a restarted broker,
-and bad data directories (relay/shell.py, relay/journal.py).
+and bad data directories (relay/runtime.py, relay/shard.py, relay/journal.py).
 
 Every test starts its own Mosquitto (or uses the ``mosquitto`` fixture) and real ``blink serve``
 processes; the players are in-process clients (``client.player.Player`` driven by ``Bot``), so the
@@ -29,6 +29,7 @@ from protocol.topics import Topics
 from client.bots import Bot
 from client.net import Connection, new_client_id
 from client.player import Player
+from relay import shards
 from relay.journal import KIND_MSG, SqliteJournal
 from relay.mosquitto import write_mosquitto_config
 from tests.conftest import ROOT, find_mosquitto, wait_port
@@ -180,6 +181,84 @@ def test_kill_9_and_restart_on_the_same_data_directory(point: str, mosquitto: Br
     finally:
         relay.stop()
     verify = subprocess.run([*BLINK, "verify", str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+class ShardRelay(Relay):
+    """One ``blink serve --broker URL --shards LIST --shards-total N --data DIR --log LOG`` process:
+    a relay of several shards, each journalled apart under DIR."""
+
+    def __init__(self, login_url: str, data: Path, log: Path, owned: str = "0,1", total: int = 2) -> None:
+        super().__init__(login_url, data, log)
+        self.cmd = [*BLINK, "serve", "--broker", login_url, "--shards", owned, "--shards-total", str(total),
+                    "--data", str(data), "--log", str(log)]
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.lines = []
+        while True:  # what it says of its shards, then that it runs
+            line = self.proc.stdout.readline()
+            assert line, (self.lines, self.proc.stderr.read() if self.proc.stderr else "")
+            self.lines.append(line)
+            if "running" in line:
+                return
+
+
+def test_kill_9_mid_match_in_a_relay_of_several_shards_and_restart(mosquitto: BrokerAddress, tmp_path: Path) -> None:
+    """The same runtime serving shards: killed mid-race, restarted on the same directories, its
+    shard's journal replayed; the match finishes and its log (lines tagged by shard) verifies."""
+    log = tmp_path / "relay.jsonl"
+    relay = ShardRelay(mosquitto.login_url, tmp_path / "data", log)
+    address = parse_url(mosquitto.url)
+    topics = Topics()
+    relay.start()
+
+    async def scenario() -> tuple[str, set[tuple[str, int]]]:
+        events: list[m.Event] = []
+        spectator = Connection(address, new_client_id("log"), topics,
+                               lambda msg, now: events.append(msg) if isinstance(msg, m.Event) else None,
+                               ping_interval_s=0)
+        players = [Player(address, f"bot{i + 1}", topics) for i in range(2)]
+        tasks: list[asyncio.Task[None]] = []
+        async with spectator:
+            await spectator.watch_all()
+            try:
+                for p in players:
+                    await p.__aenter__()
+                code = await players[0].create("blink", {}, seats=2)
+                await players[1].join(code)
+                tasks = [asyncio.create_task(Bot(p, reaction_s=0.05, seed=i).run()) for i, p in enumerate(players)]
+                mine = lambda: [e for e in events if e.match == code]  # noqa: E731
+                await until(lambda: sum(e.type == "card_played" for e in mine()) >= 25, 180, "the middle of a race")
+                relay.kill9()
+                heard = {(p.client_id, v.id) for p in players for v in p.model.verdicts if v.ok}
+                relay.start()
+                assert any("recovered 1 match(es) (1 running)" in line or "1 match(es)" in line
+                           for line in relay.lines), relay.lines
+                await until(lambda: any(e.type == "match_over" for e in mine()), 180, "the end of the match")
+                accepted = {(p.client_id, v.id) for p in players for v in p.model.verdicts if v.ok}
+                assert heard <= accepted
+                return code, accepted
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                for p in players:
+                    await p.close()
+
+    try:
+        code, accepted = asyncio.run(scenario())
+    finally:
+        relay.stop()
+    records = read_log(log)
+    check_log(records, code, accepted)
+    # Each line says its shard; ``blink verify`` reads one relay's log of one space, without that tag.
+    shard = shards.shard_of_code(code, 2)
+    assert all(r.get("shard") == shard for r in records if r.get("match") == code)
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "shard"}) + "\n" for r in records))
+    verify = subprocess.run([*BLINK, "verify", str(plain)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 

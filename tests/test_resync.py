@@ -1,5 +1,5 @@
 """A restarted relay answers requests while it is still republishing every match for its
-clients to resync, and every player of every match is still resynced (relay/shell.py's Resync).
+clients to resync, and every player of every match is still resynced (relay/runtime.py's Resync).
 
 The relay recovers a journal of 300 live BLINK matches (written here by the pure core) and runs
 against a real Mosquitto started by the test. One client, logged in as the relay's user, reads
@@ -152,7 +152,7 @@ def test_a_restarted_relay_answers_requests_during_its_resync_and_resyncs_every_
             tasks = [asyncio.create_task(read()), asyncio.create_task(ping())]
             server = LocalServer(mosquitto.login_url, topics=T, data_dir=data)
             assert server.relay is not None
-            server.relay.resync_chunk = 1  # requests are answered between two chunks
+            server.relay.resync.chunk = 1  # requests are answered between two chunks
             try:
                 await server.start()
                 relay = server.relay

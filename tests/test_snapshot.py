@@ -20,7 +20,7 @@ from protocol.topics import Topics
 from relay import snapshot
 from relay.core import LogRecord, Publish, RelayCore
 from relay.journal import JournalError, Msg, SqliteJournal, Tick, feed
-from relay.shell import RelayShell
+from relay.runtime import Relay
 
 T = Topics()
 NS = 1_000_000_000
@@ -165,8 +165,8 @@ def test_a_newer_format_or_garbage_is_refused_in_one_line() -> None:
         assert "\n" not in str(err.value)
 
 
-def shell_on(journal: SqliteJournal) -> RelayShell:
-    return RelayShell(parse_url("mqtt://127.0.0.1:1"), T, journal=journal)
+def shell_on(journal: SqliteJournal) -> Relay:
+    return Relay(parse_url("mqtt://127.0.0.1:1"), topics=T, journal=journal)
 
 
 def test_the_shell_recovers_from_an_old_format_snapshot_and_writes_the_new_one(tmp_path: Path) -> None:
@@ -186,7 +186,7 @@ def test_the_shell_recovers_from_an_old_format_snapshot_and_writes_the_new_one(t
         assert shell.recovered is not None and f"{len(d.inputs) - 5} entries replayed" in shell.recovered
         assert {c: (x.seq, x.state) for c, x in shell.core.matches.items()} == \
                {c: (x.seq, x.state) for c, x in d.core.matches.items()}
-        asyncio.run(shell.snapshot(force=True))
+        asyncio.run(shell.whole.snapshot(force=True))
         pos, blob = j.latest_snapshot() or (0, b"")
         assert pos == len(d.inputs) and blob.startswith(snapshot.MAGIC)
     with SqliteJournal(tmp_path / "j.db") as j:
@@ -211,12 +211,12 @@ def test_snapshots_are_spaced_by_their_own_cost(tmp_path: Path) -> None:
         shell = shell_on(j)
         shell.recover()  # a fresh journal: the fresh core's snapshot at 0
         j.append([Tick(1)])
-        shell.snapshot_s = 3600.0  # as if the last one had taken an hour
-        asyncio.run(shell.snapshot())
+        shell.whole.snapshot_s = 3600.0  # as if the last one had taken an hour
+        asyncio.run(shell.whole.snapshot())
         assert (j.latest_snapshot() or (None,))[0] == 0  # too soon: skipped
-        asyncio.run(shell.snapshot(force=True))
+        asyncio.run(shell.whole.snapshot(force=True))
         assert (j.latest_snapshot() or (None,))[0] == 1
-        assert 0.0 <= shell.snapshot_s < 3600.0  # measured afresh
+        assert 0.0 <= shell.whole.snapshot_s < 3600.0  # measured afresh
 
 
 def test_equal_states_are_never_merged_even_when_all_scalar() -> None:

@@ -1,0 +1,162 @@
+"""The relay's one MQTT connection: connect, subscribe, keep it up, move to the next node when it goes.
+
+How this works
+--------------
+``BrokerLink.run`` holds the relay's connection (``mqttkit.connection``, a bare ``asyncio.Protocol``
+MQTT 3.1.1 client: paho's reader under aiomqtt cost about 0.6 ms a message). Every read's PUBLISHes
+go to the relay's ``on_messages`` as one list, straight from the parser; a message far over the
+packet limit is never buffered (``on_oversize``). Once a CONNECT is answered the connection is
+handed to the relay (``on_client``: a request can arrive in the same read as the SUBACK, and its
+answer must have somewhere to go), the subscriptions are made, the retained online status (if any)
+published, and ``on_up(first)`` told; then nothing happens here until the connection ends.
+
+Several broker nodes (``a,b,c``, one clustered broker): a CONNECT unanswered within the login's
+timeout, a refused or lost connection, moves on to the next node at once (each node once), then
+backs off (0.1 s doubling to 5 s): a stopped node must not take the relay with it. Only the very
+first connection may fail for good (a wrong URL or password is reported, not retried for ever).
+A subscription refused in its SUBACK (NATS, while it cannot make the subscription's JetStream
+consumer) is asked again in the background until granted or the connection is gone; no SUBACK
+within ``SUBSCRIBE_TIMEOUT_S`` drops the connection. A link that is ``closing`` makes no new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from mqttkit import NODELAY, RELAY_USER, BrokerAddress
+from mqttkit.connection import MqttConnection, MqttError, OnMessages, OnOversize, SubscribeRefused, Will
+from mqttkit.connection import connect as mqtt_connect
+
+log = logging.getLogger("blink.relay")
+
+RECONNECT_FIRST_S = 0.1
+RECONNECT_MAX_S = 5.0
+SUBSCRIBE_TIMEOUT_S = 6.0  # longer than NATS's own 4 s wait: a refusal is heard, not taken for death
+
+
+@dataclasses.dataclass(frozen=True)
+class Login:
+    """How the relay connects: its client id and last will, its subscriptions (one SUBSCRIBE a
+    group), the retained status published online on each connection ("": none), the largest packet
+    it reads, the CONNECT timeout, and the topic filter to set before subscribing."""
+
+    client_id: str
+    will: Will
+    groups: Sequence[Sequence[tuple[str, int]]]
+    status: str
+    online: bytes
+    max_packet: int
+    timeout: float
+    topic_filter: Callable[[], tuple[bytes, tuple[bytes, ...]]] | None = None
+
+
+class BrokerLink:
+    """The connection loop (see the module header)."""
+
+    def __init__(self, addresses: Sequence[BrokerAddress], login: Login, on_messages: OnMessages,
+                 on_oversize: OnOversize, on_client: Callable[[MqttConnection | None], None],
+                 on_up: Callable[[bool], Awaitable[None]]) -> None:
+        self.addresses = list(addresses)
+        self.address = self.addresses[0]
+        self.login = login
+        self.on_messages, self.on_oversize = on_messages, on_oversize
+        self.on_client, self.on_up = on_client, on_up
+        self.client: MqttConnection | None = None
+        self.closing = False
+        self._chores: set[asyncio.Task[Any]] = set()
+
+    def _hand(self, conn: MqttConnection | None) -> None:
+        self.client = conn
+        self.on_client(conn)
+
+    async def run(self) -> None:
+        login = self.login
+        delay = RECONNECT_FIRST_S
+        first = True
+        node = attempts = 0
+        lost_at: float | None = None
+        while True:
+            self.address = address = self.addresses[node % len(self.addresses)]
+            attempts += 1
+            conn: MqttConnection | None = None
+            try:
+                conn = await mqtt_connect(address.host, address.port, client_id=login.client_id,
+                                          on_messages=self.on_messages, on_oversize=self.on_oversize,
+                                          username=address.username or RELAY_USER, password=address.password,
+                                          will=login.will, keepalive=30, max_packet=login.max_packet,
+                                          socket_options=NODELAY, timeout=login.timeout)
+                if login.topic_filter is not None:  # before any SUBSCRIBE: from the first read on
+                    conn.set_topic_filter(*login.topic_filter())
+                self._hand(conn)
+                try:
+                    for group in login.groups:
+                        await self._subscribe(conn, list(group))
+                    if login.status:  # QoS 0: a retained PUBACK waits on JetStream on NATS
+                        conn.publish(login.status, login.online, qos=0, retain=True)
+                    if lost_at is not None:
+                        log.warning("reconnected to the broker %s %.2f s after losing it (%d attempt(s))",
+                                    address.url, time.monotonic() - lost_at, attempts)
+                    lost_at = None
+                    attempts = 0
+                    await self.on_up(first)
+                    first = False
+                    delay = RECONNECT_FIRST_S
+                    raise await conn.wait_closed()  # nothing to do here until the connection ends
+                finally:
+                    if self.client is conn:
+                        self._hand(None)
+            except MqttError as exc:
+                if self.client is not None:
+                    self._hand(None)
+                if self.closing:
+                    return  # the last words were said: no new connection
+                node += 1  # the next node (it comes round again last)
+                if first and node >= len(self.addresses):
+                    raise
+                if first:
+                    continue
+                if lost_at is None:
+                    lost_at = time.monotonic()
+                    delay = RECONNECT_FIRST_S
+                    log.warning("lost the broker %s (%s); reconnecting", address.url, exc)
+                else:
+                    log.warning("broker %s: %s; next try in %.1f s", address.url, exc, delay)
+                if attempts >= len(self.addresses):  # each node once without waiting, then backing off
+                    await asyncio.sleep(delay)
+                    delay = min(RECONNECT_MAX_S, delay * 2)
+            finally:
+                if conn is not None:
+                    conn.abort()  # a no-op once it has ended (a clean stop disconnected it first)
+
+    async def _subscribe(self, client: MqttConnection, topics: list[tuple[str, int]]) -> None:
+        try:
+            await client.subscribe(topics, timeout=SUBSCRIBE_TIMEOUT_S)
+            return
+        except SubscribeRefused:
+            pass
+        log.warning("the broker refused the subscription to %s; asking again", topics)
+
+        async def again() -> None:
+            delay = 0.25
+            while self.client is client:
+                await asyncio.sleep(delay)
+                delay = min(RECONNECT_MAX_S, delay * 2)
+                try:
+                    await client.subscribe(topics, timeout=SUBSCRIBE_TIMEOUT_S)
+                except SubscribeRefused:
+                    continue
+                except MqttError:
+                    return  # the connection is gone: the reconnect subscribes again
+                log.warning("subscribed to %s at last", topics)
+                return
+        task = asyncio.create_task(again())
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+
+__all__ = ["BrokerLink", "Login", "RECONNECT_FIRST_S", "RECONNECT_MAX_S"]

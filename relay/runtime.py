@@ -1,0 +1,808 @@
+"""The relay: moves bytes between MQTT and the judges of the shards it owns, keeps time, journals, logs.
+
+How this works
+--------------
+One runtime serves both set-ups. A *single relay* owns one shard, the whole game space, by a
+``StaticOwnership`` (``relay/ownership.py``), journals it in SQLite (or not at all, in tests) and
+speaks for it under its own relay id. A relay *of a cluster* owns some of ``shards_total`` shards,
+by static assignment or by leases in NATS JetStream, each journalled apart (SQLite beside each
+other, or JetStream) under its fence, and speaks for each under ``shard-{n}``; its own status is
+``relays/{relay_id}/status``. Each owned shard is a ``Shard`` (``relay/shard.py``: core, journal,
+clock, snapshots, recovery). Two tasks share one event loop, so no core is entered concurrently.
+
+- The *connection* task (``relay/link.py``) holds the MQTT connection; every read's PUBLISHes come
+  to ``_on_messages`` as one list -- no task, queue or loop turn per message -- stamped once with
+  the monotonic clock, admitted by the intake and put in the inbox. A flood's excess costs as little
+  as can be (Mosquitto cannot limit a client's rate): the same refused topic is charged in bulk for
+  the rest of a read, and once its sender is at the floor of its bucket the parser drops that
+  topic's packets unbuilt until it could have a token back (``Intake.hold_ns``). A relay of several
+  subscribes once to every lobby request and every shard's actions, and the parser skips the actions
+  of shards it does not serve by their topic bytes: on NATS every SUBSCRIBE writes the MQTT session
+  to JetStream, which stalled a takeover by 4 s per SUBSCRIBE while a node was away.
+- The *stepper* runs one step per loop turn (group commit): the messages already in the inbox (at
+  most ``MAX_BATCH``) are routed to their shard (``relay/shards.py``: the same answer on every
+  relay) and handed to its core in arrival order, every due core ticks, each shard's inputs are
+  appended to its journal as ONE batch with its fence (in that journal's writer thread, so the
+  loop keeps receiving), and only then are the step's outputs published and logged: a player
+  hears ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly
+  the times the core was given, so replay is exact. An append refused by the fence drops the
+  shard at once, unpublished; another journal error drops a leased shard's core (its memory got
+  ahead of its journal) and rebuilds it while the shard is owned, and ends a single relay.
+
+Publishing and resync (``relay/publishing.py``): a step's outputs go out in one buffer, one write;
+after every (re)connect and every shard gained, each shard's status, match list and then every
+match's views and snapshot, a chunk per step behind the step's requests.
+
+Takeover (``on_gain``, which only starts it, so lease renewals never wait on a replay): open the
+shard's journal, append an empty batch with the new fence (the previous owner's appends are refused
+from then on), recover, serve. A journal made with another shard count is refused in one line. A
+player whose connection dropped while nobody served its shard lost its last will; so the players
+present in the shard's running matches are noted, and those not heard from within ``WILL_CHECK_S``
+(live clients ping every second) get ``Leave(dropped=True)`` as a journalled request. Losing a shard
+(``on_loss``) removes it at once. A clean stop says every status offline, disconnects, and then
+releases the shards, so a successor starts at once.
+
+Oversize: a payload over ``max_payload`` is neither decoded nor journalled; its sender (known from
+the topic) is told ``too_large`` and it is logged, once a second per sender at most.
+
+Memory (``relay/memdiag.py``): ``tune_malloc`` at start; the cyclic collector's oldest generation
+walks every object the relay holds (25-55 ms at 300 matches) and finds nothing to free, so it runs
+on the stepper's schedule (``GC_FULL_EVERY_S``); ``BLINK_MEMDUMP`` and ``BLINK_RESIDENCE`` report.
+
+The relay logs in as user ``relay`` unless its URL names one, under a client id random per start
+and never published; its status is retained and set offline by its last will. This is the only
+place (with ``relay/shard.py``) that reads the clock or the OS's randomness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import gc
+import json
+import logging
+import os
+import secrets
+import time
+from array import array
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, stop_task, wait_event
+from mqttkit.connection import CONNECT_TIMEOUT_S as DEFAULT_CONNECT_TIMEOUT_S
+from mqttkit.connection import MqttConnection, MqttError, Will
+from mqttkit.packets import Message
+from protocol import messages as m
+from protocol.codec import encode
+from protocol.topics import Topics, valid_id
+from relay import memdiag, shards
+from relay.core import RelayConfig, RelayCore
+from relay.model import LogRecord, Out, Publish
+from relay.journal import Entry, FencedError, Journal, JournalError, Msg, Tick
+from relay.limits import RELAY_INTAKE_SLACK, Intake
+from relay.link import BrokerLink, Login
+from relay.ownership import Ownership, StaticOwnership
+from relay.publishing import Resync, send_publishes
+from relay.shard import (SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, check_shard,
+                         close_quietly, wall_minus_mono)
+
+log = logging.getLogger("blink.relay")
+
+MAX_SLEEP_S = 0.05
+MAX_BATCH = 512  # messages handled (and journalled as one write a shard) per step
+TOO_LARGE_QUIET_NS = 1_000_000_000
+REBUILD_FIRST_S = 0.2
+REBUILD_MAX_S = 5.0
+WALL_STEP_NS = 50_000_000  # the wall clock moved this much against the monotonic one: it was set
+GC_NEVER = 1 << 30
+GC_FULL_EVERY_S = 600.0
+RESIDENCE_KEPT = 5_000_000  # residence times kept for BLINK_RESIDENCE (40 MB at most)
+#: Room for a PUBLISH's header and topic beside its payload: a packet over ``max_payload`` plus this
+#: is not buffered at all (its sender is told ``too_large`` all the same).
+PACKET_HEADER_ALLOWANCE = 1024
+#: A relay of a cluster subscribes at QoS 0: NATS's MQTT makes a JetStream consumer for every QoS-1
+#: subscription, and while a node was away each took 4 s to be refused.
+SUB_QOS = 0
+#: With several broker nodes: how long a CONNECT may wait before the next node is tried (NATS waits
+#: on JetStream 4 s and fails while its session stream elects a leader).
+CONNECT_TIMEOUT_S = 2.0
+WILL_CHECK_S = 10.0  # after a takeover: a seated player not heard from for this long gets its last will
+
+#: Opens the journal of one shard (called in a worker thread).
+JournalOpener = Callable[[str], Journal]
+WHOLE = "0"  # the shard a single relay serves: every topic of its prefix
+
+
+def shard_status_id(shard: str) -> str:
+    return f"shard-{shard}"
+
+
+def process_status_topic(prefix: str, relay_id: str) -> str:
+    return f"{prefix}/relays/{relay_id}/status"
+
+
+class Relay:
+    """The relay runtime (see the module header). ``shards_total`` 0 is a single relay: it serves
+    one shard made here from ``topics``, ``config``, ``seed`` and ``journal`` (None: in memory)."""
+
+    def __init__(self, address: BrokerAddress | Sequence[BrokerAddress], ownership: Ownership | None = None,
+                 open_journal: JournalOpener | None = None, shards_total: int = 0, topics: Topics | None = None,
+                 config: RelayConfig | None = None, seed: int | None = None, relay_id: str | None = None,
+                 log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
+                 journal: Journal | None = None, snapshot_every_s: float = SNAPSHOT_EVERY_S,
+                 snapshot_every: int = SNAPSHOT_EVERY, say: Callable[[str], None] | None = None) -> None:
+        self.addresses = [address] if isinstance(address, BrokerAddress) else list(address)
+        if not self.addresses:
+            raise ValueError("a relay needs a broker address")
+        self.address = self.addresses[0]
+        self.sharded = shards_total > 0
+        self.total = shards.check_total(shards_total) if self.sharded else 0
+        self.ownership: Ownership = ownership or StaticOwnership([WHOLE])
+        self.open_journal = open_journal
+        self.topics = topics or Topics()
+        self.prefix = self.topics.prefix
+        self.config = config or RelayConfig()
+        self.relay_id = relay_id or self.config.relay_id
+        self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
+        # Unique per start and never published: nobody can knock the relay off by taking its id.
+        self.client_id = f"blink-{self.relay_id}-{secrets.token_hex(8)}"
+        self.max_payload = max_payload
+        self.snapshot_every_s = snapshot_every_s
+        self.snapshot_every = snapshot_every
+        self.say = say  # told one line at each change of the shards served (``blink serve`` prints it)
+        self.log_path = Path(log_path) if log_path else None
+        self._log_file: IO[str] | None = None
+        self.records: list[dict[str, Any]] | None = None  # set to a list to keep records in memory (tests)
+        self.intake = Intake.for_config(self.config, RELAY_INTAKE_SLACK)  # before decoding
+        self._refused: dict[str, int] = {}  # sender -> when it was last told ``too_large`` (ns)
+        # Journal calls block a thread each (a JetStream append waits for its acknowledgement): a
+        # pool of our own, so one shard's never queue behind another's.
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(64, 3 * self.total + 4),
+                                                           thread_name_prefix="blink-journal")
+        self.servers: dict[str, Shard] = {}
+        self._starting: dict[str, asyncio.Task[None]] = {}
+        self._chores: set[asyncio.Future[Any]] = set()
+        self._inbox: list[tuple[str, bytes, int]] = []  # topic, payload, monotonic ns of its read
+        self._wall_minus_mono = wall_minus_mono()
+        self._wake = asyncio.Event()
+        self._client: MqttConnection | None = None
+        self._act_head = f"{self.prefix}/m/".encode()
+        self.link: BrokerLink | None = None
+        self._fatal: BaseException | None = None
+        self._resync = False  # set on (re)connect: every shard is announced again
+        self._announce: list[str] = []  # shards gained and not yet announced
+        self.resync = Resync(self._emit_all, self._wake.set)
+        self.resynced = self.resync.done
+        self.ready = asyncio.Event()
+        self.publish_failures = 0
+        self._last_failure = ""
+        self.reconnects = 0
+        self.steps = 0  # steps with something to journal or publish
+        self.gained: list[tuple[str, float]] = []  # (shard, when it began serving, monotonic)
+        self.lost: list[tuple[str, float]] = []
+        self._will_checks: list[tuple[float, Shard, set[str]]] = []
+        self.wills_given: list[str] = []
+        self._gc_full_at = time.monotonic()
+        self._residence_file = os.environ.get("BLINK_RESIDENCE") or None
+        self._residence: array[int] | None = array("q") if self._residence_file else None
+        self._whole: Shard | None = None
+        if not self.sharded:
+            core = RelayCore(self.topics, dataclasses.replace(self.config, relay_id=self.relay_id), self.seed)
+            self._whole = self._shard(WHOLE, core, journal, 0)
+        self.ownership.subscribe(self._on_gain, self._on_loss)
+
+    # ------------------------------------------------------------------ a single relay's shard
+
+    @property
+    def whole(self) -> Shard:
+        """A single relay's one shard (a relay of several has ``servers``)."""
+        assert self._whole is not None, "a relay of several shards has a core per shard (servers)"
+        return self._whole
+
+    @property
+    def core(self) -> RelayCore:
+        return self.whole.core
+
+    @core.setter
+    def core(self, core: RelayCore) -> None:
+        assert self._whole is not None
+        self._whole.core = core
+
+    @property
+    def resync_matches(self) -> int:
+        """Matches the last complete resync republished (``blink serve`` says it)."""
+        return self.resync.matches
+
+    @property
+    def resync_s(self) -> float:
+        """How long after coming online the last complete resync took."""
+        return self.resync.seconds
+
+    @property
+    def journal(self) -> Journal | None:
+        return self._whole.journal if self._whole is not None else None
+
+    @property
+    def recovered(self) -> str | None:
+        return self._whole.recovered if self._whole is not None else None
+
+    def recover(self) -> None:
+        """A single relay: rebuild its core from the journal (``run`` does it first; idempotent)."""
+        whole = self._whole
+        assert whole is not None
+        whole.recover()
+        # The journal's seed and configuration win: the matches were made with them.
+        self.seed, self.config, self.topics = whole.core.seed, whole.core.config, whole.core.topics
+        self.relay_id = self.config.relay_id
+
+    def now(self) -> tuple[int, int]:
+        """The (core, wall) time in ns of a single relay's core (0 offset for a relay of several)."""
+        mono = self._mono()
+        return mono + (self._whole.mono_offset if self._whole is not None else 0), mono + self._wall_minus_mono
+
+    def _mono(self) -> int:
+        """The monotonic clock, after checking whether the wall clock was set meanwhile."""
+        mono = time.monotonic_ns()
+        moved = time.time_ns() - mono - self._wall_minus_mono
+        if abs(moved) > WALL_STEP_NS:  # set, not the jitter of reading two clocks
+            log.warning("the wall clock moved by %.3f s; event stamps follow it", moved / 1e9)
+            self._wall_minus_mono = wall_minus_mono()
+        return mono
+
+    # ------------------------------------------------------------------ ownership
+
+    def _shard(self, name: str, core: RelayCore, journal: Journal | None, fence: int) -> Shard:
+        return Shard(name, core, journal, fence, log_path=self.log_path, tagged=self.sharded,
+                     snapshot_every=self.snapshot_every, snapshot_every_s=self.snapshot_every_s,
+                     io=self._pool if self.sharded else None, wake=self._wake.set)
+
+    async def _on_gain(self, shard: str, fence: int) -> None:
+        if shard in self.servers or shard in self._starting:
+            return
+        if self._whole is not None:  # a single relay: its one shard, recovered before it connects
+            self._whole.fence = fence
+            await asyncio.get_running_loop().run_in_executor(None, self.recover)
+            self._whole.resume_clock(self._wall_minus_mono)
+            self._serve(self._whole, time.monotonic())
+            return
+        if shard not in shards.shard_names(self.total):
+            self._fail(ConfigConflict(f"was handed shard {shard!r}, which is not one of the {self.total} shards "
+                                      f"of --shards-total {self.total}: every relay must be started with the same count"))
+            return
+        self._tell(f"holds the lease of shard {shard} (fence {fence})")
+        if isinstance(self.ownership, StaticOwnership):
+            await self._bring_up(shard, fence)  # before connecting: a conflict ends the relay at once
+            return
+        task = asyncio.create_task(self._bring_up(shard, fence))
+        self._starting[shard] = task
+
+        def started(t: asyncio.Task[None]) -> None:
+            if self._starting.get(shard) is t:
+                del self._starting[shard]
+            if not t.cancelled() and t.exception() is not None:
+                self._fail(t.exception() or RuntimeError("a shard failed to start"))
+        task.add_done_callback(started)
+
+    async def _on_loss(self, shard: str) -> None:
+        task = self._starting.pop(shard, None)
+        if task is not None:
+            task.cancel()
+        srv = self.servers.get(shard)
+        if srv is self._whole:  # a single relay stopping: its journal is its owner's to close
+            self.servers.pop(shard, None)
+        elif srv is not None:
+            history = getattr(self.ownership, "history", None)  # the leases say why (for the operator)
+            why = next((what for _, what, s in reversed(list(history)) if s == shard), None) if history else None
+            self._drop(srv, rebuild=False, why=why)
+
+    async def _bring_up(self, shard: str, fence: int) -> None:
+        """Open, fence and recover a shard's journal (retried while owned), then serve it."""
+        began = time.monotonic()
+        delay = REBUILD_FIRST_S
+        loop = asyncio.get_running_loop()
+        assert self.open_journal is not None
+        while True:
+            journal: Journal | None = None
+            try:
+                journal = await loop.run_in_executor(self._pool, self.open_journal, shard)
+                # The fence first: from here on the previous owner cannot append behind the replay.
+                await loop.run_in_executor(self._pool, journal.append, [], fence)
+                cfg = dataclasses.replace(self.config, relay_id=shard_status_id(shard), shards_total=self.total)
+                srv = self._shard(shard, RelayCore(Topics(self.prefix, shard), cfg,
+                                                   int.from_bytes(os.urandom(8), "big")), journal, fence)
+                await loop.run_in_executor(self._pool, srv.recover, check_shard(shard, self.total, self.prefix))
+            except FencedError as exc:
+                log.warning("shard %s: %s", shard, exc)
+                if journal is not None:
+                    await loop.run_in_executor(self._pool, close_quietly, journal)
+                return  # someone newer holds it; the ownership will tell us it is lost
+            except (ConfigConflict, asyncio.CancelledError):
+                if journal is not None:
+                    await loop.run_in_executor(self._pool, close_quietly, journal)
+                raise
+            except Exception as exc:  # noqa: BLE001 - a journal that cannot be read now: try again
+                if journal is not None:
+                    await loop.run_in_executor(self._pool, close_quietly, journal)
+                if shard not in self.ownership.owned():
+                    return
+                log.warning("shard %s: cannot open its journal yet (%s: %s); again in %.1f s",
+                            shard, type(exc).__name__, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(REBUILD_MAX_S, delay * 2)
+                continue
+            break
+        if shard not in self.ownership.owned():
+            await loop.run_in_executor(self._pool, srv.close_quietly)
+            return
+        srv.resume_clock(self._wall_minus_mono)
+        present = {seat.client for match in srv.core.matches.values() if match.status in ("playing", "between")
+                   for seat in match.players if seat.dropped_at is None}
+        if present:
+            self._will_checks.append((time.monotonic() + WILL_CHECK_S, srv, present))
+        self._serve(srv, began)
+
+    def _serve(self, srv: Shard, began: float) -> None:
+        self.servers[srv.name] = srv
+        self._refilter()
+        srv.served_at = time.monotonic()
+        self.gained.append((srv.name, srv.served_at))
+        if srv.recovered:
+            log.info("%s", srv.recovered)
+        if self.sharded:
+            self._tell(f"serves shard {srv.name} (fence {srv.fence}, {len(srv.core.matches)} match(es), "
+                       f"{srv.replayed} entries replayed in {srv.served_at - began:.2f} s)")
+        self._announce.append(srv.name)
+        self._wake.set()
+
+    def _drop(self, srv: Shard, rebuild: bool, why: str | None = None) -> None:
+        """Stop serving a shard at once (nothing more is published or appended for it)."""
+        if self.servers.get(srv.name) is not srv:
+            return
+        del self.servers[srv.name]
+        self._refilter()
+        self.lost.append((srv.name, time.monotonic()))
+        self._tell(f"stopped serving shard {srv.name}" + (f" ({why})" if why else ""))
+        # Closed in the background: a journal busy with an append must not hold up the ownership.
+        self._background(asyncio.get_running_loop().run_in_executor(self._pool, srv.close_quietly))
+        owned = self.ownership.owned()
+        if rebuild and srv.name in owned and srv.name not in self._starting:
+            self._background(self._on_gain(srv.name, owned[srv.name]))
+
+    def _background(self, work: asyncio.Future[Any] | Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    def _tell(self, what: str) -> None:
+        line = f"relay {self.relay_id} {what} at {time.time():.3f}"
+        log.info("%s", line)
+        if self.say is not None:
+            self.say(line)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+        self._wake.set()
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self) -> None:
+        memdiag.tune_malloc()
+        memdump = memdiag.target()  # a benchmark's diagnostic (relay/memdiag.py)
+        dump = (memdiag.install(memdump, asyncio.get_running_loop().add_signal_handler, self._memdiag_lines)
+                if memdump else None)
+        thresholds = gc.get_threshold()
+        gc.set_threshold(thresholds[0], thresholds[1], GC_NEVER)  # the oldest one on our schedule
+        self._gc_full_at = time.monotonic()
+        stepper: asyncio.Task[None] | None = None
+        connection: asyncio.Task[None] | None = None
+        try:
+            if isinstance(self.ownership, StaticOwnership):
+                await self.ownership.start()  # recovered before connecting (a conflict ends it here)
+            if self._fatal is not None:
+                raise self._fatal
+            if self.log_path:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                self._log_file = open(self.log_path, "a", encoding="utf-8")
+            started: dict[str, Any] = (
+                {"kind": "relay_started", "ts": time.time_ns(), "relay": self.relay_id, "shards_total": self.total,
+                 "order": self.config.order} if self.sharded else
+                {"kind": "relay_started", "seed": self.seed, "ts": time.time_ns(), "order": self.config.order,
+                 "relay": self.relay_id})
+            self._write([LogRecord(started)])
+            self.link = self._link()
+            connection = asyncio.create_task(self.link.run())
+            stepper = asyncio.create_task(self._step_loop())
+            done, _ = await asyncio.wait({connection, stepper}, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()  # raises what ended it
+            raise RuntimeError("the relay stopped unexpectedly")
+        finally:
+            # Shielded: a server's stop cancels again and again while the relay has not stopped,
+            # and a second cancel cut the leases' release short. Every part has its own timeout.
+            cleanup = asyncio.ensure_future(self._shut_down(stepper, connection))
+            while True:
+                try:
+                    await asyncio.shield(cleanup)
+                    break
+                except asyncio.CancelledError:
+                    if cleanup.done():
+                        if not cleanup.cancelled():
+                            cleanup.exception()  # retrieved: the stop goes on
+                        break
+            gc.set_threshold(*thresholds)
+            if self._residence_file and self._residence is not None:
+                memdiag.write_residence(self._residence_file, self._residence, self.steps)
+            if dump is not None:
+                dump("exit")
+
+    async def _shut_down(self, stepper: asyncio.Task[None] | None, connection: asyncio.Task[None] | None) -> None:
+        """The stepper first (nothing more is published), then the last words on the connection still
+        up, then the connection, then the shards (their successors start at once)."""
+        try:
+            if stepper is not None and not stepper.done():
+                await stop_task(stepper)
+            if self.link is not None:
+                self.link.closing = True
+            client = self._client
+            if client is not None and client.connected:
+                try:  # every status offline, then DISCONNECT (the broker drops the last will)
+                    out = [o for srv in self.servers.values() for o in srv.core.shutdown()]
+                    if self.sharded:
+                        out.append(Publish(process_status_topic(self.prefix, self.relay_id),
+                                           m.RelayStatus(self.relay_id, False), retain=True))
+                    self._send(client, out)
+                    await client.disconnect(timeout=2.0)
+                except BaseException as exc:  # noqa: BLE001 - the broker may be gone already
+                    log.info("last words not sent: %s", exc)
+            if connection is not None and not connection.done():
+                await stop_task(connection)
+            for task in list(self._starting.values()):
+                task.cancel()
+            for srv in list(self.servers.values()):
+                await srv.stop_snapshot()
+            if self.sharded:
+                servers, self.servers = list(self.servers.values()), {}
+                for srv in servers:
+                    await asyncio.get_running_loop().run_in_executor(self._pool, srv.close_quietly)
+            try:
+                await asyncio.wait_for(self.ownership.close(), 10)
+            except BaseException as exc:  # noqa: BLE001 - leases run out by themselves
+                log.warning("giving up the shards: %s", exc)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._log_file:
+                self._log_file.close()
+                self._log_file = None
+
+    def _memdiag_lines(self) -> list[str]:
+        """What ``BLINK_MEMDUMP``'s reports say about the relay beside the process's memory."""
+        statuses: dict[str, int] = {}
+        for srv in self.servers.values():
+            for match in srv.core.matches.values():
+                statuses[match.status] = statuses.get(match.status, 0) + 1
+        return [f"matches {sum(statuses.values())} {statuses}",
+                f"residence times kept {len(self._residence) if self._residence is not None else 0}"]
+
+    def _refilter(self) -> None:
+        """A relay of several shards keeps only its served shards' actions from the next read on."""
+        if self._client is not None and self.sharded:
+            self._client.set_topic_filter(*self._topic_filter())
+
+    def _link(self) -> BrokerLink:
+        """The connection (``relay/link.py``): a single relay speaks for its core's status; a relay of
+        several for its own, and subscribes once to every shard's actions (one SUBSCRIBE a topic, so a
+        refusal is asked again for that one alone), skipping the unserved ones in the parser."""
+        if self.sharded:
+            status = process_status_topic(self.prefix, self.relay_id)
+            groups = [[(self.topics.req_all, SUB_QOS)], [(f"{self.prefix}/m/+/+/act/+", SUB_QOS)]]
+        else:
+            status, groups = self.topics.relay_status(self.relay_id), [[(t, 1) for t in self.core.subscriptions()]]
+        several = len(self.addresses) > 1 or self.sharded
+        login = Login(self.client_id, Will(status, encode(m.RelayStatus(self.relay_id, False)), qos=1, retain=True),
+                      groups, status if self.sharded else "", encode(m.RelayStatus(self.relay_id, True)),
+                      self.max_payload + PACKET_HEADER_ALLOWANCE,
+                      CONNECT_TIMEOUT_S if several else DEFAULT_CONNECT_TIMEOUT_S,
+                      self._topic_filter if self.sharded else None)
+        return BrokerLink(self.addresses, login, self._on_messages, self._on_oversize, self._on_client, self._on_up)
+
+    def _topic_filter(self) -> tuple[bytes, tuple[bytes, ...]]:
+        return self._act_head, tuple(f"{self.prefix}/m/{s}/".encode() for s in self.servers)
+
+    def _on_client(self, conn: MqttConnection | None) -> None:
+        self._client = conn
+
+    async def _on_up(self, first: bool) -> None:
+        """Connected and subscribed: the first time a leased relay starts taking part (a shard gained
+        is served at once); after a reconnect, every shard is announced again."""
+        if first and not isinstance(self.ownership, StaticOwnership):
+            try:
+                await self.ownership.start()
+            except (MqttError, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - one line for a person
+                raise ClusterError(str(exc) or type(exc).__name__) from exc
+        elif not first:
+            self.reconnects += 1
+            log.warning("reconnected to the broker %s", self.link.address.url if self.link else "")
+        self._resync = True
+        self._wake.set()
+
+    def _on_messages(self, messages: list[Message]) -> None:
+        """The PUBLISHes of one read: stamped once (they arrived together), admitted by the
+        intake, queued for the stepper."""
+        mono = time.monotonic_ns()
+        intake = self.intake
+        admit = intake.admit
+        inbox = self._inbox
+        before = len(inbox)
+        checks = self._will_checks
+        # A flood repeats one topic: once refused, it is only counted for the rest of this read.
+        refused: str | None = None
+        more = 0
+        for msg in messages:
+            topic = msg.topic
+            assert topic is not None  # the connection drops messages whose topic is not UTF-8
+            if checks:
+                self._heard(topic)
+            if topic == refused:
+                more += 1
+                continue
+            if more:
+                intake.refuse_more(more)  # charged to ``refused``'s bucket, before another admit
+                more = 0
+            if admit(topic, mono):
+                inbox.append((topic, msg.payload, mono))
+            else:
+                refused = topic
+                hold = intake.hold_ns()
+                if hold and self._client is not None:  # at its bucket's floor: dropped unbuilt meanwhile
+                    self._client.drop_until(topic.encode(), mono + hold, self._on_dropped)
+        if more:
+            intake.refuse_more(more)
+        if len(inbox) > before:
+            self._wake.set()  # a read of nothing but dropped messages does not wake the stepper
+
+    def _on_dropped(self, topic: bytes, n: int) -> None:
+        """``n`` messages of a flooder the connection dropped unbuilt: charged to its bucket."""
+        mono = time.monotonic_ns()
+        hold = self.intake.refuse(topic.decode("utf-8", "replace"), n, mono)
+        if hold and self._client is not None:
+            self._client.drop_until(topic, mono + hold, self._on_dropped)
+
+    def _on_oversize(self, topic: str, size: int) -> None:
+        """A message far over ``max_payload`` (never buffered): its sender is told ``too_large``."""
+        if self.sharded and topic.startswith(self._act_head.decode()) \
+                and shards.shard_of_act_topic(topic, self.prefix) not in self.servers:
+            return
+        if self._will_checks:
+            self._heard(topic)
+        mono = time.monotonic_ns()
+        if self.intake.admit(topic, mono):
+            self._emit(self._too_large(topic, size, mono, mono + self._wall_minus_mono))
+
+    def _heard(self, topic: str) -> None:
+        """A client spoke (a request or an action): it is alive, whatever shard it plays in."""
+        head = f"{self.prefix}/lobby/req/"
+        if topic.startswith(head):
+            client = topic[len(head):]
+        else:
+            _, sep, client = topic.rpartition("/act/")
+            if not sep:
+                return
+        for _, _, waiting in self._will_checks:
+            waiting.discard(client)
+
+    def _give_lost_wills(self) -> None:
+        """The players of a taken-over shard not heard from since: their last will, now."""
+        now = time.monotonic()
+        due = [c for c in self._will_checks if c[0] <= now]
+        if not due:
+            return
+        self._will_checks = [c for c in self._will_checks if c[0] > now]
+        for _, srv, waiting in due:
+            if self.servers.get(srv.name) is not srv:
+                continue  # lost meanwhile: its next owner checks
+            for client in sorted(waiting):
+                match = srv.core.matches.get(srv.core.client_match.get(client, ""))
+                seat = match.seat_of(client) if match is not None else None
+                if match is None or seat is None or match.players[seat].dropped_at is not None \
+                        or match.status not in ("playing", "between"):
+                    continue
+                log.warning("shard %s: client %s not heard from since the takeover: its last will now", srv.name, client)
+                self.wills_given.append(client)
+                self._inbox.append((self.topics.req(client), encode(m.Leave(dropped=True)), time.monotonic_ns()))
+                self._wake.set()
+
+    async def _step_loop(self) -> None:
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            if self._will_checks:
+                self._give_lost_wills()
+            mono = time.monotonic_ns()
+            deadlines = [d - srv.mono_offset for srv in self.servers.values()
+                         if (d := srv.core.next_deadline()) is not None]
+            due = bool(deadlines) and min(deadlines) <= mono
+            online = self._client is not None
+            busy = online and (self._resync or bool(self._announce) or self.resync.may_send())
+            if not self._inbox and not due and not busy:
+                delay = MAX_SLEEP_S if not deadlines else min(MAX_SLEEP_S, max(0.0, (min(deadlines) - mono) / 1e9))
+                self._wake.clear()
+                await wait_event(self._wake, delay)
+                continue
+            await self.step()
+            if time.monotonic() - self._gc_full_at >= GC_FULL_EVERY_S:
+                gc.collect()
+                self._gc_full_at = time.monotonic()
+            if self.resync.may_send():
+                await asyncio.sleep(0)  # the reader's turn: requests come before the next chunk
+
+    def _targets(self, topic: str, payload: bytes) -> list[Shard]:
+        """The served shards a message is for (``relay/shards.py``; a single relay: its one)."""
+        servers = self.servers
+        if self._whole is not None:
+            return [self._whole]  # (served or not: a test may step a relay that never ran)
+        head = f"{self.prefix}/lobby/req/"
+        if topic.startswith(head):
+            client = topic[len(head):]
+            shard = shards.route_request(client, payload[:self.max_payload + 1], self.total)
+            if shard == shards.KNOWN:
+                return [s for s in servers.values() if client in s.core.client_match]
+        else:
+            shard = shards.shard_of_act_topic(topic, self.prefix) or ""
+        srv = servers.get(shard)
+        return [srv] if srv is not None else []
+
+    async def step(self) -> None:
+        """One group-committed step: every message already received, due ticks, one journal write
+        a shard, then the outputs; then a chunk of the resync and any snapshot due."""
+        if self._client is not None and (self._resync or self._announce):
+            fresh = list(self.servers) if self._resync else [s for s in self._announce if s in self.servers]
+            self.resync.start([self.servers[s] for s in fresh], self._resync, self._mono())
+            self._resync, self._announce = False, []
+            self.ready.set()
+        inbox, self._inbox = self._inbox[:MAX_BATCH], self._inbox[MAX_BATCH:]
+        self._mono()  # (a wall clock set since the last step: this step's stamps follow it)
+        wmm = self._wall_minus_mono
+        batches: dict[str, tuple[Shard, list[Entry], list[Out]]] = {}
+        extra: list[Out] = []
+        for topic, payload, arrived in inbox:
+            targets = self._targets(topic, payload)
+            if len(payload) > self.max_payload:
+                if targets or not self.sharded:
+                    extra.extend(self._too_large(topic, len(payload), arrived, arrived + wmm))
+                continue
+            for srv in targets:
+                batch = batches.get(srv.name) or batches.setdefault(srv.name, (srv, [], []))
+                now = arrived + srv.mono_offset
+                if srv.journal is not None:
+                    batch[1].append(Msg(topic, payload, now, arrived + wmm))
+                batch[2].extend(srv.core.handle(topic, payload, now, arrived + wmm))
+        mono = self._mono()
+        wall = mono + self._wall_minus_mono
+        for srv in ([self._whole] if self._whole is not None else list(self.servers.values())):
+            deadline = srv.core.next_deadline()
+            now = mono + srv.mono_offset
+            if deadline is not None and deadline <= now:
+                batch = batches.get(srv.name) or batches.setdefault(srv.name, (srv, [], []))
+                if srv.journal is not None:
+                    batch[1].append(Tick(now, wall))
+                batch[2].extend(srv.core.tick(now, wall))
+        if batches or extra:
+            self.steps += 1
+        # Before anything of this step is published: nothing a player hears accepted is lost.
+        work = [(srv, entries, out) for srv, entries, out in batches.values()]
+        appends = [srv.writer.append(entries, srv.fence if self.sharded else None)
+                   for srv, entries, _ in work if entries and srv.writer is not None]
+        results: list[BaseException | None] = []
+        if len(appends) == 1:  # (the usual step of a single relay: no gathering future)
+            try:
+                await appends[0]
+                results.append(None)
+            except Exception as exc:  # noqa: BLE001 - judged below, as gather's would be
+                results.append(exc)
+        elif appends:
+            results = list(await asyncio.gather(*appends, return_exceptions=True))
+        outcome = iter(results)
+        held = self.ownership.owned() if self.sharded else {}
+        done: list[tuple[Shard | None, list[Out]]] = [(None, extra)] if extra else []
+        answered: list[Shard] = []
+        for srv, entries, out in work:
+            result = next(outcome) if entries and srv.writer is not None else None
+            if not self.sharded:
+                if isinstance(result, BaseException):
+                    raise result  # a single relay's journal that cannot be written ends it
+            elif self.servers.get(srv.name) is not srv:
+                continue  # lost meanwhile: not a word more for it
+            elif held.get(srv.name) != srv.fence:  # the lease is gone; its on_loss is on its way
+                self._drop(srv, rebuild=False, why="its lease is gone")
+                continue
+            elif isinstance(result, FencedError):
+                self._drop(srv, rebuild=False, why=str(result))
+                continue
+            elif isinstance(result, BaseException):
+                log.warning("shard %s: journal append failed (%s: %s); rebuilding it from its journal",
+                            srv.name, type(result).__name__, result)
+                self._drop(srv, rebuild=True)
+                continue
+            srv.steps += 1
+            done.append((srv, out))
+            if self.sharded and out and not srv.answered and any(isinstance(e, Msg) for e in entries):
+                srv.answered = True
+                answered.append(srv)
+        self._emit_all(done)
+        for srv in answered:
+            self._tell(f"answers on shard {srv.name} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
+        residence = self._residence
+        if residence is not None and len(residence) < RESIDENCE_KEPT:
+            finished = time.monotonic_ns()
+            residence.extend(finished - arrived for _, _, arrived in inbox)
+        if self._client is not None and self.resync.may_send():
+            self.resync.send_chunk(self.servers, mono, wall)
+        for srv in ([self._whole] if self._whole is not None else list(self.servers.values())):
+            await srv.maybe_snapshot()
+
+    def _too_large(self, topic: str, size: int, now_ns: int, wall_ns: int) -> list[Out]:
+        """A payload over the limit is not decoded nor journalled: its sender (from the topic) is told
+        ``too_large`` and it is logged, once a second per sender at most: a flood costs one line."""
+        shard = shards.shard_of_act_topic(topic, self.prefix) if self.sharded else None
+        act = Topics(self.prefix, shard).parse_act(topic) if shard else self.topics.parse_act(topic)
+        client = act[1] if act else self.topics.parse_req(topic)
+        key = client or "?"
+        if now_ns - self._refused.get(key, -TOO_LARGE_QUIET_NS) < TOO_LARGE_QUIET_NS:
+            return []
+        if len(self._refused) > 10_000:
+            self._refused.clear()
+        self._refused[key] = now_ns
+        detail = f"{size} bytes > {self.max_payload}"
+        out: list[Out] = [LogRecord({"kind": "bad_input", "code": "too_large", "ts": wall_ns,
+                                     "client": key[:80], "detail": detail})]
+        if client and valid_id(client):
+            reply = m.ActionRejected(act[0][:16], -1, "too_large", detail) if act else m.RequestRejected("too_large", detail)
+            out.append(Publish(self.topics.client(client), reply))
+        return out
+
+    def _emit(self, out: list[Out]) -> None:
+        """Write one output list's log lines and publish its messages (a single relay's, untagged)."""
+        self._emit_all([(None, out)])
+
+    def _emit_all(self, outs: Sequence[tuple[Shard | None, list[Out]]]) -> None:
+        """Write the shards' log lines and publish all their messages at once (one buffer, one write)."""
+        everything: list[Out] = []
+        for srv, out in outs:
+            records = [o for o in out if isinstance(o, LogRecord)]
+            if records:
+                self._write(records, srv.name if self.sharded and srv is not None else None)
+            everything += out
+        client = self._client
+        if client is not None and everything:
+            failed = self._send(client, everything)
+            if failed:
+                # The connection dropped: it reconnects and every shard resyncs; what this step said is
+                # in the state its clients will get then.
+                self.publish_failures += failed
+                log.warning("%d publish(es) failed (%s); waiting for the broker", failed, self._last_failure)
+
+    def _send(self, client: MqttConnection, out: Sequence[Out]) -> int:
+        failed, why = send_publishes(client, out, self.resync.on_qos1)
+        if failed:
+            self._last_failure = why
+        return failed
+
+    def _write(self, records: list[LogRecord], shard: str | None = None) -> None:
+        rows = [r.record if shard is None else dict(r.record, shard=shard) for r in records]
+        if self.records is not None:
+            self.records.extend(rows)
+        if self._log_file is not None:
+            for row in rows:
+                self._log_file.write(json.dumps(row, default=str) + "\n")
+            self._log_file.flush()
+        for row in rows:
+            if row.get("kind") == "bad_input":
+                log.info("bad input: %s", row)
+
+
+__all__ = ["JournalOpener", "Relay", "process_status_topic", "shard_status_id"]
