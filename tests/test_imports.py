@@ -38,7 +38,7 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
                 continue
             base = node.module or ""
             found.append((node.lineno, base))
-            # `from relay import shell` imports the module relay.shell
+            # `from relay import runtime` imports the module relay.runtime
             found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names if base == "relay")
     return found
 
@@ -49,9 +49,9 @@ def is_relay(module: str) -> bool:
 
 def test_the_checker_sees_imports_anywhere_in_a_file(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("import relay.core\nfrom relay import shell\n\ndef f():\n    from relay.broker import X\n")
+    sample.write_text("import relay.core\nfrom relay import runtime\n\ndef f():\n    from relay.broker import X\n")
     modules = [name for _, name in imported_modules(sample)]
-    assert "relay.core" in modules and "relay.shell" in modules and "relay.broker" in modules
+    assert "relay.core" in modules and "relay.runtime" in modules and "relay.broker" in modules
 
 
 def test_client_imports_from_relay_only_the_entry_points_in_the_command_files() -> None:
