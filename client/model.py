@@ -29,7 +29,7 @@ is asked back with its token (``Rejoin``), and the view resynced; the relay's st
 online also asks for a resync. The seat token from ``MatchJoined`` is kept in ``token``.
 
 Shards (several relays on one broker): ``MatchJoined`` names the match's shard (``shard``). Each
-shard has its own status, relay id ``shard-{n}`` (``relay/cluster.py``): only the own shard's
+shard has its own status, relay id ``shard-{n}`` (``relay/runtime.py``): only the own shard's
 counts, and it coming online again -- a relay took the shard over, or its owner reconnected --
 heals at once and makes every unanswered action due for resending now (the new owner has its
 journal; a duplicate is answered, never applied twice). Other relays' statuses are ignored.

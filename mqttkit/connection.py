@@ -139,7 +139,7 @@ class MqttConnection(asyncio.Protocol):
         are not delivered: the parser counts them without building them, and after each read
         ``on_dropped(topic, n)`` is told how many (before ``on_messages`` gets the rest of that
         read). One topic at a time: a new call replaces the last. For a reader that knows a
-        sender's messages will all be refused until then (a flood's excess: ``relay/shell.py``)."""
+        sender's messages will all be refused until then (a flood's excess: ``relay/runtime.py``)."""
         self._drop, self._drop_until, self._on_dropped = topic, until_ns, on_dropped
 
     # ------------------------------------------------------------------ state

@@ -269,7 +269,3 @@ class RelayCore:
     def send_views(self, match: Match, out: list[Out]) -> None:
         """Every player's whole view of ``match`` (none while replaying)."""
         self.events.send_views(match, out)
-
-    # The cluster runtime's recovery still calls these by their former private names.
-    _publish_snapshot = publish_snapshot
-    _send_views = send_views

@@ -29,8 +29,8 @@ pile up for the length of a waiting match's lifetime.
 
 ``Intake`` is the same per-client limit applied *before* anything is decoded, where messages
 enter: in the embedded broker (``relay/broker.py``, at the core's own rates: a flooder's excess
-never reaches the relay) and in the relay's shell as each message arrives from the broker
-(``relay/shell.py``; on Mosquitto, which cannot limit a client's rate, this is the first place
+never reaches the relay) and in the relay's runtime as each message arrives from the broker
+(``relay/runtime.py``; on Mosquitto, which cannot limit a client's rate, this is the first place
 that can). A topic's last level is its sender's client id (``.../lobby/req/C``,
 ``.../m/G/CODE/act/C``; the broker's ACL makes sure of that), the level before it says whether it
 is a request or an action, so ``admit`` costs a ``rpartition``, a dict lookup and a token bucket.
@@ -44,7 +44,7 @@ player is (a third of it at most, measured), never meets the difference.
 A sender at the floor (``-burst``) cannot be owed a token for ``(burst + 1) / rate`` whatever it
 sends: ``hold_ns`` says so after a refusal, and a reader may then drop that sender's messages
 unread and charge them in one go (``refuse``; ``refuse_more`` for the rest of one read), exactly
-as refusing them one by one would (the relay's connection on Mosquitto does: ``relay/shell.py``).
+as refusing them one by one would (the relay's connection on Mosquitto does: ``relay/runtime.py``).
 It keeps at most about ``max_clients`` buckets: past that, the buckets that have refilled (their
 clients are under the rate, so forgetting them changes nothing) are dropped, all at once, and the
 next clean-up waits until the table has doubled again (amortised O(1) a message).

@@ -5,7 +5,7 @@ How this works
 See relay/localproc.py: the parent sends its settings as one line on stdin; this process starts a
 ``relay.local.LocalServer`` (embedded broker + relay), answers with one JSON line on a private copy
 of its stdout, and stops when its stdin reaches EOF (the parent stopped it or died) or when the
-parent dies (``_die_with_parent``). It lives apart from localproc.py so that ``relay.local`` (which
+parent dies (``die_with_parent``). It lives apart from localproc.py so that ``relay.local`` (which
 re-exports ``ChildServer`` to the client) and this module do not import each other.
 """
 
@@ -21,7 +21,7 @@ import signal
 import sys
 from typing import IO, Any
 
-from relay.localproc import _die_with_parent
+from relay.localproc import die_with_parent
 
 
 async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
@@ -67,7 +67,7 @@ async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
 
 def main(argv: list[str]) -> int:
     parent = int(argv[0]) if argv and argv[0].isdigit() else os.getppid()
-    _die_with_parent(parent)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop (see above)
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr, not to the parent

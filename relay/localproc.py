@@ -70,7 +70,7 @@ class BrokerInfo:
     port: int
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Ask the kernel to SIGKILL this process when its parent dies (Linux); exit at once if the
     parent is already gone (it died before the request took effect)."""
     if sys.platform.startswith("linux"):

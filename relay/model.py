@@ -1,11 +1,11 @@
-"""The relay's data: its configuration, its matches and seats, and what the core asks the shell to do.
+"""The relay's data: its configuration, its matches and seats, and what the core asks the runtime to do.
 
 How this works
 --------------
 Plain data shared by the judging core (``relay/core.py``), the fair-order scheduler
-(``relay/fair.py``) and the shell (``relay/shell.py``); it imports nothing from them, so the
+(``relay/fair.py``) and the runtime (``relay/runtime.py``); it imports nothing from them, so the
 relay's modules form no import circle. The core returns ``Out`` records -- ``Publish`` (a typed
-message to a topic) or ``LogRecord`` (a line for the event log) -- and the shell carries them out.
+message to a topic) or ``LogRecord`` (a line for the event log) -- and the runtime carries them out.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class RelayConfig:
     #: The games this relay offers, by name (default: the registry, ``protocol.rules.GAMES``). A test
     #: passes a variant here, e.g. BLINK dealing a fixed deck to force a race.
     games: Mapping[str, Game[Any, Any]] | None = None
-    #: Scale-out (relay/cluster.py): how many shards the matches are spread over; 0 is the single
+    #: Scale-out (a relay of several shards, relay/runtime.py): how many shards the matches are spread over; 0 is the single
     #: relay (codes drawn freely, the one match list). With N >= 1 a shard's codes name the shard
     #: (relay/shards.py) and its match list is ``lobby/matches/{shard}``.
     shards_total: int = 0

@@ -159,9 +159,8 @@ def test_no_import_circle_in_protocol_relay_client_or_mqttkit() -> None:
     assert cycle(graph) is None, cycle(graph)
 
 
-#: Privates another module takes today, each to go when its owner offers a public name instead:
-#: the local relay's child process shares its parent-death signal with the module that starts it.
-EXPECTED_PRIVATE_IMPORTS = {"relay.localproc._die_with_parent"}
+#: Privates another module may take: none.
+EXPECTED_PRIVATE_IMPORTS: set[str] = set()
 
 
 def test_no_module_imports_another_modules_private_names() -> None:
