@@ -695,7 +695,10 @@ def format_table(s: dict[str, Any]) -> str:
     if s["order"] == "fair" and s["hold_ms"]["n"]:
         row("fair hold (ms)", s["hold_ms"])
     off = s["clock_offset_ms"]
-    fmt = lambda v: "-" if v is None else f"{v:+.3f}"  # noqa: E731
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.3f}"
+
     lines.append(f"clock offset (ms)     seat 0 {fmt(off['0'])}   seat 1 {fmt(off['1'])}")
     lines.append("")
     rej = ", ".join(f"{k} {v}" for k, v in s["rejected"].items()) or "none"

@@ -155,7 +155,7 @@ class TurnViewModel:
         """Your seat, or None when watching."""
         if model is None or model.spectating:
             return None
-        return model.seat  # type: ignore[no-any-return]
+        return model.seat
 
     def pname(self, model: Any, seat: Any) -> str:
         if type(seat) is not int:
