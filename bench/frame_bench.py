@@ -227,7 +227,7 @@ def main() -> int:
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--hardware-gl", action="store_true", help="do not force software GL")
     p.add_argument("--no-label-cache", action="store_true",
-                   help="the turn-based scenes empty the labels a picture does not use, as before (a baseline)")
+                   help="the turn-based scenes empty the labels a picture does not use (a baseline)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="profile the frames that draw a new state (cProfile); print the N functions with the most cumulative time")
     args = p.parse_args()

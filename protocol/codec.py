@@ -20,8 +20,8 @@ so each class gets, on first use, a compiled encoder (generated source that buil
 field by field: no ``dataclasses.fields``, no ``hasattr`` per field) and a table of per-field
 checks with the common cases (``int``, ``str``, ``bool``, ``X | None``, maps) as one type test;
 anything else, and every failure, goes through the general ``_check``, so the accepted values and
-the error messages are exactly those of the general path. The bytes are the same as before: the
-map's keys in the same order (tag, version, fields in declaration order).
+the error messages are exactly those of the general path. The bytes are those of the general path:
+the map's keys in the same order (tag, version, fields in declaration order).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``bench/attack.py`` (issue 12's attacks against ``blink serve`` during a bot match) on the
+"""``bench/attack.py`` (the attacks against ``blink serve`` during a bot match) on the
 embedded broker and on Mosquitto as ``blink broker-config`` sets it up: every attack fails for the
 attacker but the one a broker's design admits (named in ``KNOWN_LIMITS``, with its reason), the bot
 match finishes with a valid log, the relay stays up with no ``internal_error``. Behaviour only."""

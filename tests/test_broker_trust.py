@@ -1,4 +1,4 @@
-"""Attacks on the brokers, each of which must fail for the attacker (issue 12).
+"""Attacks on the brokers, each of which must fail for the attacker.
 
 Real brokers only: the embedded amqtt broker (``LocalServer``: access plugin, relay secret, size
 limit) and Mosquitto with the configuration ``blink broker-config`` writes. The attacker is a

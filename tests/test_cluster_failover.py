@@ -1,9 +1,9 @@
-"""The scale-out acceptance test (issue 13): a 3-node NATS cluster (``blink cluster up``'s functions),
+"""The scale-out acceptance test: a 3-node NATS cluster (``blink cluster up``'s functions),
 three relays (``blink serve --broker ... --cluster ...``, real processes), 60 bot matches of all four
 games across the shards. Mid-run one relay is killed with SIGKILL and one NATS node is stopped: every
 match still finishes, every match's log is gap-free and valid against the rules, no play a bot was
 told was accepted is missing from it, and the time from the kill to the first verdict from the new
-owner of the dead relay's shards is measured (printed; bench/RESULTS.md has the figures).
+owner of the dead relay's shards is measured (printed; docs/performance.md has the figures).
 
 ``BLINK_FAILOVER_MATCHES`` changes the number of matches, ``BLINK_LEASE_TTL_S`` the relays' --lease-ttl,
 ``BLINK_FAILOVER_REPORT`` names a file for the figures (JSON); ``BLINK_FAILOVER=0`` skips it (it takes

@@ -1,5 +1,5 @@
 """One flooding client against a real broker and relay: its excess is dropped before the relay
-decodes it, it is told ``rate_limited``, and a player in the same window is served (issue 12).
+decodes it, it is told ``rate_limited``, and a player in the same window is served.
 
 On the embedded broker the excess is dropped at the broker (``relay/broker.py``'s gate): what the
 relay receives from the flooder is counted where it enters the relay and must stay within the

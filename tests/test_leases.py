@@ -99,10 +99,10 @@ def _hold_through_stall(ttl: float, stall_from: float, stall_s: float, until: fl
 @pytest.mark.parametrize("stall_from", [10.0, 10.25, 10.5, 10.75, 11.0])
 def test_a_renewal_stall_shorter_than_the_give_up_time_keeps_the_shard(stall_from: float) -> None:
     """What a stopped NATS node did 7-12 s later: ~4 s with no answer from JetStream. With the default
-    ttl the shard stays (whenever in the renewal cycle the stall begins); with the old 4 s ttl it was given
+    ttl the shard stays (whenever in the renewal cycle the stall begins); with a 4 s ttl it is given
     up, and a stall longer than the give-up time still makes the relay stop serving."""
     assert _hold_through_stall(DEFAULT_TTL_S, stall_from, 4.5) == []
-    assert _hold_through_stall(4.0, stall_from, 4.0) != []  # the old default gave the shard up
+    assert _hold_through_stall(4.0, stall_from, 4.0) != []  # a 4 s ttl gives the shard up
     lost = _hold_through_stall(DEFAULT_TTL_S, stall_from, 20.0)
     assert lost and lost[0] <= stall_from + DEFAULT_TTL_S * GIVE_UP_AT  # ... before half the ttl has passed
 

@@ -1,4 +1,4 @@
-"""The relay core's limits (issue 12): floods, caps, expiry and forgetting -- driven directly with
+"""The relay core's limits: floods, caps, expiry and forgetting -- driven directly with
 messages and times, no broker, no clock. Behaviour only; speed belongs in bench/flood.py."""
 
 from __future__ import annotations

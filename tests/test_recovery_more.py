@@ -1,4 +1,4 @@
-"""More of issue 11's real-process recovery tests: ``kill -9`` of ``blink serve`` during a BLINK
+"""More real-process recovery tests: ``kill -9`` of ``blink serve`` during a BLINK
 stalemate pick and during a Roll Your Own match, and a Mosquitto restarted mid-match.
 
 Same shape as tests/test_recovery.py (whose helpers these reuse): a real Mosquitto, a real

@@ -4,7 +4,7 @@ The node is ``deploy/nats/node.conf.in`` rendered as ``blink cluster up`` render
 JetStream, MQTT) plus ``include "auth.conf"`` written by ``write_nats_auth``. A real relay
 (``LocalServer`` on the node's MQTT port, logged in as ``relay``) serves a bot match through it, so
 the permissions are shown to be enough to play; an attacker (anonymous, i.e. user ``player``)
-tries what issue 12 lists. What this configuration cannot stop (a player reading ``c/+``) is
+tries every attack the other brokers are tried with. What this configuration cannot stop (a player reading ``c/+``) is
 said in ``relay/natsauth.py`` and not claimed here. "Nothing arrived" is checked after a barrier:
 a Pong from the relay on a path the attacker may read, published after the forgeries.
 """

@@ -1,4 +1,4 @@
-"""A client cannot speak on another client's topics, on every broker the relay runs with (issue 12).
+"""A client cannot speak on another client's topics, on every broker the relay runs with.
 
 The worst case is assumed: the attacker knows its victim's client id (ids are 128-bit secrets that
 are never published, but say one leaked). It then publishes, under its *own* connection, on the

@@ -300,7 +300,7 @@ def test_table_a_game_result_and_the_match_over() -> None:
 
 
 def test_a_rematch_is_not_taken_for_the_previous_match_over() -> None:
-    """Issue 14: a view-model made for a rematch must not find the earlier match's match_over."""
+    """A view-model made for a rematch must not find the earlier match's match_over."""
     room = Room(fixed_decks=(REDS,))
     room.open(settings={"countdown_s": 0.3, "best_of": 1})
     model = room.models["a"]

@@ -537,7 +537,7 @@ REDS = deck([f"{n}-red-star" for n in range(1, 6)], [f"{n}-red-triangle" for n i
 
 @pytest.mark.integration
 def test_autoplay_to_the_match_result_then_a_rematch_that_stays_on_the_table(xdisplay: str, tmp_path: Path) -> None:
-    """Issue 14: the rematch's table must not find the previous match's ``match_over`` and flip to
+    """The rematch's table must not find the previous match's ``match_over`` and flip to
     the results while the rematch runs; it shows the results once the rematch itself is over."""
     from pyglet.window import key
 

@@ -1,4 +1,4 @@
-"""Issue 14's window defects, each pinned: pure view-model / layout tests where the defect lives in
+"""Window defects, each pinned: pure view-model / layout tests where the defect lives in
 data, the real window under Xvfb where it lives in what is drawn.
 
 - the menu's logo cards overlapped ("BLUE 5YELLOW2");

@@ -163,7 +163,7 @@ def test_sequence_legal_spaces_and_a_placed_chip(xdisplay: str, tmp_path: Path) 
             else:
                 assert after is None
             assert d["pending"] == 1  # still unconfirmed on this frame
-            assert len(d["sent_tags"]) == 1  # issue 14: the tag sat across the chip's rim
+            assert len(d["sent_tags"]) == 1  # one tag, clear of the chip's rim
             for tag in d["sent_tags"]:  # inside the chip (radius 0.3 of a space), clear of its rim
                 assert (tag["x"], tag["y"]) == (tag["cx"], tag["cy"])
                 half_w, half_h = tag["w"] / 2, tag["h"] / 2

@@ -291,7 +291,7 @@ class Game(Generic[S, A]):
     # -- only the public events and, to each player whose private part changed beyond what the events
     # -- say, a ``PrivateUpdate``; a client builds its confirmed view by applying both in ``seq``
     # -- order with the same engine code. Without them every player gets a whole view after each
-    # -- change, as before.
+    # -- change.
     #: ``apply_event(view, seat, type, data) -> view``: one public event (``data`` as published:
     #: seats under ``seat``/``winner_seat``) applied to ``seat``'s view (None: a spectator's).
     #: Raises ValueError when the event does not fit the view (the client then resyncs).

@@ -93,7 +93,7 @@ class SequenceScene(TurnBasedScene):
                     c.circle(x, y, side * 0.3, CHIP_RGB[chip], segs=24)
                 if sent:
                     # "sent" takes the chip letter's place, inside the chip's ring: it never covers
-                    # the chip's edge or the space's number (it used to sit across the chip's rim)
+                    # the chip's edge or the space's number
                     self.text(x, y, "sent", 0.8, WHITE if chip is not None else (200, 120, 0, 255), bold=True,
                               max_w=side * SENT_TAG_W)
                 elif chip is not None:

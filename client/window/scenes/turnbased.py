@@ -91,7 +91,7 @@ class TurnBasedScene(Scene):
     name = "turnbased"
     view_model: type[TurnViewModel] = TurnViewModel
     clear_colour = (0.09, 0.11, 0.15, 1.0)
-    #: Unused labels keep their layout, hidden (False: emptied, as before; for the benchmark's baseline).
+    #: Unused labels keep their layout, hidden (False: emptied: the benchmark's baseline).
     keep_layouts = True
 
     def __init__(self, app: Any) -> None:
