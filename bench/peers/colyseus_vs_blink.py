@@ -50,7 +50,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Any, Callable, NoReturn, Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -88,6 +88,21 @@ def _die_with_parent() -> None:
         pass
 
 
+#: A watchdog for a child the kernel will not end with this script: Mosquitto started as root drops to
+#: its own user, and a change of user clears the parent-death signal. It polls for this script's end.
+#: It also removes the run's temporary directory.
+WATCHDOG = ("import os, shutil, signal, sys, time\n"
+            "parent, child, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]\n"
+            "while os.getppid() == parent:\n"
+            "    time.sleep(0.5)\n"
+            "try:\n"
+            "    os.kill(child, signal.SIGTERM)\n"
+            "except OSError:\n"
+            "    pass\n"
+            "time.sleep(2)\n"
+            "shutil.rmtree(work, ignore_errors=True)\n")
+
+
 class Processes:
     """Every process this script starts, each in its own session (the terminal's Ctrl-C reaches
     only this script, which stops them in order: last started, first stopped)."""
@@ -95,11 +110,17 @@ class Processes:
     def __init__(self) -> None:
         self.procs: list[tuple[subprocess.Popen[bytes], int]] = []
 
-    def start(self, cmd: Sequence[str], stop_signal: int = signal.SIGINT, **kw: Any) -> subprocess.Popen[bytes]:
+    def start(self, cmd: Sequence[str], stop_signal: int = signal.SIGINT, with_parent: bool = True,
+              **kw: Any) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=_die_with_parent, **kw)
+                                preexec_fn=_die_with_parent if with_parent else None, **kw)
         self.procs.append((proc, stop_signal))
         return proc
+
+    def watch(self, proc: subprocess.Popen[bytes], work: Path) -> None:
+        """Have ``proc`` stopped even if this script is killed outright (see ``WATCHDOG``)."""
+        self.start([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(proc.pid), str(work)],
+                   stop_signal=signal.SIGKILL, with_parent=False)
 
     def stop_all(self) -> None:
         while self.procs:
@@ -186,8 +207,10 @@ def npm_install(npm: str) -> None:
     except subprocess.TimeoutExpired as exc:
         raise BenchError(f"npm ci did not finish within {NPM_TIMEOUT_S:g} s (is the npm registry reachable?)") from exc
     if out.returncode != 0:
-        why = [x for x in (out.stderr + out.stdout).splitlines() if x.strip()]
-        raise BenchError(f"npm ci failed (is the npm registry reachable?): {why[-1][:200] if why else out.returncode}")
+        why = [x.removeprefix("npm error").strip() for x in (out.stderr + out.stdout).splitlines()
+               if x.strip() and "complete log" not in x and not x.rstrip().endswith("-debug-0.log")]
+        said = "; ".join(x for x in why[:2] if x) or f"status {out.returncode}"
+        raise BenchError(f"npm ci failed (is the npm registry reachable?): {said[:240]}")
 
 
 # ------------------------------------------------------------------------------------ one side
@@ -251,7 +274,7 @@ def messages_per_play(r: dict[str, Any]) -> float | None:
                                   r.get("actions"))
     if not cpu_pct or not us or not wall or not actions:
         return None
-    return round(cpu_pct / 100 * wall / (us * 1e-6) / actions, 2)
+    return round(float(cpu_pct) / 100 * float(wall) / (float(us) * 1e-6) / int(actions), 2)
 
 
 def run_generator(procs: Processes, cmd: Sequence[str], cwd: Path, duration: float,
@@ -400,12 +423,20 @@ def blink_side(args: argparse.Namespace, journal: bool) -> SideResult:
             raise BenchError(f"blink broker-config failed: {(out.stderr.strip().splitlines() or ['no output'])[-1]}")
         broker = procs.start([binary, "-c", str(work / "broker" / "mosquitto.conf")], stop_signal=signal.SIGTERM,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.watch(broker, work)
         try:
             wait_port(port)
         except RuntimeError as exc:
             raise BenchError(f"mosquitto did not start on port {port}") from exc
         store = ["--data", str(work / "data")] if journal else ["--no-journal"]
-        relay_cmd = [*blink, "--prefix", PREFIX, "serve", "--broker", login, *store]
+        # The relay's password in a file, not on a command line every local user's `ps` shows.
+        from mqttkit import parse_url
+
+        secret = work / "relay-password"
+        secret.write_text(parse_url(login).password or "")
+        secret.chmod(0o600)
+        relay_cmd = [*blink, "--prefix", PREFIX, "serve", "--broker", f"mqtt://127.0.0.1:{port}",
+                     "--password-file", str(secret), *store]
         if args.seed is not None:
             relay_cmd += ["--seed", str(args.seed)]
         relay = procs.start(relay_cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -495,7 +526,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, help="seed for the players and the servers' shuffles")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
 
-    def one_line_error(message: str) -> None:
+    def one_line_error(message: str) -> NoReturn:
         print(f"colyseus_vs_blink: {message}", file=sys.stderr)
         sys.exit(2)
 
@@ -524,7 +555,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if find_mosquitto() is None:
             raise BenchError("mosquitto is not installed: the blink side runs on Mosquitto (apt install mosquitto)")
         sides: list[SideResult] = []
-        note = (lambda s: None) if args.json else (lambda s: print(f"colyseus_vs_blink: {s}", file=sys.stderr, flush=True))
+
+        def note(text: str) -> None:
+            if not args.json:
+                print(f"colyseus_vs_blink: {text}", file=sys.stderr, flush=True)
+
         note(f"colyseus, {args.matches} matches, {args.duration:g} s ...")
         sides.append(colyseus_side(args, node))
         note(f"blink (no journal), {args.matches} matches, {args.duration:g} s ...")
