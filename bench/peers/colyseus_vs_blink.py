@@ -486,6 +486,9 @@ def table(results: list[dict[str, Any]], ratio: dict[str, float | None]) -> str:
     row("unanswered", lambda r: r["unanswered"])
     row("rejections", lambda r: r["rejections"])
     row("games finished", lambda r: r["games_finished"])
+    row("  per minute", lambda r: None if r["games_finished"] is None or not r["sampled_s"]
+        else round(r["games_finished"] / r["sampled_s"] * 60, 1))
+    row("sampled interval, s", lambda r: r["sampled_s"])
     row("generator CPU %", lambda r: r["generator_cpu_pct"])
     row("generator lag p99 ms", lambda r: r["generator_lag_ms"]["p99"])
     row("messages received per play", lambda r: r["messages_per_play"])
@@ -494,9 +497,8 @@ def table(results: list[dict[str, Any]], ratio: dict[str, float | None]) -> str:
     colw = max(14, *(len(c) + 2 for c in cols))
     lines = ["".ljust(width) + "".join(c.rjust(colw) for c in cols)]
     lines += [label.ljust(width) + "".join(v.rjust(colw) for v in values) for label, values in rows]
-    first = results[0]
-    lines.append(f"(CPU per play: between a generator's first and last progress line, {first['sampled_s']} s and "
-                 f"{first['sampled_plays']} plays for {first['side']}; games finished in that interval)")
+    lines.append("(server CPU and games finished: between each generator's first and last progress line, the "
+                 "sampled interval; the rest: each generator's whole window)")
     for side, value in ratio.items():
         lines.append(f"{side} / colyseus, server CPU per play: {_f(value, 2)}")
     for r in results:
