@@ -58,6 +58,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.benchkit import find_mosquitto, wait_port  # noqa: E402
 from mqttkit import free_port  # noqa: E402
+from protocol import messages as m  # noqa: E402  (registers the message types decode reads)
+from protocol.codec import DecodeError, decode  # noqa: E402
 
 NODE_MIN = 18
 NPM_TIMEOUT_S = 300.0
@@ -224,6 +226,8 @@ class Sample:
     actions: int
     cpu: dict[str, float | None]
     games: int | None
+    #: blink: each match's finished games, from its snapshot (a match can be missing from one census)
+    per_match: dict[str, int] | None = None
 
 
 @dataclass
@@ -254,8 +258,12 @@ class SideResult:
         out["server_cpu_pct"] = pct
         out["sampled_s"] = round(interval, 2)
         out["sampled_plays"] = plays
-        out["games_finished"] = (last.games - first.games) if first and last and first.games is not None \
-            and last.games is not None else None
+        if first and last and first.per_match is not None and last.per_match is not None:
+            before, after = first.per_match, last.per_match
+            out["games_finished"] = sum(after[k] - before[k] for k in before if k in after)
+        else:
+            out["games_finished"] = (last.games - first.games) if first and last and first.games is not None \
+                and last.games is not None else None
         for key in ("matches", "matches_running", "duration_s", "actions", "actions_per_s", "accepted", "rejected",
                     "bounced_locally", "verdict_ms", "unanswered", "generator_cpu_pct", "generator_lag_ms",
                     "setup_failed", "lost_connections"):
@@ -363,18 +371,16 @@ def blink_command() -> list[str]:
     return [sys.executable, "-c", f"import sys; from {module} import {attr} as main; sys.exit(main())"]
 
 
-def census(url: str) -> int | None:
-    """Games finished so far on every match of the broker, from the matches' retained snapshots
-    (a finished game is every game before the current one, and the current one once it is over)."""
+def census(url: str, expected: int) -> dict[str, int] | None:
+    """Games finished so far on each match of the broker, from the matches' retained snapshots (a
+    finished game is every game before the current one, and the current one once it is over)."""
     from mqttkit import parse_url
     from mqttkit.connection import connect
-    from protocol.codec import DecodeError, decode
-    from protocol import messages as m
 
     address = parse_url(url)
     games: dict[str, int] = {}
 
-    async def count() -> int:
+    async def count() -> dict[str, int]:
         last = [time.monotonic()]
 
         def on_messages(messages: list[Any]) -> None:
@@ -383,8 +389,10 @@ def census(url: str) -> int | None:
                     snap = decode(message.payload)
                 except DecodeError:
                     continue
-                if isinstance(snap, m.Snapshot) and snap.game > 0:
-                    games[snap.match] = snap.game if snap.status == "over" else snap.game - 1
+                if isinstance(snap, m.Snapshot):
+                    # Games count from 0; a game is finished once the match is between games or over.
+                    finished = snap.game + 1 if snap.status in ("over", "between") else snap.game
+                    games[snap.match] = 0 if snap.status == "waiting" else finished
             last[0] = time.monotonic()
 
         conn = await connect(address.host, address.port, client_id=f"census{os.urandom(6).hex()}",
@@ -392,13 +400,14 @@ def census(url: str) -> int | None:
                              keepalive=60, timeout=10)
         try:
             await conn.subscribe([(f"{PREFIX}/m/+/+/snap", 0)])
-            started = time.monotonic()
-            # The retained snapshots come right after the SUBACK: done when they stop coming.
-            while time.monotonic() - last[0] < 0.2 and time.monotonic() - started < 3.0:
-                await asyncio.sleep(0.05)
+            started = last[0] = time.monotonic()
+            # The retained snapshots come right after the SUBACK: done when every match's has come,
+            # or they have stopped coming.
+            while len(games) < expected and time.monotonic() - last[0] < 0.5 and time.monotonic() - started < 5.0:
+                await asyncio.sleep(0.02)
         finally:
             await conn.disconnect()
-        return sum(games.values())
+        return dict(games)
 
     try:
         return asyncio.run(count())
@@ -445,7 +454,8 @@ def blink_side(args: argparse.Namespace, journal: bool) -> SideResult:
 
         def on_line(actions: int, line: str) -> Sample:
             cpu = {"relay": cpu_s(relay.pid), "broker": cpu_s(broker.pid)}
-            return Sample(time.monotonic(), actions, cpu, census(login))
+            games = census(login, args.matches)
+            return Sample(time.monotonic(), actions, cpu, None if games is None else sum(games.values()), games)
 
         gen_cmd = [*blink, "--prefix", PREFIX, "load", "--server", f"mqtt://127.0.0.1:{port}", "--relay-pid",
                    str(relay.pid), "--matches", str(args.matches), "--duration", str(args.duration), "--pace",
