@@ -8,7 +8,8 @@ exit status 2); then ``client.tools.latency.run_blocking`` does the measurement 
 drawn on stderr (only when stderr is a terminal, so piped output and ``--json`` stay clean); then
 a table, or with ``--json`` exactly one JSON object, goes to stdout. ``--plot`` draws a PNG with
 matplotlib, imported only then. An unreachable broker, a missing relay or a refused match is one
-line and exit status 1. Never imports pyglet.
+line and exit status 1; Ctrl-C stops the bots and the local relay in order and ends with status
+130 and no report (a partial measurement is not a result). Never imports pyglet.
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         bar.done()
         return fail(str(exc), 1)
     bar.done()
+    if result.stopped_early:
+        # Fewer seconds and plays than asked for are not the measurement asked for: no table, no
+        # JSON object a script could take for a finished run.
+        return fail(f"interrupted after {result.duration_s:.1f} s of {cfg.duration_s:g} s; no report", 130)
     summary = result.summary()
     if args.plot:
         try:
