@@ -52,6 +52,7 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
     (["match", "--log", "{missing}/match.jsonl"], "no such directory"),
     (["match", "--log", "{file}/match.jsonl"], "not a directory"),
     (["latency", "--plot", "{missing}/plot.png"], "no such directory"),
+    (["replay", "{file}", "--screenshot", "{missing}/x.png"], "no such directory"),
 ])
 def test_a_path_that_cannot_be_written_is_one_line_and_status_2_before_anything_starts(
         tmp_path: Path, argv: list[str], says: str) -> None:
@@ -104,6 +105,49 @@ def test_bad_input_is_status_2(argv: list[str], says: str) -> None:
     proc = blink(*argv)
     assert proc.returncode == 2, proc.stderr
     assert says in one_line(proc)
+
+
+@pytest.mark.parametrize("command", ["play", "bot"])
+def test_rejoining_from_a_seat_file_that_is_not_there_is_status_2_in_play_and_bot(command: str,
+                                                                                  tmp_path: Path) -> None:
+    missing = str(tmp_path / "none.json")
+    proc = blink(command, "--server", f"mqtt://127.0.0.1:{free_port()}", "--rejoin", missing)
+    assert proc.returncode == 2, proc.stderr
+    line = one_line(proc)
+    assert "no saved seat" in line and missing in line and proc.stdout == ""
+
+
+def test_replay_at_past_the_last_event_is_an_option_out_of_range(tmp_path: Path) -> None:
+    log = tmp_path / "match.jsonl"
+    made = blink("match", "--seed", "3", "--settings", json.dumps({**FAST, "best_of": 1}), "--log", str(log),
+                 timeout=300)
+    assert made.returncode == 0, made.stderr
+    proc = blink("replay", str(log), "--at", "99999")
+    assert proc.returncode == 2, proc.stderr
+    assert "--at 99999: the match has" in one_line(proc)
+
+
+def test_every_option_of_every_command_has_help_and_there_is_a_version() -> None:
+    import argparse
+
+    from client.cli import build_parser
+
+    def parsers(p: argparse.ArgumentParser, name: str) -> Any:
+        yield name, p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for word, child in action.choices.items():
+                    yield from parsers(child, f"{name} {word}")
+
+    def helps(p: argparse.ArgumentParser) -> Any:  # each option, and each command word of a sub-command
+        for a in p._actions:
+            yield from a._choices_actions if isinstance(a, argparse._SubParsersAction) else [a]  # type: ignore[attr-defined]
+
+    missing = [f"{name} {'/'.join(a.option_strings) or a.dest}" for name, p in parsers(build_parser(), "blink")
+               for a in helps(p) if not a.help]
+    assert missing == []
+    proc = blink("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("blink ") and proc.stdout.split()[1][0].isdigit()
 
 
 def test_failures_at_run_time_are_status_1(mosquitto: BrokerAddress) -> None:

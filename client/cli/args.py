@@ -17,6 +17,9 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 USAGE = 2  # bad input on the command line
+#: The help of every ``--game`` option.
+GAME_HELP = ("game: blink (speed cards), takeaway, sequence or ryo (Roll Your Own) (default blink; "
+             "`blink settings GAME` lists its settings)")
 FAILED = 1  # a failure at run time
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def register(sub: argtypes.Subcommands) -> None:
     mt = sub.add_parser("match", help="a whole match between bots")
-    mt.add_argument("--game", choices=GAME_NAMES, default="blink")
+    mt.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     mt.add_argument("--bots", type=argtypes.whole(0, 10_000), default=2,
                     help="number of bot players (as many as the game allows: BLINK 2, the dice games 2 or more)")
     mt.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")

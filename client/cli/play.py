@@ -55,8 +55,7 @@ def register(sub: argtypes.Subcommands) -> None:
                            "`blink play` on a server saved, or the one saved in FILE)")
     p.add_argument("--bot", type=_level_arg, metavar="LEVEL",
                    help="play a bot at once: easy, normal, hard, expert or its reaction time in seconds")
-    p.add_argument("--game", choices=GAME_NAMES, default="blink",
-                   help="game: blink (speed cards), takeaway, sequence or ryo (Roll Your Own)")
+    p.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     p.add_argument("--players", type=argtypes.whole(0, 10_000), default=2, metavar="N",
                    help="seats in a match you create (BLINK: 2; Takeaway 2-6, Sequence 2-4, Roll Your Own 2-8; "
                         "bots fill the others)")
