@@ -141,7 +141,7 @@ def test_every_option_of_every_command_has_help_and_there_is_a_version() -> None
 
     def helps(p: argparse.ArgumentParser) -> Any:  # each option, and each command word of a sub-command
         for a in p._actions:
-            yield from a._choices_actions if isinstance(a, argparse._SubParsersAction) else [a]  # type: ignore[attr-defined]
+            yield from a._choices_actions if isinstance(a, argparse._SubParsersAction) else [a]
 
     missing = [f"{name} {'/'.join(a.option_strings) or a.dest}" for name, p in parsers(build_parser(), "blink")
                for a in helps(p) if not a.help]
