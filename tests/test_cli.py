@@ -320,3 +320,41 @@ def test_roll_your_own_json_numbers_games_from_0_and_each_has_winners_and_reason
         assert g["games_won"] == dict(zip(summary["players"], e["games"]))
     assert games[-1]["reason"] == next(e for e in events if e["type"] == "game_result")["reason"]
     assert summary["winners"] == games[-1]["winners"]
+
+
+# ------------------------------------------------------------------------------------ settings
+
+
+def test_blink_settings_lists_every_setting_with_what_it_takes_and_its_default() -> None:
+    import re
+
+    from protocol.rules import GAME_NAMES
+
+    proc = blink("settings")
+    assert proc.returncode == 0, proc.stderr
+    for name in GAME_NAMES:
+        game = game_for(name)
+        one = blink("settings", name)
+        assert one.returncode == 0 and one.stdout.splitlines()[0].startswith(f"{game.title} ({name}")
+        rows = {line.split()[0]: line for line in one.stdout.splitlines()[1:]}
+        assert set(rows) == set(game.default_settings()) and one.stdout in proc.stdout
+        for key, value in game.default_settings().items():
+            what, default = rows[key].split(None, 1)[1].rsplit("; default ", 1)
+            assert json.loads(default) == value and game.check_settings({key: json.loads(default)}, game.min_players)
+            assert "\\x00" not in what and what
+            bounds = re.fullmatch(r"an integer from (\d+) to (\d+)", what)
+            if bounds:  # the range said is the range the rules keep (other settings may narrow it)
+                lo, hi = int(bounds[1]), int(bounds[2])
+                game.check_settings({key: lo}, game.min_players)
+                for bad in (lo - 1, hi + 1):
+                    with pytest.raises(ValueError):
+                        game.check_settings({key: bad}, game.min_players)
+    assert "an odd number from 1 to 9; default 3" in proc.stdout and "true or false" in proc.stdout
+
+
+def test_an_unknown_setting_names_the_settings_there_are() -> None:
+    proc = blink("match", "--game", "takeaway", "--bots", "2", "--settings", '{"sise": 12}')
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert "unknown takeaway settings: sise" in line
+    assert all(key in line for key in game_for("takeaway").default_settings())

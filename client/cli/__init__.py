@@ -32,7 +32,7 @@ from protocol.topics import DEFAULT_PREFIX, Topics
 COMMANDS: dict[str, str] = {
     "serve": "serve", "lan": "lan", "bot": "bot", "match": "match", "watch": "watch",
     "broker-config": "broker_config", "play": "play", "latency": "latency", "load": "load",
-    "verify": "verify", "replay": "replay", "cluster": "cluster",
+    "verify": "verify", "replay": "replay", "settings": "settings", "cluster": "cluster",
 }
 
 
