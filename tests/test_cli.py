@@ -174,6 +174,43 @@ def test_failures_at_run_time_are_status_1(mosquitto: BrokerAddress) -> None:
         serve.communicate(timeout=30)
 
 
+def test_blink_play_checks_the_server_before_any_window_opens(mosquitto: BrokerAddress) -> None:
+    """Run with a display that does not exist: a check that passes gets as far as the window (and
+    says it cannot open one); a check that fails never gets there."""
+    import os
+
+    env = {**os.environ, "DISPLAY": ":0.999", "BLINK_MUTE": "1"}
+
+    def play(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*BLINK, "play", "--quit-after", "5", *argv], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    nobody = f"mqtt://127.0.0.1:{free_port()}"
+    for argv, says in [
+        (["--server", nobody], "cannot reach the MQTT broker"),
+        (["--server", nobody, "--match", "ZZZZZ"], "cannot reach the MQTT broker"),
+        (["--server", mosquitto.url], f"no relay is online on {mosquitto.url}"),
+        (["--server", mosquitto.url, "--watch", "ZZZZZ"], "no relay is online"),
+    ]:
+        proc = play(*argv)
+        assert proc.returncode == 1 and proc.stdout == "", (argv, proc.stderr)
+        line = one_line(proc)
+        assert line.startswith("blink play: ") and says in line and "window" not in line, (argv, line)
+    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.login_url], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert "running" in (serve.stdout.readline() if serve.stdout else "")
+        for argv in (["--match", "ZZZZZ"], ["--watch", "zzzzz"]):
+            proc = play("--server", mosquitto.url, *argv)
+            assert proc.returncode == 1, proc.stderr
+            assert f"no match ZZZZZ on {mosquitto.url}" in one_line(proc)
+        proc = play("--server", mosquitto.url)  # all is well: on to the window, which cannot open here
+        assert proc.returncode == 1 and "cannot open a window" in one_line(proc)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=30)
+
+
 def test_players_accepted_are_what_each_game_allows() -> None:
     from client.cli import args as argtypes
 

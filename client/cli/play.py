@@ -10,8 +10,13 @@ broker + relay already starting (in a child process of their own, ``relay/localp
 window's frames never delay the relay; it dies with this process), so a bot game works on a fresh machine; ``--bot``/``--host``/
 ``--match``/``--quick``/``--autoplay`` skip the menu and start that game at once.
 
-Exit status: 0 after a normal quit, 1 when the window could not open, the game could not start or
-the local relay's process died (the reason is printed as one line), 2 for bad arguments -- paths included: ``--screenshot`` and
+With ``--server`` the server is checked first (``client/cli/preflight.py``): an unreachable
+broker, a broker with no relay, or a ``--match``/``--watch`` code the relay does not know is one
+line on stderr and exit status 1, before any window opens.
+
+Exit status: 0 after a normal quit, 1 when the server is not there (above), the window could not
+open, the game could not start or the local relay's process died (the reason is printed as one
+line), 130 after Ctrl-C, 2 for bad arguments -- paths included: ``--screenshot`` and
 ``--frame-stats`` must name a writable file in an existing folder, checked before the window opens.
 """
 
@@ -119,6 +124,17 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         print("blink play: --match/--quick need --server (a relay other players use); "
               "--host starts a local match and shows its code", file=sys.stderr)
         return 2
+
+    if args.server:
+        # A wrong URL, a broker with no relay or an unknown code is one line now, not a window whose
+        # menu finds out only after a choice.
+        from client.cli.preflight import check_server
+
+        code = args.watch or (args.match if mode == "join" else None)
+        try:
+            asyncio.run(check_server(args.server, topics, code))
+        except KeyboardInterrupt:
+            return 130
 
     from client.replays import replays_dir
     from client.window.session import BOT_LEVELS, SessionConfig
