@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 
 async def _match(args: argparse.Namespace, topics: Topics) -> int:
     from relay.local import LocalServer, RelayConfig
-    from client.matchrun import run_match, write_log
+    from client.matchrun import MatchTimeout, run_match, write_log
     from client.player import RequestError
     from protocol.rules import game_for
 
@@ -71,6 +71,8 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
                                      args.reaction, args.timeout, topics)
     except RequestError as exc:
         raise UserError(f"the relay refused: {exc}") from exc
+    except MatchTimeout as exc:
+        raise UserError(f"{exc} (--timeout {args.timeout:g}; give it longer)") from exc
     except UserError:
         raise
     except JournalError as exc:
