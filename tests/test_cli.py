@@ -211,6 +211,13 @@ def test_blink_play_checks_the_server_before_any_window_opens(mosquitto: BrokerA
         serve.communicate(timeout=30)
 
 
+def test_a_match_that_runs_past_its_timeout_says_so_not_a_network_problem() -> None:
+    proc = blink("match", "--timeout", "1", "--settings", json.dumps({"countdown_s": 3.0}))
+    assert proc.returncode == 1
+    line = one_line(proc)
+    assert "the match did not finish within 1 s" in line and "--timeout" in line and "network" not in line
+
+
 def test_players_accepted_are_what_each_game_allows() -> None:
     from client.cli import args as argtypes
 
