@@ -100,9 +100,12 @@ def test_screenshot_under_proc_is_refused_at_once() -> None:
     (["load", "--matches", "1", "--relay-pid", "1"], "--relay-pid goes with --server"),
     (["lan", "--timeout", "0"], "must be from"),
     (["latency", "--loss", "2"], "loss"),
+    (["serve", "--fair-cap-ms", "-1"], "must be from 0 to 10000 ms"),
+    (["latency", "--fair-cap-ms", "nan"], "must be from 0 to 10000 ms"),
+    (["cluster", "up", "--dir", "{tmp}", "--nodes", "99999"], "at most 16"),
 ])
-def test_bad_input_is_status_2(argv: list[str], says: str) -> None:
-    proc = blink(*argv)
+def test_bad_input_is_status_2(argv: list[str], says: str, tmp_path: Path) -> None:
+    proc = blink(*[a.replace("{tmp}", str(tmp_path / "cluster")) for a in argv])
     assert proc.returncode == 2, proc.stderr
     assert says in one_line(proc)
 

@@ -96,6 +96,22 @@ def seconds(lo: float, hi: float) -> Callable[[str], float]:
     return parse
 
 
+def number(lo: float, hi: float, unit: str = "") -> Callable[[str], float]:
+    """A number from ``lo`` to ``hi``."""
+    what = f" {unit}" if unit else ""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not a number{what}: {text!r}") from exc
+        if not lo <= v <= hi:  # NaN too
+            raise argparse.ArgumentTypeError(f"must be from {lo:g} to {hi:g}{what}: {text!r}")
+        return v
+
+    return parse
+
+
 def whole(lo: int, hi: int, unit: str = "") -> Callable[[str], int]:
     """A whole number from ``lo`` to ``hi``."""
     what = f" {unit}" if unit else ""

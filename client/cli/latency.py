@@ -64,7 +64,8 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--loss", help="fraction of messages dropped each way, per seat (e.g. 0.01 or 1%%)")
     p.add_argument("--reorder", help="fraction of messages held back so later ones overtake them, per seat")
     p.add_argument("--order", type=_order, default="arrival", help="relay ordering: arrival (default) or fair")
-    p.add_argument("--fair-cap-ms", type=float, default=None, help="local relay, fair order: longest hold (ms)")
+    p.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=None,
+                   help="local relay, fair order: longest hold in ms, 0 to 10000")
     p.add_argument("--reaction", type=argtypes.seconds(0, 10), default=0.35, help="bots' median reaction time in s (default 0.35)")
     p.add_argument("--seed", type=int, help="seed for the local relay, the bots and the impairment")
     p.add_argument("--settings", type=argtypes.settings, default={},
