@@ -47,7 +47,7 @@ def register(sub: argtypes.Subcommands) -> None:
                     help="require the relay's password (written to DIR/relay-password, mode 600; give it to "
                          "`blink serve --password-file`) and confine anonymous MQTT clients to what players need "
                          "(default on; --no-auth: anyone may do anything, for experiments)")
-    up.add_argument("--ready-timeout", type=float, default=READY_S, help=argparse.SUPPRESS)
+    up.add_argument("--ready-timeout", type=argtypes.seconds(0.1, 3600), default=READY_S, help=argparse.SUPPRESS)
     down = actions.add_parser("down", help="stop the cluster recorded in DIR")
     down.add_argument("--dir", required=True, help="the directory given to `up`")
     for parser in (p, up, down):
