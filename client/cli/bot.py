@@ -32,7 +32,7 @@ def register(sub: argtypes.Subcommands) -> None:
     b.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     b.add_argument("--players", type=argtypes.whole(0, 10_000), default=2,
                    help="seats when creating a match (as many as the game allows)")
-    b.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating")
+    b.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating (`blink settings GAME` lists them)")
     b.add_argument("--name", default="bot", help="the bot's name at the table (default bot)")
     b.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="median reaction time in seconds")
     b.add_argument("--seed", type=int, help="seed for the bot's choices and reaction times (default: random)")

@@ -31,7 +31,7 @@ def register(sub: argtypes.Subcommands) -> None:
                     help="number of bot players (as many as the game allows: BLINK 2, the dice games 2 or more)")
     mt.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
     mt.add_argument("--seed", type=int, help="seed for the relay (when started here) and the bots")
-    mt.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON")
+    mt.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON (`blink settings GAME` lists them)")
     mt.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="bots' median reaction time in seconds")
     mt.add_argument("--timeout", type=argtypes.seconds(0, 3600), default=900.0, help="give up after this many seconds")
     mt.add_argument("--json", action="store_true", help="print one JSON object")

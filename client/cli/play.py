@@ -65,7 +65,7 @@ def register(sub: argtypes.Subcommands) -> None:
                    help="seats in a match you create (BLINK: 2; Takeaway 2-6, Sequence 2-4, Roll Your Own 2-8; "
                         "bots fill the others)")
     mode.add_argument("--watch", metavar="CODE", help="spectate a running match by code (read-only; needs --server)")
-    p.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating a match")
+    p.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating a match (`blink settings GAME` lists them)")
     p.add_argument("--autoplay", action="store_true", help="a bot plays for you (demos, tests)")
     p.add_argument("--screenshot", type=argtypes.out_file, metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
     p.add_argument("--quit-after", type=argtypes.seconds(0, 86400), metavar="SECONDS", help="close the window after this many seconds")
