@@ -5,7 +5,8 @@ How this works
 --------------
 ``serve(options, topics)`` checks the options that go together (or do not) before anything
 starts, then runs until SIGINT or SIGTERM (so the relay stops in order and says so on its status
-topic) or until the relay itself stops. Alone (the default) it is a ``relay.local.LocalServer``:
+topic; then exit status 130 after Ctrl-C, as for any interrupted command, and 0 after SIGTERM, a
+service manager's ordinary stop) or until the relay itself stops. Alone (the default) it is a ``relay.local.LocalServer``:
 the embedded amqtt broker unless ``--broker`` names one, the journal in the data directory
 (recovered from on start), and with ``--lan`` all interfaces, the next free port and an advert
 over multicast DNS (``relay/lanhost.py``). With ``--cluster`` or ``--shards`` it is one relay of
