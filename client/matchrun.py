@@ -39,6 +39,10 @@ RESYNC_MAX_S = 10.0  # the longest wait for an asked-for gap before asking again
 QUIET_S = 3.0  # no doubt for this long: ask for what may have followed the newest event anyway
 
 
+class MatchTimeout(Exception):
+    """The match did not end within the time given: the bots were slow, not the network."""
+
+
 @dataclass
 class MatchResult:
     code: str
@@ -193,7 +197,7 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
             try:
                 await asyncio.wait_for(over.wait(), timeout=timeout_s)
             except asyncio.TimeoutError as exc:
-                raise TimeoutError(f"the match did not finish within {timeout_s:.0f} s") from exc
+                raise MatchTimeout(f"the match did not finish within {timeout_s:g} s") from exc
             finally:
                 watcher.cancel()
                 healer.cancel()

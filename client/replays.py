@@ -13,7 +13,10 @@ connection subscribes before the match exists, so it sees ``match_created`` at s
 session knows its match code (``follow``), that match's events are written, in seq order (one that
 comes early waits for those before it, up to ``HOLD_FOR_START`` events), each line flushed as it
 comes, repeated seqs dropped. Nothing is written for a match that never sent an
-event. ``list_replays`` reads the folder for the menu: game, players, date, result, newest first.
+event. ``list_replays`` reads the folder for the menu: game, players, date and the result of every
+match of the recording (the first and each rematch; a forfeit as a forfeit), finished recordings
+first, then those that stop early (a window closed during a rematch: playable up to the last
+result; one that stops before any result cannot be verified, so it is not playable), newest first.
 """
 
 from __future__ import annotations
@@ -150,6 +153,11 @@ class ReplayEntry:
     started_ns: int
     result: str
     events: int
+    #: the recording ends with the match's result (not during a rematch, nor cut off)
+    finished: bool = True
+    #: it can be watched: from seq 1, with at least one match to its result (a recording cut
+    #: during a rematch plays up to the last result; one that stops before any cannot be verified)
+    playable: bool = True
 
     @property
     def date(self) -> str:
@@ -164,7 +172,9 @@ def describe_log(path: Path) -> ReplayEntry | None:
 
     game, started, events, first_seq = "", 0, 0, None
     names: list[str] = []
-    ms: dict[str, Any] = {"status": "unfinished"}
+    rounds: list[dict[str, Any]] = []  # each match to its result: the first, then every rematch
+    current: dict[str, Any] = {"status": "unfinished"}
+    left = ""  # who last left or was gone too long: a forfeit names them
     try:
         with open(path, encoding="utf-8") as f:
             for text in f:
@@ -183,10 +193,14 @@ def describe_log(path: Path) -> ReplayEntry | None:
                     started = int(d.get("ts") or 0) if type(d.get("ts")) is int else 0
                 elif t == "seat_taken":
                     names.append(str(d.get("name")))
+                elif t in ("seat_left", "player_dropped"):
+                    left = str(d.get("player") or "")
                 elif t == "match_over":
-                    ms = {"status": "over", "winner": d.get("winner_seat"), "wins": d.get("wins") or []}
+                    current = {"status": "over", "winner": d.get("winner_seat"), "wins": d.get("wins") or [],
+                               "reason": d.get("reason"), "left": left}
+                    rounds.append(current)
                 elif t == "rematch_started":
-                    ms = {"status": "unfinished"}
+                    current, left = {"status": "unfinished"}, ""
                 elif t == "game_started" and d.get("players"):  # every seat's name, even if seen late
                     names = [str(n) for n in d.get("players") or []]
     except (OSError, UnicodeDecodeError):
@@ -201,14 +215,20 @@ def describe_log(path: Path) -> ReplayEntry | None:
     if not game:  # recorded from the middle: the file's name says the game (``Recorder._open``)
         parts = path.stem.split("-")
         game = parts[2] if len(parts) >= 4 else ""
-    result = match_result_line(names, ms) if ms.get("status") == "over" else "unfinished"
+    finished = current.get("status") == "over"
+    playable = bool(rounds) and not (type(first_seq) is int and first_seq > 1)
+    lines = [match_result_line(names, r) for r in rounds]
+    result = (f"{len(lines)} matches: " + " · ".join(lines)) if len(lines) > 1 else (lines[0] if lines else "")
+    if not finished:
+        result = f"{result} · then a rematch, unfinished" if result else "unfinished"
     if type(first_seq) is int and first_seq > 1:  # watched from the middle: no seeds of the start
         result += f" (recorded from event {first_seq} on: cannot be replayed)"
-    return ReplayEntry(path, game or "?", tuple(names), started, result, events)
+    return ReplayEntry(path, game or "?", tuple(names), started, result, events, finished, playable)
 
 
 def list_replays(folder: str | Path | None = None, limit: int = 200) -> list[ReplayEntry]:
-    """The recorded matches in ``folder`` (default: ``replays_dir()``), newest first."""
+    """The recorded matches in ``folder`` (default: ``replays_dir()``): the finished ones first, then
+    those that stop early; newest first in each."""
     base = Path(folder) if folder is not None else replays_dir()
     try:
         files = [p for p in base.iterdir() if p.suffix == ".jsonl" and p.is_file()]
@@ -216,5 +236,5 @@ def list_replays(folder: str | Path | None = None, limit: int = 200) -> list[Rep
         return []
     files.sort(key=lambda p: (p.stat().st_mtime if p.exists() else 0, p.name), reverse=True)
     out = [e for e in (describe_log(p) for p in files[:limit]) if e is not None]
-    out.sort(key=lambda e: (e.started_ns, e.path.name), reverse=True)
+    out.sort(key=lambda e: (e.finished, e.started_ns, e.path.name), reverse=True)
     return out

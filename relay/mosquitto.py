@@ -15,8 +15,10 @@ How this works
 
 Anyone who logs in as ``relay`` must know that password; everyone else is anonymous and confined
 by the ACL to its own client id's topics. ``mosquitto -c DIR/mosquitto.conf`` runs it as is.
-Files are world-readable because Mosquitto started as root reads them after dropping to its own
-user; the password file holds only a salted hash of 128 random bits.
+The configuration and the ACL are world-readable (nothing secret in them). The password file,
+though it holds only a salted hash of 128 random bits, is mode 600: readable by the user who runs
+the broker and nobody else -- when root writes it, that is Mosquitto's own user, which Mosquitto
+started as root drops to before it reads the file.
 """
 
 from __future__ import annotations
@@ -109,6 +111,21 @@ max_packet_size {MAX_MESSAGE_BYTES + 512}
 """
 
 
+def _give_to_broker_user(path: Path) -> None:
+    """Mosquitto started by root drops to its own user before it reads the password file: written by
+    root, the file is then that user's (still mode 600) so the broker can read it and nobody else
+    can. Anyone else runs Mosquitto as themselves, and the file is already theirs."""
+    if os.geteuid() != 0:
+        return
+    import pwd
+
+    try:
+        user = pwd.getpwnam("mosquitto")
+    except KeyError:
+        return
+    os.chown(path, user.pw_uid, user.pw_gid)
+
+
 def write_mosquitto_config(directory: str | Path, host: str = "127.0.0.1", port: int = 1883,
                            prefix: str = DEFAULT_PREFIX, max_payload: int = DEFAULT_MAX_PAYLOAD,
                            use_tool: bool = True) -> BrokerAddress:
@@ -124,7 +141,14 @@ def write_mosquitto_config(directory: str | Path, host: str = "127.0.0.1", port:
     }
     for name, text in files.items():
         path = d / name
-        path.write_text(text, encoding="utf-8")
-        path.chmod(0o644)
+        # The password file (a hash, but one an attacker could try to crack) is for the broker's eyes
+        # only; the others hold nothing secret and the broker may read them as any user.
+        mode = 0o600 if name == "passwd" else 0o644
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)  # never readable by others, not even briefly
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        path.chmod(mode)
+        if name == "passwd":
+            _give_to_broker_user(path)
     connect_host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     return BrokerAddress(connect_host, port, RELAY_USER, secret)

@@ -5,7 +5,8 @@ How this works
 --------------
 ``serve(options, topics)`` checks the options that go together (or do not) before anything
 starts, then runs until SIGINT or SIGTERM (so the relay stops in order and says so on its status
-topic) or until the relay itself stops. Alone (the default) it is a ``relay.local.LocalServer``:
+topic; then exit status 130 after Ctrl-C, as for any interrupted command, and 0 after SIGTERM, a
+service manager's ordinary stop) or until the relay itself stops. Alone (the default) it is a ``relay.local.LocalServer``:
 the embedded amqtt broker unless ``--broker`` names one, the journal in the data directory
 (recovered from on start), and with ``--lan`` all interfaces, the next free port and an advert
 over multicast DNS (``relay/lanhost.py``). With ``--cluster`` or ``--shards`` it is one relay of
@@ -34,6 +35,7 @@ from protocol.topics import Topics
 
 USAGE = 2  # bad input on the command line
 FAILED = 1  # a failure at run time
+INTERRUPTED = 130  # Ctrl-C
 DEFAULT_SHARDS_TOTAL = 8
 
 
@@ -123,17 +125,31 @@ def _apply_password_file(options: ServeOptions) -> ServeOptions:
         cluster=with_password(options.cluster, RELAY_USER, password) if options.cluster else options.cluster)
 
 
-def _stop_on_signals() -> asyncio.Event:
-    """An event that SIGINT or SIGTERM sets (where the loop can take signal handlers), so a relay
-    stops in order and says so on its status topic."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
-    return stop
+class _Stop:
+    """Set by SIGINT or SIGTERM (where the loop can take signal handlers), so a relay stops in order
+    and says so on its status topic; ``status`` is then the exit status: 130 after Ctrl-C (SIGINT),
+    as a shell expects of an interrupted program, 0 after SIGTERM (a service manager's stop)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.status = 0
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self._signalled, sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+    def _signalled(self, sig: int) -> None:
+        if not self.event.is_set():
+            self.status = INTERRUPTED if sig == signal.SIGINT else 0
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    async def wait(self) -> None:
+        await self.event.wait()
 
 
 def _say(line: str) -> None:
@@ -162,7 +178,8 @@ async def _say_resynced(relay: Any) -> None:
 
 
 async def serve(options: ServeOptions, topics: Topics) -> int:
-    """Run the relay ``options`` describe until a signal stops it; 0 then, ServeError otherwise."""
+    """Run the relay ``options`` describe until a signal stops it; 130 then after SIGINT, 0 after SIGTERM,
+    ServeError otherwise."""
     options = _apply_password_file(options)
     if options.cluster or options.shards or options.shards_total or options.lease_ttl is not None:
         return await _serve_cluster(options, topics)
@@ -195,7 +212,7 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
     server = LocalServer(options.broker, options.seed, config, options.log, host=host,
                          port=None if options.broker else port, topics=topics,
                          max_payload=options.max_payload, data_dir=data_dir, durable=options.sync == "full")
-    stop = _stop_on_signals()
+    stop = _Stop()
     try:
         async with server, lan:
             where = f"embedded broker on {server.address.url}" if server.broker else f"broker {server.address.url}"
@@ -226,7 +243,7 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
     except JournalError as exc:
         raise ServeError(str(exc)) from exc
     print("blink relay stopped.", flush=True)
-    return 0
+    return stop.status
 
 
 async def _serve_cluster(options: ServeOptions, topics: Topics) -> int:
@@ -263,7 +280,7 @@ async def _serve_cluster(options: ServeOptions, topics: Topics) -> int:
     if not all(c.isalnum() or c in "-_" for c in relay_id) or not relay_id:
         raise usage(f"--relay-id must be letters, digits, '-' or '_', not {relay_id!r}")
     config = local.RelayConfig(relay_id=relay_id, order=options.order, fair_cap_ns=int(options.fair_cap_ms * 1e6))
-    stop = _stop_on_signals()
+    stop = _Stop()
     try:
         server = await local.cluster_server(options.broker, cluster_url=options.cluster, shards=owned,
                                             shards_total=total, data_dir=data_dir, topics=topics, config=config,
@@ -289,4 +306,4 @@ async def _serve_cluster(options: ServeOptions, topics: Topics) -> int:
     except local.JournalError as exc:
         raise ServeError(str(exc)) from exc
     print("blink relay stopped.", flush=True)
-    return 0
+    return stop.status

@@ -413,6 +413,8 @@ def test_broker_config_command_writes_a_config_mosquitto_runs_as_is(readable_dir
     url = done.stdout.strip().splitlines()[-1]
     assert re.fullmatch(rf"mqtt://relay:[0-9a-f]{{32}}@127\.0\.0\.1:{port}", url)
     assert url.split("@")[0].split(":")[-1] not in (d / "passwd").read_text()  # only the hash is stored
+    assert (d / "passwd").stat().st_mode & 0o777 == 0o600  # the hash is the broker's only
+    assert (d / "mosquitto.acl").stat().st_mode & 0o777 == 0o644
     proc = subprocess.Popen([binary, "-c", str(d / "mosquitto.conf")], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:

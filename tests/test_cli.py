@@ -53,6 +53,7 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
     (["match", "--log", "{missing}/match.jsonl"], "no such directory"),
     (["match", "--log", "{file}/match.jsonl"], "not a directory"),
     (["latency", "--plot", "{missing}/plot.png"], "no such directory"),
+    (["replay", "{file}", "--screenshot", "{missing}/x.png"], "no such directory"),
 ])
 def test_a_path_that_cannot_be_written_is_one_line_and_status_2_before_anything_starts(
         tmp_path: Path, argv: list[str], says: str) -> None:
@@ -102,11 +103,57 @@ def test_screenshot_under_proc_is_refused_at_once() -> None:
     (["load", "--matches", "1", "--relay-pid", "1"], "--relay-pid goes with --server"),
     (["lan", "--timeout", "0"], "must be from"),
     (["latency", "--loss", "2"], "loss"),
+    (["serve", "--fair-cap-ms", "-1"], "must be from 0 to 10000 ms"),
+    (["latency", "--fair-cap-ms", "nan"], "must be from 0 to 10000 ms"),
+    (["cluster", "up", "--dir", "{tmp}", "--nodes", "99999"], "at most 16"),
 ])
-def test_bad_input_is_status_2(argv: list[str], says: str) -> None:
-    proc = blink(*argv)
+def test_bad_input_is_status_2(argv: list[str], says: str, tmp_path: Path) -> None:
+    proc = blink(*[a.replace("{tmp}", str(tmp_path / "cluster")) for a in argv])
     assert proc.returncode == 2, proc.stderr
     assert says in one_line(proc)
+
+
+@pytest.mark.parametrize("command", ["play", "bot"])
+def test_rejoining_from_a_seat_file_that_is_not_there_is_status_2_in_play_and_bot(command: str,
+                                                                                  tmp_path: Path) -> None:
+    missing = str(tmp_path / "none.json")
+    proc = blink(command, "--server", f"mqtt://127.0.0.1:{free_port()}", "--rejoin", missing)
+    assert proc.returncode == 2, proc.stderr
+    line = one_line(proc)
+    assert "no saved seat" in line and missing in line and proc.stdout == ""
+
+
+def test_replay_at_past_the_last_event_is_an_option_out_of_range(tmp_path: Path) -> None:
+    log = tmp_path / "match.jsonl"
+    made = blink("match", "--seed", "3", "--settings", json.dumps({**FAST, "best_of": 1}), "--log", str(log),
+                 timeout=300)
+    assert made.returncode == 0, made.stderr
+    proc = blink("replay", str(log), "--at", "99999")
+    assert proc.returncode == 2, proc.stderr
+    assert "--at 99999: the match has" in one_line(proc)
+
+
+def test_every_option_of_every_command_has_help_and_there_is_a_version() -> None:
+    import argparse
+
+    from client.cli import build_parser
+
+    def parsers(p: argparse.ArgumentParser, name: str) -> Any:
+        yield name, p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for word, child in action.choices.items():
+                    yield from parsers(child, f"{name} {word}")
+
+    def helps(p: argparse.ArgumentParser) -> Any:  # each option, and each command word of a sub-command
+        for a in p._actions:
+            yield from a._choices_actions if isinstance(a, argparse._SubParsersAction) else [a]
+
+    missing = [f"{name} {'/'.join(a.option_strings) or a.dest}" for name, p in parsers(build_parser(), "blink")
+               for a in helps(p) if not a.help]
+    assert missing == []
+    proc = blink("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("blink ") and proc.stdout.split()[1][0].isdigit()
 
 
 def test_failures_at_run_time_are_status_1(mosquitto: BrokerAddress) -> None:
@@ -131,6 +178,50 @@ def test_failures_at_run_time_are_status_1(mosquitto: BrokerAddress) -> None:
     finally:
         serve.send_signal(signal.SIGINT)
         serve.communicate(timeout=30)
+
+
+def test_blink_play_checks_the_server_before_any_window_opens(mosquitto: BrokerAddress) -> None:
+    """Run with a display that does not exist: a check that passes gets as far as the window (and
+    says it cannot open one); a check that fails never gets there."""
+    import os
+
+    env = {**os.environ, "DISPLAY": ":0.999", "BLINK_MUTE": "1"}
+
+    def play(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*BLINK, "play", "--quit-after", "5", *argv], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    nobody = f"mqtt://127.0.0.1:{free_port()}"
+    for argv, says in [
+        (["--server", nobody], "cannot reach the MQTT broker"),
+        (["--server", nobody, "--match", "ZZZZZ"], "cannot reach the MQTT broker"),
+        (["--server", mosquitto.url], f"no relay is online on {mosquitto.url}"),
+        (["--server", mosquitto.url, "--watch", "ZZZZZ"], "no relay is online"),
+    ]:
+        proc = play(*argv)
+        assert proc.returncode == 1 and proc.stdout == "", (argv, proc.stderr)
+        line = one_line(proc)
+        assert line.startswith("blink play: ") and says in line and "window" not in line, (argv, line)
+    serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.login_url], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert "running" in (serve.stdout.readline() if serve.stdout else "")
+        for argv in (["--match", "ZZZZZ"], ["--watch", "zzzzz"]):
+            proc = play("--server", mosquitto.url, *argv)
+            assert proc.returncode == 1, proc.stderr
+            assert f"no match ZZZZZ on {mosquitto.url}" in one_line(proc)
+        proc = play("--server", mosquitto.url)  # all is well: on to the window, which cannot open here
+        assert proc.returncode == 1 and "cannot open a window" in one_line(proc)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=30)
+
+
+def test_a_match_that_runs_past_its_timeout_says_so_not_a_network_problem() -> None:
+    proc = blink("match", "--timeout", "1", "--settings", json.dumps({"countdown_s": 3.0}))
+    assert proc.returncode == 1
+    line = one_line(proc)
+    assert "the match did not finish within 1 s" in line and "--timeout" in line and "network" not in line
 
 
 def test_players_accepted_are_what_each_game_allows() -> None:
@@ -285,3 +376,41 @@ def test_roll_your_own_json_numbers_games_from_0_and_each_has_winners_and_reason
         assert g["games_won"] == dict(zip(summary["players"], e["games"]))
     assert games[-1]["reason"] == next(e for e in events if e["type"] == "game_result")["reason"]
     assert summary["winners"] == games[-1]["winners"]
+
+
+# ------------------------------------------------------------------------------------ settings
+
+
+def test_blink_settings_lists_every_setting_with_what_it_takes_and_its_default() -> None:
+    import re
+
+    from protocol.rules import GAME_NAMES
+
+    proc = blink("settings")
+    assert proc.returncode == 0, proc.stderr
+    for name in GAME_NAMES:
+        game = game_for(name)
+        one = blink("settings", name)
+        assert one.returncode == 0 and one.stdout.splitlines()[0].startswith(f"{game.title} ({name}")
+        rows = {line.split()[0]: line for line in one.stdout.splitlines()[1:]}
+        assert set(rows) == set(game.default_settings()) and one.stdout in proc.stdout
+        for key, value in game.default_settings().items():
+            what, default = rows[key].split(None, 1)[1].rsplit("; default ", 1)
+            assert json.loads(default) == value and game.check_settings({key: json.loads(default)}, game.min_players)
+            assert "\\x00" not in what and what
+            bounds = re.fullmatch(r"an integer from (\d+) to (\d+)", what)
+            if bounds:  # the range said is the range the rules keep (other settings may narrow it)
+                lo, hi = int(bounds[1]), int(bounds[2])
+                game.check_settings({key: lo}, game.min_players)
+                for bad in (lo - 1, hi + 1):
+                    with pytest.raises(ValueError):
+                        game.check_settings({key: bad}, game.min_players)
+    assert "an odd number from 1 to 9; default 3" in proc.stdout and "true or false" in proc.stdout
+
+
+def test_an_unknown_setting_names_the_settings_there_are() -> None:
+    proc = blink("match", "--game", "takeaway", "--bots", "2", "--settings", '{"sise": 12}')
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert "unknown takeaway settings: sise" in line
+    assert all(key in line for key in game_for("takeaway").default_settings())

@@ -72,7 +72,7 @@ def test_two_bots_finish_a_match_through_mosquitto(tmp_path: Path, mosquitto: Br
     finally:
         serve.send_signal(signal.SIGINT)  # Ctrl-C stops it cleanly
         out, err = serve.communicate(timeout=60)
-    assert serve.returncode == 0, err
+    assert serve.returncode == 130, err
     assert "stopped" in out and "Traceback" not in err
     kinds = {json.loads(line)["kind"] for line in relay_log.read_text().splitlines()}
     assert {"relay_started", "event", "applied"} <= kinds
@@ -209,7 +209,7 @@ def test_embedded_serve_starts_and_stops_on_ctrl_c() -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and "Traceback" not in err
+    assert proc.returncode == 130 and "Traceback" not in err
 
 
 @pytest.mark.parametrize("args,needle", [

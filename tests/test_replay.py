@@ -50,9 +50,11 @@ FAST: dict[str, dict[str, Any]] = {
 PLAYERS = {"blink": 2, "takeaway": 3, "sequence": 2, "ryo": 2}
 
 
-def drive(game: str, seed: int, *, rematch: bool = False) -> tuple[list[str], dict[int, m.Snapshot]]:
+def drive(game: str, seed: int, *, rematch: bool = False, leave_after: int | None = None,
+          seats: int | None = None) -> tuple[list[str], dict[int, m.Snapshot]]:
     """A whole match through the relay core with random legal play and the relay's timers. Returns
-    the log lines (as `blink match --log` writes them) and the last spectator snapshot per seq."""
+    the log lines (as `blink match --log` writes them) and the last spectator snapshot per seq.
+    ``leave_after``: the last seat leaves after that many actions (of the rematch, with ``rematch``)."""
     rng = random.Random(seed)
     # Snapshots are coalesced by the relay; at interval 0 each owed one goes out on the next tick,
     # called after every action below, so every action's state has its snapshot to compare with.
@@ -60,7 +62,7 @@ def drive(game: str, seed: int, *, rematch: bool = False) -> tuple[list[str], di
     lines: list[str] = []
     snaps: dict[int, m.Snapshot] = {}
     now = NS
-    seats = PLAYERS[game]
+    seats = seats or PLAYERS[game]
 
     def take(out: list[Any]) -> None:
         for o in out:
@@ -80,7 +82,14 @@ def drive(game: str, seed: int, *, rematch: bool = False) -> tuple[list[str], di
     rules = match.rules
     ids = itertools.count(1)
     rematched = False
+    acted = 0
     for _ in range(50_000):
+        if leave_after is not None and acted >= leave_after and match.status == "playing" and (rematched or not rematch):
+            now += NS // 100
+            take(core.handle(T.req(clients[-1]), encode(m.Leave(code)), now))
+            take(core.tick(now))
+            leave_after = None
+            continue
         if match.status == "over":
             if rematch and not rematched:
                 rematched = True
@@ -98,6 +107,7 @@ def drive(game: str, seed: int, *, rematch: bool = False) -> tuple[list[str], di
             take(core.handle(T.act(code, clients[seat]),
                              encode(m.Act(id=next(ids), seq=match.seq, action=rules.action_to_wire(action))), now))
             take(core.tick(now))
+            acted += 1
         elif deadline is not None:
             now = max(now, deadline)
             take(core.tick(now))
@@ -597,5 +607,86 @@ def test_a_blink_replay_played_paused_and_stepped_draws_the_spectators_table(xdi
             assert app.describe()["piles"] == [t or None for t in tops(i + 1)]
         finally:
             assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+
+
+def test_the_replays_list_summarises_every_match_puts_the_finished_first_and_fits(xdisplay: str, played: Any,
+                                                                                  tmp_path: Path) -> None:
+    from pyglet.window import key
+
+    from client.replays import list_replays
+    from client.window.app import App, AppConfig
+    from client.window.session import SessionConfig
+
+    folder = tmp_path / "replays"
+    folder.mkdir()
+
+    def put(name: str, lines: list[str]) -> None:
+        (folder / f"20261201-1200{len(list(folder.iterdir())):02d}-{name}.jsonl").write_text("\n".join(lines) + "\n")
+
+    put("blink-AAAAA", played["blink"][0])  # finished
+    forfeit, _ = drive("blink", seed=3, rematch=True, leave_after=5)  # a rematch that p1 left
+    put("blink-BBBBB", forfeit)
+    rematch, _ = drive("takeaway", seed=5, rematch=True)
+    kinds = [json.loads(x)["type"] for x in rematch]
+    put("takeaway-CCCCC", rematch[: kinds.index("rematch_started") + 4])  # closed during the rematch
+    put("takeaway-DDDDD", rematch[: kinds.index("game_result")])  # closed before any result
+    crowd, _ = drive("takeaway", seed=7, seats=6)  # six players: a row that must still fit
+    put("takeaway-EEEEE", crowd)
+
+    entries = list_replays(folder)
+    assert [e.finished for e in entries] == [True, True, True, False, False]  # the finished first
+    by_code = {e.path.stem.split("-")[-1]: e for e in entries}
+    forfeit_entry = by_code["BBBBB"]
+    assert forfeit_entry.result.startswith("2 matches: ") and " · p1 left: ann won by forfeit" in forfeit_entry.result
+    assert "0–0" not in forfeit_entry.result and "beat" in forfeit_entry.result.split(" · ")[0]
+    assert load_replay(forfeit).result_line() == "p1 left: ann won by forfeit"
+    assert by_code["CCCCC"].playable and not by_code["CCCCC"].finished
+    assert "then a rematch, unfinished" in by_code["CCCCC"].result
+    assert not by_code["DDDDD"].playable and by_code["DDDDD"].result == "unfinished"
+    assert len(by_code["EEEEE"].players) == 6 and " won the match " in by_code["EEEEE"].result
+
+    async def scenario() -> None:
+        app = App(AppConfig(mode="menu", mute=True, width=900, height=600,
+                            session=SessionConfig(name="you", game="takeaway", record_dir=str(folder),
+                                                  request_timeout_s=LONG)))
+        task = await started(app)
+        try:
+            app.inject_key(key.R)
+            await until(app, lambda: app.describe().get("scene") == "replays")
+            await app.next_frame()
+            scene: Any = app.scene
+            rows = app.describe()["rows"]
+            assert len(rows) == 4, rows  # the one with no result is left out, and counted
+            assert "1 more stop before any result" in scene.status.text
+            assert rows[-1].count("stopped early: plays up to the last result") == 1
+            assert not any("stopped early" in r for r in rows[:-1])
+            for lbl in scene.rows + scene.results:  # every line inside the list's width, however many players
+                assert lbl.x + lbl.content_width <= scene.rx + scene.rw, (lbl.text, lbl.content_width)
+            assert "…" not in "".join(rows), rows  # at this size nothing needed cutting
+            app.request_screenshot(str(tmp_path / "replays_list.png"))
+            await app.next_frame()
+            # a recording that is not a true log is refused in a status line that fits the window
+            bad = _rows(played["blink"][0])
+            bad[5]["seq"] = 99
+            put("blink-FFFFF", [json.dumps(r) for r in bad])
+            app.inject_key(key.ESCAPE)
+            await until(app, lambda: app.describe().get("scene") == "menu")
+            app.inject_key(key.R)
+            await until(app, lambda: app.describe().get("scene") == "replays")
+            scene = app.scene
+            j = next(i for i, e in enumerate(scene.entries) if "FFFFF" in e.path.name)
+            scene.open(j)
+            await app.next_frame()
+            await app.next_frame()
+            assert scene.status.text.startswith("⚠ ") and scene.status.content_width <= 900 * 0.96
+            app.request_screenshot(str(tmp_path / "replays_refused.png"))
+            await app.next_frame()
+            # the unfinished one plays up to its last result
+            scene.open(next(i for i, e in enumerate(scene.entries) if "CCCCC" in e.path.name))
+            await until(app, lambda: "replay" in app.describe())
+        finally:
+            await stop(app, task)
 
     asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))

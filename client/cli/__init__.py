@@ -32,7 +32,7 @@ from protocol.topics import DEFAULT_PREFIX, Topics
 COMMANDS: dict[str, str] = {
     "serve": "serve", "lan": "lan", "bot": "bot", "match": "match", "watch": "watch",
     "broker-config": "broker_config", "play": "play", "latency": "latency", "load": "load",
-    "verify": "verify", "replay": "replay", "cluster": "cluster",
+    "verify": "verify", "replay": "replay", "settings": "settings", "cluster": "cluster",
 }
 
 
@@ -62,11 +62,24 @@ def command_of(argv: Sequence[str]) -> str | None:
     return None
 
 
+def version() -> str:
+    """The installed distribution's version (pyproject.toml's), or "unknown" when run from a tree
+    that was never installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("blink-race")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; given one of ``COMMANDS``, only that command's options are registered."""
     p = argtypes.OneLineParser(prog="blink", description="Race BLINK and play dice games over MQTT.")
     p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"topic prefix (default {DEFAULT_PREFIX})")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    p.add_argument("--version", action="version", version=f"blink {version()}", help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for word in ([command] if command in COMMANDS else COMMANDS):
         command_module(word).register(sub)

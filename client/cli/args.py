@@ -17,6 +17,9 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 USAGE = 2  # bad input on the command line
+#: The help of every ``--game`` option.
+GAME_HELP = ("game: blink (speed cards), takeaway, sequence or ryo (Roll Your Own) (default blink; "
+             "`blink settings GAME` lists its settings)")
 FAILED = 1  # a failure at run time
 
 
@@ -88,6 +91,22 @@ def seconds(lo: float, hi: float) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from exc
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"must be from {lo:g} to {hi:g} seconds: {text!r}")
+        return v
+
+    return parse
+
+
+def number(lo: float, hi: float, unit: str = "") -> Callable[[str], float]:
+    """A number from ``lo`` to ``hi``."""
+    what = f" {unit}" if unit else ""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not a number{what}: {text!r}") from exc
+        if not lo <= v <= hi:  # NaN too
+            raise argparse.ArgumentTypeError(f"must be from {lo:g} to {hi:g}{what}: {text!r}")
         return v
 
     return parse

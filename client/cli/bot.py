@@ -4,8 +4,8 @@ How this works
 --------------
 The bot is a ``client.player.Player`` (the window's network client and model) driven by
 ``client.bots.Bot``. A seat it takes is saved (``client/seats.py``) so ``--rejoin`` can take it back
-after a crash. A number of players the game does not allow is refused before anything starts
-(exit status 2); a refusal by the relay or a lost broker is one line and exit status 1.
+after a crash. A number of players the game does not allow, or a seat file to rejoin that cannot be
+read, is refused before anything starts (exit status 2); a refusal by the relay or a lost broker is one line and exit status 1.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from client.cli.failures import UsageError, UserError, friendly
 from protocol.rules import GAME_NAMES
 
 if TYPE_CHECKING:
+    from client.seats import SavedSeat
     from protocol.topics import Topics
 
 
@@ -28,38 +29,40 @@ def register(sub: argtypes.Subcommands) -> None:
     b.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses, e.g. mqtt://127.0.0.1:1883")
     b.add_argument("--match", metavar="CODE", help="join this match (default: quick match)")
     b.add_argument("--create", action="store_true", help="create a match and print its code")
-    b.add_argument("--game", choices=GAME_NAMES, default="blink")
+    b.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     b.add_argument("--players", type=argtypes.whole(0, 10_000), default=2,
                    help="seats when creating a match (as many as the game allows)")
-    b.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating")
-    b.add_argument("--name", default="bot")
+    b.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating (`blink settings GAME` lists them)")
+    b.add_argument("--name", default="bot", help="the bot's name at the table (default bot)")
     b.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="median reaction time in seconds")
-    b.add_argument("--seed", type=int)
+    b.add_argument("--seed", type=int, help="seed for the bot's choices and reaction times (default: random)")
     b.add_argument("--rejoin", nargs="?", const="", metavar="FILE",
                    help="take back the seat saved by the last `blink bot` run (or the one saved in FILE)")
 
 
 def run(args: argparse.Namespace, topics: Topics) -> int:
+    from client import seats
+
     if args.create:
         problem = argtypes.seats_problem(args.game, args.players, "--players")
         if problem is not None:
             raise UsageError(problem)
-    return asyncio.run(_bot(args, topics))
+    saved = None
+    if args.rejoin is not None:  # a seat file that is not there is bad input, as in `blink play --rejoin`
+        try:
+            saved = seats.load(args.rejoin or None, "bot")
+        except seats.SeatFileError as exc:
+            raise UsageError(str(exc)) from None
+    return asyncio.run(_bot(args, topics, saved))
 
 
-async def _bot(args: argparse.Namespace, topics: Topics) -> int:
+async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None) -> int:
     from mqttkit import parse_url
     from client.bots import Bot
     from client.player import Player, RequestError
 
     from client import seats
 
-    saved = None
-    if args.rejoin is not None:
-        try:
-            saved = seats.load(args.rejoin or None, "bot")
-        except seats.SeatFileError as exc:
-            raise UserError(str(exc)) from None
     try:
         async with Player(parse_url(args.server), saved.name if saved else args.name, topics) as player:
             if saved is not None:

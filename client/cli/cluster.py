@@ -27,6 +27,9 @@ def _one_line_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
     raise SystemExit(argtypes.USAGE)
 
 
+MAX_NODES = 16  # a local cluster for tests and trials
+
+
 def register(sub: argtypes.Subcommands) -> None:
     from client.tools.nats_cluster import READY_S  # standard library only: cheap
 
@@ -44,7 +47,7 @@ def register(sub: argtypes.Subcommands) -> None:
                     help="require the relay's password (written to DIR/relay-password, mode 600; give it to "
                          "`blink serve --password-file`) and confine anonymous MQTT clients to what players need "
                          "(default on; --no-auth: anyone may do anything, for experiments)")
-    up.add_argument("--ready-timeout", type=float, default=READY_S, help=argparse.SUPPRESS)
+    up.add_argument("--ready-timeout", type=argtypes.seconds(0.1, 3600), default=READY_S, help=argparse.SUPPRESS)
     down = actions.add_parser("down", help="stop the cluster recorded in DIR")
     down.add_argument("--dir", required=True, help="the directory given to `up`")
     for parser in (p, up, down):
@@ -57,8 +60,9 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     action = getattr(args, "cluster_action", None)
     try:
         if action == "up":
-            if args.nodes < 1:
-                print(f"blink cluster up: --nodes must be at least 1, not {args.nodes}", file=sys.stderr)
+            if not 1 <= args.nodes <= MAX_NODES:  # each node is a process and ports of its own
+                print(f"blink cluster up: --nodes must be at least 1 and at most {MAX_NODES}, not {args.nodes}",
+                      file=sys.stderr)
                 return argtypes.USAGE
             if args.base_port is not None and not 1 <= args.base_port <= 65535:
                 print(f"blink cluster up: --base-port must be 1..65535, not {args.base_port}", file=sys.stderr)

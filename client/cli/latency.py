@@ -8,7 +8,8 @@ exit status 2); then ``client.tools.latency.run_blocking`` does the measurement 
 drawn on stderr (only when stderr is a terminal, so piped output and ``--json`` stay clean); then
 a table, or with ``--json`` exactly one JSON object, goes to stdout. ``--plot`` draws a PNG with
 matplotlib, imported only then. An unreachable broker, a missing relay or a refused match is one
-line and exit status 1. Never imports pyglet.
+line and exit status 1; Ctrl-C stops the bots and the local relay in order and ends with status
+130 and no report (a partial measurement is not a result). Never imports pyglet.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--loss", help="fraction of messages dropped each way, per seat (e.g. 0.01 or 1%%)")
     p.add_argument("--reorder", help="fraction of messages held back so later ones overtake them, per seat")
     p.add_argument("--order", type=_order, default="arrival", help="relay ordering: arrival (default) or fair")
-    p.add_argument("--fair-cap-ms", type=float, default=None, help="local relay, fair order: longest hold (ms)")
+    p.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=None,
+                   help="local relay, fair order: longest hold in ms, 0 to 10000")
     p.add_argument("--reaction", type=argtypes.seconds(0, 10), default=0.35, help="bots' median reaction time in s (default 0.35)")
     p.add_argument("--seed", type=int, help="seed for the local relay, the bots and the impairment")
     p.add_argument("--settings", type=argtypes.settings, default={},
@@ -138,6 +140,10 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         bar.done()
         return fail(str(exc), 1)
     bar.done()
+    if result.stopped_early:
+        # Fewer seconds and plays than asked for are not the measurement asked for: no table, no
+        # JSON object a script could take for a finished run.
+        return fail(f"interrupted after {result.duration_s:.1f} s of {cfg.duration_s:g} s; no report", 130)
     summary = result.summary()
     if args.plot:
         try:

@@ -32,7 +32,7 @@ def register(sub: argtypes.Subcommands) -> None:
                                    "event-loop lag and the relay's CPU and memory.")
     p.add_argument("--matches", type=argtypes.whole(1, MAX_MATCHES), required=True,
                    help=f"concurrent matches, two players each (1-{MAX_MATCHES})")
-    p.add_argument("--game", choices=GAME_NAMES, default="blink")
+    p.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     p.add_argument("--pace", choices=("human", "max"), default="human",
                    help="human: a log-normal reaction time before each move (default); max: as fast as allowed")
     p.add_argument("--reaction", type=argtypes.seconds(0.0, 10.0), default=0.35,

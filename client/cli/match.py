@@ -26,12 +26,12 @@ if TYPE_CHECKING:
 
 def register(sub: argtypes.Subcommands) -> None:
     mt = sub.add_parser("match", help="a whole match between bots")
-    mt.add_argument("--game", choices=GAME_NAMES, default="blink")
+    mt.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     mt.add_argument("--bots", type=argtypes.whole(0, 10_000), default=2,
                     help="number of bot players (as many as the game allows: BLINK 2, the dice games 2 or more)")
     mt.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
     mt.add_argument("--seed", type=int, help="seed for the relay (when started here) and the bots")
-    mt.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON")
+    mt.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON (`blink settings GAME` lists them)")
     mt.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="bots' median reaction time in seconds")
     mt.add_argument("--timeout", type=argtypes.seconds(0, 3600), default=900.0, help="give up after this many seconds")
     mt.add_argument("--json", action="store_true", help="print one JSON object")
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 
 async def _match(args: argparse.Namespace, topics: Topics) -> int:
     from relay.local import LocalServer, RelayConfig
-    from client.matchrun import run_match, write_log
+    from client.matchrun import MatchTimeout, run_match, write_log
     from client.player import RequestError
     from protocol.rules import game_for
 
@@ -71,6 +71,8 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
                                      args.reaction, args.timeout, topics)
     except RequestError as exc:
         raise UserError(f"the relay refused: {exc}") from exc
+    except MatchTimeout as exc:
+        raise UserError(f"{exc} (--timeout {args.timeout:g}; give it longer)") from exc
     except UserError:
         raise
     except JournalError as exc:

@@ -10,8 +10,13 @@ broker + relay already starting (in a child process of their own, ``relay/localp
 window's frames never delay the relay; it dies with this process), so a bot game works on a fresh machine; ``--bot``/``--host``/
 ``--match``/``--quick``/``--autoplay`` skip the menu and start that game at once.
 
-Exit status: 0 after a normal quit, 1 when the window could not open, the game could not start or
-the local relay's process died (the reason is printed as one line), 2 for bad arguments -- paths included: ``--screenshot`` and
+With ``--server`` the server is checked first (``client/cli/preflight.py``): an unreachable
+broker, a broker with no relay, or a ``--match``/``--watch`` code the relay does not know is one
+line on stderr and exit status 1, before any window opens.
+
+Exit status: 0 after a normal quit, 1 when the server is not there (above), the window could not
+open, the game could not start or the local relay's process died (the reason is printed as one
+line), 130 after Ctrl-C, 2 for bad arguments -- paths included: ``--screenshot`` and
 ``--frame-stats`` must name a writable file in an existing folder, checked before the window opens.
 """
 
@@ -55,13 +60,12 @@ def register(sub: argtypes.Subcommands) -> None:
                            "`blink play` on a server saved, or the one saved in FILE)")
     p.add_argument("--bot", type=_level_arg, metavar="LEVEL",
                    help="play a bot at once: easy, normal, hard, expert or its reaction time in seconds")
-    p.add_argument("--game", choices=GAME_NAMES, default="blink",
-                   help="game: blink (speed cards), takeaway, sequence or ryo (Roll Your Own)")
+    p.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     p.add_argument("--players", type=argtypes.whole(0, 10_000), default=2, metavar="N",
                    help="seats in a match you create (BLINK: 2; Takeaway 2-6, Sequence 2-4, Roll Your Own 2-8; "
                         "bots fill the others)")
     mode.add_argument("--watch", metavar="CODE", help="spectate a running match by code (read-only; needs --server)")
-    p.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating a match")
+    p.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating a match (`blink settings GAME` lists them)")
     p.add_argument("--autoplay", action="store_true", help="a bot plays for you (demos, tests)")
     p.add_argument("--screenshot", type=argtypes.out_file, metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
     p.add_argument("--quit-after", type=argtypes.seconds(0, 86400), metavar="SECONDS", help="close the window after this many seconds")
@@ -120,6 +124,17 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         print("blink play: --match/--quick need --server (a relay other players use); "
               "--host starts a local match and shows its code", file=sys.stderr)
         return 2
+
+    if args.server:
+        # A wrong URL, a broker with no relay or an unknown code is one line now, not a window whose
+        # menu finds out only after a choice.
+        from client.cli.preflight import check_server
+
+        code = args.watch or (args.match if mode == "join" else None)
+        try:
+            asyncio.run(check_server(args.server, topics, code))
+        except KeyboardInterrupt:
+            return 130
 
     from client.replays import replays_dir
     from client.window.session import BOT_LEVELS, SessionConfig

@@ -7,8 +7,8 @@ the spectator's state at every event) and only then open the window, in replay m
 own scene shows the match as a spectator saw it, under a control bar (play, pause, speed, step,
 scrub). A log that is not a true log -- truncated, reordered, tampered -- is refused with its first
 bad line, in one line on stderr, exit status 1, and no window. ``--at N`` starts paused at event N
-(1-based, as the bar counts), ``--speed`` sets 1, 2 or 4; ``--screenshot``/``--quit-after`` work
-as in ``blink play``.
+(1-based, as the bar counts; past the match's last event it is an option out of range, status 2),
+``--speed`` sets 1, 2 or 4; ``--screenshot``/``--quit-after`` work as in ``blink play``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from client.cli import args as argtypes
@@ -45,7 +44,7 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--at", type=argtypes.whole(1, 10**9, "events"), metavar="N",
                    help="start paused at event N (1 = the first)")
     p.add_argument("--speed", type=_speed, default=1.0, help="playback speed: 1, 2 or 4 (default 1)")
-    p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
+    p.add_argument("--screenshot", type=argtypes.out_file, metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
     p.add_argument("--quit-after", type=argtypes.seconds(0, 86400), metavar="SECONDS",
                    help="close the window after this many seconds")
     p.add_argument("--width", type=argtypes.whole(320, 8192, 'pixels'), default=1100, help="window width in pixels")
@@ -67,11 +66,6 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     from client.window.viewmodels.replay import ReplayError, load_replay
 
     path = args.log
-    if args.screenshot:
-        shot = Path(args.screenshot)
-        if shot.is_dir() or not shot.parent.is_dir():
-            print(f"blink replay: --screenshot {args.screenshot}: not a file in an existing directory", file=sys.stderr)
-            return 1
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -90,8 +84,9 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     at = None
     if args.at is not None:
         if args.at > len(replay):
+            # an option out of range, though only the log says what the range is
             print(f"blink replay: --at {args.at}: the match has {len(replay)} events", file=sys.stderr)
-            return 1
+            return argtypes.USAGE
         at = args.at - 1
     try:
         import pyglet

@@ -37,7 +37,8 @@ def register(sub: argtypes.Subcommands) -> None:
     s.add_argument("--broker", type=_urls, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883 "
                    "(with --cluster/--shards: the nodes of a clustered broker, comma-separated, tried in turn)")
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
-    s.add_argument("--fair-cap-ms", type=float, default=150.0, help="fair order: longest hold of a play (ms)")
+    s.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=150.0,
+                   help="fair order: longest hold of a play in ms, 0 to 10000 (default 150)")
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
     s.add_argument("--log", type=argtypes.out_file, metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
     s.add_argument("--relay-id", help="this relay's name (status topic; default relay-0, with --cluster a "

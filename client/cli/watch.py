@@ -2,7 +2,8 @@
 
 How this works
 --------------
-First a retained ``RelayStatus`` says whether any relay is online (an answer at once, or none).
+First a retained ``RelayStatus`` says whether any relay is online (an answer at once, or none:
+``client/cli/preflight.py``).
 Then, subscribed to the match's events, the spectator asks for the past ones (``Resync`` from
 seq 1) and prints each seq once and in order, past and live alike; a missing seq is asked for
 again after ``GAP_WAIT_S`` and skipped, with a note on stderr, after ``GAP_GIVE_UP_S``. The
@@ -35,36 +36,9 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     return asyncio.run(_watch(args, topics))
 
 
-RELAY_STATUS_WAIT_S = 1.5  # retained status messages arrive at once; this is only the "none" case
 WATCH_ANSWER_S = 5.0  # the relay answers a Resync at once; this is only a relay that does not answer
 GAP_WAIT_S = 1.0  # an event missing this long is asked for again (Resync from it) ...
 GAP_GIVE_UP_S = 3.0  # ... and after this long it is skipped, with a note on stderr
-
-
-async def _relay_online(address: Any, topics: Topics) -> bool:
-    """Is any relay online on this broker? Each relay keeps a retained ``RelayStatus`` on
-    ``relay/<id>/status`` (its last will turns it offline), so a subscription answers at once."""
-    import aiomqtt
-
-    from client.net import new_client_id
-    from protocol import messages as m
-    from protocol.codec import DecodeError, decode
-
-    async with aiomqtt.Client(address.host, address.port, identifier=new_client_id("wq"),
-                              username=address.username, password=address.password) as client:
-        await client.subscribe(topics.relay_status("+"), qos=0)
-        try:
-            async with asyncio.timeout(RELAY_STATUS_WAIT_S):
-                async for message in client.messages:
-                    try:
-                        msg = decode(bytes(message.payload)) if isinstance(message.payload, (bytes, bytearray)) else None
-                    except DecodeError:
-                        continue
-                    if isinstance(msg, m.RelayStatus) and msg.online:
-                        return True
-        except TimeoutError:
-            pass
-    return False
 
 
 async def _watch(args: argparse.Namespace, topics: Topics) -> int:
@@ -74,14 +48,15 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
     import time
 
     from mqttkit import parse_url
+    from client.cli.preflight import no_relay, relay_online
     from client.player import Player
     from protocol import messages as m
 
     code = args.code.strip().upper()
     address = parse_url(args.server)
     try:
-        if not await _relay_online(address, topics):
-            raise UserError(f"no relay is online on {address.url} (start one with `blink serve --broker {address.url}`)")
+        if not await relay_online(address, topics):
+            raise no_relay(address)
         async with Player(address, "spectator", topics, ping_interval_s=0) as player:
             events: dict[int, m.Event] = {}
             latest: list[m.Snapshot] = []

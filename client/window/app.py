@@ -343,6 +343,14 @@ class App:
         self.session.spawn(self.session.leave())
         self.goto("menu")
 
+    def interrupted(self, sig: int) -> None:
+        """A signal: close as a quit does; Ctrl-C (SIGINT) then ends the command with status 130, as
+        a shell expects of an interrupted program, while SIGTERM (a service manager's stop) is a
+        normal quit."""
+        if sig == signal.SIGINT and not self.exit_code:
+            self.exit_code = 130
+        self.quit()
+
     def quit(self) -> None:
         self.closing = True
 
@@ -526,7 +534,7 @@ class App:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, self.quit)
+                loop.add_signal_handler(sig, self.interrupted, sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
         starter = asyncio.create_task(self.start_session())

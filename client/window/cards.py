@@ -61,6 +61,27 @@ def set_text(lbl: pyglet.text.Label, text: str) -> None:
         lbl.text = text
 
 
+def fit_label(lbl: pyglet.text.Label, text: str, max_w: float, size: float, min_size: float | None = None) -> None:
+    """Show ``text`` in ``lbl`` at font ``size`` within ``max_w``: first smaller (down to
+    ``min_size``), then cut at the end with "…" -- a label never runs off its panel or the window,
+    whatever it is told to say (an error message included)."""
+    from client.window.layout import fit_text
+
+    if lbl.font_size != size:
+        lbl.font_size = size
+    set_text(lbl, text)
+    if min_size is not None and lbl.content_width > max_w > 0:
+        smaller = max(min_size, int(size * max_w / lbl.content_width * 10) / 10)
+        if smaller < size:
+            lbl.font_size = smaller
+
+    def measure(candidate: str) -> float:
+        set_text(lbl, candidate)
+        return float(lbl.content_width)
+
+    set_text(lbl, fit_text(text, max_w, measure))
+
+
 def set_color(lbl: pyglet.text.Label, rgba: tuple[int, int, int, int]) -> None:
     if tuple(lbl.color) != rgba:
         lbl.color = rgba

@@ -38,6 +38,34 @@ PICK_HINTS = "1 2 3  (or click)  place that card on your own pile     Esc  menu"
 OVER_HINTS = "R  rematch     M  menu     Q  quit"
 
 
+def possessive(name: str) -> str:
+    """``name``'s, as a pile or a turn is labelled: "ann's", "james'", and "your" for a player
+    named "you" (the default name), never "you's"."""
+    if name.strip().lower() == "you":
+        return "your"
+    return f"{name}'" if name.endswith(("s", "S")) else f"{name}'s"
+
+
+def with_you(name: str, mine: bool) -> str:
+    """A seat's name with "(you)" after your own -- unless the name already says it."""
+    return f"{name}  (you)" if mine and name.strip().lower() != "you" else name
+
+
+def replay_hint(hint: str) -> str:
+    """A game's key hint shown under a replay's bar: Esc belongs to the bar there (it says what
+    Esc does), so the game's own "Esc  menu" is left out."""
+    return "     ".join(part for part in hint.split("     ") if part.strip() and part.strip() != "Esc  menu")
+
+
+def game_number(ms: dict[str, object], fallback_index: int) -> int:
+    """The number of the game being played, or just played, in the current match: counted from
+    the match's own results, which a rematch starts again (the relay's game index runs on)."""
+    results = ms.get("results")
+    if not isinstance(results, list):
+        return fallback_index + 1
+    return len(results) + 1 if ms.get("status") == "playing" else max(1, len(results))
+
+
 def ordinal_game(index: int) -> str:
     return f"game {index + 1}"
 

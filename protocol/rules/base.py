@@ -126,9 +126,11 @@ def settings_map(data: object, known: type, game: str) -> dict[str, Any]:
     if data is not None and not isinstance(data, dict):
         raise ValueError(f"{game} settings must be a map")
     data = dict(data or {})
-    unknown = set(data) - set(getattr(known, "__dataclass_fields__"))
-    if unknown:
-        raise ValueError(f"unknown {game} settings: {', '.join(sorted(map(str, unknown)))}")
+    fields = getattr(known, "__dataclass_fields__")
+    unknown = set(data) - set(fields)
+    if unknown:  # naming the keys there are: a typo is then one look away from its fix
+        raise ValueError(f"unknown {game} settings: {', '.join(sorted(map(str, unknown)))} "
+                         f"(the settings are {', '.join(fields)})")
     return data
 
 

@@ -24,11 +24,11 @@ from pyglet.window import key, mouse
 
 from protocol.rules import blink, game_for
 from client.window import geometry as geo
-from client.window.cards import CardView, Layer, label, set_color, set_text
+from client.window.cards import CardView, Layer, fit_label, label, set_color, set_text
 from client.window.layout import CARD_ASPECT, logo_cards
 from client.window.mesh import Mesh
 from client.window.scenes.base import Scene
-from client.window.scenes.registry import WINDOW_GAMES, seat_choices, window_game
+from client.window.scenes.registry import WINDOW_GAMES, seat_choices, title, window_game
 from client.window.session import BOT_LEVELS
 
 ITEMS = [
@@ -94,6 +94,8 @@ class MenuScene(Scene):
                               blink.Card(2, "yellow", "triangle")]
         self._rects: list[tuple[float, float, float, float]] = []
         self._key: Any = None
+        self._f, self._iw, self._size = 15.0, 630.0, tuple(app.size)
+        self._titled: Any = None  # (game, size) the title, tagline and sample cards were last laid out for
         self.resize(*app.size)
 
     def resize(self, width: int, height: int) -> None:
@@ -121,14 +123,27 @@ class MenuScene(Scene):
         self.status.position = (width / 2, f * 4.2, 0)
         self.hint.font_size = round(f * 0.9, 1)
         self.hint.position = (width / 2, f * 1.8, 0)
-        # decorative sample cards either side of the title, clear of the tagline below it
+        self._f, self._iw, self._size = f, iw, (width, height)
+        self._titled = None
+        self._key = None
+
+    def _place_title(self, game: str) -> None:
+        """The chosen game's title and tagline; BLINK's decorative sample cards either side of its
+        title, clear of the tagline below it (the dice games have no cards)."""
+        width, height = self._size
+        f = self._f
+        if self._titled == (game, self._size):
+            return
+        self._titled = (game, self._size)
+        fit_label(self.title, title(game), width * 0.94, round(f * 3.6, 1), min_size=round(f * 1.8, 1))
+        fit_label(self.tagline, window_game(game).tagline, width * 0.94, round(f, 1), min_size=round(f * 0.8, 1))
         cw, xs = logo_cards(width, self.title.content_width / 2, f, f * 6.4)
         ch = cw / CARD_ASPECT
         y = height - f * 4.6
+        cards = game == "blink"
         for view, card, x in zip(self.samples, self._sample_cards, xs):
-            view.show(card, "face", cw, ch)
+            view.show(card if cards else None, "face" if cards else "none", cw, ch)
             view.move(x, y)
-        self._key = None
 
     def update(self, now_ns: int) -> None:
         s = self.app.session
@@ -148,6 +163,7 @@ class MenuScene(Scene):
             panel.set(t)
             panel.move(x, y)
         game = self.games[self.game]
+        self._place_title(game)
         allowed = seat_choices(game)
         if self.players not in allowed:
             self.players = min(allowed, key=lambda n: abs(n - self.players))
@@ -155,7 +171,7 @@ class MenuScene(Scene):
         set_text(self.details[1], f"◀  {self.players}  ▶" + ("   (bots fill the other seats)" if len(allowed) > 1
                                                             else f"   ({self.players}-player game)"))
         set_text(self.details[2], f"{self.levels[self.level]}  (← →)")
-        set_text(self.details[3], "open to the LAN: shows the address and code")
+        set_text(self.details[3], "open to the LAN, with a code to share")
         for i, what in ((4, "join"), (5, "watch")):
             if self.typing and self.typing_for == what:
                 set_text(self.details[i], f"code: {self.code}_   Enter {what} · Esc cancel")
@@ -170,16 +186,20 @@ class MenuScene(Scene):
         set_text(self.details[self.row("timer")], f"◀  {self.timer_label(game)}  ▶")
         set_text(self.details[self.row("replays")], "watch a recorded match again")
         set_text(self.details[self.row("quit")], "")
+        f, iw, (width, _) = self._f, self._iw, self._size
+        for i, (text, detail) in enumerate(zip(self.texts, self.details)):
+            # a detail keeps to the right of its item's name, whatever it says
+            room = iw - f * 4 - text.content_width - f * 1.0 - f * 1.2
+            fit_label(detail, detail.text, room, round(f * 0.9, 1), min_size=round(f * 0.7, 1))
         if self.error:
-            set_text(self.status, f"⚠ {self.error}")
-            set_color(self.status, (255, 140, 120, 255))
+            status, colour = f"⚠ {self.error}", (255, 140, 120, 255)
         elif s.status == "error":
-            set_text(self.status, f"⚠ {s.message}")
-            set_color(self.status, (255, 140, 120, 255))
+            status, colour = f"⚠ {s.message}", (255, 140, 120, 255)
         else:
             where = ("local relay on " if s.local else "server ") + (s.server_url or "…")
-            set_text(self.status, f"{where}{'   ·   ' + s.message if s.message else ''}")
-            set_color(self.status, (190, 215, 200, 255))
+            status, colour = f"{where}{'   ·   ' + s.message if s.message else ''}", (190, 215, 200, 255)
+        fit_label(self.status, status, width * 0.96, round(f * 0.9, 1), min_size=round(f * 0.65, 1))
+        set_color(self.status, colour)
         self.display_version += 1
 
     @staticmethod

@@ -33,10 +33,12 @@ class WindowGame:
     presets: tuple[tuple[str, dict[str, Any]], ...] = (("none for this game", {}),)
     turn_timer: bool = False  # the game takes the ``turn_timer_s`` setting (the menu's Turn timer row)
     score_word: str = ""  # what a game result's ``scores`` count, for the results screen ("" = not shown)
+    tagline: str = ""  # the menu's line under the game's title
 
 
 WINDOW_GAMES: dict[str, WindowGame] = {
-    "blink": WindowGame(TableScene, "BLINK — speed cards"),
+    "blink": WindowGame(TableScene, "BLINK — speed cards",
+                        tagline="the speed-card race: match colour, shape or count — faster than them"),
     "takeaway": WindowGame(TakeawayScene, "Takeaway Dice", (
         ("hex19 · one re-roll every turn", {}),
         ("hex19 · one re-roll per game", {"reroll_once_per_game": True}),
@@ -46,16 +48,18 @@ WINDOW_GAMES: dict[str, WindowGame] = {
         ("triangle (15 Blinks)", {"layout": "triangle"}),
         ("parallelogram (16 Blinks)", {"layout": "parallelogram"}),
         ("random cluster (19 Blinks)", {"layout": "random"}),
-    ), turn_timer=True, score_word="points"),
+    ), turn_timer=True, score_word="points",
+        tagline="claim one free Blink a turn, with its face — a face you already hold scores 10"),
     "sequence": WindowGame(SequenceScene, "Sequence Dice", (
         ("5 in a row", {"sequence_length": 5}),
         ("6 in a row (two players)", {"sequence_length": 6}),
-    ), turn_timer=True, score_word="chips on the board"),
+    ), turn_timer=True, score_word="chips on the board",
+        tagline="roll two dice, place a chip on a space of that number — a line of chips wins"),
     "ryo": WindowGame(RyoScene, "Roll Your Own", (
         ("standard 6/6/3 (rolls/rounds/games)", {"rolls_per_round": 6, "rounds_per_game": 6, "games_per_match": 3}),
         ("short 3/2/1", {"rolls_per_round": 3, "rounds_per_game": 2, "games_per_match": 1}),
         ("medium 4/4/2", {"rolls_per_round": 4, "rounds_per_game": 4, "games_per_match": 2}),
-    ), turn_timer=True),
+    ), turn_timer=True, tagline="build your own die in secret, then roll it against theirs"),
 }
 
 

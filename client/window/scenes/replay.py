@@ -23,7 +23,7 @@ from typing import Any
 import pyglet
 from pyglet.window import key
 
-from client.window.cards import label, set_text
+from client.window.cards import fit_label, label, set_color, set_text
 from client.window.scenes.base import Scene
 from client.window.viewmodels.replay import ReplaySession
 
@@ -186,12 +186,17 @@ class ReplaysScene(Scene):
         front = pyglet.graphics.Group(order=2)
         back = pyglet.graphics.Group(order=1)
         self.folder: str | None = getattr(app.session.config, "record_dir", None)  # None: the data directory's
-        self.entries = list_replays(self.folder)
+        listed = list_replays(self.folder)
+        # one that stops before any result cannot be verified, so not watched: counted, not listed
+        self.entries = [e for e in listed if e.playable]
+        self.left_out = len(listed) - len(self.entries)
         self.index = 0
         self.top = 0
         self.error = ""
         self.title = label(b, front, 30, (255, 255, 255, 255), "center", "center", bold=True, text="Replays")
+        # each row two lines: when, which game and who; under it the result of every match in it
         self.rows = [label(b, front, 13, (225, 240, 230, 255), "left", "center") for _ in range(self.ROWS)]
+        self.results = [label(b, front, 11, (190, 215, 200, 255), "left", "center") for _ in range(self.ROWS)]
         self.keys = [label(b, front, 13, (255, 220, 120, 255), "center", "center", bold=True) for _ in range(self.ROWS)]
         self.band = pyglet.shapes.Rectangle(0, 0, 10, 10, color=(40, 120, 90, 255), batch=b, group=back)
         self.status = label(b, front, 11, (190, 215, 200, 255), "center", "center")
@@ -207,10 +212,11 @@ class ReplaysScene(Scene):
         self.title.position = (width / 2, height - f * 4, 0)
         self.rx = width / 2 - min(width * 0.9, f * 60) / 2
         self.rw = min(width * 0.9, f * 60)
-        for i, (r, k) in enumerate(zip(self.rows, self.keys)):
+        for i, (r, res, k) in enumerate(zip(self.rows, self.results, self.keys)):
             y = height - f * (9 + 3.2 * i)
             r.font_size = round(f * 1.0, 1)
-            r.position = (self.rx + f * 3.5, y, 0)
+            r.position = (self.rx + f * 3.5, y + f * 0.55, 0)
+            res.position = (self.rx + f * 3.5, y - f * 0.7, 0)
             k.position = (self.rx + f * 1.5, y, 0)
         self.status.position = (width / 2, f * 4.2, 0)
         self.hint.position = (width / 2, f * 1.8, 0)
@@ -230,19 +236,30 @@ class ReplaysScene(Scene):
             self.top = self.index - self.ROWS + 1
         for i in range(self.ROWS):
             j = self.top + i
+            row, res = self.rows[i], self.results[i]
+            room = self.rw - self.f * 4.5
             if j < len(self.entries):
                 e = self.entries[j]
                 set_text(self.keys[i], str(i + 1))
-                set_text(self.rows[i], f"{e.date}   {e.game:9s}  {' vs '.join(e.players) or '?'}   —   {e.result}")
+                who = " vs ".join(e.players) if len(e.players) <= 2 else ", ".join(e.players)
+                fit_label(row, f"{e.date}   {e.game}   {who or '?'}", room, round(self.f * 1.0, 1),
+                          min_size=round(self.f * 0.8, 1))
+                result = e.result if e.finished else f"stopped early: plays up to the last result · {e.result}"
+                fit_label(res, result, room, round(self.f * 0.85, 1), min_size=round(self.f * 0.7, 1))
+                set_color(res, (190, 215, 200, 255) if e.finished else (235, 205, 130, 255))
             else:
                 set_text(self.keys[i], "")
-                set_text(self.rows[i], "no recorded matches yet: play one, it is kept here" if j == 0 else "")
+                fit_label(row, "no recorded matches yet: play one, it is kept here" if j == 0 else "", room,
+                          round(self.f * 1.0, 1))
+                set_text(res, "")
         sel = self.index - self.top
-        self.band.position = (self.rx, self.row_y(sel) - self.f * 1.3)
-        self.band.width, self.band.height = self.rw, self.f * 2.6
+        self.band.position = (self.rx, self.row_y(sel) - self.f * 1.45)
+        self.band.width, self.band.height = self.rw, self.f * 2.9
         self.band.visible = bool(self.entries)
         where = self.folder or "the data directory"
-        set_text(self.status, f"⚠ {self.error}" if self.error else f"{len(self.entries)} recorded in {where}")
+        gone = (f" ({self.left_out} more stop before any result: nothing to watch)" if self.left_out else "")
+        fit_label(self.status, f"⚠ {self.error}" if self.error else f"{len(self.entries)} recorded in {where}{gone}",
+                  self.w * 0.96, round(self.f * 0.9, 1), min_size=round(self.f * 0.65, 1))
         self.display_version += 1
 
     def open(self, j: int) -> None:
@@ -256,7 +273,7 @@ class ReplaysScene(Scene):
             with open(path, encoding="utf-8") as f:
                 replay = load_replay(f.read().splitlines(), cut_unfinished=True)
         except (OSError, UnicodeDecodeError, ReplayError, RecursionError) as exc:
-            self.error = f"{path.name}: {exc}"[:160]
+            self.error = f"{path.name}: {exc}"  # fitted to the window when drawn
             return
         self.app.open_replay(replay)
 
@@ -287,5 +304,7 @@ class ReplaysScene(Scene):
         return False
 
     def describe(self) -> dict[str, Any]:
-        return {"scene": self.name, "index": self.index, "rows": [r.text for r in self.rows if r.text],
+        return {"scene": self.name, "index": self.index,
+                "rows": [f"{r.text}   —   {res.text}" if res.text else r.text for r, res in zip(self.rows, self.results)
+                         if r.text],
                 "status": self.status.text}

@@ -31,6 +31,7 @@ from client.window.cards import FELT, FONT, CardView, Layer, glyph_font, label, 
 from client.window.layout import Rect, TableLayout, fit_text, table_layout
 from client.window.mesh import Mesh, mix
 from client.window import geometry as geo
+from client.window import texts
 from client.window.scenes.base import Scene
 from client.window.viewmodels.table import NS, Band, CardShow, Step, TableBoard, TableViewModel
 
@@ -264,7 +265,7 @@ class TableScene(Scene):
         set_text(self.info_lbl, board.info)
         set_text(self.opp_name_lbl, board.opp_name)
         set_text(self.opp_info_lbl, "")
-        set_text(self.hint_lbl, board.hint)
+        set_text(self.hint_lbl, board.hint if self.app.overlay is None else texts.replay_hint(board.hint))
 
     # ------------------------------------------------------------------ per-frame animation
 

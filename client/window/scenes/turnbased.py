@@ -41,6 +41,7 @@ import pyglet
 from pyglet.window import key, mouse
 
 from protocol.rules.base import Rejected
+from client.window import texts
 from client.window.cards import Layer, label
 from client.window.draw2d import Canvas
 from client.window.layout import Rect, fit_text
@@ -462,7 +463,9 @@ class TurnBasedScene(Scene):
         self.text(self.board_rect.x, self.message_y, text, 1.1, colour_m, bold=True, max_w=self.board_rect.w)
         if vm.pending(model):
             self.text(self.board_rect.x, self.pending_y, PENDING_LINE, 0.95, AMBER)
-        self.text(self.w / 2, self.hint_y, vm.hint_line(model), 0.85, DIM, max_w=self.w - f)
+        hint = vm.hint_line(model)
+        self.text(self.w / 2, self.hint_y, hint if self.app.overlay is None else texts.replay_hint(hint), 0.85, DIM,
+                  max_w=self.w - f)
         if game_over and state is not None:
             br = self.board_rect
             over.rect(br.x, br.y, br.w * 0.9, f * 7.5, (10, 14, 20, 225), radius=f)

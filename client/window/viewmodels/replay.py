@@ -86,7 +86,16 @@ class Replay:
 
     def result_line(self) -> str:
         """'A beat B 2–1' (or the draw) -- for the list of replays and the results."""
-        ms = self.steps[-1].match_state if self.steps else {}
+        ms = dict(self.steps[-1].match_state) if self.steps else {}
+        # why it ended and who left are in the events, not in the relay's match state
+        for step in reversed(self.steps):
+            ev = step.event
+            if ev.type in ("seat_left", "player_dropped") and "left" not in ms and "reason" in ms:
+                ms["left"] = str(ev.data.get("player") or "")
+            elif ev.type == "match_over" and "reason" not in ms:
+                ms["reason"] = ev.data.get("reason")
+            elif ev.type == "rematch_started":
+                break
         return match_result_line(list(self.players), ms)
 
     # ------------------------------------------------------------------ spectator models

@@ -41,15 +41,27 @@ def game_line(index: int, result: Mapping[str, Any], names: Sequence[str], seat:
 
 
 def match_result_line(names: list[str], ms: dict[str, Any]) -> str:
-    """A match's result in the third person: "A beat B 2–1", "A and B share the match", "in progress"."""
+    """A match's result in the third person: "A beat B 2–1", "A and B share the match", "in progress";
+    a match a player left (``reason`` "forfeit", ``left`` naming who) or was gone from too long
+    ("abandoned") says so: "B left: A won by forfeit" -- never "A beat B 0–0"."""
     wins = list(ms.get("wins") or [])
     status = ms.get("status")
     if status != "over":
         return "unfinished" if status else ""
     winner = ms.get("winner")
     score = "–".join(str(w) for w in sorted(wins, reverse=True)) if wins else ""
+    reason = ms.get("reason")
+    if reason in ("forfeit", "abandoned"):
+        left = str(ms.get("left") or "")
+        why = (f"{left} left" if reason == "forfeit" else f"{left} was gone too long") if left else ""
+        won = (f"{names[winner]} won by forfeit" if isinstance(winner, int) and 0 <= winner < len(names)
+               else "the match ended by forfeit")
+        played = f" ({score} in games)" if any(wins) else ""
+        return f"{why}: {won}{played}" if why else f"{won}{played}"
     if winner is None or not 0 <= winner < len(names):
         top = [names[s] for s in range(min(len(names), len(wins))) if wins[s] == max(wins)] if wins else []
         return f"{' and '.join(top)} share the match {score}".strip() if top else "match drawn"
+    if len(names) > 2:  # the score names no one: who won is the news, the others are in the row
+        return f"{names[winner]} won the match {score}".strip()
     others = [n for s, n in enumerate(names) if s != winner]
     return f"{names[winner]} beat {', '.join(others)} {score}".strip()

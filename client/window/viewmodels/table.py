@@ -283,13 +283,17 @@ class TableViewModel:
                 piles.append(CardShow(None, "back"))
             else:
                 piles.append(CardShow(top, "face", 0.82 if is_pending else 1.0, "pending" if is_pending else None))
-            owner = "your" if p == seat and not watching else f"{names[p]}'s"
-            # no changing numbers here: a new text is a new text layout, and this is every play
-            labels.append(f"←  A    {owner} pile" if p == 0 else f"{owner} pile    D  →")
+            owner = "your" if p == seat and not watching else texts.possessive(names[p])
+            # no changing numbers here: a new text is a new text layout, and this is every play.
+            # The keys only for a player: a spectator (and a replay, whose ← → step) plays no pile.
+            if watching:
+                labels.append(f"{owner} pile")
+            else:
+                labels.append(f"←  A    {owner} pile" if p == 0 else f"{owner} pile    D  →")
         draws = tuple(CardShow(None, "back", mid=str(len(state.draw[who]))) if state.draw[who]
                       else CardShow(None, "slot", mid="0") for who in (seat, opp))
         best_of = ms.get("best_of") or state.settings.best_of
-        gi = ms.get("game_index", 0) or 0
+        gi = texts.game_number(ms, ms.get("game_index", 0) or 0) - 1
         if watching:
             hint = f"watching {names[seat]} (bottom) and {names[opp]} (top)     Esc  menu"
         elif state.phase == "picking" and not state.picked[seat]:
@@ -300,7 +304,8 @@ class TableViewModel:
             hint = texts.KEY_HINTS
         return TableBoard(
             True, tuple(hand), tuple(keys), opp_hand, tuple(piles), tuple(labels),
-            (draws[0], draws[1]), (f"{names[seat]}'s draw pile" if watching else "your draw pile", "draw pile"),
+            (draws[0], draws[1]), (f"{texts.possessive(names[seat])} draw pile" if watching else "your draw pile",
+                                   "draw pile"),
             texts.score_line(names[:2], wins, seat), f"game {gi + 1} · best of {best_of} · match {model.match or ''}",
             names[opp] or "opponent", hint, state.phase)
 
@@ -310,8 +315,8 @@ class TableViewModel:
         """The band's texts now (``status``/``message``/``server_url`` are the session's)."""
         state = model.state() if model is not None else None
         if model is None or state is None or not isinstance(state, blink.State):
-            if status == "error":
-                return Band("Cannot play", message, "screen")
+            if status == "error":  # a spectator (a bad watch code) was not going to play
+                return Band("Cannot watch" if getattr(model, "spectating", False) else "Cannot play", message, "screen")
             if status == "waiting" and model is not None and model.match:
                 return Band(f"Match code  {model.match}",
                             f"waiting for an opponent — they run:  blink play --server {server_url} "

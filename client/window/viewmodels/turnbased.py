@@ -86,7 +86,7 @@ class Row:
     """One seat in the player list."""
 
     seat: int
-    name: str  # with "  (you)" for your own seat
+    name: str  # with "  (you)" for your own seat (unless the name already says "you")
     acting: bool
     mine: bool
     score: str
@@ -222,7 +222,7 @@ class TurnViewModel:
         over = self.game_over(model, state)
         out = []
         for seat in range(getattr(state, "players", len(names))):
-            name = (names[seat] if seat < len(names) else f"seat {seat + 1}") + ("  (you)" if seat == me else "")
+            name = texts.with_you(names[seat] if seat < len(names) else f"seat {seat + 1}", seat == me)
             out.append(Row(seat, name, seat in acting and not over, seat == me, self.score_text(state, seat),
                            self.seat_colour(state, seat), self.seat_mark(state, seat)))
         return out
@@ -237,8 +237,8 @@ class TurnViewModel:
 
     def status(self, status: str, message: str, server_url: str, model: Any) -> tuple[str, str]:
         """Before a game: the big and small line of the status overlay."""
-        if status == "error":
-            return "Cannot play", message
+        if status == "error":  # a spectator (a bad watch code) was not going to play
+            return ("Cannot watch" if getattr(model, "spectating", False) else "Cannot play"), message
         if status == "waiting" and model is not None and model.match:
             return (f"Match code  {model.match}",
                     f"waiting for players — they run:  blink play --server {server_url} --match {model.match}")

@@ -1,0 +1,80 @@
+"""Checks of a server before a command starts its real work: is a relay online on this broker, and
+is there a match with this code?
+
+How this works
+--------------
+Each relay keeps a retained ``RelayStatus`` on ``relay/<id>/status`` (its last will turns it
+offline), so a subscription to ``relay/+/status`` answers at once whether one is online; the
+broker not answering at all is the network's error, worded by ``failures.friendly``. A match code
+is checked by spectating it for a moment (``Player.watch``): the relay answers ``no_such_match``
+for a code it does not know. ``blink watch`` and ``blink play --server`` use them so that a wrong
+URL or code is one line on stderr, before anything else (a window, a follow loop) starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from client.cli.failures import UserError, friendly
+
+if TYPE_CHECKING:
+    from mqttkit import BrokerAddress
+    from protocol.topics import Topics
+
+RELAY_STATUS_WAIT_S = 1.5  # retained status messages arrive at once; this is only the "none" case
+MATCH_ANSWER_S = 5.0  # the relay answers a spectator at once; this is only a relay that does not answer
+
+
+async def relay_online(address: BrokerAddress, topics: Topics) -> bool:
+    """Is any relay online on this broker? Raises what the network raises when the broker is not there."""
+    import aiomqtt
+
+    from client.net import new_client_id
+    from protocol import messages as m
+    from protocol.codec import DecodeError, decode
+
+    async with aiomqtt.Client(address.host, address.port, identifier=new_client_id("wq"),
+                              username=address.username, password=address.password) as client:
+        await client.subscribe(topics.relay_status("+"), qos=0)
+        try:
+            async with asyncio.timeout(RELAY_STATUS_WAIT_S):
+                async for message in client.messages:
+                    try:
+                        msg = decode(bytes(message.payload)) if isinstance(message.payload, (bytes, bytearray)) else None
+                    except DecodeError:
+                        continue
+                    if isinstance(msg, m.RelayStatus) and msg.online:
+                        return True
+        except TimeoutError:
+            pass
+    return False
+
+
+def no_relay(address: BrokerAddress) -> UserError:
+    return UserError(f"no relay is online on {address.url} (start one with `blink serve --broker {address.url}`)")
+
+
+async def check_server(url: str, topics: Topics, match: str | None = None) -> None:
+    """A ``UserError`` (one line, status 1) unless a relay is online at ``url`` and, given
+    ``match``, it runs a match with that code."""
+    from client.player import Player, RequestError
+    from mqttkit import parse_url
+
+    address = parse_url(url)
+    try:
+        if not await relay_online(address, topics):
+            raise no_relay(address)
+        if match is not None:
+            async with Player(address, "spectator", topics, ping_interval_s=0) as player:
+                await player.watch(match, timeout=MATCH_ANSWER_S)
+    except RequestError as exc:
+        code = match.strip().upper() if match else ""
+        if exc.code == "no_such_match":
+            raise UserError(f"no match {code} on {address.url} (check the code; a match ends when its "
+                            "players leave)") from None
+        raise UserError(f"the relay refused: {exc}") from None
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one readable line
+        raise friendly(exc) from exc
