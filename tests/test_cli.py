@@ -113,6 +113,7 @@ def test_bad_input_is_status_2(argv: list[str], says: str, tmp_path: Path) -> No
     assert says in one_line(proc)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", ["play", "bot"])
 def test_rejoining_from_a_seat_file_that_is_not_there_is_status_2_in_play_and_bot(command: str,
                                                                                   tmp_path: Path) -> None:
@@ -123,6 +124,7 @@ def test_rejoining_from_a_seat_file_that_is_not_there_is_status_2_in_play_and_bo
     assert "no saved seat" in line and missing in line and proc.stdout == ""
 
 
+@pytest.mark.integration
 def test_replay_at_past_the_last_event_is_an_option_out_of_range(tmp_path: Path) -> None:
     log = tmp_path / "match.jsonl"
     made = blink("match", "--seed", "3", "--settings", json.dumps({**FAST, "best_of": 1}), "--log", str(log),
@@ -133,6 +135,7 @@ def test_replay_at_past_the_last_event_is_an_option_out_of_range(tmp_path: Path)
     assert "--at 99999: the match has" in one_line(proc)
 
 
+@pytest.mark.integration
 def test_every_option_of_every_command_has_help_and_there_is_a_version() -> None:
     import argparse
 
@@ -217,6 +220,7 @@ def test_blink_play_checks_the_server_before_any_window_opens(mosquitto: BrokerA
         serve.communicate(timeout=30)
 
 
+@pytest.mark.integration
 def test_a_match_that_runs_past_its_timeout_says_so_not_a_network_problem() -> None:
     proc = blink("match", "--timeout", "1", "--settings", json.dumps({"countdown_s": 3.0}))
     assert proc.returncode == 1
@@ -381,6 +385,7 @@ def test_roll_your_own_json_numbers_games_from_0_and_each_has_winners_and_reason
 # ------------------------------------------------------------------------------------ settings
 
 
+@pytest.mark.integration
 def test_blink_settings_lists_every_setting_with_what_it_takes_and_its_default() -> None:
     import re
 
@@ -408,6 +413,7 @@ def test_blink_settings_lists_every_setting_with_what_it_takes_and_its_default()
     assert "an odd number from 1 to 9; default 3" in proc.stdout and "true or false" in proc.stdout
 
 
+@pytest.mark.integration
 def test_an_unknown_setting_names_the_settings_there_are() -> None:
     proc = blink("match", "--game", "takeaway", "--bots", "2", "--settings", '{"sise": 12}')
     assert proc.returncode == 2

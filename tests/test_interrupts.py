@@ -26,7 +26,7 @@ from tests.test_window import LONG, xdisplay  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 BLINK = [sys.executable, "-m", "client.cli"]
-pytestmark = pytest.mark.timeout(4 * LONG)
+pytestmark = [pytest.mark.timeout(4 * LONG), pytest.mark.integration]
 
 
 def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
