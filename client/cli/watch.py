@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 def register(sub: argtypes.Subcommands) -> None:
     w = sub.add_parser("watch", help="spectate a running match by code (prints its public events)")
     w.add_argument("code", help="the match code")
+    argtypes.add_tls_trust(w)
     w.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses")
     w.add_argument("--json", action="store_true", help="print each event as a JSON line (the --log format)")
 
@@ -51,7 +52,8 @@ async def _relay_online(address: Any, topics: Topics) -> bool:
     from protocol.codec import DecodeError, decode
 
     async with aiomqtt.Client(address.host, address.port, identifier=new_client_id("wq"),
-                              username=address.username, password=address.password) as client:
+                              username=address.username, password=address.password,
+                              tls_context=address.ssl_context()) as client:
         await client.subscribe(topics.relay_status("+"), qos=0)
         try:
             async with asyncio.timeout(RELAY_STATUS_WAIT_S):
@@ -73,14 +75,20 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
     match's result."""
     import time
 
-    from mqttkit import parse_url
+    import aiomqtt
+
+    from mqttkit import connect_problem, parse_url
     from client.player import Player
     from protocol import messages as m
 
     code = args.code.strip().upper()
     address = parse_url(args.server)
     try:
-        if not await _relay_online(address, topics):
+        try:
+            online = await _relay_online(address, topics)
+        except aiomqtt.MqttError as exc:  # worded here, where the URL's scheme is known
+            raise UserError(f"cannot reach the MQTT broker at {address.url}: {connect_problem(exc, address)}") from exc
+        if not online:
             raise UserError(f"no relay is online on {address.url} (start one with `blink serve --broker {address.url}`)")
         async with Player(address, "spectator", topics, ping_interval_s=0) as player:
             events: dict[int, m.Event] = {}
