@@ -260,6 +260,38 @@ def test_the_relay_refuses_a_broker_it_cannot_believe_in_one_line_with_status_1(
     relay_url = f"mqtts://{login.username}:{login.password}@127.0.0.1:{tls_port}"
     proc = blink("serve", "--no-journal", "--broker", relay_url)  # the system's CAs: not the test CA
     assert proc.returncode == 1 and "the broker's certificate was refused" in one_line(proc)
-    assert login.password not in proc.stderr
+    assert login.password and login.password not in proc.stderr
     proc = blink("serve", "--no-journal", "--broker", relay_url.replace("mqtts://", "mqtt://"))
     assert proc.returncode == 1 and "if it speaks TLS, use mqtts://" in one_line(proc)
+
+
+@pytest.mark.integration("nats-server")
+def test_a_match_is_played_over_tls_on_a_nats_cluster(certs: Certs, tmp_path: Path) -> None:
+    directory = tmp_path / "cluster"
+    proc = blink("cluster", "up", "--nodes", "1", "--dir", str(directory), "--tls-cert", certs.good.cert,
+                 "--tls-key", certs.good.key)
+    assert proc.returncode == 0, proc.stderr
+    try:
+        summary = json.loads(proc.stdout)
+        assert summary["tls"] is True and all(u.startswith("mqtts://") for u in summary["mqtt"])
+        mqtt, nats = summary["mqtt"][0], summary["nats"][0]
+        serve = subprocess.Popen([*BLINK, "serve", "--broker", mqtt, "--cluster", nats, "--password-file",
+                                  summary["password_file"], "--ca", certs.ca],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            while "running" not in (line := serve.stdout.readline() if serve.stdout else ""):
+                assert line, serve.stderr.read() if serve.stderr else ""
+            _played(blink(*QUICK_MATCH, "--server", mqtt, "--ca", certs.ca))
+            plain = blink("watch", "ABCDE", "--server", mqtt.replace("mqtts://", "mqtt://"))
+            assert plain.returncode == 1 and "if the broker speaks TLS, use mqtts://" in one_line(plain)
+        finally:
+            stop_process(serve)
+    finally:
+        blink("cluster", "down", "--dir", str(directory))
+
+
+@pytest.mark.integration
+def test_cluster_up_refuses_a_key_that_is_not_the_certificates_with_status_2(certs: Certs, tmp_path: Path) -> None:
+    proc = blink("cluster", "up", "--nodes", "1", "--dir", str(tmp_path / "c"), "--tls-cert", certs.good.cert,
+                 "--tls-key", certs.stray_key)
+    assert proc.returncode == 2 and "does not belong to the certificate" in one_line(proc)
