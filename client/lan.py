@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from mqttkit import Scheme
 from mqttkit.lan import SERVICE_TYPE, LanMatch, decode_txt, list_interfaces, mdns_addresses, zeroconf_error
 from protocol.topics import DEFAULT_PREFIX
 
@@ -39,7 +40,7 @@ class Host:
     addresses: tuple[str, ...] = ()
     prefix: str = DEFAULT_PREFIX
     server: str = ""
-    scheme: str = "mqtt"  # "mqtts": the advertised port speaks TLS
+    scheme: Scheme = "mqtt"  # "mqtts": the advertised port speaks TLS
 
     @property
     def url(self) -> str:

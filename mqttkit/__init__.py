@@ -32,16 +32,19 @@ import socket
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:  # aiomqtt is the client's library: imported where it is used
     import aiomqtt
     from paho.mqtt.reasoncodes import ReasonCode
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "DEFAULT_TLS_PORT", "NODELAY", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse",
+__all__ = ["DEFAULT_MAX_PAYLOAD", "DEFAULT_TLS_PORT", "NODELAY", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "Scheme",
            "TLSProblem", "TLSTrust", "check_port", "check_tls_pair", "connect_problem", "free_port", "granted", "parse_url", "set_tls_defaults", "stop_task",
            "subscribe_granted", "tls_context", "tls_refusal", "wait_event"]
+
+#: How a broker URL is spoken: plain MQTT, or MQTT over TLS.
+Scheme = Literal["mqtt", "mqtts"]
 
 #: The IANA port of MQTT over TLS: what an ``mqtts://`` URL without a port means.
 DEFAULT_TLS_PORT = 8883
@@ -233,7 +236,7 @@ class BrokerAddress:
     tls: TLSTrust | None = None
 
     @property
-    def scheme(self) -> str:
+    def scheme(self) -> Scheme:
         return "mqtt" if self.tls is None else "mqtts"
 
     @property

@@ -20,6 +20,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from mqttkit import Scheme
 from protocol.codec import PROTOCOL_VERSION
 from protocol.topics import DEFAULT_PREFIX
 
@@ -82,7 +83,7 @@ def match_from_list_entry(entry: Any) -> LanMatch | None:
 
 
 def encode_txt(relay: str, matches: Iterable[Any], version: int = PROTOCOL_VERSION,
-               prefix: str = DEFAULT_PREFIX, limit: int = MAX_TXT_MATCHES, scheme: str = "mqtt") -> dict[str, str]:
+               prefix: str = DEFAULT_PREFIX, limit: int = MAX_TXT_MATCHES, scheme: Scheme = "mqtt") -> dict[str, str]:
     """The TXT record's keys: ``relay``, ``v`` (protocol version), ``n`` (waiting matches in all),
     ``m0``..``m{limit-1}`` ("CODE:game:taken:seats", in the relay's order), ``p`` (the topic
     prefix) only when it is not the default, and ``s`` (the URL scheme of the advertised port,
@@ -109,7 +110,7 @@ class Advert:
     waiting: int = 0
     matches: tuple[LanMatch, ...] = ()
     prefix: str = DEFAULT_PREFIX
-    scheme: str = "mqtt"  # how to speak to the advertised port: "mqtt" or "mqtts"
+    scheme: Scheme = "mqtt"  # how to speak to the advertised port
 
 
 def _text(value: Any) -> str | None:
@@ -144,7 +145,7 @@ def decode_txt(props: Mapping[Any, Any]) -> Advert:
     prefix = txt.get("p") or DEFAULT_PREFIX
     if not all(c.isprintable() and c not in "+#" for c in prefix):
         prefix = DEFAULT_PREFIX
-    scheme = "mqtts" if txt.get("s") == "mqtts" else "mqtt"
+    scheme: Scheme = "mqtts" if txt.get("s") == "mqtts" else "mqtt"
     return Advert(relay, version, max(waiting, len(matches)), tuple(matches), prefix, scheme)
 
 

@@ -26,6 +26,7 @@ import secrets
 import socket
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from mqttkit import Scheme
 from mqttkit.lan import (SERVICE_TYPE, LanError, encode_txt, list_interfaces, mdns_addresses,
                          zeroconf_error)
 from protocol.codec import DecodeError, decode
@@ -110,7 +111,7 @@ class Advertiser:
 
     def __init__(self, port: int, relay_id: str, addresses: Sequence[str] | None = None,
                  interfaces: Sequence[str] | None = None, host_name: str | None = None,
-                 prefix: str = DEFAULT_PREFIX, scheme: str = "mqtt") -> None:
+                 prefix: str = DEFAULT_PREFIX, scheme: Scheme = "mqtt") -> None:
         self.port = port
         self.relay_id = relay_id
         self.prefix = prefix
@@ -261,7 +262,7 @@ class advertise:  # noqa: N801 - used as ``async with advertise(...)``
         await self.advertiser.stop()
 
 
-def lan_urls(port: int, host: str = "0.0.0.0", chosen: Sequence[str] | None = None, scheme: str = "mqtt") -> list[str]:
+def lan_urls(port: int, host: str = "0.0.0.0", chosen: Sequence[str] | None = None, scheme: Scheme = "mqtt") -> list[str]:
     """How friends reach a broker on ``host``:``port`` (every LAN address when it listens on all)."""
     if host not in ("0.0.0.0", ""):
         return [f"{scheme}://{host}:{port}"]
