@@ -124,6 +124,10 @@ def test_the_lan_advert_names_the_scheme_only_for_tls() -> None:
                           encode_txt("relay-0", [], scheme="mqtts"))
     assert host is not None and host.url == "mqtts://192.168.1.5:8883"
     assert parse_url(host.url).tls is not None
+    from relay.lanhost import lan_urls
+
+    assert lan_urls(8883, "192.168.1.5", scheme="mqtts") == ["mqtts://192.168.1.5:8883"]
+    assert lan_urls(1883, "192.168.1.5") == ["mqtt://192.168.1.5:1883"]
     games = LanGames()
     games.set_hosts([host])
     assert [r.url for r in games.rows() if r.kind == "host"] == [host.url]
