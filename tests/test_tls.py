@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from mqttkit.lan import decode_txt, encode_txt
 from relay.mosquitto import conf_text
 from tests.conftest import require, wait_port
 from tests.helpers import stop_process
+from tests.test_lan import Namespaces, netns  # noqa: F401 - the fixture, used by name
 from tests.tlscerts import Certs, Pair, make_certs
 
 BLINK = [sys.executable, "-m", "client.cli"]
@@ -310,3 +312,25 @@ def test_cluster_up_refuses_a_key_that_is_not_the_certificates_with_status_2(cer
     proc = blink("cluster", "up", "--nodes", "1", "--dir", str(tmp_path / "c"), "--tls-cert", certs.good.cert,
                  "--tls-key", certs.stray_key)
     assert proc.returncode == 2 and "does not belong to the certificate" in one_line(proc)
+
+
+@pytest.mark.integration
+def test_a_lan_host_with_tls_advertises_mqtts_and_a_friend_plays_over_it(netns: Namespaces, tmp_path: Path) -> None:
+    spaces = netns
+    lan_certs = make_certs(tmp_path / "lan", also=(spaces.A_ADDR,))
+    host = spaces.start(spaces.a, "-m", "client.cli", "serve", "--lan", "--no-journal", "--interface", spaces.va,
+                        "--relay-id", "tlsrelay", "--tls-cert", lan_certs.good.cert, "--tls-key", lan_certs.good.key)
+    url = f"mqtts://{spaces.A_ADDR}:8883"
+    host.wait_for(f"blink play --server {url}")
+    host.wait_for("running with embedded broker")
+    deadline = time.monotonic() + 60
+    found: list[dict[str, object]] = []
+    while not any(h.get("relay") == "tlsrelay" for h in found):
+        assert time.monotonic() < deadline, f"the TLS host was not advertised; last answer {found}"
+        out = spaces.blink(spaces.b, "lan", "--json", "--timeout", "3", "--interface", spaces.vb)
+        assert out.returncode == 0, out.stderr
+        found = json.loads(out.stdout)
+    advert = next(h for h in found if h.get("relay") == "tlsrelay")
+    assert advert["url"] == url and advert["port"] == 8883
+    played = spaces.blink(spaces.b, *QUICK_MATCH, "--server", url, "--ca", lan_certs.ca, timeout=90)
+    _played(played)

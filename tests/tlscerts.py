@@ -94,12 +94,13 @@ def _server(directory: Path, stem: str, ca: tuple[x509.Certificate, ec.EllipticC
     return Pair(_write_cert(directory / f"{stem}.pem", cert), _write_key(directory / f"{stem}.key", key))
 
 
-def make_certs(directory: Path) -> Certs:
+def make_certs(directory: Path, also: tuple[str, ...] = ()) -> Certs:
+    """The set (see the module header); ``also``: more names or addresses the good ones are for."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc)
     ca = _ca("blink test CA", now)
     other = _ca("a CA nobody believes", now)
-    here = ["localhost", "127.0.0.1"]
+    here = ["localhost", "127.0.0.1", *also]
     soon = now + dt.timedelta(days=10)
     return Certs(
         ca=_write_cert(directory / "ca.pem", ca[0]),
