@@ -190,7 +190,8 @@ class Connection:
         try:
             self._client = await self._connect()
         except aiomqtt.MqttError as exc:
-            raise ConnectionError(f"cannot reach the MQTT broker at {self.address.url}: {connect_problem(exc, self.address)}") from exc
+            why = connect_problem(exc, self.address)  # a refused certificate, a scheme that does not match
+            raise ConnectionError(f"cannot reach the MQTT broker at {self.address.url}: {why}") from exc
         self._tasks.append(asyncio.create_task(self._reader()))
         if self.ping_interval_s > 0:
             self._tasks.append(asyncio.create_task(self._pinger()))
