@@ -85,7 +85,8 @@ class Spy:
 
     def __init__(self, address: BrokerAddress, client_id: str | None = None, **login: Any) -> None:
         self.id = client_id or new_client_id("eve")
-        self.client = aiomqtt.Client(address.host, address.port, identifier=self.id, **login)
+        self.client = aiomqtt.Client(address.host, address.port, identifier=self.id,
+                                     tls_context=address.ssl_context(), **login)
         self.got: list[tuple[str, bytes]] = []
         self.closed = False  # the broker ended the connection
         self.subscribed = False  # to its own private topic
@@ -150,7 +151,8 @@ def _decoded(got: list[tuple[str, bytes]]) -> list[tuple[str, Any]]:
 
 async def _refused_connect(address: BrokerAddress, client_id: str, **login: Any) -> bool:
     try:
-        async with aiomqtt.Client(address.host, address.port, identifier=client_id, **login):
+        async with aiomqtt.Client(address.host, address.port, identifier=client_id, tls_context=address.ssl_context(),
+                                  **login):
             return False
     except aiomqtt.MqttError:
         return True

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from mqttkit import Scheme
 from mqttkit.lan import SERVICE_TYPE, LanMatch, decode_txt, list_interfaces, mdns_addresses, zeroconf_error
 from protocol.topics import DEFAULT_PREFIX
 
@@ -39,10 +40,11 @@ class Host:
     addresses: tuple[str, ...] = ()
     prefix: str = DEFAULT_PREFIX
     server: str = ""
+    scheme: Scheme = "mqtt"  # "mqtts": the advertised port speaks TLS
 
     @property
     def url(self) -> str:
-        return f"mqtt://{self.address}:{self.port}"
+        return f"{self.scheme}://{self.address}:{self.port}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "address": self.address, "port": self.port, "url": self.url,
@@ -79,7 +81,7 @@ def host_from_info(name: str, port: int | None, addresses: Sequence[str], props:
     advert = decode_txt(props)
     instance = name[: -len(SERVICE_TYPE) - 1] if name.endswith("." + SERVICE_TYPE) else name
     return Host(instance, addresses[0], port, advert.relay, advert.matches, advert.waiting, advert.version,
-                tuple(addresses), advert.prefix, server)
+                tuple(addresses), advert.prefix, server, advert.scheme)
 
 
 class LanBrowser:

@@ -41,7 +41,7 @@ from typing import Any, Awaitable, Callable
 
 import aiomqtt
 
-from mqttkit import NODELAY, BrokerAddress, stop_task, subscribe_granted
+from mqttkit import NODELAY, BrokerAddress, connect_problem, stop_task, subscribe_granted
 from protocol import messages as m
 from protocol.codec import DecodeError, decode, encode
 from protocol.topics import Topics
@@ -166,7 +166,8 @@ class Connection:
         will = aiomqtt.Will(self.topics.req(self.client_id), encode(m.Leave(dropped=True)), qos=1)
         client = _Client(self.address.host, self.address.port, identifier=self.client_id, will=will,
                                 username=self.address.username, password=self.address.password,
-                                socket_options=NODELAY, keepalive=15, max_queued_outgoing_messages=0)
+                                socket_options=NODELAY, keepalive=15, max_queued_outgoing_messages=0,
+                                tls_context=self.address.ssl_context())
         await client.__aenter__()
         try:
             await subscribe_granted(client, self.topics.client(self.client_id), 1)
@@ -189,7 +190,8 @@ class Connection:
         try:
             self._client = await self._connect()
         except aiomqtt.MqttError as exc:
-            raise ConnectionError(f"cannot reach the MQTT broker at {self.address.url}: {exc}") from exc
+            why = connect_problem(exc, self.address)  # a refused certificate, a scheme that does not match
+            raise ConnectionError(f"cannot reach the MQTT broker at {self.address.url}: {why}") from exc
         self._tasks.append(asyncio.create_task(self._reader()))
         if self.ping_interval_s > 0:
             self._tasks.append(asyncio.create_task(self._pinger()))

@@ -1,31 +1,53 @@
-"""MQTT plumbing shared by the relay and the client: broker addresses, socket options, waits, ports.
+"""MQTT plumbing shared by the relay and the client: broker addresses, TLS, socket options, waits, ports.
 
 How this works
 --------------
 Both sides of the game talk to an MQTT broker and need the same small things: a broker URL parsed
-into a ``BrokerAddress`` (host, port, optional user and password), the socket options every
+into a ``BrokerAddress`` (host, port, optional user and password, and whether it speaks TLS), the
+one ``ssl.SSLContext`` every TLS connection is made with (``tls_context``), the socket options every
 connection we open should carry (``NODELAY``), a bounded wait on an ``asyncio.Event``, a stubborn
 task cancel (``stop_task``), a subscription the broker must grant (``subscribe_granted``), and a free
 loopback port for a broker started here. They live in this package, which imports nothing from
 ``relay`` or ``client``, so the client's networking does not depend on the server package.
+
+TLS: ``mqtts://`` (or ``ssl://``) in a URL makes the address a TLS one (default port 8883). Its
+context is built in one place, ``tls_context(ca, insecure)``: the broker's certificate chain and
+host name are checked against the system's CAs, or only the CAs in ``ca`` when given; ``insecure``
+turns both checks off and is only ever set by name (``--insecure``). Where the CA file and the
+insecure flag come from is the command line, which may name them once for every URL the process
+parses (``set_tls_defaults``): a URL travels as text through configs, threads and the window's
+join screen, and each place that parses it gets the same trust without threading two more values
+through all of them. The contexts are cached (loading the system's CAs costs milliseconds, and the
+load generator opens hundreds of connections).
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import functools
+import os
+import re
 import socket
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:  # aiomqtt is the client's library: imported where it is used
     import aiomqtt
     from paho.mqtt.reasoncodes import ReasonCode
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "NODELAY", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "check_port", "free_port", "granted",
-           "parse_url", "stop_task", "subscribe_granted", "wait_event"]
+__all__ = ["DEFAULT_MAX_PAYLOAD", "DEFAULT_TLS_PORT", "NODELAY", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "Scheme",
+           "TLSProblem", "TLSTrust", "check_port", "check_tls_pair", "connect_problem", "free_port", "granted", "parse_url", "set_tls_defaults", "stop_task",
+           "subscribe_granted", "tls_context", "tls_refusal", "wait_event"]
+
+#: How a broker URL is spoken: plain MQTT, or MQTT over TLS.
+Scheme = Literal["mqtt", "mqtts"]
+
+#: The IANA port of MQTT over TLS: what an ``mqtts://`` URL without a port means.
+DEFAULT_TLS_PORT = 8883
 
 #: The largest message payload a broker should pass on, in bytes. The largest legitimate message
 #: (a full view of a four-player dice game, or a snapshot) is well under half of it.
@@ -101,6 +123,108 @@ class BadURL(ValueError):
     pass
 
 
+class TLSProblem(ValueError):
+    """A CA file that cannot be read or holds no certificate: the message says which and why."""
+
+
+@dataclass(frozen=True)
+class TLSTrust:
+    """Whom a TLS connection believes: the CAs in ``ca`` (a PEM file) or the system's; ``insecure``
+    believes anyone (no certificate or host name check)."""
+
+    ca: str | None = None
+    insecure: bool = False
+
+
+_defaults = TLSTrust()
+
+
+_SSL_LIBRARY_TAIL = re.compile(r"\s*\(_ssl\.c:\d+\)")
+_VERIFY_FAILED = re.compile(r"\[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: (.*)")
+_NO_HANDSHAKE = ("WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING", "RECORD_LAYER_FAILURE", "EOF occurred",
+                 "PACKET_LENGTH_TOO_LONG", "UNEXPECTED_RECORD")
+
+
+def tls_refusal(problem: BaseException | str) -> str | None:
+    """One line for a TLS handshake that failed (a certificate refused, a broker that does not
+    speak TLS), from the exception or its text (aiomqtt keeps only the text); None if it is not one."""
+    if isinstance(problem, ssl.SSLCertVerificationError) and problem.verify_message:
+        return f"the broker's certificate was refused: {problem.verify_message.rstrip('.')}"
+    if not isinstance(problem, (str, ssl.SSLError)):
+        return None
+    text = _SSL_LIBRARY_TAIL.sub("", str(problem))
+    refused = _VERIFY_FAILED.search(text)
+    if refused:
+        return f"the broker's certificate was refused: {refused.group(1).rstrip('.')}"
+    if "[SSL" in text or isinstance(problem, ssl.SSLError):
+        if any(sign in text for sign in _NO_HANDSHAKE):
+            return f"no TLS handshake with the broker ({text}): does it speak plain MQTT? then use mqtt://"
+        return f"TLS failed: {text}"
+    return None
+
+
+def connect_problem(exc: BaseException, address: BrokerAddress) -> str:
+    """Why a connection to ``address`` failed, in one line: a TLS refusal worded for a person, and
+    for a plain address that was dropped before its CONNACK the hint that it may want TLS."""
+    text = tls_refusal(exc) or tls_refusal(str(exc)) or str(exc) or type(exc).__name__
+    if address.tls is None and any(sign in text.lower() for sign in ("connection was lost", "closed", "reset", "eof",
+                                                                      "timed out")):
+        text += " (if the broker speaks TLS, use mqtts://)"
+    return text
+
+
+def set_tls_defaults(ca: str | None = None, insecure: bool = False) -> None:
+    """The trust every ``mqtts://`` URL parsed from now on gets (the command line's ``--ca`` and
+    ``--insecure``; see the module header). Checks the CA file at once: ``TLSProblem`` if unusable."""
+    global _defaults
+    trust = TLSTrust(ca, insecure)
+    if ca is not None:
+        tls_context(ca, insecure)
+    _defaults = trust
+
+
+@functools.cache
+def tls_context(ca: str | None = None, insecure: bool = False) -> ssl.SSLContext:
+    """The client side's TLS context (see the module header); ``TLSProblem`` for a bad CA file."""
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    except FileNotFoundError as exc:
+        raise TLSProblem(f"no such CA file: {ca}") from exc
+    except PermissionError as exc:
+        raise TLSProblem(f"cannot read the CA file {ca}: permission denied") from exc
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise TLSProblem(f"the CA file {ca} holds no usable PEM certificate ({exc})") from exc
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def check_tls_pair(cert: str | None, key: str | None, option: str = "--tls-cert") -> tuple[str, str] | None:
+    """A server's certificate and key files, checked to load and to belong together (a broker that
+    cannot use them would fail only when it starts, or worse, at the first handshake); None when
+    neither is given, ``TLSProblem`` in one line otherwise."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise TLSProblem(f"{option} and {option.replace('cert', 'key')} go together: give both")
+    for what, path in (("certificate", cert), ("key", key)):
+        if not os.path.isfile(path):
+            raise TLSProblem(f"no such {what} file: {path}")
+        if not os.access(path, os.R_OK):
+            raise TLSProblem(f"cannot read the {what} file {path}: permission denied")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        reason = exc.reason or str(exc)
+        if reason == "KEY_VALUES_MISMATCH":
+            raise TLSProblem(f"the key {key} does not belong to the certificate {cert}") from exc
+        raise TLSProblem(f"cannot load the certificate {cert} with the key {key}: {reason}") from exc
+    except OSError as exc:
+        raise TLSProblem(f"cannot load the certificate {cert} with the key {key}: {exc.strerror or exc}") from exc
+    return cert, key
+
+
 @dataclass(frozen=True)
 class BrokerAddress:
     host: str
@@ -108,11 +232,17 @@ class BrokerAddress:
     username: str | None = None
     # Never printed: a relay's address carries its secret, and addresses end up in logs and tracebacks.
     password: str | None = field(default=None, repr=False)
+    #: Whom to believe when this address speaks TLS (``mqtts://``); None: plain MQTT.
+    tls: TLSTrust | None = None
+
+    @property
+    def scheme(self) -> Scheme:
+        return "mqtt" if self.tls is None else "mqtts"
 
     @property
     def url(self) -> str:
         """Where the broker is, without credentials (safe to print)."""
-        return f"mqtt://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     @property
     def login_url(self) -> str:
@@ -120,33 +250,39 @@ class BrokerAddress:
         if self.username is None:
             return self.url
         cred = self.username if self.password is None else f"{self.username}:{self.password}"
-        return f"mqtt://{cred}@{self.host}:{self.port}"
+        return f"{self.scheme}://{cred}@{self.host}:{self.port}"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context to connect with (None for plain MQTT)."""
+        return None if self.tls is None else tls_context(self.tls.ca, self.tls.insecure)
 
     def with_user(self, username: str | None, password: str | None = None) -> BrokerAddress:
-        return BrokerAddress(self.host, self.port, username, password)
+        return BrokerAddress(self.host, self.port, username, password, self.tls)
 
     def public(self) -> BrokerAddress:
         """The same broker, without credentials (what players connect with)."""
-        return BrokerAddress(self.host, self.port)
+        return BrokerAddress(self.host, self.port, tls=self.tls)
 
 
-def parse_url(url: str) -> BrokerAddress:
-    """``mqtt://[user[:password]@]host:port`` (or ``host:port``) -> BrokerAddress; BadURL if not."""
+def parse_url(url: str, trust: TLSTrust | None = None) -> BrokerAddress:
+    """``mqtt[s]://[user[:password]@]host:port`` (or ``host:port``) -> BrokerAddress; BadURL if not.
+    An ``mqtts://`` address believes ``trust``, by default the process's (``set_tls_defaults``)."""
     text = url.strip()
     if "://" not in text:
         text = "mqtt://" + text
     try:
         u = urlparse(text)
-        port = u.port or 1883
+        tls = u.scheme in ("mqtts", "ssl")
+        port = u.port or (DEFAULT_TLS_PORT if tls else 1883)
     except ValueError as exc:
         raise BadURL(f"not a broker URL: {url!r} ({exc})") from exc
-    if u.scheme not in ("mqtt", "tcp"):
-        raise BadURL(f"unsupported scheme {u.scheme!r} in {url!r}: use mqtt://HOST:PORT")
+    if u.scheme not in ("mqtt", "tcp", "mqtts", "ssl"):
+        raise BadURL(f"unsupported scheme {u.scheme!r} in {url!r}: use mqtt://HOST:PORT or mqtts://HOST:PORT")
     if not u.hostname:
-        raise BadURL(f"no host in {url!r}: use mqtt://HOST:PORT")
+        raise BadURL(f"no host in {url!r}: use mqtt://HOST:PORT or mqtts://HOST:PORT")
     user = unquote(u.username) if u.username else None
     password = unquote(u.password) if u.password else None
-    return BrokerAddress(u.hostname, port, user, password)
+    return BrokerAddress(u.hostname, port, user, password, (trust or _defaults) if tls else None)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -2,7 +2,8 @@
 
 How this works
 --------------
-``connect()`` opens the TCP connection, sends CONNECT (client id, user and password, a last will,
+``connect()`` opens the TCP connection (over TLS when given a context: ``mqttkit.tls_context``, the
+one place that decides what to believe), sends CONNECT (client id, user and password, a last will,
 keep-alive) and waits for CONNACK: a refusal raises ``ConnectRefused`` (with the broker's return
 code), anything else that stops it ``MqttError`` -- so a caller's retry loop catches one type.
 
@@ -43,10 +44,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVarTuple
 
+from mqttkit import tls_refusal
 from mqttkit.packets import (CONNACK, DISCONNECT_PACKET, PINGREQ_PACKET, PINGRESP, PUBACK, PUBCOMP, PUBREC, PUBREL,
                              SUBACK, UNSUBACK, Control, Message, Oversize, Parser, ProtocolError, pack_ack,
                              pack_connect, pack_publish, pack_subscribe, pack_unsubscribe)
@@ -415,10 +418,11 @@ async def connect(host: str, port: int, *, client_id: str, on_messages: OnMessag
                   on_oversize: OnOversize | None = None, username: str | None = None, password: str | None = None,
                   will: Will | None = None, keepalive: int = 30, max_packet: int = 1 << 20,
                   socket_options: Iterable[tuple[int, int, int]] = (), timeout: float = CONNECT_TIMEOUT_S,
-                  max_write_buffer: int = MAX_WRITE_BUFFER) -> MqttConnection:
-    """Connect and log in (see the module header); ``ConnectRefused`` or ``MqttError`` if not."""
+                  max_write_buffer: int = MAX_WRITE_BUFFER, tls: ssl.SSLContext | None = None) -> MqttConnection:
+    """Connect and log in (see the module header), over TLS with ``tls`` (the host name is the one
+    checked against the certificate); ``ConnectRefused`` or ``MqttError`` if not."""
     loop = asyncio.get_running_loop()
-    name = f"mqtt://{host}:{port}"
+    name = f"{'mqtt' if tls is None else 'mqtts'}://{host}:{port}"
     packet = pack_connect(client_id, keepalive, username, password,
                           None if will is None else (will.topic, will.payload, will.qos, will.retain))
     transport: asyncio.BaseTransport | None = None
@@ -426,7 +430,7 @@ async def connect(host: str, port: int, *, client_id: str, on_messages: OnMessag
         async with asyncio.timeout(timeout):
             transport, proto = await loop.create_connection(
                 lambda: MqttConnection(on_messages, on_oversize, max_packet=max_packet, keepalive=keepalive,
-                                       max_write_buffer=max_write_buffer, name=name), host, port)
+                                       max_write_buffer=max_write_buffer, name=name), host, port, ssl=tls)
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 for option in socket_options:
@@ -438,7 +442,10 @@ async def connect(host: str, port: int, *, client_id: str, on_messages: OnMessag
                 # _end() fails connack too when the connection ends first.
                 rc = await asyncio.shield(proto.connack)
             except MqttError:
-                raise proto._closed.result() if proto._closed.done() else MqttError("no CONNACK") from None  # noqa: SLF001
+                why = proto._closed.result() if proto._closed.done() else MqttError("no CONNACK")  # noqa: SLF001
+                if tls is None:  # a TLS listener ends a plain CONNECT without a word
+                    raise MqttError(f"{why} before the broker's CONNACK (if it speaks TLS, use mqtts://)") from None
+                raise why from None
             if rc != 0:
                 raise ConnectRefused(rc)
             return proto
@@ -447,7 +454,7 @@ async def connect(host: str, port: int, *, client_id: str, on_messages: OnMessag
         raise MqttError(f"no answer from the broker at {name} within {timeout:g} s") from None
     except OSError as exc:
         _drop(transport)
-        raise MqttError(str(exc) or type(exc).__name__) from exc
+        raise MqttError(tls_refusal(exc) or str(exc) or type(exc).__name__) from exc
     except BaseException:
         _drop(transport)
         raise

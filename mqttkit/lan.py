@@ -20,6 +20,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from mqttkit import Scheme
 from protocol.codec import PROTOCOL_VERSION
 from protocol.topics import DEFAULT_PREFIX
 
@@ -82,16 +83,19 @@ def match_from_list_entry(entry: Any) -> LanMatch | None:
 
 
 def encode_txt(relay: str, matches: Iterable[Any], version: int = PROTOCOL_VERSION,
-               prefix: str = DEFAULT_PREFIX, limit: int = MAX_TXT_MATCHES) -> dict[str, str]:
+               prefix: str = DEFAULT_PREFIX, limit: int = MAX_TXT_MATCHES, scheme: Scheme = "mqtt") -> dict[str, str]:
     """The TXT record's keys: ``relay``, ``v`` (protocol version), ``n`` (waiting matches in all),
-    ``m0``..``m{limit-1}`` ("CODE:game:taken:seats", in the relay's order), and ``p`` (the topic
-    prefix) only when it is not the default. ``matches`` are ``lobby/matches`` entries (dicts) or
+    ``m0``..``m{limit-1}`` ("CODE:game:taken:seats", in the relay's order), ``p`` (the topic
+    prefix) only when it is not the default, and ``s`` (the URL scheme of the advertised port,
+    ``mqtts`` for TLS) only when it is not ``mqtt``. ``matches`` are ``lobby/matches`` entries (dicts) or
     ``LanMatch``; unusable entries are left out and not counted."""
     usable = [m if isinstance(m, LanMatch) else match_from_list_entry(m) for m in matches]
     listed = [m for m in usable if m is not None]
     txt = {"relay": relay[:64], "v": str(version), "n": str(len(listed))}
     if prefix != DEFAULT_PREFIX:
         txt["p"] = prefix[:64]
+    if scheme != "mqtt":
+        txt["s"] = scheme
     for i, m in enumerate(listed[:max(0, limit)]):
         txt[f"m{i}"] = f"{m.code}:{m.game}:{m.taken}:{m.seats}"
     return txt
@@ -106,6 +110,7 @@ class Advert:
     waiting: int = 0
     matches: tuple[LanMatch, ...] = ()
     prefix: str = DEFAULT_PREFIX
+    scheme: Scheme = "mqtt"  # how to speak to the advertised port
 
 
 def _text(value: Any) -> str | None:
@@ -140,7 +145,8 @@ def decode_txt(props: Mapping[Any, Any]) -> Advert:
     prefix = txt.get("p") or DEFAULT_PREFIX
     if not all(c.isprintable() and c not in "+#" for c in prefix):
         prefix = DEFAULT_PREFIX
-    return Advert(relay, version, max(waiting, len(matches)), tuple(matches), prefix)
+    scheme: Scheme = "mqtts" if txt.get("s") == "mqtts" else "mqtt"
+    return Advert(relay, version, max(waiting, len(matches)), tuple(matches), prefix, scheme)
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ server with nothing else installed. Before starting it we bind the port ourselve
 taken port is reported as a clear ``PortInUse`` (with a hint) rather than a traceback from deep
 inside amqtt.
 
+TLS: ``serve_tls(cert, key, port)`` before ``start`` adds a second listener, amqtt's TCP listener
+with its own ``ssl.SSLContext`` (``certfile``/``keyfile``), on the same host: the same gate, rules
+and limits behind it (``stream_connected`` is reached after the handshake). The plain listener
+stays, for the relay in the same process and for loopback players.
+
 Trust (the same rules as ``deploy/mosquitto.acl``, by MQTT client id):
 
 - Every start makes a random relay secret. Only a CONNECT with user ``relay`` and that password is
@@ -103,8 +108,8 @@ else:
     from amqtt.session import Session
 
 # Shared with the client in ``mqttkit``; re-exported because this is where the relay's side finds them.
-from mqttkit import (DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BadURL, BrokerAddress, PortInUse, check_port,
-                     free_port, parse_url, wait_event)
+from mqttkit import (DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BadURL, BrokerAddress, PortInUse, TLSTrust,
+                     check_port, free_port, parse_url, wait_event)
 from protocol import messages as m
 from protocol.codec import MAX_MESSAGE_BYTES, DecodeError, decode, encode
 from protocol.topics import DEFAULT_PREFIX, Topics, valid_id
@@ -112,7 +117,7 @@ from relay.limits import Intake, TokenBucket
 from relay.model import RelayConfig
 
 __all__ = ["NODELAY", "BadURL", "BrokerAddress", "EmbeddedBroker", "PortInUse", "check_port", "free_port",
-           "parse_url", "wait_event", "RELAY_USER", "Access", "BlinkAccessPlugin"]
+           "parse_url", "wait_event", "RELAY_USER", "Access", "BlinkAccessPlugin", "TLSListener"]
 
 log = logging.getLogger("blink.broker")
 
@@ -460,6 +465,15 @@ async def _close(writer: StreamWriterAdapter) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class TLSListener:
+    """Where and with what the embedded broker speaks TLS."""
+
+    cert: str
+    key: str
+    port: int
+
+
 class EmbeddedBroker:
     """An amqtt broker listening on host:port inside the running event loop, with blink's access
     rules; ``relay_address`` carries this start's relay secret (give it to the relay only)."""
@@ -478,6 +492,16 @@ class EmbeddedBroker:
         self.intake = Intake.for_config(config or RelayConfig(), burst_s=GATE_BURST_S, min_burst=GATE_MIN_BURST)
         self._secret = secrets.token_hex(16)
         self._broker: _GuardedBroker | None = None
+        self.tls: TLSListener | None = None
+
+    def serve_tls(self, cert: str, key: str, port: int) -> None:
+        """Also listen with TLS on ``port`` (see the module header); call before ``start``."""
+        self.tls = TLSListener(cert, key, port)
+
+    @property
+    def tls_address(self) -> BrokerAddress | None:
+        """Where players connect over TLS (None without ``serve_tls``)."""
+        return None if self.tls is None else BrokerAddress(self.host, self.tls.port, tls=TLSTrust())
 
     @property
     def address(self) -> BrokerAddress:
@@ -491,10 +515,16 @@ class EmbeddedBroker:
 
     async def start(self) -> None:
         check_port(self.host, self.port)
+        listeners: dict[str, dict[str, object]] = {
+            "default": {"type": "tcp", "bind": f"{self.host}:{self.port}", "max_connections": 1000}}
+        if self.tls is not None:
+            check_port(self.host, self.tls.port)
+            listeners["tls"] = {"type": "tcp", "bind": f"{self.host}:{self.tls.port}", "max_connections": 1000,
+                                "ssl": True, "certfile": self.tls.cert, "keyfile": self.tls.key}
         for name in ("amqtt", "transitions"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         config = {
-            "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}", "max_connections": 1000}},
+            "listeners": listeners,
             "plugins": {f"{__name__}.BlinkAccessPlugin": {"relay_secret": self._secret, "prefix": self.prefix}},
         }
         broker = _GuardedBroker(config, Access(self.prefix), self._secret, self.max_payload + HEADER_ALLOWANCE,

@@ -26,6 +26,7 @@ import secrets
 import socket
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from mqttkit import Scheme
 from mqttkit.lan import (SERVICE_TYPE, LanError, encode_txt, list_interfaces, mdns_addresses,
                          zeroconf_error)
 from protocol.codec import DecodeError, decode
@@ -110,15 +111,16 @@ class Advertiser:
 
     def __init__(self, port: int, relay_id: str, addresses: Sequence[str] | None = None,
                  interfaces: Sequence[str] | None = None, host_name: str | None = None,
-                 prefix: str = DEFAULT_PREFIX) -> None:
+                 prefix: str = DEFAULT_PREFIX, scheme: Scheme = "mqtt") -> None:
         self.port = port
         self.relay_id = relay_id
         self.prefix = prefix
+        self.scheme = scheme
         self.interfaces = mdns_addresses(interfaces)  # NoMulticast before anything starts
         self.addresses = list(addresses) if addresses else list(self.interfaces)
         self.host_name = _label((host_name or socket.gethostname()).split(".")[0], 63)
         self.name = instance_name(relay_id, host_name)
-        self.txt = encode_txt(relay_id, [], prefix=prefix)
+        self.txt = encode_txt(relay_id, [], prefix=prefix, scheme=scheme)
         self._zc: Any = None
         self._info: Any = None
         self._pending: dict[str, str] | None = None
@@ -154,7 +156,7 @@ class Advertiser:
 
     def update(self, matches: Iterable[Any]) -> None:
         """New waiting matches: the TXT record follows within ``UPDATE_INTERVAL_S``."""
-        txt = encode_txt(self.relay_id, matches, prefix=self.prefix)
+        txt = encode_txt(self.relay_id, matches, prefix=self.prefix, scheme=self.scheme)
         if txt != (self._pending or self.txt):
             self._pending = txt
             self._wake.set()
@@ -240,12 +242,14 @@ class advertise:  # noqa: N801 - used as ``async with advertise(...)``
 
     def __init__(self, port: int, relay_id: str, broker_host: str = "127.0.0.1",
                  interfaces: Sequence[str] | None = None, topics: Topics | None = None,
-                 host_name: str | None = None) -> None:
+                 host_name: str | None = None, tls_port: int | None = None) -> None:
         topics = topics or Topics()
         # A broker bound to one address is reachable only there: advertise just that one.
         only = [broker_host] if broker_host not in ("0.0.0.0", "", "127.0.0.1", "localhost") else None
-        self.advertiser = Advertiser(port, relay_id, addresses=only, interfaces=interfaces, host_name=host_name,
-                                     prefix=topics.prefix)
+        # With TLS the TLS listener is what is advertised; the match list is still followed on the plain one.
+        self.advertiser = Advertiser(tls_port or port, relay_id, addresses=only, interfaces=interfaces,
+                                     host_name=host_name, prefix=topics.prefix,
+                                     scheme="mqtt" if tls_port is None else "mqtts")
         self.follower = MatchFollower(broker_host, port, self.advertiser.update, topics)
 
     async def __aenter__(self) -> Advertiser:
@@ -258,15 +262,15 @@ class advertise:  # noqa: N801 - used as ``async with advertise(...)``
         await self.advertiser.stop()
 
 
-def lan_urls(port: int, host: str = "0.0.0.0", chosen: Sequence[str] | None = None) -> list[str]:
+def lan_urls(port: int, host: str = "0.0.0.0", chosen: Sequence[str] | None = None, scheme: Scheme = "mqtt") -> list[str]:
     """How friends reach a broker on ``host``:``port`` (every LAN address when it listens on all)."""
     if host not in ("0.0.0.0", ""):
-        return [f"mqtt://{host}:{port}"]
+        return [f"{scheme}://{host}:{port}"]
     try:
         addrs = mdns_addresses(chosen)
     except LanError:
         addrs = [a for i in list_interfaces() if i.up and not i.loopback for a in i.addresses]
-    return [f"mqtt://{a}:{port}" for a in addrs]
+    return [f"{scheme}://{a}:{port}" for a in addrs]
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,19 +303,23 @@ class lan_hosting:  # noqa: N801 - used as ``async with lan_hosting(...)``
     host: it is said once and friends can still join by address."""
 
     def __init__(self, port: int, relay_id: str, host: str, interfaces: Sequence[str] | None,
-                 topics: Topics | None, say: Callable[[str], None], warn: Callable[[str], None]) -> None:
+                 topics: Topics | None, say: Callable[[str], None], warn: Callable[[str], None],
+                 tls_port: int | None = None) -> None:
         self.port, self.relay_id, self.host, self.interfaces = port, relay_id, host, interfaces
+        self.tls_port = tls_port
         self.topics, self.say, self.warn = topics, say, warn
         self._adv: advertise | None = None
 
     async def __aenter__(self) -> lan_hosting:
-        urls = lan_urls(self.port, self.host, self.interfaces)
-        where = ", ".join(u.removeprefix("mqtt://").rsplit(":", 1)[0] for u in urls) or "no LAN address found"
-        self.say(f"LAN host: this machine is {where}; listening on {self.host}:{self.port}")
+        urls = lan_urls(self.port if self.tls_port is None else self.tls_port, self.host, self.interfaces,
+                        "mqtt" if self.tls_port is None else "mqtts")
+        where = ", ".join(u.split("://", 1)[1].rsplit(":", 1)[0] for u in urls) or "no LAN address found"
+        self.say(f"LAN host: this machine is {where}; listening on {self.host}:{self.port}"
+                 + ("" if self.tls_port is None else f" (TLS on {self.tls_port})"))
         for url in urls:
             self.say(f"  friends join with:  blink play --server {url}   (or blink bot --server {url} ...)")
         try:
-            adv = advertise(self.port, self.relay_id, self.host, self.interfaces, self.topics)
+            adv = advertise(self.port, self.relay_id, self.host, self.interfaces, self.topics, tls_port=self.tls_port)
             service = await adv.__aenter__()
         except LanError as exc:
             self.warn(f"not advertised on the local network: {exc}; friends can still join by address")

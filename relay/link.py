@@ -89,7 +89,7 @@ class BrokerLink:
                                           on_messages=self.on_messages, on_oversize=self.on_oversize,
                                           username=address.username or RELAY_USER, password=address.password,
                                           will=login.will, keepalive=30, max_packet=login.max_packet,
-                                          socket_options=NODELAY, timeout=login.timeout)
+                                          socket_options=NODELAY, timeout=login.timeout, tls=address.ssl_context())
                 if login.topic_filter is not None:  # before any SUBSCRIBE: from the first read on
                     conn.set_topic_filter(*login.topic_filter())
                 self._hand(conn)

@@ -13,6 +13,11 @@ How this works
   by ``mosquitto_passwd -b`` when it is installed, else here in the same ``$7$`` format
   (PBKDF2-HMAC-SHA512, 101 iterations, 12-byte salt, both base64: ``$7$101$SALT$HASH``).
 
+With ``tls=(cert, key, port)`` (``blink broker-config --tls-cert --tls-key``) the conf has a
+second listener on ``port`` that speaks only TLS with that certificate and key (Mosquitto's
+``certfile``/``keyfile`` belong to the listener above them); the plain listener stays, for a relay
+on the same machine. The files are named by their absolute paths, not copied.
+
 Anyone who logs in as ``relay`` must know that password; everyone else is anonymous and confined
 by the ACL to its own client id's topics. ``mosquitto -c DIR/mosquitto.conf`` runs it as is.
 The configuration and the ACL are world-readable (nothing secret in them). The password file,
@@ -93,7 +98,14 @@ topic readwrite {prefix}/#
 """
 
 
-def conf_text(directory: Path, host: str, port: int, max_payload: int = DEFAULT_MAX_PAYLOAD) -> str:
+def tls_listener_text(host: str, cert: str, key: str, port: int) -> str:
+    """Mosquitto's TLS listener: the listener line, then its certificate and key."""
+    return (f"# TLS (mqtts://): the same rules and limits; clients check this certificate.\n"
+            f"listener {port} {host}\ncertfile {Path(cert).resolve()}\nkeyfile {Path(key).resolve()}\n")
+
+
+def conf_text(directory: Path, host: str, port: int, max_payload: int = DEFAULT_MAX_PAYLOAD,
+              tls: tuple[str, str, int] | None = None) -> str:
     d = directory.resolve()
     return f"""# A Mosquitto 2.x configuration for a blink relay, written by `blink broker-config`.
 # Run:  mosquitto -c {d / 'mosquitto.conf'}
@@ -108,7 +120,7 @@ max_queued_messages 10000
 # before Mosquitto reads it (no client of this protocol needs more).
 message_size_limit {max_payload}
 max_packet_size {MAX_MESSAGE_BYTES + 512}
-"""
+""" + ("" if tls is None else tls_listener_text(host, *tls))
 
 
 def _give_to_broker_user(path: Path) -> None:
@@ -128,7 +140,7 @@ def _give_to_broker_user(path: Path) -> None:
 
 def write_mosquitto_config(directory: str | Path, host: str = "127.0.0.1", port: int = 1883,
                            prefix: str = DEFAULT_PREFIX, max_payload: int = DEFAULT_MAX_PAYLOAD,
-                           use_tool: bool = True) -> BrokerAddress:
+                           use_tool: bool = True, tls: tuple[str, str, int] | None = None) -> BrokerAddress:
     """Write DIR/mosquitto.conf, DIR/mosquitto.acl and DIR/passwd; return the relay's login
     (``.login_url`` is what ``blink serve --broker`` takes; it holds the new secret)."""
     d = Path(directory)
@@ -137,7 +149,7 @@ def write_mosquitto_config(directory: str | Path, host: str = "127.0.0.1", port:
     files = {
         "passwd": password_line(RELAY_USER, secret, use_tool) + "\n",
         "mosquitto.acl": acl_text(prefix),
-        "mosquitto.conf": conf_text(d, host, port, max_payload),
+        "mosquitto.conf": conf_text(d, host, port, max_payload, tls),
     }
     for name, text in files.items():
         path = d / name

@@ -9,7 +9,9 @@ topic; then exit status 130 after Ctrl-C, as for any interrupted command, and 0 
 service manager's ordinary stop) or until the relay itself stops. Alone (the default) it is a ``relay.local.LocalServer``:
 the embedded amqtt broker unless ``--broker`` names one, the journal in the data directory
 (recovered from on start), and with ``--lan`` all interfaces, the next free port and an advert
-over multicast DNS (``relay/lanhost.py``). With ``--cluster`` or ``--shards`` it is one relay of
+over multicast DNS (``relay/lanhost.py``); with ``--tls-cert``/``--tls-key`` the embedded broker
+also listens with TLS on ``--tls-port`` (default 8883), and a LAN advert names that port and the
+``mqtts`` scheme. With ``--cluster`` or ``--shards`` it is one relay of
 several on a shared broker (``relay.local.cluster_server``): shards by lease in a NATS cluster's
 JetStream, or pinned, each journalled on its own.
 
@@ -75,6 +77,9 @@ class ServeOptions:
     lease_ttl: float | None = None
     password_file: str | None = None
     shards: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_port: int | None = None
 
 
 def read_password(path: str | Path) -> str:
@@ -181,6 +186,7 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
     """Run the relay ``options`` describe until a signal stops it; 130 then after SIGINT, 0 after SIGTERM,
     ServeError otherwise."""
     options = _apply_password_file(options)
+    tls = _tls_files(options)
     if options.cluster or options.shards or options.shards_total or options.lease_ttl is not None:
         return await _serve_cluster(options, topics)
     relay_id = options.relay_id or "relay-0"
@@ -200,6 +206,11 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
         raise usage("--lan hosts its own broker on this machine: leave out --broker")
     if options.lan and _loopback(host):
         raise usage(f"--host {host} is loopback: nobody else could reach it (leave out --host)")
+    from mqttkit import DEFAULT_TLS_PORT
+
+    tls_port = options.tls_port or DEFAULT_TLS_PORT
+    if tls is not None and tls_port == port:
+        raise usage(f"--tls-port {tls_port} is the plain listener's --port too: give them different ports")
     if options.lan:  # all interfaces, the next free port, advertised over multicast DNS
         from mqttkit.lan import LanError
         from relay import lanhost
@@ -208,14 +219,19 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
             port = lanhost.lan_port(host, port, options.interface, _warn)
         except LanError as err:
             raise ServeError(str(err)) from err
-        lan = lanhost.lan_hosting(port, relay_id, host, options.interface, topics, _say, _warn)
+        lan = lanhost.lan_hosting(port, relay_id, host, options.interface, topics, _say, _warn,
+                                  tls_port=tls_port if tls is not None else None)
     server = LocalServer(options.broker, options.seed, config, options.log, host=host,
                          port=None if options.broker else port, topics=topics,
                          max_payload=options.max_payload, data_dir=data_dir, durable=options.sync == "full")
+    if tls is not None and server.broker is not None:
+        server.broker.serve_tls(*tls, tls_port)
     stop = _Stop()
     try:
         async with server, lan:
             where = f"embedded broker on {server.address.url}" if server.broker else f"broker {server.address.url}"
+            if server.broker is not None and server.broker.tls_address is not None:
+                where += f" and {server.broker.tls_address.url}"
             print(f"blink relay '{relay_id}' ({options.order} order) running with {where}; Ctrl-C stops it.",
                   flush=True)
             # After the "running" line (scripts wait for it): where the journal is, what was recovered.
@@ -244,6 +260,25 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
         raise ServeError(str(exc)) from exc
     print("blink relay stopped.", flush=True)
     return stop.status
+
+
+def _tls_files(options: ServeOptions) -> tuple[str, str] | None:
+    """``--tls-cert``/``--tls-key``, checked to load and belong together (exit 2 if not), and only
+    for the embedded broker: a broker given with --broker has its own TLS listener."""
+    if options.tls_port is not None and options.tls_cert is None:
+        raise usage("--tls-port goes with --tls-cert and --tls-key")
+    if options.tls_cert is None and options.tls_key is None:
+        return None
+    if options.broker:
+        raise usage("--tls-cert/--tls-key are for the embedded broker: a broker given with --broker serves TLS "
+                    "itself (`blink broker-config --tls-cert`, `blink cluster up --tls-cert`); connect to it with "
+                    "--broker mqtts://…")
+    from mqttkit import TLSProblem, check_tls_pair
+
+    try:
+        return check_tls_pair(options.tls_cert, options.tls_key)
+    except TLSProblem as exc:
+        raise usage(str(exc)) from exc
 
 
 async def _serve_cluster(options: ServeOptions, topics: Topics) -> int:

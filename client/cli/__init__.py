@@ -105,6 +105,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return argtypes.USAGE
     if args.command not in COMMANDS:
         parser.error(f"unknown command {args.command}")
+    if getattr(args, "ca", None) is not None or getattr(args, "insecure", False):
+        from mqttkit import TLSProblem, set_tls_defaults
+
+        try:
+            set_tls_defaults(args.ca, args.insecure)
+        except TLSProblem as exc:
+            print(f"blink {args.command}: --ca: {exc}", file=sys.stderr)
+            return argtypes.USAGE
+        if args.insecure:
+            print(f"blink {args.command}: warning: --insecure: the broker's certificate and host name are not "
+                  "checked; anyone on the path can read and change this connection", file=sys.stderr)
     topics = Topics(prefix=args.prefix)
     try:
         return command_module(args.command).run(args, topics)

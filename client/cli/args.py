@@ -81,6 +81,15 @@ def url(text: str) -> str:
     return text
 
 
+def add_tls_trust(parser: argparse.ArgumentParser) -> None:
+    """``--ca FILE`` and ``--insecure``, for a command that connects to ``mqtts://`` brokers
+    (``main`` hands them to ``mqttkit.set_tls_defaults`` before the command runs)."""
+    parser.add_argument("--ca", metavar="FILE", help="with mqtts:// URLs: believe only the CAs in this PEM file "
+                        "(default: the system's CAs)")
+    parser.add_argument("--insecure", action="store_true", help="with mqtts:// URLs: do not check the broker's "
+                        "certificate or host name (anyone on the path can read and change the connection)")
+
+
 def seconds(lo: float, hi: float) -> Callable[[str], float]:
     """A number of seconds (a trailing ``s`` allowed) from ``lo`` to ``hi``."""
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 def register(sub: argtypes.Subcommands) -> None:
     b = sub.add_parser("bot", help="one bot player")
+    argtypes.add_tls_trust(b)
     b.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses, e.g. mqtt://127.0.0.1:1883")
     b.add_argument("--match", metavar="CODE", help="join this match (default: quick match)")
     b.add_argument("--create", action="store_true", help="create a match and print its code")

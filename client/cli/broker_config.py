@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from client.cli import args as argtypes
-from client.cli.failures import UserError
+from client.cli.failures import UsageError, UserError
 
 if TYPE_CHECKING:
     from protocol.topics import Topics
@@ -25,18 +25,34 @@ def register(sub: argtypes.Subcommands) -> None:
     bc.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     bc.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="listen port (default 1883)")
     bc.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192, help="largest message (bytes)")
+    bc.add_argument("--tls-cert", metavar="FILE", help="also a TLS listener (mqtts://) with this certificate (PEM; "
+                    "with --tls-key)")
+    bc.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    bc.add_argument("--tls-port", type=argtypes.whole(1, 65535), metavar="P", help="the TLS listener's port (default 8883)")
 
 
 def run(args: argparse.Namespace, topics: Topics) -> int:
+    from mqttkit import DEFAULT_TLS_PORT, TLSProblem, check_tls_pair
     from relay.local import write_mosquitto_config
 
     try:
-        login = write_mosquitto_config(args.dir, args.host, args.port, topics.prefix, args.max_payload)
+        pair = check_tls_pair(args.tls_cert, args.tls_key)
+    except TLSProblem as exc:
+        raise UsageError(str(exc)) from exc
+    if pair is None and args.tls_port is not None:
+        raise UsageError("--tls-port goes with --tls-cert and --tls-key")
+    tls_port = args.tls_port or DEFAULT_TLS_PORT
+    if pair is not None and tls_port == args.port:
+        raise UsageError(f"--tls-port {tls_port} is the plain listener's --port too: give them different ports")
+    try:
+        login = write_mosquitto_config(args.dir, args.host, args.port, topics.prefix, args.max_payload,
+                                       tls=None if pair is None else (*pair, tls_port))
     except OSError as exc:
         raise UserError(f"cannot write {args.dir}: {exc}") from exc
     print(f"wrote mosquitto.conf, mosquitto.acl and passwd to {args.dir}\n"
           f"run:  mosquitto -c {args.dir}/mosquitto.conf\n"
-          f"then: blink serve --broker URL   with the URL below (it holds the relay's password: keep it secret)",
+          f"then: blink serve --broker URL   with the URL below (it holds the relay's password: keep it secret)"
+          + ("" if pair is None else f"\nplayers over TLS: --server mqtts://HOST:{tls_port} (HOST as in the certificate)"),
           file=sys.stderr)
     print(login.login_url, flush=True)
     return 0

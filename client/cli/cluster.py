@@ -47,6 +47,9 @@ def register(sub: argtypes.Subcommands) -> None:
                     help="require the relay's password (written to DIR/relay-password, mode 600; give it to "
                          "`blink serve --password-file`) and confine anonymous MQTT clients to what players need "
                          "(default on; --no-auth: anyone may do anything, for experiments)")
+    up.add_argument("--tls-cert", metavar="FILE", help="the nodes' MQTT listeners speak TLS (mqtts://) with this "
+                    "certificate (PEM; with --tls-key)")
+    up.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
     up.add_argument("--ready-timeout", type=argtypes.seconds(0.1, 3600), default=READY_S, help=argparse.SUPPRESS)
     down = actions.add_parser("down", help="stop the cluster recorded in DIR")
     down.add_argument("--dir", required=True, help="the directory given to `up`")
@@ -67,7 +70,15 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             if args.base_port is not None and not 1 <= args.base_port <= 65535:
                 print(f"blink cluster up: --base-port must be 1..65535, not {args.base_port}", file=sys.stderr)
                 return argtypes.USAGE
-            cluster = start_cluster(args.nodes, args.dir, args.base_port, ready_s=args.ready_timeout, auth=args.auth)
+            from mqttkit import TLSProblem, check_tls_pair
+
+            try:
+                tls = check_tls_pair(args.tls_cert, args.tls_key)
+            except TLSProblem as exc:
+                print(f"blink cluster up: {exc}", file=sys.stderr)
+                return argtypes.USAGE
+            cluster = start_cluster(args.nodes, args.dir, args.base_port, ready_s=args.ready_timeout, auth=args.auth,
+                                    tls=tls)
             print(json.dumps(cluster.summary()), flush=True)
             return 0
         if action == "down":

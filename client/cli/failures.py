@@ -39,6 +39,15 @@ def friendly(exc: BaseException) -> UserError:
 
     if isinstance(exc, PortInUse):
         return UserError(str(exc))
+    from mqttkit import TLSProblem, tls_refusal
+
+    if isinstance(exc, TLSProblem):
+        return UserError(str(exc))
+    refusal = tls_refusal(exc)
+    if refusal is not None:
+        return UserError(refusal)
+    if isinstance(exc, ConnectionError) and "certificate was refused" in str(exc):
+        return UserError(str(exc))  # the broker's certificate, not the network, is the problem
     if isinstance(exc, (ConnectionError, OSError)):
         return UserError(f"network problem: {exc}")
     from mqttkit.connection import ConnectRefused, MqttError  # the relay's own connection
@@ -58,7 +67,7 @@ def friendly(exc: BaseException) -> UserError:
                 return UserError(f"the MQTT broker refused the login ({exc}): check the user and password in the URL "
                                  + LOGIN_HINT)
         if isinstance(exc, aiomqtt.MqttError):
-            return UserError(f"cannot reach the MQTT broker: {exc}")
+            return UserError(f"cannot reach the MQTT broker: {tls_refusal(str(exc)) or exc}")
     except ImportError:
         pass
     return UserError(f"{type(exc).__name__}: {exc}")

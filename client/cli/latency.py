@@ -55,6 +55,7 @@ def register(sub: argtypes.Subcommands) -> None:
         description="Run concurrent two-bot matches for a while, with network impairment per seat, and report "
                     "round trips, confirmation times, races and wins. Times: 100ms, 0.1s or 100 (= ms); "
                     "two comma-separated values give seat 0 and seat 1 their own (e.g. --delay 0ms,100ms).")
+    argtypes.add_tls_trust(p)
     p.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
     p.add_argument("--game", type=_game, default="blink", help="game to play (default blink)")
     p.add_argument("--matches", type=argtypes.whole(1, 500), default=4, help="concurrent matches (default 4)")

@@ -39,6 +39,7 @@ def register(sub: argtypes.Subcommands) -> None:
                    help="median reaction time at human pace, seconds (default 0.35)")
     p.add_argument("--duration", type=argtypes.seconds(1.0, 86_400.0), default=30.0,
                    help="seconds to measure once every match is set up (default 30)")
+    argtypes.add_tls_trust(p)
     p.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start blink serve here)")
     p.add_argument("--relay-pid", type=argtypes.whole(1, 2**31), help="with --server: the relay's pid, for its CPU and memory")
     p.add_argument("--ping", type=argtypes.seconds(0.0, 60.0), default=1.0,

@@ -29,6 +29,7 @@ def register(sub: argtypes.Subcommands) -> None:
     mt.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     mt.add_argument("--bots", type=argtypes.whole(0, 10_000), default=2,
                     help="number of bot players (as many as the game allows: BLINK 2, the dice games 2 or more)")
+    argtypes.add_tls_trust(mt)
     mt.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
     mt.add_argument("--seed", type=int, help="seed for the relay (when started here) and the bots")
     mt.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON (`blink settings GAME` lists them)")

@@ -48,6 +48,7 @@ def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser("play", help="open the game window (race a bot, a friend, or anyone on a server)",
                        description="Open the BLINK window. With no options: a menu, with a local relay and a "
                                    "bot opponent ready on this machine.")
+    argtypes.add_tls_trust(p)
     p.add_argument("--server", type=argtypes.url, metavar="URL",
                    help="MQTT broker of a running relay, e.g. mqtt://192.168.1.5:1883 (default: start one here)")
     p.add_argument("--name", default=os.environ.get("USER", "you")[:24] or "you", help="your name at the table")

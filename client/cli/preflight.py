@@ -35,7 +35,8 @@ async def relay_online(address: BrokerAddress, topics: Topics) -> bool:
     from protocol.codec import DecodeError, decode
 
     async with aiomqtt.Client(address.host, address.port, identifier=new_client_id("wq"),
-                              username=address.username, password=address.password) as client:
+                              username=address.username, password=address.password,
+                              tls_context=address.ssl_context()) as client:
         await client.subscribe(topics.relay_status("+"), qos=0)
         try:
             async with asyncio.timeout(RELAY_STATUS_WAIT_S):

@@ -34,6 +34,7 @@ def register(sub: argtypes.Subcommands) -> None:
     s = sub.add_parser("serve", help="run the relay (with an embedded MQTT broker unless --broker is given)")
     s.add_argument("--host", help="embedded broker address (default 127.0.0.1; with --lan 0.0.0.0)")
     s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="embedded broker port (default 1883)")
+    argtypes.add_tls_trust(s)
     s.add_argument("--broker", type=_urls, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883 "
                    "(with --cluster/--shards: the nodes of a clustered broker, comma-separated, tried in turn)")
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
@@ -65,6 +66,11 @@ def register(sub: argtypes.Subcommands) -> None:
     s.add_argument("--password-file", metavar="FILE", help="the relay's password, read from FILE (as `blink cluster "
                    "up` writes it: DIR/relay-password) and used, as user relay, for every --broker and --cluster URL "
                    "that has none -- so it is not on the command line for every local user's `ps` to see")
+    s.add_argument("--tls-cert", metavar="FILE", help="also serve TLS (mqtts://) on the embedded broker with this "
+                   "certificate (PEM; with --tls-key)")
+    s.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    s.add_argument("--tls-port", type=argtypes.whole(1, 65535), metavar="P", help="the TLS listener's port "
+                   "(default 8883)")
     s.add_argument("--shards", metavar="LIST", help="serve exactly these shards (e.g. 0,1): with --cluster they are "
                    "pinned to this relay (the others share the rest); without, each is journalled in DIR/shard-N of "
                    "--data and the other relays on the broker serve the rest")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 def register(sub: argtypes.Subcommands) -> None:
     w = sub.add_parser("watch", help="spectate a running match by code (prints its public events)")
     w.add_argument("code", help="the match code")
+    argtypes.add_tls_trust(w)
     w.add_argument("--server", type=argtypes.url, required=True, help="MQTT broker the relay uses")
     w.add_argument("--json", action="store_true", help="print each event as a JSON line (the --log format)")
 
@@ -47,7 +48,9 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
     match's result."""
     import time
 
-    from mqttkit import parse_url
+    import aiomqtt
+
+    from mqttkit import connect_problem, parse_url
     from client.cli.preflight import no_relay, relay_online
     from client.player import Player
     from protocol import messages as m
@@ -55,7 +58,11 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
     code = args.code.strip().upper()
     address = parse_url(args.server)
     try:
-        if not await relay_online(address, topics):
+        try:
+            online = await relay_online(address, topics)
+        except aiomqtt.MqttError as exc:  # worded here, where the URL's scheme is known
+            raise UserError(f"cannot reach the MQTT broker at {address.url}: {connect_problem(exc, address)}") from exc
+        if not online:
             raise no_relay(address)
         async with Player(address, "spectator", topics, ping_interval_s=0) as player:
             events: dict[int, m.Event] = {}

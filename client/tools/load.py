@@ -266,7 +266,7 @@ async def wait_for_relay(address: Any, topics: Topics) -> None:
     try:
         conn = await connect(address.host, address.port, client_id=f"ldmon{os.urandom(5).hex()}",
                              on_messages=on_messages, username=address.username, password=address.password,
-                             keepalive=KEEPALIVE_S, timeout=CONNECT_TIMEOUT_S)
+                             keepalive=KEEPALIVE_S, timeout=CONNECT_TIMEOUT_S, tls=address.ssl_context())
     except Exception as exc:  # noqa: BLE001 - refused, unreachable, no answer, a refused CONNECT: one line each
         raise LoadError(f"cannot reach the MQTT broker at {address.url}: {exc or type(exc).__name__}") from exc
     try:

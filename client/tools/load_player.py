@@ -85,7 +85,8 @@ class LoadPlayer:
             conn = await connect(run.address.host, run.address.port, client_id=self.cid, on_messages=self.on_messages,
                                  username=run.address.username, password=run.address.password,
                                  will=Will(self.req_topic, LEAVE, qos=1), keepalive=KEEPALIVE_S,
-                                 socket_options=NODELAY, timeout=max(CONNECT_TIMEOUT_S, run.cfg.timeout_s))
+                                 socket_options=NODELAY, timeout=max(CONNECT_TIMEOUT_S, run.cfg.timeout_s),
+                                 tls=run.address.ssl_context())
         conn.on_close(self.on_close)
         self.mqtt = conn
         await conn.subscribe([(self.private_topic, 0)], timeout=max(CONNECT_TIMEOUT_S, run.cfg.timeout_s))

@@ -83,6 +83,8 @@ class Cluster:
     nodes: list[Node]
     #: The relay's password when the cluster enforces authorization (never printed: see ``summary``).
     password: str | None = field(default=None, repr=False)
+    #: The nodes' MQTT listeners speak TLS (``up --tls-cert/--tls-key``): their URLs are ``mqtts://``.
+    tls: bool = False
 
     @property
     def auth(self) -> bool:
@@ -95,7 +97,8 @@ class Cluster:
     @property
     def mqtt(self) -> list[str]:
         """The nodes' MQTT URLs without credentials: what players connect with."""
-        return [f"mqtt://{HOST}:{n.mqtt}" for n in self.nodes]
+        scheme = "mqtts" if self.tls else "mqtt"
+        return [f"{scheme}://{HOST}:{n.mqtt}" for n in self.nodes]
 
     @property
     def nats(self) -> list[str]:
@@ -128,7 +131,7 @@ class Cluster:
         serve = f"blink serve --broker {','.join(self.mqtt)} --cluster {','.join(self.nats)}"
         return {"dir": str(self.dir), "nodes": len(self.nodes), "mqtt": self.mqtt, "nats": self.nats,
                 "http": [f"http://{HOST}:{n.http}" for n in self.nodes], "pids": [n.pid for n in self.nodes],
-                "names": [n.name for n in self.nodes], "auth": self.auth,
+                "names": [n.name for n in self.nodes], "auth": self.auth, "tls": self.tls,
                 "relay_user": RELAY_USER if self.auth else None, "password_file": str(pw) if pw else None,
                 "serve": f"{serve} --password-file {pw}" if pw else serve}
 
@@ -207,12 +210,24 @@ def server_binary() -> str:
 
 # ---------------------------------------------------------------------------------------------- up / down
 
+def tls_mqtt(text: str, node: Node, cert: str, key: str) -> str:
+    """A node's configuration with its MQTT listener speaking TLS only, with this certificate and key."""
+    listen = f'  listen: "{HOST}:{node.mqtt}"\n'
+    block = (f'{listen}  tls {{\n    cert_file: "{Path(cert).resolve()}"\n    key_file: "{Path(key).resolve()}"\n'
+             f"  }}\n")
+    if listen not in text:
+        raise ClusterError(f"the node template {TEMPLATE} has no MQTT listen line for TLS")
+    return text.replace(listen, block, 1)
+
+
 def start_cluster(nodes: int, directory: str | Path, base_port: int | None = None,
-                  ready_s: float = READY_S, auth: bool = False) -> Cluster:
+                  ready_s: float = READY_S, auth: bool = False, tls: tuple[str, str] | None = None) -> Cluster:
     """Start ``nodes`` nats-server processes under ``directory`` and wait until the cluster is usable.
     With ``auth`` the nodes enforce ``relay/natsauth.py``'s authorization; the relay's password is in
     the returned cluster (``relay_mqtt``, ``relay_nats``) and in ``DIR/relay-password``. (Off by default
-    here: the tests' and benches' clusters are open; the command turns it on.)"""
+    here: the tests' and benches' clusters are open; the command turns it on.) With ``tls`` (a
+    certificate and its key) every node's MQTT listener speaks TLS only; NATS itself (the relays'
+    leases and journals) stays on loopback."""
     if nodes < 1:
         raise ClusterError(f"--nodes must be at least 1, not {nodes}")
     binary = server_binary()
@@ -247,8 +262,10 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
             from relay.local import secure_node_conf  # (relay code only when a cluster is started)
 
             text = secure_node_conf(text, AUTH_FILE)
+        if tls is not None:
+            text = tls_mqtt(text, node, *tls)
         Path(node.conf).write_text(text)
-    cluster = Cluster(root, plan, password)
+    cluster = Cluster(root, plan, password, tls=tls is not None)
     try:
         for node in plan:
             _spawn(binary, node)
@@ -491,7 +508,7 @@ def _load_state(root: Path) -> Cluster | None:
             password = read_password(root / PASSWORD_FILE)
         except ServeError:
             password = None  # `down` still works without it; a restart of a node would fail to check JetStream
-    return Cluster(root, nodes, password)
+    return Cluster(root, nodes, password, tls=bool(data.get("tls", False)))
 
 
 def _require_state(root: Path) -> Cluster:
