@@ -19,14 +19,13 @@ re-announcement per ``UPDATE_INTERVAL_S``) so a busy lobby does not flood the ne
 from __future__ import annotations
 
 import asyncio
-import errno
 import ipaddress
 import logging
 import secrets
 import socket
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from mqttkit import Scheme
+from mqttkit import PortInUse, Scheme, check_port
 from mqttkit.lan import (SERVICE_TYPE, LanError, encode_txt, list_interfaces, mdns_addresses,
                          zeroconf_error)
 from protocol.codec import DecodeError, decode
@@ -61,14 +60,10 @@ def pick_port(first: int, is_free: Callable[[int], bool], tries: int = PORT_TRIE
 def port_is_free(host: str, port: int) -> bool:
     """Could a listening socket bind host:port now? (The same test as the broker's own check:
     SO_REUSEADDR, so a port only in TIME_WAIT counts as free.)"""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                return False
-            raise
+    try:
+        check_port(host, port)
+    except PortInUse:
+        return False
     return True
 
 
