@@ -281,7 +281,7 @@ def test_a_data_directory_of_pickled_snapshots_is_migrated_at_first_start(tmp_pa
         assert {c: {"game": x.game, "status": x.status, "seq": x.seq, "game_index": x.game_index, "order": x.order}
                 for c, x in got.matches.items()} == expected["matches"]
         assert same_core(got, whole)
-        asyncio.run(shell.snapshot(force=True))
+        asyncio.run(shell.whole.snapshot(force=True))
         pos, blob = j.latest_snapshot() or (0, b"")
         assert pos == expected["last_position"] and blob.startswith(snapshot.MAGIC + b"\x03\x00")
     with open_journal(data) as j:
