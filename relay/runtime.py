@@ -90,14 +90,6 @@ JournalOpener = Callable[[str], Journal]
 WHOLE = "0"  # the shard a single relay serves: every topic of its prefix
 
 
-def shard_status_id(shard: str) -> str:
-    return f"shard-{shard}"
-
-
-def process_status_topic(prefix: str, relay_id: str) -> str:
-    return f"{prefix}/relays/{relay_id}/status"
-
-
 class Relay:
     """The relay runtime (see the module header). ``shards_total`` 0 is a single relay: it serves
     one shard made here from ``topics``, ``config``, ``seed`` and ``journal`` (None: in memory)."""
@@ -156,8 +148,8 @@ class Relay:
         self._will_checks: list[tuple[float, Shard, set[str]]] = []
         self.wills_given: list[str] = []
         self._gc_full_at = time.monotonic()
-        self._residence_file = os.environ.get("BLINK_RESIDENCE") or None
-        self._residence: array[int] | None = array("q") if self._residence_file else None
+        self._residence_file = os.environ.get("BLINK_RESIDENCE") or ""
+        self._residence = array("q")  # (kept only with a file to write them to)
         self._whole: Shard | None = None
         if not self.sharded:
             core = RelayCore(self.topics, dataclasses.replace(self.config, relay_id=self.relay_id), self.seed)
@@ -278,7 +270,7 @@ class Relay:
                 journal = await loop.run_in_executor(self._pool, self.open_journal, shard)
                 # The fence first: from here on the previous owner cannot append behind the replay.
                 await loop.run_in_executor(self._pool, journal.append, [], fence)
-                cfg = dataclasses.replace(self.config, relay_id=shard_status_id(shard), shards_total=self.total)
+                cfg = dataclasses.replace(self.config, relay_id=f"shard-{shard}", shards_total=self.total)
                 srv = self._shard(shard, RelayCore(Topics(self.prefix, shard), cfg,
                                                    int.from_bytes(os.urandom(8), "big")), journal, fence)
                 await loop.run_in_executor(self._pool, srv.recover, check_shard(shard, self.total, self.prefix))
@@ -393,7 +385,7 @@ class Relay:
                             cleanup.exception()  # retrieved: the stop goes on
                         break
             gc.set_threshold(*thresholds)
-            if self._residence_file and self._residence is not None:
+            if self._residence_file:
                 memdiag.write_residence(self._residence_file, self._residence, self.steps)
             if dump is not None:
                 dump("exit")
@@ -411,8 +403,7 @@ class Relay:
                 try:  # every status offline, then DISCONNECT (the broker drops the last will)
                     out = [o for srv in self.servers.values() for o in srv.core.shutdown()]
                     if self.sharded:
-                        out.append(Publish(process_status_topic(self.prefix, self.relay_id),
-                                           m.RelayStatus(self.relay_id, False), retain=True))
+                        out.append(Publish(self._own_status(), m.RelayStatus(self.relay_id, False), retain=True))
                     send_publishes(client, out)
                     await client.disconnect(timeout=2.0)
                 except BaseException as exc:  # noqa: BLE001 - the broker may be gone already
@@ -443,7 +434,7 @@ class Relay:
             for match in srv.core.matches.values():
                 statuses[match.status] = statuses.get(match.status, 0) + 1
         return [f"matches {sum(statuses.values())} {statuses}",
-                f"residence times kept {len(self._residence) if self._residence is not None else 0}"]
+                f"residence times kept {len(self._residence)}"]
 
     def _refilter(self) -> None:
         if self._client is not None and self.sharded:  # the served shards' actions from the next read on
@@ -453,7 +444,7 @@ class Relay:
         """A single relay speaks for its core's status; a relay of several for its own, and subscribes
         once to every shard's actions (a topic a SUBSCRIBE: a refusal is asked again for it alone)."""
         if self.sharded:
-            status = process_status_topic(self.prefix, self.relay_id)
+            status = self._own_status()
             groups = [[(self.topics.req_all, SUB_QOS)], [(f"{self.prefix}/m/+/+/act/+", SUB_QOS)]]
         else:
             status, groups = self.topics.relay_status(self.relay_id), [[(t, 1) for t in self.core.subscriptions()]]
@@ -464,6 +455,9 @@ class Relay:
                       CONNECT_TIMEOUT_S if several else DEFAULT_CONNECT_TIMEOUT_S,
                       self._topic_filter if self.sharded else None)
         return BrokerLink(self.addresses, login, self._on_messages, self._on_oversize, self._on_client, self._on_up)
+
+    def _own_status(self) -> str:
+        return f"{self.prefix}/relays/{self.relay_id}/status"  # a relay of several's, beside its shards'
 
     def _topic_filter(self) -> tuple[bytes, tuple[bytes, ...]]:
         return self._act_head, tuple(f"{self.prefix}/m/{s}/".encode() for s in self.servers)
@@ -673,10 +667,9 @@ class Relay:
         self._emit_all(done)
         for srv in answered:
             self._tell(f"answers on shard {srv.name} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
-        residence = self._residence
-        if residence is not None and len(residence) < RESIDENCE_KEPT:
+        if self._residence_file and len(self._residence) < RESIDENCE_KEPT:
             finished = time.monotonic_ns()
-            residence.extend(finished - arrived for _, _, arrived in inbox)
+            self._residence.extend(finished - arrived for _, _, arrived in inbox)
         if self._client is not None and self.resync.may_send():
             self.resync.send_chunk(self.servers, mono, wall)
         for srv in self._shards():
@@ -733,4 +726,4 @@ class Relay:
                 log.info("bad input: %s", row)
 
 
-__all__ = ["JournalOpener", "Relay", "process_status_topic", "shard_status_id"]
+__all__ = ["JournalOpener", "Relay"]
