@@ -146,7 +146,6 @@ class Relay:
         self.reconnects = 0
         self.steps = 0  # steps with something to journal or publish
         self._will_checks: list[tuple[float, Shard, set[str]]] = []
-        self.wills_given: list[str] = []
         self._gc_full_at = time.monotonic()
         self._residence_file = os.environ.get("BLINK_RESIDENCE") or ""
         self._residence = array("q")  # (kept only with a file to write them to)
@@ -559,7 +558,6 @@ class Relay:
                         or match.status not in ("playing", "between"):
                     continue
                 log.warning("shard %s: client %s not heard from since the takeover: its last will now", srv.name, client)
-                self.wills_given.append(client)
                 self._inbox.append((self.topics.req(client), encode(m.Leave(dropped=True)), time.monotonic_ns()))
                 self._wake.set()
 
