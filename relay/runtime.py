@@ -619,7 +619,7 @@ class Relay:
                     extra.extend(self._too_large(topic, len(payload), arrived, arrived + wmm))
                 continue
             for srv in targets:
-                _, entries, out = batches.setdefault(srv.name, (srv, [], []))
+                _, entries, out = batches.get(srv.name) or batches.setdefault(srv.name, (srv, [], []))
                 now = arrived + srv.mono_offset
                 if srv.journal is not None:
                     entries.append(Msg(topic, payload, now, arrived + wmm))
@@ -630,7 +630,7 @@ class Relay:
             deadline = srv.core.next_deadline()
             now = mono + srv.mono_offset
             if deadline is not None and deadline <= now:
-                _, entries, out = batches.setdefault(srv.name, (srv, [], []))
+                _, entries, out = batches.get(srv.name) or batches.setdefault(srv.name, (srv, [], []))
                 if srv.journal is not None:
                     entries.append(Tick(now, wall))
                 out.extend(srv.core.tick(now, wall))
