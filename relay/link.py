@@ -2,21 +2,14 @@
 
 How this works
 --------------
-``BrokerLink.run`` holds the relay's connection (``mqttkit.connection``, a bare ``asyncio.Protocol``
-MQTT 3.1.1 client: paho's reader under aiomqtt cost about 0.6 ms a message). Every read's PUBLISHes
-go to the relay's ``on_messages`` as one list, straight from the parser; a message far over the
-packet limit is never buffered (``on_oversize``). Once a CONNECT is answered the connection is
-handed to the relay (``on_client``: a request can arrive in the same read as the SUBACK, and its
-answer must have somewhere to go), the subscriptions are made, the retained online status (if any)
-published, and ``on_up(first)`` told; then nothing happens here until the connection ends.
-
-Several broker nodes (``a,b,c``, one clustered broker): a CONNECT unanswered within the login's
-timeout, a refused or lost connection, moves on to the next node at once (each node once), then
-backs off (0.1 s doubling to 5 s): a stopped node must not take the relay with it. Only the very
-first connection may fail for good (a wrong URL or password is reported, not retried for ever).
-A subscription refused in its SUBACK (NATS, while it cannot make the subscription's JetStream
-consumer) is asked again in the background until granted or the connection is gone; no SUBACK
-within ``SUBSCRIBE_TIMEOUT_S`` drops the connection. A link that is ``closing`` makes no new one.
+``BrokerLink.run`` holds a ``mqttkit.connection`` (a bare ``asyncio.Protocol`` client: paho's reader
+under aiomqtt cost about 0.6 ms a message), whose parser hands every read's PUBLISHes to
+``on_messages`` as one list. The connection goes to the relay (``on_client``) as soon as its CONNECT
+is answered, since a request can come in the SUBACK's read; then the subscriptions, the retained
+online status, and ``on_up(first)``. With several broker nodes, an unanswered CONNECT or a lost
+connection moves to the next node at once (each once), then backs off 0.1 s doubling to 5 s; only
+the very first connection may fail for good (a wrong URL or password). A subscription refused in its
+SUBACK (NATS, without a JetStream consumer yet) is asked again in the background.
 """
 
 from __future__ import annotations
@@ -41,9 +34,8 @@ SUBSCRIBE_TIMEOUT_S = 6.0  # longer than NATS's own 4 s wait: a refusal is heard
 
 @dataclasses.dataclass(frozen=True)
 class Login:
-    """How the relay connects: its client id and last will, its subscriptions (one SUBSCRIBE a
-    group), the retained status published online on each connection ("": none), the largest packet
-    it reads, the CONNECT timeout, and the topic filter to set before subscribing."""
+    """How the relay connects: ``groups`` one SUBSCRIBE each, ``status`` published ``online`` at
+    each connection ("": none), ``topic_filter`` set before subscribing."""
 
     client_id: str
     will: Will

@@ -36,18 +36,17 @@ import asyncio
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
 from protocol.topics import Topics
 from relay.core import RelayConfig
-from relay.journal import JournalError, default_data_dir, open_journal
+from relay.journal import Journal, JournalError, default_data_dir, open_journal
 from relay.localproc import ChildServer
 from relay.mosquitto import write_mosquitto_config
 from relay.natsauth import secure_node_conf, write_nats_auth
-from relay.journal import Journal
 from relay.ownership import StaticOwnership
 from relay.runtime import Relay
 from relay.shard import ClusterError, ConfigConflict
@@ -57,6 +56,18 @@ if TYPE_CHECKING:  # imported where it is started: a relay on an outside broker 
 
 __all__ = ["ChildServer", "ClusterError", "ClusterServer", "ConfigConflict", "JournalError", "LocalServer", "RelayConfig", "cluster_server", "default_data_dir",
            "public_nats", "public_url", "sqlite_opener", "start_local", "secure_node_conf", "temporary_data_dir", "write_mosquitto_config", "write_nats_auth"]
+
+
+async def _run_until_ready(relay: Relay, timeout_s: float) -> asyncio.Task[None]:
+    """The relay's run, once it is connected and serving or ``timeout_s`` passed; raises why it
+    stopped if it did first (e.g. the broker is unreachable)."""
+    task = asyncio.create_task(relay.run())
+    ready = asyncio.create_task(relay.ready.wait())
+    done, _ = await asyncio.wait({task, ready}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    ready.cancel()
+    if task in done:
+        await task
+    return task
 
 
 def temporary_data_dir() -> Path:
@@ -111,12 +122,7 @@ class LocalServer:
         if self.broker is not None:
             await self.broker.start()
         if self.relay is not None:
-            self._task = asyncio.create_task(self.relay.run())
-            ready = asyncio.create_task(self.relay.ready.wait())
-            done, _ = await asyncio.wait({self._task, ready}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
-            ready.cancel()
-            if self._task in done:
-                await self._task  # raises the relay's error (e.g. the broker is unreachable)
+            self._task = await _run_until_ready(self.relay, 15)
             if not self.relay.ready.is_set():
                 raise ConnectionError(f"the relay could not start on {self.address.url}")
 
@@ -201,12 +207,7 @@ class ClusterServer:
         return self._task
 
     async def start(self, timeout_s: float = 30.0) -> None:
-        self._task = asyncio.create_task(self.relay.run())
-        ready = asyncio.create_task(self.relay.ready.wait())
-        done, _ = await asyncio.wait({self._task, ready}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
-        if self._task in done:
-            await self._task  # raises why it stopped
+        self._task = await _run_until_ready(self.relay, timeout_s)
         if not self.relay.ready.is_set():
             await self.stop()
             raise ConnectionError(f"the relay could not start on {self.relay.address.url}")
@@ -235,7 +236,8 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
     """One of several relays on a shared broker (what ``blink serve --broker URL (--cluster NATS_URL
     | --shards LIST)`` runs): with ``cluster_url`` the shards are leased and journalled in that NATS
     cluster's JetStream (``shards`` pinned to this relay); else it serves exactly ``shards``, each
-    journalled under ``data_dir``. Returns a not yet started ``ClusterServer``."""
+    journalled under ``data_dir`` (``a,b,c`` for several nodes of either). Returns a not yet started
+    ``ClusterServer``."""
     address = [parse_url(u.strip()) for u in broker_url.split(",") if u.strip()]
     topics = Topics((topics or Topics()).prefix)
     config = config or RelayConfig()
@@ -243,36 +245,22 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
         if shards is None or data_dir is None:
             raise ValueError("without a cluster a relay needs its shards and a data directory")
         return ClusterServer(Relay(address, StaticOwnership(shards), sqlite_opener(data_dir, durable), shards_total,
-                                   topics, config, relay_id=config.relay_id, log_path=log_path,
-                                   max_payload=max_payload, say=say))
-    return await _nats_cluster_server(address, cluster_url, shards_total, topics, config, log_path, max_payload,
-                                      shards or (), lease_ttl_s, say)
-
-
-async def _nats_cluster_server(address: Sequence[BrokerAddress], cluster_url: str, shards_total: int, topics: Topics,
-                               config: RelayConfig, log_path: str | Path | None, max_payload: int,
-                               pinned: Sequence[str], lease_ttl_s: float | None,
-                               say: Callable[[str], None] | None) -> ClusterServer:
-    """Leases and journals in the JetStream of the NATS cluster at ``cluster_url`` (``a,b,c`` for
-    several nodes): one NATS connection for every shard's journal, another for the leases."""
+                                   topics, config, log_path=log_path, max_payload=max_payload, say=say))
     try:
         from relay.jetstream import JetStreamJournal, NatsLink
         from relay.leases import NatsLeases, ThreadedLeases
     except ImportError as exc:
         raise ClusterError(f"this installation cannot use a NATS cluster ({exc}): install nats-py") from exc
+    # One NATS connection for every shard's journal, another for the leases.
     link = await asyncio.to_thread(NatsLink, cluster_url)  # JournalError in one line: unreachable, no JetStream
     try:
-        kwargs: dict[str, Any] = {"pinned": pinned, "relay_id": config.relay_id}
+        kwargs: dict[str, Any] = {"pinned": shards or (), "relay_id": config.relay_id}
         if lease_ttl_s is not None:
             kwargs["ttl"] = lease_ttl_s
         leases = ThreadedLeases(NatsLeases(cluster_url, shards_total, **kwargs))
     except Exception as exc:
         await asyncio.to_thread(link.close)
         raise ClusterError(str(exc)) from exc
-
-    def open_shard(shard: str) -> Journal:
-        return JetStreamJournal(link, shard)
-
-    relay = Relay(address, leases, open_shard, shards_total, topics, config, relay_id=config.relay_id,
+    relay = Relay(address, leases, lambda shard: JetStreamJournal(link, shard), shards_total, topics, config,
                   log_path=log_path, max_payload=max_payload, say=say)
     return ClusterServer(relay, on_stop=lambda: asyncio.to_thread(link.close))

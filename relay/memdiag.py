@@ -57,25 +57,20 @@ _malloc_tuned = False
 
 
 def tune_malloc() -> bool:
-    """Fix glibc malloc's mmap and trim thresholds for this process (see the header), once. Not
-    where the environment sets glibc's malloc itself, nor where the C library is not glibc.
-    Whether they were set."""
+    """Fix glibc malloc's mmap and trim thresholds for this process (see the header), once; not where
+    the environment sets glibc's malloc itself, nor where the C library is not glibc (its mallopt, if
+    any, means something else). Whether they are set."""
     global _malloc_tuned
-    if _malloc_tuned:
-        return True
-    if any(k.startswith("MALLOC_") for k in os.environ) or "malloc" in os.environ.get("GLIBC_TUNABLES", ""):
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-        if not hasattr(libc, "gnu_get_libc_version"):
-            return False  # another C library: its mallopt (if any) means something else
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    _malloc_tuned = bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
+    if not _malloc_tuned and not any(k.startswith("MALLOC_") for k in os.environ) \
+            and "malloc" not in os.environ.get("GLIBC_TUNABLES", ""):
+        libc = _libc()
+        if libc is not None and hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt"):
+            libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+            _malloc_tuned = bool(libc.mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
+                libc.mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
     return _malloc_tuned
+
+
 ENV_FRAMES = "BLINK_MEMDUMP_FRAMES"
 DEFAULT_FRAMES = 10
 TOP_TRACEBACKS = 25

@@ -2,22 +2,16 @@
 
 How this works
 --------------
-``send_publishes`` writes a step's outputs as MQTT PUBLISH packets packed back to back into one
-buffer, written to the connection's transport at once (one ``send`` when nothing is waiting): a
-library's awaited publish cost a loop turn per message and paho a ``send`` each, and a loopback
-``send`` took 0.3-0.9 ms on a busy 2-core machine. A QoS-1 message goes through the connection's
-``publish`` in its place, keeping the order. A dropped connection is counted, never raised.
+``send_publishes`` packs a step's PUBLISH packets back to back into one buffer, one write (an awaited
+publish cost a loop turn a message, and a loopback ``send`` 0.3-0.9 ms on a busy 2-core machine); a
+QoS-1 one goes through the connection's ``publish`` in its place, keeping the order.
 
-``Resync``: once connected (and after every reconnect), and when a shard is gained, each shard's
-status and match list go out -- from then on it serves requests -- and then every match's players'
-views and retained snapshot (``RelayCore.resync``), so that clients catch up on what they missed.
-That is ~0.25 ms of CPU a match, seconds for thousands, which requests must not wait behind: so it
-goes out ``chunk`` matches a step (running matches first), after the step's requests, with the
-connection's reader let run between two chunks. A chunk's last message goes at QoS 1 and the next
-waits for its acknowledgement (at most ``RESYNC_ACK_WAIT_S``): a broker slower than the relay (the
-embedded one, on the same event loop) would otherwise still be reading the resync when the answer
-to a request came behind it. A chunk is built from the state as it is then, so a view never lags
-behind an event already published.
+``Resync``: after every (re)connect and every shard gained, each shard's status and match list, then
+every match's views and retained snapshot, so clients catch up on what they missed. At ~0.25 ms of
+CPU a match, that goes ``chunk`` matches a step (running ones first) behind the step's requests; a
+chunk's last message is QoS 1 and the next waits for its acknowledgement (at most
+``RESYNC_ACK_WAIT_S``), so a slower broker (the embedded one, on the same loop) is not still reading
+the resync when an answer comes behind it. A chunk is built from the state as it is then.
 """
 
 from __future__ import annotations
@@ -61,8 +55,8 @@ class Resync:
         self.seconds = 0.0  # how long after coming online that took
 
     def start(self, fresh: list[Shard], restart: bool, mono: int) -> None:
-        """Announce ``fresh`` shards (status and match list: they serve requests from here on) and
-        queue their matches, running ones first; ``restart``: after a (re)connect, everything."""
+        """Announce ``fresh`` shards (they serve requests from here on) and queue their matches;
+        ``restart``: after a (re)connect, everything."""
         self.emit([(srv, srv.core.startup(mono + srv.mono_offset)) for srv in fresh])
         if restart:
             self.left.clear()
@@ -72,16 +66,13 @@ class Resync:
         for srv in fresh:
             if srv.recovered is not None or srv.core.matches:
                 log.info("shard %s: announced (status online, %d match(es))", srv.name, len(srv.core.matches))
-            matches = srv.core.matches
-            live = [c for c, x in matches.items() if x.status in ("playing", "between")]
-            self.left.extend((srv, c) for c in live + [c for c, x in matches.items()
-                                                       if x.status not in ("playing", "between")])
+            self.left.extend((srv, c) for c in sorted(srv.core.matches, key=lambda c: srv.core.matches[c].status
+                                                      not in ("playing", "between")))
         self.done.clear()
         self._finish_if_empty()
 
     def may_send(self) -> bool:
-        """Is a chunk left, and may it go? Once the broker has acknowledged the last one (it has
-        read everything before it), or ``RESYNC_ACK_WAIT_S`` after it was sent."""
+        """Is a chunk left, and may it go (the broker acknowledged the last, or it waited long enough)?"""
         if not self.left:
             return False
         acks = self.acks
@@ -90,8 +81,7 @@ class Resync:
         return len(acks) < RESYNC_IN_FLIGHT
 
     def send_chunk(self, servers: Mapping[str, Shard], mono: int, wall: int) -> None:
-        """The next ``chunk`` matches' views and snapshots, built from the state as it is now (a view
-        never lags behind an event already published). A match gone meanwhile is skipped."""
+        """The next ``chunk`` matches' views and snapshots (a shard lost meanwhile is skipped)."""
         left = self.left
         out: list[Out] = []
         for _ in range(min(self.chunk, len(left))):
@@ -125,10 +115,9 @@ class Resync:
 
 def send_publishes(client: MqttConnection, out: Sequence[Out],
                    on_qos1: Callable[[asyncio.Future[bytes]], None] | None = None) -> tuple[int, str]:
-    """Write the ``Publish``es of ``out`` (other items skipped) to ``client``: the QoS-0 ones packed
-    back to back into one buffer and written at once, a QoS-1 one through the connection's
-    ``publish`` in its place (``on_qos1`` is given its acknowledgement's future). Never raises for
-    a dropped connection: returns how many could not be written, and why."""
+    """Write the ``Publish``es of ``out`` to ``client`` (see the header; ``on_qos1`` is given each
+    QoS-1 acknowledgement's future). Never raises for a dropped connection: how many could not be
+    written, and why."""
     publishes = [o for o in out if isinstance(o, Publish)]
     if not publishes:
         return 0, ""

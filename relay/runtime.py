@@ -2,56 +2,34 @@
 
 How this works
 --------------
-One runtime serves both set-ups. A *single relay* owns one shard, the whole game space, by a
-``StaticOwnership`` (``relay/ownership.py``), journals it in SQLite (or not at all, in tests) and
-speaks for it under its own relay id. A relay *of a cluster* owns some of ``shards_total`` shards,
-by static assignment or by leases in NATS JetStream, each journalled apart (SQLite beside each
-other, or JetStream) under its fence, and speaks for each under ``shard-{n}``; its own status is
-``relays/{relay_id}/status``. Each owned shard is a ``Shard`` (``relay/shard.py``: core, journal,
-clock, snapshots, recovery). Two tasks share one event loop, so no core is entered concurrently.
+A single relay owns one shard, the whole game space (``StaticOwnership``), journalled in SQLite or
+not at all, under its own relay id. A relay of a cluster owns some of ``shards_total`` shards by
+static assignment or JetStream leases, each journalled apart under its fence and speaking as
+``shard-{n}``. Each owned shard is a ``Shard`` (``relay/shard.py``). Two tasks share one event
+loop, so no core is entered concurrently:
 
-- The *connection* task (``relay/link.py``) holds the MQTT connection; every read's PUBLISHes come
-  to ``_on_messages`` as one list -- no task, queue or loop turn per message -- stamped once with
-  the monotonic clock, admitted by the intake and put in the inbox. A flood's excess costs as little
-  as can be (Mosquitto cannot limit a client's rate): the same refused topic is charged in bulk for
-  the rest of a read, and once its sender is at the floor of its bucket the parser drops that
-  topic's packets unbuilt until it could have a token back (``Intake.hold_ns``). A relay of several
-  subscribes once to every lobby request and every shard's actions, and the parser skips the actions
-  of shards it does not serve by their topic bytes: on NATS every SUBSCRIBE writes the MQTT session
-  to JetStream, which stalled a takeover by 4 s per SUBSCRIBE while a node was away.
-- The *stepper* runs one step per loop turn (group commit): the messages already in the inbox (at
-  most ``MAX_BATCH``) are routed to their shard (``relay/shards.py``: the same answer on every
-  relay) and handed to its core in arrival order, every due core ticks, each shard's inputs are
-  appended to its journal as ONE batch with its fence (in that journal's writer thread, so the
-  loop keeps receiving), and only then are the step's outputs published and logged: a player
-  hears ``ActionAccepted`` only once the journal holds the action, and the journal holds exactly
-  the times the core was given, so replay is exact. An append refused by the fence drops the
-  shard at once, unpublished; another journal error drops a leased shard's core (its memory got
-  ahead of its journal) and rebuilds it while the shard is owned, and ends a single relay.
+- the *connection* (``relay/link.py``) hands every read's PUBLISHes to ``_on_messages`` as one
+  list, stamped once, admitted by the intake. A flood's excess costs as little as can be (Mosquitto
+  cannot limit a client's rate): a refused topic is charged in bulk for the rest of its read, and
+  dropped unbuilt by the parser while its bucket is at the floor. A relay of several subscribes
+  once to every shard's actions and the parser skips the unserved ones by their topic bytes: on
+  NATS every SUBSCRIBE writes the session to JetStream (4 s each while a node was away).
+- the *stepper* runs one group-committed step a loop turn: the inbox's messages routed to their
+  shard (``relay/shards.py``) and handled in arrival order, due cores ticked, each shard's inputs
+  appended as ONE batch with its fence, and only then the outputs published and logged: nothing a
+  player hears accepted is lost, and the journal holds exactly the times the core was given. A
+  fenced append drops the shard unpublished; another journal error rebuilds a leased shard from its
+  journal, and ends a single relay.
 
-Publishing and resync (``relay/publishing.py``): a step's outputs go out in one buffer, one write;
-after every (re)connect and every shard gained, each shard's status, match list and then every
-match's views and snapshot, a chunk per step behind the step's requests.
+Takeover (``_on_gain`` only starts it, so lease renewals never wait on a replay): open the journal,
+append an empty batch with the new fence, recover, serve. The players present in its running
+matches lost their last will while nobody served them: those not heard from within
+``WILL_CHECK_S`` (live clients ping every second) get a journalled ``Leave(dropped=True)``. A clean
+stop says every status offline, disconnects, then releases the shards so successors start at once.
 
-Takeover (``on_gain``, which only starts it, so lease renewals never wait on a replay): open the
-shard's journal, append an empty batch with the new fence (the previous owner's appends are refused
-from then on), recover, serve. A journal made with another shard count is refused in one line. A
-player whose connection dropped while nobody served its shard lost its last will; so the players
-present in the shard's running matches are noted, and those not heard from within ``WILL_CHECK_S``
-(live clients ping every second) get ``Leave(dropped=True)`` as a journalled request. Losing a shard
-(``on_loss``) removes it at once. A clean stop says every status offline, disconnects, and then
-releases the shards, so a successor starts at once.
-
-Oversize: a payload over ``max_payload`` is neither decoded nor journalled; its sender (known from
-the topic) is told ``too_large`` and it is logged, once a second per sender at most.
-
-Memory (``relay/memdiag.py``): ``tune_malloc`` at start; the cyclic collector's oldest generation
-walks every object the relay holds (25-55 ms at 300 matches) and finds nothing to free, so it runs
-on the stepper's schedule (``GC_FULL_EVERY_S``); ``BLINK_MEMDUMP`` and ``BLINK_RESIDENCE`` report.
-
-The relay logs in as user ``relay`` unless its URL names one, under a client id random per start
-and never published; its status is retained and set offline by its last will. This is the only
-place (with ``relay/shard.py``) that reads the clock or the OS's randomness.
+Memory (``relay/memdiag.py``): malloc tuned at start; the collector's oldest generation walks
+every object held (25-55 ms at 300 matches) and frees nothing, so it runs on ``GC_FULL_EVERY_S``.
+This module and ``relay/shard.py`` are the only places that read the clock or the OS's randomness.
 """
 
 from __future__ import annotations
@@ -80,47 +58,36 @@ from protocol.topics import Topics, valid_id
 from relay import memdiag, shards
 from relay.core import RelayConfig, RelayCore
 from relay.model import LogRecord, Out, Publish
-from relay.journal import Entry, FencedError, Journal, JournalError, Msg, Tick
+from relay.journal import Entry, FencedError, Journal, Msg, Tick
 from relay.limits import RELAY_INTAKE_SLACK, Intake
 from relay.link import BrokerLink, Login
 from relay.ownership import Ownership, StaticOwnership
 from relay.publishing import Resync, send_publishes
 from relay.shard import (SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, check_shard,
-                         close_quietly, wall_minus_mono)
+                         close_quietly, log_rows, wall_minus_mono)
 
 log = logging.getLogger("blink.relay")
 
 MAX_SLEEP_S = 0.05
 MAX_BATCH = 512  # messages handled (and journalled as one write a shard) per step
-TOO_LARGE_QUIET_NS = 1_000_000_000
+TOO_LARGE_QUIET_NS = 1_000_000_000  # a sender is told ``too_large`` (and it is logged) once a second at most
 REBUILD_FIRST_S = 0.2
 REBUILD_MAX_S = 5.0
 WALL_STEP_NS = 50_000_000  # the wall clock moved this much against the monotonic one: it was set
 GC_NEVER = 1 << 30
 GC_FULL_EVERY_S = 600.0
 RESIDENCE_KEPT = 5_000_000  # residence times kept for BLINK_RESIDENCE (40 MB at most)
-#: Room for a PUBLISH's header and topic beside its payload: a packet over ``max_payload`` plus this
-#: is not buffered at all (its sender is told ``too_large`` all the same).
-PACKET_HEADER_ALLOWANCE = 1024
-#: A relay of a cluster subscribes at QoS 0: NATS's MQTT makes a JetStream consumer for every QoS-1
-#: subscription, and while a node was away each took 4 s to be refused.
+PACKET_HEADER_ALLOWANCE = 1024  # a PUBLISH's header and topic beside a ``max_payload`` payload
+#: QoS 0: NATS's MQTT makes a JetStream consumer for every QoS-1 subscription (4 s each to be refused
+#: while a node was away).
 SUB_QOS = 0
-#: With several broker nodes: how long a CONNECT may wait before the next node is tried (NATS waits
-#: on JetStream 4 s and fails while its session stream elects a leader).
+#: With several broker nodes, the CONNECT's wait before the next is tried (NATS waits 4 s on JetStream).
 CONNECT_TIMEOUT_S = 2.0
-WILL_CHECK_S = 10.0  # after a takeover: a seated player not heard from for this long gets its last will
+WILL_CHECK_S = 10.0
 
 #: Opens the journal of one shard (called in a worker thread).
 JournalOpener = Callable[[str], Journal]
 WHOLE = "0"  # the shard a single relay serves: every topic of its prefix
-
-
-def shard_status_id(shard: str) -> str:
-    return f"shard-{shard}"
-
-
-def process_status_topic(prefix: str, relay_id: str) -> str:
-    return f"{prefix}/relays/{relay_id}/status"
 
 
 class Relay:
@@ -149,8 +116,7 @@ class Relay:
         # Unique per start and never published: nobody can knock the relay off by taking its id.
         self.client_id = f"blink-{self.relay_id}-{secrets.token_hex(8)}"
         self.max_payload = max_payload
-        self.snapshot_every_s = snapshot_every_s
-        self.snapshot_every = snapshot_every
+        self.snapshot_every_s, self.snapshot_every = snapshot_every_s, snapshot_every
         self.say = say  # told one line at each change of the shards served (``blink serve`` prints it)
         self.log_path = Path(log_path) if log_path else None
         self._log_file: IO[str] | None = None
@@ -177,16 +143,12 @@ class Relay:
         self.resynced = self.resync.done
         self.ready = asyncio.Event()
         self.publish_failures = 0
-        self._last_failure = ""
         self.reconnects = 0
         self.steps = 0  # steps with something to journal or publish
-        self.gained: list[tuple[str, float]] = []  # (shard, when it began serving, monotonic)
-        self.lost: list[tuple[str, float]] = []
         self._will_checks: list[tuple[float, Shard, set[str]]] = []
-        self.wills_given: list[str] = []
         self._gc_full_at = time.monotonic()
-        self._residence_file = os.environ.get("BLINK_RESIDENCE") or None
-        self._residence: array[int] | None = array("q") if self._residence_file else None
+        self._residence_file = os.environ.get("BLINK_RESIDENCE") or ""
+        self._residence = array("q")  # (kept only with a file to write them to)
         self._whole: Shard | None = None
         if not self.sharded:
             core = RelayCore(self.topics, dataclasses.replace(self.config, relay_id=self.relay_id), self.seed)
@@ -197,7 +159,6 @@ class Relay:
 
     @property
     def whole(self) -> Shard:
-        """A single relay's one shard (a relay of several has ``servers``)."""
         assert self._whole is not None, "a relay of several shards has a core per shard (servers)"
         return self._whole
 
@@ -207,18 +168,7 @@ class Relay:
 
     @core.setter
     def core(self, core: RelayCore) -> None:
-        assert self._whole is not None
-        self._whole.core = core
-
-    @property
-    def resync_matches(self) -> int:
-        """Matches the last complete resync republished (``blink serve`` says it)."""
-        return self.resync.matches
-
-    @property
-    def resync_s(self) -> float:
-        """How long after coming online the last complete resync took."""
-        return self.resync.seconds
+        self.whole.core = core
 
     @property
     def journal(self) -> Journal | None:
@@ -228,14 +178,20 @@ class Relay:
     def recovered(self) -> str | None:
         return self._whole.recovered if self._whole is not None else None
 
+    @property
+    def resync_matches(self) -> int:
+        return self.resync.matches
+
+    @property
+    def resync_s(self) -> float:
+        return self.resync.seconds
+
     def recover(self) -> None:
         """A single relay: rebuild its core from the journal (``run`` does it first; idempotent)."""
-        whole = self._whole
-        assert whole is not None
-        whole.recover()
+        self.whole.recover()
         # The journal's seed and configuration win: the matches were made with them.
-        self.seed, self.config, self.topics = whole.core.seed, whole.core.config, whole.core.topics
-        self.relay_id = self.config.relay_id
+        core = self.whole.core
+        self.seed, self.config, self.topics, self.relay_id = core.seed, core.config, core.topics, core.config.relay_id
 
     def now(self) -> tuple[int, int]:
         """The (core, wall) time in ns of a single relay's core (0 offset for a relay of several)."""
@@ -250,6 +206,10 @@ class Relay:
             log.warning("the wall clock moved by %.3f s; event stamps follow it", moved / 1e9)
             self._wall_minus_mono = wall_minus_mono()
         return mono
+
+    def _shards(self) -> list[Shard]:
+        # (a single relay's, served or not: a test may step a relay that never ran)
+        return [self._whole] if self._whole is not None else list(self.servers.values())
 
     # ------------------------------------------------------------------ ownership
 
@@ -309,32 +269,26 @@ class Relay:
                 journal = await loop.run_in_executor(self._pool, self.open_journal, shard)
                 # The fence first: from here on the previous owner cannot append behind the replay.
                 await loop.run_in_executor(self._pool, journal.append, [], fence)
-                cfg = dataclasses.replace(self.config, relay_id=shard_status_id(shard), shards_total=self.total)
+                cfg = dataclasses.replace(self.config, relay_id=f"shard-{shard}", shards_total=self.total)
                 srv = self._shard(shard, RelayCore(Topics(self.prefix, shard), cfg,
                                                    int.from_bytes(os.urandom(8), "big")), journal, fence)
                 await loop.run_in_executor(self._pool, srv.recover, check_shard(shard, self.total, self.prefix))
-            except FencedError as exc:
-                log.warning("shard %s: %s", shard, exc)
-                if journal is not None:
-                    await loop.run_in_executor(self._pool, close_quietly, journal)
-                return  # someone newer holds it; the ownership will tell us it is lost
-            except (ConfigConflict, asyncio.CancelledError):
-                if journal is not None:
-                    await loop.run_in_executor(self._pool, close_quietly, journal)
-                raise
-            except Exception as exc:  # noqa: BLE001 - a journal that cannot be read now: try again
-                if journal is not None:
-                    await loop.run_in_executor(self._pool, close_quietly, journal)
+                break
+            except BaseException as exc:
+                await loop.run_in_executor(self._pool, close_quietly, journal)
+                if isinstance(exc, FencedError):
+                    log.warning("shard %s: %s", shard, exc)
+                    return  # someone newer holds it; the ownership will tell us it is lost
+                if isinstance(exc, ConfigConflict) or not isinstance(exc, Exception):  # (cancelled among them)
+                    raise
                 if shard not in self.ownership.owned():
                     return
                 log.warning("shard %s: cannot open its journal yet (%s: %s); again in %.1f s",
                             shard, type(exc).__name__, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(REBUILD_MAX_S, delay * 2)
-                continue
-            break
+            await asyncio.sleep(delay)
+            delay = min(REBUILD_MAX_S, delay * 2)
         if shard not in self.ownership.owned():
-            await loop.run_in_executor(self._pool, srv.close_quietly)
+            await loop.run_in_executor(self._pool, close_quietly, srv.journal)
             return
         srv.resume_clock(self._wall_minus_mono)
         present = {seat.client for match in srv.core.matches.values() if match.status in ("playing", "between")
@@ -347,7 +301,6 @@ class Relay:
         self.servers[srv.name] = srv
         self._refilter()
         srv.served_at = time.monotonic()
-        self.gained.append((srv.name, srv.served_at))
         if srv.recovered:
             log.info("%s", srv.recovered)
         if self.sharded:
@@ -362,10 +315,9 @@ class Relay:
             return
         del self.servers[srv.name]
         self._refilter()
-        self.lost.append((srv.name, time.monotonic()))
         self._tell(f"stopped serving shard {srv.name}" + (f" ({why})" if why else ""))
         # Closed in the background: a journal busy with an append must not hold up the ownership.
-        self._background(asyncio.get_running_loop().run_in_executor(self._pool, srv.close_quietly))
+        self._background(asyncio.get_running_loop().run_in_executor(self._pool, close_quietly, srv.journal))
         owned = self.ownership.owned()
         if rebuild and srv.name in owned and srv.name not in self._starting:
             self._background(self._on_gain(srv.name, owned[srv.name]))
@@ -382,8 +334,7 @@ class Relay:
             self.say(line)
 
     def _fail(self, exc: BaseException) -> None:
-        if self._fatal is None:
-            self._fatal = exc
+        self._fatal = self._fatal or exc
         self._wake.set()
 
     # ------------------------------------------------------------------ running
@@ -433,7 +384,7 @@ class Relay:
                             cleanup.exception()  # retrieved: the stop goes on
                         break
             gc.set_threshold(*thresholds)
-            if self._residence_file and self._residence is not None:
+            if self._residence_file:
                 memdiag.write_residence(self._residence_file, self._residence, self.steps)
             if dump is not None:
                 dump("exit")
@@ -451,9 +402,8 @@ class Relay:
                 try:  # every status offline, then DISCONNECT (the broker drops the last will)
                     out = [o for srv in self.servers.values() for o in srv.core.shutdown()]
                     if self.sharded:
-                        out.append(Publish(process_status_topic(self.prefix, self.relay_id),
-                                           m.RelayStatus(self.relay_id, False), retain=True))
-                    self._send(client, out)
+                        out.append(Publish(self._own_status(), m.RelayStatus(self.relay_id, False), retain=True))
+                    send_publishes(client, out)
                     await client.disconnect(timeout=2.0)
                 except BaseException as exc:  # noqa: BLE001 - the broker may be gone already
                     log.info("last words not sent: %s", exc)
@@ -466,7 +416,7 @@ class Relay:
             if self.sharded:
                 servers, self.servers = list(self.servers.values()), {}
                 for srv in servers:
-                    await asyncio.get_running_loop().run_in_executor(self._pool, srv.close_quietly)
+                    await asyncio.get_running_loop().run_in_executor(self._pool, close_quietly, srv.journal)
             try:
                 await asyncio.wait_for(self.ownership.close(), 10)
             except BaseException as exc:  # noqa: BLE001 - leases run out by themselves
@@ -478,25 +428,22 @@ class Relay:
                 self._log_file = None
 
     def _memdiag_lines(self) -> list[str]:
-        """What ``BLINK_MEMDUMP``'s reports say about the relay beside the process's memory."""
         statuses: dict[str, int] = {}
         for srv in self.servers.values():
             for match in srv.core.matches.values():
                 statuses[match.status] = statuses.get(match.status, 0) + 1
         return [f"matches {sum(statuses.values())} {statuses}",
-                f"residence times kept {len(self._residence) if self._residence is not None else 0}"]
+                f"residence times kept {len(self._residence)}"]
 
     def _refilter(self) -> None:
-        """A relay of several shards keeps only its served shards' actions from the next read on."""
-        if self._client is not None and self.sharded:
+        if self._client is not None and self.sharded:  # the served shards' actions from the next read on
             self._client.set_topic_filter(*self._topic_filter())
 
     def _link(self) -> BrokerLink:
-        """The connection (``relay/link.py``): a single relay speaks for its core's status; a relay of
-        several for its own, and subscribes once to every shard's actions (one SUBSCRIBE a topic, so a
-        refusal is asked again for that one alone), skipping the unserved ones in the parser."""
+        """A single relay speaks for its core's status; a relay of several for its own, and subscribes
+        once to every shard's actions (a topic a SUBSCRIBE: a refusal is asked again for it alone)."""
         if self.sharded:
-            status = process_status_topic(self.prefix, self.relay_id)
+            status = self._own_status()
             groups = [[(self.topics.req_all, SUB_QOS)], [(f"{self.prefix}/m/+/+/act/+", SUB_QOS)]]
         else:
             status, groups = self.topics.relay_status(self.relay_id), [[(t, 1) for t in self.core.subscriptions()]]
@@ -508,6 +455,9 @@ class Relay:
                       self._topic_filter if self.sharded else None)
         return BrokerLink(self.addresses, login, self._on_messages, self._on_oversize, self._on_client, self._on_up)
 
+    def _own_status(self) -> str:
+        return f"{self.prefix}/relays/{self.relay_id}/status"  # a relay of several's, beside its shards'
+
     def _topic_filter(self) -> tuple[bytes, tuple[bytes, ...]]:
         return self._act_head, tuple(f"{self.prefix}/m/{s}/".encode() for s in self.servers)
 
@@ -515,7 +465,7 @@ class Relay:
         self._client = conn
 
     async def _on_up(self, first: bool) -> None:
-        """Connected and subscribed: the first time a leased relay starts taking part (a shard gained
+        """Connected and subscribed: the first time, a leased relay starts taking part (a shard gained
         is served at once); after a reconnect, every shard is announced again."""
         if first and not isinstance(self.ownership, StaticOwnership):
             try:
@@ -531,16 +481,14 @@ class Relay:
         self._wake.set()
 
     def _on_messages(self, messages: list[Message]) -> None:
-        """The PUBLISHes of one read: stamped once (they arrived together), admitted by the
-        intake, queued for the stepper."""
+        """The PUBLISHes of one read: stamped once, admitted by the intake, queued for the stepper."""
         mono = time.monotonic_ns()
         intake = self.intake
         admit = intake.admit
         inbox = self._inbox
         before = len(inbox)
         checks = self._will_checks
-        # A flood repeats one topic: once refused, it is only counted for the rest of this read.
-        refused: str | None = None
+        refused: str | None = None  # a flood repeats one topic: once refused, only counted for this read
         more = 0
         for msg in messages:
             topic = msg.topic
@@ -599,8 +547,6 @@ class Relay:
         """The players of a taken-over shard not heard from since: their last will, now."""
         now = time.monotonic()
         due = [c for c in self._will_checks if c[0] <= now]
-        if not due:
-            return
         self._will_checks = [c for c in self._will_checks if c[0] > now]
         for _, srv, waiting in due:
             if self.servers.get(srv.name) is not srv:
@@ -612,7 +558,6 @@ class Relay:
                         or match.status not in ("playing", "between"):
                     continue
                 log.warning("shard %s: client %s not heard from since the takeover: its last will now", srv.name, client)
-                self.wills_given.append(client)
                 self._inbox.append((self.topics.req(client), encode(m.Leave(dropped=True)), time.monotonic_ns()))
                 self._wake.set()
 
@@ -626,8 +571,7 @@ class Relay:
             deadlines = [d - srv.mono_offset for srv in self.servers.values()
                          if (d := srv.core.next_deadline()) is not None]
             due = bool(deadlines) and min(deadlines) <= mono
-            online = self._client is not None
-            busy = online and (self._resync or bool(self._announce) or self.resync.may_send())
+            busy = self._client is not None and (self._resync or bool(self._announce) or self.resync.may_send())
             if not self._inbox and not due and not busy:
                 delay = MAX_SLEEP_S if not deadlines else min(MAX_SLEEP_S, max(0.0, (min(deadlines) - mono) / 1e9))
                 self._wake.clear()
@@ -641,19 +585,18 @@ class Relay:
                 await asyncio.sleep(0)  # the reader's turn: requests come before the next chunk
 
     def _targets(self, topic: str, payload: bytes) -> list[Shard]:
-        """The served shards a message is for (``relay/shards.py``; a single relay: its one)."""
-        servers = self.servers
+        """The served shards a message is for (``relay/shards.py``)."""
         if self._whole is not None:
-            return [self._whole]  # (served or not: a test may step a relay that never ran)
+            return [self._whole]
         head = f"{self.prefix}/lobby/req/"
         if topic.startswith(head):
             client = topic[len(head):]
             shard = shards.route_request(client, payload[:self.max_payload + 1], self.total)
             if shard == shards.KNOWN:
-                return [s for s in servers.values() if client in s.core.client_match]
+                return [s for s in self.servers.values() if client in s.core.client_match]
         else:
             shard = shards.shard_of_act_topic(topic, self.prefix) or ""
-        srv = servers.get(shard)
+        srv = self.servers.get(shard)
         return [srv] if srv is not None else []
 
     async def step(self) -> None:
@@ -676,59 +619,45 @@ class Relay:
                     extra.extend(self._too_large(topic, len(payload), arrived, arrived + wmm))
                 continue
             for srv in targets:
-                batch = batches.get(srv.name) or batches.setdefault(srv.name, (srv, [], []))
+                _, entries, out = batches.get(srv.name) or batches.setdefault(srv.name, (srv, [], []))
                 now = arrived + srv.mono_offset
                 if srv.journal is not None:
-                    batch[1].append(Msg(topic, payload, now, arrived + wmm))
-                batch[2].extend(srv.core.handle(topic, payload, now, arrived + wmm))
+                    entries.append(Msg(topic, payload, now, arrived + wmm))
+                out.extend(srv.core.handle(topic, payload, now, arrived + wmm))
         mono = self._mono()
         wall = mono + self._wall_minus_mono
-        for srv in ([self._whole] if self._whole is not None else list(self.servers.values())):
+        for srv in self._shards():
             deadline = srv.core.next_deadline()
             now = mono + srv.mono_offset
             if deadline is not None and deadline <= now:
-                batch = batches.get(srv.name) or batches.setdefault(srv.name, (srv, [], []))
+                _, entries, out = batches.get(srv.name) or batches.setdefault(srv.name, (srv, [], []))
                 if srv.journal is not None:
-                    batch[1].append(Tick(now, wall))
-                batch[2].extend(srv.core.tick(now, wall))
+                    entries.append(Tick(now, wall))
+                out.extend(srv.core.tick(now, wall))
         if batches or extra:
             self.steps += 1
         # Before anything of this step is published: nothing a player hears accepted is lost.
-        work = [(srv, entries, out) for srv, entries, out in batches.values()]
-        appends = [srv.writer.append(entries, srv.fence if self.sharded else None)
-                   for srv, entries, _ in work if entries and srv.writer is not None]
-        results: list[BaseException | None] = []
-        if len(appends) == 1:  # (the usual step of a single relay: no gathering future)
-            try:
-                await appends[0]
-                results.append(None)
-            except Exception as exc:  # noqa: BLE001 - judged below, as gather's would be
-                results.append(exc)
-        elif appends:
-            results = list(await asyncio.gather(*appends, return_exceptions=True))
-        outcome = iter(results)
+        writes = [(srv, entries, out, srv.writer.append(entries, srv.fence if self.sharded else None)
+                   if entries and srv.writer is not None else None) for srv, entries, out in batches.values()]
+        results = iter(await asyncio.gather(*(w for *_, w in writes if w is not None), return_exceptions=True))
         held = self.ownership.owned() if self.sharded else {}
         done: list[tuple[Shard | None, list[Out]]] = [(None, extra)] if extra else []
         answered: list[Shard] = []
-        for srv, entries, out in work:
-            result = next(outcome) if entries and srv.writer is not None else None
+        for srv, entries, out, write in writes:
+            result = next(results) if write is not None else None
             if not self.sharded:
                 if isinstance(result, BaseException):
                     raise result  # a single relay's journal that cannot be written ends it
             elif self.servers.get(srv.name) is not srv:
                 continue  # lost meanwhile: not a word more for it
-            elif held.get(srv.name) != srv.fence:  # the lease is gone; its on_loss is on its way
-                self._drop(srv, rebuild=False, why="its lease is gone")
-                continue
-            elif isinstance(result, FencedError):
-                self._drop(srv, rebuild=False, why=str(result))
+            elif held.get(srv.name) != srv.fence or isinstance(result, FencedError):
+                self._drop(srv, rebuild=False, why=str(result) if held.get(srv.name) == srv.fence else "its lease is gone")
                 continue
             elif isinstance(result, BaseException):
                 log.warning("shard %s: journal append failed (%s: %s); rebuilding it from its journal",
                             srv.name, type(result).__name__, result)
                 self._drop(srv, rebuild=True)
                 continue
-            srv.steps += 1
             done.append((srv, out))
             if self.sharded and out and not srv.answered and any(isinstance(e, Msg) for e in entries):
                 srv.answered = True
@@ -736,18 +665,17 @@ class Relay:
         self._emit_all(done)
         for srv in answered:
             self._tell(f"answers on shard {srv.name} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
-        residence = self._residence
-        if residence is not None and len(residence) < RESIDENCE_KEPT:
+        if self._residence_file and len(self._residence) < RESIDENCE_KEPT:
             finished = time.monotonic_ns()
-            residence.extend(finished - arrived for _, _, arrived in inbox)
+            self._residence.extend(finished - arrived for _, _, arrived in inbox)
         if self._client is not None and self.resync.may_send():
             self.resync.send_chunk(self.servers, mono, wall)
-        for srv in ([self._whole] if self._whole is not None else list(self.servers.values())):
+        for srv in self._shards():
             await srv.maybe_snapshot()
 
     def _too_large(self, topic: str, size: int, now_ns: int, wall_ns: int) -> list[Out]:
-        """A payload over the limit is not decoded nor journalled: its sender (from the topic) is told
-        ``too_large`` and it is logged, once a second per sender at most: a flood costs one line."""
+        """A payload over the limit is neither decoded nor journalled: its sender (from the topic) is
+        told ``too_large`` and it is logged, once a second per sender at most: a flood costs one line."""
         shard = shards.shard_of_act_topic(topic, self.prefix) if self.sharded else None
         act = Topics(self.prefix, shard).parse_act(topic) if shard else self.topics.parse_act(topic)
         client = act[1] if act else self.topics.parse_req(topic)
@@ -766,7 +694,6 @@ class Relay:
         return out
 
     def _emit(self, out: list[Out]) -> None:
-        """Write one output list's log lines and publish its messages (a single relay's, untagged)."""
         self._emit_all([(None, out)])
 
     def _emit_all(self, outs: Sequence[tuple[Shard | None, list[Out]]]) -> None:
@@ -777,32 +704,24 @@ class Relay:
             if records:
                 self._write(records, srv.name if self.sharded and srv is not None else None)
             everything += out
-        client = self._client
-        if client is not None and everything:
-            failed = self._send(client, everything)
+        if self._client is not None and everything:
+            failed, why = send_publishes(self._client, everything, self.resync.on_qos1)
             if failed:
                 # The connection dropped: it reconnects and every shard resyncs; what this step said is
                 # in the state its clients will get then.
                 self.publish_failures += failed
-                log.warning("%d publish(es) failed (%s); waiting for the broker", failed, self._last_failure)
-
-    def _send(self, client: MqttConnection, out: Sequence[Out]) -> int:
-        failed, why = send_publishes(client, out, self.resync.on_qos1)
-        if failed:
-            self._last_failure = why
-        return failed
+                log.warning("%d publish(es) failed (%s); waiting for the broker", failed, why)
 
     def _write(self, records: list[LogRecord], shard: str | None = None) -> None:
-        rows = [r.record if shard is None else dict(r.record, shard=shard) for r in records]
+        rows = log_rows(records, shard)
         if self.records is not None:
             self.records.extend(rows)
         if self._log_file is not None:
-            for row in rows:
-                self._log_file.write(json.dumps(row, default=str) + "\n")
+            self._log_file.writelines(json.dumps(row, default=str) + "\n" for row in rows)
             self._log_file.flush()
         for row in rows:
             if row.get("kind") == "bad_input":
                 log.info("bad input: %s", row)
 
 
-__all__ = ["JournalOpener", "Relay", "process_status_topic", "shard_status_id"]
+__all__ = ["JournalOpener", "Relay"]

@@ -2,46 +2,29 @@
 
 How this works
 --------------
-A relay process (``relay/runtime.py``) serves one or more shards; a single relay serves one, the
-whole game space. ``Shard`` is everything that belongs to one of them and nothing that belongs to
-the connection: the ``RelayCore`` (the sans-I/O judge), the ``Journal`` its inputs are appended to,
-the fence its appends carry (``relay/ownership.py``), the offset that turns the process's monotonic
-clock into the core's time, and the snapshot schedule.
+Time. The core runs on the monotonic clock plus ``mono_offset``, so deadlines and rate limits never
+jump when the wall clock is set; the wall clock is the monotonic one plus an offset measured once
+(the tightest of a few paired reads): two clocks read one after the other differ by microseconds
+each time, and a timer event stamped that much before the event that armed it is one ``blink
+verify`` rightly refuses. A recovered core continues from its last input plus the wall time elapsed
+since, never backwards: the monotonic clock restarts with the machine, and a taken-over shard runs
+on another one.
 
-Time. The core runs on a monotonic clock (``time.monotonic_ns()`` plus this shard's offset):
-deadlines, holds, rate limits and timers never jump when the wall clock is set. The wall clock is
-the process's monotonic clock plus one offset the runtime measures once (the tightest of a few
-paired reads, ``wall_minus_mono``) and again only when the wall clock was set: two clocks read one
-after the other differ by a few microseconds each time, and a timer event stamped that much early
-against the event that armed it is one ``blink verify`` rightly refuses. A recovered core continues
-its time where its last input left it plus the wall time elapsed since (``resume_clock``; never
-backwards): the monotonic clock restarts with the machine, and a shard taken over runs on another
-machine, so a deadline due 2 s after the last input is due 2 s after it still, or at once.
+Recovery: the latest snapshot (``relay/snapshot.py``) and every later entry replayed, the core
+building no output-only message meanwhile; a fresh journal gets the fresh core's snapshot at 0, so
+its seed and configuration survive. The event log's tail is completed: only the last step
+journalled before a crash can lack its lines, so the replayed lines after the last one found are
+appended and a torn last line cut. The collector is off meanwhile (1,000 matches: 6.8 s with it,
+1.6 s without) and the recovered objects frozen out of its way.
 
-Recovery (``recover``): the latest snapshot (``relay.snapshot.load``: versioned, refused in one
-line if newer) and every later entry replayed. A fresh journal gets a snapshot of the fresh core at
-position 0, so its seed and configuration survive every restart and change of owner. While
-replaying, the core builds no message that is only an output (``RelayCore.replaying``); its log
-records are kept, and the event log's tail is completed: the only step whose lines can be missing
-is the last one journalled before the crash (a step is logged before the next one starts), so the
-replayed lines after the last one found in the log are appended, and a torn last line is cut. The
-cyclic collector is off meanwhile (it walked the growing heap again and again: 1,000 matches
-recovered in 6.8 s with it, 1.6 s without) and the recovered objects are frozen out of its way.
+Snapshots, every ``snapshot_every_s`` seconds or ``snapshot_every`` entries but no sooner than
+``SNAPSHOT_COST_RATIO`` times the last one's CPU time, compact the journal to the previous one (two
+stay). Serialising holds the interpreter (0.2-0.3 s at 1,000 matches), so between two steps the
+process forks: the child serialises its copy-on-write core at idle priority down a pipe, and a task
+saves it while steps go on; without ``fork`` a worker thread does it while the stepper waits.
 
-Snapshots. Every ``snapshot_every_s`` seconds or ``snapshot_every`` entries -- but no sooner after
-the last than ``SNAPSHOT_COST_RATIO`` times its CPU time -- the core is saved and the journal
-compacted up to the previous snapshot (two stay, in case the newest cannot be read). Serialising
-holds the interpreter for its whole length (0.2-0.3 s at 1,000 live matches), so between two steps
--- when the core stands exactly for the journal's last position -- the process forks: the child
-serialises its copy-on-write copy at idle CPU priority, writes it down a pipe and exits; a task
-reads it straight into one buffer of the announced length, saves it and compacts while the steps
-go on. Where there is no ``fork`` (or none can be made) it is serialised in a worker thread while
-the stepper waits; ``snapshot()`` always does that.
-
-Appends. A step's entries go to the journal through ``JournalWriter``: one long-lived thread per
-journal fed by a queue, so the event loop keeps receiving while one is written (and the journals
-of several shards are written side by side). ``asyncio.to_thread`` cost 2-3x the CPU per step for
-the same hop.
+Appends go through ``JournalWriter``, one long-lived thread a journal fed by a queue, so the loop
+keeps receiving and several shards write side by side (``asyncio.to_thread`` cost 2-3x the CPU).
 """
 
 from __future__ import annotations
@@ -69,18 +52,14 @@ log = logging.getLogger("blink.relay")
 T = TypeVar("T")
 
 SNAPSHOT_EVERY_S = 10.0
-#: Entries after which a snapshot is due: replay costs about 0.2 ms of CPU an entry (BLINK plays),
-#: so a restart or a takeover replays at most about 0.2 s of them.
+#: Replay costs about 0.2 ms of CPU an entry: a restart or takeover replays at most about 0.2 s.
 SNAPSHOT_EVERY = 1_000
-#: A snapshot costs the running relay its own time: the next one comes no sooner than this many
-#: times its CPU time after it, so snapshots never take more than about a tenth of the relay's CPU.
+#: Snapshots never take more than about a tenth of the relay's CPU.
 SNAPSHOT_COST_RATIO = 10.0
-#: Take snapshots in a forked child; off: in a worker thread while the stepper waits.
-FORK_SNAPSHOTS = True
+FORK_SNAPSHOTS = True  # off: in a worker thread while the stepper waits
 LOG_TAIL_BYTES = 1 << 20  # how much of the event log's end recovery reads to find where it stops
 RUNTIME_ONLY = ("relay_started",)  # log lines the core never writes
-#: A forked child's answer: the snapshot's length and the CPU seconds it took, then the snapshot.
-_CHILD_HEAD = struct.Struct("<Qd")
+_CHILD_HEAD = struct.Struct("<Qd")  # a forked child's answer: the snapshot's length and CPU seconds
 
 
 class ClusterError(JournalError):
@@ -101,25 +80,20 @@ class Shard:
                  io: concurrent.futures.Executor | None = None, wake: Callable[[], None] = lambda: None) -> None:
         self.name = name
         self.core = core
-        self.journal = journal
         self.fence = fence
         self.log_path = log_path
         self.tagged = tagged  # its log lines carry ``shard`` (a relay of several shards)
-        self.snapshot_every = snapshot_every
-        self.snapshot_every_s = snapshot_every_s
+        self.snapshot_every, self.snapshot_every_s = snapshot_every, snapshot_every_s
         self.io = io
         self.wake = wake
         self.mono_offset = 0  # the core's time is ``time.monotonic_ns() + mono_offset``
-        self.writer = JournalWriter(journal) if journal is not None else None
+        self.attach(journal)
         self.snap_pos = 0
         self.snap_at = time.monotonic()
         self.snapshot_s = 0.0  # CPU seconds the last snapshot took to serialise (it spaces them out)
         self.snap_task: asyncio.Task[None] | None = None  # a snapshot being saved while steps go on
-        #: One line about what recovery did (None for a fresh journal or none at all).
-        self.recovered: str | None = None
-        self.recovery_s = 0.0
+        self.recovered: str | None = None  # what recovery did, in one line (None: nothing to recover)
         self.replayed = 0
-        self.steps = 0
         self.served_at = 0.0  # monotonic: when this relay began serving it
         self.answered = False  # has published an answer to a client's message since (said once)
 
@@ -128,93 +102,75 @@ class Shard:
         self.journal = journal
         self.writer = JournalWriter(journal) if journal is not None else None
 
-    # ------------------------------------------------------------------ time
-
     def resume_clock(self, wmm: int | None = None) -> None:
-        """Continue a recovered core's time (see the header's Time). Never backwards."""
+        """Continue a recovered core's time (see the header). Never backwards."""
         last_mono, last_wall = self.core.last_clock()
         if last_mono == 0 and last_wall == 0:
             return  # a fresh core: nothing to continue
-        wmm = wall_minus_mono() if wmm is None else wmm
         mono = time.monotonic_ns()
-        self.mono_offset = last_mono + max(0, mono + wmm - last_wall) - mono
-
-    # ------------------------------------------------------------------ recovery
+        self.mono_offset = last_mono + max(0, mono + (wall_minus_mono() if wmm is None else wmm) - last_wall) - mono
 
     def recover(self, check: Callable[[RelayCore], None] | None = None) -> None:
         """Rebuild the core from the journal (see the header); ``check`` may refuse the snapshot's
         core before anything is replayed. Idempotent."""
+        journal = self.journal
+        if journal is None or self.snap_pos or self.recovered is not None:
+            return
         was_enabled = gc.isenabled()
         gc.disable()
         try:
-            self._recover(check)
+            started = time.monotonic()
+            snapshot = journal.latest_snapshot()
+            if snapshot is None and journal.last_position() == 0:
+                journal.save_snapshot(0, snapshots.dump(self.core))
+                self.snap_at = time.monotonic()
+                return
+            if snapshot is None:
+                raise JournalError(f"the journal{self._of()} holds entries but no snapshot to start them from: "
+                                   "move the data directory aside to start afresh")
+            pos, blob = snapshot
+            cpu = time.thread_time()
+            core = snapshots.load(blob, f"the journal{self._of()}'s snapshot at {pos}")
+            # Writing a snapshot costs about twice reading it: until the first is measured, that spaces it.
+            self.snapshot_s = 2 * (time.thread_time() - cpu)
+            if check is not None:
+                check(core)
+            records: list[LogRecord] = []
+            core.replaying = True
+            try:
+                for _, entry in journal.read(pos + 1):
+                    out = (core.handle(entry.topic, entry.payload, entry.now_ns, entry.wall_ns)
+                           if isinstance(entry, Msg) else core.tick(entry.now_ns, entry.wall_ns))
+                    records.extend(o for o in out if isinstance(o, LogRecord))
+                    self.replayed += 1
+            finally:
+                del core.replaying  # back to the class's False (and out of every later snapshot)
+            self.core, self.snap_pos, self.snap_at = core, pos, time.monotonic()
+            written = complete_log(self.log_path, records, self.name if self.tagged else None)
+            live = sum(1 for x in core.matches.values() if x.status != "over")
+            self.recovered = (f"recovered {len(core.matches)} match(es) ({live} running) from the journal{self._of()}: "
+                              f"snapshot at {pos} + {self.replayed} entries replayed in "
+                              f"{time.monotonic() - started:.2f} s"
+                              + (f"; {written} event-log line(s) the crash had cut were written" if written else ""))
         finally:
             if was_enabled:
                 gc.enable()
         if self.recovered is not None:
             gc.freeze()
 
-    def _recover(self, check: Callable[[RelayCore], None] | None) -> None:
-        journal = self.journal
-        if journal is None or self.snap_pos or self.recovered is not None:
-            return
-        started = time.monotonic()
-        snapshot = journal.latest_snapshot()
-        if snapshot is None and journal.last_position() == 0:
-            journal.save_snapshot(0, snapshots.dump(self.core))
-            self.snap_at = time.monotonic()
-            return
-        if snapshot is None:
-            raise JournalError(f"the journal{self._of()} holds entries but no snapshot to start them from: "
-                               "move the data directory aside to start afresh")
-        pos, blob = snapshot
-        cpu = time.thread_time()
-        core = snapshots.load(blob, f"the journal{self._of()}'s snapshot at {pos}")
-        # Writing a snapshot costs about twice reading it: until the first is measured, that spaces it.
-        self.snapshot_s = 2 * (time.thread_time() - cpu)
-        if check is not None:
-            check(core)
-        records: list[LogRecord] = []
-        n = 0
-        core.replaying = True
-        try:
-            for _, entry in journal.read(pos + 1):
-                if isinstance(entry, Msg):
-                    out = core.handle(entry.topic, entry.payload, entry.now_ns, entry.wall_ns)
-                else:
-                    out = core.tick(entry.now_ns, entry.wall_ns)
-                records.extend(o for o in out if isinstance(o, LogRecord))
-                n += 1
-        finally:
-            del core.replaying  # back to the class's False (and out of every later snapshot)
-        self.core = core
-        self.snap_pos = pos
-        self.snap_at = time.monotonic()
-        self.replayed = n
-        written = complete_log(self.log_path, records, self.name if self.tagged else None)
-        self.recovery_s = time.monotonic() - started
-        live = sum(1 for x in core.matches.values() if x.status != "over")
-        self.recovered = (f"recovered {len(core.matches)} match(es) ({live} running) from the journal{self._of()}: "
-                          f"snapshot at {pos} + {n} entries replayed in {self.recovery_s:.2f} s"
-                          + (f"; {written} event-log line(s) the crash had cut were written" if written else ""))
-
     def _of(self) -> str:
         return f" of shard {self.name}" if self.tagged else ""
 
     # ------------------------------------------------------------------ snapshots
 
-    def snapshot_due(self) -> bool:
-        journal = self.journal
-        if journal is None:
-            return False
-        pos = journal.last_position()
-        return pos - self.snap_pos >= self.snapshot_every or (
-            time.monotonic() - self.snap_at >= self.snapshot_every_s and pos > self.snap_pos)
-
     async def maybe_snapshot(self) -> None:
-        """Between two steps: start a snapshot if one is due (see the header's Snapshots)."""
-        if not self.snapshot_due() or self.snap_task is not None:
+        """Between two steps: start a snapshot if one is due (see the header)."""
+        if self.journal is None or self.snap_task is not None:
             return  # (one being written: the next step asks again after it)
+        pos = self.journal.last_position()
+        if pos - self.snap_pos < self.snapshot_every and (
+                time.monotonic() - self.snap_at < self.snapshot_every_s or pos <= self.snap_pos):
+            return
         if FORK_SNAPSHOTS and hasattr(os, "fork"):
             self.fork_snapshot()
         else:
@@ -242,8 +198,7 @@ class Shard:
             await self._run(journal.compact, keep)
 
     def fork_snapshot(self) -> None:
-        """Start a snapshot without stopping the stepper: fork; the child serialises its copy of the
-        core and sends it down a pipe, and a task saves it while steps go on."""
+        """Start a snapshot without stopping the stepper (see the header)."""
         journal = self.journal
         if journal is None or self._spaced():
             return
@@ -263,16 +218,14 @@ class Shard:
         self._track(self._collect(journal, pid, read_fd, pos))
 
     def _track(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(work)
-        self.snap_task = task
-        task.add_done_callback(self._snapshot_done)
-
-    def _snapshot_done(self, task: asyncio.Task[None]) -> None:
-        self.snap_task = None
-        if not task.cancelled() and task.exception() is not None:
-            # A journal that cannot be written fails the next append too, which says so: here only logged.
-            log.warning("a snapshot%s failed: %s", self._of(), task.exception())
-        self.wake()
+        def done(task: asyncio.Task[None]) -> None:
+            self.snap_task = None
+            if not task.cancelled() and task.exception() is not None:
+                # A journal that cannot be written fails the next append too, which says so: only logged here.
+                log.warning("a snapshot%s failed: %s", self._of(), task.exception())
+            self.wake()
+        self.snap_task = asyncio.ensure_future(work)
+        self.snap_task.add_done_callback(done)
 
     async def _collect(self, journal: Journal, pid: int, read_fd: int, pos: int) -> None:
         try:
@@ -285,7 +238,7 @@ class Shard:
                             status, received)
                 return
             self.snapshot_s = cpu_s
-            await self._saved(journal, pos, blob)  # (a bytearray: the journals take any bytes-like blob)
+            await self._saved(journal, pos, blob)
         finally:
             if pid:  # cancelled (stopping) before the child was reaped
                 try:
@@ -306,15 +259,12 @@ class Shard:
     def _run(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
 
-    def close_quietly(self) -> None:
-        """Close the journal, whatever state its backend is in (in a worker thread)."""
-        if self.journal is not None:
-            close_quietly(self.journal)
 
-
-def close_quietly(journal: Journal) -> None:
+def close_quietly(journal: Journal | None) -> None:
+    """Close a journal, whatever state its backend is in (in a worker thread)."""
     try:
-        journal.close()
+        if journal is not None:
+            journal.close()
     except Exception as exc:  # noqa: BLE001 - closing a journal whose backend is gone
         log.info("closing a journal: %s", exc)
 
@@ -331,9 +281,8 @@ def check_shard(shard: str, total: int, prefix: str) -> Callable[[RelayCore], No
 
 
 class JournalWriter:
-    """A journal's appends in a thread of their own (see the header's Appends). The thread leaves
-    after ``IDLE_S`` without work and is started again by the next append; appends are written in
-    the order they were asked for, each answer goes to the loop that asked."""
+    """A journal's appends in a thread of their own, which leaves after ``IDLE_S`` without work and
+    is started again by the next append; written in the order asked, each answer to its own loop."""
 
     IDLE_S = 5.0
 
@@ -385,24 +334,26 @@ def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
         done.set_exception(error)
 
 
+def log_rows(records: Sequence[LogRecord], shard: str | None) -> list[dict[str, Any]]:
+    """The event log's rows of ``records`` (tagged with ``shard`` for a relay of several)."""
+    return [r.record if shard is None else dict(r.record, shard=shard) for r in records]
+
+
 def complete_log(path: Path | None, records: list[LogRecord], shard: str | None = None) -> int:
     """Append to the event log the replayed records it lacks; how many. The log holds a prefix of
     ``records``; its last line (of ``shard``, for a relay of several) tells how long. A shard's log
     that has no line of it (another relay served it before) is left as it is."""
     if path is None or not records:
         return 0
-    rows = [r.record if shard is None else dict(r.record, shard=shard) for r in records]
-    lines = [json.dumps(row, default=str) for row in rows]
+    lines = [json.dumps(row, default=str) for row in log_rows(records, shard)]
     try:
         with open(path, "rb+") as f:
-            size = f.seek(0, os.SEEK_END)
-            start = max(0, size - LOG_TAIL_BYTES)
+            start = max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES)
             f.seek(start)
             tail = f.read()
             if tail and not tail.endswith(b"\n"):  # a torn last line: cut it
-                cut = tail.rfind(b"\n") + 1
-                f.truncate(start + cut)
-                tail = tail[:cut]
+                tail = tail[:tail.rfind(b"\n") + 1]
+                f.truncate(start + len(tail))
     except FileNotFoundError:
         tail = b""
     last = None
@@ -412,38 +363,29 @@ def complete_log(path: Path | None, records: list[LogRecord], shard: str | None 
             kind = row.get("kind")
         except (ValueError, AttributeError):
             continue
-        if kind in RUNTIME_ONLY or (kind == "bad_input" and row.get("code") == "too_large"):
-            continue  # lines the runtime writes on its own, not replayed
-        if shard is not None and row.get("shard") != shard:
-            continue
+        if kind in RUNTIME_ONLY or (kind == "bad_input" and row.get("code") == "too_large") \
+                or (shard is not None and row.get("shard") != shard):
+            continue  # lines the runtime writes on its own, not replayed; another shard's
         last = raw
         break
     if last is None and shard is not None:
         return 0
-    have = 0
-    if last is not None:
-        for i in range(len(lines) - 1, -1, -1):
-            if lines[i] == last:
-                have = i + 1
-                break
+    have = next((i + 1 for i in range(len(lines) - 1, -1, -1) if lines[i] == last), 0)
     if have < len(lines):
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
-            for line in lines[have:]:
-                f.write(line + "\n")
+            f.writelines(line + "\n" for line in lines[have:])
     return len(lines) - have
 
 
 def wall_minus_mono() -> int:
     """The wall clock minus the monotonic clock, from the tightest of a few paired reads."""
-    best: tuple[int, int] | None = None
+    best: tuple[int, int] = (1 << 62, 0)
     for _ in range(5):
         a = time.monotonic_ns()
         w = time.time_ns()
         b = time.monotonic_ns()
-        if best is None or b - a < best[0]:
-            best = (b - a, w - (a + b) // 2)
-    assert best is not None
+        best = min(best, (b - a, w - (a + b) // 2))
     return best[1]
 
 
@@ -466,32 +408,22 @@ def _snapshot_child(core: RelayCore, read_fd: int, write_fd: int) -> NoReturn:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         gc.disable()
-        _background()
+        try:  # only CPU time nobody else wants: the relay, its broker and its players come first
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):  # not Linux
+            try:
+                os.nice(19)
+            except OSError:
+                pass
         started = time.process_time()
         blob = snapshots.dump(core)
-        _write_all(write_fd, _CHILD_HEAD.pack(len(blob), time.process_time() - started))
-        _write_all(write_fd, blob)  # (not head + blob: a copy of the whole snapshot)
+        for part in (_CHILD_HEAD.pack(len(blob), time.process_time() - started), blob):  # (not head + blob: a copy)
+            view = memoryview(part)
+            while view:
+                view = view[os.write(write_fd, view):]
         code = 0
     finally:
         os._exit(code)
-
-
-def _background() -> None:
-    """This process runs only on CPU time nobody else wants: the relay, its broker and its players
-    come first; the snapshot just takes longer on a busy machine."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux
-        try:
-            os.nice(19)
-        except OSError:
-            pass
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _read_snapshot(fd: int) -> tuple[bytearray | None, float, int]:
@@ -505,10 +437,8 @@ def _read_snapshot(fd: int) -> tuple[bytearray | None, float, int]:
         length, cpu_s = _CHILD_HEAD.unpack(head)
         blob = bytearray(length)
         got = _read_into(fd, blob)
-        received += got
         more = len(os.read(fd, 1)) if got == length else 0
-        received += more
-        return (blob if got == length and not more else None), cpu_s, received
+        return (blob if got == length and not more else None), cpu_s, received + got + more
     finally:
         os.close(fd)
 
@@ -525,4 +455,4 @@ def _read_into(fd: int, buf: bytearray) -> int:
 
 
 __all__ = ["ClusterError", "ConfigConflict", "JournalWriter", "Shard", "check_shard", "close_quietly", "complete_log",
-           "wall_minus_mono"]
+           "log_rows", "wall_minus_mono"]
