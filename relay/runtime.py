@@ -639,7 +639,7 @@ class Relay:
         # Before anything of this step is published: nothing a player hears accepted is lost.
         writes = [(srv, entries, out, srv.writer.append(entries, srv.fence if self.sharded else None)
                    if entries and srv.writer is not None else None) for srv, entries, out in batches.values()]
-        results = iter(await asyncio.gather(*(w for *_, w in writes if w is not None), return_exceptions=True))
+        results = iter(await _settled([w for *_, w in writes if w is not None]))
         held = self.ownership.owned() if self.sharded else {}
         done: list[tuple[Shard | None, list[Out]]] = [(None, extra)] if extra else []
         answered: list[Shard] = []
@@ -725,3 +725,15 @@ class Relay:
 
 
 __all__ = ["JournalOpener", "Relay"]
+
+
+async def _settled(writes: list[asyncio.Future[None]]) -> list[BaseException | None]:
+    """Each write's error or None, as ``gather(return_exceptions=True)`` gives them; a lone write
+    (a single relay's every step) is awaited as it is, without gather's extra loop turn."""
+    if len(writes) != 1:
+        return list(await asyncio.gather(*writes, return_exceptions=True))
+    try:
+        await writes[0]
+    except Exception as exc:  # noqa: BLE001 - judged by the caller, as gather's would be
+        return [exc]
+    return [None]
