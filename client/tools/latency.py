@@ -42,6 +42,18 @@ top too, accepted after it). A group whose next change is not a play of a seat i
 stalemate flip, the game ending elsewhere, a play made against an older top) decides nothing and
 is counted as ``races_void``. So for two seats, seat 0's ``won`` always equals seat 1's ``lost``.
 
+Sweeps
+------
+A fairness curve is many ordinary runs: ``sweep_plan`` lists (delay, order) steps, arrival order
+first at each delay, and ``SweepStep.impairments`` gives seat 1 the step's delay and seat 0 none
+(only the delay is swept). With ``LatencyConfig.games`` a run ends once that many games have
+finished (``game_result`` in the spectator's log), ``duration_s`` being its cap, so every step's
+shares rest on a known number of games rather than on how fast the machine was. ``step_figures``
+reads a run's ``summary()``: the slow seat's share of races and of decided games (a tie decides
+nothing) with Wilson intervals, and the confirmation times per seat; ``add_fast_cost`` then sets
+each step's ``fast_added_ms`` against arrival order at the same delay -- the price fair order
+makes the fast seat pay -- which needs an arrival step, so a fair-only sweep leaves it None.
+
 Everything here except ``run_latency`` and its helpers is pure and unit-tested.
 """
 
