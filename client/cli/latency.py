@@ -88,7 +88,8 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--settings", type=argtypes.settings, default={},
                    help="game settings as JSON, over the harness's defaults (blink: best of 1, 0.5 s countdown)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--plot", type=argtypes.out_file, metavar="PATH", help="write a PNG: latency CDFs and win rates, or with --sweep or --order both the fairness "
+    p.add_argument("--plot", type=argtypes.out_file, metavar="PATH",
+                   help="write a PNG: latency CDFs and win rates, or with --sweep or --order both the fairness "
                         "curves (needs matplotlib)")
     p.error = types.MethodType(_one_line_error, p)  # type: ignore[method-assign]
 
@@ -182,7 +183,10 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         if result.stopped_early:
             # Fewer seconds, plays or steps than asked for are not the measurement asked for: no
             # table, no JSON object a script could take for a finished run.
-            return fail(f"interrupted after {result.duration_s:.1f} s of {cfg.duration_s:g} s; no report", 130)
+            done = (f"{result.games()[0]} of {cfg.games} games" if cfg.games is not None
+                    else f"{result.duration_s:.1f} s of {cfg.duration_s:g} s")
+            where = f" at run {n} of {len(runs)}" if len(runs) > 1 else ""
+            return fail(f"interrupted after {done}{where}; no report", 130)
         results.append(result)
     summaries = [r.summary() for r in results]
     figures = add_fast_cost([step_figures(s, slow_seat(r.config.impairments)) for s, r in zip(summaries, results)])
