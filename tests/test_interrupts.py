@@ -102,3 +102,29 @@ def test_replay_closes_its_window_on_ctrl_c_with_130(xdisplay: str, played: Any,
             replay.communicate()
     assert replay.returncode == 130 and "Traceback" not in err, err
     assert "BLINK — blink" not in _windows(xdisplay)
+
+
+def test_a_sweep_interrupted_at_a_later_step_is_130_with_no_report(tmp_path: Path) -> None:
+    log = tmp_path / "relay.jsonl"
+    serve, url = _serve(log)
+    try:
+        # One match a step: a second match code in the relay's log means the first step is done.
+        latency = _start("latency", "--server", url, "--sweep", "0,20", "--games", "1", "--duration", "600",
+                         "--matches", "1", "--json")
+        try:
+            wait_until(lambda: len({r.get("match") for r in _records(log) if r.get("kind") == "applied"}) >= 2,
+                       timeout=2 * LONG, what="the sweep's second step to be playing")
+            latency.send_signal(signal.SIGINT)
+            out, err = latency.communicate(timeout=LONG)
+        finally:
+            if latency.poll() is None:
+                latency.kill()
+                latency.communicate()
+        assert latency.returncode == 130, err
+        assert out == ""  # the finished first step is not reported either: a partial curve is not a result
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "interrupted after" in lines[0] and "no report" in lines[0], err
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=LONG)
+    assert serve.returncode == 130

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from protocol import messages as m
-from client.tools.latency import (BadArgument, PlayRecord, count_races, parse_delay_list, parse_fraction_list,
-                            percentiles_ms, seat_impairments, wilson)
+from client.tools.latency import (BadArgument, PlayRecord, SeatImpairment, SweepStep, add_fast_cost, count_races,
+                            format_sweep, parse_delay_list, parse_fraction_list, parse_sweep, percentiles_ms,
+                            seat_impairments, slow_seat, step_figures, sweep_plan, wilson)
 
 BLINK = [sys.executable, "-m", "client.cli", "latency"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,6 +139,94 @@ def test_race_counting_reads_protocol_events_too() -> None:
     events = [e(1, "card_revealed", pile=0, seat=0, player="a"), e(2, "card_played", pile=0, seat=0, player="a")]
     count = count_races(events, [play(0, 1, 0), play(1, 1, 0, ok=False), play(1, 1, 0, ok=False)])
     assert count.races == 1 and count.won == {0: 1, 1: 0} and count.lost == {0: 0, 1: 1}
+
+
+# ------------------------------------------------------------------------------------------ sweeps
+
+
+def test_sweep_values_are_delays_in_the_order_given() -> None:
+    assert parse_sweep("0,50,100ms,0.15s") == [0.0, 0.05, 0.1, 0.15]
+    assert parse_sweep("200") == [0.2]
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("-5", "negative"), ("0,abc", "not a time"), ("0,,50", "empty value"), ("50,50ms", "twice"),
+    ("11s", "at most 10 s"), ("5parsecs", "unknown unit"),
+])
+def test_bad_sweep_values_name_the_problem(text: str, needle: str) -> None:
+    with pytest.raises(BadArgument, match=needle) as exc:
+        parse_sweep(text)
+    assert str(exc.value).startswith("--sweep:")
+
+
+def test_sweep_plan_runs_arrival_first_at_each_delay_and_sweeps_only_seat_1s_delay() -> None:
+    plan = sweep_plan([0.1, 0.0], ["fair", "arrival"])
+    assert plan == [SweepStep(0.1, "arrival"), SweepStep(0.1, "fair"), SweepStep(0.0, "arrival"),
+                    SweepStep(0.0, "fair")]
+    assert sweep_plan([0.05], ["fair"]) == [SweepStep(0.05, "fair")]
+    base = [SeatImpairment(0.3, 0.002, 0.01, 0.0), SeatImpairment(0.0, 0.004, 0.0, 0.02)]
+    imps = SweepStep(0.15, "fair").impairments(base)
+    assert imps == [SeatImpairment(0.0, 0.002, 0.01, 0.0), SeatImpairment(0.15, 0.004, 0.0, 0.02)]
+    assert slow_seat(imps) == 1 and slow_seat([SeatImpairment(0.1), SeatImpairment(0.0)]) == 0
+    assert slow_seat([SeatImpairment(), SeatImpairment()]) == 1
+
+
+def summary(order: str, delays_ms: tuple[float, float], races: tuple[int, int], wins: tuple[int, int], ties: int,
+            fast_p: tuple[float, float | None] | None, duration: float = 10.0) -> dict[str, Any]:
+    """A ``LatencyResult.summary()`` as far as the sweep reads it; seat 0 is the fast seat."""
+    def p(pair: tuple[float, float | None] | None, n: int) -> dict[str, Any]:
+        return {"p50": None, "p99": None, "n": 0} if pair is None else {"p50": pair[0], "p99": pair[1], "n": n}
+
+    return {
+        "order": order, "duration_s": duration,
+        "impairment": {str(i): SeatImpairment(d / 1e3).to_json() for i, d in enumerate(delays_ms)},
+        "race_count": sum(races), "races_void": 1,
+        "races": {"0": {"won": races[0], "lost": races[1]}, "1": {"won": races[1], "lost": races[0]}},
+        "games": wins[0] + wins[1] + ties, "wins": {"0": wins[0], "1": wins[1]}, "ties": ties,
+        "confirm_ms_by_seat": {"0": p(fast_p, 40), "1": p((200.0, 260.0), 30)},
+        "hold_ms": p((0.0, 150.0), 70) if order == "fair" else p(None, 0),
+    }
+
+
+def test_step_figures_are_the_slow_seats_shares_with_wilson_intervals() -> None:
+    f = step_figures(summary("fair", (0, 100), races=(60, 40), wins=(10, 8), ties=2, fast_p=(150.0, 170.0)), slow=1)
+    assert f["delay_ms"] == 100 and f["order"] == "fair" and f["slow_seat"] == 1
+    assert f["races"] == 100 and f["races_won"] == 40 and f["races_share"] == 0.4
+    assert f["races_ci95"] == [round(x, 4) for x in wilson(40, 100)]  # type: ignore[arg-type]
+    # a tie is a finished game but decides nothing: it is left out of the share
+    assert f["games"] == 20 and f["games_decided"] == 18 and f["games_won"] == 8 and f["ties"] == 2
+    assert f["games_share"] == round(8 / 18, 4)
+    assert f["games_ci95"] == [round(x, 4) for x in wilson(8, 18)]  # type: ignore[arg-type]
+    assert f["fast_confirm_ms"] == {"p50": 150.0, "p99": 170.0} and f["slow_confirm_ms"] == {"p50": 200.0, "p99": 260.0}
+    assert f["fast_plays_per_s"] == 4.0
+    assert f["hold_ms"] == {"p50": 0.0, "p99": 150.0}
+    # seat 0 slower: the shares turn round
+    g = step_figures(summary("arrival", (100, 0), races=(60, 40), wins=(10, 8), ties=0, fast_p=(5.0, 9.0)), slow=0)
+    assert g["delay_ms"] == 100 and g["races_share"] == 0.6 and g["games_share"] == round(10 / 18, 4)
+
+
+def test_step_figures_without_races_or_games_have_no_share() -> None:
+    f = step_figures(summary("arrival", (0, 0), races=(0, 0), wins=(0, 0), ties=1, fast_p=None, duration=0.0))
+    assert f["races_share"] is None and f["races_ci95"] is None
+    assert f["games"] == 1 and f["games_share"] is None and f["games_ci95"] is None
+    assert f["fast_plays_per_s"] is None
+
+
+def test_the_fast_seats_added_time_is_against_arrival_order_at_the_same_delay() -> None:
+    steps = add_fast_cost([
+        step_figures(summary("arrival", (0, 50), (5, 5), (3, 3), 0, fast_p=(10.0, 30.0))),
+        step_figures(summary("fair", (0, 50), (5, 5), (3, 3), 0, fast_p=(60.0, 95.5))),
+        step_figures(summary("arrival", (0, 100), (5, 5), (3, 3), 0, fast_p=(12.0, 40.0))),
+        step_figures(summary("fair", (0, 100), (5, 5), (3, 3), 0, fast_p=(112.0, None))),
+        step_figures(summary("fair", (0, 150), (5, 5), (3, 3), 0, fast_p=(160.0, 170.0))),  # no arrival step
+    ])
+    assert [s["fast_added_ms"] for s in steps] == [
+        {"p50": 0.0, "p99": 0.0}, {"p50": 50.0, "p99": 65.5}, {"p50": 0.0, "p99": 0.0},
+        {"p50": 100.0, "p99": None}, {"p50": None, "p99": None}]
+    table = format_sweep(steps).splitlines()
+    assert len(table) == 1 + len(steps) + 2
+    assert table[2].split()[:2] == ["50", "fair"] and "+50.0/+65.5" in table[2]
+    assert table[5].split()[:2] == ["150", "fair"] and table[5].endswith("-/-")
 
 
 # ------------------------------------------------------------------------------------------ whole runs
@@ -277,3 +366,52 @@ def test_latency_against_a_running_server_asks_for_the_order_per_match() -> None
     finally:
         serve.terminate()
         serve.communicate(timeout=60)
+
+
+SMALL_DECK = {"deck": {"colours": ["red", "yellow", "green", "blue"], "shapes": ["star", "triangle", "moon"],
+                       "counts": [1, 2, 3]}}
+
+
+@pytest.mark.integration
+def test_a_tiny_sweep_reports_every_step_and_draws_the_curves(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="--plot needs the bench extra; its absence is tested above")
+    path = tmp_path / "curve.png"
+    proc = run_cli("--sweep", "0,50", "--games", "2", "--order", "both", "--matches", "2", "--seed", "4",
+                   "--settings", json.dumps(SMALL_DECK), "--json", "--plot", str(path), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    r = json.loads(lines[0])
+    check_report(r)  # today's keys, from the last run: fair order at +50 ms
+    assert r["order"] == "fair" and r["impairment"]["1"]["delay_ms"] == 50 and r["impairment"]["0"]["delay_ms"] == 0
+    steps = r["sweep"]
+    assert [(s["delay_ms"], s["order"]) for s in steps] == [(0, "arrival"), (0, "fair"), (50, "arrival"), (50, "fair")]
+    for s in steps:
+        assert set(s) >= {"delay_ms", "order", "races", "games", "games_share", "games_ci95", "races_share",
+                          "races_ci95", "fast_added_ms"}
+        assert s["games"] >= 2  # played until the games were done, not for a time
+        assert s["games_share"] is not None and s["games_ci95"][0] <= s["games_share"] <= s["games_ci95"][1]
+        if s["races"]:
+            assert s["races_ci95"][0] <= s["races_share"] <= s["races_ci95"][1]
+        assert set(s["fast_added_ms"]) == {"p50", "p99"}
+        if s["order"] == "arrival":
+            assert s["fast_added_ms"] == {"p50": 0.0, "p99": 0.0}
+    last = steps[-1]
+    assert last["fast_added_ms"]["p50"] == round(last["fast_confirm_ms"]["p50"] - steps[2]["fast_confirm_ms"]["p50"], 3)
+    assert last["hold_ms"]["p99"] is not None and last["hold_ms"]["p99"] > 0  # fair order held the fast seat's plays
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args,needle", [
+    (["--sweep=-50"], "--sweep: must not be negative"),
+    (["--sweep", "0,fast"], "--sweep: not a time"),
+    (["--games", "0"], "--games"),
+    (["--sweep", "0,50", "--delay", "0,10ms"], "not both"),
+])
+def test_bad_sweeps_are_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    proc = run_cli(*args, "--duration", "1")
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("blink latency:") and needle in lines[0], proc.stderr

@@ -3,13 +3,24 @@
 How this works
 --------------
 The arguments are checked first (every bad value -- a negative or too large delay, an unknown
-unit, a loss outside [0, 1), more than two values, an unknown order -- is one line on stderr and
-exit status 2); then ``client.tools.latency.run_blocking`` does the measurement while a progress bar is
+unit, a loss outside [0, 1), more than two values, an unknown order, a ``--sweep`` value that is
+not a delay, ``--games 0``, ``--sweep`` together with ``--delay`` -- is one line on stderr and exit
+status 2); then ``client.tools.latency.run_blocking`` does the measurement while a progress bar is
 drawn on stderr (only when stderr is a terminal, so piped output and ``--json`` stay clean); then
 a table, or with ``--json`` exactly one JSON object, goes to stdout. ``--plot`` draws a PNG with
 matplotlib, imported only then. An unreachable broker, a missing relay or a refused match is one
 line and exit status 1; Ctrl-C stops the bots and the local relay in order and ends with status
 130 and no report (a partial measurement is not a result). Never imports pyglet.
+
+``--sweep 0,50,...`` makes a fairness curve: one run per value and order (``--order both`` is
+arrival then fair at each value), seat 1 that much slower each way than seat 0, each run on a
+fresh local relay (or new matches on the same ``--server``) so no run inherits another's games.
+``--games N`` ends a run once N games have finished, ``--duration`` staying its cap. Each run's
+figures -- the slow seat's share of races and of games with Wilson intervals, the fast seat's
+confirmation time and what it adds against arrival order at the same value -- come from the same
+summary a single run reports (``client.tools.latency.step_figures``). ``--json`` keeps a single
+run's keys (with several runs, those of the last) and adds ``sweep``, one entry per run. A sweep
+is reported only when all its runs are done, so Ctrl-C at any step is 130 with no report.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ from protocol.rules import GAME_NAMES
 if TYPE_CHECKING:
     from protocol.topics import Topics
 
-ORDERS = ("arrival", "fair")
+ORDERS = ("arrival", "fair", "both")
 
 
 def _one_line_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -39,7 +50,7 @@ def _one_line_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
 
 def _order(text: str) -> str:
     if text not in ORDERS:
-        raise argparse.ArgumentTypeError(f"unknown order {text!r}: use arrival or fair")
+        raise argparse.ArgumentTypeError(f"unknown order {text!r}: use arrival, fair or both")
     return text
 
 
@@ -59,12 +70,18 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
     p.add_argument("--game", type=_game, default="blink", help="game to play (default blink)")
     p.add_argument("--matches", type=argtypes.whole(1, 500), default=4, help="concurrent matches (default 4)")
-    p.add_argument("--duration", type=argtypes.seconds(0.5, 86_400), default=10.0, help="seconds to measure (default 10)")
+    p.add_argument("--duration", type=argtypes.seconds(0.5, 86_400), default=None,
+                   help="seconds to measure (default 10); with --games the longest a step may take (default 3600)")
+    p.add_argument("--games", type=argtypes.whole(1, 1_000_000), default=None,
+                   help="play until this many games have finished (at each step of a sweep)")
+    p.add_argument("--sweep", metavar="MS,MS,...",
+                   help="a fairness curve: one run per value, seat 1 that much slower each way (e.g. 0,50,100,150,200)")
     p.add_argument("--delay", help="added one-way delay, each direction, per seat (e.g. 0ms,100ms)")
     p.add_argument("--jitter", help="+- uniform jitter on the delay, per seat")
     p.add_argument("--loss", help="fraction of messages dropped each way, per seat (e.g. 0.01 or 1%%)")
     p.add_argument("--reorder", help="fraction of messages held back so later ones overtake them, per seat")
-    p.add_argument("--order", type=_order, default="arrival", help="relay ordering: arrival (default) or fair")
+    p.add_argument("--order", type=_order, default="arrival",
+                   help="relay ordering: arrival (default), fair, or both (one run in each)")
     p.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=None,
                    help="local relay, fair order: longest hold in ms, 0 to 10000")
     p.add_argument("--reaction", type=argtypes.seconds(0, 10), default=0.35, help="bots' median reaction time in s (default 0.35)")
@@ -72,7 +89,9 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--settings", type=argtypes.settings, default={},
                    help="game settings as JSON, over the harness's defaults (blink: best of 1, 0.5 s countdown)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--plot", type=argtypes.out_file, metavar="PATH", help="write a PNG with latency CDFs and win rates (needs matplotlib)")
+    p.add_argument("--plot", type=argtypes.out_file, metavar="PATH",
+                   help="write a PNG: latency CDFs and win rates, or with --sweep or --order both the fairness "
+                        "curves (needs matplotlib)")
     p.error = types.MethodType(_one_line_error, p)  # type: ignore[method-assign]
 
 
@@ -84,14 +103,21 @@ class _Bar:
         self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.drawn = False
 
+        self.label = ""  # which step of a sweep is running
+
     def __call__(self, elapsed: float, total: float, stats: dict[str, int]) -> None:
         if not self.live:
             return
+        games, target = stats.get("games", 0), stats.get("games_target")
         frac = min(1.0, elapsed / total) if total > 0 else 1.0
+        if target:  # whichever ends the run first: the games or the cap
+            frac = max(frac, min(1.0, games / target))
         width = 30
         fill = int(frac * width)
-        self.stream.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {min(elapsed, total):5.1f}/{total:.0f} s  "
-                          f"games {stats.get('games', 0)}  plays {stats.get('plays', 0)} ")
+        shown = f"games {games}/{target}" if target else f"games {games}"
+        clock = f"{elapsed:5.1f} s" if target else f"{min(elapsed, total):5.1f}/{total:.0f} s"
+        self.stream.write(f"\r{self.label}[{'#' * fill}{'.' * (width - fill)}] {clock}  "
+                          f"{shown}  plays {stats.get('plays', 0)} ")
         self.stream.flush()
         self.drawn = True
 
@@ -103,15 +129,20 @@ class _Bar:
 
 def run(args: argparse.Namespace, topics: Topics) -> int:
     from protocol.rules import game_for
-    from client.tools.latency import (BadArgument, LatencyConfig, LatencyError, format_table, have_matplotlib, plot,
-                                run_blocking, seat_impairments)
+    from client.tools.latency import (GAMES_CAP_S, ORDERS as RUN_ORDERS, BadArgument, LatencyConfig, LatencyError,
+                                      LatencyResult, add_fast_cost, format_sweep, format_table,
+                                      have_matplotlib, parse_sweep, plot, plot_sweep, run_blocking,
+                                      seat_impairments, slow_seat, step_figures, sweep_plan)
 
     def fail(msg: str, status: int) -> int:
         print(f"blink latency: {msg}", file=sys.stderr)
         return status
 
+    if args.sweep is not None and args.delay is not None:
+        return fail("--sweep sets seat 1's delay at each step: give --sweep or --delay, not both", 2)
     try:
         impairments = seat_impairments(args.delay, args.jitter, args.loss, args.reorder)
+        delays = parse_sweep(args.sweep) if args.sweep is not None else None
     except BadArgument as exc:
         return fail(str(exc), 2)
     if args.fair_cap_ms is not None and not 0 <= args.fair_cap_ms <= 10_000:
@@ -131,31 +162,56 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     # A delayed message still waiting when its connection closes is never sent; that is fine here.
     warnings.filterwarnings("ignore", message=r"coroutine 'Connection\._(deliver_async|publish)' was never awaited",
                             category=RuntimeWarning)
-    cfg = LatencyConfig(server=args.server, game=args.game, matches=args.matches, duration_s=args.duration,
-                        impairments=impairments, order=args.order, reaction_s=args.reaction, seed=args.seed,
-                        fair_cap_ms=args.fair_cap_ms, settings=settings)
+    duration = args.duration if args.duration is not None else (10.0 if args.games is None else GAMES_CAP_S)
+    orders = RUN_ORDERS if args.order == "both" else (args.order,)
+    # Without --sweep, each order runs once with the --delay given (its difference, the slower seat).
+    runs = ([(st.impairments(impairments), st.order) for st in sweep_plan(delays, orders)] if delays is not None
+            else [(impairments, o) for o in orders])
     bar = _Bar()
-    try:
-        result = run_blocking(cfg, topics, bar)
-    except LatencyError as exc:
+    results: list[LatencyResult] = []
+    for n, (imps, order) in enumerate(runs, 1):
+        cfg = LatencyConfig(server=args.server, game=args.game, matches=args.matches, duration_s=duration,
+                            impairments=imps, order=order, reaction_s=args.reaction, seed=args.seed,
+                            fair_cap_ms=args.fair_cap_ms, settings=settings, games=args.games)
+        if len(runs) > 1:
+            bar.label = f"+{abs(imps[1].delay_s - imps[0].delay_s) * 1e3:g} ms {order} ({n}/{len(runs)}) "
+        try:
+            result = run_blocking(cfg, topics, bar)
+        except LatencyError as exc:
+            bar.done()
+            return fail(str(exc), 1)
         bar.done()
-        return fail(str(exc), 1)
-    bar.done()
-    if result.stopped_early:
-        # Fewer seconds and plays than asked for are not the measurement asked for: no table, no
-        # JSON object a script could take for a finished run.
-        return fail(f"interrupted after {result.duration_s:.1f} s of {cfg.duration_s:g} s; no report", 130)
-    summary = result.summary()
+        if result.stopped_early:
+            # Fewer seconds, plays or steps than asked for are not the measurement asked for: no
+            # table, no JSON object a script could take for a finished run.
+            done = (f"{result.games()[0]} of {cfg.games} games" if cfg.games is not None
+                    else f"{result.duration_s:.1f} s of {cfg.duration_s:g} s")
+            where = f" at run {n} of {len(runs)}" if len(runs) > 1 else ""
+            return fail(f"interrupted after {done}{where}; no report", 130)
+        results.append(result)
+    summaries = [r.summary() for r in results]
+    figures = add_fast_cost([step_figures(s, slow_seat(r.config.impairments)) for s, r in zip(summaries, results)])
+    for r, f in zip(results, figures):
+        if args.games is not None and f["games"] < args.games:
+            print(f"blink latency: warning: +{f['delay_ms']:g} ms {f['order']}: {f['games']} of {args.games} games "
+                  f"finished within {r.config.duration_s:g} s", file=sys.stderr)
+    curves = len(results) > 1 or delays is not None
+    # Today's keys describe the last run (the only one without --sweep and --order both).
+    report = {**summaries[-1], "sweep": figures}
+    text = format_sweep(figures) if curves else format_table(summaries[-1])
     if args.plot:
         try:
-            plot(result, summary, args.plot)
+            if curves:
+                plot_sweep(figures, args.plot)
+            else:
+                plot(results[-1], summaries[-1], args.plot)
         except Exception as exc:  # noqa: BLE001 - one line, after the numbers are safe
-            print(json.dumps(summary) if args.json else format_table(summary))
+            print(json.dumps(report) if args.json else text)
             return fail(f"could not write the plot {args.plot}: {exc}", 1)
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(report))
     else:
-        print(format_table(summary))
+        print(text)
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0

@@ -42,6 +42,18 @@ top too, accepted after it). A group whose next change is not a play of a seat i
 stalemate flip, the game ending elsewhere, a play made against an older top) decides nothing and
 is counted as ``races_void``. So for two seats, seat 0's ``won`` always equals seat 1's ``lost``.
 
+Sweeps
+------
+A fairness curve is many ordinary runs: ``sweep_plan`` lists (delay, order) steps, arrival order
+first at each delay, and ``SweepStep.impairments`` gives seat 1 the step's delay and seat 0 none
+(only the delay is swept). With ``LatencyConfig.games`` a run ends once that many games have
+finished (``game_result`` in the spectator's log), ``duration_s`` being its cap, so every step's
+shares rest on a known number of games rather than on how fast the machine was. ``step_figures``
+reads a run's ``summary()``: the slow seat's share of races and of decided games (a tie decides
+nothing) with Wilson intervals, and the confirmation times per seat; ``add_fast_cost`` then sets
+each step's ``fast_added_ms`` against arrival order at the same delay -- the price fair order
+makes the fast seat pay -- which needs an arrival step, so a fair-only sweep leaves it None.
+
 Everything here except ``run_latency`` and its helpers is pure and unit-tested.
 """
 
@@ -55,8 +67,8 @@ import signal
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 from protocol import messages as m
 from protocol.clock import ClockFilter, Sample
@@ -273,6 +285,114 @@ def count_races(events: Iterable[Any], plays: Iterable[PlayRecord]) -> RaceCount
     return count
 
 
+# ---------------------------------------------------------------------------- sweeps (pure)
+
+Order = Literal["arrival", "fair"]
+ORDERS: tuple[Order, ...] = ("arrival", "fair")
+#: With ``games`` and no duration given, each step stops at this many seconds at the latest.
+GAMES_CAP_S = 3600.0
+
+
+def parse_sweep(text: str) -> list[float]:
+    """``"0,50,100"`` -> the latency differences in seconds, each a time as ``--delay`` takes it (a plain
+    number is milliseconds); at least one value, none twice, in the order given."""
+    parts = text.split(",")
+    if any(not p.strip() for p in parts):
+        raise BadArgument(f"--sweep: empty value in {text.strip()!r}")
+    values = [parse_seconds(p, "sweep") for p in parts]
+    if len(set(values)) != len(values):
+        raise BadArgument(f"--sweep: a delay is given twice in {text.strip()!r}")
+    return values
+
+
+@dataclass(frozen=True)
+class SweepStep:
+    """One measurement of a sweep: seat 1 is ``delay_s`` slower each way than seat 0, in ``order``."""
+
+    delay_s: float
+    order: Order
+
+    def impairments(self, base: Sequence[SeatImpairment]) -> list[SeatImpairment]:
+        # Only the delay is swept; jitter, loss and reordering stay what each seat was given.
+        return [replace(base[0], delay_s=0.0), replace(base[1], delay_s=self.delay_s)]
+
+
+def sweep_plan(delays_s: Sequence[float], orders: Sequence[Order]) -> list[SweepStep]:
+    """Every delay in every order; at one delay arrival order runs first, so the fast seat's added
+    confirmation time in fair order can be reported against it."""
+    ranked = sorted(set(orders), key=ORDERS.index)
+    return [SweepStep(d, o) for d in delays_s for o in ranked]
+
+
+def _p(summary_p: dict[str, Any]) -> dict[str, float | None]:
+    return {"p50": summary_p.get("p50"), "p99": summary_p.get("p99")}
+
+
+def step_figures(summary: dict[str, Any], slow: int = 1) -> dict[str, Any]:
+    """The figures of one step from a run's ``LatencyResult.summary()``: the slow seat's share of
+    races and of decided games (ties left out) with 95% Wilson intervals, confirmation times per
+    seat, and room for ``fast_added_ms`` (filled in by ``add_fast_cost``)."""
+    fast = 1 - slow
+    imp = summary["impairment"]
+    n_races = summary["race_count"]
+    won_races = summary["races"][str(slow)]["won"]
+    decided = summary["wins"]["0"] + summary["wins"]["1"]
+    won_games = summary["wins"][str(slow)]
+
+    def share(won: int, n: int) -> tuple[float | None, list[float] | None]:
+        lo, hi = wilson(won, n)
+        if lo is None or hi is None:
+            return None, None
+        return round(won / n, 4), [round(lo, 4), round(hi, 4)]
+
+    races_share, races_ci = share(won_races, n_races)
+    games_share, games_ci = share(won_games, decided)
+    duration = summary["duration_s"]
+    fast_plays = summary["confirm_ms_by_seat"][str(fast)]["n"]
+    return {
+        "delay_ms": round(imp[str(slow)]["delay_ms"] - imp[str(fast)]["delay_ms"], 3),
+        "order": summary["order"],
+        "slow_seat": slow,
+        "races": n_races,
+        "races_won": won_races,
+        "races_share": races_share,
+        "races_ci95": races_ci,
+        "races_void": summary["races_void"],
+        "games": summary["games"],
+        "games_decided": decided,
+        "games_won": won_games,
+        "games_share": games_share,
+        "games_ci95": games_ci,
+        "ties": summary["ties"],
+        "duration_s": duration,
+        "fast_confirm_ms": _p(summary["confirm_ms_by_seat"][str(fast)]),
+        "slow_confirm_ms": _p(summary["confirm_ms_by_seat"][str(slow)]),
+        "fast_plays_per_s": round(fast_plays / duration, 3) if duration > 0 else None,
+        "hold_ms": _p(summary["hold_ms"]),
+        "fast_added_ms": {"p50": None, "p99": None},
+    }
+
+
+def add_fast_cost(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fill in each step's ``fast_added_ms``: the fast seat's confirmation p50 and p99 minus those of
+    arrival order at the same delay (0 for arrival order itself; None without an arrival step)."""
+    base = {s["delay_ms"]: s["fast_confirm_ms"] for s in steps if s["order"] == "arrival"}
+    for s in steps:
+        ref = base.get(s["delay_ms"])
+        added: dict[str, float | None] = {"p50": None, "p99": None}
+        if ref is not None:
+            for q in ("p50", "p99"):
+                x, y = s["fast_confirm_ms"][q], ref[q]
+                added[q] = None if x is None or y is None else round(x - y, 3)
+        s["fast_added_ms"] = added
+    return steps
+
+
+def slow_seat(impairments: Sequence[SeatImpairment]) -> int:
+    """The seat with the longer delay (seat 1 when they are equal, as in a sweep's first step)."""
+    return 0 if impairments[0].delay_s > impairments[1].delay_s else 1
+
+
 # ---------------------------------------------------------------------------- the run
 
 
@@ -288,6 +408,7 @@ class LatencyConfig:
     seed: int | None = None
     fair_cap_ms: float | None = None  # local relay only
     settings: dict[str, Any] | None = None  # game settings; default: the game's quick_settings
+    games: int | None = None  # stop once this many games have finished (duration_s stays a cap)
 
 
 class RecordingClock(ClockFilter):
@@ -608,11 +729,13 @@ async def _measure(cfg: LatencyConfig, address: Any, url: str, topics: Topics, p
         early = False
         while True:
             elapsed = time.monotonic() - started
+            finished = sum(1 for e in events if e.type == "game_result" and e.match in slots)
             if progress is not None:
-                progress(elapsed, cfg.duration_s, {
-                    "games": sum(1 for e in events if e.type == "game_result" and e.match in slots),
-                    "plays": len(plays)})
-            if elapsed >= cfg.duration_s:
+                stats = {"games": finished, "plays": len(plays)}
+                if cfg.games is not None:
+                    stats["games_target"] = cfg.games
+                progress(elapsed, cfg.duration_s, stats)
+            if elapsed >= cfg.duration_s or (cfg.games is not None and finished >= cfg.games):
                 break
             if stop_early is not None and stop_early.is_set():
                 early = True
@@ -794,6 +917,82 @@ def plot(result: LatencyResult, summary: dict[str, Any], path: str) -> None:
     ax.legend(loc="upper center", fontsize=8, ncol=2)
     fig.suptitle(f"blink latency: {summary['matches']} matches, {summary['duration_s']:.0f} s, "
                  f"{summary['order']} order", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _share_cell(share: float | None, ci: list[float] | None, won: int, n: int) -> str:
+    if share is None or ci is None:
+        return "-  (n=0)"
+    return f"{share:6.1%} [{ci[0]:5.1%}-{ci[1]:5.1%}] {won}/{n}"
+
+
+def format_sweep(steps: Sequence[dict[str, Any]]) -> str:
+    """The sweep as a table: one row per step (delay, order)."""
+
+    def ms(v: float | None, signed: bool = False) -> str:
+        return "-" if v is None else (f"{v:+.1f}" if signed else f"{v:.1f}")
+
+    lines = [f"{'+ms':>6} {'order':8} {'slow seat: races won [95% CI] won/n':38} "
+             f"{'slow seat: games won [95% CI] won/n':38} {'fast confirm p50/p99':21} {'fast added p50/p99':18}"]
+    for s in steps:
+        fc, fa = s["fast_confirm_ms"], s["fast_added_ms"]
+        lines.append(f"{s['delay_ms']:>6g} {s['order']:8} "
+                     f"{_share_cell(s['races_share'], s['races_ci95'], s['races_won'], s['races']):38} "
+                     f"{_share_cell(s['games_share'], s['games_ci95'], s['games_won'], s['games_decided']):38} "
+                     f"{ms(fc['p50']) + '/' + ms(fc['p99']):21} "
+                     f"{ms(fa['p50'], True) + '/' + ms(fa['p99'], True)}")
+    lines.append("")
+    lines.append("seat 1 is +ms slower each way; games won counts decided games (ties left out); fast added is "
+                 "the fast seat's confirmation minus arrival order's at the same delay")
+    return "\n".join(lines)
+
+
+def plot_sweep(steps: Sequence[dict[str, Any]], path: str) -> None:
+    """A PNG of the fairness curves: the slow seat's share of races and of games against the latency
+    difference (95% intervals), and the fast seat's added confirmation time; one curve per order."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    colours = {"arrival": "tab:blue", "fair": "tab:green"}
+    orders = [o for o in ORDERS if any(s["order"] == o for s in steps)]
+    for ax, what, title in ((axes[0], "races", "Slow seat's share of races"),
+                            (axes[1], "games", "Slow seat's share of games")):
+        for order in orders:
+            pts = [s for s in steps if s["order"] == order and s[f"{what}_share"] is not None]
+            xs = [s["delay_ms"] for s in pts]
+            ys = [s[f"{what}_share"] for s in pts]
+            lo = [y - s[f"{what}_ci95"][0] for y, s in zip(ys, pts)]
+            hi = [s[f"{what}_ci95"][1] - y for y, s in zip(ys, pts)]
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, color=colours[order], label=f"{order} order")
+        ax.axhline(0.5, color="black", linewidth=0.8, linestyle=":")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{title} (95% CI)")
+        ax.set_xlabel("seat 1 slower by, ms each way")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower left", fontsize=8)
+    ax = axes[2]
+    for order in orders:
+        if order == "arrival":
+            continue  # the reference: 0 by definition, the dotted line
+        for q, style in (("p50", "-"), ("p99", "--")):
+            pts = [s for s in steps if s["order"] == order and s["fast_added_ms"][q] is not None]
+            if pts:
+                ax.plot([s["delay_ms"] for s in pts], [s["fast_added_ms"][q] for s in pts], marker="o",
+                        linestyle=style, color=colours[order], label=f"{order} order, {q}")
+    ax.axhline(0, color="black", linewidth=0.8, linestyle=":")
+    ax.set_title("Fast seat's added confirmation time")
+    ax.set_xlabel("seat 1 slower by, ms each way")
+    ax.set_ylabel("ms against arrival order")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=8)
+    n_games = sum(s["games"] for s in steps)
+    fig.suptitle(f"blink latency: fairness curve, {len(steps)} runs, {n_games} games", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
