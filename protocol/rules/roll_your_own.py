@@ -614,9 +614,11 @@ def _leave(state: State, seat: int) -> Accepted[State] | Rejected:
     standing = state.standing()
     if len(standing) == 1:
         w = standing[0]
-        state = replace(state, phase="over", winner=w, rolling=(), round_winner=None, chooser=None)
+        state = replace(state, phase="over", winner=w, rolling=(), round_winner=None)
+        # the dice as they are: a build still secret is shown with the end (a log explains it so)
         events.append({"type": "game_over", "winner": w, "winners": [w], "scores": list(state.game_wins),
-                       "rounds": list(state.rounds_total), "reason": FORFEIT})
+                       "rounds": list(state.rounds_total), "reason": FORFEIT,
+                       "dice": [None if d is None else list(d) for d in state.dice]})
         return Accepted(state, tuple(events))
     if phase == "build":
         return Accepted(_reveal_if_built(state, events), tuple(events))
@@ -866,16 +868,20 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, ob
         if view.phase != "build" or view.built[p]:
             raise ValueError(f"bad die_built {dict(data)!r}")
         return replace(view, built=_set(view.built, p, True))
-    if etype == "dice_revealed":
+    if etype == "dice_revealed" or (etype == "game_over" and view.phase == "build" and "dice" in data):
+        # (a forfeit while building shows the builds with the end)
         dice = data.get("dice")
         if view.phase != "build" or not isinstance(dice, (list, tuple)) or len(dice) != n:
             raise ValueError(f"bad dice_revealed {dict(data)!r}")
-        shown = tuple(None if d is None and p in view.gone else _event_ints(d, FACES) for p, d in enumerate(dice))
+        shown = tuple(None if d is None and (p in view.gone or not view.built[p]) else _event_ints(d, FACES)
+                      for p, d in enumerate(dice))
         pool = view.settings.tile_pool
         for d in shown:
             if d is not None:
                 pool = _pool_take(pool, d)
-        return replace(view, dice=shown, pool=pool)
+        view = replace(view, dice=shown, pool=pool)
+        if etype == "dice_revealed":
+            return view
     if etype == "round_started":
         rnd = data.get("round")
         if type(rnd) is not int:
@@ -947,7 +953,8 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
 
 def private_complete(view: State, seat: int) -> bool:
     """While building, the seat's own die is known once it is built (a lost update leaves it unknown)."""
-    return not (0 <= seat < view.players and view.phase == "build" and view.built[seat] and view.dice[seat] is None)
+    return not (0 <= seat < view.players and view.phase == "build" and view.built[seat] and view.dice[seat] is None
+                and seat not in view.gone)  # a leaver's die is off the table
 
 
 def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
@@ -1193,7 +1200,7 @@ def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: 
         shown: object = None
         if rec.type == "player_left" and rec.data.get("seat") == seat:  # left before the reveal: shown then
             shown = rec.data.get("die")
-        elif rec.type == "dice_revealed":
+        elif rec.type == "dice_revealed" or (rec.type == "game_over" and "dice" in rec.data):
             dice = rec.data.get("dice")
             shown = dice[seat] if isinstance(dice, list) and seat < len(dice) else None
         else:

@@ -242,7 +242,8 @@ class Lobby:
         elif match.status in ("playing", "between"):
             match.players[seat].dropped_at = None  # a leave settles a dropped seat's wait
             if self.referee.take_out(match, seat, "left", now_ns, out):
-                self.schedule_grace(match)
+                if match.code in self.t.live:  # still running (one that ended keeps its linger deadline)
+                    self.schedule_grace(match)
                 out.append(self.events.match_list())
                 return
             # Leaving a running match forfeits it: the others win.
@@ -275,7 +276,8 @@ class Lobby:
                 break
             late.pop(0)
         if not late or match.status == "over":
-            self.schedule_grace(match)
+            if match.status != "over":  # (a match that ended keeps its linger deadline)
+                self.schedule_grace(match)
             out.append(self.events.match_list())
             return
         others = [i for i in range(match.seats) if i not in late and not match.players[i].left]
