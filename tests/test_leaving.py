@@ -25,6 +25,7 @@ from relay.core import Publish
 from tests.helpers import DEADLINE_S, wait_until
 from tests.test_heal import Procs, log_records, read_line, serve
 from tests.test_send_less import T, Table
+from tests.test_window import xdisplay  # noqa: F401 - the Xvfb fixture
 
 S = 1_000_000_000
 
@@ -408,3 +409,48 @@ def procs_verify(tmp_path: Path, log: Path) -> Any:
 
     return subprocess.run([sys.executable, "-m", "client.cli", "verify", str(log)], capture_output=True, text=True,
                           timeout=120)
+
+
+# --- the window ------------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_the_window_shows_a_leaver_as_gone_and_the_game_going_on(xdisplay: str, tmp_path: Path) -> None:
+    import asyncio
+
+    from tests.test_window import started, stop, until
+    from protocol.rules import takeaway as tk
+    from tests.test_window_dice import click, make_app, shot
+
+    async def scenario() -> None:
+        app = make_app("takeaway", players=3, bot_s=0.3, settings={"layout": "random", "size": 16})
+        task = await started(app)
+        try:
+            await until(app, lambda: app.describe().get("phase") == "turn" and len(app.session.opponents) == 2)
+            model = app.session.model
+            leaver = app.session.opponents[1]
+            seat = leaver.model.seat
+            name = model.players[seat]
+            await leaver.conn.request(m.Leave(model.match))
+            await until(app, lambda: seat in getattr(app.session.model.state(), "gone", ()))
+            await app.next_frame()
+            d = app.describe()
+            assert f"{name}  — left" in d["players"], d["players"]
+            assert "left: the game goes on" in d["message"], d["message"]
+            shot(app, tmp_path, "takeaway_a_player_left")
+            await app.next_frame()
+            claims = len(app.session.model.state().claims)
+
+            def played_on() -> bool:  # the others play on; you claim on your turns
+                state = app.session.model.state()
+                if state.phase == "turn" and state.current == model.seat and app.describe()["pending"] == 0:
+                    click(app, *app.scene.cell_centre(*tk.free_cells(state.coords())[0]))
+                return len(state.claims) > claims + 3 or state.phase == "over"
+
+            await until(app, played_on)
+            assert all(c[0] != seat for c in app.session.model.state().claims[claims:])
+        finally:
+            assert await stop(app, task) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 300))
