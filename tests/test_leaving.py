@@ -18,6 +18,7 @@ from client.matchrun import event_line
 from mqttkit import BrokerAddress
 from protocol import messages as m
 from protocol.chance import SeededChance
+from protocol.codec import encode
 from protocol.rules import AnyGame, game_for
 from protocol.rules.base import FORFEIT, SYSTEM, Accepted, PlayerLeft, Rejected
 from protocol.verify import parse_log, verify
@@ -454,3 +455,23 @@ def test_the_window_shows_a_leaver_as_gone_and_the_game_going_on(xdisplay: str, 
             assert await stop(app, task) == 0
 
     asyncio.run(asyncio.wait_for(scenario(), 300))
+
+
+def test_a_snapshot_keeps_who_left_and_the_restored_core_carries_on_alike() -> None:
+    from relay import snapshot
+
+    table = Recorded(3, QUICK["ryo"], game="ryo", seats=4)
+    table.send(T.req("b"), m.Leave(table.code))
+    restored = snapshot.load(snapshot.dump(table.core))
+    x, y = table.core.matches[table.code], restored.matches[table.code]
+    assert [s.left for s in y.players] == [False, True, False, False] and y.state == x.state
+    assert getattr(y.state, "gone") == (1,)
+    # the same input to both: the same output, and the same state after it
+    leave = encode(m.Leave(table.code))
+    now = table.now + 1
+    assert events_of(table.core.handle(T.req("c"), leave, now)) == events_of(restored.handle(T.req("c"), leave, now))
+    assert x.state == y.state and getattr(y.state, "gone") == (1, 2)
+
+
+def events_of(out: list[Any]) -> list[Any]:
+    return [(o.topic, o.msg) for o in out if isinstance(o, Publish)]
