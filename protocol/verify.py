@@ -30,7 +30,13 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
   same events, so the walk keeps every distinct consistent state (a small breadth-first frontier)
   until later events tell them apart. When no state explains an event, that event is false.
 - when the rules say the game is over, the next event must be ``game_result`` with the rules'
-  winners, reason, scores and the seed.
+  winners, reason, scores and the seed; a game the others all left (reason ``forfeit``) ends the
+  match ``forfeit``, any other result that decides it ``won``.
+- a player leaving a game that plays on without them (a game with ``leave``, three or more
+  seats) is the relay's action ``leave(seat)``, a candidate like a timer's: its events (the
+  engine's ``player_left`` and what follows) are explained by the rules like any other, so a
+  leaver who plays on, a turn not passed, or a leaver named a winner is false. A later
+  ``seat_left`` ending the match as a forfeit gives it to those who had not left.
 
 The walk of one game is public (``walk_game`` -> ``GameWalk``): each surviving ``Hypothesis``
 keeps its parent and the action that made it, so the explanation of a true game can be read back
@@ -52,7 +58,7 @@ from typing import Any, Callable, Generic, Hashable, Iterable, Iterator, Mapping
 from protocol.chance import SeededChance, commitment
 from protocol.records import plain, with_names
 from protocol.rules import AnyGame, game_for
-from protocol.rules.base import SYSTEM, Accepted, Game, PublicEvent
+from protocol.rules.base import FORFEIT, SYSTEM, Accepted, Game, PublicEvent
 
 S = TypeVar("S")
 A = TypeVar("A")
@@ -417,6 +423,10 @@ def _candidates(rules: Game[S, A], hint: Hint[S, A] | None, hyp: Hypothesis[S, A
                 events: Sequence[Record], pos: int) -> Iterator[tuple[int | None, A, int | None, str | None]]:
     for name, (deadline, action) in sorted(hyp.armed.items(), key=lambda kv: (kv[1][0], kv[0])):
         yield SYSTEM, action, deadline, name
+    leave = rules.leave
+    if leave is not None and seats >= 3 and events[pos].type == "player_left":
+        for seat in range(seats):  # the relay's own action for a leaver, only where one is logged
+            yield SYSTEM, leave(seat), None, None
     for seat in range(seats):
         proposed = hint(hyp.state, seat, events, pos) if hint is not None else None
         for action in (proposed if proposed is not None else rules.legal_actions(hyp.state, seat)):
@@ -531,14 +541,14 @@ def _presence(rec: Record, names: Sequence[str], away: dict[int, tuple[int, floa
 
 
 def _abandoned(rec: Record, names: Sequence[str], away: dict[int, tuple[int, float]], seats: int,
-               wins: list[int], game: int) -> None:
+               wins: list[int], game: int, gone: set[int]) -> None:
     """A match_over for ``abandoned``: some dropped player's grace had run out by then; the others win."""
     ts = rec.data.get("ts")
     now = ts if type(ts) is int else 0
-    late = [s for s, (at, grace) in away.items() if at + int(grace * NS) <= now]
+    late = [s for s, (at, grace) in away.items() if at + int(grace * NS) <= now and s not in gone]
     if not late:
         raise _fail(rec, "match_over abandoned, but no dropped player's grace period had run out")
-    others = [s for s in range(seats) if s not in late]
+    others = [s for s in range(seats) if s not in late and s not in gone]
     winner = others[0] if len(others) == 1 else None
     _expect(rec, "match_over", game, public({"winner": winner, "winners": others, "reason": "abandoned",
                                              "wins": list(wins)}, names))
@@ -579,6 +589,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
     wins: list[int] = []
     rematch: set[int] = set()
     away: dict[int, tuple[int, float]] = {}  # seats whose player dropped: (relay ns then, grace s)
+    gone: set[int] = set()  # seats taken out of the running game (its player_left events)
     i = 1
     n = len(recs)
     unchecked = 0
@@ -606,12 +617,14 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             _expect(rec, t, gi(), {"player": names[seat], "seat": seat})
             if status == "over":
                 raise _fail(rec, "the relay publishes no seat_left once the match is over")
+            if seat in gone:
+                raise _fail(rec, f"{names[seat]} had left the game already")
             if status == "waiting":
                 names.pop(seat)
             elif status in ("playing", "between"):
                 # The relay makes this only outside a game (a game ends in its game_result): see the
                 # forfeit handling in the game branch below.
-                others = [s for s in range(seats) if s != seat]
+                others = [s for s in range(seats) if s != seat and s not in gone]
                 winner = others[0] if len(others) == 1 else None
                 i += 1
                 if i >= n:
@@ -625,7 +638,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 raise _fail(rec, f"{t} while the match is {status} (only a running match keeps a seat)")
             _presence(rec, names, away, gi())
         elif t == "match_over" and rec.data.get("reason") == "abandoned" and status in ("playing", "between"):
-            _abandoned(rec, names, away, seats, wins, gi())
+            _abandoned(rec, names, away, seats, wins, gi(), gone)
             status = "over"
         elif t == "game_started":
             if not ((status == "waiting" and len(names) == seats) or status == "between"):
@@ -647,6 +660,8 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 if ev.type in PRESENCE_TYPES:
                     _presence(ev, names, away, game_index)
             game_events = [ev for ev in recs[i + 1:j] if ev.type not in PRESENCE_TYPES]
+            gone = {ev.data["seat"] for ev in game_events
+                    if ev.type == "player_left" and type(ev.data.get("seat")) is int}
             if j >= n:
                 last = recs[-1]
                 raise _fail(last, f"the log ends during game {game_index} (truncated: no game_result, so its "
@@ -690,15 +705,15 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             for o in outcomes:
                 ws = list(o.winners)
                 new_wins = [w + (1 if s in ws else 0) for s, w in enumerate(wins)]
-                expected.append((new_wins, ws, public({"winner": ws[0] if len(ws) == 1 else None, "winners": ws,
+                expected.append((new_wins, ws, o.reason, public({"winner": ws[0] if len(ws) == 1 else None, "winners": ws,
                                                        "reason": o.reason, "scores": list(o.scores),
                                                        "wins": new_wins, "seed": seed, **plain(o.extra)}, names)))
             got = body(end)
-            hit = next((e for e in expected if same(e[2], got)), None)
+            hit = next((e for e in expected if same(e[3], got)), None)
             if end.data.get("game") != game_index:
                 raise _fail(end, f"game index {end.data.get('game')}, expected {game_index}")
             if hit is None:
-                raise _fail(end, _differences(expected[0][2], got) or "game_result differs from the rules' outcome")
+                raise _fail(end, _differences(expected[0][3], got) or "game_result differs from the rules' outcome")
             wins = hit[0]
             i = j
             # What the relay does after a result: end the match, or wait for the next game.
@@ -706,7 +721,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             leaders = [s for s, w in enumerate(wins) if w >= need]
             over: tuple[int | None, list[int], str] | None = None
             if leaders:
-                over = (leaders[0] if len(leaders) == 1 else None, leaders, "won")
+                over = (leaders[0] if len(leaders) == 1 else None, leaders, "forfeit" if hit[2] == FORFEIT else "won")
             elif game_index + 1 >= best_of * 3:
                 top = [s for s, w in enumerate(wins) if w == max(wins)]
                 over = (top[0] if len(top) == 1 else None, top, "game_limit")

@@ -56,6 +56,9 @@ running match it does not forfeit but marks the seat dropped (``player_dropped``
 of the match's ``grace_s`` on the housekeeping heap; ``Rejoin(match, token)`` from any client id
 within it gives the seat to that id (``player_returned``, ``MatchJoined`` and its view); when the
 grace runs out the match ends ``abandoned`` for those still there. A wrong token is ``bad_token``.
+In a game that plays on without a player (``Game.leave``: a dice match of three or more), a leave
+or a grace running out instead takes that seat out of play through the game's own action (its
+``player_left`` event); the game goes on, and ends as a forfeit to the last side standing.
 
 Bad input never raises out of ``handle``: undecodable bytes, unknown types, unknown matches or
 players, actions out of phase all become a rejection to the sender (when the topic names one)

@@ -91,6 +91,7 @@ class Seat:
     rematch: bool = False
     token: str = ""  # secret: ``Rejoin(match, token)`` gives the seat to a new client id
     dropped_at: int | None = None  # relay time its connection dropped (last will); None: present
+    left: bool = False  # taken out of a game that plays on without it (a leave, or its grace ran out)
 
 
 @dataclass

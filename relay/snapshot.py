@@ -271,7 +271,9 @@ def _match(x: Match, enc: _Encoder) -> dict[str, Any]:
     return {
         "code": x.code, "game": x.game, "settings": enc.enc(x.settings), "seats": x.seats, "quick": x.quick,
         "seed": x.seed,
-        "players": [[s.client, s.name, s.rematch, s.token, s.dropped_at] for s in x.players],
+        # a sixth item only for a seat taken out of play: other snapshots keep their form
+        "players": [[s.client, s.name, s.rematch, s.token, s.dropped_at, *([True] if s.left else [])]
+                    for s in x.players],
         "status": x.status, "seq": x.seq, "game_index": x.game_index, "wins": list(x.wins), "best_of": x.best_of,
         # One value, in this order: the history's newest state is the current one (one object).
         "states": enc.enc((x.state, [[s, st] for s, st in x.history], x.timers)),
@@ -293,7 +295,8 @@ def _match_of(r: dict[str, Any], dec: _Decoder, games: Mapping[str, AnyGame]) ->
     return Match(
         code=r["code"], game=r["game"], rules=rules, settings=settings, seats=r["seats"],
         quick=r["quick"], seed=r["seed"],
-        players=[Seat(client=c, name=n, rematch=re, token=t, dropped_at=d) for c, n, re, t, d in r["players"]],
+        players=[Seat(client=p[0], name=p[1], rematch=p[2], token=p[3], dropped_at=p[4], left=len(p) > 5 and p[5] is True)
+                 for p in r["players"]],
         status=r["status"], seq=r["seq"], game_index=r["game_index"], wins=list(r["wins"]), best_of=r["best_of"],
         state=state, chance=None if r["chance"] is None else _chance_of(r["chance"]),
         history=deque(((s, st) for s, st in history), maxlen=STATE_HISTORY),

@@ -29,6 +29,10 @@ compare a game's name. The functions:
 - ``bot_action(state, seat, chance) -> action | None``: the bots' policy, on the bot's own view.
 - ``check_settings(settings, players)`` / ``default_settings()`` / ``best_of(settings)``: settings
   as checked wire maps, and how many games a match is the best of.
+- ``leave``: the relay's own action for a seat that left a match of three or more (``PlayerLeft``),
+  or None for a game in which any leave ends the match. The engine takes the seat out of play
+  (turns skip it, a move it owed is passed, it is never a winner) and, when one side is left,
+  ends the game with the reason ``FORFEIT``, which the relay carries into ``match_over``.
 - ``race``: an optional ``RaceRule`` for fair ordering -- which plays race each other (BLINK: plays
   for the same pile top) and who could still join a race; the relay's scheduler knows nothing else
   about the game.
@@ -49,7 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Literal, Mapping, Protocol, Sequence, TypeVar
 
-from protocol.codec import DecodeError, fast_init, from_dict
+from protocol.codec import DecodeError, fast_init, from_dict, message
 
 S = TypeVar("S")  # a game's state
 A = TypeVar("A")  # a game's action (the union of its action classes)
@@ -105,6 +109,21 @@ MatchReason = Literal["won", "game_limit", "forfeit", "abandoned"]
 MATCH_REASON_LABELS: Mapping[str, str] = {
     "won": "match won", "game_limit": "game limit", "forfeit": "forfeit", "abandoned": "abandoned",
 }
+
+
+#: The outcome reason of a game that ended because all but one side left it; the relay ends such a
+#: match ``forfeit`` (not ``won``), so a forfeit reads the same whether it came from a leave in a
+#: two-player match or from the last opponent of several leaving.
+FORFEIT: Literal["forfeit"] = "forfeit"
+
+
+@message("PlayerLeft")
+@dataclass(frozen=True)
+class PlayerLeft:
+    """The relay's own action (``player=SYSTEM``): ``seat`` left a running match of three or more
+    players, or its rejoin grace ran out. A game with ``Game.leave`` takes it out of play."""
+
+    seat: int
 
 
 def shuffled(items: tuple[T, ...] | list[T], chance: Chance) -> tuple[T, ...]:
@@ -285,6 +304,9 @@ class Game(Generic[S, A]):
     stale_code: str = "stale"
     realtime: bool = False  # players act at the same time (a race), not in turns
     race: RaceRule[S, A] | None = None  # fair ordering's rule; None: arrival order only
+    #: The relay's action for ``seat`` leaving a match of three or more (see the module header);
+    #: None: a leave ends the match for everyone.
+    leave: Callable[[int], A] | None = None
     invariant_ok: Callable[[S], bool] | None = None  # a whole-state check for property tests
     summarise_games: GamesSummary | None = None  # the match runner's per-game entries, if the game has its own
     #: Settings that make a match short (quick tests and measurements); merged over the defaults.

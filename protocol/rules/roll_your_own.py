@@ -30,6 +30,14 @@ pool -- no tile for it) cannot be chosen; when neither is possible the round pas
 choice (``no_choice``). With ``turn_timer_s`` on, ``RyoTimeout`` builds a balanced default die for
 whoever has not built, and makes the default choice (raise the chooser's lowest face; else have the
 winner lower; the winner's highest face drops).
+
+A player leaving a match of three or more (``PlayerLeft``, the relay's) is out of every roll, round
+and game after it: their die leaves the table (its tiles go back to a finite pool; a die built in
+secret is shown in the ``player_left`` event, so a log stays checkable), a build everyone else has
+finished is revealed at once, a roll-off or tie they were in is settled by those left in it, and a
+choice they were to make -- or a lowering of their die -- passes without one (the next round
+starts). With two left, ties are ignored as in a duel. The leaver is never a winner; when one player
+is left, they win the match (reason ``forfeit``).
 """
 
 from __future__ import annotations
@@ -49,7 +57,9 @@ from protocol.rules.base import (
     Accepted,
     Chance,
     EventData,
+    FORFEIT,
     Outcome,
+    PlayerLeft,
     Rejected,
     Timer,
     decode_action,
@@ -68,12 +78,12 @@ MAX_PLAYERS = 8
 Phase = Literal["build", "rolling", "rolloff", "choice", "lower", "over"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 #: Why a game of this kind ends (``Outcome.reason``, as on the wire).
-Reason = Literal["match_won"]
+Reason = Literal["match_won", "forfeit"]
 #: The rejection codes of this game (besides the common ones of every game).
 Code = Literal["already_built", "bad_build", "pool_short", "incomplete"]
 RejectCode = CommonCode | Code
 #: In a few words, for the window.
-REASON_LABELS: dict[Reason, str] = {"match_won": "match won"}
+REASON_LABELS: dict[Reason, str] = {"match_won": "match won", "forfeit": "the others left"}
 #: The codes left out are the relay's own moves, or say best what went wrong in their detail.
 CODE_LABELS: dict[Code, str] = {}
 
@@ -215,6 +225,11 @@ class State:
     last_roll: tuple[tuple[int, int, int], ...] = ()  # (seat, face index, value) of the latest roll
     previous: tuple[Die | None, ...] = ()  # everyone's die at the end of the previous game (public)
     winner: int | None = None  # of the match
+    gone: tuple[int, ...] = ()  # seats that left, in leaving order: out of every roll and the standings
+
+    def standing(self) -> tuple[int, ...]:
+        """The seats still playing."""
+        return tuple(p for p in range(self.players) if p not in self.gone)
 
 
 def _zeros(n: int) -> tuple[int, ...]:
@@ -272,8 +287,8 @@ class RyoTimeout:
 
 
 PLAYER_ACTIONS = (BuildDie, RaiseFace, LowerWinner, LowerFace)
-SYSTEM_ACTIONS = (RyoRoll, RyoTimeout)
-Action = BuildDie | RaiseFace | LowerWinner | LowerFace | RyoRoll | RyoTimeout
+SYSTEM_ACTIONS = (RyoRoll, RyoTimeout, PlayerLeft)
+Action = BuildDie | RaiseFace | LowerWinner | LowerFace | RyoRoll | RyoTimeout | PlayerLeft
 
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
@@ -376,6 +391,8 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
         return _no("unknown_action", f"{type(action).__name__} is not a Roll Your Own action")
     if state.phase == "over":
         return _no("game_over", "the match is over")
+    if player in state.gone:
+        return _no("not_a_player", "you have left this match")
     if isinstance(action, BuildDie):
         return _build(state, player, action)
     if isinstance(action, (RaiseFace, LowerWinner)):
@@ -416,16 +433,21 @@ def _build(state: State, player: int, action: BuildDie, events: list[EventData] 
     events.append({"type": "die_built", "player": player, "timeout": timeout})
     state = replace(state, dice=_set(state.dice, player, tuple(faces)), built=_set(state.built, player, True),
                     pool=_pool_take(state.pool, faces))
-    if all(state.built):
-        events.append({"type": "dice_revealed", "ryo_game": state.game,
-                       "dice": [None if d is None else list(d) for d in state.dice]})
-        state = _start_round(state, events)
-    return Accepted(state, tuple(events))
+    return Accepted(_reveal_if_built(state, events), tuple(events))
+
+
+def _reveal_if_built(state: State, events: list[EventData]) -> State:
+    """Once every seat still playing has built, all dice are shown and the first round starts."""
+    if not all(state.built[p] for p in state.standing()):
+        return state
+    events.append({"type": "dice_revealed", "ryo_game": state.game,
+                   "dice": [None if d is None else list(d) for d in state.dice]})
+    return _start_round(state, events)
 
 
 def _start_round(state: State, events: list[EventData]) -> State:
     events.append({"type": "round_started", "ryo_game": state.game, "round": state.round})
-    return replace(state, phase="rolling", rolling=tuple(range(state.players)), roll_wins=_zeros(state.players),
+    return replace(state, phase="rolling", rolling=state.standing(), roll_wins=_zeros(state.players),
                    round_winner=None, chooser=None)
 
 
@@ -497,7 +519,7 @@ def _roll_won(state: State, w: int, events: list[EventData]) -> tuple[State, tup
     s = state.settings
     roll_wins = _set(state.roll_wins, w, state.roll_wins[w] + 1)
     events.append({"type": "roll_won", "player": w, "wins": list(roll_wins)})
-    state = replace(state, roll_wins=roll_wins, rolling=tuple(range(state.players)))
+    state = replace(state, roll_wins=roll_wins, rolling=state.standing())
     if roll_wins[w] < s.rolls_per_round:
         return state, tuple(events)
     round_wins = _set(state.round_wins, w, state.round_wins[w] + 1)
@@ -506,7 +528,7 @@ def _roll_won(state: State, w: int, events: list[EventData]) -> tuple[State, tup
     events.append({"type": "round_won", "player": w, "ryo_game": state.game, "round": state.round,
                    "rounds": list(round_wins)})
     if round_wins[w] < s.rounds_per_game:
-        losers = tuple(p for p in range(state.players) if p != w)
+        losers = tuple(p for p in state.standing() if p != w)
         if len(losers) == 1:
             return _offer_choice(state, losers[0], events)
         events.append({"type": "rolloff_started", "players": list(losers), "winner": w})
@@ -536,7 +558,7 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
             return _no("wrong_phase", "that time limit is no longer running")
         if state.phase == "build":
             events: list[EventData] = []
-            for p in range(state.players):
+            for p in state.standing():
                 if not state.built[p]:
                     result = _build(state, p, BuildDie(default_build(state.settings, state.pool)), events, timeout=True)
                     assert isinstance(result, Accepted), result
@@ -559,9 +581,55 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
             assert die is not None
             face = min(lowerable(state, w), key=lambda i: (-die[i], i))  # the highest face drops
             return _lower(state, w, face, timeout=True)
+    if isinstance(action, PlayerLeft):
+        return _leave(state, action.seat)
     if isinstance(action, PLAYER_ACTIONS):
         return _no("not_allowed", f"{type(action).__name__} is a player's action")
     return _no("unknown_action", f"{type(action).__name__} is not a Roll Your Own system action")
+
+
+def _leaving(state: State, seat: int) -> State:
+    """``state`` with ``seat`` out: its die off the table (tiles back to a finite pool), out of the
+    roll. (Shared with ``apply_event``: a view hiding the pool keeps it hidden.)"""
+    die = state.dice[seat]
+    pool = state.pool if die is None else _pool_take(state.pool, die, sign=1)
+    return replace(state, gone=state.gone + (seat,), dice=_set(state.dice, seat, None), pool=pool,
+                   rolling=tuple(p for p in state.rolling if p != seat))
+
+
+def _leave(state: State, seat: int) -> Accepted[State] | Rejected:
+    if type(seat) is not int or not 0 <= seat < state.players or seat in state.gone:
+        return _no("not_a_player", f"seat {seat!r} is not in this match")
+    if state.players < 3:
+        return _no("not_allowed", "a two-player match ends when a player leaves (the relay's forfeit)")
+    if state.phase == "over":
+        return _no("game_over", "the match is over")
+    phase = state.phase
+    owed = (phase == "choice" and seat in (state.chooser, state.round_winner)) or (
+        phase == "lower" and seat == state.round_winner)
+    secret = state.dice[seat] if phase == "build" else None  # built in secret: shown now, or never
+    state = _leaving(state, seat)
+    events: list[EventData] = [{"type": "player_left", "player": seat, "ryo_game": state.game,
+                                "die": None if secret is None else list(secret)}]
+    standing = state.standing()
+    if len(standing) == 1:
+        w = standing[0]
+        state = replace(state, phase="over", winner=w, rolling=(), round_winner=None)
+        # the dice as they are: a build still secret is shown with the end (a log explains it so)
+        events.append({"type": "game_over", "winner": w, "winners": [w], "scores": list(state.game_wins),
+                       "rounds": list(state.rounds_total), "reason": FORFEIT,
+                       "dice": [None if d is None else list(d) for d in state.dice]})
+        return Accepted(state, tuple(events))
+    if phase == "build":
+        return Accepted(_reveal_if_built(state, events), tuple(events))
+    if phase in ("rolling", "rolloff") and len(state.rolling) == 1:  # the one left in a tie or roll-off takes it
+        if phase == "rolling":
+            return Accepted(*_roll_won(state, state.rolling[0], events))
+        events.append({"type": "rolloff_won", "player": state.rolling[0]})
+        return Accepted(*_offer_choice(state, state.rolling[0], events))
+    if owed:  # the choice, or the lowering, was the leaver's or about their die: the round passes
+        return Accepted(*_next_round(state, events))
+    return Accepted(state, tuple(events))
 
 
 def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
@@ -600,9 +668,10 @@ def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
         top = tuple(p for p, _, v in results if v == best)
         if len(top) == 1:
             return Accepted(*_roll_won(state, top[0], events))
-        if state.players == 2:
-            events.append({"type": "roll_tied", "players": list(top), "ignored": True, "rerolling": list(range(2))})
-            return Accepted(replace(state, rolling=(0, 1)), tuple(events))
+        duel = state.standing()
+        if len(duel) == 2:
+            events.append({"type": "roll_tied", "players": list(top), "ignored": True, "rerolling": list(duel)})
+            return Accepted(replace(state, rolling=duel), tuple(events))
         events.append({"type": "roll_tied", "players": list(top), "ignored": False, "rerolling": list(top)})
         return Accepted(replace(state, rolling=top), tuple(events))
     low = min(v for _, _, v in results)
@@ -719,6 +788,8 @@ def legal_actions(state: State, player: int) -> list[Action]:
     """What ``player`` may do now. For a build, the strongest-total dice only (ascending faces; a
     sample when there are very many): every valid die may be built, but listing them all is
     pointless. (In a view that hides a finite pool, the builds within a fair share of it.)"""
+    if player in state.gone:
+        return []
     if state.phase == "build" and not state.built[player]:
         builds = _build_options(state)
         if len(builds) > LEGAL_BUILDS_SHOWN:
@@ -740,7 +811,8 @@ def outcome(state: State) -> Outcome | None:
     if state.phase != "over":
         return None
     assert state.winner is not None
-    return Outcome(winners=(state.winner,), reason="match_won", scores=state.game_wins,
+    reason: Reason = FORFEIT if len(state.standing()) == 1 else "match_won"
+    return Outcome(winners=(state.winner,), reason=reason, scores=state.game_wins,
                    extra={"games": list(state.game_wins), "rounds": list(state.rounds_total)})
 
 
@@ -796,20 +868,25 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, ob
         if view.phase != "build" or view.built[p]:
             raise ValueError(f"bad die_built {dict(data)!r}")
         return replace(view, built=_set(view.built, p, True))
-    if etype == "dice_revealed":
+    if etype == "dice_revealed" or (etype == "game_over" and view.phase == "build" and "dice" in data):
+        # (a forfeit while building shows the builds with the end)
         dice = data.get("dice")
         if view.phase != "build" or not isinstance(dice, (list, tuple)) or len(dice) != n:
             raise ValueError(f"bad dice_revealed {dict(data)!r}")
-        shown = tuple(_event_ints(d, FACES) for d in dice)
+        shown = tuple(None if d is None and (p in view.gone or not view.built[p]) else _event_ints(d, FACES)
+                      for p, d in enumerate(dice))
         pool = view.settings.tile_pool
         for d in shown:
-            pool = _pool_take(pool, d)
-        return replace(view, dice=shown, pool=pool)
+            if d is not None:
+                pool = _pool_take(pool, d)
+        view = replace(view, dice=shown, pool=pool)
+        if etype == "dice_revealed":
+            return view
     if etype == "round_started":
         rnd = data.get("round")
         if type(rnd) is not int:
             raise ValueError(f"bad round_started {dict(data)!r}")
-        return replace(view, round=rnd, phase="rolling", rolling=tuple(range(n)), roll_wins=_zeros(n),
+        return replace(view, round=rnd, phase="rolling", rolling=view.standing(), roll_wins=_zeros(n),
                        round_winner=None, chooser=None)
     if etype == "face_raised":
         return _face_changed(view, data, 1)
@@ -822,7 +899,7 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, ob
     if etype == "choice_started":
         return replace(view, chooser=_event_seat(view, data), phase="choice", rolling=())
     if etype == "roll_won":
-        return replace(view, roll_wins=_event_ints(data.get("wins"), n), rolling=tuple(range(n)))
+        return replace(view, roll_wins=_event_ints(data.get("wins"), n), rolling=view.standing())
     if etype == "round_won":
         w = _event_seat(view, data)
         return replace(view, round_wins=_event_ints(data.get("rounds"), n), round_winner=w,
@@ -856,6 +933,11 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, ob
         return replace(view, rolls=view.rolls + 1, last_roll=last)
     if etype in ("roll_tied", "rolloff_tied"):
         return replace(view, rolling=_event_seats(view, data.get("rerolling")))
+    if etype == "player_left":
+        p = _event_seat(view, data)
+        if p in view.gone:
+            raise ValueError(f"bad player_left {dict(data)!r}")
+        return _leaving(view, p)  # what follows (a reveal, a roll won, the next round) comes as its own events
     return view
 
 
@@ -871,7 +953,8 @@ def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | No
 
 def private_complete(view: State, seat: int) -> bool:
     """While building, the seat's own die is known once it is built (a lost update leaves it unknown)."""
-    return not (0 <= seat < view.players and view.phase == "build" and view.built[seat] and view.dice[seat] is None)
+    return not (0 <= seat < view.players and view.phase == "build" and view.built[seat] and view.dice[seat] is None
+                and seat not in view.gone)  # a leaver's die is off the table
 
 
 def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
@@ -917,6 +1000,8 @@ def to_wire(state: State) -> dict[str, Any]:
         "last_roll": [list(x) for x in state.last_roll],
         "previous": [_die_out(d) for d in state.previous],
         "winner": state.winner,
+        # only once someone has left: a state without leavers keeps the form older logs have
+        **({"gone": list(state.gone)} if state.gone else {}),
     }
 
 
@@ -968,6 +1053,7 @@ def from_wire(data: dict[str, Any]) -> State:
             last_roll=tuple(ints(x, 3) for x in data["last_roll"]),  # type: ignore[misc]
             previous=dice(data["previous"]),
             winner=seat(data["winner"]),
+            gone=tuple(seat(x) for x in data.get("gone", [])),  # type: ignore[misc]
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"malformed Roll Your Own state: {exc!r}") from exc
@@ -999,6 +1085,8 @@ def bot_action(state: State, player: int, chance: Chance | None = None) -> Actio
     choose the option that leaves our die best placed against everyone; as the winner, drop the face
     that costs us least."""
     s = state.settings
+    if player in state.gone:
+        return None
     if state.phase == "build" and not state.built[player]:
         scores = _field_scores(s.budget, s.max_face)
         options = _build_options(state)
@@ -1109,13 +1197,19 @@ def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: 
     if state.phase != "build" or state.built[seat]:
         return None
     for rec in events[pos:]:
-        if rec.type == "dice_revealed":
+        shown: object = None
+        if rec.type == "player_left" and rec.data.get("seat") == seat:  # left before the reveal: shown then
+            shown = rec.data.get("die")
+        elif rec.type == "dice_revealed" or (rec.type == "game_over" and "dice" in rec.data):
             dice = rec.data.get("dice")
-            if isinstance(dice, list) and seat < len(dice) and isinstance(dice[seat], list):
-                try:
-                    return [BuildDie(tuple(int(x) for x in dice[seat]))]
-                except (TypeError, ValueError):
-                    return []
+            shown = dice[seat] if isinstance(dice, list) and seat < len(dice) else None
+        else:
+            continue
+        if not isinstance(shown, list):
+            return []
+        try:
+            return [BuildDie(tuple(int(x) for x in shown))]
+        except (TypeError, ValueError):
             return []
     return []  # never revealed in this log: no build can be checked
 
@@ -1142,6 +1236,7 @@ GAME: Game[State, Action] = Game(
     stale_code="stale",  # an action made against a state that has since moved on
     realtime=False,
     summarise_games=summarise_games,
+    leave=PlayerLeft,
     secret_choice=revealed_build,
     apply_event=apply_event,
     private_delta=private_delta,

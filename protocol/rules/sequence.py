@@ -29,6 +29,12 @@ The first player or team with ``sequence_length`` of their own chips in a row, c
 ``turn_timer_s`` on, ``timers`` asks for a ``SequenceTimeout``: the first possible move in
 row-major order is made for the player, and the events say so. Nothing is secret: ``view`` is the
 state itself.
+
+A player leaving a game of three or four (``PlayerLeft``, the relay's) is out: turns go round the
+seats still playing, a turn the leaver was on ends at once (no bonus), and the leaver's chips stay
+on the board as an opponent's chips to everyone (with four, the team-mate plays on for the team
+and the colour). The leaver is never a winner; when the seats still playing are one colour, they
+win (reason ``forfeit``).
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ from protocol.rules.base import (
     Accepted,
     Chance,
     EventData,
+    FORFEIT,
     Outcome,
+    PlayerLeft,
     Rejected,
     Timer,
     roll_die,
@@ -63,14 +71,14 @@ NS = 1_000_000_000
 Phase = Literal["rolloff", "roll", "move", "over"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 #: Why a game of this kind ends (``Outcome.reason``, as on the wire).
-Reason = Literal["sequence", "max_turns"]
+Reason = Literal["sequence", "max_turns", "forfeit"]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 STATE_REASONS: tuple[Reason | Literal[""], ...] = ("", *REASONS)  # a state's: "" while the game runs
 #: The rejection codes of this game (besides the common ones of every game).
 Code = Literal["no_such_cell", "incomplete"]
 RejectCode = CommonCode | Code
 #: In a few words, for the window.
-REASON_LABELS: dict[Reason, str] = {"sequence": "SEQUENCE", "max_turns": "turn limit"}
+REASON_LABELS: dict[Reason, str] = {"sequence": "SEQUENCE", "max_turns": "turn limit", "forfeit": "the others left"}
 #: The codes left out are the relay's own moves, or say best what went wrong in their detail.
 CODE_LABELS: dict[Code, str] = {"no_such_cell": "there is no space there"}
 
@@ -217,6 +225,7 @@ class State:
     winners: tuple[int, ...] = ()  # seats, when over
     line: tuple[Coord, ...] = ()  # the winning SEQUENCE
     reason: Reason | Literal[""] = ""  # why it is over
+    gone: tuple[int, ...] = ()  # seats that left, in leaving order: out of the turns and the standings
 
     @property
     def total(self) -> int | None:
@@ -224,6 +233,18 @@ class State:
 
     def colour(self, seat: int) -> int:
         return team_of(seat, self.players)
+
+    def standing(self) -> tuple[int, ...]:
+        """The seats still playing."""
+        return tuple(p for p in range(self.players) if p not in self.gone)
+
+    def after(self, seat: int) -> int:
+        """The seat still playing that comes after ``seat`` in turn order."""
+        for k in range(1, self.players + 1):
+            p = (seat + k) % self.players
+            if p not in self.gone:
+                return p
+        return seat
 
     def count(self, colour: int) -> int:
         return sum(1 for row in self.chips for x in row if x == colour)
@@ -275,8 +296,8 @@ class SequenceTimeout:
 
 
 PLAYER_ACTIONS = (PlaceChip, RemoveChip)
-SYSTEM_ACTIONS = (RollOff, RollDice, SequenceTimeout)
-Action = PlaceChip | RemoveChip | RollOff | RollDice | SequenceTimeout
+SYSTEM_ACTIONS = (RollOff, RollDice, SequenceTimeout, PlayerLeft)
+Action = PlaceChip | RemoveChip | RollOff | RollDice | SequenceTimeout | PlayerLeft
 
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
@@ -348,6 +369,8 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
         return _no("unknown_action", f"{type(action).__name__} is not a Sequence action")
     if state.phase == "over":
         return _no("game_over", "the game is over")
+    if player in state.gone:
+        return _no("not_a_player", "you have left this game")
     if state.phase == "rolloff":
         return _no("wrong_phase", "the first player is still being decided")
     if player != state.current:
@@ -405,7 +428,7 @@ def _move(state: State, player: int, action: PlaceChip | RemoveChip, timeout: bo
     state = replace(state, chips=chips)
     line = find_sequence(state.owned(me), state.settings.sequence_length)
     if line is not None:
-        winners = seats_of(me, state.players)
+        winners = tuple(p for p in seats_of(me, state.players) if p not in state.gone)
         state = replace(state, phase="over", winners=winners, line=line, reason="sequence", dice=None)
         events.append({"type": "game_over", "winner": winners[0] if len(winners) == 1 else None,
                        "winners": list(winners), "colour": COLOURS[me], "line": [list(x) for x in line],
@@ -418,7 +441,7 @@ def _end_turn(state: State, events: list[EventData]) -> tuple[State, tuple[Event
     """The turn is over: a 2 or 12 gives the same player another turn; check max_turns."""
     assert state.current is not None
     again = state.total in BONUS_TOTALS
-    nxt = state.current if again else (state.current + 1) % state.players
+    nxt = state.current if again else state.after(state.current)
     turn = state.turn + 1
     if turn >= state.settings.max_turns:
         state = replace(state, phase="over", winners=(), reason="max_turns", dice=None, turn=turn)
@@ -484,9 +507,36 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         player = state.current
         assert player is not None
         return _move(state, player, moves(state, player)[0], timeout=True)
+    if isinstance(action, PlayerLeft):
+        return _leave(state, action.seat)
     if isinstance(action, PLAYER_ACTIONS):
         return _no("not_allowed", f"{type(action).__name__} is a player's action")
     return _no("unknown_action", f"{type(action).__name__} is not a Sequence system action")
+
+
+def _leave(state: State, seat: int) -> Accepted[State] | Rejected:
+    if type(seat) is not int or not 0 <= seat < state.players or seat in state.gone:
+        return _no("not_a_player", f"seat {seat!r} is not in this game")
+    if state.players < 3:
+        return _no("not_allowed", "a two-player game ends when a player leaves (the relay's forfeit)")
+    if state.phase == "over":
+        return _no("game_over", "the game is over")
+    if state.phase == "rolloff":  # (a zero-delay roll: the relay never waits in it)
+        return _no("wrong_phase", "the first player is still being decided")
+    on_turn = state.current == seat
+    state = replace(state, gone=state.gone + (seat,))
+    events: list[EventData] = [{"type": "player_left", "player": seat, "turn": state.turn}]
+    colours = {state.colour(p) for p in state.standing()}
+    if len(colours) == 1:
+        winners = state.standing()
+        state = replace(state, phase="over", winners=winners, line=(), reason=FORFEIT, dice=None)
+        events.append({"type": "game_over", "winner": winners[0] if len(winners) == 1 else None,
+                       "winners": list(winners), "colour": COLOURS[colours.pop()], "line": [],
+                       "reason": FORFEIT, "scores": list(_scores(state))})
+        return Accepted(state, tuple(events))
+    if on_turn:  # the leaver's turn ends now, as if nothing could be done (and no bonus turn)
+        return Accepted(*_end_turn(replace(state, dice=None), events))
+    return Accepted(state, tuple(events))
 
 
 def _no_move_reason(state: State, player: int) -> str:
@@ -601,6 +651,12 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, ob
     if etype == "chip_placed":
         r, c = _event_space(view, data)
         return replace(view, chips=_set_chip(view.chips, r, c, view.colour(_event_seat(view, data))))
+    if etype == "player_left":
+        p = _event_seat(view, data)
+        if p in view.gone:
+            raise ValueError(f"bad player_left {dict(data)!r}")
+        # the turn it ends, if it was the leaver's, follows as its own events
+        return replace(view, gone=view.gone + (p,), dice=None if p == view.current else view.dice)
     if etype == "game_over":
         reason = one_of(data.get("reason", ""), STATE_REASONS, "reason")
         winners = _seats(view, data.get("winner_seats", []))
@@ -637,6 +693,8 @@ def to_wire(state: State) -> dict[str, Any]:
         "winners": list(state.winners),
         "line": [list(x) for x in state.line],
         "reason": state.reason,
+        # only once someone has left: a state without leavers keeps the form older logs have
+        **({"gone": list(state.gone)} if state.gone else {}),
     }
 
 
@@ -679,6 +737,7 @@ def from_wire(data: dict[str, Any]) -> State:
             winners=seats(data["winners"]),
             line=tuple((int(a), int(b)) for a, b in data["line"]),
             reason=one_of(data["reason"], STATE_REASONS, "reason"),
+            gone=seats(data.get("gone", [])),
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"malformed Sequence state: {exc!r}") from exc
@@ -728,7 +787,7 @@ def bot_action(state: State, player: int, chance: Chance | None = None) -> Actio
     s = state.settings
     windows = _windows(s.rows, s.cols, s.sequence_length)
     me = state.colour(player)
-    others = sorted({state.colour(p) for p in range(state.players)} - {me})
+    others = sorted({state.colour(p) for p in state.standing()} - {me})
 
     def value(action: Action) -> float:
         assert isinstance(action, (PlaceChip, RemoveChip))
@@ -736,7 +795,7 @@ def bot_action(state: State, player: int, chance: Chance | None = None) -> Actio
         mine = _strength(chips, me, windows, s.sequence_length)
         if mine >= 1e12:
             return 1e15
-        theirs = max(_strength(chips, o, windows, s.sequence_length) for o in others)
+        theirs = max((_strength(chips, o, windows, s.sequence_length) for o in others), default=0.0)
         return mine - 1.5 * theirs
 
     return max(options, key=lambda a: (value(a), -a.row, -a.col))  # type: ignore[union-attr]
@@ -782,6 +841,7 @@ GAME: Game[State, Action] = Game(
     bot_action=bot_action,
     stale_code="stale",  # an action made against a state that has since moved on
     realtime=False,
+    leave=PlayerLeft,
     invariant_ok=invariant_ok,
     apply_event=apply_event,
     private_delta=private_delta,

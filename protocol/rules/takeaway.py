@@ -30,6 +30,12 @@ every repeat of a face after the first is worth 10. Equal highest totals share t
 With the ``turn_timer_s`` setting on, ``timers`` also asks for a ``TakeawayTimeout`` for the current
 turn; it claims the unlocked Blink worth most to the player (no re-roll) and says it was a timeout.
 There is nothing secret in this game: ``view`` returns the state itself.
+
+A player leaving a game of three or more (``PlayerLeft``, the relay's) is taken out of ``order``,
+which is turned so that the player on turn keeps it -- or, when the leaver was on turn, the next
+in order starts the next turn at once (``_leaving``, shared with ``apply_event``). The leaver's
+claims stay on record but they are out of the standings; when one player is left, they win
+(reason ``forfeit``).
 """
 
 from __future__ import annotations
@@ -48,7 +54,9 @@ from protocol.rules.base import (
     Accepted,
     Chance,
     EventData,
+    FORFEIT,
     Outcome,
+    PlayerLeft,
     Rejected,
     Timer,
     roll_die,
@@ -65,12 +73,13 @@ NS = 1_000_000_000
 Phase = Literal["setup", "turn", "rolling", "over"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 #: Why a game of this kind ends (``Outcome.reason``, as on the wire).
-Reason = Literal["highest_score", "shared_win"]
+Reason = Literal["highest_score", "shared_win", "forfeit"]
 #: The rejection codes of this game (besides the common ones of every game).
 Code = Literal["locked", "no_such_cell", "already_rerolled", "reroll_used", "incomplete"]
 RejectCode = CommonCode | Code
 #: In a few words, for the window.
-REASON_LABELS: dict[Reason, str] = {"highest_score": "highest score", "shared_win": "shared win"}
+REASON_LABELS: dict[Reason, str] = {"highest_score": "highest score", "shared_win": "shared win",
+                                    "forfeit": "the others left"}
 #: The codes left out are the relay's own moves, or say best what went wrong in their detail.
 CODE_LABELS: dict[Code, str] = {
     "locked": "that Blink is locked", "no_such_cell": "there is no Blink there",
@@ -285,12 +294,17 @@ class State:
     rerolled: bool = False  # has the current player re-rolled this turn?
     rerolls_used: tuple[int, ...] = ()  # per seat, over the whole game
     claims: tuple[tuple[int, int, int, int], ...] = ()  # (seat, q, r, face), in claiming order
+    gone: tuple[int, ...] = ()  # seats that left, in leaving order (out of ``order`` and the standings)
 
     @property
     def current(self) -> int | None:
         if self.phase not in ("turn", "rolling") or not self.order:
             return None
-        return self.order[self.turn % self.players]
+        return self.order[self.turn % len(self.order)]
+
+    def standing(self) -> tuple[int, ...]:
+        """The seats still in the game (all of them before the order is decided)."""
+        return tuple(p for p in range(self.players) if p not in self.gone)
 
     def coords(self) -> set[Coord]:
         return {(q, r) for q, r, _ in self.cells}
@@ -346,8 +360,8 @@ class TakeawayTimeout:
 
 
 PLAYER_ACTIONS = (Reroll, ClaimBlink)
-SYSTEM_ACTIONS = (StartTakeaway, RollCluster, TakeawayTimeout)
-Action = Reroll | ClaimBlink | StartTakeaway | RollCluster | TakeawayTimeout
+SYSTEM_ACTIONS = (StartTakeaway, RollCluster, TakeawayTimeout, PlayerLeft)
+Action = Reroll | ClaimBlink | StartTakeaway | RollCluster | TakeawayTimeout | PlayerLeft
 
 
 def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
@@ -410,6 +424,8 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
         return _no("unknown_action", f"{type(action).__name__} is not a Takeaway action")
     if state.phase == "over":
         return _no("game_over", "the game is over")
+    if player in state.gone:
+        return _no("not_a_player", "you have left this game")
     if state.phase == "setup":
         return _no("wrong_phase", "the dice have not been rolled yet")
     if player != state.current:
@@ -449,8 +465,8 @@ def _claim(state: State, player: int, action: ClaimBlink, timeout: bool) -> Acce
     if not cells:
         state = replace(state, phase="over")
         scores = list(state.scores())
-        best = max(scores)
-        winners = [p for p, sc in enumerate(scores) if sc == best]
+        best = max(scores[p] for p in state.order)
+        winners = [p for p, sc in enumerate(scores) if sc == best and p in state.order]
         events.append({"type": "game_over", "winner": winners[0] if len(winners) == 1 else None,
                        "winners": winners, "scores": scores, "reason": "all_claimed"})
         return Accepted(state, tuple(events))
@@ -496,9 +512,50 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         assert player is not None
         q, r = default_claim(state, player)
         return _claim(state, player, ClaimBlink(q, r), timeout=True)
+    if isinstance(action, PlayerLeft):
+        return _leave(state, action.seat)
     if isinstance(action, PLAYER_ACTIONS):
         return _no("not_allowed", f"{type(action).__name__} is a player's action")
     return _no("unknown_action", f"{type(action).__name__} is not a Takeaway system action")
+
+
+def _leaving(state: State, seat: int) -> tuple[State, bool]:
+    """``state`` with ``seat`` out of play, and whether its turn passed. The order keeps its cycle
+    without the leaver, turned so that ``order[turn % len(order)]`` is whoever plays now: the
+    same player, or -- when the leaver was on turn -- the next in order at the next turn (the
+    turn number itself moves on with the ``turn_started`` that follows)."""
+    order, k = state.order, len(state.order)
+    i = order.index(seat)
+    now = state.turn % k
+    rest = order[i + 1:] + order[:i]  # the cycle from the seat after the leaver
+    passes = now == i
+    nxt, turn = (rest[0], state.turn + 1) if passes else (order[now], state.turn)
+    shift = (rest.index(nxt) - turn) % len(rest)
+    new = replace(state, order=rest[shift:] + rest[:shift], gone=state.gone + (seat,))
+    if passes:
+        new = replace(new, phase="turn", rerolled=False)
+    return new, passes
+
+
+def _leave(state: State, seat: int) -> Accepted[State] | Rejected:
+    if type(seat) is not int or not 0 <= seat < state.players or seat in state.gone:
+        return _no("not_a_player", f"seat {seat!r} is not in this game")
+    if state.players < 3:
+        return _no("not_allowed", "a two-player game ends when a player leaves (the relay's forfeit)")
+    if state.phase == "over":
+        return _no("game_over", "the game is over")
+    if state.phase == "setup":
+        return _no("wrong_phase", "the order of play is not decided yet")
+    state, passes = _leaving(state, seat)
+    events: list[EventData] = [{"type": "player_left", "player": seat, "turn": state.turn}]
+    if len(state.order) == 1:
+        state = replace(state, phase="over")
+        events.append({"type": "game_over", "winner": state.order[0], "winners": [state.order[0]],
+                       "scores": list(state.scores()), "reason": FORFEIT})
+    elif passes:
+        state = replace(state, turn=state.turn + 1)
+        events.append({"type": "turn_started", "player": state.current, "turn": state.turn})
+    return Accepted(state, tuple(events))
 
 
 def default_claim(state: State, player: int) -> Coord:
@@ -552,9 +609,11 @@ def outcome(state: State) -> Outcome | None:
     if state.phase != "over":
         return None
     scores = state.scores()
-    best = max(scores)
-    winners = tuple(p for p, sc in enumerate(scores) if sc == best)
-    return Outcome(winners=winners, reason="shared_win" if len(winners) > 1 else "highest_score", scores=scores,
+    standing = state.standing()
+    best = max(scores[p] for p in standing)
+    winners = tuple(p for p in standing if scores[p] == best)
+    reason = FORFEIT if len(standing) == 1 else "shared_win" if len(winners) > 1 else "highest_score"
+    return Outcome(winners=winners, reason=reason, scores=scores,
                    extra={"claimed": [list(state.claimed(p)) for p in range(state.players)]})
 
 
@@ -577,6 +636,8 @@ def to_wire(state: State) -> dict[str, Any]:
         "rerolled": state.rerolled,
         "rerolls_used": list(state.rerolls_used),
         "claims": [list(c) for c in state.claims],
+        # only once someone has left: a state without leavers keeps the form older logs have
+        **({"gone": list(state.gone)} if state.gone else {}),
     }
 
 
@@ -604,9 +665,12 @@ def from_wire(data: dict[str, Any]) -> State:
                 raise ValueError("a face is 1 to 6")
             cells.append((q, r, f))
         phase = one_of(data["phase"], PHASES, "phase")
+        gone = ints(data.get("gone", []))
+        if len(set(gone)) != len(gone) or not all(0 <= p < players for p in gone):
+            raise ValueError("gone lists seats once each")
         order = ints(data["order"])
-        if order and sorted(order) != list(range(players)):
-            raise ValueError("order must list every seat once")
+        if order and sorted(order) != [p for p in range(players) if p not in gone]:
+            raise ValueError("order must list every seat still playing once")
         return State(
             settings=s,
             players=players,
@@ -617,6 +681,7 @@ def from_wire(data: dict[str, Any]) -> State:
             rerolled=bool(data["rerolled"]),
             rerolls_used=ints(data["rerolls_used"], players),
             claims=tuple(ints(c, 4) for c in data["claims"]),  # type: ignore[misc]
+            gone=gone,
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"malformed Takeaway state: {exc!r}") from exc
@@ -667,7 +732,7 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, ob
         return replace(view, cells=_rolled(view, data), phase="turn")
     if etype == "turn_started":
         p, turn = _event_seat(view, data), _event_int(data, "turn")
-        if view.phase not in ("turn", "setup") or not view.order or view.order[turn % view.players] != p:
+        if view.phase not in ("turn", "setup") or not view.order or view.order[turn % len(view.order)] != p:
             raise ValueError(f"bad turn_started {dict(data)!r}")
         return replace(view, turn=turn, rerolled=False, phase="turn")
     if etype == "reroll_requested":
@@ -682,6 +747,12 @@ def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, ob
             raise ValueError(f"bad blink_claimed {dict(data)!r}")
         return replace(view, cells=tuple(c for c in view.cells if (c[0], c[1]) != (q, r)),
                        claims=view.claims + ((p, q, r, face),))
+    if etype == "player_left":
+        p = _event_seat(view, data)
+        if p in view.gone or p not in view.order:
+            raise ValueError(f"bad player_left {dict(data)!r}")
+        left, _ = _leaving(view, p)
+        return left
     if etype == "game_over":
         return replace(view, phase="over")
     return view
@@ -712,7 +783,7 @@ def bot_action(state: State, player: int, chance: Chance | None = None) -> Actio
     def value(cell: Coord) -> tuple[int, int]:
         face = state.face_at(cell) or 0
         # Prefer what we gain; among equals, deny the next player what they would gain most from.
-        nxt = state.order[(state.turn + 1) % state.players] if state.order else player
+        nxt = state.order[(state.turn + 1) % len(state.order)] if state.order else player
         return (gain(claimed, face), gain(state.claimed(nxt), face) if nxt != player else 0)
 
     best = max(free, key=lambda c: (value(c), (-c[0], -c[1])))
@@ -761,6 +832,7 @@ GAME: Game[State, Action] = Game(
     bot_action=bot_action,
     stale_code="stale",  # an action made against a state that has since moved on
     realtime=False,
+    leave=PlayerLeft,
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,

@@ -8,7 +8,10 @@ by the referee when their last seat is taken. A code is drawn from the relay's s
 the shard on a sharded relay). Joining gives a seat a secret token; a client's last will
 (``Leave(dropped=True)``) marks its seat dropped in a running match for ``grace_s``, and
 ``Rejoin(match, token)`` from any client id within it gives the seat back; leaving a running match
-otherwise forfeits it. A rematch starts once every seat asked for it. Every refusal is a
+otherwise forfeits it. In a game that plays on without a player (``Game.leave``: the dice games of
+three or more) a leave, or a grace running out, takes only that seat out of play (the referee's
+``take_out``): the game goes on for the others, and ends as a forfeit to the last one standing. A
+seat taken out stays out: no rejoin, no second leave. A rematch starts once every seat asked for it. Every refusal is a
 ``RequestRejected`` with a reason code to the requester's private topic.
 """
 
@@ -217,6 +220,9 @@ class Lobby:
         seat = match.seat_of(client)
         if seat is None:
             return
+        if match.players[seat].left:  # out of play already: nothing more to leave
+            self.t.client_match.pop(client, None)
+            return
         if dropped and match.status in ("playing", "between"):
             # The connection dropped (the client's last will): the seat waits ``grace_s`` for a Rejoin.
             s = match.players[seat]
@@ -234,8 +240,14 @@ class Lobby:
             else:
                 self.events.publish_snapshot(match, now_ns, out)
         elif match.status in ("playing", "between"):
+            match.players[seat].dropped_at = None  # a leave settles a dropped seat's wait
+            if self.referee.take_out(match, seat, "left", now_ns, out):
+                if match.code in self.t.live:  # still running (one that ended keeps its linger deadline)
+                    self.schedule_grace(match)
+                out.append(self.events.match_list())
+                return
             # Leaving a running match forfeits it: the others win.
-            others = [i for i in range(match.seats) if i != seat]
+            others = [i for i in range(match.seats) if i != seat and not match.players[i].left]
             self.events.event(match, now_ns, out, {"type": "seat_left", "player": seat})
             winner = others[0] if len(others) == 1 else None
             self.referee.end_match(match, winner, "forfeit", now_ns, out)
@@ -256,7 +268,19 @@ class Lobby:
         if not late:
             self.schedule_grace(match)
             return
-        others = [i for i in range(match.seats) if i not in late]
+        while late and match.status == "playing":  # a game that plays on without them takes them out
+            s = match.players[late[0]]
+            dropped_at, s.dropped_at = s.dropped_at, None
+            if not self.referee.take_out(match, late[0], "grace", now_ns, out):
+                s.dropped_at = dropped_at  # still late: the match ends below
+                break
+            late.pop(0)
+        if not late or match.status == "over":
+            if match.status != "over":  # (a match that ended keeps its linger deadline)
+                self.schedule_grace(match)
+            out.append(self.events.match_list())
+            return
+        others = [i for i in range(match.seats) if i not in late and not match.players[i].left]
         self.referee.end_match(match, others[0] if len(others) == 1 else None, "abandoned", now_ns, out, winners=others)
         out.append(self.events.match_list())
 
@@ -273,6 +297,9 @@ class Lobby:
             self.reject_req(client, "bad_token", f"no seat of match {match.code} has this token", now_ns, out)
             return
         s = match.players[seat]
+        if s.left:
+            self.reject_req(client, "bad_token", f"this seat left match {match.code}: it is out of play", now_ns, out)
+            return
         if s.client != client:
             if match.status == "over":
                 self.reject_req(client, "bad_token", f"match {match.code} is over: its seats are closed", now_ns, out)

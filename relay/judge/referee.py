@@ -23,7 +23,7 @@ from protocol import messages as m
 from protocol.chance import SeededChance, commitment, derive
 from protocol.codec import DecodeError, decode
 from protocol.records import plain
-from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
+from protocol.rules.base import FORFEIT, SYSTEM, Accepted, Outcome, Rejected
 from protocol.topics import valid_id
 from relay.fair import Table
 from relay.judge.answers import Answers
@@ -285,7 +285,9 @@ class Referee:
         played = match.game_index + 1
         if leaders:
             # Several leaders at once: a shared win (Sequence teams, Takeaway ties) -- no single winner.
-            self.end_match(match, leaders[0] if len(leaders) == 1 else None, "won", now_ns, out, winners=leaders)
+            # A game the others all left ends the match as a forfeit, as a two-player leave does.
+            reason: EndReason = "forfeit" if outcome.reason == FORFEIT else "won"
+            self.end_match(match, leaders[0] if len(leaders) == 1 else None, reason, now_ns, out, winners=leaders)
         elif played >= match.best_of * 3:  # ties can go on for ever; cap the games of a match
             best = max(match.wins)
             top = [i for i, w in enumerate(match.wins) if w == best]
@@ -293,6 +295,21 @@ class Referee:
         else:
             match.status = "between"
             match.next_game_at = now_ns + int(self.t.config.between_games_s * NS)
+
+    def take_out(self, match: Match, seat: int, why: Literal["left", "grace"], now_ns: int, out: list[Out]) -> bool:
+        """Take ``seat`` out of a running game that plays on without it (the game's ``leave``
+        action: a match of three or more); False when the game cannot, and the match must end."""
+        leave = match.rules.leave
+        if leave is None or match.seats < 3 or match.status != "playing":
+            return False
+        result = match.rules.apply(match.state, SYSTEM, leave(seat))
+        if isinstance(result, Rejected):
+            out.append(LogRecord({"kind": "leave_refused", "match": match.code, "seat": seat, "code": result.code}))
+            return False
+        match.players[seat].left = True
+        self.commit(match, result, now_ns, out, extra={"left": seat, "why": why})
+        self.after_change(match, now_ns, out)
+        return True
 
     def end_match(self, match: Match, winner: int | None, reason: EndReason, now_ns: int, out: list[Out],
                    winners: list[int] | None = None) -> None:

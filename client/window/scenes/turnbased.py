@@ -557,4 +557,5 @@ class TurnBasedScene(Scene):
                 "prompt": self.prompt_text, "message": self.vm.msg[0], "pending": len(pending),
                 "timer": None if self.clock_left is None else round(self.clock_left, 2),
                 "phase": getattr(state, "phase", None),
-                "buttons": {b.id: b.enabled for b in self.buttons}}
+                "buttons": {b.id: b.enabled for b in self.buttons},
+                "players": [row.name for row in self.vm.rows(model)] if model is not None else []}

@@ -121,8 +121,9 @@ class RyoViewModel(TurnViewModel):
     def result_line(self, model: Any, state: Any) -> str:
         if state.phase != "over" or state.winner is None:
             return ""
-        return ("You win the match" if state.winner == self.me(model)
-                else f"{self.pname(model, state.winner)} wins the match")
+        won = ("You win the match" if state.winner == self.me(model)
+               else f"{self.pname(model, state.winner)} wins the match")
+        return won + (": the others left" if len(state.standing()) == 1 else "")
 
     # ------------------------------------------------------------------ the roll replay
 

@@ -119,6 +119,8 @@ class SequenceViewModel(TurnViewModel):
         col = sq.COLOURS[state.colour(state.winners[0])].upper()
         who = " & ".join(self.pname(model, s) for s in state.winners)
         won = "You win" if self.me(model) in state.winners else who + " win" + ("s" if len(state.winners) == 1 else "")
+        if state.reason == "forfeit":
+            return f"{won} ({col}): the others left"
         return f"SEQUENCE! {won} ({col})"
 
     # ------------------------------------------------------------------ the board

@@ -77,10 +77,14 @@ class TakeawayViewModel(TurnViewModel):
 
     def result_line(self, model: Any, state: Any) -> str:
         scores = state.scores()
-        if not scores:
+        standing = state.standing()
+        if not scores or not standing:
             return ""
-        best = max(scores)
-        winners = [s for s, v in enumerate(scores) if v == best]
+        best = max(scores[s] for s in standing)  # a leaver is out of the standings
+        winners = [s for s in standing if scores[s] == best]
+        if len(standing) == 1:
+            w = winners[0]
+            return ("You win" if w == self.me(model) else f"{self.pname(model, w)} wins") + ": the others left"
         if len(winners) > 1:
             return "Shared win: " + " & ".join(self.pname(model, s) for s in winners) + f" with {best}"
         w = winners[0]

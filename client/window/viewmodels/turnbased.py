@@ -42,6 +42,7 @@ YELLOW: RGBA = (255, 225, 110, 255)
 GREEN: RGBA = (90, 230, 120, 255)
 SOFT: RGBA = (255, 200, 120, 255)  # a gentle refusal (a button that cannot be used now)
 INFO: RGBA = (200, 220, 255, 255)  # what another player did
+GONE: RGBA = (110, 110, 110, 255)  # a seat that left a game playing on without it
 
 #: one colour and one mark per seat (the mark tells seats apart without colour)
 SEAT_COLOURS: tuple[RGBA, ...] = (
@@ -185,6 +186,8 @@ class TurnViewModel:
         for b in self._bounces.take(model.bounces):
             self.refused(b.action, b.code, b.detail, now_ns, by_relay=True, game=game_of(model))
         for ev in self._events.take_current(model):
+            if ev.type == "player_left":  # a dice game of three or more plays on without them
+                self.say(f"{self.who(model, ev.data)} left: the game goes on without them", now_ns, INFO)
             self.on_event(ev, model, state, now_ns)
         if self.over_at is None and (model.match_state or {}).get("status") == "over":
             self.over_at = now_ns
@@ -221,8 +224,12 @@ class TurnViewModel:
         acting = self.acting(state)
         over = self.game_over(model, state)
         out = []
+        gone = getattr(state, "gone", ())
         for seat in range(getattr(state, "players", len(names))):
             name = texts.with_you(names[seat] if seat < len(names) else f"seat {seat + 1}", seat == me)
+            if seat in gone:  # out of play: still listed (their claims, chips, wins stay), dimmed
+                out.append(Row(seat, f"{name}  — left", False, seat == me, self.score_text(state, seat), GONE, "×"))
+                continue
             out.append(Row(seat, name, seat in acting and not over, seat == me, self.score_text(state, seat),
                            self.seat_colour(state, seat), self.seat_mark(state, seat)))
         return out
