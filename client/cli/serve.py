@@ -31,11 +31,13 @@ def _urls(text: str) -> str:
 
 
 def register(sub: argtypes.Subcommands) -> None:
-    s = sub.add_parser("serve", help="run the relay (with an embedded MQTT broker unless --broker is given)")
+    s = sub.add_parser("serve", help="run the relay (with a broker of its own -- an installed Mosquitto, else the embedded one -- unless --broker is given)")
     s.add_argument("--host", help="embedded broker address (default 127.0.0.1; with --lan 0.0.0.0)")
     s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="embedded broker port (default 1883)")
     s.add_argument("--broker", type=_urls, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883 "
                    "(with --cluster/--shards: the nodes of a clustered broker, comma-separated, tried in turn)")
+    s.add_argument("--embedded", action="store_true", help="run the embedded broker (in a process of its own) "
+                   "even when Mosquitto is installed (without --broker, an installed Mosquitto is run by default)")
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
     s.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=150.0,
                    help="fair order: longest hold of a play in ms, 0 to 10000 (default 150)")
