@@ -224,13 +224,15 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
     stop = _Stop()
     try:
         async with contextlib.AsyncExitStack() as stack:
+            broker_url = options.broker
             if child is not None:
                 try:
                     await stack.enter_async_context(child)
-                except BrokerFailed as exc:
-                    raise ServeError(str(exc)) from exc
+                except BrokerFailed as failed:
+                    raise ServeError(str(failed)) from failed
                 assert child.relay_address is not None
-            server = LocalServer(child.relay_address.login_url if child is not None else options.broker,
+                broker_url = child.relay_address.login_url
+            server = LocalServer(broker_url,
                                  options.seed, config, options.log, host=host, topics=topics,
                                  max_payload=options.max_payload, data_dir=data_dir, durable=options.sync == "full")
             await stack.enter_async_context(server)
