@@ -86,12 +86,18 @@ if TYPE_CHECKING:
         async def topic_filtering(self, *, session: Session | None = None, topic: str | None = None,
                                   action: Action | None = None) -> bool | None: ...
 
+    class _Retained(Protocol):
+        topic: str
+        data: bytes
+        qos: int | None
+
     class _Handler(Protocol):
         async def mqtt_publish(self, topic: str, data: bytes, qos: int | None, retain: bool) -> object: ...
 
     class Broker:
         _subscriptions: dict[str, list[tuple[Session, int]]]
         _broadcast_queue: asyncio.Queue[dict[str, Any]]
+        _retained_messages: dict[str, _Retained]
         def _matches(self, topic: str, a_filter: str) -> bool: ...
         def _get_handler(self, session: Session) -> _Handler | None: ...
         async def _retain_broadcast_message(self, broadcast: dict[str, Any], qos: int, target_session: Session) -> None: ...
@@ -490,11 +496,19 @@ class _GuardedBroker(Broker):
         return None, relay, client
 
     async def _run_broadcast(self, running_tasks: deque[asyncio.Task[object]]) -> None:
-        """One message to its subscribers: amqtt's own step (amqtt 0.12), with the subscribers found
-        by ``_SubscriptionTable.matching`` and the receive check asked of ``Access`` directly, which
-        is all our access plugin would answer (amqtt's plugin manager gathers a coroutine per
-        plugin for every recipient of every message)."""
-        broadcast = await self._broadcast_queue.get()
+        """amqtt's broadcast step (amqtt 0.12), for every message queued by now rather than one: its
+        loop makes a task and waits on it for each step, which under load cost more than the
+        delivery itself."""
+        queue = self._broadcast_queue
+        await self._deliver(await queue.get(), running_tasks)
+        while not queue.empty():
+            await self._deliver(queue.get_nowait(), running_tasks)
+
+    async def _deliver(self, broadcast: dict[str, Any], running_tasks: deque[asyncio.Task[object]]) -> None:
+        """One message to its subscribers, as amqtt does, with the subscribers found by
+        ``_SubscriptionTable.matching`` and the receive check asked of ``Access`` directly -- all
+        our access plugin would answer (amqtt's plugin manager gathers a coroutine per plugin for
+        every recipient of every message)."""
         topic: str = broadcast["topic"]
         subscriptions = self._subscriptions
         assert isinstance(subscriptions, _SubscriptionTable)
@@ -513,6 +527,24 @@ class _GuardedBroker(Broker):
             if handler:
                 running_tasks.append(asyncio.ensure_future(handler.mqtt_publish(topic, broadcast["data"], qos,
                                                                                 retain=False)))
+
+    async def _publish_retained_messages_for_subscription(self, subscription: tuple[str, int],
+                                                          session: Session) -> None:
+        """The retained messages a new subscription takes, as amqtt sends them, but looked up by the
+        filter itself when it has no wildcard: amqtt matches every retained message against every
+        filter, and does so for every filter in the broker on each CONNECT."""
+        topic_filter, qos = subscription
+        retained = self._retained_messages
+        if "+" in topic_filter or "#" in topic_filter:
+            found = [r for t, r in list(retained.items()) if self._matches(t, topic_filter)]
+        else:
+            one = retained.get(topic_filter)
+            found = [one] if one is not None else []
+        handler = self._get_handler(session) if found else None
+        if handler is None:
+            return
+        await asyncio.wait([asyncio.ensure_future(handler.mqtt_publish(r.topic, r.data, min(qos, r.qos or qos),
+                                                                       retain=True)) for r in found])
 
     async def retain_message(self, source_session: Session | None, topic_name: str | None,
                              data: bytes | bytearray | None, qos: int | None = None) -> None:
