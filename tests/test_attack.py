@@ -1,7 +1,6 @@
 """``bench/attack.py`` (the attacks against ``blink serve`` during a bot match) on the
 embedded broker, on the broker plain ``blink serve`` runs, and on Mosquitto as ``blink broker-config``
-sets it up: every attack fails for the
-attacker but the one a broker's design admits (named in ``KNOWN_LIMITS``, with its reason), the bot
+sets it up: every attack fails for the attacker but the one a broker's design admits (named in ``KNOWN_LIMITS``, with its reason), the bot
 match finishes with a valid log, the relay stays up with no ``internal_error``. Behaviour only."""
 
 from __future__ import annotations
