@@ -56,7 +56,7 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], re.Match[str], str]:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     found = RUNNING.search(line)
-    assert found is not None and int(found["port"]) == port, line + (proc.stderr.read() if proc.poll() else "")
+    assert found is not None and int(found["port"]) == port, line + (proc.communicate()[1] if proc.poll() else "")
     assert _children(proc.pid) == [int(found["pid"])]  # the broker, and nothing else
     return proc, found, line
 
