@@ -1,4 +1,5 @@
-"""``blink serve``: run the relay, with an embedded MQTT broker unless ``--broker`` is given.
+"""``blink serve``: run the relay, with a broker of its own (an installed Mosquitto, else the
+embedded one; ``--embedded``: always the embedded one) unless ``--broker`` is given.
 
 How this works
 --------------
@@ -32,8 +33,8 @@ def _urls(text: str) -> str:
 
 def register(sub: argtypes.Subcommands) -> None:
     s = sub.add_parser("serve", help="run the relay (with a broker of its own -- an installed Mosquitto, else the embedded one -- unless --broker is given)")
-    s.add_argument("--host", help="embedded broker address (default 127.0.0.1; with --lan 0.0.0.0)")
-    s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="embedded broker port (default 1883)")
+    s.add_argument("--host", help="address of its own broker (default 127.0.0.1; with --lan 0.0.0.0)")
+    s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="port of its own broker (default 1883)")
     s.add_argument("--broker", type=_urls, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883 "
                    "(with --cluster/--shards: the nodes of a clustered broker, comma-separated, tried in turn)")
     s.add_argument("--embedded", action="store_true", help="run the embedded broker (in a process of its own) "
