@@ -495,18 +495,6 @@ class _GuardedBroker(Broker):
                 return NOT_AUTHORIZED, False, client
         return None, relay, client
 
-    async def _topic_filtering(self, session: Session | None, topic: str | None, action: Action) -> bool:
-        """What ``BlinkAccessPlugin.topic_filtering`` answers, asked directly: amqtt's plugin manager
-        gathers a coroutine per plugin for every publish and subscription."""
-        if session is None or not topic:
-            return False
-        if is_relay_login(session.username, session.password, self._secret):
-            return True
-        client = session.client_id or ""
-        if action == Action.PUBLISH:
-            return self.access.may_publish(client, topic)
-        return self.access.may_read(client, topic)
-
     async def _run_broadcast(self, running_tasks: deque[asyncio.Task[object]]) -> None:
         """amqtt's broadcast step (amqtt 0.12), for every message queued by now rather than one: its
         loop makes a task and waits on it for each step, which under load cost more than the
