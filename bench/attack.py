@@ -2,8 +2,9 @@
 
 How this works
 --------------
-``bench/fuzz.py``'s ``Stack`` starts the relay as a person would: ``blink serve`` (embedded broker)
-or Mosquitto as ``blink broker-config`` writes it (the shipped ACL, a relay password, the size
+``bench/fuzz.py``'s ``Stack`` starts the relay as a person would: ``blink serve --embedded``, plain
+``blink serve`` (which runs an installed Mosquitto with its generated configuration, else the
+embedded broker), or Mosquitto as ``blink broker-config`` writes it (the shipped ACL, a relay password, the size
 limits) with ``blink serve --broker``. A bot match (``blink match``, two bots, best of 3) plays
 meanwhile; a *victim* -- a real client (``client.net.Connection``) waiting in a match it created --
 stands for a player whose client id leaked, the worst case. Each attack is a plain MQTT client
@@ -32,6 +33,7 @@ detail, the match, the relay's log codes; ``ok`` if every attack failed, except 
 ``known_limits`` for that broker (said there, with the reason). Exit status 0 if ok.
 
 Run:  .venv/bin/python bench/attack.py --broker embedded
+      .venv/bin/python bench/attack.py --broker serve      # the broker plain `blink serve` chooses
       .venv/bin/python bench/attack.py --broker mosquitto
 """
 
@@ -53,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 import aiomqtt  # noqa: E402
 
+from bench.benchkit import find_mosquitto  # noqa: E402
 from bench.fuzz import Stack, _bot_matches, ping_relay, rss_kb  # noqa: E402
 from client.net import Connection, new_client_id  # noqa: E402
 from mqttkit import BrokerAddress  # noqa: E402
@@ -69,6 +72,8 @@ KNOWN_LIMITS = {
                   "128-bit secrets never published, so this needs a leaked id (README)."},
     "embedded": {},
 }
+#: Plain ``blink serve`` runs an installed Mosquitto, else the embedded broker: the limits of the one it runs.
+KNOWN_LIMITS["serve"] = dict(KNOWN_LIMITS["mosquitto" if find_mosquitto() else "embedded"])
 
 
 async def until(cond: Callable[[], bool], timeout: float = WAIT_S) -> bool:
@@ -356,7 +361,7 @@ async def run(stack: Stack, seed: int, best_of: int = 3) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description="attacks on the access rules against blink serve during a bot match")
-    p.add_argument("--broker", choices=("embedded", "mosquitto"), default="embedded")
+    p.add_argument("--broker", choices=("embedded", "serve", "mosquitto"), default="embedded")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     stack = Stack(args.broker, seed=args.seed)

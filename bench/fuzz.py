@@ -181,8 +181,10 @@ def _die_with_parent() -> None:
 
 
 class Stack:
-    """A relay to attack: ``blink serve`` (embedded broker), or ``blink serve --broker`` on a given
-    broker URL, or on a Mosquitto started here with the shipped ACL (``broker="mosquitto"``)."""
+    """A relay to attack: ``blink serve --embedded`` (``broker="embedded"``), plain ``blink serve``
+    with the broker it chooses itself (``"serve"``: an installed Mosquitto, else the embedded one),
+    or ``blink serve --broker`` on a given broker URL, or on a Mosquitto started here with the
+    shipped ACL (``"mosquitto"``)."""
 
     def __init__(self, broker: str = "embedded", broker_url: str | None = None, seed: int = 1,
                  workdir: Path | None = None, serve_args: tuple[str, ...] = ()) -> None:
@@ -226,7 +228,7 @@ class Stack:
             cmd += ["--broker", relay_url]
         else:
             self.port = free_port()
-            cmd += ["--port", str(self.port)]
+            cmd += ["--port", str(self.port), *(["--embedded"] if self.broker == "embedded" else [])]
         self.relay = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=open(self.dir / "relay.err", "wb"), start_new_session=True,
                                       preexec_fn=_die_with_parent)

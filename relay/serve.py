@@ -6,8 +6,11 @@ How this works
 ``serve(options, topics)`` checks the options that go together (or do not) before anything
 starts, then runs until SIGINT or SIGTERM (so the relay stops in order and says so on its status
 topic; then exit status 130 after Ctrl-C, as for any interrupted command, and 0 after SIGTERM, a
-service manager's ordinary stop) or until the relay itself stops. Alone (the default) it is a ``relay.local.LocalServer``:
-the embedded amqtt broker unless ``--broker`` names one, the journal in the data directory
+service manager's ordinary stop) or until the relay itself or its broker stops (one line, exit 1).
+Alone (the default) it is a ``relay.local.LocalServer`` on ``--broker``, or without it on a broker
+of its own in a child process (``relay/servebroker.py``): an installed Mosquitto with the generated
+configuration, else -- or with ``--embedded`` -- the embedded amqtt broker; the "running" line says
+which. The relay stops before its broker, on every way out. The journal is in the data directory
 (recovered from on start), and with ``--lan`` all interfaces, the next free port and an advert
 over multicast DNS (``relay/lanhost.py``); with ``--tls-cert``/``--tls-key`` the embedded broker
 also listens with TLS on ``--tls-port`` (default 8883), and a LAN advert names that port and the
@@ -80,6 +83,7 @@ class ServeOptions:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_port: int | None = None
+    embedded: bool = False
 
 
 def read_password(path: str | Path) -> str:
@@ -221,17 +225,32 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
             raise ServeError(str(err)) from err
         lan = lanhost.lan_hosting(port, relay_id, host, options.interface, topics, _say, _warn,
                                   tls_port=tls_port if tls is not None else None)
-    server = LocalServer(options.broker, options.seed, config, options.log, host=host,
-                         port=None if options.broker else port, topics=topics,
-                         max_payload=options.max_payload, data_dir=data_dir, durable=options.sync == "full")
-    if tls is not None and server.broker is not None:
-        server.broker.serve_tls(*tls, tls_port)
+    if options.embedded and options.broker:
+        raise usage("--embedded runs the embedded broker: leave out --broker")
+    from relay.servebroker import BrokerChild, BrokerFailed, choose
+
+    child: BrokerChild | None = None
+    if not options.broker:  # a broker of our own, in a process of its own (relay/servebroker.py)
+        kind, binary = choose(options.embedded)
+        child = BrokerChild(kind, host, port, topics.prefix, options.max_payload, config, binary,
+                            tls=(tls[0], tls[1], tls_port) if tls is not None else None)
     stop = _Stop()
     try:
-        async with server, lan:
-            where = f"embedded broker on {server.address.url}" if server.broker else f"broker {server.address.url}"
-            if server.broker is not None and server.broker.tls_address is not None:
-                where += f" and {server.broker.tls_address.url}"
+        async with contextlib.AsyncExitStack() as stack:
+            broker_url = options.broker
+            if child is not None:
+                try:
+                    await stack.enter_async_context(child)
+                except BrokerFailed as failed:
+                    raise ServeError(str(failed)) from failed
+                assert child.relay_address is not None
+                broker_url = child.relay_address.login_url
+            server = LocalServer(broker_url,
+                                 options.seed, config, options.log, host=host, topics=topics,
+                                 max_payload=options.max_payload, data_dir=data_dir, durable=options.sync == "full")
+            await stack.enter_async_context(server)
+            await stack.enter_async_context(lan)
+            where = child.describe() if child is not None else f"broker {server.address.url}"
             print(f"blink relay '{relay_id}' ({options.order} order) running with {where}; Ctrl-C stops it.",
                   flush=True)
             # After the "running" line (scripts wait for it): where the journal is, what was recovered.
@@ -245,10 +264,15 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
             relay_task = server._task
             assert relay_task is not None
             waiter = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait({waiter, relay_task}, return_when=asyncio.FIRST_COMPLETED)
+            waits: set[asyncio.Future[Any]] = {waiter, relay_task}
+            if child is not None:
+                waits.add(child.exited)
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             if resynced is not None:
                 resynced.cancel()
+            if child is not None and child.exited in done and not stop.is_set():
+                raise ServeError(child.lost or "the broker stopped")
             if relay_task in done and not stop.is_set():
                 exc = relay_task.exception()
                 if isinstance(exc, JournalError):  # at run time: worded as any other failure of the relay

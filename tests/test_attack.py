@@ -1,6 +1,6 @@
 """``bench/attack.py`` (the attacks against ``blink serve`` during a bot match) on the
-embedded broker and on Mosquitto as ``blink broker-config`` sets it up: every attack fails for the
-attacker but the one a broker's design admits (named in ``KNOWN_LIMITS``, with its reason), the bot
+embedded broker, on the broker plain ``blink serve`` runs, and on Mosquitto as ``blink broker-config``
+sets it up: every attack fails for the attacker but the one a broker's design admits (named in ``KNOWN_LIMITS``, with its reason), the bot
 match finishes with a valid log, the relay stays up with no ``internal_error``. Behaviour only."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from bench.fuzz import Stack
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("broker", ["embedded", "mosquitto"])
+@pytest.mark.parametrize("broker", ["embedded", "serve", "mosquitto"])
 def test_every_attack_fails_and_the_match_finishes_valid(broker: str, monkeypatch: pytest.MonkeyPatch) -> None:
     stack = Stack(broker, seed=5)
     monkeypatch.setenv("XDG_DATA_HOME", str(stack.dir))

@@ -191,7 +191,7 @@ def test_serve_reports_a_taken_port_clearly() -> None:
 
 def test_embedded_serve_starts_and_stops_on_ctrl_c() -> None:
     port = free_port()
-    proc = subprocess.Popen([*BLINK, "serve", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([*BLINK, "serve", "--port", str(port), "--embedded"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         assert "running" in (proc.stdout.readline() if proc.stdout else "")

@@ -1,4 +1,5 @@
-"""``blink serve``: run the relay, with an embedded MQTT broker unless ``--broker`` is given.
+"""``blink serve``: run the relay, with a broker of its own (an installed Mosquitto, else the
+embedded one; ``--embedded``: always the embedded one) unless ``--broker`` is given.
 
 How this works
 --------------
@@ -31,12 +32,14 @@ def _urls(text: str) -> str:
 
 
 def register(sub: argtypes.Subcommands) -> None:
-    s = sub.add_parser("serve", help="run the relay (with an embedded MQTT broker unless --broker is given)")
-    s.add_argument("--host", help="embedded broker address (default 127.0.0.1; with --lan 0.0.0.0)")
-    s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="embedded broker port (default 1883)")
+    s = sub.add_parser("serve", help="run the relay (with a broker of its own -- an installed Mosquitto, else the embedded one -- unless --broker is given)")
+    s.add_argument("--host", help="address of its own broker (default 127.0.0.1; with --lan 0.0.0.0)")
+    s.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="port of its own broker (default 1883)")
     argtypes.add_tls_trust(s)
     s.add_argument("--broker", type=_urls, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883 "
                    "(with --cluster/--shards: the nodes of a clustered broker, comma-separated, tried in turn)")
+    s.add_argument("--embedded", action="store_true", help="run the embedded broker (in a process of its own) "
+                   "even when Mosquitto is installed (without --broker, an installed Mosquitto is run by default)")
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
     s.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=150.0,
                    help="fair order: longest hold of a play in ms, 0 to 10000 (default 150)")
@@ -66,7 +69,7 @@ def register(sub: argtypes.Subcommands) -> None:
     s.add_argument("--password-file", metavar="FILE", help="the relay's password, read from FILE (as `blink cluster "
                    "up` writes it: DIR/relay-password) and used, as user relay, for every --broker and --cluster URL "
                    "that has none -- so it is not on the command line for every local user's `ps` to see")
-    s.add_argument("--tls-cert", metavar="FILE", help="also serve TLS (mqtts://) on the embedded broker with this "
+    s.add_argument("--tls-cert", metavar="FILE", help="also serve TLS (mqtts://) on its own broker (Mosquitto or embedded) with this "
                    "certificate (PEM; with --tls-key)")
     s.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
     s.add_argument("--tls-port", type=argtypes.whole(1, 65535), metavar="P", help="the TLS listener's port "

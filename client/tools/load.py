@@ -311,8 +311,10 @@ class LocalRelay:
     async def start(self) -> None:
         # A private journal directory, removed in stop(): never the user's, never another run's.
         self.data_dir = tempfile.mkdtemp(prefix="blink-load-relay-")
+        # --embedded: what this reports (and its match limit) is the embedded broker's, even where
+        # plain `blink serve` would run an installed Mosquitto.
         cmd = [sys.executable, "-m", "client.cli", "--prefix", self.topics.prefix, "serve", "--port", str(self.port),
-               "--data", self.data_dir]
+               "--data", self.data_dir, "--embedded"]
         if self.seed is not None:
             cmd += ["--seed", str(self.seed)]
         self.proc = await asyncio.create_subprocess_exec(

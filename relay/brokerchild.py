@@ -1,0 +1,95 @@
+"""The embedded broker in a process of its own: ``python -m relay.brokerchild PARENT_PID``.
+
+How this works
+--------------
+See relay/servebroker.py: ``blink serve`` sends the broker's settings (pickled, one line on stdin);
+this process starts a ``relay.broker.EmbeddedBroker`` (the access rules, the rate gate and the size
+limits are the broker's own) and answers with one JSON line on a private copy of its stdout --
+``{"ready": true, "secret": ...}``, the relay's login for this start, or ``{"error": ...}``. It
+stops the broker and exits when its stdin reaches EOF or on SIGTERM (its parent stops it), and is
+killed by the kernel if the parent dies (``die_with_parent``). SIGINT is ignored: a Ctrl-C is for
+``blink serve``, which stops the relay first and the broker after it. Its loop is uvloop's where
+that is installed (a dependency wherever it builds): amqtt spends most of its time in the event loop's
+own machinery -- a task and a few callbacks for every packet -- and uvloop roughly halves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import pickle
+import signal
+import sys
+from typing import IO
+
+from relay.localproc import die_with_parent
+
+
+async def _serve(settings: dict[str, object], out: IO[str]) -> int:
+    from relay.broker import EmbeddedBroker
+    from relay.model import RelayConfig
+
+    config = settings["config"]
+    broker = EmbeddedBroker(str(settings["host"]), int(str(settings["port"])), str(settings["prefix"]),
+                            int(str(settings["max_payload"])), config if isinstance(config, RelayConfig) else None)
+    tls = settings.get("tls")
+    if isinstance(tls, tuple):
+        broker.serve_tls(str(tls[0]), str(tls[1]), int(tls[2]))
+    try:
+        await broker.start()
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
+        await broker.stop()
+        out.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
+        out.flush()
+        return 1
+    out.write(json.dumps({"ready": True, "secret": broker.relay_address.password}) + "\n")
+    out.flush()
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, done.set)
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+
+    async def watch_stdin() -> None:
+        while await reader.read(4096):
+            pass
+        done.set()
+
+    watcher = asyncio.create_task(watch_stdin())
+    try:
+        await done.wait()
+    finally:
+        watcher.cancel()
+        await broker.stop()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parent = int(argv[0]) if argv and argv[0].isdigit() else os.getppid()
+    die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr, not to the parent
+    line = sys.stdin.buffer.readline()
+    if not line:
+        return 0  # the parent went away before telling us anything
+    try:
+        settings = pickle.loads(base64.b64decode(line))
+    except Exception as exc:  # noqa: BLE001 - the parent is told, in one line
+        out.write(json.dumps({"error": f"bad settings from the parent: {exc!r}"}) + "\n")
+        out.flush()
+        return 1
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    try:  # uvloop where it is installed: most of the broker's time goes to the event loop's own machinery
+        import uvloop
+    except ImportError:
+        return asyncio.run(_serve(settings, out))
+    return uvloop.run(_serve(settings, out))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

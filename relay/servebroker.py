@@ -1,0 +1,252 @@
+"""The broker ``blink serve`` runs for itself: an installed Mosquitto, or the embedded one, each in a
+process of its own.
+
+How this works
+--------------
+The relay and an MQTT broker in one process share one core and one GIL: every message a player
+sends is read, checked and fanned out by the broker and judged by the relay in the same loop, and
+that process saturates long before the machine does. So without ``--broker``, ``blink serve``
+starts its broker as a child process and the relay logs in to it over loopback, as it would to
+any broker (``BrokerChild``):
+
+- ``mosquitto``: when a Mosquitto binary is installed (``find_mosquitto``) and ``--embedded`` is
+  not given. Its configuration is the one ``blink broker-config`` writes (relay/mosquitto.py: the
+  access rules, a fresh relay password, the size limits), in a temporary directory that is
+  removed when it stops. Mosquitto is a compiled broker: it holds far more matches per core.
+- ``embedded``: the embedded amqtt broker (relay/broker.py, with its access rules, relay secret,
+  rate gate and size limits), in ``python -m relay.brokerchild``: the fallback with nothing else
+  installed, and what ``--embedded`` forces.
+
+``start`` checks the port first (a taken port is ``PortInUse``, as for the in-process broker),
+spawns the child and waits until it serves: Mosquitto until its port takes a connection, the
+embedded child until it answers with one JSON line on its stdout (``{"ready": true, "secret":
+...}`` or ``{"error": ...}``). ``exited`` is done when the child ends; ``lost`` then says why in
+one line if nobody asked it to stop. ``stop`` ends it in order (SIGTERM; the embedded child also
+when its stdin closes), then kills it if it takes too long, and removes what it wrote.
+
+No orphan, whatever happens to ``blink serve``: each child runs in a session of its own (a Ctrl-C
+in the terminal reaches ``blink serve`` alone, which stops the relay first and then the broker),
+and asks the kernel to end it when its parent dies (``PR_SET_PDEATHSIG``, Linux), even by SIGKILL;
+the embedded child also stops when its stdin reaches EOF.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, TLSTrust, check_port
+from protocol.topics import DEFAULT_PREFIX
+from relay.model import RelayConfig
+
+BrokerKind = Literal["mosquitto", "embedded"]
+
+#: How long a child may take to serve (a busy machine imports amqtt slowly).
+START_TIMEOUT_S = 60.0
+#: How long ``stop`` waits for an orderly exit before it kills the child.
+STOP_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
+
+
+class BrokerFailed(Exception):
+    """The broker could not start: one line saying why."""
+
+
+def find_mosquitto() -> str | None:
+    """An installed Mosquitto (``/usr/sbin`` is often not on an ordinary user's PATH)."""
+    return shutil.which("mosquitto") or next(
+        (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if os.access(p, os.X_OK)), None)
+
+
+def choose(embedded: bool) -> tuple[BrokerKind, str | None]:
+    """Which broker to run, and Mosquitto's binary if that is the one."""
+    binary = None if embedded else find_mosquitto()
+    return ("mosquitto", binary) if binary else ("embedded", None)
+
+
+def _end_with_parent() -> None:
+    """In the child, before exec: the kernel sends SIGTERM when the parent dies (Linux)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+
+
+class BrokerChild:
+    """A broker in a child process on host:port; ``relay_address`` is the relay's login (keep it
+    to the relay), ``address`` where players connect."""
+
+    def __init__(self, kind: BrokerKind, host: str, port: int, prefix: str = DEFAULT_PREFIX,
+                 max_payload: int = DEFAULT_MAX_PAYLOAD, config: RelayConfig | None = None,
+                 mosquitto: str | None = None, tls: tuple[str, str, int] | None = None) -> None:
+        self.kind: BrokerKind = kind
+        #: (certificate, key, port) of a TLS listener beside the plain one, or None.
+        self.tls = tls
+        self.host, self.port, self.prefix, self.max_payload = host, port, prefix, max_payload
+        self.config = config or RelayConfig()
+        self.mosquitto = mosquitto
+        self.relay_address: BrokerAddress | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        #: Why the child ended without being asked to (one line), once it has.
+        self.lost: str | None = None
+        self._dir: Path | None = None
+        self._stopping = False
+        self._exited: asyncio.Task[None] | None = None
+
+    @property
+    def address(self) -> BrokerAddress:
+        return BrokerAddress(_connect_host(self.host), self.port)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def exited(self) -> asyncio.Task[None]:
+        assert self._exited is not None, "start() first"
+        return self._exited
+
+    def describe(self) -> str:
+        """What the "running" line says about the broker."""
+        where = self.address.url
+        if self.tls is not None:
+            where += f" and {BrokerAddress(_connect_host(self.host), self.tls[2], tls=TLSTrust()).url}"
+        if self.kind == "mosquitto":
+            return f"Mosquitto broker ({self.mosquitto}, pid {self.pid}) on {where}"
+        return f"embedded broker (its own process, pid {self.pid}) on {where}"
+
+    async def __aenter__(self) -> BrokerChild:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        check_port(self.host, self.port)
+        try:
+            if self.kind == "mosquitto":
+                await self._start_mosquitto()
+            else:
+                await self._start_embedded()
+        except BaseException:
+            await self.stop()
+            raise
+        self._exited = asyncio.create_task(self._watch())
+
+    async def _start_mosquitto(self) -> None:
+        from relay.mosquitto import write_mosquitto_config
+
+        assert self.mosquitto is not None
+        self._dir = Path(tempfile.mkdtemp(prefix="blink-serve-mosquitto-"))
+        # Started as root, Mosquitto drops to its own user before it reads the ACL and the password
+        # file (which write_mosquitto_config gives to that user, mode 600): it must reach them.
+        self._dir.chmod(0o755)
+        login = write_mosquitto_config(self._dir, self.host, self.port, self.prefix, self.max_payload, tls=self.tls)
+        conf = self._dir / "mosquitto.conf"
+        log = self._dir / "mosquitto.log"
+        conf.write_text(conf.read_text() + f"log_dest file {log}\nlog_type error\n")
+        log.touch(0o666)  # Mosquitto's own user writes it after dropping root
+        log.chmod(0o666)
+        self.proc = await asyncio.create_subprocess_exec(
+            self.mosquitto, "-c", str(conf), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL, start_new_session=True, preexec_fn=_end_with_parent)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not await _accepts(self.address.host, self.port):
+            if self.proc.returncode is not None:
+                raise BrokerFailed(f"Mosquitto ended at start (exit status {self.proc.returncode})"
+                                   f"{_last_line(log)}")
+            if time.monotonic() > deadline:
+                raise BrokerFailed(f"Mosquitto did not listen on {self.address.url} within {START_TIMEOUT_S:g} s")
+            await asyncio.sleep(0.05)
+        self.relay_address = BrokerAddress(_connect_host(self.host), self.port, RELAY_USER, login.password)
+
+    async def _start_embedded(self) -> None:
+        settings = {"host": self.host, "port": self.port, "prefix": self.prefix, "max_payload": self.max_payload,
+                    "config": self.config, "tls": self.tls}
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "relay.brokerchild", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, start_new_session=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(base64.b64encode(pickle.dumps(settings)) + b"\n")
+        await self.proc.stdin.drain()
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise BrokerFailed(f"the embedded broker did not start within {START_TIMEOUT_S:g} s") from None
+        try:
+            answer = json.loads(line) if line else {"error": "it ended at start"}
+        except ValueError:
+            answer = {"error": f"an unreadable answer: {line[:80]!r}"}
+        if not answer.get("ready"):
+            raise BrokerFailed(f"the embedded broker could not start: {answer.get('error')}")
+        self.relay_address = BrokerAddress(_connect_host(self.host), self.port, RELAY_USER, str(answer["secret"]))
+
+    async def _watch(self) -> None:
+        assert self.proc is not None
+        status = await self.proc.wait()
+        if not self._stopping:
+            name = "Mosquitto" if self.kind == "mosquitto" else "the embedded broker"
+            how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
+            self.lost = f"{name} (pid {self.proc.pid}) stopped unexpectedly ({how})"
+
+    async def stop(self) -> None:
+        self._stopping = True
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+            except asyncio.TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        if self._exited is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._exited
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+async def _accepts(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return f": {lines[-1]}" if lines else ""
+
+
+__all__ = ["BrokerChild", "BrokerFailed", "BrokerKind", "choose", "find_mosquitto"]
