@@ -170,6 +170,10 @@ def connect_problem(exc: BaseException, address: BrokerAddress) -> str:
     if address.tls is None and any(sign in text.lower() for sign in ("connection was lost", "closed", "reset", "eof",
                                                                       "timed out")):
         text += " (if the broker speaks TLS, use mqtts://)"
+    elif address.tls is not None and not text.startswith(("the broker's certificate", "no TLS handshake")) and any(
+            sign in text.lower() for sign in ("connection was lost", "reset", "eof")):
+        # A plain listener (Mosquitto's) drops a TLS hello without a word.
+        text += " (no TLS handshake: does it speak plain MQTT? then use mqtt://)"
     return text
 
 

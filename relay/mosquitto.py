@@ -123,9 +123,9 @@ max_packet_size {MAX_MESSAGE_BYTES + 512}
 """ + ("" if tls is None else tls_listener_text(host, *tls))
 
 
-def _give_to_broker_user(path: Path) -> None:
-    """Mosquitto started by root drops to its own user before it reads the password file: written by
-    root, the file is then that user's (still mode 600) so the broker can read it and nobody else
+def give_to_broker_user(path: Path) -> None:
+    """Mosquitto started by root drops to its own user before it reads the password file (and its
+    TLS certificate and key): written by root, the file is then that user's (still mode 600) so the broker can read it and nobody else
     can. Anyone else runs Mosquitto as themselves, and the file is already theirs."""
     if os.geteuid() != 0:
         return
@@ -161,6 +161,6 @@ def write_mosquitto_config(directory: str | Path, host: str = "127.0.0.1", port:
             f.write(text)
         path.chmod(mode)
         if name == "passwd":
-            _give_to_broker_user(path)
+            give_to_broker_user(path)
     connect_host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     return BrokerAddress(connect_host, port, RELAY_USER, secret)

@@ -153,14 +153,23 @@ class BrokerChild:
         self._exited = asyncio.create_task(self._watch())
 
     async def _start_mosquitto(self) -> None:
-        from relay.mosquitto import write_mosquitto_config
+        from relay.mosquitto import give_to_broker_user, write_mosquitto_config
 
         assert self.mosquitto is not None
         self._dir = Path(tempfile.mkdtemp(prefix="blink-serve-mosquitto-"))
         # Started as root, Mosquitto drops to its own user before it reads the ACL and the password
         # file (which write_mosquitto_config gives to that user, mode 600): it must reach them.
         self._dir.chmod(0o755)
-        login = write_mosquitto_config(self._dir, self.host, self.port, self.prefix, self.max_payload, tls=self.tls)
+        tls = None
+        if self.tls is not None:  # copies its own user can read (the originals may sit in a closed folder)
+            cert, key = self._dir / "tls-cert.pem", self._dir / "tls-key.pem"
+            for source, copy in ((self.tls[0], cert), (self.tls[1], key)):
+                fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(Path(source).read_bytes())
+                give_to_broker_user(copy)
+            tls = (str(cert), str(key), self.tls[2])
+        login = write_mosquitto_config(self._dir, self.host, self.port, self.prefix, self.max_payload, tls=tls)
         conf = self._dir / "mosquitto.conf"
         log = self._dir / "mosquitto.log"
         conf.write_text(conf.read_text() + f"log_dest file {log}\nlog_type error\n")

@@ -97,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # code already reports and heals)
         for name in ("amqtt", "transitions", "blink.relay", "zeroconf", "mqtt"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+        # aiomqtt sets its "mqtt" logger to WARNING when it is first imported, after this: a filter stays.
+        logging.getLogger("mqtt").addFilter(lambda record: record.levelno >= logging.CRITICAL)
         if args.command == "play":
             # The window says "reconnecting…" itself; a lost local relay is one line at the end.
             logging.getLogger("blink.net").setLevel(logging.CRITICAL)
