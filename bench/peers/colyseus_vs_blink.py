@@ -3,7 +3,7 @@
 How this works
 --------------
 Each side is started fresh, one after the other, as separate processes on loopback, and played by
-the same simulated people -- ``blink load --pace human``'s player (client/load.py), and for
+the same simulated people -- ``blink load --pace human``'s player (client/tools/load_player.py), and for
 Colyseus the same player reproduced move for move in Node (bench/peers/load.mjs: log-normal
 reaction around 0.35 s, moves chosen on the predicted state, at most three plays in flight, a ping
 a second, one game a match with a 0.5 s countdown, a rematch when it ends):

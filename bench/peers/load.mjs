@@ -10,7 +10,7 @@
 // time, the first one alone (a server that is not there is found at once, in one line). Players
 // start to play when every match is set up, their first moves spread over a second or more (one
 // more per 1,000 players), and the measured window opens when every player has started -- as in
-// client/load.py.
+// client/tools/load_player.py.
 //
 // A player keeps the last confirmed view (its hand, the two pile tops, its draw count, the phase)
 // from the room's messages, applied in arrival order (one WebSocket: the room's order), and plays
@@ -82,7 +82,7 @@ function percentiles(values, keys = ["p50", "p90", "p99", "max"]) {
 }
 
 function gauss(random) {
-  // Box-Muller: Python's random.gauss in client/load.py, as a JS player would draw it.
+  // Box-Muller: Python's random.gauss in client/tools/load_player.py, as a JS player would draw it.
   let u = 0;
   while (u === 0) u = random();
   return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * random());
@@ -410,7 +410,7 @@ async function main() {
   await Promise.all(Array.from({ length: Math.min(SETUPS_IN_FLIGHT, cfg.matches - 1) }, worker));
   const setupS = (performance.now() - started) / 1000;
 
-  // Lag probe and pinger, as client/load.py's.
+  // Lag probe and pinger, as client/tools/load_player.py's.
   let lastLag = performance.now();
   const lagTimer = setInterval(() => {
     const now = performance.now();
