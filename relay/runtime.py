@@ -576,6 +576,8 @@ class Relay:
                 delay = MAX_SLEEP_S if not deadlines else min(MAX_SLEEP_S, max(0.0, (min(deadlines) - mono) / 1e9))
                 self._wake.clear()
                 await wait_event(self._wake, delay)
+                for srv in self._shards():  # one due since a snapshot ended with nothing to step
+                    await srv.maybe_snapshot()
                 continue
             await self.step()
             if time.monotonic() - self._gc_full_at >= GC_FULL_EVERY_S:

@@ -91,6 +91,7 @@ class Shard:
         self.snap_pos = 0
         self.snap_at = time.monotonic()
         self.snapshot_s = 0.0  # CPU seconds the last snapshot took to serialise (it spaces them out)
+        self.snapping_at = 0  # the journal position of the latest forked snapshot
         self.snap_task: asyncio.Task[None] | None = None  # a snapshot being saved while steps go on
         self.recovered: str | None = None  # what recovery did, in one line (None: nothing to recover)
         self.replayed = 0
@@ -202,7 +203,7 @@ class Shard:
         journal = self.journal
         if journal is None or self._spaced():
             return
-        pos = journal.last_position()
+        pos = self.snapping_at = journal.last_position()
         read_fd, write_fd = os.pipe()
         try:
             pid = os.fork()
