@@ -272,15 +272,20 @@ def test_ten_percent_loss_both_ways_matches_finish_and_nothing_is_applied_twice(
                 for p in players:
                     await p.close()
 
-    records, players = asyncio.run(main())
-    over = [r for r in records if r.get("kind") == "event" and r.get("type") == "match_over"]
-    assert over and over[0]["reason"] in ("won", "game_limit")
-    applied_once(records)
-    duplicates = [r for r in records if r.get("kind") == "duplicate"]
+    # Which messages the loss takes depends on timing: a short match may lose no answer at all. Every
+    # match played must finish, apply each action once and verify; within three, an answer is lost.
+    for _ in range(3):
+        records, players = asyncio.run(main())
+        over = [r for r in records if r.get("kind") == "event" and r.get("type") == "match_over"]
+        assert over and over[0]["reason"] in ("won", "game_limit")
+        applied_once(records)
+        report = verify(parse_log(json.dumps(r) for r in records if r.get("kind") == "event"))
+        assert report.ok, report.summary()
+        duplicates = [r for r in records if r.get("kind") == "duplicate"]
+        if duplicates:
+            break
     assert duplicates, "with 10 % loss some answer was lost and its action resent"
     assert sum(p.model.resent for p in players) > 0
-    report = verify(parse_log(json.dumps(r) for r in records if r.get("kind") == "event"))
-    assert report.ok, report.summary()
 
 
 async def _retry(call: Any, tries: int = 10) -> Any:
