@@ -16,15 +16,12 @@ own machinery -- a task and a few callbacks for every packet -- and uvloop rough
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import os
-import pickle
 import signal
 import sys
 from typing import IO
 
-from relay.localproc import die_with_parent
+from relay.localproc import child_settings
 
 
 async def _serve(settings: dict[str, object], out: IO[str]) -> int:
@@ -67,20 +64,10 @@ async def _serve(settings: dict[str, object], out: IO[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parent = int(argv[0]) if argv and argv[0].isdigit() else os.getppid()
-    die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr, not to the parent
-    line = sys.stdin.buffer.readline()
-    if not line:
-        return 0  # the parent went away before telling us anything
-    try:
-        settings = pickle.loads(base64.b64decode(line))
-    except Exception as exc:  # noqa: BLE001 - the parent is told, in one line
-        out.write(json.dumps({"error": f"bad settings from the parent: {exc!r}"}) + "\n")
-        out.flush()
-        return 1
+    started = child_settings(argv, bad_status=1)
+    if isinstance(started, int):
+        return started
+    settings, out = started
     import logging
 
     logging.basicConfig(level=logging.WARNING)

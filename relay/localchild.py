@@ -5,23 +5,19 @@ How this works
 See relay/localproc.py: the parent sends its settings as one line on stdin; this process starts a
 ``relay.local.LocalServer`` (embedded broker + relay), answers with one JSON line on a private copy
 of its stdout, and stops when its stdin reaches EOF (the parent stopped it or died) or when the
-parent dies (``die_with_parent``). It lives apart from localproc.py so that ``relay.local`` (which
+parent dies (``relay.localproc.die_with_parent``). It lives apart from localproc.py so that ``relay.local`` (which
 re-exports ``ChildServer`` to the client) and this module do not import each other.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
-import os
-import pickle
-import signal
 import sys
 from typing import IO, Any
 
-from relay.localproc import die_with_parent
+from relay.localproc import child_settings
 
 
 async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
@@ -66,20 +62,10 @@ async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parent = int(argv[0]) if argv and argv[0].isdigit() else os.getppid()
-    die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop (see above)
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr, not to the parent
-    line = sys.stdin.buffer.readline()
-    if not line:
-        return 0  # the parent went away before telling us anything
-    try:
-        settings = pickle.loads(base64.b64decode(line))
-    except Exception as exc:  # noqa: BLE001 - the parent is told, in one line
-        out.write(json.dumps({"error": f"bad settings from the parent: {exc!r}"}) + "\n")
-        out.flush()
-        return 2
+    started = child_settings(argv, bad_status=2)
+    if isinstance(started, int):
+        return started
+    settings, out = started
     levels = settings.get("log_levels", {})
     from mqttkit.logsetup import log_to_stderr
 

@@ -46,7 +46,7 @@ import pickle
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress
 from protocol.topics import Topics
@@ -68,6 +68,28 @@ class BrokerInfo:
 
     host: str
     port: int
+
+
+def child_settings(argv: list[str], bad_status: int) -> tuple[dict[str, Any], IO[str]] | int:
+    """The start of a child this module's parents run (``relay.localchild``, ``relay.brokerchild``):
+    die with the parent, leave SIGINT to it, keep the real stdout for answers (stray prints go to
+    stderr) and read the pickled settings line from stdin. An exit status instead when there is
+    nothing to read (0) or the line is unreadable (``bad_status``, the parent told why in one line)."""
+    parent = int(argv[0]) if argv and argv[0].isdigit() else os.getppid()
+    die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    line = sys.stdin.buffer.readline()
+    if not line:
+        return 0  # the parent went away before telling us anything
+    try:
+        settings = pickle.loads(base64.b64decode(line))
+    except Exception as exc:  # noqa: BLE001 - the parent is told, in one line
+        out.write(json.dumps({"error": f"bad settings from the parent: {exc!r}"}) + "\n")
+        out.flush()
+        return bad_status
+    return settings, out
 
 
 def die_with_parent(parent_pid: int) -> None:
