@@ -71,3 +71,12 @@ def friendly(exc: BaseException) -> UserError:
     except ImportError:
         pass
     return UserError(f"{type(exc).__name__}: {exc}")
+
+
+def read_lines(path: str) -> list[str] | str:
+    """The lines of a text file, or why it cannot be read (one phrase, for a one-line refusal)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -65,13 +65,12 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 
     from client.window.viewmodels.replay import ReplayError, load_replay
 
+    from client.cli.failures import read_lines
+
     path = args.log
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"blink replay: cannot read {path}: {why}", file=sys.stderr)
+    lines = read_lines(path)
+    if isinstance(lines, str):
+        print(f"blink replay: cannot read {path}: {lines}", file=sys.stderr)
         return 1
     try:
         replay = load_replay(lines, args.match)

@@ -33,13 +33,12 @@ def register(sub: argtypes.Subcommands) -> None:
 def run(args: argparse.Namespace, topics: Topics) -> int:
     from protocol.verify import NotALog, parse_log, verify
 
+    from client.cli.failures import read_lines
+
     path = args.log
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"blink verify: cannot read {path}: {why}", file=sys.stderr)
+    lines = read_lines(path)
+    if isinstance(lines, str):
+        print(f"blink verify: cannot read {path}: {lines}", file=sys.stderr)
         return 2
     try:
         records = parse_log(lines)
