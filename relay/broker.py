@@ -376,6 +376,28 @@ class _LimitedReader(ReaderAdapter):
         self._reader.feed_eof()
 
 
+async def _ended(live: tuple[Session, object], within: float = 5.0) -> bool:
+    """Whether a session still marked connected is only waiting for amqtt to finish closing it:
+    its connection is already closed on this side (the broker dropped it, e.g. for a packet over
+    the limit) or its reader has stopped (the peer went), and amqtt ends the session a few loop
+    turns later -- many, on a busy broker. A client that reconnects at once under its id would
+    otherwise be refused as a take-over; it waits for the close instead (at most ``within``
+    seconds), and is refused if the old connection is really alive."""
+    session, handler = live
+    writer = getattr(handler, "writer", None)
+    stopped = getattr(handler, "_reader_stopped", None)
+    closing = (writer is None or getattr(writer, "is_closed", False) is True
+               or (isinstance(stopped, asyncio.Event) and stopped.is_set()))
+    if not closing:
+        return False
+    deadline = time.monotonic() + within
+    while session.transitions.is_connected():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.005)  # amqtt announces the session's end to no one we can wait on
+    return True
+
+
 async def _read_first_packet(reader: asyncio.StreamReader, limit: int) -> bytes:
     head = await reader.readexactly(1)
     length, mult, raw = 0, 1, bytearray()
@@ -494,7 +516,8 @@ class _GuardedBroker(Broker):
             return IDENTIFIER_REJECTED, False, client
         live = self.sessions.get(client)
         if live is not None and live[0].transitions.is_connected() and not relay:
-            return IDENTIFIER_REJECTED, False, client  # someone is connected under this id: no take-over without the secret
+            if not await _ended(live):
+                return IDENTIFIER_REJECTED, False, client  # someone is connected under this id: no take-over without the secret
         if connect.will_flag and not relay:
             if connect.will_retain_flag or not self.access.may_publish(client, connect.will_topic or ""):
                 return NOT_AUTHORIZED, False, client

@@ -31,6 +31,7 @@ from relay.broker import Access, EmbeddedBroker, PacketTooLarge, _LimitedReader
 from relay.local import LocalServer
 from relay.mosquitto import acl_text, hash_password, write_mosquitto_config
 from relay.runtime import Relay
+from bench.fuzz import RawMqtt
 from client.matchrun import run_match
 from client.net import Connection, new_client_id
 from tests.conftest import ROOT, find_mosquitto, wait_port
@@ -291,6 +292,35 @@ def test_a_10_mb_payload_is_refused_by_the_embedded_broker() -> None:
             async with Spy(server.address) as ok:  # the broker and the relay carry on
                 await ok.ping_barrier()
             assert not [r for r in server.relay.records if r.get("kind") == "bad_input"]  # nothing reached the relay
+
+    asyncio.run(main())
+
+
+def test_a_sender_the_broker_dropped_comes_back_at_once_under_its_own_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker closes a connection over the size limit and amqtt ends its session some loop
+    turns later (many, on a busy broker: here made slow on purpose): a client that reconnects at
+    once under its id is served, not refused as a take-over of a live session."""
+    from amqtt.broker import Broker
+
+    stop_handler = Broker._stop_handler
+
+    async def slow_stop(self: Any, handler: Any) -> None:
+        await asyncio.sleep(0.3)
+        await stop_handler(self, handler)
+
+    monkeypatch.setattr(Broker, "_stop_handler", slow_stop)
+
+    async def main() -> None:
+        async with LocalServer(None, seed=9) as server:
+            cid = new_client_id("back")
+            for _ in range(3):
+                eve = RawMqtt(cid)
+                await eve.connect(server.address.host, server.address.port)
+                eve.publish(T.req(cid), os.urandom(9000))
+                await asyncio.wait_for(eve.closed.wait(), DEADLINE_S)
+                await eve.close()
+            async with Spy(server.address, cid) as back:
+                await back.ping_barrier()
 
     asyncio.run(main())
 
