@@ -63,15 +63,9 @@ write per held shard a second, a heartbeat every ``ttl/3``; each tick's read of 
 stream-info request plus one read per key, every ``tick_s`` by every relay) is by far the larger
 load.
 
-Balance: every relay sees the live members (heartbeat keys) and the owners. Shards pinned by a
-live member (``shards=[...]``) are its alone; the others are shared by the unpinned members, each
-aiming at ceil(shards/members): a relay below that takes free shards (in an order hashed from its
-id, so two relays starting together prefer different shards), one above it, or above the floor
-while some member is below the floor, releases one shard per tick (after its ``on_loss`` has
-run); it does not take a shard it released or lost back for ``2 * ttl`` (at most ``COOLDOWN_MAX_S``),
-so another relay gets it.
+Balance, and which shards to keep, renew, release or take each tick: ``relay.leaseplan``.
 
-``decide`` is that logic as a pure function (time is an argument); ``NatsLeases`` is the thin
+``relay.leaseplan.decide`` is that logic as a pure function (time is an argument); ``NatsLeases`` is the thin
 nats-py shell: every tick (``ttl/8``, at most 0.5 s) it reads the bucket (one stream-info request
 listing the present keys, then their values), calls ``decide``, and carries out the plan.
 Callbacks run in order on a separate task, so a long replay in ``on_gain`` never delays renewals;
@@ -83,20 +77,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import hashlib
 import json
 import logging
-import math
 import re
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from relay.jetstream import bounded, close_nats, connect_jetstream
 from relay.journal import JournalError
+from relay.leaseplan import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, Owner, View, cooldown_s, decide, pin_conflict,
+                             renew_after, without_dead)
 from relay.ownership import OnGain, OnLoss
 
 if TYPE_CHECKING:  # nats-py is imported where it is used: a relay without a cluster never loads it
@@ -111,160 +104,10 @@ T = TypeVar("T")
 log = logging.getLogger("blink.relay.leases")
 
 DEFAULT_TTL_S = 12.0  # rides out a ~5 s JetStream stall (see "Timing" above); ``--lease-ttl`` changes it
-RENEW_EVERY_S = 1.0  # renew this long after the last successful renewal was sent ...
-RENEW_AT = 1 / 3  # ... or after this fraction of the ttl, if that is sooner (a ttl under 3 s)
-GIVE_UP_AT = 1 / 2  # of the ttl: no successful renewal for that long -> stop serving
 REQUEST_S = 4.0 / 6  # at most, for one request of the lease shell (ttl/6 if shorter): resent soon after a stall
-COOLDOWN_TTLS = 2.0
-COOLDOWN_MAX_S = 8.0  # whatever the ttl, a lost shard is not shunned for longer (others may be gone too)
 DEAD_AFTER_S = 0.75  # no responder on the liveness subject for this long: the relay is dead
 PROBE_S = 0.2  # how often the other members are asked (a task of its own; a death wakes the tick)
 _ID = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-class LeaseError(Exception):
-    """Leases cannot be used as configured; one line for a person."""
-
-
-# ---------------------------------------------------------------------------------------------- pure logic
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """A shard this relay holds: its tenure's fence, the newest revision, when the last renewal was sent."""
-
-    fence: int
-    revision: int
-    renewed_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    relay: str
-    revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class View:
-    """What the bucket says now: the owner of each present shard key; live members and their pins."""
-
-    owners: Mapping[str, Owner] = field(default_factory=dict)
-    members: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    since: Mapping[str, int] = field(default_factory=dict)  # member -> revision it registered at
-
-
-@dataclass(slots=True)
-class Plan:
-    lose: list[str] = field(default_factory=list)  # stop serving now: the lease is gone or too late
-    renew: list[str] = field(default_factory=list)
-    release: list[str] = field(default_factory=list)
-    acquire: list[str] = field(default_factory=list)
-
-
-def renew_after(ttl: float) -> float:
-    """How long after the last successful renewal was sent the next one is due."""
-    return min(RENEW_EVERY_S, ttl * RENEW_AT)
-
-
-def cooldown_s(ttl: float) -> float:
-    """How long a relay leaves a shard it released or lost to the others."""
-    return min(COOLDOWN_MAX_S, ttl * COOLDOWN_TTLS)
-
-
-def preference(me: str, shard: str) -> int:
-    """Rendezvous hashing: each relay ranks the shards differently, so simultaneous starts collide less."""
-    return int.from_bytes(hashlib.blake2b(f"{me}/{shard}".encode(), digest_size=8).digest(), "big")
-
-
-def decide(now: float, me: str, shards: Sequence[str], pinned: frozenset[str], held: Mapping[str, Held],
-           view: View, ttl: float, cooldown: Mapping[str, float] | None = None) -> Plan:
-    """What to do this tick. ``held`` is what this relay holds; ``view`` what the bucket showed at the
-    start of the tick (after this relay's previous actions); ``cooldown``: shard -> time until which this
-    relay does not take it back."""
-    plan = Plan()
-    cooldown = cooldown or {}
-    keep: dict[str, Held] = {}
-    for shard, h in held.items():
-        owner = view.owners.get(shard)
-        if now - h.renewed_at >= ttl * GIVE_UP_AT or owner is None or owner.relay != me:
-            plan.lose.append(shard)
-        else:
-            keep[shard] = h
-            if now - h.renewed_at >= renew_after(ttl):
-                plan.renew.append(shard)
-    members = dict(view.members)
-    members[me] = pinned
-    others_pins = set().union(*(p for m, p in members.items() if m != me)) if len(members) > 1 else set()
-    if pinned:
-        for shard in sorted(pinned, key=lambda s: preference(me, s)):
-            if shard not in keep and shard not in view.owners:
-                plan.acquire.append(shard)
-        return plan
-    shared = [s for s in shards if s not in others_pins]
-    sharers = sorted(m for m, p in members.items() if not p)
-    for shard in sorted(keep, key=lambda s: preference(me, s)):
-        if shard in others_pins:  # a live relay is forced onto it: hand it over
-            plan.release.append(shard)
-    mine = [s for s in keep if s in shared]
-    hi = math.ceil(len(shared) / len(sharers)) if shared else 0
-    lo = len(shared) // len(sharers) if shared else 0
-    counts = {m: 0 for m in sharers}
-    for shard, owner in view.owners.items():
-        if owner.relay in counts and shard in shared:
-            counts[owner.relay] += 1
-    counts[me] = len(mine)
-    if len(mine) < hi:
-        free = [s for s in shared if s not in view.owners and s not in keep and s not in plan.lose
-                and cooldown.get(s, -math.inf) <= now]  # not one it is losing now: it cools down first
-        free.sort(key=lambda s: preference(me, s))
-        plan.acquire.extend(free[:hi - len(mine)])
-    elif not plan.release and (len(mine) > hi or (len(mine) > lo and any(c < lo for m, c in counts.items() if m != me))):
-        plan.release.append(min(mine, key=lambda s: preference(me, s)))
-    return plan
-
-
-def without_dead(view: View, dead: Iterable[str]) -> tuple[View, dict[str, Owner]]:
-    """The view with the dead members gone and their shards free, and those shards' entries (each is
-    taken only if it still holds that revision)."""
-    gone = set(dead)
-    if not gone:
-        return view, {}
-    taken = {s: o for s, o in view.owners.items() if o.relay in gone}
-    owners = {s: o for s, o in view.owners.items() if s not in taken}
-    members = {m: p for m, p in view.members.items() if m not in gone}
-    since = {m: v for m, v in view.since.items() if m not in gone}
-    return View(owners, members, since), taken
-
-
-def pin_conflict(me: str, pinned: frozenset[str], view: View, my_since: int | None) -> str | None:
-    """Why this relay may not run with these pins (another live relay, registered earlier, pins one of
-    them), or None. Two relays starting together: the later registration is the one refused."""
-    for other, pins in sorted(view.members.items()):
-        if other == me or not (pins & pinned):
-            continue
-        theirs = view.since.get(other, 0)
-        if my_since is None or theirs < my_since:
-            both = ", ".join(sorted(pins & pinned, key=_shard_key))
-            return f"shard{'s' if len(pins & pinned) > 1 else ''} {both} already pinned by relay {other}"
-    return None
-
-
-def _shard_key(s: str) -> tuple[int, str]:
-    return (int(s), s) if s.isdigit() else (1 << 30, s)
-
-
-def parse_shards(text: str, count: int) -> frozenset[str]:
-    """``--shards 0,1`` -> {"0", "1"}, each checked against the shard count."""
-    out = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if not part.isdigit() or int(part) >= count:
-            raise LeaseError(f"--shards: {part!r} is not a shard (shards are 0..{count - 1})")
-        out.add(str(int(part)))
-    if not out:
-        raise LeaseError("--shards: no shard given")
-    return frozenset(out)
 
 
 # ---------------------------------------------------------------------------------------------- the nats-py shell

@@ -18,8 +18,9 @@ from client.tools.nats_cluster import Cluster
 from mqttkit import free_port
 from relay.jetstream import JetStreamJournal, NatsLink, close_nats
 from relay.journal import FencedError, Tick
-from relay.leases import (DEFAULT_TTL_S, GIVE_UP_AT, Held, LeaseError, NatsLeases, Owner, ThreadedLeases, View,
-                          cooldown_s, decide, parse_shards, pin_conflict, preference, renew_after, without_dead)
+from relay.leaseplan import (GIVE_UP_AT, Held, LeaseError, Owner, View, cooldown_s, decide, parse_shards, pin_conflict,
+                             preference, renew_after, without_dead)
+from relay.leases import DEFAULT_TTL_S, NatsLeases, ThreadedLeases
 from relay.ownership import Ownership
 
 TTL = 4.0
