@@ -258,12 +258,14 @@ class NatsLink:
 # ---------------------------------------------------------------------------------------------- records
 
 def encode_entries(entries: Sequence[Entry]) -> bytes:
+    """Rows ``[0, now_ns, topic, payload, wall_ns?]`` and ``[1, now_ns, wall_ns?]``: the wall clock rides
+    along when the shell read one (a replay must stamp events with the times first published)."""
     rows: list[list[int | str | bytes]] = []
     for e in entries:
-        if isinstance(e, Msg):
-            rows.append([0, e.now_ns, e.topic, bytes(e.payload)])
-        else:
-            rows.append([1, e.now_ns])
+        row: list[int | str | bytes] = [0, e.now_ns, e.topic, bytes(e.payload)] if isinstance(e, Msg) else [1, e.now_ns]
+        if e.wall_ns is not None:
+            row.append(e.wall_ns)
+        rows.append(row)
     return bytes(msgpack.packb(rows, use_bin_type=True))
 
 
@@ -271,12 +273,12 @@ def decode_entries(data: bytes) -> list[Entry]:
     rows = msgpack.unpackb(data, raw=False)
     out: list[Entry] = []
     for row in rows:
-        if row[0] == 0:
-            out.append(Msg(str(row[2]), bytes(row[3]), int(row[1])))
-        elif row[0] == 1:
-            out.append(Tick(int(row[1])))
+        if row[0] == 0 and len(row) in (4, 5):
+            out.append(Msg(str(row[2]), bytes(row[3]), int(row[1]), int(row[4]) if len(row) == 5 else None))
+        elif row[0] == 1 and len(row) in (2, 3):
+            out.append(Tick(int(row[1]), int(row[2]) if len(row) == 3 else None))
         else:
-            raise ValueError(f"unknown entry kind {row[0]!r}")
+            raise ValueError(f"unknown entry kind or length {row[0]!r}/{len(row)}")
     return out
 
 

@@ -40,13 +40,15 @@ def ns() -> str:
 def msgs(n: int, start: int = 0) -> list[Msg | Tick]:
     out: list[Msg | Tick] = []
     for i in range(start, start + n):
-        out.append(Msg(f"blink/m/{i}", bytes([i % 256]) * (i % 7), i) if i % 3 else Tick(i))
+        wall = 1_796_000_000_000_000_000 + i if i % 2 else None  # the wall clock, where the shell read one
+        out.append(Msg(f"blink/m/{i}", bytes([i % 256]) * (i % 7), i, wall) if i % 3 else Tick(i, wall))
     return out
 
 
 def test_entries_round_trip_and_split() -> None:
     batch = msgs(50)
     assert decode_entries(encode_entries(batch)) == batch
+    assert any(e.wall_ns for e in batch) and any(e.wall_ns is None for e in batch)
     pieces = split_batch(batch, 200)
     assert len(pieces) > 1 and [e for p in pieces for e in p] == batch
     assert all(len(encode_entries(p)) <= 200 for p in pieces)
@@ -112,12 +114,15 @@ def test_replay_through_the_journal_interface(link: NatsLink) -> None:
     class Core:
         def __init__(self, seen: list[int] | None = None) -> None:
             self.seen = seen or []
+            self.walls: list[int | None] = []
 
-        def handle(self, topic: str, payload: bytes, now_ns: int) -> None:
+        def handle(self, topic: str, payload: bytes, now_ns: int, wall_ns: int | None = None) -> None:
             self.seen.append(now_ns)
+            self.walls.append(wall_ns)
 
-        def tick(self, now_ns: int) -> None:
+        def tick(self, now_ns: int, wall_ns: int | None = None) -> None:
             self.seen.append(-now_ns)
+            self.walls.append(wall_ns)
 
     j = JetStreamJournal(link, "7", namespace=ns())
     j.append(msgs(30))
@@ -125,6 +130,7 @@ def test_replay_through_the_journal_interface(link: NatsLink) -> None:
     core = replay(j, Core, lambda blob: Core(list(range(int(blob)))))
     assert len(core.seen) == 30 and core.seen[10:] == [e.now_ns if isinstance(e, Msg) else -e.now_ns
                                                        for e in msgs(30)[10:]]
+    assert core.walls == [e.wall_ns for e in msgs(30)[10:]]  # the wall clock survives the journal
     j.close()
 
 
