@@ -60,7 +60,7 @@ from bench.fuzz import Stack, _bot_matches, ping_relay, rss_kb  # noqa: E402
 from client.net import Connection, new_client_id  # noqa: E402
 from mqttkit import BrokerAddress  # noqa: E402
 from protocol import messages as m  # noqa: E402
-from protocol.codec import decode, encode  # noqa: E402
+from protocol.codec import decode_all, encode  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
 
 T = Topics()
@@ -138,17 +138,17 @@ async def _pong_within(spy: Spy, timeout: float) -> bool:
 
 def _is_pong(payload: bytes, t0: int) -> bool:
     try:
-        msg = decode(payload)
+        msgs = decode_all(payload)
     except Exception:  # noqa: BLE001
         return False
-    return isinstance(msg, m.Pong) and msg.t0 == t0
+    return any(isinstance(msg, m.Pong) and msg.t0 == t0 for msg in msgs)
 
 
 def _decoded(got: list[tuple[str, bytes]]) -> list[tuple[str, Any]]:
     out = []
     for t, p in got:
         try:
-            out.append((t, decode(p)))
+            out.extend((t, x) for x in decode_all(p))
         except Exception:  # noqa: BLE001
             pass
     return out

@@ -61,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.fuzz import RawMqtt, Stack, rss_kb  # noqa: E402
 from protocol import messages as m  # noqa: E402
-from protocol.codec import decode, encode  # noqa: E402
+from protocol.codec import decode_all, encode  # noqa: E402
 from protocol.rules import blink  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
 
@@ -137,11 +137,12 @@ class Prober:
 
     def _on(self, topic: str, payload: bytes) -> None:
         try:
-            msg = decode(payload)
+            msgs = decode_all(payload)
         except Exception:  # noqa: BLE001
             return
-        if isinstance(msg, m.Pong) and msg.t0 in self.sent:
-            self.rtt[msg.t0] = time.monotonic() - self.sent[msg.t0]
+        for msg in msgs:
+            if isinstance(msg, m.Pong) and msg.t0 in self.sent:
+                self.rtt[msg.t0] = time.monotonic() - self.sent[msg.t0]
 
     async def start(self) -> None:
         await self.conn.connect(self.stack.host, self.stack.port)
@@ -180,13 +181,14 @@ async def flood(stack: Stack, kind: str, seconds: float, seed: int) -> dict[str,
 
     def on(topic: str, payload: bytes) -> None:
         try:
-            msg = decode(payload)
+            msgs = decode_all(payload)
         except Exception:  # noqa: BLE001
             return
-        if isinstance(msg, m.MatchJoined):
-            joined[topic] = msg.match
-        elif isinstance(msg, (m.RequestRejected, m.ActionRejected)):
-            told[msg.code] += 1
+        for msg in msgs:
+            if isinstance(msg, m.MatchJoined):
+                joined[topic] = msg.match
+            elif isinstance(msg, (m.RequestRejected, m.ActionRejected)):
+                told[msg.code] += 1
 
     c = RawMqtt(me, on)
     await c.connect(stack.host, stack.port)

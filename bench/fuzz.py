@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from protocol import messages as m  # noqa: E402
-from protocol.codec import decode, encode  # noqa: E402
+from protocol.codec import decode_all, encode  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
 from bench.benchkit import find_mosquitto  # noqa: E402
 from mqttkit import free_port  # noqa: E402
@@ -483,7 +483,7 @@ async def ping_relay(stack: Stack, timeout: float) -> float | None:
 
     def on_message(topic: str, payload: bytes) -> None:
         try:
-            if isinstance(decode(payload), m.Pong):
+            if any(isinstance(x, m.Pong) for x in decode_all(payload)):
                 got.set()
         except Exception:  # noqa: BLE001
             pass
@@ -532,11 +532,12 @@ async def fuzz(stack: Stack, payloads: int, seed: int = 1, connections: int = 40
             fz.codes.append(parts[4])
             del fz.codes[:-50]
         try:
-            msg = decode(payload)
+            msgs = decode_all(payload)
         except Exception:  # noqa: BLE001
             return
-        if isinstance(msg, m.MatchJoined):
-            joined[topic] = msg.match
+        for msg in msgs:
+            if isinstance(msg, m.MatchJoined):
+                joined[topic] = msg.match
 
     ids = [f"fz{i}x{rng.getrandbits(64):016x}" for i in range(connections)]
     conns = [RawMqtt(i, watcher if n < 3 else None) for n, i in enumerate(ids)]
@@ -564,11 +565,12 @@ async def fuzz(stack: Stack, payloads: int, seed: int = 1, connections: int = 40
 
     def on_probe(topic: str, payload: bytes) -> None:
         try:
-            msg = decode(payload)
+            msgs = decode_all(payload)
         except Exception:  # noqa: BLE001
             return
-        if isinstance(msg, m.Pong):
-            pongs.put_nowait(msg.t0)
+        for msg in msgs:
+            if isinstance(msg, m.Pong):
+                pongs.put_nowait(msg.t0)
 
     probe = RawMqtt(probe_id, on_probe)
     await probe.connect(stack.host, stack.port)

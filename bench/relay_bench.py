@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from protocol import messages as m  # noqa: E402
-from protocol.codec import DecodeError, decode, encode  # noqa: E402
+from protocol.codec import DecodeError, decode_all, encode  # noqa: E402
 from protocol.rules import blink  # noqa: E402
 from protocol.rules.base import Accepted  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
@@ -383,9 +383,14 @@ class SeatClient:
     def on_message(self, c: Any, topic: str, payload: bytes, qos: int, props: Any) -> int:
         now = time.perf_counter_ns()
         try:
-            msg = decode(payload)
+            msgs = decode_all(payload)
         except DecodeError:
             return 0
+        for msg in msgs:
+            self.on_one(msg, now)
+        return 0
+
+    def on_one(self, msg: Any, now: int) -> None:
         if isinstance(msg, m.ActionAccepted | m.ActionRejected):
             fut = self.answers.pop(msg.id, None)
             if fut is not None and not fut.done():
@@ -420,7 +425,6 @@ class SeatClient:
                 self.joined.set_exception(RuntimeError(f"{msg.code}: {msg.detail}"))
         elif isinstance(msg, m.Probe):
             self.request(m.ProbeReply(msg.sent_ns))
-        return 0
 
     def state(self) -> Any:
         if self._state is None and self.view_wire is not None:

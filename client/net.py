@@ -43,7 +43,7 @@ import aiomqtt
 
 from mqttkit import NODELAY, BrokerAddress, connect_problem, stop_task, subscribe_granted
 from protocol import messages as m
-from protocol.codec import DecodeError, decode, encode
+from protocol.codec import DecodeError, decode_all, encode
 from protocol.topics import Topics
 from client.model import ConnectionLost, Reconnected, Reconnecting
 
@@ -335,24 +335,27 @@ class Connection:
                     self._deliver(m.MatchList(merge_match_lists(self._lobby)))
                 continue
             try:
-                decoded = decode(payload)
+                decoded = decode_all(payload)  # one message, or a bundle of a step's for this topic
             except DecodeError:
                 self.bad_messages += 1
                 continue
-            if isinstance(decoded, m.MatchJoined):
-                self._shards[decoded.match] = decoded.shard  # before anyone watches or acts on it
-            elif isinstance(decoded, m.MatchList) and self._lobby is not None:
-                self._lobby[msg.topic.value] = decoded.matches
-                decoded = m.MatchList(merge_match_lists(self._lobby))
+            for i, one in enumerate(decoded):
+                if isinstance(one, m.MatchJoined):
+                    self._shards[one.match] = one.shard  # before anyone watches or acts on it
+                elif isinstance(one, m.MatchList) and self._lobby is not None:
+                    self._lobby[msg.topic.value] = one.matches
+                    decoded[i] = m.MatchList(merge_match_lists(self._lobby))
             if self.impairment is None:
-                self._deliver(decoded)
+                for one in decoded:
+                    self._deliver(one)
             else:
-                delay = self.impairment.plan()
+                delay = self.impairment.plan()  # one network message: one fate for all it holds
                 if delay is not None:
                     self._later(delay, functools.partial(self._deliver_async, decoded))
 
-    async def _deliver_async(self, msg: Any) -> None:
-        self._deliver(msg)
+    async def _deliver_async(self, msgs: list[Any]) -> None:
+        for msg in msgs:
+            self._deliver(msg)
 
     def _deliver(self, msg: Any) -> None:
         try:

@@ -15,6 +15,13 @@ Supported field types: ``int``, ``float``, ``str``, ``bool``, ``bytes``, ``X | N
 ``tuple[X, ...]``, ``dict[str, Any]`` and ``Any`` (a msgpack value of bounded size). Nested
 messages are carried as plain maps and decoded by the layer that knows what to expect.
 
+A *bundle* is several messages for one topic in one payload: a msgpack array whose items are the
+messages' own encodings, byte for byte (``pack_bundle`` prefixes an array header to bytes already
+encoded: nothing is packed twice). The relay publishes one per topic and step where a step says
+several things to one topic (a play's events; a verdict and the hand it changed), so a player
+receives one message where it received two or three. ``decode_all`` reads either form; ``decode``
+reads single messages only.
+
 Speed: the relay encodes several messages and decodes two (an ``Act`` and its action) per play,
 so each class gets, on first use, a compiled encoder (generated source that builds the wire map
 field by field: no ``dataclasses.fields``, no ``hasattr`` per field) and a table of per-field
@@ -243,6 +250,41 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
     except Exception as exc:  # noqa: BLE001 - msgpack raises a zoo of types; we raise one
         raise DecodeError("malformed", f"not msgpack: {type(exc).__name__}") from exc
     return from_dict(obj)
+
+
+#: A bundle's items, at most (the relay splits longer runs).
+MAX_BUNDLE_ITEMS = 256
+
+#: The first byte of a msgpack array (fixarray, array 16, array 32): a bundle; a message is a map.
+_ARRAY_HEADS = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
+
+
+def pack_bundle(payloads: list[bytes]) -> bytes:
+    """Encoded messages as one bundle (see the header): an array header, then each payload as it is."""
+    n = len(payloads)
+    if not 0 < n <= MAX_BUNDLE_ITEMS:
+        raise ValueError(f"a bundle holds 1 to {MAX_BUNDLE_ITEMS} messages, not {n}")
+    head = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
+    return head + b"".join(payloads)
+
+
+def decode_all(data: bytes | bytearray | memoryview) -> list[Any]:
+    """Decode untrusted bytes holding one message or a bundle of them (``pack_bundle``): the messages
+    in order, or ``DecodeError`` (as ``decode``) if any item is not a valid message."""
+    if type(data) is not bytes and not isinstance(data, (bytearray, memoryview)):
+        return [decode(data)]  # (refused there, as anything not bytes-like)
+    raw = data if type(data) is bytes else bytes(data)
+    if not raw or raw[0] not in _ARRAY_HEADS:
+        return [decode(raw)]
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise DecodeError("too_large", f"{len(raw)} bytes > {MAX_MESSAGE_BYTES}")
+    try:
+        items = msgpack.unpackb(raw, raw=False, strict_map_key=True, max_array_len=4096, max_map_len=1024)
+    except Exception as exc:  # noqa: BLE001 - msgpack raises a zoo of types; we raise one
+        raise DecodeError("malformed", f"not msgpack: {type(exc).__name__}") from exc
+    if not isinstance(items, list) or not 0 < len(items) <= MAX_BUNDLE_ITEMS:
+        raise DecodeError("malformed", "a bundle holds 1 to %d messages" % MAX_BUNDLE_ITEMS)
+    return [from_dict(item) for item in items]
 
 
 def from_dict(obj: object) -> object:

@@ -24,7 +24,7 @@ from client.matchrun import event_line, run_match
 from client.net import new_client_id
 from mqttkit import BrokerAddress
 from protocol import messages as m
-from protocol.codec import DecodeError, decode, encode
+from protocol.codec import DecodeError, decode_all, encode
 from protocol.topics import Topics
 from relay.limits import NS, RELAY_INTAKE_SLACK, Intake
 from relay.local import LocalServer
@@ -59,7 +59,7 @@ class Peer:
 
     def _on(self, topic: str, payload: bytes) -> None:
         try:
-            self.got.append(decode(payload))
+            self.got.extend(decode_all(payload))
         except DecodeError:
             pass
 

@@ -612,7 +612,7 @@ def test_the_relay_shell_rides_out_a_malformed_packet_by_reconnecting_and_resubs
     """The broker's stream breaks: the shell's connection is dropped with a logged line (no
     traceback, no crash), the shell reconnects with its backoff, subscribes again and answers."""
     from protocol import messages as m
-    from protocol.codec import decode, encode
+    from protocol.codec import decode_all, encode
     from protocol.topics import Topics
     from relay.runtime import Relay
 
@@ -632,7 +632,7 @@ def test_the_relay_shell_rides_out_a_malformed_packet_by_reconnecting_and_resubs
             if first >> 4 == 3:
                 tl = int.from_bytes(body[:2], "big")
                 if body[2:2 + tl].decode() == topics.client("cli1"):
-                    answered.append(decode(body[2 + tl:]))
+                    answered.extend(decode_all(body[2 + tl:]))
 
     broker = FakeBroker(script)
 

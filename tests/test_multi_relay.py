@@ -16,7 +16,7 @@ import pytest
 
 from mqttkit import BrokerAddress
 from protocol import messages as m
-from protocol.codec import decode, encode
+from protocol.codec import decode, decode_all, encode
 from protocol.rules import game_for
 from protocol.topics import Topics
 from relay import shards
@@ -131,7 +131,7 @@ def test_every_lobby_request_is_handled_by_exactly_one_relay(mosquitto: BrokerAd
 
                 async def reader() -> None:
                     async for msg in c.messages:
-                        answers.append(decode(bytes(msg.payload)))  # type: ignore[arg-type]
+                        answers.extend(decode_all(bytes(msg.payload)))  # type: ignore[arg-type]
 
                 task = asyncio.create_task(reader())
                 requests: list[bytes] = [encode(m.Ping(t0=i)) for i in range(8)]

@@ -94,16 +94,17 @@ async def retained(address: BrokerAddress, topic: str, accept: Callable[[Any], b
     """The first message on ``topic`` (a retained one arrives at once) that ``accept`` takes."""
     import aiomqtt
 
-    from protocol.codec import decode
+    from protocol.codec import decode_all
 
     async with aiomqtt.Client(address.host, address.port, identifier=new_client_id("t"),
                               username=address.username, password=address.password) as client:
         await client.subscribe(topic, qos=0)
         async with asyncio.timeout(timeout):
             async for msg in client.messages:
-                body = decode(bytes(msg.payload)) if isinstance(msg.payload, (bytes, bytearray)) and msg.payload else None
-                if accept(body):
-                    return body
+                bodies = decode_all(bytes(msg.payload)) if isinstance(msg.payload, (bytes, bytearray)) and msg.payload else [None]
+                for body in bodies:
+                    if accept(body):
+                        return body
     raise AssertionError(f"nothing on {topic}")
 
 

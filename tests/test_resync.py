@@ -20,7 +20,7 @@ import aiomqtt
 
 from mqttkit import BrokerAddress
 from protocol import messages as m
-from protocol.codec import decode, encode
+from protocol.codec import decode_all, encode
 from client.net import new_client_id
 from relay import snapshot
 from relay.core import RelayCore
@@ -131,15 +131,16 @@ def test_a_restarted_relay_answers_requests_during_its_resync_and_resyncs_every_
 
             async def read() -> None:
                 async for msg in watcher.messages:
-                    body = decode(bytes(msg.payload)) if isinstance(msg.payload, (bytes, bytearray)) else None
-                    if isinstance(body, m.Pong) and msg.topic.value == T.client(pinger_id):
-                        seen.append(("pong", body))
-                    elif isinstance(body, m.ViewUpdated):
-                        seen.append(("view", (msg.topic.value, body)))
-                    elif isinstance(body, m.Snapshot):
-                        seen.append(("snap", body))
-                        if len(seen) < 100:
-                            await send_ping()
+                    bodies = decode_all(bytes(msg.payload)) if isinstance(msg.payload, (bytes, bytearray)) else []
+                    for body in bodies:
+                        if isinstance(body, m.Pong) and msg.topic.value == T.client(pinger_id):
+                            seen.append(("pong", body))
+                        elif isinstance(body, m.ViewUpdated):
+                            seen.append(("view", (msg.topic.value, body)))
+                        elif isinstance(body, m.Snapshot):
+                            seen.append(("snap", body))
+                            if len(seen) < 100:
+                                await send_ping()
 
             async def send_ping() -> None:
                 await pinger.publish(T.req(pinger_id), encode(m.Ping(t0=time.time_ns())), qos=0)

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from client.model import ClientModel
 from protocol import messages as m
-from protocol.codec import decode, encode
+from protocol.codec import decode_all, encode
 from protocol.rules import blink, roll_your_own, sequence, takeaway
 from protocol.topics import Topics
 from relay.core import Publish, RelayConfig, RelayCore
+from relay.publishing import wire_messages
 
 T = Topics()
 S = 1_000_000_000
@@ -50,21 +51,20 @@ class Table:
             self.send(T.req(c), m.JoinMatch(name=f"p{c}", code=self.code))
 
     def deliver(self, out: list[Any]) -> None:
-        for o in out:
-            if not isinstance(o, Publish) or isinstance(o.msg, bytes):
-                continue
-            msg = decode(encode(o.msg))
+        # As the relay publishes them: a topic's messages of a step bundled, then decoded as a client does.
+        wires = wire_messages([o for o in out if isinstance(o, Publish)], encode)
+        for topic, msg in ((w.topic, x) for w in wires if w.payload for x in decode_all(w.payload)):
             if isinstance(msg, m.Event):
                 self.kinds.add(msg.type)
             if isinstance(msg, m.PrivateUpdate):
-                self.check_private(o.topic, msg)
+                self.check_private(topic, msg)
             elif isinstance(msg, m.ViewUpdated):
                 self.views += 1
             for client, model in self.models.items():
-                if o.topic in (T.client(client), T.ev(self.code)):
+                if topic in (T.client(client), T.ev(self.code)):
                     for req in model.on_message(msg, self.now):
                         self.resyncs.append((client, req))
-            if o.topic in (T.ev(self.code), T.snap(self.code)):
+            if topic in (T.ev(self.code), T.snap(self.code)):
                 for req in self.spectator.on_message(msg, self.now):
                     self.resyncs.append(("s", req))
 

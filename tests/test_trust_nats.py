@@ -28,7 +28,7 @@ from client.matchrun import run_match
 from client.net import Connection, new_client_id
 from mqttkit import BrokerAddress, free_port
 from protocol import messages as m
-from protocol.codec import decode, encode
+from protocol.codec import decode_all, encode
 from protocol.topics import Topics
 from relay.local import LocalServer
 from relay.natsauth import auth_text, main as natsauth_main, secure_node_conf, write_nats_auth
@@ -179,7 +179,7 @@ def test_on_nats_players_play_but_cannot_forge_the_relays_messages_or_read_reque
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
             assert not [x for x in got if isinstance(x, m.Pong) and x.t0 == 1]  # the forged private message
-            mine = [(t, decode(p)) for t, p in eve_got if p]
+            mine = [(t, x) for t, p in eve_got if p for x in decode_all(p)]
             assert not [x for t, x in mine if isinstance(x, (m.Event, m.Snapshot)) and x.seq >= 100000]
             assert not [t for t, _ in eve_got if "/act/" in t or "/req/" in t]
             # A newcomer gets only the relay's retained messages.
@@ -192,8 +192,8 @@ def test_on_nats_players_play_but_cannot_forge_the_relays_messages_or_read_reque
                 await until(lambda: any(t == T.match_list for t, _ in late_got), "the retained match list")
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
-            snaps = [decode(p) for t, p in late_got if t.endswith("/snap")]
+            snaps = [x for t, p in late_got if t.endswith("/snap") for x in decode_all(p)]
             assert snaps and all(isinstance(x, m.Snapshot) and x.match == code and x.seq < 100000 for x in snaps)
-            assert all(isinstance(decode(p), m.MatchList) for t, p in late_got if t == T.match_list)
+            assert all(isinstance(x, m.MatchList) for t, p in late_got if t == T.match_list for x in decode_all(p))
 
     asyncio.run(main())

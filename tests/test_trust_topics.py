@@ -32,7 +32,7 @@ import pytest
 from client.net import Connection, new_client_id
 from mqttkit import BrokerAddress, free_port
 from protocol import messages as m
-from protocol.codec import decode, encode
+from protocol.codec import decode_all, encode
 from protocol.topics import Topics
 from relay.local import LocalServer
 from relay.mosquitto import write_mosquitto_config
@@ -148,7 +148,7 @@ async def _collect(client: aiomqtt.Client, into: list[Any]) -> None:
         async for msg in client.messages:
             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
             try:
-                into.append(decode(bytes(payload)))
+                into.extend(decode_all(bytes(payload)))
             except Exception:  # noqa: BLE001 - not ours to judge here
                 pass
     except aiomqtt.MqttError:

@@ -26,7 +26,7 @@ from client.tools.load_config import (CONNECT_TIMEOUT_S, KEEPALIVE_S, LEAVE, MAX
                                       SUBSCRIBE_PID, LoadError)
 from mqttkit.packets import pack_publish, pack_subscribe
 from protocol import messages as m
-from protocol.codec import DecodeError, decode, encode
+from protocol.codec import DecodeError, decode_all, encode
 from protocol.rules.base import Accepted
 from protocol.topics import Topics
 
@@ -151,27 +151,34 @@ class LoadPlayer:
         # Both players of a match get the same bytes for each event: the first to read them decodes
         # them for both (a decoded message is immutable), the second takes it out of ``shared``.
         shared = self.shared
-        ev = shared.pop(payload, None)
-        if ev is None:
+        evs = shared.pop(payload, None)
+        if evs is None:
             try:
-                ev = decode(payload)
+                evs = decode_all(payload)  # a step's events for the match come as one bundle
             except DecodeError:
                 self.run.bad_messages += 1
                 return
             if len(shared) < SHARED_EVENTS:  # (bounded: the other player's connection may be gone)
-                shared[payload] = ev
-        if type(ev) is m.Event and ev.seq > self.view_seq and len(self.ahead) < 4096:
-            self.ahead[ev.seq] = ev
-            if self.catch_up(now):
-                self.poke()
+                shared[payload] = evs
+        ahead = False
+        for ev in evs:
+            if type(ev) is m.Event and ev.seq > self.view_seq and len(self.ahead) < 4096:
+                self.ahead[ev.seq] = ev
+                ahead = True
+        if ahead and self.catch_up(now):
+            self.poke()
 
     def on_private(self, payload: bytes, now: int) -> None:
-        run = self.run
         try:
-            msg = decode(payload)
+            msgs = decode_all(payload)  # a verdict and the cards it drew come as one bundle
         except DecodeError:
-            run.bad_messages += 1
+            self.run.bad_messages += 1
             return
+        for msg in msgs:
+            self.on_private_message(msg, now)
+
+    def on_private_message(self, msg: Any, now: int) -> None:
+        run = self.run
         kind = type(msg)
         if kind is m.ViewUpdated:
             if self.apply_view(msg, now):

@@ -146,11 +146,15 @@ class Referee:
         extra = {"client": client, "id": act.id, "reaction_ns": act.reaction_ns, "hold_ns": hold_ns}
         if note:
             extra.update(note)
+        start = len(out)
         self.commit(match, result, now_ns, out, extra=extra)
         self.t.stats["accepted"] += 1
         # (an accepted action's sender was checked before it was judged: by ``_on_act``, or on its way to fair order's hold)
         self.answer(client, match.code, act.id, m.ActionAccepted(match.code, act.id, match.seq, hold_ns), now_ns, out,
                      log=False, client_ok=True)
+        # The verdict goes out first, beside the private updates: a client keeps an accepted play until
+        # its events come (``seq``), and the sender's verdict and new cards then leave as one message.
+        out.insert(start, out.pop())
         self.after_change(match, now_ns, out)
         return True
 
