@@ -361,8 +361,8 @@ class _Gate:
         broker.route(to, bytes(packet), 0)
 
 
-#: Topics whose "public?" answer the broker remembers (then it starts again).
-PUBLIC_CACHE = 1 << 16
+#: Topics whose "public?" answer, and whose wildcard filters, the broker remembers (then it starts again).
+PUBLIC_CACHE = WILD_CACHE = 1 << 16
 #: How far behind a subscriber's socket may fall (bytes written and not yet sent) before the fast
 #: path drops QoS 0 messages to it rather than buffer more: MQTT lets a broker drop QoS 0, and a
 #: reader this far behind is gone or stuck (Mosquitto likewise caps what it queues per client).
@@ -388,6 +388,7 @@ class _Out(StreamWriterAdapter):  # type: ignore[misc]  # amqtt is untyped (see 
         self.own = own  # PREFIX/c/CLIENT, or None (an id that is not a client's)
         self.dropped = 0  # QoS 0 messages dropped for a socket MAX_BEHIND behind
         self.fast: _Fast | None = None
+        self.queued: list[bytes] = []  # packets routed to it while the broker is corked
 
     def send(self, packet: bytes) -> None:
         """Write one whole packet (amqtt's writes are whole packets too: never one inside another)."""
@@ -558,59 +559,75 @@ class _Pump:
             await self.queue.put(exc)
 
     async def _pump(self) -> None:
-        reader, limit, gate, fast, put = self.reader, self.limit, self.gate, self.fast, self.queue.put
+        reader, limit, gate, fast, queue = self.reader, self.limit, self.gate, self.fast, self.queue
+        # What one chunk routes goes out as one write per subscriber (``_GuardedBroker.cork``): a
+        # relay's step is many messages to the same few players. Flushed before every wait, so no
+        # other write -- amqtt's, or another connection's -- ever comes between.
+        broker = fast.broker if fast is not None else None
         buf = b""
         while True:
             data = await reader.read(READ_CHUNK)
             if not data:
-                await put(asyncio.IncompleteReadError(buf, None))
+                await queue.put(asyncio.IncompleteReadError(buf, None))
                 return
             buf = buf + data if buf else data
             n = len(buf)
             i = 0
-            while i < n:
-                first = buf[i]
-                j = i + 1
-                rl = shift = 0
-                while True:  # the remaining length: 7 bits a byte, least significant first, at most 4
-                    if j >= n:
+            if broker is not None:
+                broker.cork()
+            try:
+                while i < n:
+                    first = buf[i]
+                    j = i + 1
+                    rl = shift = 0
+                    while True:  # the remaining length: 7 bits a byte, least significant first, at most 4
+                        if j >= n:
+                            break
+                        b = buf[j]
+                        j += 1
+                        rl |= (b & 0x7F) << shift
+                        if b < 0x80:
+                            shift = -1
+                            break
+                        shift += 7
+                        if shift >= 28:
+                            raise PacketTooLarge("bad remaining length")
+                    if shift != -1:
+                        break  # the length is not all here yet
+                    if rl > limit:
+                        raise PacketTooLarge(f"packet of {rl} bytes > {limit}")
+                    end = j + rl
+                    if end > n:
                         break
-                    b = buf[j]
-                    j += 1
-                    rl |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        shift = -1
-                        break
-                    shift += 7
-                    if shift >= 28:
-                        raise PacketTooLarge("bad remaining length")
-                if shift != -1:
-                    break  # the length is not all here yet
-                if rl > limit:
-                    raise PacketTooLarge(f"packet of {rl} bytes > {limit}")
-                end = j + rl
-                if end > n:
-                    break
-                body = buf[j:end]
-                start, i = i, end
-                if gate is not None:
-                    now = time.monotonic_ns()
-                    if not gate.pace.take(now):
-                        await gate.paced()
+                    body = buf[j:end]
+                    start, i = i, end
+                    if gate is not None:
                         now = time.monotonic_ns()
-                    if not gate.admit(first, body, now):
-                        continue
-                packet = buf[start:end]
-                if fast is not None:
-                    kind = first >> 4
-                    if kind == PUBLISH_TYPE:
-                        if fast.hold:
-                            await fast.settled()
-                    elif kind == SUBSCRIBE_TYPE or kind == UNSUBSCRIBE_TYPE:
-                        fast.held()
-                    if fast(first, body, packet):
-                        continue
-                await put(packet)
+                        if not gate.pace.take(now):
+                            if broker is not None:
+                                broker.flush()
+                            await gate.paced()
+                            now = time.monotonic_ns()
+                        if not gate.admit(first, body, now):
+                            continue
+                    packet = buf[start:end]
+                    if fast is not None:
+                        kind = first >> 4
+                        if kind == PUBLISH_TYPE:
+                            if fast.hold:
+                                fast.broker.flush()
+                                await fast.settled()
+                        elif kind == SUBSCRIBE_TYPE or kind == UNSUBSCRIBE_TYPE:
+                            fast.held()
+                        if fast(first, body, packet):
+                            continue
+                    if queue.full():
+                        if broker is not None:
+                            broker.flush()
+                    await queue.put(packet)
+            finally:
+                if broker is not None:
+                    broker.flush()
             buf = buf[i:]
 
 
@@ -693,22 +710,29 @@ class _SubscriptionTable(dict[str, list[tuple[Session, int]]]):
     def __init__(self) -> None:
         super().__init__()
         self.wildcards: dict[str, None] = {}  # an ordered set
+        #: The wildcard filters that take a topic, by topic (a match's topics repeat for all its
+        #: messages); forgotten whenever the set of wildcard filters changes.
+        self._wild_of: dict[str, tuple[str, ...]] = {}
 
     def __setitem__(self, key: str, value: list[tuple[Session, int]]) -> None:
         super().__setitem__(key, value)
-        if "+" in key or "#" in key:
+        if ("+" in key or "#" in key) and key not in self.wildcards:
             self.wildcards[key] = None
+            self._wild_of.clear()
 
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
-        self.wildcards.pop(key, None)
+        if self.wildcards.pop(key, 0) is None:
+            self._wild_of.clear()
 
     def clear(self) -> None:
         super().clear()
         self.wildcards.clear()
+        self._wild_of.clear()
 
     def pop(self, key: str, *default: list[tuple[Session, int]]) -> list[tuple[Session, int]]:  # type: ignore[override]
-        self.wildcards.pop(key, None)
+        if self.wildcards.pop(key, 0) is None:
+            self._wild_of.clear()
         return super().pop(key, *default)
 
     def items(self) -> list[tuple[str, list[tuple[Session, int]]]]:  # type: ignore[override]
@@ -717,13 +741,22 @@ class _SubscriptionTable(dict[str, list[tuple[Session, int]]]):
     def __iter__(self) -> Iterator[str]:
         return iter(list(super().keys()))
 
+    def __repr__(self) -> str:
+        # amqtt logs repr(self._subscriptions) at debug level after every SUBSCRIBE, building the
+        # string whatever the level: every session of the broker each time (quadratic over set-up).
+        return f"<{len(self)} subscription filters>"
+
     def matching(self, topic: str, matches: Callable[[str, str], bool]) -> list[tuple[Session, int]]:
         """Every (subscriber, qos) whose filter takes ``topic`` (``matches``: amqtt's own filter
         test), once per matching filter, as amqtt delivers; a copy, safe across awaits."""
         found = list(self.get(topic, ()))
-        for key in self.wildcards:
-            if matches(topic, key):
-                found.extend(self.get(key, ()))
+        wild = self._wild_of.get(topic)
+        if wild is None:
+            if len(self._wild_of) >= WILD_CACHE:
+                self._wild_of.clear()
+            wild = self._wild_of[topic] = tuple(key for key in self.wildcards if matches(topic, key))
+        for key in wild:
+            found.extend(self.get(key, ()))
         return found
 
 
@@ -749,6 +782,22 @@ class _GuardedBroker(Broker):
         #: clients at each (quadratic over a broker's set-up).
         self._filters_of: dict[str, set[str]] = {}
         self._side_tasks: set[asyncio.Task[object]] = set()
+        self._corked = False
+        self._dirty: list[_Out] = []  # writers with packets queued while corked
+
+    def cork(self) -> None:
+        """Until ``flush``, packets the fast path routes are queued per subscriber, not written."""
+        self._corked = True
+
+    def flush(self) -> None:
+        """Write what was queued since ``cork``: one write per subscriber, in the order routed."""
+        self._corked = False
+        dirty = self._dirty
+        if dirty:
+            self._dirty = []
+            for out in dirty:
+                queued, out.queued = out.queued, []
+                out.send(queued[0] if len(queued) == 1 else b"".join(queued))
 
     def route(self, topic: str, packet: bytes, qos: int) -> None:
         """The fast path's delivery: ``packet`` (a QoS 0 PUBLISH of ``topic``, published at ``qos``)
@@ -774,7 +823,12 @@ class _GuardedBroker(Broker):
                 if not (out.relay or public or topic == out.own):
                     continue
                 if (not qos or not sub_qos) and target.transitions.state == "connected":
-                    out.send(packet)
+                    if not self._corked:
+                        out.send(packet)
+                    else:
+                        if not out.queued:
+                            self._dirty.append(out)
+                        out.queued.append(packet)
                     continue
             elif not (public or self._may_receive(target, topic)):
                 continue
