@@ -16,6 +16,7 @@ and the machine's load average.
     .venv/bin/python bench/serve_curve.py                              # the whole curve, ~4 minutes
     .venv/bin/python bench/serve_curve.py --steps 200 --duration 20 --json
     .venv/bin/python bench/serve_curve.py --broker-kind default       # Mosquitto, where installed
+    .venv/bin/python bench/serve_curve.py --steps 200 --serve-root /tmp/old   # another revision's serve
 
 ``CURVE_SERVE_ERR=FILE`` keeps ``blink serve``'s stderr in FILE. A ``--profile DIR`` runs the broker
 child under cProfile (``BLINK_BROKER_PROFILE``): it writes ``DIR/broker-STEP.prof`` when it stops.
@@ -90,14 +91,15 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def one_step(matches: int, duration: float, embedded: bool, prefix: str, profile: Path | None) -> dict[str, Any]:
+def one_step(matches: int, duration: float, embedded: bool, prefix: str, profile: Path | None,
+             serve_root: Path = ROOT) -> dict[str, Any]:
     port = free_port()
     env = dict(os.environ)
     if profile is not None:
         env["BLINK_BROKER_PROFILE"] = str(profile / f"broker-{matches}.prof")
     err = open(os.environ.get("CURVE_SERVE_ERR", os.devnull), "ab")
     serve = subprocess.Popen([sys.executable, "-m", "client.cli", "--prefix", prefix, "serve", "--no-journal",
-                              "--port", str(port), *(["--embedded"] if embedded else [])], cwd=ROOT, env=env,
+                              "--port", str(port), *(["--embedded"] if embedded else [])], cwd=serve_root, env=env,
                              stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         assert serve.stdout is not None
@@ -154,6 +156,8 @@ def main() -> int:
                    help="embedded: blink serve --embedded; default: the broker blink serve chooses")
     p.add_argument("--json", action="store_true", help="one JSON list of every step's result")
     p.add_argument("--profile", type=Path, metavar="DIR", help="profile the broker child (cProfile) into DIR")
+    p.add_argument("--serve-root", type=Path, default=ROOT, metavar="DIR",
+                   help="run blink serve from this checkout (e.g. `git archive REV | tar -x -C DIR`), to compare revisions")
     args = p.parse_args()
     try:
         steps = [int(x) for x in args.steps.split(",") if x.strip()]
@@ -169,7 +173,7 @@ def main() -> int:
         print(HEADER, flush=True)
     for n in steps:
         r = one_step(n, args.duration, args.broker_kind == "embedded", f"serve{os.getpid()}/v1",
-                     args.profile.resolve() if args.profile else None)
+                     args.profile.resolve() if args.profile else None, args.serve_root.resolve())
         results.append(r)
         if not args.json:
             print(row(r), flush=True)

@@ -39,12 +39,14 @@ chunks, and split into whole packets; a QoS 0 or QoS 1 PUBLISH that is not retai
 amqtt would take, is routed at once (``_Fast``, ``_GuardedBroker.route``): its subscribers found by
 one lookup of its topic (plus the few wildcard filters), each checked against the same access
 rules, and the packet -- built once, the same bytes for everyone -- written straight to each QoS 0
-subscriber's socket (a socket far behind gets QoS 0 dropped, ``MAX_BEHIND``); a QoS 1 PUBLISH is
+subscriber's socket, all that one read routes to a subscriber in one write (``cork``/``flush``; a
+socket far behind gets QoS 0 dropped, ``MAX_BEHIND``); a QoS 1 PUBLISH is
 acknowledged there; PINGREQ is answered there. A delivery at QoS 1, and everything else (CONNECT,
-SUBSCRIBE, retained and QoS 2 messages, wills, anything malformed) goes to amqtt as before, in
+SUBSCRIBE, retained and QoS 2 messages, wills, anything malformed) goes to amqtt, in
 order behind the packets before it. The gate and the size limit below come first, for both paths.
-amqtt's own bookkeeping tried every filter in the broker at each CONNECT and each disconnect (set-
-up time that grew with the number of clients); each client's filters are indexed instead.
+amqtt's own bookkeeping tried every filter in the broker at each CONNECT and each disconnect, and
+logged the whole subscription table at each SUBSCRIBE (set-up time that grew with the number of
+clients); each client's filters are indexed instead, and the table's repr is its size.
 
 Rates (one flooding client must not hurt the others): a flood has to be stopped before
 it costs this process -- which runs the relay too -- more than a sliver of its time, so amqtt never
@@ -410,7 +412,7 @@ class _Fast:
     amqtt's per-packet machinery (a task, a decoded packet object, its plugin calls, a queue and a
     task per recipient). A QoS 1 PUBLISH is acknowledged here; each subscriber gets the message at
     the lower of the two QoS (``_GuardedBroker.route``). Everything else -- CONNECT, SUBSCRIBE,
-    retained or QoS 2 messages, malformed ones -- goes on to amqtt as before, and so does
+    retained or QoS 2 messages, malformed ones -- goes on to amqtt, and so does
     everything until amqtt has accepted the connection (its session connected on this writer)."""
 
     def __init__(self, broker: _GuardedBroker, out: _Out, client: str) -> None:
@@ -803,7 +805,7 @@ class _GuardedBroker(Broker):
         """The fast path's delivery: ``packet`` (a QoS 0 PUBLISH of ``topic``, published at ``qos``)
         to every subscriber the access rules let read it, at the lower of the two QoS: written
         straight to a QoS 0 subscriber's socket, the same bytes for each; a QoS 1 delivery, or one
-        kept for an offline persistent session, goes through amqtt's own handler as before."""
+        kept for an offline persistent session, goes through amqtt's own handler."""
         self.routed += 1
         found = self._subscriptions
         assert isinstance(found, _SubscriptionTable)
