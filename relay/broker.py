@@ -32,6 +32,22 @@ Trust (the same rules as ``deploy/mosquitto.acl``, by MQTT client id):
   connection as soon as its length is read, before its body is. Only the relay may leave
   retained messages.
 
+The fast path (what a busy broker spends its time on): amqtt handles every packet with a task, a
+decoded packet object, plugin calls, a queue hop and a task per recipient, and saturated a core
+between 100 and 200 human-pace matches. Here each connection is read by a ``_Pump`` of its own, in
+chunks, and split into whole packets; a QoS 0 or QoS 1 PUBLISH that is not retained, on a topic
+amqtt would take, is routed at once (``_Fast``, ``_GuardedBroker.route``): its subscribers found by
+one lookup of its topic (plus the few wildcard filters), each checked against the same access
+rules, and the packet -- built once, the same bytes for everyone -- written straight to each QoS 0
+subscriber's socket, all that one read routes to a subscriber in one write (``cork``/``flush``; a
+socket far behind gets QoS 0 dropped, ``MAX_BEHIND``); a QoS 1 PUBLISH is
+acknowledged there; PINGREQ is answered there. A delivery at QoS 1, and everything else (CONNECT,
+SUBSCRIBE, retained and QoS 2 messages, wills, anything malformed) goes to amqtt, in
+order behind the packets before it. The gate and the size limit below come first, for both paths.
+amqtt's own bookkeeping tried every filter in the broker at each CONNECT and each disconnect, and
+logged the whole subscription table at each SUBSCRIBE (set-up time that grew with the number of
+clients); each client's filters are indexed instead, and the table's repr is its size.
+
 Rates (one flooding client must not hurt the others): a flood has to be stopped before
 it costs this process -- which runs the relay too -- more than a sliver of its time, so amqtt never
 sees it. The gate reads each client's packets whole, before amqtt does (``_LimitedReader`` and
@@ -54,12 +70,15 @@ import secrets
 import time
 from dataclasses import dataclass
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator, Protocol
 
 from amqtt.adapters import BufferReader, StreamWriterAdapter
 from amqtt.contexts import Action, BaseContext
 from amqtt.mqtt.connack import BAD_USERNAME_PASSWORD, IDENTIFIER_REJECTED, NOT_AUTHORIZED, ConnackPacket
 from amqtt.mqtt.connect import ConnectPacket
+from amqtt.errors import BrokerError
+from amqtt.events import BrokerEvents
+from transitions import MachineError
 
 if TYPE_CHECKING:
     # amqtt is annotated but ships no ``py.typed`` marker, so a type checker takes its names as
@@ -69,6 +88,7 @@ if TYPE_CHECKING:
     class _SessionState(Protocol):
         state: str
         def is_connected(self) -> bool: ...
+        def connect(self) -> None: ...
 
     class Session(Protocol):
         client_id: str | None
@@ -101,6 +121,19 @@ if TYPE_CHECKING:
 
     class Broker:
         _subscriptions: dict[str, list[tuple[Session, int]]]
+        _sessions: dict[str, tuple[Session, Any]]
+        listeners_config: dict[str, Any]
+        plugins_manager: Any
+        async def add_subscription(self, subscription: tuple[str, int], session: Session) -> int: ...
+        def _del_subscription(self, a_filter: str, session: Session) -> int: ...
+        async def _del_all_subscriptions(self, session: Session) -> None: ...
+        async def _authenticate(self, session: Session, listener: Any) -> bool: ...
+        async def _publish_session_retained_messages(self, session: Session) -> None: ...
+        async def _client_message_loop(self, client_session: Session, handler: Any) -> None: ...
+        async def _handle_subscription(self, client_session: Session, handler: Any, waiter: Any) -> None: ...
+        async def _handle_unsubscription(self, client_session: Session, handler: Any, waiter: Any) -> None: ...
+        async def _publish_retained_messages_for_subscription(self, subscription: tuple[str, int],
+                                                              session: Session) -> None: ...
         _broadcast_queue: asyncio.Queue[dict[str, Any]]
         _retained_messages: dict[str, _Retained]
         def _matches(self, topic: str, a_filter: str) -> bool: ...
@@ -127,6 +160,7 @@ else:
 # Shared with the client in ``mqttkit``; re-exported because this is where the relay's side finds them.
 from mqttkit import (DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BadURL, BrokerAddress, PortInUse, TLSTrust,
                      check_port, free_port, parse_url, wait_event)
+from mqttkit.packets import pack_publish
 from protocol import messages as m
 from protocol.codec import MAX_MESSAGE_BYTES, DecodeError, decode, encode
 from protocol.topics import DEFAULT_PREFIX, Topics, valid_id
@@ -258,16 +292,15 @@ class _Gate:
         self._topic_str = ""  # to it: a flood repeats one topic, so the ACL is asked once
         self._topic_ok = False
 
-    async def keep(self, first: int, body: bytes) -> bool:
-        """Pass this packet (its first byte and its body) on to amqtt?"""
-        now = time.monotonic_ns()
+    async def paced(self) -> None:
+        """Wait for the pace's tokens and take one. Sleep until a batch of tokens is back, not one:
+        a paced flood then wakes this connection ten times a second rather than READ_RATE times."""
         pace = self.pace
-        if not pace.take(now):
-            # Sleep until a batch of tokens is back, not one: a paced flood then wakes this
-            # connection ten times a second rather than READ_RATE times.
-            await asyncio.sleep((PACE_BATCH - pace.tokens) / pace.rate)
-            now = time.monotonic_ns()
-            pace.take(now)
+        await asyncio.sleep((PACE_BATCH - pace.tokens) / pace.rate)
+        pace.take(time.monotonic_ns())
+
+    def admit(self, first: int, body: bytes, now: int) -> bool:
+        """Pass this packet (its first byte and its body) on, once its pace token is taken (``paced``)?"""
         kind = first >> 4
         if kind != PUBLISH_TYPE:
             if kind == PUBREL_TYPE and body[:2] in self.unreleased:
@@ -290,7 +323,7 @@ class _Gate:
             if intake.first_refusal():
                 log.info("client %s over its rate on %s: the excess is dropped at the broker", self.client, topic)
             if intake.tell(now):
-                await self._tell(topic, body[2 + n + (2 if qos else 0):])
+                self._tell(topic, body[2 + n + (2 if qos else 0):])
         if qos == 1:
             self._send(0x40, body[2 + n:4 + n])  # PUBACK: the sender may go on; nobody gets it
         elif qos == 2:
@@ -305,7 +338,7 @@ class _Gate:
         except Exception:  # noqa: BLE001 - the connection is going away
             pass
 
-    async def _tell(self, topic: str, payload: bytes) -> None:
+    def _tell(self, topic: str, payload: bytes) -> None:
         """``rate_limited`` to the sender's private topic (an action's refusal names the action)."""
         broker = self.broker
         act = broker.topics.parse_act(topic)
@@ -324,53 +357,306 @@ class _Gate:
             reply = m.ActionRejected(act[0][:16], action_id, "rate_limited", detail)
         else:
             reply = m.RequestRejected("rate_limited", detail)
-        await broker.internal_message_broadcast(broker.topics.client(self.client), encode(reply))
+        packet = bytearray()
+        to = broker.topics.client(self.client)
+        pack_publish(packet, to, encode(reply))
+        broker.route(to, bytes(packet), 0)
+
+
+#: Topics whose "public?" answer, and whose wildcard filters, the broker remembers (then it starts again).
+PUBLIC_CACHE = WILD_CACHE = 1 << 16
+#: How far behind a subscriber's socket may fall (bytes written and not yet sent) before the fast
+#: path drops QoS 0 messages to it rather than buffer more: MQTT lets a broker drop QoS 0, and a
+#: reader this far behind is gone or stuck (Mosquitto likewise caps what it queues per client).
+MAX_BEHIND = 4 << 20
+#: Bytes asked of a connection's socket a read, and packets waiting for amqtt before the reading
+#: of that connection waits for it (its socket then pushes back on the sender).
+READ_CHUNK = 1 << 16
+AMQTT_QUEUE = 64
+PINGREQ_FIRST, PINGRESP_PACKET = 0xC0, b"\xd0\x00"
+SUBSCRIBE_TYPE, UNSUBSCRIBE_TYPE = 8, 10
+#: How long a PUBLISH waits for the (UN)SUBSCRIBEs its connection sent before it to take effect.
+SETTLE_S = 2.0
+
+
+class _Out(StreamWriterAdapter):  # type: ignore[misc]  # amqtt is untyped (see the TYPE_CHECKING block)
+    """A connection's writer, as amqtt writes to it, with what the fast path needs to write to it
+    directly: its transport, whether it is the relay, and the one private topic it may read."""
+
+    def __init__(self, writer: asyncio.StreamWriter, relay: bool, own: str | None) -> None:
+        super().__init__(writer)
+        self.transport = writer.transport
+        self.relay = relay
+        self.own = own  # PREFIX/c/CLIENT, or None (an id that is not a client's)
+        self.dropped = 0  # QoS 0 messages dropped for a socket MAX_BEHIND behind
+        self.fast: _Fast | None = None
+        self.queued: list[bytes] = []  # packets routed to it while the broker is corked
+
+    def send(self, packet: bytes) -> None:
+        """Write one whole packet (amqtt's writes are whole packets too: never one inside another)."""
+        transport = self.transport
+        if self.is_closed or transport.is_closing():
+            return
+        if transport.get_write_buffer_size() > MAX_BEHIND:
+            if not self.dropped:
+                log.warning("a subscriber is %d bytes behind: QoS 0 messages to it are dropped",
+                            transport.get_write_buffer_size())
+            self.dropped += 1
+            return
+        transport.write(packet)
+
+
+class _Fast:
+    """The fast path of one connection: its QoS 0 and QoS 1 PUBLISHes (not retained, on a topic
+    amqtt would accept) and its PINGREQs are served here, as soon as the pump has read them, without
+    amqtt's per-packet machinery (a task, a decoded packet object, its plugin calls, a queue and a
+    task per recipient). A QoS 1 PUBLISH is acknowledged here; each subscriber gets the message at
+    the lower of the two QoS (``_GuardedBroker.route``). Everything else -- CONNECT, SUBSCRIBE,
+    retained or QoS 2 messages, malformed ones -- goes on to amqtt, and so does
+    everything until amqtt has accepted the connection (its session connected on this writer)."""
+
+    def __init__(self, broker: _GuardedBroker, out: _Out, client: str) -> None:
+        self.broker = broker
+        self.out = out
+        self.client = client
+        self.ready = False
+        #: SUBSCRIBEs and UNSUBSCRIBEs of this connection handed to amqtt and not yet in effect: a
+        #: PUBLISH read after them waits (``settled``), so that a client that subscribes and then
+        #: publishes -- a request whose answer comes on the topic it just subscribed to -- is
+        #: served in its own order, as amqtt alone would.
+        self.hold = 0
+        self._settled = asyncio.Event()
+
+    def held(self) -> None:
+        self.hold += 1
+
+    def settle(self) -> None:
+        if self.hold:
+            self.hold -= 1
+        self._settled.set()
+
+    async def settled(self) -> None:
+        """Until amqtt has handled every (UN)SUBSCRIBE handed to it, or ``SETTLE_S`` (a packet amqtt
+        could not read is never handled: its sender then waits that long, once)."""
+        deadline = time.monotonic() + SETTLE_S
+        while self.hold:
+            self._settled.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.hold = 0
+                return
+            try:
+                await asyncio.wait_for(self._settled.wait(), left)
+            except TimeoutError:
+                pass
+
+    def _check_ready(self) -> bool:
+        live = self.broker.sessions.get(self.client)
+        if live is None:
+            return False
+        session, handler = live
+        if getattr(handler, "writer", None) is not self.out or session.transitions.state != "connected":
+            return False
+        self.ready = True
+        return True
+
+    def __call__(self, first: int, body: bytes, packet: bytes) -> bool:
+        """Served here (True), or for amqtt (False)? ``packet``: the whole packet (``first``, its
+        length and ``body``)."""
+        if not self.ready and not self._check_ready():
+            return False
+        kind = first >> 4
+        if kind == PUBLISH_TYPE:
+            qos = (first >> 1) & 3
+            if qos >= 2 or first & 0x01:  # QoS 2 (3: malformed) and retained messages: amqtt's
+                return False
+            n = len(body)
+            if n < 2:
+                return False
+            tl = (body[0] << 8) | body[1]
+            if n < 2 + tl + (2 if qos else 0):
+                return False
+            try:
+                topic = body[2:2 + tl].decode()
+            except UnicodeDecodeError:
+                return False
+            if not topic or topic[0] == "$" or "+" in topic or "#" in topic:
+                return False  # amqtt ends such a connection: let it
+            if qos:
+                self.out.send(b"\x40\x02" + body[2 + tl:4 + tl])  # PUBACK
+                packet = _publish0(body[:2 + tl], body[4 + tl:])
+            elif first != 0x30:  # a DUP flag on QoS 0 (meaningless): send it on without
+                packet = _publish0(body[:2 + tl], body[2 + tl:])
+            self.broker.route(topic, packet, qos)
+            return True
+        if first == PINGREQ_FIRST and not body:
+            self.out.send(PINGRESP_PACKET)
+            return True
+        return False
+
+
+def _publish0(topic_field: bytes, payload: bytes) -> bytes:
+    """A QoS 0 PUBLISH of ``payload`` on the topic field (its length and bytes) as read."""
+    n = len(topic_field) + len(payload)
+    head = bytearray(b"\x30")
+    while True:  # the remaining length: 7 bits a byte, least significant first
+        byte, n = n & 0x7F, n >> 7
+        head.append(byte | 0x80 if n else byte)
+        if not n:
+            break
+    return bytes(head) + topic_field + payload
+
+
+def _payload0(packet: bytes) -> bytes:
+    """The payload of a QoS 0 PUBLISH packet (for the rare deliveries amqtt's path makes)."""
+    j = 1
+    while packet[j] & 0x80:
+        j += 1
+    j += 1
+    tl = (packet[j] << 8) | packet[j + 1]
+    return packet[j + 2 + tl:]
+
+
+class _Pump:
+    """Reads one connection's socket in chunks, in a task of its own, and splits it into whole
+    packets: a packet whose announced length is over the limit ends the connection before any of its
+    body is read; the gate (if any: not for the relay) may drop or delay a packet; the fast path (if
+    any) serves what it can; the rest waits, in order, for amqtt's reader (``next``). Its own task:
+    amqtt reads under a keep-alive timeout that cancels the read in progress, which must never cut
+    a packet in two (here it can only cancel the wait for the next whole packet)."""
+
+    def __init__(self, reader: asyncio.StreamReader, limit: int, gate: _Gate | None, fast: _Fast | None) -> None:
+        self.reader = reader
+        self.limit = limit
+        self.gate = gate
+        self.fast = fast
+        self.queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue(AMQTT_QUEUE)
+        self.task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+
+    async def next(self) -> bytes:
+        """The next whole packet for amqtt; raises what ended the stream (EOF: IncompleteReadError)."""
+        if self._error is not None:
+            raise self._error
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._run())
+        item = await self.queue.get()
+        if isinstance(item, BaseException):
+            self._error = item
+            raise item
+        return item
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def _run(self) -> None:
+        try:
+            await self._pump()
+        except asyncio.CancelledError:
+            raise
+        except (ConnectionError, OSError):
+            await self.queue.put(asyncio.IncompleteReadError(b"", 2))
+        except Exception as exc:  # noqa: BLE001 - PacketTooLarge, or a failure ending the connection
+            await self.queue.put(exc)
+
+    async def _pump(self) -> None:
+        reader, limit, gate, fast, queue = self.reader, self.limit, self.gate, self.fast, self.queue
+        # What one chunk routes goes out as one write per subscriber (``_GuardedBroker.cork``): a
+        # relay's step is many messages to the same few players. Flushed before every wait, so no
+        # other write -- amqtt's, or another connection's -- ever comes between.
+        broker = fast.broker if fast is not None else None
+        buf = b""
+        while True:
+            data = await reader.read(READ_CHUNK)
+            if not data:
+                await queue.put(asyncio.IncompleteReadError(buf, None))
+                return
+            buf = buf + data if buf else data
+            n = len(buf)
+            i = 0
+            if broker is not None:
+                broker.cork()
+            try:
+                while i < n:
+                    first = buf[i]
+                    j = i + 1
+                    rl = shift = 0
+                    while True:  # the remaining length: 7 bits a byte, least significant first, at most 4
+                        if j >= n:
+                            break
+                        b = buf[j]
+                        j += 1
+                        rl |= (b & 0x7F) << shift
+                        if b < 0x80:
+                            shift = -1
+                            break
+                        shift += 7
+                        if shift >= 28:
+                            raise PacketTooLarge("bad remaining length")
+                    if shift != -1:
+                        break  # the length is not all here yet
+                    if rl > limit:
+                        raise PacketTooLarge(f"packet of {rl} bytes > {limit}")
+                    end = j + rl
+                    if end > n:
+                        break
+                    body = buf[j:end]
+                    start, i = i, end
+                    if gate is not None:
+                        now = time.monotonic_ns()
+                        if not gate.pace.take(now):
+                            if broker is not None:
+                                broker.flush()
+                            await gate.paced()
+                            now = time.monotonic_ns()
+                        if not gate.admit(first, body, now):
+                            continue
+                    packet = buf[start:end]
+                    if fast is not None:
+                        kind = first >> 4
+                        if kind == PUBLISH_TYPE:
+                            if fast.hold:
+                                fast.broker.flush()
+                                await fast.settled()
+                        elif kind == SUBSCRIBE_TYPE or kind == UNSUBSCRIBE_TYPE:
+                            fast.held()
+                        if fast(first, body, packet):
+                            continue
+                    if queue.full():
+                        if broker is not None:
+                            broker.flush()
+                    await queue.put(packet)
+            finally:
+                if broker is not None:
+                    broker.flush()
+            buf = buf[i:]
 
 
 class _LimitedReader(ReaderAdapter):
-    """The client's byte stream as amqtt reads it: first the CONNECT we already read, then the
-    socket, a whole packet at a time: a packet whose announced length is over the limit ends the
-    connection before any of its body is read, and the gate (if any: not for the relay) may drop
-    a packet before amqtt sees it."""
+    """The client's byte stream as amqtt reads it: first the CONNECT we already read, then whole
+    packets from the connection's ``_Pump`` (which enforces the size limit and the gate, and serves
+    the fast path)."""
 
-    def __init__(self, reader: asyncio.StreamReader, limit: int, replay: bytes, gate: _Gate | None = None) -> None:
+    def __init__(self, reader: asyncio.StreamReader, limit: int, replay: bytes, gate: _Gate | None = None,
+                 fast: _Fast | None = None) -> None:
         self._reader = reader
-        self._limit = limit
+        self.pump = _Pump(reader, limit, gate, fast)
         self._buf = replay
         self._pos = 0
-        self._gate = gate
 
     async def read(self, n: int = -1) -> bytes:
         if self._pos >= len(self._buf):
-            self._buf, self._pos = await self._next_packet(), 0
+            self._buf, self._pos = await self.pump.next(), 0
         end = len(self._buf) if n < 0 else self._pos + n
         out = self._buf[self._pos:end]
         self._pos += len(out)
         while n >= 0 and len(out) < n:  # amqtt reads within one packet; this is only for safety
-            self._buf, self._pos = await self._next_packet(), 0
+            self._buf, self._pos = await self.pump.next(), 0
             more = self._buf[:n - len(out)]
             self._pos = len(more)
             out += more
         return out
-
-    async def _next_packet(self) -> bytes:
-        reader = self._reader
-        while True:
-            head = await reader.readexactly(2)  # the type and the first length byte
-            length, b = head[1] & 0x7F, head[1]
-            mult = 128
-            while b & 0x80:
-                if len(head) >= 5:
-                    raise PacketTooLarge("bad remaining length")
-                b = (await reader.readexactly(1))[0]
-                head += bytes((b,))
-                length += (b & 0x7F) * mult
-                mult *= 128
-            if length > self._limit:
-                raise PacketTooLarge(f"packet of {length} bytes > {self._limit}")
-            body = await reader.readexactly(length) if length else b""
-            if self._gate is None or await self._gate.keep(head[0], body):
-                return head + body
 
     def feed_eof(self) -> None:
         self._reader.feed_eof()
@@ -426,22 +712,29 @@ class _SubscriptionTable(dict[str, list[tuple[Session, int]]]):
     def __init__(self) -> None:
         super().__init__()
         self.wildcards: dict[str, None] = {}  # an ordered set
+        #: The wildcard filters that take a topic, by topic (a match's topics repeat for all its
+        #: messages); forgotten whenever the set of wildcard filters changes.
+        self._wild_of: dict[str, tuple[str, ...]] = {}
 
     def __setitem__(self, key: str, value: list[tuple[Session, int]]) -> None:
         super().__setitem__(key, value)
-        if "+" in key or "#" in key:
+        if ("+" in key or "#" in key) and key not in self.wildcards:
             self.wildcards[key] = None
+            self._wild_of.clear()
 
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
-        self.wildcards.pop(key, None)
+        if self.wildcards.pop(key, 0) is None:
+            self._wild_of.clear()
 
     def clear(self) -> None:
         super().clear()
         self.wildcards.clear()
+        self._wild_of.clear()
 
     def pop(self, key: str, *default: list[tuple[Session, int]]) -> list[tuple[Session, int]]:  # type: ignore[override]
-        self.wildcards.pop(key, None)
+        if self.wildcards.pop(key, 0) is None:
+            self._wild_of.clear()
         return super().pop(key, *default)
 
     def items(self) -> list[tuple[str, list[tuple[Session, int]]]]:  # type: ignore[override]
@@ -450,13 +743,22 @@ class _SubscriptionTable(dict[str, list[tuple[Session, int]]]):
     def __iter__(self) -> Iterator[str]:
         return iter(list(super().keys()))
 
+    def __repr__(self) -> str:
+        # amqtt logs repr(self._subscriptions) at debug level after every SUBSCRIBE, building the
+        # string whatever the level: every session of the broker each time (quadratic over set-up).
+        return f"<{len(self)} subscription filters>"
+
     def matching(self, topic: str, matches: Callable[[str, str], bool]) -> list[tuple[Session, int]]:
         """Every (subscriber, qos) whose filter takes ``topic`` (``matches``: amqtt's own filter
         test), once per matching filter, as amqtt delivers; a copy, safe across awaits."""
         found = list(self.get(topic, ()))
-        for key in self.wildcards:
-            if matches(topic, key):
-                found.extend(self.get(key, ()))
+        wild = self._wild_of.get(topic)
+        if wild is None:
+            if len(self._wild_of) >= WILD_CACHE:
+                self._wild_of.clear()
+            wild = self._wild_of[topic] = tuple(key for key in self.wildcards if matches(topic, key))
+        for key in wild:
+            found.extend(self.get(key, ()))
         return found
 
 
@@ -471,12 +773,133 @@ class _GuardedBroker(Broker):
         self.intake = intake
         self.topics = topics
         self.limited = 0  # publishes dropped for their sender's rate
+        self.routed = 0  # publishes the fast path delivered
         self._secret = secret
         self._packet_limit = packet_limit
+        #: Whether a topic is one everybody may read (``Access.may_read`` without the private topic),
+        #: by topic: a match's topics repeat for all its messages.
+        self._public: dict[str, bool] = {}
+        #: Each client's subscription filters, by client id: amqtt finds them by trying every filter
+        #: in the broker, at every CONNECT and every disconnect -- time that grew with the number of
+        #: clients at each (quadratic over a broker's set-up).
+        self._filters_of: dict[str, set[str]] = {}
+        self._side_tasks: set[asyncio.Task[object]] = set()
+        self._corked = False
+        self._dirty: list[_Out] = []  # writers with packets queued while corked
+
+    def cork(self) -> None:
+        """Until ``flush``, packets the fast path routes are queued per subscriber, not written."""
+        self._corked = True
+
+    def flush(self) -> None:
+        """Write what was queued since ``cork``: one write per subscriber, in the order routed."""
+        self._corked = False
+        dirty = self._dirty
+        if dirty:
+            self._dirty = []
+            for out in dirty:
+                queued, out.queued = out.queued, []
+                out.send(queued[0] if len(queued) == 1 else b"".join(queued))
+
+    def route(self, topic: str, packet: bytes, qos: int) -> None:
+        """The fast path's delivery: ``packet`` (a QoS 0 PUBLISH of ``topic``, published at ``qos``)
+        to every subscriber the access rules let read it, at the lower of the two QoS: written
+        straight to a QoS 0 subscriber's socket, the same bytes for each; a QoS 1 delivery, or one
+        kept for an offline persistent session, goes through amqtt's own handler."""
+        self.routed += 1
+        found = self._subscriptions
+        assert isinstance(found, _SubscriptionTable)
+        subs = found.matching(topic, self._matches)
+        if not subs:
+            return
+        public = self._public.get(topic)
+        if public is None:
+            if len(self._public) >= PUBLIC_CACHE:
+                self._public.clear()
+            public = self._public[topic] = self.access.may_read("", topic)
+        sessions = self._sessions
+        for target, sub_qos in subs:
+            live = sessions.get(target.client_id or "")
+            out = getattr(live[1], "writer", None) if live is not None else None
+            if isinstance(out, _Out) and live is not None and live[0] is target:
+                if not (out.relay or public or topic == out.own):
+                    continue
+                if (not qos or not sub_qos) and target.transitions.state == "connected":
+                    if not self._corked:
+                        out.send(packet)
+                    else:
+                        if not out.queued:
+                            self._dirty.append(out)
+                        out.queued.append(packet)
+                    continue
+            elif not (public or self._may_receive(target, topic)):
+                continue
+            self._slow_delivery(target, topic, _payload0(packet), min(qos, sub_qos))
+
+    def _may_receive(self, target: Session, topic: str) -> bool:
+        return is_relay_login(target.username, target.password, self._secret) \
+            or self.access.may_read(target.client_id or "", topic)
+
+    def _slow_delivery(self, target: Session, topic: str, data: bytes, qos: int) -> None:
+        """One delivery the way amqtt's broadcast makes it (a QoS 1 one, or a message kept for a
+        persistent session that is offline)."""
+        if target.transitions.state != "connected":
+            if not target.clean_session and qos in (1, 2) and not target.is_anonymous:
+                self._side(self._retain_broadcast_message({"session": None, "topic": topic, "data": data}, qos,
+                                                          target))
+            return
+        handler = self._get_handler(target)
+        if handler is not None:
+            self._side(handler.mqtt_publish(topic, data, qos, retain=False))
+
+    def _side(self, work: Coroutine[Any, Any, object]) -> None:
+        task: asyncio.Task[object] = asyncio.ensure_future(work)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_done)
+
+    def _side_done(self, task: asyncio.Task[object]) -> None:
+        self._side_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.info("a delivery failed: %r", task.exception())
+
+    async def _handle_subscription(self, client_session: Session, handler: Any, waiter: Any) -> None:
+        try:
+            await super()._handle_subscription(client_session, handler, waiter)
+        finally:
+            _settle(handler)
+
+    async def _handle_unsubscription(self, client_session: Session, handler: Any, waiter: Any) -> None:
+        try:
+            await super()._handle_unsubscription(client_session, handler, waiter)
+        finally:
+            _settle(handler)
+
+    async def add_subscription(self, subscription: tuple[str, int], session: Session) -> int:
+        code = await super().add_subscription(subscription, session)
+        if code != 0x80 and session.client_id:
+            self._filters_of.setdefault(session.client_id, set()).add(subscription[0])
+        return code
+
+    def _del_subscription(self, a_filter: str, session: Session) -> int:
+        deleted = super()._del_subscription(a_filter, session)
+        if deleted:
+            mine = self._filters_of.get(session.client_id or "")
+            if mine is not None:
+                mine.discard(a_filter)
+                if not mine:
+                    del self._filters_of[session.client_id or ""]
+            if not self._subscriptions.get(a_filter, True):
+                del self._subscriptions[a_filter]  # amqtt leaves a filter nobody holds after an UNSUBSCRIBE
+        return deleted
+
+    async def _del_all_subscriptions(self, session: Session) -> None:
+        """amqtt's, over this session's own filters rather than every filter in the broker."""
+        for a_filter in list(self._filters_of.get(session.client_id or "", ())):
+            self._del_subscription(a_filter, session)
 
     async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                listener_name: str) -> None:
-        out = StreamWriterAdapter(writer)
+        out: StreamWriterAdapter = StreamWriterAdapter(writer)
         try:
             first = await asyncio.wait_for(_read_first_packet(reader, self._packet_limit), timeout=10)
             refusal, relay, client = await self._check_connect(first)
@@ -498,8 +921,48 @@ class _GuardedBroker(Broker):
         # The relay's own messages (a long match list) may be larger than a client's ever need be;
         # the relay is never rate limited.
         limit = RELAY_PACKET_LIMIT if relay else self._packet_limit
+        out = _Out(writer, relay, self.topics.client(client) if valid_id(client) else None)
         gate = None if relay else _Gate(self, client, writer)
-        await self.external_connected(_LimitedReader(reader, limit, first, gate), out, listener_name)
+        out.fast = _Fast(self, out, client)
+        reader_ = _LimitedReader(reader, limit, first, gate, out.fast)
+        try:
+            await self.external_connected(reader_, out, listener_name)
+        finally:
+            reader_.pump.stop()
+
+    async def _handle_client_session(self, reader: ReaderAdapter, writer: StreamWriterAdapter, client_session: Session,
+                                     handler: Any, server: Any, listener_name: str) -> None:
+        """amqtt's (0.12), except that the retained messages of a returning session's subscriptions
+        are looked up by its own filters (``_filters_of``), not by trying every filter in the broker
+        at every CONNECT."""
+        authenticated = await self._authenticate(client_session, self.listeners_config[listener_name])
+        if client_session.client_id is None:
+            raise BrokerError("Client ID was not correctly created/set.")
+        while True:
+            try:
+                client_session.transitions.connect()
+                break
+            except (MachineError, ValueError):
+                if client_session.transitions.is_connected():
+                    log.info("client %s is already connected: take-over", client_session.client_id)
+                    old_session = self._sessions[client_session.client_id]
+                    await old_session[1].handle_connection_closed()
+                    await old_session[1].stop()
+                    break
+                await asyncio.sleep(1)  # as amqtt: reconnecting too quickly, make it wait
+        handler.attach(client_session, reader, writer)
+        self._sessions[client_session.client_id] = (client_session, handler)
+        await handler.mqtt_connack_authorize(authenticated)
+        if not authenticated:
+            await writer.close()
+            return
+        await self.plugins_manager.fire_event(BrokerEvents.CLIENT_CONNECTED, client_id=client_session.client_id,
+                                              client_session=client_session)
+        await handler.start()
+        await self._publish_session_retained_messages(client_session)
+        for a_filter in list(self._filters_of.get(client_session.client_id, ())):
+            await self._publish_retained_messages_for_subscription((a_filter, 0), client_session)
+        await self._client_message_loop(client_session, handler)
 
     async def _check_connect(self, first: bytes) -> tuple[int | None, bool, str]:
         """(None, relay?, client id) to let amqtt handle this CONNECT, else (the CONNACK code refusing it, _, _)."""
@@ -580,6 +1043,13 @@ class _GuardedBroker(Broker):
                                                              self._secret):
             return  # only the relay leaves messages for newcomers (amqtt would hand them to every new client)
         await super().retain_message(source_session, topic_name, data, qos)
+
+
+def _settle(handler: Any) -> None:
+    """A (UN)SUBSCRIBE of the handler's connection is in effect: its fast path may go on."""
+    out = getattr(handler, "writer", None)
+    if isinstance(out, _Out) and out.fast is not None:
+        out.fast.settle()
 
 
 async def _close(writer: StreamWriterAdapter) -> None:
