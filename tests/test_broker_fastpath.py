@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 from typing import Any, Callable
 
 import aiomqtt
@@ -24,6 +23,7 @@ from protocol.codec import decode, encode
 from relay.broker import EmbeddedBroker
 from relay.local import LocalServer
 from client.net import new_client_id
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +32,7 @@ DEADLINE_S = 60.0
 
 
 async def until(cond: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+    await eventually(cond, timeout, what)  # (the suite's own wait, under this file's name)
 
 
 class Client:
