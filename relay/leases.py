@@ -769,5 +769,4 @@ class ThreadedLeases:
             await self._on_caller(functools.partial(cb, shard))
 
 
-__all__ = ["DEAD_AFTER_S", "DEFAULT_TTL_S", "Held", "cooldown_s", "renew_after", "LeaseError", "NatsLeases", "ThreadedLeases", "without_dead", "Owner", "Plan", "View", "decide", "parse_shards", "pin_conflict",
-           "preference"]
+__all__ = ["DEAD_AFTER_S", "DEFAULT_TTL_S", "NatsLeases", "ThreadedLeases"]

@@ -38,7 +38,6 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import gc
-import json
 import logging
 import os
 import secrets
@@ -46,7 +45,7 @@ import time
 from array import array
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, stop_task, wait_event
 from mqttkit.connection import CONNECT_TIMEOUT_S as DEFAULT_CONNECT_TIMEOUT_S
@@ -57,6 +56,7 @@ from protocol.codec import encode
 from protocol.topics import Topics, valid_id
 from relay import memdiag, shards
 from relay.core import RelayConfig, RelayCore
+from relay.eventlog import EventLog
 from relay.model import LogRecord, Out, Publish
 from relay.journal import Entry, FencedError, Journal, Msg, Tick
 from relay.limits import RELAY_INTAKE_SLACK, Intake
@@ -64,7 +64,7 @@ from relay.link import BrokerLink, Login
 from relay.ownership import Ownership, StaticOwnership
 from relay.publishing import Resync, send_publishes
 from relay.shard import (SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, check_shard,
-                         close_quietly, log_rows, wall_minus_mono)
+                         close_quietly, wall_minus_mono)
 
 log = logging.getLogger("blink.relay")
 
@@ -119,8 +119,7 @@ class Relay:
         self.snapshot_every_s, self.snapshot_every = snapshot_every_s, snapshot_every
         self.say = say  # told one line at each change of the shards served (``blink serve`` prints it)
         self.log_path = Path(log_path) if log_path else None
-        self._log_file: IO[str] | None = None
-        self.records: list[dict[str, Any]] | None = None  # set to a list to keep records in memory (tests)
+        self.eventlog = EventLog(self.log_path)
         self.intake = Intake.for_config(self.config, RELAY_INTAKE_SLACK)  # before decoding
         self._refused: dict[str, int] = {}  # sender -> when it was last told ``too_large`` (ns)
         # Journal calls block a thread each (a JetStream append waits for its acknowledgement): a
@@ -354,15 +353,13 @@ class Relay:
                 await self.ownership.start()  # recovered before connecting (a conflict ends it here)
             if self._fatal is not None:
                 raise self._fatal
-            if self.log_path:
-                self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                self._log_file = open(self.log_path, "a", encoding="utf-8")
+            self.eventlog.open()
             started: dict[str, Any] = (
                 {"kind": "relay_started", "ts": time.time_ns(), "relay": self.relay_id, "shards_total": self.total,
                  "order": self.config.order} if self.sharded else
                 {"kind": "relay_started", "seed": self.seed, "ts": time.time_ns(), "order": self.config.order,
                  "relay": self.relay_id})
-            self._write([LogRecord(started)])
+            self.eventlog.write([LogRecord(started)])
             self.link = self._link()
             connection = asyncio.create_task(self.link.run())
             stepper = asyncio.create_task(self._step_loop())
@@ -423,9 +420,7 @@ class Relay:
                 log.warning("giving up the shards: %s", exc)
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
-            if self._log_file:
-                self._log_file.close()
-                self._log_file = None
+            self.eventlog.close()
 
     def _memdiag_lines(self) -> list[str]:
         statuses: dict[str, int] = {}
@@ -529,7 +524,7 @@ class Relay:
             self._heard(topic)
         mono = time.monotonic_ns()
         if self.intake.admit(topic, mono):
-            self._emit(self._too_large(topic, size, mono, mono + self._wall_minus_mono))
+            self._emit_all([(None, self._too_large(topic, size, mono, mono + self._wall_minus_mono))])
 
     def _heard(self, topic: str) -> None:
         """A client spoke (a request or an action): it is alive, whatever shard it plays in."""
@@ -695,16 +690,13 @@ class Relay:
             out.append(Publish(self.topics.client(client), reply))
         return out
 
-    def _emit(self, out: list[Out]) -> None:
-        self._emit_all([(None, out)])
-
     def _emit_all(self, outs: Sequence[tuple[Shard | None, list[Out]]]) -> None:
         """Write the shards' log lines and publish all their messages at once (one buffer, one write)."""
         everything: list[Out] = []
         for srv, out in outs:
             records = [o for o in out if isinstance(o, LogRecord)]
             if records:
-                self._write(records, srv.name if self.sharded and srv is not None else None)
+                self.eventlog.write(records, srv.name if self.sharded and srv is not None else None)
             everything += out
         if self._client is not None and everything:
             failed, why = send_publishes(self._client, everything, self.resync.on_qos1)
@@ -713,17 +705,6 @@ class Relay:
                 # in the state its clients will get then.
                 self.publish_failures += failed
                 log.warning("%d publish(es) failed (%s); waiting for the broker", failed, why)
-
-    def _write(self, records: list[LogRecord], shard: str | None = None) -> None:
-        rows = log_rows(records, shard)
-        if self.records is not None:
-            self.records.extend(rows)
-        if self._log_file is not None:
-            self._log_file.writelines(json.dumps(row, default=str) + "\n" for row in rows)
-            self._log_file.flush()
-        for row in rows:
-            if row.get("kind") == "bad_input":
-                log.info("bad input: %s", row)
 
 
 __all__ = ["JournalOpener", "Relay"]

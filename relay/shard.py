@@ -12,10 +12,9 @@ on another one.
 
 Recovery: the latest snapshot (``relay/snapshot.py``) and every later entry replayed, the core
 building no output-only message meanwhile; a fresh journal gets the fresh core's snapshot at 0, so
-its seed and configuration survive. The event log's tail is completed: only the last step
-journalled before a crash can lack its lines, so the replayed lines after the last one found are
-appended and a torn last line cut. The collector is off meanwhile (1,000 matches: 6.8 s with it,
-1.6 s without) and the recovered objects frozen out of its way.
+its seed and configuration survive, and the event log's tail is completed (``relay/eventlog.py``).
+The collector is off meanwhile (1,000 matches: 6.8 s with it, 1.6 s without) and the recovered
+objects frozen out of its way.
 
 Snapshots, every ``snapshot_every_s`` seconds or ``snapshot_every`` entries but no sooner than
 ``SNAPSHOT_COST_RATIO`` times the last one's CPU time, compact the journal to the previous one (two
@@ -32,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
-import json
 import logging
 import os
 import queue
@@ -46,6 +44,7 @@ from typing import Any, NoReturn, TypeVar
 
 from relay import snapshot as snapshots
 from relay.core import LogRecord, RelayCore
+from relay.eventlog import complete_log
 from relay.journal import Entry, Journal, JournalError, Msg
 
 log = logging.getLogger("blink.relay")
@@ -57,8 +56,6 @@ SNAPSHOT_EVERY = 1_000
 #: Snapshots never take more than about a tenth of the relay's CPU.
 SNAPSHOT_COST_RATIO = 10.0
 FORK_SNAPSHOTS = True  # off: in a worker thread while the stepper waits
-LOG_TAIL_BYTES = 1 << 20  # how much of the event log's end recovery reads to find where it stops
-RUNTIME_ONLY = ("relay_started",)  # log lines the core never writes
 _CHILD_HEAD = struct.Struct("<Qd")  # a forked child's answer: the snapshot's length and CPU seconds
 
 
@@ -335,50 +332,6 @@ def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
         done.set_exception(error)
 
 
-def log_rows(records: Sequence[LogRecord], shard: str | None) -> list[dict[str, Any]]:
-    """The event log's rows of ``records`` (tagged with ``shard`` for a relay of several)."""
-    return [r.record if shard is None else dict(r.record, shard=shard) for r in records]
-
-
-def complete_log(path: Path | None, records: list[LogRecord], shard: str | None = None) -> int:
-    """Append to the event log the replayed records it lacks; how many. The log holds a prefix of
-    ``records``; its last line (of ``shard``, for a relay of several) tells how long. A shard's log
-    that has no line of it (another relay served it before) is left as it is."""
-    if path is None or not records:
-        return 0
-    lines = [json.dumps(row, default=str) for row in log_rows(records, shard)]
-    try:
-        with open(path, "rb+") as f:
-            start = max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES)
-            f.seek(start)
-            tail = f.read()
-            if tail and not tail.endswith(b"\n"):  # a torn last line: cut it
-                tail = tail[:tail.rfind(b"\n") + 1]
-                f.truncate(start + len(tail))
-    except FileNotFoundError:
-        tail = b""
-    last = None
-    for raw in reversed(tail.decode("utf-8", "replace").splitlines()):
-        try:
-            row = json.loads(raw)
-            kind = row.get("kind")
-        except (ValueError, AttributeError):
-            continue
-        if kind in RUNTIME_ONLY or (kind == "bad_input" and row.get("code") == "too_large") \
-                or (shard is not None and row.get("shard") != shard):
-            continue  # lines the runtime writes on its own, not replayed; another shard's
-        last = raw
-        break
-    if last is None and shard is not None:
-        return 0
-    have = next((i + 1 for i in range(len(lines) - 1, -1, -1) if lines[i] == last), 0)
-    if have < len(lines):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in lines[have:])
-    return len(lines) - have
-
-
 def wall_minus_mono() -> int:
     """The wall clock minus the monotonic clock, from the tightest of a few paired reads."""
     best: tuple[int, int] = (1 << 62, 0)
@@ -455,5 +408,5 @@ def _read_into(fd: int, buf: bytearray) -> int:
     return got
 
 
-__all__ = ["ClusterError", "ConfigConflict", "JournalWriter", "Shard", "check_shard", "close_quietly", "complete_log",
-           "log_rows", "wall_minus_mono"]
+__all__ = ["ClusterError", "ConfigConflict", "JournalWriter", "Shard", "check_shard", "close_quietly",
+           "wall_minus_mono"]

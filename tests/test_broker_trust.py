@@ -284,14 +284,14 @@ def test_a_10_mb_payload_is_refused_by_the_embedded_broker() -> None:
     async def main() -> None:
         async with LocalServer(None, seed=8) as server:
             assert server.relay is not None
-            server.relay.records = []
+            server.relay.eventlog.records = []
             for size in (10 * 1024 * 1024, 9000):
                 async with Spy(server.address) as eve:
                     await eve.send_big(size)
                     await until(lambda: eve.closed is not None, f"the broker closing a {size}-byte sender")
             async with Spy(server.address) as ok:  # the broker and the relay carry on
                 await ok.ping_barrier()
-            assert not [r for r in server.relay.records if r.get("kind") == "bad_input"]  # nothing reached the relay
+            assert not [r for r in server.relay.eventlog.records if r.get("kind") == "bad_input"]  # nothing reached the relay
 
     asyncio.run(main())
 
@@ -330,7 +330,7 @@ def test_the_relay_refuses_payloads_over_its_limit_itself() -> None:
         broker = EmbeddedBroker("127.0.0.1", free_port(), max_payload=60_000)  # a broker that lets it through
         await broker.start()
         relay = Relay(broker.relay_address, max_payload=1024)
-        relay.records = []
+        relay.eventlog.records = []
         task = asyncio.create_task(relay.run())
         try:
             await asyncio.wait_for(relay.ready.wait(), 15)
@@ -341,7 +341,7 @@ def test_the_relay_refuses_payloads_over_its_limit_itself() -> None:
                 await eve.ping_barrier()
                 answers = [x for x in eve.decoded(f"/c/{eve.client_id}") if isinstance(x, m.RequestRejected)]
             assert [a.code for a in answers] == ["too_large"]
-            assert [r["code"] for r in relay.records if r.get("kind") == "bad_input"] == ["too_large"]
+            assert [r["code"] for r in relay.eventlog.records if r.get("kind") == "bad_input"] == ["too_large"]
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -394,7 +394,7 @@ def test_on_generated_mosquitto_only_the_relay_with_its_secret_is_relay(configur
                     pass
         async with LocalServer(login.login_url, seed=9) as server:
             assert server.relay is not None
-            server.relay.records = []
+            server.relay.eventlog.records = []
             assert server.address.password is None  # players never get the relay's login
             async with Spy(server.address) as eve:
                 for t in ("#", "blink/v1/c/+", "blink/v1/lobby/req/+"):
@@ -417,7 +417,7 @@ def test_on_generated_mosquitto_only_the_relay_with_its_secret_is_relay(configur
                 # A 10 MB packet ends the sender's connection (max_packet_size).
                 await eve.send_big(10 * 1024 * 1024)
                 await until(lambda: eve.closed is not None, "Mosquitto closing the 10 MB sender")
-            assert not [r for r in server.relay.records if r.get("kind") == "bad_input"]  # the 9 KB never arrived
+            assert not [r for r in server.relay.eventlog.records if r.get("kind") == "bad_input"]  # the 9 KB never arrived
 
     asyncio.run(main())
 

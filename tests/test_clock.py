@@ -65,10 +65,10 @@ def _run_steps(shell: Relay, clock: Clock, inputs: list[tuple[str, Any]]) -> Non
 def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clock: Clock, tmp_path: Path) -> None:
     journal = open_journal(tmp_path / "data")
     shell = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=5, journal=journal)
-    shell.records = []
+    shell.eventlog.records = []
     shell.recover()
     _run_steps(shell, clock, [(T.req("a"), m.CreateMatch(name="ann")), (T.req("a"), m.Ping(t0=1))])
-    code = next(r["match"] for r in shell.records if r.get("type") == "match_created")
+    code = next(r["match"] for r in shell.eventlog.records if r.get("type") == "match_created")
     clock.advance(0, wall_ns=-3600 * S)  # the wall clock is set back an hour: stamps follow, time does not
     _run_steps(shell, clock, [(T.req("b"), m.JoinMatch(name="bob", code=code))])
     entries = [e for _, e in journal.read()]
@@ -95,7 +95,7 @@ def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clo
             assert isinstance(entry, Tick)
             out = fresh.tick(entry.now_ns, entry.wall_ns)
         replayed.extend(o.record for o in out if isinstance(o, LogRecord))
-    original = [r for r in shell.records if r.get("kind") != "relay_started"]
+    original = [r for r in shell.eventlog.records if r.get("kind") != "relay_started"]
     assert replayed == original
     events = [r for r in replayed if r.get("kind") == "event"]
     assert events and all(r["ts"] >= WALL - 3600 * S for r in events)
@@ -106,10 +106,10 @@ def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clo
 def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_path: Path) -> None:
     journal = open_journal(tmp_path / "data")
     shell = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=journal)
-    shell.records = []
+    shell.eventlog.records = []
     shell.recover()
     _run_steps(shell, clock, [(T.req("a"), m.CreateMatch(name="ann", settings={"countdown_s": 3}))])
-    code = next(r["match"] for r in shell.records if r.get("type") == "match_created")
+    code = next(r["match"] for r in shell.eventlog.records if r.get("type") == "match_created")
     _run_steps(shell, clock, [(T.req("b"), m.JoinMatch(name="bob", code=code))])
     last_mono, last_wall = shell.core.last_clock()
     countdown_end = shell.core.matches[code].timers
@@ -223,17 +223,17 @@ def test_a_publish_on_a_dropped_connection_is_counted_not_raised(clock: Clock) -
 
     async def main() -> Relay:
         shell = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=1)
-        shell.records = []
+        shell.eventlog.records = []
         client = MqttConnection(lambda msgs: None)  # never connected: no transport
         out = [Publish(T.client("a"), m.Pong(t0=1, t1=2, t2=3)), LogRecord({"kind": "x"}),
                Publish(T.client("b"), m.Pong(t0=1, t1=2, t2=3))]
         shell._client = client  # noqa: SLF001
-        shell._emit(out)  # noqa: SLF001
+        shell._emit_all([(None, out)])  # noqa: SLF001
         return shell
 
     shell = asyncio.run(main())
     assert shell.publish_failures == 2
-    assert shell.records == [{"kind": "x"}]  # the step's log line is written all the same
+    assert shell.eventlog.records == [{"kind": "x"}]  # the step's log line is written all the same
 
 
 @pytest.mark.parametrize("v5", [False, True])

@@ -254,7 +254,7 @@ def test_ten_percent_loss_both_ways_matches_finish_and_nothing_is_applied_twice(
     async def main() -> tuple[list[dict[str, Any]], list[Player]]:
         async with LocalServer(None, seed=11) as server:
             assert server.relay is not None
-            server.relay.records = []
+            server.relay.eventlog.records = []
             players = [Player(server.address, name, impairment=Impairment(loss=0.1, seed=i))
                        for i, name in enumerate(("ann", "bob"))]
             for p in players:
@@ -266,7 +266,7 @@ def test_ten_percent_loss_both_ways_matches_finish_and_nothing_is_applied_twice(
                 bots = [Bot(p, reaction_s=0.05, seed=i) for i, p in enumerate(players)]
                 # One message in ten lost: slow on a loaded machine, never stuck.
                 await asyncio.wait_for(asyncio.gather(*(bot.run() for bot in bots)), DEADLINE_S * 4)
-                records = list(server.relay.records)
+                records = list(server.relay.eventlog.records)
                 return records, players
             finally:
                 for p in players:

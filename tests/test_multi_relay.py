@@ -61,7 +61,7 @@ class CountingRelay(Relay):
 def relay(address: BrokerAddress, owned: list[str], data: Path, name: str, total: int = TOTAL) -> CountingRelay:
     r = CountingRelay(address, StaticOwnership(owned), sqlite_opener(data, durable=False), total,
                       config=RelayConfig(relay_id=name), relay_id=name)
-    r.records = []
+    r.eventlog.records = []
     return r
 
 
@@ -99,11 +99,11 @@ def test_two_relays_on_one_broker_play_every_game_across_shards(mosquitto: Broke
                 owner = a if shard in ("0", "1") else b
                 other = b if owner is a else a
                 # judged by the shard's owner only (its records; the core forgets a match after its linger)
-                assert owner.records is not None and other.records is not None
-                judged = [x for x in owner.records if x.get("match") == r.code and isinstance(x.get("seq"), int)]
+                assert owner.eventlog.records is not None and other.eventlog.records is not None
+                judged = [x for x in owner.eventlog.records if x.get("match") == r.code and isinstance(x.get("seq"), int)]
                 assert {x["seq"] for x in judged} == {e.seq for e in r.events}  # every event, from the owner
                 assert {x["shard"] for x in judged} == {shard}
-                assert not any(x.get("match") == r.code for x in other.records)
+                assert not any(x.get("match") == r.code for x in other.eventlog.records)
             assert served["a"] and served["b"], served  # both relays served matches
             # Each relay hears every shard's actions (one fixed subscription) and its connection's
             # parser skipped the other relay's, undecoded: none reached its inbox.

@@ -63,11 +63,11 @@ def test_two_bots_play_the_toy_game_to_the_end_through_the_relay(toy: None, brok
     async def main() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         async with LocalServer(url, seed=3) as server:
             assert server.relay is not None
-            server.relay.records = []
+            server.relay.eventlog.records = []
             result = await asyncio.wait_for(
                 run_match(server.address, "toy", 2, {"pile": 7}, seed=1, reaction_s=0.0, timeout_s=DEADLINE_S),
                 DEADLINE_S * 2)
-            return result.summary(), server.relay.records
+            return result.summary(), server.relay.eventlog.records
 
     summary, records = asyncio.run(main())
     assert relay_trouble(records) == []
@@ -86,7 +86,7 @@ def test_bad_toy_actions_are_rejected_on_the_wire_and_change_nothing(toy: None) 
     async def main() -> None:
         async with LocalServer(None, seed=5) as server:
             assert server.relay is not None
-            server.relay.records = []
+            server.relay.eventlog.records = []
             inbox: dict[str, list[Any]] = {"a": [], "b": []}
 
             def collect(who: str) -> Callable[[Any, int], None]:
@@ -141,8 +141,8 @@ def test_bad_toy_actions_are_rejected_on_the_wire_and_change_nothing(toy: None) 
                 assert isinstance(ok, m.ActionAccepted) and ok.seq == seq + 1
                 after = await until(lambda: (v := view("b")) is not None and v.seq > seq and v, "the view after")
                 assert TOY.from_wire(after.state) == State(left=3, turn=1)
-            rejected = [r["code"] for r in server.relay.records if r.get("kind") == "rejected"]
+            rejected = [r["code"] for r in server.relay.eventlog.records if r.get("kind") == "rejected"]
             assert sorted(rejected) == sorted(["bad_take", "not_your_turn", "malformed", "malformed", "bad_seq"])
-            assert relay_trouble(server.relay.records) == []
+            assert relay_trouble(server.relay.eventlog.records) == []
 
     asyncio.run(main())

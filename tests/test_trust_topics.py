@@ -99,7 +99,7 @@ def test_a_client_cannot_publish_on_another_clients_request_or_action_topics(rel
     async def main() -> None:
         async with LocalServer(relay_url, seed=21) as server:
             assert server.relay is not None
-            server.relay.records = []
+            server.relay.eventlog.records = []
             victim = Victim(server.address)
             async with victim.conn:
                 await victim.conn.request(m.CreateMatch(name="victim"))
@@ -138,7 +138,7 @@ def test_a_client_cannot_publish_on_another_clients_request_or_action_topics(rel
                 assert match.status == "waiting"
                 assert len(server.relay.core.matches) == 1  # no "evil" match was made for the victim
             # The relay never heard the forged messages: nothing about them in its log.
-            assert not [r for r in server.relay.records if r.get("kind") == "bad_input"]
+            assert not [r for r in server.relay.eventlog.records if r.get("kind") == "bad_input"]
 
     asyncio.run(main())
 

@@ -1,0 +1,107 @@
+"""The relay's event log: one JSON line per ``LogRecord``, appended as steps publish, completed after a crash.
+
+How this works
+--------------
+The judge says what happened as ``LogRecord``s; the runtime hands each step's records here after the
+step's journal write, so the log never holds a line the journal lacks. A relay of several shards
+tags each line with its shard (one file serves them all). ``records`` keeps the rows in memory too
+(a test reads them without a file).
+
+A crash can cut only the last step's lines: recovery replays the journal, and ``complete_log``
+appends the replayed rows after the last line the file holds (and cuts a torn last line), so the
+log reads as if nothing happened -- ``blink verify`` checks it against the rules.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from relay.model import LogRecord
+
+log = logging.getLogger("blink.relay")
+
+LOG_TAIL_BYTES = 1 << 20  # how much of the event log's end recovery reads to find where it stops
+RUNTIME_ONLY = ("relay_started",)  # log lines the judge never writes (the runtime's own)
+
+
+class EventLog:
+    """The event log file of one relay process (``path`` None: none), and its rows in memory when
+    ``records`` is a list."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.records: list[dict[str, Any]] | None = None
+        self._file: IO[str] | None = None
+
+    def open(self) -> None:
+        if self.path is not None and self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def write(self, records: Sequence[LogRecord], shard: str | None = None) -> None:
+        rows = log_rows(records, shard)
+        if self.records is not None:
+            self.records.extend(rows)
+        if self._file is not None:
+            self._file.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+            self._file.flush()
+        for row in rows:
+            if row.get("kind") == "bad_input":
+                log.info("bad input: %s", row)
+
+
+def log_rows(records: Sequence[LogRecord], shard: str | None) -> list[dict[str, Any]]:
+    """The event log's rows of ``records`` (tagged with ``shard`` for a relay of several)."""
+    return [r.record if shard is None else dict(r.record, shard=shard) for r in records]
+
+
+def complete_log(path: Path | None, records: list[LogRecord], shard: str | None = None) -> int:
+    """Append to the event log the replayed records it lacks; how many. The log holds a prefix of
+    ``records``; its last line (of ``shard``, for a relay of several) tells how long. A shard's log
+    that has no line of it (another relay served it before) is left as it is."""
+    if path is None or not records:
+        return 0
+    lines = [json.dumps(row, default=str) for row in log_rows(records, shard)]
+    try:
+        with open(path, "rb+") as f:
+            start = max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES)
+            f.seek(start)
+            tail = f.read()
+            if tail and not tail.endswith(b"\n"):  # a torn last line: cut it
+                tail = tail[:tail.rfind(b"\n") + 1]
+                f.truncate(start + len(tail))
+    except FileNotFoundError:
+        tail = b""
+    last = None
+    for raw in reversed(tail.decode("utf-8", "replace").splitlines()):
+        try:
+            row = json.loads(raw)
+            kind = row.get("kind")
+        except (ValueError, AttributeError):
+            continue
+        if kind in RUNTIME_ONLY or (kind == "bad_input" and row.get("code") == "too_large") \
+                or (shard is not None and row.get("shard") != shard):
+            continue  # lines the runtime writes on its own, not replayed; another shard's
+        last = raw
+        break
+    if last is None and shard is not None:
+        return 0
+    have = next((i + 1 for i in range(len(lines) - 1, -1, -1) if lines[i] == last), 0)
+    if have < len(lines):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines[have:])
+    return len(lines) - have
+
+
+__all__ = ["EventLog", "complete_log", "log_rows"]
