@@ -1,4 +1,5 @@
-"""The embedded broker's fast path (relay/broker.py: ``_Pump``, ``_Fast``, ``_GuardedBroker.route``):
+"""The embedded broker's fast path (relay/brokergate.py: ``Pump``; relay/brokerroute.py: ``FastPath``,
+``RoutingBroker.route``):
 QoS 0 and QoS 1 PUBLISHes routed straight to their subscribers' sockets.
 
 Through a real ``EmbeddedBroker`` with real aiomqtt clients (and raw sockets for what no client

@@ -27,7 +27,9 @@ from mqttkit import BrokerAddress, free_port
 from protocol import messages as m
 from protocol.codec import decode_all, encode
 from protocol.topics import Topics
-from relay.broker import Access, EmbeddedBroker, PacketTooLarge, _LimitedReader
+from relay.broker import EmbeddedBroker
+from relay.brokeraccess import Access
+from relay.brokergate import LimitedReader, PacketTooLarge
 from relay.local import LocalServer
 from relay.mosquitto import acl_text, hash_password, write_mosquitto_config
 from relay.runtime import Relay
@@ -148,12 +150,12 @@ def test_the_size_gate_follows_mqtt_framing_and_stops_at_the_announced_length() 
     async def main() -> None:
         r = asyncio.StreamReader()
         r.feed_data(bytes([0x30, 3, 1, 2, 3]) + bytes([0x30, 0xD0, 0x0F]) + b"x" * 10)  # 3-byte body, then 2000
-        gate = _LimitedReader(r, 1000, b"\x10\x02ab")  # the CONNECT already read, replayed first
+        gate = LimitedReader(r, 1000, b"\x10\x02ab")  # the CONNECT already read, replayed first
         assert [await gate.read(1), await gate.read(1), await gate.read(2)] == [b"\x10", b"\x02", b"ab"]
         assert [await gate.read(1), await gate.read(1), await gate.read(3)] == [b"\x30", b"\x03", b"\x01\x02\x03"]
         with pytest.raises(PacketTooLarge):  # the gate reads whole packets: 2000 > 1000 is refused
             await gate.read(1)  # as soon as its length is read (only 10 bytes of its body ever came)
-        spanning = _LimitedReader(asyncio.StreamReader(), 1000, b"\x10\x02ab")
+        spanning = LimitedReader(asyncio.StreamReader(), 1000, b"\x10\x02ab")
         spanning._reader.feed_data(bytes([0xC0, 0]))  # a PINGREQ after the replay
         assert await spanning.read(6) == b"\x10\x02ab\xc0\x00"
 
