@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 import aiomqtt  # noqa: E402
 
 from bench.benchkit import find_mosquitto  # noqa: E402
-from bench.fuzz import Stack, _bot_matches, ping_relay, rss_kb  # noqa: E402
+from bench.fuzz import Stack, bot_matches, ping_relay, rss_kb  # noqa: E402
 from client.net import Connection, new_client_id  # noqa: E402
 from mqttkit import BrokerAddress  # noqa: E402
 from protocol import messages as m  # noqa: E402
@@ -309,7 +309,7 @@ async def run(stack: Stack, seed: int, best_of: int = 3) -> dict[str, Any]:
         await a.victim.request(m.CreateMatch(name="victim"))
         await until(lambda: any(isinstance(x, m.MatchJoined) for x in a.victim_got))
         a.victim_match = next(x for x in a.victim_got if isinstance(x, m.MatchJoined)).match
-        bots = asyncio.create_task(_bot_matches(stack, stop, seed, {"best_of": best_of}, 0.05, 240.0, matches))
+        bots = asyncio.create_task(bot_matches(stack, stop, seed, {"best_of": best_of}, 0.05, 240.0, matches))
         # The bot match's code, from the public events the watcher sees.
         await until(lambda: any(isinstance(x, m.Event) and x.match != a.victim_match for _, x in _decoded(watcher.got)))
         code = next(x.match for _, x in _decoded(watcher.got) if isinstance(x, m.Event) and x.match != a.victim_match)

@@ -446,8 +446,8 @@ KINDS = ("random_bytes", "wrong_types", "huge_ints", "deep_nesting", "unknown_ty
 # ---------------------------------------------------------------------------------------- a run
 
 
-async def _bot_matches(stack: Stack, stop: asyncio.Event, seed: int, settings: dict[str, Any], reaction: float,
-                       timeout: float, results: list[dict[str, Any]]) -> None:
+async def bot_matches(stack: Stack, stop: asyncio.Event, seed: int, settings: dict[str, Any], reaction: float,
+                      timeout: float, results: list[dict[str, Any]]) -> None:
     """Bot matches back to back until ``stop`` (the one under way is always played out)."""
     n = 0
     while True:
@@ -522,7 +522,7 @@ async def fuzz(stack: Stack, payloads: int, seed: int = 1, connections: int = 40
             await asyncio.sleep(0.25)
 
     sampler = asyncio.create_task(sample())
-    bots = asyncio.create_task(_bot_matches(stack, stop, seed, match_settings or {}, reaction, match_timeout, matches))
+    bots = asyncio.create_task(bot_matches(stack, stop, seed, match_settings or {}, reaction, match_timeout, matches))
     fz = Fuzzer(seed)
     joined: dict[str, str] = {}
 

@@ -10,6 +10,10 @@ confirmed -- with at most ``MAX_IN_FLIGHT`` plays awaiting a verdict, choosing m
 policy and the real rules engine, and asks for a rematch when a match is over. Its timers are the
 run's (``LoadRun.later``); what it measures (verdict times, bad messages, lost connections) goes
 to the run.
+
+A player knows its run only as ``PlayerRun``, the members it uses, and ``LoadRun``
+(``client/tools/load.py``) has them: the run makes and owns its players, so only it imports the
+other module, and a player can be driven by any object with those members.
 """
 
 from __future__ import annotations
@@ -19,26 +23,66 @@ import math
 import os
 import random
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from client.bots import RandomChance
 from client.tools.load_config import (CONNECT_TIMEOUT_S, KEEPALIVE_S, LEAVE, MAX_IN_FLIGHT, SHARED_EVENTS,
-                                      SUBSCRIBE_PID, LoadError)
+                                      SUBSCRIBE_PID, LoadConfig, LoadError)
 from mqttkit.packets import pack_publish, pack_subscribe
 from protocol import messages as m
 from protocol.codec import DecodeError, decode_all, encode
+from protocol.rules import AnyGame
 from protocol.rules.base import Accepted
 from protocol.topics import Topics
 
 if TYPE_CHECKING:
-    from client.tools.load import LoadRun
+    from mqttkit import BrokerAddress
     from mqttkit.connection import MqttConnection
+
+
+class PlayerRun(Protocol):
+    """What a player uses of the run it belongs to (``LoadRun``): settings, the shared connection
+    limit and timers, and the counters and measurements it reports to."""
+
+    @property
+    def cfg(self) -> LoadConfig: ...
+    @property
+    def address(self) -> BrokerAddress: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def topics(self) -> Topics: ...
+    @property
+    def rules(self) -> AnyGame: ...
+    @property
+    def reaction_s(self) -> float: ...
+    @property
+    def connect_sem(self) -> asyncio.Semaphore: ...
+    @property
+    def acting(self) -> bool: ...  # every match is set up and the run not stopped: play
+    @property
+    def closing(self) -> bool: ...  # the run is ending: a dropped connection is not a loss
+
+    # counters the player adds to
+    bounced: int
+    messages_in: int
+    bad_messages: int
+    lost_connections: int
+
+    @property
+    def request_rejected(self) -> Counter[str]: ...
+
+    def later(self, delay: float, fn: Callable[..., None], *args: Any) -> None: ...
+    def sent(self, now_ns: int) -> None: ...
+    def verdict(self, sent_ns: int | None, msg: Any, now_ns: int) -> None: ...
+    def pong(self, rtt_ns: int) -> None: ...
 
 
 class LoadPlayer:
     """One simulated player: an MQTT connection, its confirmed view and its plays in flight."""
 
-    def __init__(self, run: LoadRun, name: str, rng: random.Random) -> None:
+    def __init__(self, run: PlayerRun, name: str, rng: random.Random) -> None:
         self.run = run
         self.name = name
         self.rng = rng

@@ -35,6 +35,8 @@ messages that woke the loop run. Why the models stay on this loop and only the I
 Scenes (one per screen): ``MenuScene``, a table scene per game (``TableScene`` for BLINK;
 ``TakeawayScene``, ``SequenceScene``, ``RyoScene`` on the shared ``TurnBasedScene``), ``ResultsScene``. The app routes
 window events to the current scene, draws it and the corner HUD, and switches scenes on request.
+Scenes know the app as ``SceneHost`` (``client/window/host.py``), which ``App`` has: this module
+imports the scenes and they never import it.
 
 Replays (``blink replay LOG``, the menu's Replays): ``open_replay`` swaps the session for a
 ``ReplaySession`` (``viewmodels/replay.py``: a spectator model stepped through a recorded match) and
@@ -133,6 +135,8 @@ class App:
         self.shots_saved: list[str] = []
         self.overlay: Any = None  # the replay's control bar, over the game scene
         self._live_session: Any = None  # the menu's session while a replay from the menu is shown
+        # Tests: makes the LAN scene's browser from the interfaces, instead of a real one on the network.
+        self.lan_browser: Callable[[list[str] | None], Any] | None = None
 
     # ----------------------------------------------------------------- window and scenes
 
@@ -300,6 +304,13 @@ class App:
         if players is not None:
             cfg.players = players
 
+    def command_line_settings(self) -> tuple[str, dict[str, Any]]:
+        """The game the command line chose and its --settings, which apply to that game only."""
+        if hasattr(self, "_settings_for"):  # set by the first ``set_game``
+            return self._settings_for
+        cfg = self.session.config
+        return cfg.game, dict(cfg.settings)
+
     def bot_level_name(self) -> str:
         return level_name(self.bot_reaction_s)
 
@@ -384,6 +395,11 @@ class App:
         if self.hud is not None:
             self.hud.resize(*self.size)
         self.goto("replays")
+
+    @property
+    def replay_from_menu(self) -> bool:
+        """The replay shown was opened from the menu's list (Esc goes back there, not out)."""
+        return self._live_session is not None
 
     def results_hint(self) -> str:
         return "Home  watch again     Esc  leave the replay" if self.overlay is not None else "M  menu     Q  quit"

@@ -8,24 +8,24 @@ and only changes their attributes afterwards. ``display_version`` goes up whenev
 changed what is drawn because of new input or new state; the app's frame statistics use it to
 check that every input shows on the frame that handled it, and the app presents a frame only when
 it changed or the scene is not ``still`` (an animation between versions). Input handlers return True when they
-used the event.
+used the event. A scene knows the app only as ``SceneHost`` (``client/window/host.py``): the app
+imports the scenes, never the other way round.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyglet
 
-if TYPE_CHECKING:
-    from client.window.app import App
+from client.window.host import SceneHost
 
 
 class Scene:
     name = "scene"
     clear_colour: tuple[float, float, float, float] = (0.08, 0.09, 0.12, 1.0)
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: SceneHost) -> None:
         self.app = app
         self.batch = pyglet.graphics.Batch()
         self.display_version = 0

@@ -23,6 +23,7 @@ from pyglet.window import key, mouse
 from client.window import geometry as geo
 from client.window.cards import Layer, label, set_color, set_text
 from client.window.mesh import Mesh
+from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window.viewmodels.lan import LanGames, LanRow
 
@@ -41,7 +42,7 @@ class LanScene(Scene):
     name = "lan"
     clear_colour = (0.07, 0.16, 0.13, 1.0)
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: SceneHost) -> None:
         super().__init__(app)
         b = self.batch
         self.l_back, self.l_front = Layer(1), Layer(2)
@@ -75,7 +76,7 @@ class LanScene(Scene):
     async def _poll(self) -> None:
         from mqttkit.lan import LanError
 
-        make = getattr(self.app, "lan_browser", None) or _real_browser
+        make = self.app.lan_browser or _real_browser
         try:
             browser = await asyncio.to_thread(make, self.app.session.config.lan_interfaces)
         except LanError as exc:

@@ -27,6 +27,7 @@ from client.window import geometry as geo
 from client.window.cards import CardView, Layer, fit_label, label, set_color, set_text
 from client.window.layout import CARD_ASPECT, logo_cards
 from client.window.mesh import Mesh
+from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window.scenes.registry import WINDOW_GAMES, seat_choices, title, window_game
 from client.window.session import BOT_LEVELS
@@ -55,7 +56,7 @@ class MenuScene(Scene):
     name = "menu"
     clear_colour = (0.07, 0.16, 0.13, 1.0)
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: SceneHost) -> None:
         super().__init__(app)
         b = self.batch
         self.l_back = Layer(1)
@@ -251,10 +252,7 @@ class MenuScene(Scene):
 
     def _cli(self, game: str) -> dict[str, Any]:
         """The command line's --settings, which apply to its own game only."""
-        own = getattr(self.app, "_settings_for", None)
-        if own is None:
-            cfg = self.app.session.config
-            own = (cfg.game, dict(cfg.settings))
+        own = self.app.command_line_settings()
         return dict(own[1]) if own[0] == game else {}
 
     def settings_for(self, game: str) -> dict[str, Any]:

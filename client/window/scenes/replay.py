@@ -24,6 +24,7 @@ import pyglet
 from pyglet.window import key
 
 from client.window.cards import fit_label, label, set_color, set_text
+from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window.viewmodels.replay import ReplaySession
 
@@ -34,7 +35,7 @@ KEYS = "Space play/pause   ← → step   1 2 4 speed   Home End   Esc quit"
 class ReplayBar:
     name = "replay-bar"
 
-    def __init__(self, app: Any, session: ReplaySession) -> None:
+    def __init__(self, app: SceneHost, session: ReplaySession) -> None:
         self.app = app
         self.session = session
         self.batch = pyglet.graphics.Batch()
@@ -46,7 +47,7 @@ class ReplayBar:
         self.knob = pyglet.shapes.Circle(0, 0, 7, color=(255, 230, 150, 255), batch=self.batch, group=front)
         self.state_lbl = label(self.batch, front, 13, (255, 255, 255, 255), "left", "center", bold=True)
         self.info_lbl = label(self.batch, front, 11, (210, 220, 235, 255), "right", "center")
-        from_menu = getattr(app, "_live_session", None) is not None
+        from_menu = app.replay_from_menu
         self.keys_lbl = label(self.batch, front, 10, (160, 170, 190, 255), "left", "center",
                               text=KEYS.replace("Esc quit", "Esc back to the list") if from_menu else KEYS)
         self.dragging = False
@@ -178,7 +179,7 @@ class ReplaysScene(Scene):
     clear_colour = (0.07, 0.16, 0.13, 1.0)
     ROWS = 9
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: SceneHost) -> None:
         super().__init__(app)
         from client.replays import list_replays
 

@@ -19,6 +19,7 @@ from pyglet.window import key
 from client.window import geometry as geo
 from client.window.cards import Layer, label, set_color, set_text
 from client.window.mesh import Mesh
+from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window import texts
 from client.window.viewmodels.results import game_line, match_result_line
@@ -38,7 +39,7 @@ class ResultsScene(Scene):
     name = "results"
     clear_colour = (0.07, 0.16, 0.13, 1.0)
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: SceneHost) -> None:
         super().__init__(app)
         b = self.batch
         self.l_back, self.l_front = Layer(1), Layer(2)
@@ -147,7 +148,7 @@ class ResultsScene(Scene):
         if watching:
             keen = [names[i] for i in others if i in asked]
             line = (f"{', '.join(keen)} want{'s' if len(keen) == 1 else ''} a rematch" if keen
-                    else f"replay of match {model.match}" if getattr(self.app, "overlay", None) is not None
+                    else f"replay of match {model.match}" if self.app.overlay is not None
                     else "you watched this match")
         elif seat in asked and not waiting:
             line = "starting the rematch…"
@@ -159,8 +160,7 @@ class ResultsScene(Scene):
         else:
             line = "press R for a rematch"
         set_text(self.rematch_lbl, line)
-        set_text(self.hint, self.app.results_hint() if watching and hasattr(self.app, "results_hint")
-                 else ("M  menu     Q  quit" if watching else texts.OVER_HINTS))
+        set_text(self.hint, self.app.results_hint() if watching else texts.OVER_HINTS)
         self.display_version += 1
 
     def on_key_press(self, symbol: int, modifiers: int) -> bool:

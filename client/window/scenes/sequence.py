@@ -22,6 +22,7 @@ from typing import Any
 
 from protocol.rules import sequence as sq
 from client.window.draw2d import Canvas
+from client.window.host import SceneHost
 from client.window.layout import Rect
 from client.window.scenes.turnbased import AMBER, DIM, GREEN, RED, TurnBasedScene, WHITE, YELLOW
 from client.window.viewmodels.sequence import CHIP_LETTER, CHIP_RGB, SequenceViewModel
@@ -45,7 +46,7 @@ class SequenceScene(TurnBasedScene):
     view_model = SequenceViewModel
     vm: SequenceViewModel
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: SceneHost) -> None:
         self._cells: dict[tuple[int, int], Rect] = {}
         super().__init__(app)
 

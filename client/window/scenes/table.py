@@ -32,6 +32,7 @@ from client.window.layout import Rect, TableLayout, fit_text, table_layout
 from client.window.mesh import Mesh, mix
 from client.window import geometry as geo
 from client.window import texts
+from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window.viewmodels.table import NS, Band, CardShow, Step, TableBoard, TableViewModel
 
@@ -64,7 +65,7 @@ class TableScene(Scene):
     name = "table"
     clear_colour = (0.06, 0.30, 0.20, 1.0)  # card-table felt
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: SceneHost) -> None:
         super().__init__(app)
         b = self.batch
         # draw order: the table, then the text band over it, then a card in flight (a bounce, a

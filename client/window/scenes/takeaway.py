@@ -25,6 +25,7 @@ from pyglet.window import key
 
 from protocol.rules import takeaway as tk
 from client.window.draw2d import Canvas, axial_to_xy, hex_points
+from client.window.host import SceneHost
 from client.window.layout import Rect
 from client.window.scenes.turnbased import AMBER, DIM, GREEN, RED, TurnBasedScene, WHITE, YELLOW
 from client.window.viewmodels.takeaway import TakeawayViewModel
@@ -41,7 +42,7 @@ class TakeawayScene(TurnBasedScene):
     view_model = TakeawayViewModel
     vm: TakeawayViewModel
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: SceneHost) -> None:
         self._hex: dict[tuple[int, int], tuple[float, float, float]] = {}
         # what a state says about its cells, worked out once per state (a hover or a tumbling die
         # redraws the board without the state changing): (state, me, legal cells, locked cells)

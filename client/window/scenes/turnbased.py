@@ -46,6 +46,7 @@ from client.window.cards import Layer, label
 from client.window.draw2d import Canvas
 from client.window.layout import Rect, fit_text
 from client.window.mesh import Mesh
+from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are the scenes' palette
     AMBER, DIM, GREEN, PENDING_LINE, RED, SEAT_COLOURS, SEAT_MARKS, SOFT, WHITE, YELLOW, TurnViewModel,
@@ -95,7 +96,7 @@ class TurnBasedScene(Scene):
     #: Unused labels keep their layout, hidden (False: emptied: the benchmark's baseline).
     keep_layouts = True
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: SceneHost) -> None:
         super().__init__(app)
         self.vm = self.view_model(app.game_title(app.current_game()))
         self.l_board = Layer(1)
