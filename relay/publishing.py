@@ -10,7 +10,8 @@ QoS-1 one goes through the connection's ``publish`` in its place, keeping the or
 ``protocol.codec.pack_bundle``), in the order said, at the place of the topic's first message: a
 play's events go out as one message on the match's ``ev`` and its verdict with the cards it drew as
 one on the player's topic, so subscribers receive and the broker routes about half as many
-messages. A message moves earlier only past messages of its own class -- events past other
+messages. A bundle never exceeds the broker's payload limit (the relay's ``max_payload``): a
+broker drops a larger PUBLISH without a word, and with it every message inside. A message moves earlier only past messages of its own class -- events past other
 matches' events, a player's messages past other players' -- never across the other class: a
 client must have a private update before the events after its ``seq`` (it holds an early one until
 its event, and cannot place a late one), and a view that ends a game after that game's events.
@@ -124,8 +125,11 @@ class Resync:
         self._last_qos1 = future
 
 
-#: A bundle is closed at this size: well under what a client decodes (``MAX_MESSAGE_BYTES``).
+#: A bundle is closed at this size, its header included, unless the broker takes less: every broker
+#: drops a PUBLISH over its payload limit (``message_size_limit``, the relay's ``max_payload``)
+#: without a word, so a bundle over it would lose all its messages for every subscriber.
 BUNDLE_BYTES = MAX_MESSAGE_BYTES // 4
+BUNDLE_HEAD = 3  # an array header of up to ``MAX_BUNDLE_ITEMS`` items
 EVENTS = "/ev"  # how a match's public event stream's topic ends (protocol.topics.Topics.ev)
 
 
@@ -139,8 +143,11 @@ class Wire:
     qos: int = 0
 
 
-def wire_messages(publishes: Sequence[Publish], encode: Callable[[object], bytes]) -> list[Wire]:
-    """The step's publishes as PUBLISHes, a topic's plain messages bundled (see the header)."""
+def wire_messages(publishes: Sequence[Publish], encode: Callable[[object], bytes],
+                  max_bytes: int = BUNDLE_BYTES) -> list[Wire]:
+    """The step's publishes as PUBLISHes, a topic's plain messages bundled (see the header) into
+    payloads of at most ``max_bytes`` (a message larger than that alone goes out as it is)."""
+    room = min(max_bytes, BUNDLE_BYTES) - BUNDLE_HEAD
     slots: list[Wire | list[bytes]] = []  # a list: a topic's run of plain messages, bundled at the end
     topics: list[str] = []
     runs: dict[str, tuple[list[bytes], int]] = {}  # topic -> (its open run, the run's bytes)
@@ -157,7 +164,7 @@ def wire_messages(publishes: Sequence[Publish], encode: Callable[[object], bytes
             public = not public
             runs.clear()  # nor across a message of the other class
         run = runs.get(o.topic)
-        if run is not None and run[1] + len(payload) <= BUNDLE_BYTES and len(run[0]) < MAX_BUNDLE_ITEMS:
+        if run is not None and run[1] + len(payload) <= room and len(run[0]) < MAX_BUNDLE_ITEMS:
             run[0].append(payload)
             runs[o.topic] = (run[0], run[1] + len(payload))
             continue
@@ -170,10 +177,11 @@ def wire_messages(publishes: Sequence[Publish], encode: Callable[[object], bytes
 
 
 def send_publishes(client: MqttConnection, out: Sequence[Out],
-                   on_qos1: Callable[[asyncio.Future[bytes]], None] | None = None) -> tuple[int, str]:
+                   on_qos1: Callable[[asyncio.Future[bytes]], None] | None = None,
+                   max_bytes: int = BUNDLE_BYTES) -> tuple[int, str]:
     """Write the ``Publish``es of ``out`` to ``client`` (see the header; ``on_qos1`` is given each
-    QoS-1 acknowledgement's future). Never raises for a dropped connection: how many could not be
-    written, and why."""
+    QoS-1 acknowledgement's future; ``max_bytes``: the broker's payload limit). Never raises for a
+    dropped connection: how many could not be written, and why."""
     publishes = [o for o in out if isinstance(o, Publish)]
     if not publishes:
         return 0, ""
@@ -182,7 +190,7 @@ def send_publishes(client: MqttConnection, out: Sequence[Out],
     buf = bytearray()
     failed, why = 0, ""
     # One Packer for the step's messages (this runs in the loop's thread).
-    for o in wire_messages(publishes, Encoder()):
+    for o in wire_messages(publishes, Encoder(), max_bytes):
         payload = o.payload
         try:
             if o.qos == 0:

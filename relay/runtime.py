@@ -400,7 +400,7 @@ class Relay:
                     out = [o for srv in self.servers.values() for o in srv.core.shutdown()]
                     if self.sharded:
                         out.append(Publish(self._own_status(), m.RelayStatus(self.relay_id, False), retain=True))
-                    send_publishes(client, out)
+                    send_publishes(client, out, max_bytes=self.max_payload)
                     await client.disconnect(timeout=2.0)
                 except BaseException as exc:  # noqa: BLE001 - the broker may be gone already
                     log.info("last words not sent: %s", exc)
@@ -699,7 +699,7 @@ class Relay:
                 self.eventlog.write(records, srv.name if self.sharded and srv is not None else None)
             everything += out
         if self._client is not None and everything:
-            failed, why = send_publishes(self._client, everything, self.resync.on_qos1)
+            failed, why = send_publishes(self._client, everything, self.resync.on_qos1, self.max_payload)
             if failed:
                 # The connection dropped: it reconnects and every shard resyncs; what this step said is
                 # in the state its clients will get then.

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from client.matchrun import run_match
+from client.net import Connection, new_client_id
+from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress
 from protocol import messages as m
 from protocol.codec import MAX_BUNDLE_ITEMS, DecodeError, decode, decode_all, encode, pack_bundle
+from relay.local import LocalServer
 from relay.model import Publish
 from relay.publishing import BUNDLE_BYTES, wire_messages
 
@@ -86,3 +92,45 @@ def test_a_bundle_is_closed_at_its_size_and_item_limits() -> None:
     assert sum(len(decode_all(w.payload)) for w in wires) == n
     small = wire_messages([_pub("m/X/ev", m.Ping(t0=1))] * (MAX_BUNDLE_ITEMS + 5), encode)
     assert [len(decode_all(w.payload)) for w in small] == [MAX_BUNDLE_ITEMS, 5]
+
+
+def test_no_bundle_is_larger_than_the_brokers_payload_limit() -> None:
+    """A broker drops a PUBLISH over its ``message_size_limit`` (the relay's ``max_payload``) without
+    a word, and with it every message inside: bundles stop below it, header included."""
+    events = [m.Event(match="ABCDE", seq=i, ts=i, game=0, type="dice_rolled", data={"pad": "x" * 90})
+              for i in range(1, 400)]
+    for limit in (512, 8192):
+        wires = wire_messages([_pub("m/X/ev", e) for e in events], encode, max_bytes=limit)
+        assert len(wires) > 1 and all(len(w.payload) <= limit for w in wires)
+        assert [x for w in wires for x in decode_all(w.payload)] == events
+    alone = m.ViewUpdated(match="ABCDE", seq=1, game=0, state={"x": "y" * 700}, match_state={})
+    wires = wire_messages([_pub("c/a", alone), _pub("c/a", alone)], encode, max_bytes=512)
+    assert [decode_all(w.payload) for w in wires] == [[alone], [alone]]  # too large to bundle: each as it is
+
+
+def test_a_long_past_reaches_a_late_spectator_through_mosquittos_size_limit(mosquitto: BrokerAddress) -> None:
+    """A Roll Your Own match makes hundreds of events; a spectator that asks for them from the start
+    gets them all in one step's answer, bundled: through Mosquitto, whose ``message_size_limit`` is
+    the relay's ``max_payload``, every one arrives."""
+
+    async def body() -> None:
+        async with LocalServer(mosquitto.login_url, seed=8) as server:
+            played = await run_match(mosquitto.public(), "ryo", 2, seed=3, reaction_s=0.0, timeout_s=120)
+            assert len(played.events) > 150
+            heard: list[m.Event] = []
+            got_all = asyncio.Event()
+
+            def on_message(msg: object, now: int) -> None:
+                if isinstance(msg, m.Event) and msg.match == played.code:
+                    heard.append(msg)
+                    if len(heard) >= len(played.events):
+                        got_all.set()
+
+            async with Connection(mosquitto.public(), new_client_id("late"), on_message=on_message,
+                                  ping_interval_s=0) as late:
+                await late.request(m.Resync(played.code, from_seq=1))
+                await asyncio.wait_for(got_all.wait(), 60)
+            assert [e.seq for e in heard] == [e.seq for e in played.events]
+            assert server.relay.max_payload == DEFAULT_MAX_PAYLOAD
+
+    asyncio.run(body())
