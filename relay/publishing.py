@@ -192,6 +192,9 @@ def send_publishes(client: MqttConnection, out: Sequence[Out],
     # One Packer for the step's messages (this runs in the loop's thread).
     for o in wire_messages(publishes, Encoder(), max_bytes):
         payload = o.payload
+        if len(payload) > max_bytes:  # the broker will drop it: say so, it is a bug or a wrong limit
+            log.warning("a %d-byte message on %s is over the broker's payload limit (%d)", len(payload), o.topic,
+                        max_bytes)
         try:
             if o.qos == 0:
                 pack_publish(buf, o.topic, payload, o.retain)
