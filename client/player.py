@@ -9,7 +9,8 @@ message so a bot can wait for the next thing to react to. ``act`` predicts local
 then sends, so the state a bot or a screen reads already shows the move.
 
 A background task sends again, with the same id, the actions the relay has not answered
-(``ClientModel.resends``: bounded backoff, given up after 30 s); the connection reconnects by itself
+(``ClientModel.resends``: bounded backoff, given up after 30 s), and a join or rejoin not answered
+yet (``ClientModel.asks_again``, until the caller's wait ends); the connection reconnects by itself
 and the model asks for the seat and view back. ``rejoin(code, token)`` takes a seat back from a new
 process (``blink bot --rejoin``, ``blink play --rejoin``).
 """
@@ -94,10 +95,13 @@ class Player:
         while True:
             await asyncio.sleep(self.resend_interval_s)
             before = self.model.version
-            acts = self.model.resends(time.time_ns())
+            now_ns = time.time_ns()
+            acts = self.model.resends(now_ns)
             if acts and self.model.match:
                 for act in acts:
                     await self.conn.act(self.model.match, act)
+            for req in self.model.asks_again(now_ns):
+                await self.conn.request(req)
             quiet = time.monotonic() - self._heard_match
             if (quiet > self.quiet_resync_s and self.model.match and not self.model.spectating
                     and self.model.seat is not None and not self.match_over()):
@@ -108,7 +112,7 @@ class Player:
 
     async def rejoin(self, code: str, token: str, timeout: float = 10.0) -> str:
         """Take back a seat with its token (from ``MatchJoined``, saved by an earlier run)."""
-        await self.conn.request(m.Rejoin(code.upper(), token))
+        await self.conn.request(self.model.ask(m.Rejoin(code.upper(), token), time.time_ns()))
         return await self._wait_joined(timeout)
 
     async def _watch_then_resync(self, match: str) -> None:
@@ -121,6 +125,12 @@ class Player:
         self._joined.set()
 
     async def _wait_joined(self, timeout: float) -> str:
+        try:
+            return await self._seated(timeout)
+        finally:
+            self.model.stop_asking()  # answered, refused or given up: no more resends of it
+
+    async def _seated(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout
         seen_errors = len(self.model.errors)
         while True:
@@ -137,15 +147,17 @@ class Player:
 
     async def create(self, game: str = "blink", settings: dict[str, Any] | None = None, seats: int = 2,
                      timeout: float = 10.0) -> str:
-        await self.conn.request(m.CreateMatch(name=self.model.name, game=game, settings=settings or {}, seats=seats))
+        await self.conn.request(self.model.ask(m.CreateMatch(name=self.model.name, game=game, settings=settings or {},
+                                                             seats=seats), time.time_ns()))
         return await self._wait_joined(timeout)
 
     async def join(self, code: str, timeout: float = 10.0) -> str:
-        await self.conn.request(m.JoinMatch(name=self.model.name, code=code))
+        await self.conn.request(self.model.ask(m.JoinMatch(name=self.model.name, code=code), time.time_ns()))
         return await self._wait_joined(timeout)
 
     async def quick(self, game: str = "blink", settings: dict[str, Any] | None = None, timeout: float = 10.0) -> str:
-        await self.conn.request(m.QuickMatch(name=self.model.name, game=game, settings=settings or {}))
+        await self.conn.request(self.model.ask(m.QuickMatch(name=self.model.name, game=game, settings=settings or {}),
+                                               time.time_ns()))
         return await self._wait_joined(timeout)
 
     async def watch(self, code: str, timeout: float = 10.0) -> str:
