@@ -30,6 +30,14 @@ from client.net import Connection, Impairment, new_client_id
 from client.netthread import NetThread, ThreadedConnection
 
 
+#: How long ``create``, ``join``, ``quick`` and ``rejoin`` wait for their seat by default. A relay
+#: killed just after seating a player (its answer lost with it) leaves the shard unserved until another
+#: takes it over: at once through the liveness probes, or -- when they cannot tell, as while a NATS node
+#: is stopping -- once the lease expires (``relay/leases.py``: the ttl, 12 s by default, plus a tick,
+#: the acquisition and the replay). The wait covers that twice over; the join is asked again meanwhile.
+SEAT_WAIT_S = 30.0
+
+
 class RequestError(RuntimeError):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(f"{code}: {detail}")
@@ -110,7 +118,7 @@ class Player:
             if self.model.version != before:
                 self.changed.set()
 
-    async def rejoin(self, code: str, token: str, timeout: float = 10.0) -> str:
+    async def rejoin(self, code: str, token: str, timeout: float = SEAT_WAIT_S) -> str:
         """Take back a seat with its token (from ``MatchJoined``, saved by an earlier run)."""
         await self.conn.request(self.model.ask(m.Rejoin(code.upper(), token), time.time_ns()))
         return await self._wait_joined(timeout)
@@ -146,16 +154,17 @@ class Player:
             await wait_event(self.changed, min(left, 0.25))
 
     async def create(self, game: str = "blink", settings: dict[str, Any] | None = None, seats: int = 2,
-                     timeout: float = 10.0) -> str:
+                     timeout: float = SEAT_WAIT_S) -> str:
         await self.conn.request(self.model.ask(m.CreateMatch(name=self.model.name, game=game, settings=settings or {},
                                                              seats=seats), time.time_ns()))
         return await self._wait_joined(timeout)
 
-    async def join(self, code: str, timeout: float = 10.0) -> str:
+    async def join(self, code: str, timeout: float = SEAT_WAIT_S) -> str:
         await self.conn.request(self.model.ask(m.JoinMatch(name=self.model.name, code=code), time.time_ns()))
         return await self._wait_joined(timeout)
 
-    async def quick(self, game: str = "blink", settings: dict[str, Any] | None = None, timeout: float = 10.0) -> str:
+    async def quick(self, game: str = "blink", settings: dict[str, Any] | None = None,
+                    timeout: float = SEAT_WAIT_S) -> str:
         await self.conn.request(self.model.ask(m.QuickMatch(name=self.model.name, game=game, settings=settings or {}),
                                                time.time_ns()))
         return await self._wait_joined(timeout)
