@@ -26,7 +26,11 @@ same ``Act`` with the same id (the relay answers a duplicate without applying it
 after it was first sent is dropped and bounces with code ``no_answer``. ``connection`` follows the
 networking shell (``Reconnecting`` / ``Reconnected`` / ``ConnectionLost``): after a reconnect, a seat
 is asked back with its token (``Rejoin``), and the view resynced; the relay's status coming back
-online also asks for a resync. The seat token from ``MatchJoined`` is kept in ``token``.
+online also asks for a resync. The seat token from ``MatchJoined`` is kept in ``token``. A seat
+request (``JoinMatch``, ``Rejoin``; QoS 0 like everything) is sent again until it is answered --
+``asks_again``, after ``ASK_AGAIN_FIRST_NS`` doubling, and at once after a reconnect or when a shard
+comes online: a relay killed between seating a player and sending its ``MatchJoined`` took the
+answer with it, and the shard's new owner answers only what it is asked (the seat is in its journal).
 
 Shards (several relays on one broker): ``MatchJoined`` names the match's shard (``shard``). Each
 shard has its own status, relay id ``shard-{n}`` (``relay/runtime.py``): only the own shard's
@@ -50,6 +54,9 @@ from protocol.rules.base import Accepted, Game, Rejected
 RESEND_FIRST_NS = 500_000_000  # an unanswered action is sent again after this ...
 RESEND_MAX_NS = 4_000_000_000  # ... the wait doubling up to this ...
 GIVE_UP_NS = 30_000_000_000  # ... and it is given up (bounces ``no_answer``) this long after it was first sent
+#: An unanswered seat request (join, rejoin) is sent again after this, the wait doubling up to
+#: ``RESEND_MAX_NS``, until answered or given up by its caller; at once when a shard comes online.
+ASK_AGAIN_FIRST_NS = 2_000_000_000
 
 
 def resend_wait_ns(tries: int) -> int:
@@ -71,6 +78,15 @@ class Pending:
     act: Any = None  # the wire ``Act`` (an ``m.Act``), resent as is while unanswered
     sends: int = 1
     resend_at_ns: int = 0
+
+
+@dataclass
+class Asking:
+    """A seat request sent and not answered yet (``ClientModel.ask``)."""
+
+    request: Any  # a JoinMatch or a Rejoin: the relay answers a repeat with the same seat
+    resend_at_ns: int
+    sends: int = 1
 
 
 @dataclass(frozen=True)
@@ -230,6 +246,7 @@ class ClientModel:
     away: dict[int, tuple[int, float]] = field(default_factory=dict)
     resent: int = 0
     failed: int = 0  # own actions given up without an answer
+    asking: Asking | None = None  # a join or rejoin not answered yet (sent again while it is not)
 
     def heal(self) -> list[Any]:
         """What to ask the relay after the connection (or the relay) came back: the seat (if held)
@@ -240,6 +257,34 @@ class ClientModel:
         if self.token and not self.spectating:
             return [m.Rejoin(self.match, self.token), m.Resync(self.match, from_seq=self.last_event_seq + 1)]
         return [m.Resync(self.match, from_seq=self.last_event_seq + 1 if self.last_event_seq else 0)]
+
+    def ask(self, request: Any, now_ns: int) -> Any:
+        """A lobby request about to be sent: returned as is. A join or a rejoin is remembered until
+        answered (``MatchJoined`` or ``RequestRejected``) or ``stop_asking``, and ``asks_again`` sends
+        it again meanwhile: the relay answers a repeat with the seat already given, so a request or
+        an answer lost (QoS 0; the shard's relay killed after seating us and before its answer left,
+        or nobody serving the shard for a moment) costs a resend, not the seat. A create or a quick
+        match is not repeated: a second one would make a second match."""
+        repeatable = isinstance(request, (m.JoinMatch, m.Rejoin))
+        self.asking = Asking(request, now_ns + ASK_AGAIN_FIRST_NS) if repeatable else None
+        return request
+
+    def stop_asking(self) -> None:
+        """The caller stopped waiting for the answer (it came, or it gave up)."""
+        self.asking = None
+
+    def asks_again(self, now_ns: int) -> list[Any]:
+        """The unanswered join or rejoin, when it is due to be sent again (a list of at most one)."""
+        a = self.asking
+        if a is None or now_ns < a.resend_at_ns or self.connection != "connected":
+            return []
+        a.sends += 1
+        a.resend_at_ns = now_ns + min(RESEND_MAX_NS, ASK_AGAIN_FIRST_NS << min(a.sends - 1, 16))
+        return [a.request]
+
+    def _ask_now(self, now_ns: int) -> None:
+        if self.asking is not None:
+            self.asking.resend_at_ns = min(self.asking.resend_at_ns, now_ns)
 
     def resends(self, now_ns: int) -> list[m.Act]:
         """Own actions due to be sent again (same id); gives up those unanswered for too long."""
@@ -322,9 +367,12 @@ class ClientModel:
             self.connection = "connected"
             self.version += 1
             out.extend(self.heal())
+            self._ask_now(now_ns)
         elif isinstance(msg, m.RelayStatus) and msg.relay.startswith("shard-"):
             heard = msg.relay in self.shard_status
             self.shard_status[msg.relay] = msg.online
+            if msg.online and heard:  # a shard served again (which one a request goes to is the relays' to say)
+                self._ask_now(now_ns)
             if self.match is not None and msg.relay == f"shard-{self.shard}":
                 self.relay_online = msg.online
                 if msg.online and heard:  # the shard is served (again): catch up, resend now
@@ -337,12 +385,14 @@ class ClientModel:
             was, self.relay_online = self.relay_online, msg.online
             if msg.online and was is False:  # the relay is back (restarted, reconnected): catch up
                 out.extend(self.heal())
+                self._ask_now(now_ns)
             self.version += 1
         elif isinstance(msg, m.Pong):
             self.clock.add(sample(msg.t0, msg.t1, msg.t2, now_ns))
         elif isinstance(msg, m.Probe):
             out.append(m.ProbeReply(msg.sent_ns))  # answered at once: the relay times the round trip
         elif isinstance(msg, m.MatchJoined):
+            self.asking = None
             same = self.predictor is not None and (self.match, self.seat) == (msg.match, msg.seat)
             self.match, self.seat, self.game = msg.match, msg.seat, msg.game
             self.players, self.settings = msg.players, msg.settings
@@ -442,6 +492,7 @@ class ClientModel:
             self.version += 1
         elif isinstance(msg, m.RequestRejected):
             self.errors.append(msg)
+            self.asking = None  # refused, not lost: asking again would be refused again
             self.version += 1
         return out
 

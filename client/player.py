@@ -9,7 +9,8 @@ message so a bot can wait for the next thing to react to. ``act`` predicts local
 then sends, so the state a bot or a screen reads already shows the move.
 
 A background task sends again, with the same id, the actions the relay has not answered
-(``ClientModel.resends``: bounded backoff, given up after 30 s); the connection reconnects by itself
+(``ClientModel.resends``: bounded backoff, given up after 30 s), and a join or rejoin not answered
+yet (``ClientModel.asks_again``, until the caller's wait ends); the connection reconnects by itself
 and the model asks for the seat and view back. ``rejoin(code, token)`` takes a seat back from a new
 process (``blink bot --rejoin``, ``blink play --rejoin``).
 """
@@ -27,6 +28,14 @@ from protocol.topics import Topics
 from client.model import ClientModel
 from client.net import Connection, Impairment, new_client_id
 from client.netthread import NetThread, ThreadedConnection
+
+
+#: How long ``create``, ``join``, ``quick`` and ``rejoin`` wait for their seat by default. A relay
+#: killed just after seating a player (its answer lost with it) leaves the shard unserved until another
+#: takes it over: at once through the liveness probes, or -- when they cannot tell, as while a NATS node
+#: is stopping -- once the lease expires (``relay/leases.py``: the ttl, 12 s by default, plus a tick,
+#: the acquisition and the replay). The wait covers that twice over; the join is asked again meanwhile.
+SEAT_WAIT_S = 30.0
 
 
 class RequestError(RuntimeError):
@@ -94,10 +103,13 @@ class Player:
         while True:
             await asyncio.sleep(self.resend_interval_s)
             before = self.model.version
-            acts = self.model.resends(time.time_ns())
+            now_ns = time.time_ns()
+            acts = self.model.resends(now_ns)
             if acts and self.model.match:
                 for act in acts:
                     await self.conn.act(self.model.match, act)
+            for req in self.model.asks_again(now_ns):
+                await self.conn.request(req)
             quiet = time.monotonic() - self._heard_match
             if (quiet > self.quiet_resync_s and self.model.match and not self.model.spectating
                     and self.model.seat is not None and not self.match_over()):
@@ -106,9 +118,9 @@ class Player:
             if self.model.version != before:
                 self.changed.set()
 
-    async def rejoin(self, code: str, token: str, timeout: float = 10.0) -> str:
+    async def rejoin(self, code: str, token: str, timeout: float = SEAT_WAIT_S) -> str:
         """Take back a seat with its token (from ``MatchJoined``, saved by an earlier run)."""
-        await self.conn.request(m.Rejoin(code.upper(), token))
+        await self.conn.request(self.model.ask(m.Rejoin(code.upper(), token), time.time_ns()))
         return await self._wait_joined(timeout)
 
     async def _watch_then_resync(self, match: str) -> None:
@@ -121,6 +133,12 @@ class Player:
         self._joined.set()
 
     async def _wait_joined(self, timeout: float) -> str:
+        try:
+            return await self._seated(timeout)
+        finally:
+            self.model.stop_asking()  # answered, refused or given up: no more resends of it
+
+    async def _seated(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout
         seen_errors = len(self.model.errors)
         while True:
@@ -136,16 +154,19 @@ class Player:
             await wait_event(self.changed, min(left, 0.25))
 
     async def create(self, game: str = "blink", settings: dict[str, Any] | None = None, seats: int = 2,
-                     timeout: float = 10.0) -> str:
-        await self.conn.request(m.CreateMatch(name=self.model.name, game=game, settings=settings or {}, seats=seats))
+                     timeout: float = SEAT_WAIT_S) -> str:
+        await self.conn.request(self.model.ask(m.CreateMatch(name=self.model.name, game=game, settings=settings or {},
+                                                             seats=seats), time.time_ns()))
         return await self._wait_joined(timeout)
 
-    async def join(self, code: str, timeout: float = 10.0) -> str:
-        await self.conn.request(m.JoinMatch(name=self.model.name, code=code))
+    async def join(self, code: str, timeout: float = SEAT_WAIT_S) -> str:
+        await self.conn.request(self.model.ask(m.JoinMatch(name=self.model.name, code=code), time.time_ns()))
         return await self._wait_joined(timeout)
 
-    async def quick(self, game: str = "blink", settings: dict[str, Any] | None = None, timeout: float = 10.0) -> str:
-        await self.conn.request(m.QuickMatch(name=self.model.name, game=game, settings=settings or {}))
+    async def quick(self, game: str = "blink", settings: dict[str, Any] | None = None,
+                    timeout: float = SEAT_WAIT_S) -> str:
+        await self.conn.request(self.model.ask(m.QuickMatch(name=self.model.name, game=game, settings=settings or {}),
+                                               time.time_ns()))
         return await self._wait_joined(timeout)
 
     async def watch(self, code: str, timeout: float = 10.0) -> str:

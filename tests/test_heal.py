@@ -4,7 +4,9 @@ process tests (below) run real bots, relays and brokers on free ports."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -14,7 +16,8 @@ from protocol.codec import encode
 from protocol.rules import blink
 from protocol.verify import parse_log, verify
 from relay.core import LogRecord, Publish
-from client.model import (GIVE_UP_NS, ClientModel, ConnectionLost, Reconnected, Reconnecting, resend_wait_ns)
+from client.model import (ASK_AGAIN_FIRST_NS, GIVE_UP_NS, ClientModel, ConnectionLost, Reconnected, Reconnecting,
+                          resend_wait_ns)
 from tests.test_relay_core import S, T, Harness
 
 # ---------------------------------------------------------------------------------- relay core
@@ -204,6 +207,109 @@ def test_the_relay_coming_back_online_asks_for_a_resync() -> None:
     assert model.on_message(m.RelayStatus("relay-0", False), 1) == []
     out = model.on_message(m.RelayStatus("relay-0", True), 2)
     assert any(isinstance(x, m.Resync) for x in out) and any(isinstance(x, m.Rejoin) for x in out)
+
+
+def test_a_join_whose_answer_was_lost_is_asked_again_and_answered_with_the_same_seat() -> None:
+    # The shard's relay seats the joiner (journalled, the game starts) and is killed before its
+    # MatchJoined leaves; the new owner answers only what it is asked: the joiner must ask again.
+    h = Harness()
+    out = h.send(T.req("a"), m.CreateMatch(name="ann"))
+    code = joined(h, "a", out).match
+    model = ClientModel("b", "bob")
+    request = model.ask(m.JoinMatch(name="bob", code=code), 0)
+    first = h.send(T.req("b"), request)  # answered, but the answer is lost with its relay
+    assert [e.type for e in h.events(first)][-1] == "game_started" and model.match is None
+    assert model.asks_again(ASK_AGAIN_FIRST_NS - 1) == []
+    model.on_message(m.RelayStatus("shard-0", True), 1)  # the retained status at connect: nothing new
+    assert model.asks_again(2) == []
+    model.on_message(m.RelayStatus("shard-0", False), 3)
+    model.on_message(m.RelayStatus("shard-0", True), 4)  # a new owner serves the shard: ask at once
+    assert model.asks_again(5) == [request]
+    now, sent = 5, [5]
+    while now < 20 * S:  # and on a timer meanwhile: doubling, capped
+        now += S // 10
+        sent += [now] * len(model.asks_again(now))
+    gaps = [b - a for a, b in zip(sent, sent[1:])]
+    assert gaps == [4 * S] * 5  # then every 4 s (2 s after the first send, doubling, capped)
+    again = h.send(T.req("b"), request)  # the repeat: the same seat, nothing applied twice
+    assert joined(h, "b", again) == joined(h, "b", first) and h.events(again) == []
+    for x in h.to("b", again):
+        model.on_message(x, now)
+    assert model.match == code and model.seat == 1 and model.asks_again(100 * S) == []
+
+
+def test_only_an_unanswered_join_or_rejoin_is_asked_again_and_not_while_reconnecting() -> None:
+    model = ClientModel("b", "bob")
+    model.ask(m.CreateMatch(name="bob"), 0)  # a second create would make a second match
+    assert model.asks_again(100 * S) == []
+    model.ask(m.QuickMatch(name="bob"), 0)
+    assert model.asks_again(100 * S) == []
+    rejoin = model.ask(m.Rejoin("ABCDE", "t" * 32), 0)
+    model.on_message(Reconnecting("gone"), 1)
+    assert model.asks_again(100 * S) == []
+    model.on_message(Reconnected(), 100 * S + 1)
+    assert model.asks_again(100 * S + 1) == [rejoin]  # due at once after the reconnect
+    model.on_message(m.RequestRejected("bad_token", "no"), 100 * S + 2)  # refused, not lost
+    assert model.asks_again(1000 * S) == []
+    join = model.ask(m.JoinMatch(name="bob", code="ABCDE"), 0)
+    assert model.asks_again(ASK_AGAIN_FIRST_NS) == [join]
+    model.stop_asking()  # the caller gave up waiting
+    assert model.asks_again(1000 * S) == []
+
+
+class _Wire:
+    """A player's connection that records what it sends (no broker)."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def request(self, msg: Any) -> None:
+        self.sent.append(msg)
+
+    async def act(self, match: str, act: m.Act) -> None:
+        self.sent.append(act)
+
+    async def watch(self, match: str) -> None:
+        pass
+
+    async def close(self, leave: bool = True) -> None:
+        pass
+
+
+def test_a_player_joining_asks_again_when_the_shard_is_served_again_and_stops_once_seated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from client import model
+    from client.player import Player
+    from mqttkit import parse_url
+    from tests.helpers import eventually
+
+    monkeypatch.setattr(model, "ASK_AGAIN_FIRST_NS", 600 * S)  # only the shard's status can make it ask again
+
+    h = Harness()
+    code = joined(h, "a", h.send(T.req("a"), m.CreateMatch(name="ann"))).match
+
+    async def scenario() -> list[Any]:
+        player = Player(parse_url("mqtt://127.0.0.1:1"), "bob", client_id="b")
+        wire = _Wire()
+        player.conn = wire  # type: ignore[assignment]
+        player.resend_interval_s = 0.01
+        player._spawn(player._resender())
+        joining = asyncio.ensure_future(player.join(code, timeout=30))
+        await eventually(lambda: wire.sent, what="the join")
+        answer = h.send(T.req("b"), wire.sent[0])  # seated; the answer is lost with its relay
+        assert [e.type for e in h.events(answer)][-1] == "game_started"
+        for online in (True, False, True):  # the retained status, then a new owner takes the shard over
+            player._on_message(m.RelayStatus("shard-0", online), time.time_ns())
+        await eventually(lambda: len(wire.sent) >= 2, 10, what="the join asked again")
+        for x in h.to("b", h.send(T.req("b"), wire.sent[1])):
+            player._on_message(x, time.time_ns())
+        assert await asyncio.wait_for(joining, 5) == code and player.model.seat == 1
+        assert player.model.asking is None  # seated: nothing more to ask
+        await player.close(leave=False)
+        return wire.sent
+
+    sent = asyncio.run(scenario())
+    assert [type(x) for x in sent[:2]] == [m.JoinMatch, m.JoinMatch] and sent[0] == sent[1]
 
 
 def test_the_model_tracks_who_is_away_and_takes_its_own_seat_back() -> None:
