@@ -26,11 +26,13 @@ same ``Act`` with the same id (the relay answers a duplicate without applying it
 after it was first sent is dropped and bounces with code ``no_answer``. ``connection`` follows the
 networking shell (``Reconnecting`` / ``Reconnected`` / ``ConnectionLost``): after a reconnect, a seat
 is asked back with its token (``Rejoin``), and the view resynced; the relay's status coming back
-online also asks for a resync. The seat token from ``MatchJoined`` is kept in ``token``. A seat
-request (``JoinMatch``, ``Rejoin``; QoS 0 like everything) is sent again until it is answered --
-``asks_again``, after ``ASK_AGAIN_FIRST_NS`` doubling, and at once after a reconnect or when a shard
-comes online: a relay killed between seating a player and sending its ``MatchJoined`` took the
-answer with it, and the shard's new owner answers only what it is asked (the seat is in its journal).
+online also asks for a resync, and so does a seated player's confirmed view found behind the match's
+retained snapshot (events lost while the game waits for us, so no later one shows the gap). The seat
+token from ``MatchJoined`` is kept in ``token``. A seat request (``JoinMatch``, ``Rejoin``; QoS 0
+like everything) is sent again until it is answered -- ``asks_again``, after ``ASK_AGAIN_FIRST_NS``
+doubling, and at once after a reconnect or when a shard comes online: a relay killed between
+seating a player and sending its ``MatchJoined`` took the answer with it, and the shard's new owner
+answers only what it is asked (the seat is in its journal).
 
 Shards (several relays on one broker): ``MatchJoined`` names the match's shard (``shard``). Each
 shard has its own status, relay id ``shard-{n}`` (``relay/runtime.py``): only the own shard's
@@ -429,6 +431,13 @@ class ClientModel:
             if msg.seq > self.last_event_seq:
                 self.last_event_seq = msg.seq
             self.players = msg.players
+            mine = self.predictor
+            if (not self.spectating and mine is not None and mine.rules.sends_less and mine.confirmed is not None
+                    and msg.game == mine.game and msg.seq > mine.confirmed_seq
+                    and mine.confirmed_seq + 1 not in self.ahead):
+                # The relay publishes a snapshot after the events it covers: events up to its seq that
+                # never came were lost, and when the game waits for us no later event shows the gap.
+                self._stuck(out, msg.seq)
             if self.spectating and msg.game_name and msg.state:
                 # A spectator's confirmed state is the public snapshot (nothing hidden is in it).
                 if self.predictor is None or self.game != msg.game_name:

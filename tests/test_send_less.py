@@ -326,3 +326,28 @@ def test_a_roll_your_own_build_stays_secret_until_the_reveal() -> None:
     for faces in builds:
         assert json.dumps(list(faces)) not in before  # no die, as a list, in any public message before the reveal
     assert table.resyncs == []
+
+
+def test_a_seated_player_that_lost_events_asks_again_when_the_snapshot_shows_it() -> None:
+    """Events lost while the game then waits for this player: no later event shows the gap, but the
+    retained snapshot (published after the events it covers) does, and the player asks for its view
+    again instead of waiting for ever."""
+    table = Table(seed=3, game_settings={}, game="ryo", seats=2)
+    play_out(table, [(0, 0), (1, 0), (0, 1), (1, 1)])
+    match = table.core.matches[table.code]
+    model = table.models["a"]
+    assert model.on_message(table.core.events.snapshot_of(match, table.now).msg, table.now) == []  # up to date
+    rules = match.rules
+    seat = next(s for s in range(2) if rules.legal_actions(match.state, s))
+    lost: list[Any] = []
+    model.on_message = lambda msg, now: lost.append(msg) or []  # type: ignore[method-assign]
+    table.ids += 1
+    table.send(T.act(table.code, table.clients[seat]),
+               m.Act(id=table.ids, seq=match.seq, action=rules.action_to_wire(rules.legal_actions(match.state, seat)[0])))
+    del model.on_message
+    assert any(isinstance(x, m.Event) for x in lost)
+    assert model.predictor is not None and model.predictor.confirmed_seq < match.seq
+    asks = model.on_message(table.core.events.snapshot_of(match, table.now).msg, table.now)
+    assert asks == [m.Resync(table.code)]
+    table.send(T.req("a"), asks[0])  # the relay answers with the whole view
+    table.check()
