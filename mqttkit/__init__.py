@@ -260,9 +260,6 @@ class BrokerAddress:
         """The context to connect with (None for plain MQTT)."""
         return None if self.tls is None else tls_context(self.tls.ca, self.tls.insecure)
 
-    def with_user(self, username: str | None, password: str | None = None) -> BrokerAddress:
-        return BrokerAddress(self.host, self.port, username, password, self.tls)
-
     def public(self) -> BrokerAddress:
         """The same broker, without credentials (what players connect with)."""
         return BrokerAddress(self.host, self.port, tls=self.tls)

@@ -535,8 +535,3 @@ def running_cluster(nodes: int, directory: str | Path, ready_s: float = READY_S,
         yield cluster
     finally:
         stop_cluster(directory)
-
-
-def load_cluster(directory: str | Path) -> Cluster:
-    """The cluster recorded in ``directory`` (for callers that need its URLs)."""
-    return _require_state(Path(directory).expanduser().resolve())

@@ -63,11 +63,6 @@ class Canvas:
             inner, outer = _subdivide(inner, 6), _subdivide(outer, 6)
         self.t.strip(outer, inner, rgba, closed=True, every=2 if dashed else 1)
 
-    def polygon(self, pts: list[tuple[float, float]], rgba: RGBA) -> None:
-        cx = sum(p[0] for p in pts) / len(pts)
-        cy = sum(p[1] for p in pts) / len(pts)
-        self.t.fan((cx, cy), pts, rgba)
-
     def outline(self, pts: list[tuple[float, float]], th: float, rgba: RGBA, dashed: bool = False) -> None:
         """A band of thickness ``th`` outside a convex polygon."""
         cx = sum(p[0] for p in pts) / len(pts)

@@ -91,12 +91,6 @@ class Tris:
         self.pos.extend(other.pos)
         self.col.extend(other.col)
 
-    def with_alpha(self, factor: float) -> Tris:
-        col = list(self.col)
-        for i in range(3, len(col), 4):
-            col[i] = int(col[i] * factor)
-        return Tris(list(self.pos), col)
-
 
 # --- primitive outlines ----------------------------------------------------------------------------
 

@@ -66,10 +66,6 @@ def game_number(ms: dict[str, object], fallback_index: int) -> int:
     return len(results) + 1 if ms.get("status") == "playing" else max(1, len(results))
 
 
-def ordinal_game(index: int) -> str:
-    return f"game {index + 1}"
-
-
 def score_line(names: list[str], wins: list[int], seat: int | None) -> str:
     if len(names) < 2 or len(wins) < 2:
         return ""

@@ -104,7 +104,6 @@ class TableScene(Scene):
         self.layout: TableLayout = table_layout(*app.size)
         self.vm = TableViewModel()
         self.board: TableBoard | None = None  # what is drawn (the view-model's last board)
-        self.band_now = Band()
         self.drag_slot: int | None = None
         self.drag_from: tuple[float, float] | None = None
         self.dragging = False
@@ -328,7 +327,6 @@ class TableScene(Scene):
         between the piles and your hand (``status``) for GO, a stalemate and the pick timer, so the
         cards stay in view while they matter."""
         lay = self.layout
-        self.band_now = band
         where, timer = band.where, band.timer
         big_lbl, sub_lbl = (self.big_s, self.sub_s) if where == "status" else (self.big_c, self.sub_c)
         for lbl in (self.big_c, self.sub_c, self.big_s, self.sub_s):

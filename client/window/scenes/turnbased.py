@@ -137,7 +137,6 @@ class TurnBasedScene(Scene):
         self._board_key: Any = None
         self.banner = ""
         self.prompt_text = ""
-        self.message_text = ""
         self.clock_left: float | None = None  # seconds left on the turn timer (None: no timer running)
         self.timer_bar: tuple[Rect, tuple[int, int, int, int]] | None = None  # the countdown bar as drawn
         self.resize(*app.size)
@@ -460,7 +459,6 @@ class TurnBasedScene(Scene):
             self.text(self.w / 2, self.h / 2 - f * 2.0, sub, 1.0, DIM, over=True, max_w=self.w * 0.86)
         # bottom lines
         text, colour_m = vm.message(now_ns)
-        self.message_text = text
         self.text(self.board_rect.x, self.message_y, text, 1.1, colour_m, bold=True, max_w=self.board_rect.w)
         if vm.pending(model):
             self.text(self.board_rect.x, self.pending_y, PENDING_LINE, 0.95, AMBER)
