@@ -16,6 +16,11 @@ relay holds; the ``Plan`` says which shards to stop serving, renew, release and 
   hashed from its id, ``preference``, so two relays starting together prefer different shards), one
   above it, or above the floor while some member is below the floor, releases one shard per tick; it
   does not take back a shard it released or lost for ``cooldown_s(ttl)``, so another relay gets it.
+- **Leftovers.** An entry naming this relay for a shard it does not hold (``leftovers``: its deletion
+  failed, or a renewal queued while the cluster stalled was stored after the relay had given the
+  shard up) keeps every other relay off the shard until it expires, up to a ttl after the stall.
+  Only its owner can tell it is a leftover, so the owner treats it as free: it takes it back (a new
+  tenure, written only if the entry is still exactly that one) or, not wanting it, deletes it.
 - **Dead members.** ``without_dead`` frees the shards of relays found dead (the shell's liveness
   probes): each is taken only if its entry still holds the dead relay's revision.
 - **Pins.** ``pin_conflict`` refuses a relay whose pins another live relay, registered earlier,
@@ -70,7 +75,8 @@ class Plan:
     lose: list[str] = field(default_factory=list)  # stop serving now: the lease is gone or too late
     renew: list[str] = field(default_factory=list)
     release: list[str] = field(default_factory=list)
-    acquire: list[str] = field(default_factory=list)
+    acquire: list[str] = field(default_factory=list)  # some may be this relay's own leftovers (``leftovers``)
+    clear: list[str] = field(default_factory=list)  # leftovers it does not take back: delete them for the others
 
 
 def renew_after(ttl: float) -> float:
@@ -88,13 +94,24 @@ def preference(me: str, shard: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{me}/{shard}".encode(), digest_size=8).digest(), "big")
 
 
+def leftovers(me: str, held: Mapping[str, Held], view: View) -> dict[str, Owner]:
+    """The entries naming this relay for shards it does not hold: given up or released while their
+    deletion failed, or renewed by a write that landed late (the cluster stalled, the relay gave the
+    shard up, then the queued renewal was stored). Nobody else may take such an entry before it
+    expires -- its owner is alive -- so this relay takes it back or deletes it."""
+    return {s: o for s, o in view.owners.items() if o.relay == me and s not in held}
+
+
 def decide(now: float, me: str, shards: Sequence[str], pinned: frozenset[str], held: Mapping[str, Held],
            view: View, ttl: float, cooldown: Mapping[str, float] | None = None) -> Plan:
     """What to do this tick. ``held`` is what this relay holds; ``view`` what the bucket showed at the
     start of the tick (after this relay's previous actions); ``cooldown``: shard -> time until which this
-    relay does not take it back."""
+    relay does not take it back. This relay's ``leftovers`` count as free for it (once cooled down);
+    those it does not take are in ``clear``."""
     plan = Plan()
     cooldown = cooldown or {}
+    own = leftovers(me, held, view)
+    view = View({s: o for s, o in view.owners.items() if s not in own}, view.members, view.since)
     keep: dict[str, Held] = {}
     for shard, h in held.items():
         owner = view.owners.get(shard)
@@ -111,6 +128,7 @@ def decide(now: float, me: str, shards: Sequence[str], pinned: frozenset[str], h
         for shard in sorted(pinned, key=lambda s: preference(me, s)):
             if shard not in keep and shard not in view.owners:
                 plan.acquire.append(shard)
+        plan.clear = _unclaimed(own, plan, cooldown, now)
         return plan
     shared = [s for s in shards if s not in others_pins]
     sharers = sorted(m for m, p in members.items() if not p)
@@ -132,7 +150,14 @@ def decide(now: float, me: str, shards: Sequence[str], pinned: frozenset[str], h
         plan.acquire.extend(free[:hi - len(mine)])
     elif not plan.release and (len(mine) > hi or (len(mine) > lo and any(c < lo for m, c in counts.items() if m != me))):
         plan.release.append(min(mine, key=lambda s: preference(me, s)))
+    plan.clear = _unclaimed(own, plan, cooldown, now)
     return plan
+
+
+def _unclaimed(own: Mapping[str, Owner], plan: Plan, cooldown: Mapping[str, float], now: float) -> list[str]:
+    """The leftovers this relay does not take back, once cooled down (before that, the deletion queued
+    when it stopped serving the shard may still be on its way)."""
+    return sorted(s for s in own if s not in plan.acquire and cooldown.get(s, -math.inf) <= now)
 
 
 def without_dead(view: View, dead: Iterable[str]) -> tuple[View, dict[str, Owner]]:

@@ -48,7 +48,11 @@ The give-up is checked every tick and again before each step of a tick that wait
 (the bucket read, the renewals, each acquisition), so it comes at most a tick plus the longest such
 step (``3 * request_s``, 2 s) late: ``ttl/2 + 2.5 s`` at most, 8.5 s for the default ttl of 12 s. Once
 the relay has stopped serving a shard it gave up it deletes the entry (``delete(last=revision)``), so
-the others need not wait for the expiry once the cluster answers again. Should a relay still write
+the others need not wait for the expiry once the cluster answers again. That deletion fails while
+the cluster stalls, and a renewal queued in the stall may be stored after the give-up: such an entry
+still names this relay, and nobody else may take it before it expires (a ttl after that late write),
+so the relay takes it back itself once its cooldown is over, or deletes it (``relay.leaseplan``,
+"Leftovers"). Should a relay still write
 after all that (a frozen process), the journal's fence refuses it.
 
 Timing (the default ttl, ``DEFAULT_TTL_S``, is 12 s): renewals every second, give-up after 6 s
@@ -88,8 +92,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from relay.jetstream import bounded, close_nats, connect_jetstream
 from relay.journal import JournalError
-from relay.leaseplan import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, Owner, View, cooldown_s, decide, pin_conflict,
-                             renew_after, without_dead)
+from relay.leaseplan import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, Owner, View, cooldown_s, decide, leftovers,
+                             pin_conflict, renew_after, without_dead)
 from relay.ownership import OnGain, OnLoss
 
 if TYPE_CHECKING:  # nats-py is imported where it is used: a relay without a cluster never loads it
@@ -153,6 +157,7 @@ class NatsLeases:
         self._since: int | None = None
         self._closing = False
         self._releasing: set[str] = set()
+        self._clearing: set[str] = set()  # leftovers whose deletion is queued (``relay.leaseplan.leftovers``)
         self.probe = probe  # ask the other members whether they are alive (see the module docstring)
         self._absent: dict[str, float] = {}  # member -> since when it has had no responder
         self._replacing: dict[str, Owner] = {}  # shard -> the dead relay's entry, for this tick's acquisitions
@@ -497,6 +502,8 @@ class NatsLeases:
                 self._held[shard] = Held(mine.fence, owner.revision, mine.renewed_at)
         dead = set(self._dead) if self.probe else set()
         view, self._replacing = without_dead(view, dead)
+        # this relay's own leftovers are taken back only if still exactly that entry, like a dead relay's
+        self._replacing.update(leftovers(self.relay_id, self._held, view))
         for member in dead:
             if any(o.relay == member for o in self._replacing.values()):
                 log.warning("relay %s is gone (no responder for %.1f s): taking its shards over", member, DEAD_AFTER_S)
@@ -517,6 +524,10 @@ class NatsLeases:
             self._cooldown[shard] = now + cooldown_s(self.ttl)
             self._note("release", shard)
             await self._emit("loss", shard, h.fence, self._deleter(shard, h.revision))
+        for shard in plan.clear:
+            if shard not in self._clearing:  # after any on_loss still queued for it, like a give-up's deletion
+                self._clearing.add(shard)
+                await self._emit("clear", shard, 0, self._deleter(shard, view.owners[shard].revision))
         for shard in plan.acquire:  # one at a time: concurrent ones would only spoil each other's condition
             if self._closing:
                 break
@@ -608,7 +619,9 @@ class NatsLeases:
         if self._closing:
             return
         self._held[shard] = Held(int(rev), int(rev), sent)
-        if shard in self._replacing:
+        if shard in self._replacing and self._replacing[shard].relay == self.relay_id:
+            log.warning("took back shard %s (its entry still named this relay) in %.2f s", shard, self.clock() - sent)
+        elif shard in self._replacing:
             log.warning("took shard %s of relay %s in %.2f s at %.3f", shard, self._replacing[shard].relay,
                         self.clock() - sent, time.time())
         self._note("gain", shard)
@@ -632,8 +645,10 @@ class NatsLeases:
         async def delete() -> None:
             try:
                 await bounded(self._kv.delete(f"s.{shard}", last=revision), self.request_s * 2)
-            except Exception:  # noqa: BLE001 -- renewed meanwhile or no answer: the entry expires anyway
+            except Exception:  # noqa: BLE001 -- renewed meanwhile or no answer: a later tick sees it as a leftover
                 pass
+            finally:
+                self._clearing.discard(shard)
         return delete
 
     def _note(self, what: str, shard: str) -> None:

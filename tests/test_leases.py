@@ -16,10 +16,10 @@ import pytest
 from client.tools import nats_cluster
 from client.tools.nats_cluster import Cluster
 from mqttkit import free_port
-from relay.jetstream import JetStreamJournal, NatsLink, close_nats
+from relay.jetstream import JetStreamJournal, NatsLink, close_nats, connect_jetstream
 from relay.journal import FencedError, Tick
-from relay.leaseplan import (GIVE_UP_AT, Held, LeaseError, Owner, View, cooldown_s, decide, parse_shards, pin_conflict,
-                             preference, renew_after, without_dead)
+from relay.leaseplan import (GIVE_UP_AT, Held, LeaseError, Owner, View, cooldown_s, decide, leftovers, parse_shards,
+                             pin_conflict, preference, renew_after, without_dead)
 from relay.leases import DEFAULT_TTL_S, NatsLeases, ThreadedLeases
 from relay.ownership import Ownership
 
@@ -146,6 +146,25 @@ def test_a_released_shard_is_not_taken_back_during_the_cooldown() -> None:
     assert sorted(plan.acquire) == ["1"]  # target is ceil(3/2) = 2: one more
 
 
+def test_an_entry_still_naming_a_relay_that_gave_the_shard_up_is_taken_back_or_deleted_after_the_cooldown() -> None:
+    """After a stall the bucket may still name this relay for shards it gave up (a renewal queued in the
+    stall landed late; the deletion failed): nobody else may take them until they expire, so it does."""
+    members = {"a": frozenset(), "b": frozenset()}
+    v = view({"0": "a", "1": "a", "2": "a", "3": "b"}, members)
+    assert leftovers("a", held("0"), v) == {"1": v.owners["1"], "2": v.owners["2"]}
+    cool = {"1": 8.0, "2": 8.0}
+    plan = decide(5.0, "a", ["0", "1", "2", "3"], frozenset(), held("0", at=4.9), v, TTL, cool)
+    assert plan.acquire == [] and plan.clear == []  # cooling down: the queued deletion may still come
+    plan = decide(9.0, "a", ["0", "1", "2", "3"], frozenset(), held("0", at=8.9), v, TTL, cool)
+    assert len(plan.acquire) == 1 and plan.acquire[0] in ("1", "2")  # its share is 2 of 4: one back ...
+    assert plan.clear == sorted({"1", "2"} - set(plan.acquire))  # ... and the other freed for b
+    assert decide(9.0, "b", ["0", "1", "2", "3"], frozenset(), held("3"), v, TTL).acquire == []  # b must wait
+    pinned = decide(0.0, "p", ["0", "1"], frozenset({"1"}), {}, view({"1": "p"}, {"p": frozenset({"1"})}), TTL)
+    assert pinned.acquire == ["1"] and pinned.clear == []
+    kept = decide(0.0, "a", ["0"], frozenset(), held("0"), view({"0": "a"}), TTL)
+    assert kept.acquire == [] and kept.clear == [] and leftovers("a", held("0"), view({"0": "a"})) == {}
+
+
 def test_pins() -> None:
     members = {"a": frozenset(), "p": frozenset({"2", "3"})}
     v = view({"2": "a", "0": "a"}, members)
@@ -213,7 +232,7 @@ def test_a_dead_members_shards_are_free_and_remembered_with_their_revision() -> 
     rest, taken = without_dead(v, ["a"])
     assert taken == {"0": Owner("a", 5), "2": Owner("a", 7)}
     assert rest == View({"1": Owner("b", 6)}, {"b": frozenset({"1"})}, {"b": 2})
-    plan = decide(0.0, "b", ["0", "1", "2"], frozenset({"1"}), {}, rest, TTL)
+    plan = decide(0.0, "b", ["0", "1", "2"], frozenset({"1"}), {"1": Held(6, 6, 0.0)}, rest, TTL)
     assert plan.acquire == []  # b is pinned to "1" (which it holds): none of the dead relay's
     plan = decide(0.0, "c", ["0", "1", "2"], frozenset(), {}, View(rest.owners, {**rest.members, "c": frozenset()}), TTL)
     assert sorted(plan.acquire) == ["0", "2"]
@@ -254,7 +273,7 @@ _started: list[NatsLeases] = []
 
 
 def relay(cluster: Cluster, name: str, space: str, log: list[Any], count: int = 6, **kw: Any) -> tuple[NatsLeases, Recorder]:
-    leases = NatsLeases(cluster.nats, count, namespace=space, relay_id=name, ttl=TTL, **kw)
+    leases = NatsLeases(cluster.nats, count, namespace=space, relay_id=name, **{"ttl": TTL, **kw})
     _started.append(leases)
     rec = Recorder(name, log)
     leases.subscribe(rec.gain, rec.loss)
@@ -323,6 +342,30 @@ def test_two_relays_split_the_shards_and_a_closing_one_hands_over(cluster: Clust
         assert rb.serving == {} and b.owned() == {}
         await until(lambda: len(ra.serving) == 6, "a to take b's shards back")
         assert all(ra.serving[s] > f for s, f in fences_b.items())  # a later tenure, a larger fence
+        await a.close()
+        no_overlap(log)
+    run(scenario())
+
+
+def test_an_entry_naming_the_relay_that_it_does_not_hold_is_taken_back_at_once(cluster: Cluster) -> None:
+    """What a stall can leave behind (a renewal stored after the relay gave the shard up): an entry
+    naming a live relay that does not hold it. Nobody else may take it; the relay itself takes it back
+    rather than leaving the shard unserved until the entry expires."""
+    async def scenario() -> None:
+        log: list[Any] = []
+        space = f"l{next(_spaces)}"
+        first, _ = relay(cluster, "first", space, log, count=2, ttl=60.0)
+        await first.start()  # creates the buckets (entries expire 60 s after their last write)
+        await first.close()
+        nc = await connect_jetstream(cluster.nats)
+        try:
+            kv = await nc.jetstream().key_value(f"{space}_leases")
+            await kv.put("s.0", b"a")
+        finally:
+            await close_nats(nc)
+        a, ra = relay(cluster, "a", space, log, count=2, ttl=60.0)
+        await a.start()
+        assert sorted(ra.serving) == ["0", "1"]  # in its first tick, not a ttl later
         await a.close()
         no_overlap(log)
     run(scenario())
