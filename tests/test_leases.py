@@ -371,6 +371,43 @@ def test_an_entry_naming_the_relay_that_it_does_not_hold_is_taken_back_at_once(c
     run(scenario())
 
 
+def test_a_shard_given_up_in_a_stall_whose_renewal_landed_late_is_served_again_before_that_entry_expires(
+        cluster: Cluster) -> None:
+    """A stall long enough for the give-up: the deletion after it fails, then a renewal queued in the
+    stall is stored. The entry names the relay again for a ttl; the relay takes the shard back at once
+    (the stall outlasted its cooldown) instead of leaving it unserved until that entry expires."""
+    async def scenario() -> None:
+        log: list[Any] = []
+        space = f"l{next(_spaces)}"
+        a, ra = relay(cluster, "a", space, log, count=1)
+        await a.start()
+        assert list(ra.serving) == ["0"]
+
+        async def frozen(*_: Any) -> None:  # the stall: nothing this relay writes is answered
+            return None
+
+        a._renew = frozen  # type: ignore[method-assign]
+        a._heartbeat = frozen  # type: ignore[method-assign]
+        a._deleter = lambda *_: frozen  # type: ignore[method-assign]
+        await until(lambda: ra.serving == {}, "a to give the shard up")
+        nc = await connect_jetstream(cluster.nats)
+        try:
+            kv = await nc.jetstream().key_value(f"{space}_leases")
+            entry = await kv.get("s.0")
+            assert entry is not None and entry.value == b"a" and entry.revision is not None
+            await kv.update("s.0", b"a", last=entry.revision)  # the queued renewal, stored late
+        finally:
+            await close_nats(nc)
+        landed = time.monotonic()
+        del a._renew, a._heartbeat, a._deleter  # the stall is over
+        a._cooldown.clear()  # ... and lasted longer than the cooldown
+        await until(lambda: "0" in ra.serving, "a to serve the shard again")
+        assert time.monotonic() - landed < TTL * 0.75  # that entry expires a ttl after it was stored
+        await a.close()
+        no_overlap(log)
+    run(scenario())
+
+
 def test_relays_starting_together_never_share_a_shard(cluster: Cluster) -> None:
     """Four relays on three nodes start at once and race for eight shards: each shard is gained by one
     relay at a time (KV create would let two win a race on nats-server 2.9: see relay/leases.py)."""
