@@ -26,8 +26,9 @@ when its stdin closes), then kills it if it takes too long, and removes what it 
 
 No orphan, whatever happens to ``blink serve``: each child runs in a session of its own (a Ctrl-C
 in the terminal reaches ``blink serve`` alone, which stops the relay first and then the broker),
-and asks the kernel to end it when its parent dies (``PR_SET_PDEATHSIG``, Linux), even by SIGKILL;
-the embedded child also stops when its stdin reaches EOF.
+and asks the kernel to end it when its parent dies (``PR_SET_PDEATHSIG``, Linux), even by SIGKILL
+(a Mosquitto started by root takes its own user before exec, since changing user later would
+drop that request); the embedded child also stops when its stdin reaches EOF.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -75,8 +77,13 @@ def choose(embedded: bool) -> tuple[BrokerKind, str | None]:
     return ("mosquitto", binary) if binary else ("embedded", None)
 
 
-def _end_with_parent() -> None:
-    """In the child, before exec: the kernel sends SIGTERM when the parent dies (Linux)."""
+def _end_with_parent(user: tuple[int, int] | None = None) -> None:
+    """In the child, before exec: become ``user`` (uid, gid) if given, then ask the kernel to send
+    SIGTERM when the parent dies (Linux)."""
+    if user is not None:
+        os.setgroups([])
+        os.setgid(user[1])
+        os.setuid(user[0])
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -84,6 +91,23 @@ def _end_with_parent() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         except (OSError, AttributeError):
             pass
+
+
+def _broker_user(port: int) -> tuple[int, int] | None:
+    """The user a Mosquitto started by root should start as. Left to itself it drops from root to
+    its own user after reading its configuration, and a process that changes its user loses its
+    parent-death signal (prctl(2)): it would outlive a killed ``blink serve``. So the child takes that
+    user before exec (its files are readable to it: ``give_to_broker_user``) -- unless the port is one
+    only root may bind."""
+    if os.geteuid() != 0 or port < 1024:
+        return None
+    import pwd
+
+    try:
+        user = pwd.getpwnam("mosquitto")
+    except KeyError:
+        return None
+    return user.pw_uid, user.pw_gid
 
 
 def _connect_host(host: str) -> str:
@@ -177,7 +201,8 @@ class BrokerChild:
         log.chmod(0o666)
         self.proc = await asyncio.create_subprocess_exec(
             self.mosquitto, "-c", str(conf), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL, start_new_session=True, preexec_fn=_end_with_parent)
+            stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=functools.partial(_end_with_parent, _broker_user(self.port)))
         deadline = time.monotonic() + START_TIMEOUT_S
         while not await _accepts(self.address.host, self.port):
             if self.proc.returncode is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,6 +99,26 @@ def test_sigterm_stops_serve_and_its_broker_with_0() -> None:
     proc, found, _ = _start()
     out, err = _stops(proc, int(found["pid"]), signal.SIGTERM)
     assert proc.returncode == 0 and "blink relay stopped." in out, err
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args", [(), ("--embedded",)], ids=["default", "embedded"])
+def test_a_killed_serve_leaves_no_broker_behind(args: tuple[str, ...]) -> None:
+    """SIGKILL gives serve no chance to stop its broker: the kernel ends it (the parent-death signal),
+    a Mosquitto started by root included -- dropping to its own user by itself would lose that."""
+    proc, found, _ = _start(*args)
+    broker = int(found["pid"])
+    cmdline = Path(f"/proc/{broker}/cmdline").read_bytes().split(b"\0")
+    config_dir = Path(cmdline[2].decode()).parent if not args and len(cmdline) > 2 else None
+    try:
+        proc.kill()
+        proc.communicate(timeout=60)
+        wait_until(lambda: not _alive(broker), timeout=30, what="the broker gone after serve was killed")
+    finally:
+        if _alive(broker):
+            os.kill(broker, signal.SIGKILL)
+        if config_dir is not None and config_dir.name.startswith("blink-serve-mosquitto-"):
+            shutil.rmtree(config_dir, ignore_errors=True)  # what a killed serve could not remove
 
 
 @pytest.mark.integration
