@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.codec import message
+from protocol.codec import DecodeError, decode, message
 
 # --- client -> relay, on {prefix}/req/{client} --------------------------------------------------
 
@@ -230,3 +230,13 @@ class MatchList:
 class RelayStatus:
     relay: str
     online: bool
+
+
+def act_id(payload: bytes | bytearray | memoryview) -> int:
+    """The id of the ``Act`` an untrusted payload holds, or -1 (not one, or not a message): what a
+    refusal of an action names, so its sender can match it to the play it made."""
+    try:
+        msg = decode(payload)
+    except DecodeError:
+        return -1
+    return msg.id if isinstance(msg, Act) else -1

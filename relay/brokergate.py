@@ -35,7 +35,7 @@ from typing import Protocol
 
 from mqttkit.packets import pack_publish
 from protocol import messages as m
-from protocol.codec import DecodeError, decode, encode
+from protocol.codec import encode
 from protocol.topics import Topics
 from relay.amqttapi import ReaderAdapter
 from relay.brokeraccess import Access
@@ -160,14 +160,7 @@ class Gate:
         detail = f"too many {what}: at most {rate:g} a second; the rest are dropped"
         reply: m.ActionRejected | m.RequestRejected
         if act:
-            action_id = -1
-            try:
-                msg = decode(payload)
-                if isinstance(msg, m.Act):
-                    action_id = msg.id
-            except DecodeError:
-                pass
-            reply = m.ActionRejected(act[0][:16], action_id, "rate_limited", detail)
+            reply = m.ActionRejected(act[0][:16], m.act_id(payload), "rate_limited", detail)
         else:
             reply = m.RequestRejected("rate_limited", detail)
         packet = bytearray()

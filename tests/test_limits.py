@@ -208,7 +208,8 @@ def test_a_payload_over_the_cap_is_refused_undecoded(monkeypatch: pytest.MonkeyP
     r = Relay(max_payload=1024)
     code = r.start("a", "b")
     before = (r.core.matches[code].seq, r.core.matches[code].state)
-    from relay.judge import gate, lobby, referee
+    from protocol import messages
+    from relay.judge import lobby, referee
 
     real_decode = referee.decode
 
@@ -216,7 +217,7 @@ def test_a_payload_over_the_cap_is_refused_undecoded(monkeypatch: pytest.MonkeyP
         assert len(data) <= 1024, "an oversized payload was decoded"
         return real_decode(data)
 
-    for part in (gate, lobby, referee):  # every part that decodes a payload
+    for part in (messages, lobby, referee):  # every part that decodes a payload (the gate through m.act_id)
         monkeypatch.setattr(part, "decode", guarded)
     big_act = encode(m.Act(id=9, seq=1, action={"t": "PlayCard", "v": 1, "card": "x" * 2000, "pile": 0}))
     out: list[Any] = []

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from protocol import messages as m
-from protocol.codec import DecodeError, decode
 from relay.judge.events import Events
 from relay.judge.tables import Tables
 from relay.limits import Clients, Quiet, TokenBucket
@@ -69,14 +68,7 @@ class Gate:
         if code is None:
             out.append(Publish(self.t.topics.client(client), m.RequestRejected(reason, detail)))
             return
-        action_id = -1
-        if payload and len(payload) <= self.t.config.max_payload:
-            try:
-                act = decode(payload)
-                if isinstance(act, m.Act):
-                    action_id = act.id
-            except DecodeError:
-                pass
+        action_id = m.act_id(payload) if payload and len(payload) <= self.t.config.max_payload else -1
         match = self.t.matches.get(code)
         out.append(Publish(self.t.topics.client(client),
                            m.ActionRejected(code, action_id, reason, detail, match.seq if match else 0)))
