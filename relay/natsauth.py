@@ -2,7 +2,7 @@
 
 How this works
 --------------
-A node of ``deploy/nats/node.conf.in`` lets anyone in as anyone. ``write_nats_auth(FILE)`` writes
+A node of ``client/tools/templates/nats-node.conf.in`` lets anyone in as anyone. ``write_nats_auth(FILE)`` writes
 an ``authorization`` block for a node's configuration to ``include`` (every node of a cluster
 includes the same file) and returns the relay's new password; ``secure_node_conf`` adds that
 ``include`` to a node's configuration and ``no_auth_user: "player"`` to its ``mqtt`` block (a

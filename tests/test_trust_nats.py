@@ -1,6 +1,6 @@
 """A NATS node with blink's authorization (``relay/natsauth.py``): what it stops, on a real nats-server.
 
-The node is ``deploy/nats/node.conf.in`` rendered as ``blink cluster up`` renders it (one node:
+The node is ``client/tools/templates/nats-node.conf.in`` rendered as ``blink cluster up`` renders it (one node:
 JetStream, MQTT) plus ``include "auth.conf"`` written by ``write_nats_auth``. A real relay
 (``LocalServer`` on the node's MQTT port, logged in as ``relay``) serves a bot match through it, so
 the permissions are shown to be enough to play; an attacker (anonymous, i.e. user ``player``)

@@ -2,10 +2,12 @@
 
 How this works
 --------------
-``up`` renders ``deploy/nats/node.conf.in`` once per node into ``DIR/nX.conf`` (node *i*, from 0, uses
-four ports: NATS, MQTT, cluster route, monitoring; ``--base-port P`` gives node *i* P+4i .. P+4i+3, without
-it every port is a free one picked by the kernel), starts one ``nats-server`` per node in a new session
-(so the servers outlive the command; output to ``DIR/nX.log``, JetStream state in ``DIR/nX/``), records
+``up`` renders the node template (``templates/nats-node.conf.in`` beside this module: package data,
+read through ``importlib.resources``, so an installed blink has it as a source checkout does) once
+per node into ``DIR/nX.conf`` (node *i*, from 0, uses four ports: NATS, MQTT, cluster route,
+monitoring; ``--base-port P`` gives node *i* P+4i .. P+4i+3, without it every port is a free one
+picked by the kernel), starts one ``nats-server`` per node in a new session (so the servers outlive
+the command; output to ``DIR/nX.log``, JetStream state in ``DIR/nX/``), records
 what it started in ``DIR/cluster.json`` and then waits until the cluster is usable:
 
 - every node's monitoring port answers ``/healthz`` with 200 (nats-server 2.9 reports JetStream there),
@@ -44,6 +46,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from importlib import resources
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -57,7 +60,8 @@ READY_S = 60.0
 STOP_S = 10.0
 #: Servers started by this process (tests): judged and reaped through their Popen, not their pid alone.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "node.conf.in"
+#: The node template: package data, so it is there in an installed blink as in a source checkout.
+TEMPLATE = resources.files("client.tools") / "templates" / "nats-node.conf.in"
 
 
 class ClusterError(Exception):
@@ -246,7 +250,7 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
         raise ClusterError(f"{root} already has a running cluster (pids "
                            f"{', '.join(str(n.pid) for n in old.nodes)}): run `blink cluster down --dir {root}` first")
     plan = plan_nodes(nodes, base_port)
-    template = TEMPLATE.read_text()
+    template = TEMPLATE.read_text(encoding="utf-8")
     password: str | None = None
     if auth:
         password = _write_auth(root)
