@@ -56,6 +56,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +122,9 @@ class App:
         self.bot_reaction_s = config.bot_reaction_s
         self.closing = False
         self.exit_code = 0
+        #: Why the game the command line asked for (or the local relay) could not start: ``run`` then
+        #: prints it as one line and returns 1. A menu choice that fails sets nothing here.
+        self.failure: str | None = None
         self.drawn = 0  # display counter: goes up when the drawn picture changed
         self._seen: tuple[int, int] = (0, 0)
         self._present_left = 2  # frames to present whatever changed (a new window, size or scene)
@@ -226,7 +230,7 @@ class App:
         first = "menu" if self.config.mode == "menu" else "table"
         self.goto(first)
         if self.config.mode != "menu":
-            self.start_game(self.config.mode, self.config.code)
+            self._start(self.config.mode, self.config.code, from_command_line=True)
 
     def draw(self) -> None:
         scene = self.scene
@@ -318,13 +322,29 @@ class App:
         self.bot_reaction_s = parse_level(name)
 
     def start_game(self, mode: str, code: str | None = None, url: str | None = None, prefix: str | None = None) -> None:
-        """Menu choice (or command-line mode): switch to the table now, connect in the background."""
+        """Menu choice: switch to the table now, connect in the background."""
+        self._start(mode, code, url, prefix)
+
+    def _start(self, mode: str, code: str | None = None, url: str | None = None, prefix: str | None = None,
+               from_command_line: bool = False) -> None:
+        """Start a game. A failure shows in the window ("Cannot play") whoever asked for it; only one
+        of the command line's own (``blink play --bot``...) also ends the command with status 1 and
+        its reason as one line (``failure``): a menu choice that failed (a mistyped code) was
+        answered in the window, and the player may well go on to play."""
 
         async def go() -> None:
             if self._ready is not None:
                 await self._ready.wait()
             if self.session.status == "error" and self.session.address is None:
                 return
+            try:
+                await play()
+            except Exception as exc:  # noqa: BLE001 - shown in the window
+                self.session._fail(exc)
+                if from_command_line:
+                    self.failure = self.session.message
+
+        async def play() -> None:
             if mode == "bot":
                 await self.session.play_bot(self.bot_reaction_s)
             elif mode == "host":
@@ -342,6 +362,8 @@ class App:
 
         if self.session.status == "error" and self.session.address is not None:
             self.session.status, self.session.message = "ready", ""
+        if self.session.address is not None:
+            self.failure = None  # a new start: what failed before is behind the player
         if self._starting is not None:
             self._starting.cancel()
         self._starting = self.session.spawn(go())
@@ -539,6 +561,7 @@ class App:
             await self.session.start()
         except Exception as exc:  # noqa: BLE001 - shown in the window
             self.session._fail(exc)
+            self.failure = self.session.message  # no relay: nothing in this window can be played
         finally:
             self._ready.set()
 
@@ -569,9 +592,9 @@ class App:
                 self.stats.write(self.config.frame_stats, {"scene": self.scene.name if self.scene else None,
                                                            "session": self.session.status})
             starter.cancel()
-            failed = self.session.status == "error"
+            failed = self.failure is not None and self.session.status == "error"
             if failed and not getattr(self.session, "server_lost", None):  # that one ``blink play`` prints
-                log.warning("blink play: %s", self.session.message)
+                print(f"blink play: {self.failure}", file=sys.stderr)
             try:
                 await asyncio.wait_for(self.session.close(), timeout=15)
                 if self._live_session is not None:  # quit while a replay from the menu was shown
