@@ -456,3 +456,100 @@ def test_ryo_asks_the_round_s_loser_only_once_the_rolls_that_decided_it_have_bee
     assert not vm.deciding(later)
     banner = vm.banner(model, later)
     assert banner.big == "YOUR TURN" and "you lost the round" in banner.small
+
+
+def _turn_words_agree(vm: SequenceViewModel, model: Any, now: int) -> str:
+    """The message line's words about a turn agree with the banner and the state: "BONUS TURN for X"
+    only while X is to act, "X rolled N: ..." only while X is to act with N rolled. Returns the
+    message when it was one of those (else "")."""
+    import re
+
+    text, _ = vm.message(now)
+    state = model.state()
+    banner = vm.banner(model, now)
+    if banner.kind == "over":  # the last turn's news may stay beside the result
+        return ""
+    acting = "you" if banner.big == "YOUR TURN" else banner.big.removesuffix("'s turn")
+    bonus = re.fullmatch(r"BONUS TURN for (.+)!", text)
+    if bonus:
+        assert bonus.group(1) == acting, (text, banner)
+        return text
+    rolled = re.fullmatch(r"(.+) rolled (\d+): (BONUS|DEFENSIVE|WILD).*", text)
+    if rolled:
+        assert rolled.group(1) == acting and state.total == int(rolled.group(2)), (text, banner, state.total)
+        return text
+    return ""
+
+
+def test_sequence_says_a_turn_s_news_only_during_that_turn() -> None:
+    room = Room()
+    room.open("sequence", {"max_turns": 300}, seats=3)
+    clients = ["a", "b", "c"]
+    model = room.models["c"]  # the third seat watches the other two play most turns
+    vm = SequenceViewModel("Sequence Dice")
+    said: list[str] = []
+    turns_after_news = 0
+    for _ in range(20_000):
+        state = room.match.state
+        if state is None or state.phase == "over":
+            break
+        news_turn = state.turn if said and vm.msg[0] == said[-1] else None
+        if state.phase == "move":
+            legal = [a for a in sq.legal_actions(state, state.current) if isinstance(a, (sq.PlaceChip, sq.RemoveChip))]
+            if legal:
+                room.act(clients[state.current], legal[len(legal) // 2])
+        room.tick(0.05)
+        vm.observe(model, room.h.now)
+        words = _turn_words_agree(vm, model, room.h.now)
+        if words:
+            said.append(words)
+        if news_turn is not None and model.state().turn != news_turn:
+            turns_after_news += 1
+    assert len(said) >= 3, said  # bonus, defensive and wild rolls were announced...
+    assert turns_after_news >= 3  # ...and play moved on to the next turn while they were fresh
+
+
+def test_ryo_says_what_its_numbers_mean_and_a_match_s_last_game_starts_nothing() -> None:
+    # the three settings are wins needed, each in its own number
+    room = Room()
+    room.open("ryo", {"rolls_per_round": 1, "rounds_per_game": 1, "games_per_match": 1}, seats=3)
+    room.until(lambda: room.models["a"].state() is not None and room.models["a"].state().phase == "build")
+    model = room.models["a"]
+    vm = RyoViewModel("Roll Your Own")
+    state = model.state()
+    where, rules = vm.rules_line(state)
+    assert where == "game 1 · round 1"
+    assert rules == "first to win 1 roll takes the round, 1 round the game, 1 game the match"
+    assert "best" not in where + rules
+    assert [r.score for r in vm.rows(model)] == ["0 games won"] * 3
+    assert vm.row_text(state, 0) == "won: 0 rolls · 0 rounds   ·   building…"
+    bigger = Room()
+    bigger.open("ryo", {"rolls_per_round": 6, "rounds_per_game": 2, "games_per_match": 3}, seats=3)
+    bigger.until(lambda: bigger.models["a"].state() is not None)
+    assert vm.rules_line(bigger.models["a"].state())[1] == \
+        "first to win 6 rolls takes the round, 2 rounds the game, 3 games the match"
+    # one round is the whole match here: its game is its last, and nothing says "new dice next"
+    vms = {c: RyoViewModel("Roll Your Own") for c in ("a", "b", "c")}
+    for c, v in vms.items():
+        v.observe(room.models[c], room.h.now)
+        v.builder(room.models[c], room.models[c].state())
+        room.act(c, v.build_action())
+    room.until(lambda: model.state().phase == "over")
+    now = room.h.now
+    said: list[str] = []
+    for _ in range(400):  # the rolls replayed, then what the relay said after them
+        vm.observe(model, now)
+        vm.animating(model.state(), now)
+        text, _ = vm.message(now)
+        if text and (not said or said[-1] != text):
+            said.append(text)
+        now += NS // 20
+    state = model.state()
+    winner = vm.pname(model, state.winner)
+    assert f"{winner} won game 1 and the match" in said, said
+    assert not any("new dice" in t for t in said), said
+    tally = vm.tally(model, state)
+    assert tally.startswith("games won  ") and "match over" in tally
+    wins = [1 if seat == state.winner else 0 for seat in range(3)]
+    assert all(f"{n}: {w}" in tally for n, w in zip(["ann", "bob", "cat"], wins)), tally
+    assert [r.score for r in vm.rows(model)] == [f"{w} game{'' if w == 1 else 's'} won" for w in wins]

@@ -78,7 +78,6 @@ class RyoScene(TurnBasedScene):
     def board(self, c: Canvas, model: Any, state: Any, me: int | None, now_ns: int) -> None:
         f = self.f
         br = self.board_rect
-        s = state.settings
         if state.phase == "build" and me is not None and not state.built[me]:
             self._draw_builder(c, model, state, me)
             return
@@ -162,8 +161,8 @@ class RyoScene(TurnBasedScene):
             self.text(br.x, ly, self.vm.roll_words(model, shown[0]), 1.15, YELLOW, bold=True)
         elif tumbling:
             self.text(br.x, ly, "rolling…", 1.15, DIM, bold=True)
-        self.text(br.x, ly - f * 1.6, f"game {state.game} of best-of-{2 * s.games_per_match - 1} · round {state.round}"
-                  f" · first to {s.rolls_per_round} rolls wins a round, {s.rounds_per_game} rounds a game", 0.85, DIM)
+        where, rules = self.vm.rules_line(state)
+        self.text(br.x, ly - f * 1.6, f"{where} · {rules}", 0.85, DIM, max_w=br.w - f)
         # the choice
         if state.phase == "choice" and state.chooser == me and me is not None and asking:
             w = state.round_winner

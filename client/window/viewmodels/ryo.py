@@ -29,6 +29,11 @@ QUEUE_MAX = 3
 SAY = "_say"  # a queue entry that is a message to show, not a roll
 
 
+def count(n: int, noun: str) -> str:
+    """``1 roll``, ``6 rolls``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 class RyoViewModel(TurnViewModel):
     timer_events = ("build_started", "choice_started", "lower_chosen")
 
@@ -71,19 +76,28 @@ class RyoViewModel(TurnViewModel):
         return "ROLLING — every die at once" if state.phase in ("rolling", "rolloff") else "waiting for the relay"
 
     def score_text(self, state: Any, seat: int) -> str:
+        # games *won*: the settings' numbers are wins needed, not games played (``rules_line``)
         if not state.game_wins:
             return ""
-        return f"games {state.game_wins[seat]}/{state.settings.games_per_match}"
+        return f"{count(state.game_wins[seat], 'game')} won"
 
     def row_text(self, state: Any, seat: int) -> str:
-        s = state.settings
         if not state.roll_wins:
             return ""
-        line = (f"rolls {state.roll_wins[seat]}/{s.rolls_per_round}   rounds {state.round_wins[seat]}/"
-                f"{s.rounds_per_game}")
+        line = f"won: {count(state.roll_wins[seat], 'roll')} · {count(state.round_wins[seat], 'round')}"
         if state.phase == "build":
             line += "   ·   " + ("built ✓" if state.built[seat] else "building…")
         return line
+
+    @staticmethod
+    def rules_line(state: Any) -> tuple[str, str]:
+        """Where the match is, and what wins what: each of the three settings is a number of wins
+        (first to it), so there is no fixed number of games -- with three players a match of
+        "3 games" can take seven."""
+        s = state.settings
+        return (f"game {state.game} · round {state.round}",
+                f"first to win {count(s.rolls_per_round, 'roll')} takes the round, "
+                f"{count(s.rounds_per_game, 'round')} the game, {count(s.games_per_match, 'game')} the match")
 
     def hints(self, state: Any, me: int | None) -> str:
         if state.phase == "build":
@@ -99,7 +113,12 @@ class RyoViewModel(TurnViewModel):
         elif ev.type == "round_won":
             self.later(f"{self.who(model, d)} won round {d.get('round')}", now_ns, YELLOW)
         elif ev.type == "game_won":
-            self.later(f"{self.who(model, d)} won game {d.get('ryo_game')} — new dice next", now_ns, YELLOW)
+            games = d.get("games")
+            last = (isinstance(games, list) and state is not None
+                    and max((g for g in games if type(g) is int), default=0) >= state.settings.games_per_match)
+            # the match's last game starts nothing: the banner says who won the match
+            self.later(f"{self.who(model, d)} won game {d.get('ryo_game')}" + (" and the match" if last else
+                                                                              " — new dice next"), now_ns, YELLOW)
         elif ev.type in ("raised", "face_raised"):
             self.later(f"{self.who(model, d)} raised a face", now_ns, INFO)
         elif ev.type == "no_choice":
@@ -124,6 +143,16 @@ class RyoViewModel(TurnViewModel):
         won = ("You win the match" if state.winner == self.me(model)
                else f"{self.pname(model, state.winner)} wins the match")
         return won + (": the others left" if len(state.standing()) == 1 else "")
+
+    def tally(self, model: Any, state: Any = None) -> str:
+        """The games each won: one relay game is the whole match here (its games are inside the
+        state), so the relay's own tally would count the match, not its games."""
+        if state is None or not getattr(state, "game_wins", None):
+            return super().tally(model, state)
+        names = list(model.players)
+        won = "   ".join(f"{names[i] if i < len(names) else i}: {w}" for i, w in enumerate(state.game_wins))
+        over = state.phase == "over" or (model.match_state or {}).get("status") == "over"
+        return f"games won  {won}" + ("   ·   match over — results follow" if over else "")
 
     # ------------------------------------------------------------------ the roll replay
 

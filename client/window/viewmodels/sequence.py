@@ -87,25 +87,30 @@ class SequenceViewModel(TurnViewModel):
             return now_ns // (NS // 12)
         return None
 
+    def turn_of(self, state: Any) -> Any:
+        return state.turn
+
     def on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
         d = ev.data
+        turn = d.get("turn") if type(d.get("turn")) is int else None  # what the announcement is about
         if ev.type == "turn_started":
             self.roll_until = now_ns + int(ROLL_MIN_S * NS)
             if d.get("bonus"):
-                self.say(f"BONUS TURN for {self.who(model, d)}!", now_ns, YELLOW)
+                self.say(f"BONUS TURN for {self.who(model, d)}!", now_ns, YELLOW, turn=turn)
         elif ev.type == "dice_rolled":
             self.roll_until = max(self.roll_until, now_ns + int(ROLL_MIN_S * NS * 0.5))
             total = d.get("total")
             who = self.who(model, d)
             if total in sq.BONUS_TOTALS:
-                self.say(f"{who} rolled {total}: BONUS turn after this one!", now_ns, YELLOW)
+                self.say(f"{who} rolled {total}: BONUS turn after this one!", now_ns, YELLOW, turn=turn)
             elif total == sq.DEFENSIVE:
-                self.say(f"{who} rolled 10: DEFENSIVE — remove an opponent chip", now_ns, WARN)
+                self.say(f"{who} rolled 10: DEFENSIVE — remove an opponent chip", now_ns, WARN, turn=turn)
             elif total == sq.WILD:
-                self.say(f"{who} rolled 11: WILD — any open space", now_ns, (170, 220, 255, 255))
-        elif ev.type == "no_move":
+                self.say(f"{who} rolled 11: WILD — any open space", now_ns, (170, 220, 255, 255), turn=turn)
+        elif ev.type == "no_move":  # said of a turn already over, in the past tense
             why = str(d.get("reason", "")).replace("_", " ")
-            self.say(f"{self.who(model, d)} rolled {d.get('total')}: no move ({why})", now_ns, (255, 200, 120, 255))
+            self.say(f"{self.who(model, d)} rolled {d.get('total')} and could not move ({why})", now_ns,
+                     (255, 200, 120, 255))
         elif ev.type == "first_player":
             self.say(f"{self.who(model, d)} rolled highest and goes first", now_ns, INFO)
         elif ev.type == "chip_removed" and d.get("seat") != self.me(model):

@@ -7,7 +7,10 @@ with what only that game knows (who is to act, what you may do, its announcement
 line, the spots you may click). Fed the ``ClientModel`` each frame (``observe``), it keeps:
 
 - the *message line*: a refused move in red with its reason (``refused``: a local refusal, or the
-  relay's bounce -- "it has been undone"), an announcement in yellow (``say``), gone after a while;
+  relay's bounce -- "it has been undone"), an announcement in yellow (``say``), gone after a while.
+  An announcement about one turn ("BONUS TURN for ann!", "bob rolled 11: WILD") is said for that
+  turn (``say(..., turn=...)``, the game's ``turn_of``) and goes as soon as the state is in another,
+  so it never sits under a banner naming the next player;
 - the refused move itself for a moment (``rejected_now``), so the board can mark its spot;
 - the *turn clock* (``turn_clock``): with the ``turn_timer_s`` setting on, the seconds left to act,
   counted from the local receive time of the event that started the wait (``timer_events``);
@@ -103,6 +106,7 @@ class TurnViewModel:
     def __init__(self, title: str) -> None:
         self.title = title
         self.msg: tuple[str, int, RGBA] = ("", 0, RED)
+        self._msg_turn: Any = None  # (game, turn) the message is about, or None: not one turn's
         self.rejected: tuple[Any, int] | None = None  # (action, start ns)
         self.over_at: int | None = None
         self.cues: list[str] = []
@@ -149,6 +153,11 @@ class TurnViewModel:
     def result_line(self, model: Any, state: Any) -> str:
         return ""
 
+    def turn_of(self, state: Any) -> Any:
+        """The turn ``state`` is in, for announcements about one turn (None: the game has no turns
+        such announcements are about)."""
+        return None
+
     # ------------------------------------------------------------------ reading the model
 
     @staticmethod
@@ -189,6 +198,9 @@ class TurnViewModel:
             if ev.type == "player_left":  # a dice game of three or more plays on without them
                 self.say(f"{self.who(model, ev.data)} left: the game goes on without them", now_ns, INFO)
             self.on_event(ev, model, state, now_ns)
+        if self._msg_turn is not None and self._msg_turn != (self._seen_game, self.turn_of(state)):
+            self.msg, self._msg_turn = ("", 0, RED), None  # that turn is over: so is what was said about it
+            self.version += 1
         if self.over_at is None and (model.match_state or {}).get("status") == "over":
             self.over_at = now_ns
 
@@ -339,8 +351,11 @@ class TurnViewModel:
         self.rejected = (action, now_ns)
         self.cues.append("bounce")
 
-    def say(self, text: str, now_ns: int, colour: RGBA = YELLOW) -> None:
+    def say(self, text: str, now_ns: int, colour: RGBA = YELLOW, turn: Any = None) -> None:
+        """Show ``text`` on the message line; ``turn`` (what ``turn_of`` says of the state it is about)
+        makes it go when the state moves on to another turn."""
         self.msg = (text, now_ns, colour)
+        self._msg_turn = None if turn is None else (self._seen_game, turn)
         self.version += 1
 
     def message(self, now_ns: int) -> tuple[str, RGBA]:
