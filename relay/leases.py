@@ -446,8 +446,8 @@ class NatsLeases:
             new = dead - self._dead
             self._dead = dead
             if new and any(o.relay in new for o in self.view.owners.values()) and self._wake_tick is not None:
-                log.warning("relay %s gone (no responder for %.2f s) at %.3f: taking its shards over now",
-                            ", ".join(sorted(new)), DEAD_AFTER_S, time.time())
+                log.warning("relay %s gone (no responder for %.2f s): taking its shards over now",
+                            ", ".join(sorted(new)), DEAD_AFTER_S)
                 self._wake_tick.set()
 
     async def _run_ticks(self) -> None:
@@ -622,8 +622,8 @@ class NatsLeases:
         if shard in self._replacing and self._replacing[shard].relay == self.relay_id:
             log.warning("took back shard %s (its entry still named this relay) in %.2f s", shard, self.clock() - sent)
         elif shard in self._replacing:
-            log.warning("took shard %s of relay %s in %.2f s at %.3f", shard, self._replacing[shard].relay,
-                        self.clock() - sent, time.time())
+            log.warning("took shard %s of relay %s in %.2f s", shard, self._replacing[shard].relay,
+                        self.clock() - sent)
         self._note("gain", shard)
         await self._emit("gain", shard, int(rev), None)
 

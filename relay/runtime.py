@@ -90,6 +90,12 @@ JournalOpener = Callable[[str], Journal]
 WHOLE = "0"  # the shard a single relay serves: every topic of its prefix
 
 
+def clock_time(epoch: float) -> str:
+    """``epoch`` (seconds since 1970) as people read it: the local date and time to the millisecond."""
+    whole = int(epoch)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(whole)) + f".{int((epoch - whole) * 1000):03d}"
+
+
 class Relay:
     """The relay runtime (see the module header). ``shards_total`` 0 is a single relay: it serves
     one shard made here from ``topics``, ``config``, ``seed`` and ``journal`` (None: in memory)."""
@@ -327,7 +333,7 @@ class Relay:
         task.add_done_callback(self._chores.discard)
 
     def _tell(self, what: str) -> None:
-        line = f"relay {self.relay_id} {what} at {time.time():.3f}"
+        line = f"relay {self.relay_id} {what} at {clock_time(time.time())}"
         log.info("%s", line)
         if self.say is not None:
             self.say(line)

@@ -12,6 +12,7 @@ owner of the dead relay's shards is measured (printed; docs/performance.md has t
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import re
@@ -40,7 +41,7 @@ SHARDS = 6
 MATCHES = int(os.environ.get("BLINK_FAILOVER_MATCHES", "60"))
 DEADLINE_S = 900.0
 LEASE_TTL_S = os.environ.get("BLINK_LEASE_TTL_S", "")
-SERVES = re.compile(r"relay (\S+) serves shard (\d+) .* at ([0-9.]+)$")
+SERVES = re.compile(r"relay (\S+) serves shard (\d+) .* at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})$")
 STOPS = re.compile(r"relay (\S+) stopped serving shard (\d+)")
 
 
@@ -232,5 +233,5 @@ def _gain_times(err: Path) -> list[int]:
 
 def _gains(err: Path) -> list[tuple[str, int]]:
     """(shard, wall-clock ns) of each "serves shard" line of a relay's output."""
-    return [(g.group(2), int(float(g.group(3)) * 1e9)) for line in err.read_text(errors="replace").splitlines()
-            if (g := SERVES.search(line)) is not None]
+    return [(g.group(2), int(datetime.datetime.fromisoformat(g.group(3)).timestamp() * 1e9))
+            for line in err.read_text(errors="replace").splitlines() if (g := SERVES.search(line)) is not None]
