@@ -8,10 +8,12 @@ server with nothing else installed. Before starting it we bind the port ourselve
 taken port is reported as a clear ``PortInUse`` (with a hint) rather than a traceback from deep
 inside amqtt.
 
-TLS: ``serve_tls(cert, key, port)`` before ``start`` adds a second listener, amqtt's TCP listener
-with its own ``ssl.SSLContext`` (``certfile``/``keyfile``), on the same host: the same gate, rules
-and limits behind it (``stream_connected`` is reached after the handshake). The plain listener
-stays, for the relay in the same process and for loopback players.
+TLS: ``serve_tls(cert, key, port, host)`` before ``start`` adds a second listener, amqtt's TCP
+listener with its own ``ssl.SSLContext`` (``certfile``/``keyfile``), on ``host`` (default: the
+plain listener's): the same gate, rules and limits behind it (``stream_connected`` is reached after
+the handshake). The plain listener stays, for the relay in the same process and for loopback
+players; with the TLS listener on its own address (``0.0.0.0``) and the plain one on loopback, a
+host faces the internet with TLS only.
 
 Trust: every start makes a random relay secret; ``relay_address`` (with the secret) is handed to the
 in-process relay only, ``address`` (what players get) has no credentials. Who may publish and read
@@ -49,7 +51,7 @@ from amqtt.events import BrokerEvents
 from transitions import MachineError
 
 # Shared with the client in ``mqttkit``; re-exported because this is where the relay's side finds them.
-from mqttkit import (DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BadURL, BrokerAddress, PortInUse, TLSTrust,
+from mqttkit import (DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BadURL, BrokerAddress, PortInUse,
                      check_port, free_port, parse_url, wait_event)
 from protocol.codec import MAX_MESSAGE_BYTES
 from protocol.topics import DEFAULT_PREFIX, Topics, valid_id
@@ -59,6 +61,7 @@ from relay.brokergate import GATE_BURST_S, GATE_MIN_BURST, Gate, LimitedReader, 
 from relay.brokerroute import FastPath, Out, RoutingBroker
 from relay.limits import Intake
 from relay.model import RelayConfig
+from relay.servebroker import check_tls_port
 
 __all__ = ["NODELAY", "BadURL", "BrokerAddress", "EmbeddedBroker", "PortInUse", "check_port", "free_port",
            "parse_url", "wait_event", "RELAY_USER", "TLSListener"]
@@ -217,6 +220,7 @@ class TLSListener:
     cert: str
     key: str
     port: int
+    host: str
 
 
 class EmbeddedBroker:
@@ -239,14 +243,10 @@ class EmbeddedBroker:
         self._broker: _GuardedBroker | None = None
         self.tls: TLSListener | None = None
 
-    def serve_tls(self, cert: str, key: str, port: int) -> None:
-        """Also listen with TLS on ``port`` (see the module header); call before ``start``."""
-        self.tls = TLSListener(cert, key, port)
-
-    @property
-    def tls_address(self) -> BrokerAddress | None:
-        """Where players connect over TLS (None without ``serve_tls``)."""
-        return None if self.tls is None else BrokerAddress(self.host, self.tls.port, tls=TLSTrust())
+    def serve_tls(self, cert: str, key: str, port: int, host: str | None = None) -> None:
+        """Also listen with TLS on ``host``:``port`` (host: the plain listener's unless given; see the
+        module header); call before ``start``."""
+        self.tls = TLSListener(cert, key, port, self.host if host is None else host)
 
     @property
     def address(self) -> BrokerAddress:
@@ -263,8 +263,8 @@ class EmbeddedBroker:
         listeners: dict[str, dict[str, object]] = {
             "default": {"type": "tcp", "bind": f"{self.host}:{self.port}", "max_connections": 1000}}
         if self.tls is not None:
-            check_port(self.host, self.tls.port)
-            listeners["tls"] = {"type": "tcp", "bind": f"{self.host}:{self.tls.port}", "max_connections": 1000,
+            check_tls_port(self.tls.host, self.tls.port)
+            listeners["tls"] = {"type": "tcp", "bind": f"{self.tls.host}:{self.tls.port}", "max_connections": 1000,
                                 "ssl": True, "certfile": self.tls.cert, "keyfile": self.tls.key}
         for name in ("amqtt", "transitions"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -279,7 +279,9 @@ class EmbeddedBroker:
             await broker.start()
         except Exception as exc:  # noqa: BLE001 - amqtt wraps bind errors in BrokerError
             if "address already in use" in str(exc).lower():
-                raise PortInUse(f"port {self.port} on {self.host} is already in use; use --broker") from exc
+                which = f"port {self.port} on {self.host}" + (
+                    "" if self.tls is None else f" or TLS port {self.tls.port} on {self.tls.host}")
+                raise PortInUse(f"{which} is already in use: pick another port") from exc
             raise
         self._broker = broker
 

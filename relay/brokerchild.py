@@ -38,8 +38,8 @@ async def _serve(settings: dict[str, object], out: IO[str]) -> int:
     broker = EmbeddedBroker(str(settings["host"]), int(str(settings["port"])), str(settings["prefix"]),
                             int(str(settings["max_payload"])), config if isinstance(config, RelayConfig) else None)
     tls = settings.get("tls")
-    if isinstance(tls, tuple):
-        broker.serve_tls(str(tls[0]), str(tls[1]), int(tls[2]))
+    if isinstance(tls, tuple):  # (certificate, key, port, host)
+        broker.serve_tls(str(tls[0]), str(tls[1]), int(tls[2]), str(tls[3]))
     try:
         await broker.start()
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line

@@ -19,7 +19,6 @@ re-announcement per ``UPDATE_INTERVAL_S``) so a busy lobby does not flood the ne
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import secrets
 import socket
@@ -237,10 +236,11 @@ class advertise:  # noqa: N801 - used as ``async with advertise(...)``
 
     def __init__(self, port: int, relay_id: str, broker_host: str = "127.0.0.1",
                  interfaces: Sequence[str] | None = None, topics: Topics | None = None,
-                 host_name: str | None = None, tls_port: int | None = None) -> None:
+                 host_name: str | None = None, tls_port: int | None = None, tls_host: str | None = None) -> None:
         topics = topics or Topics()
-        # A broker bound to one address is reachable only there: advertise just that one.
-        only = [broker_host] if broker_host not in ("0.0.0.0", "", "127.0.0.1", "localhost") else None
+        # A listener bound to one address is reachable only there: advertise just that one.
+        listens = broker_host if tls_port is None or tls_host is None else tls_host
+        only = [listens] if listens not in ("0.0.0.0", "", "127.0.0.1", "localhost") else None
         # With TLS the TLS listener is what is advertised; the match list is still followed on the plain one.
         self.advertiser = Advertiser(tls_port or port, relay_id, addresses=only, interfaces=interfaces,
                                      host_name=host_name, prefix=topics.prefix,
@@ -275,8 +275,6 @@ def lan_urls(port: int, host: str = "0.0.0.0", chosen: Sequence[str] | None = No
 def lan_port(host: str, port: int, interfaces: Sequence[str] | None, warn: Callable[[str], None]) -> int:
     """Before the broker starts: check ``--interface`` (LanError if it names nothing usable) and
     take ``port`` or the next free one, saying which."""
-    if host == "localhost" or (_is_ip(host) and ipaddress.ip_address(host).is_loopback):
-        raise LanError(f"--host {host} is loopback: nobody else could reach it (leave out --host)")
     if interfaces:
         mdns_addresses(interfaces)
     chosen = choose_port(host, port)
@@ -285,39 +283,40 @@ def lan_port(host: str, port: int, interfaces: Sequence[str] | None, warn: Calla
     return chosen
 
 
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-        return True
-    except ValueError:
-        return False
-
-
 class lan_hosting:  # noqa: N801 - used as ``async with lan_hosting(...)``
     """Print how friends join and advertise while the block runs. No multicast is not fatal for a
     host: it is said once and friends can still join by address."""
 
     def __init__(self, port: int, relay_id: str, host: str, interfaces: Sequence[str] | None,
                  topics: Topics | None, say: Callable[[str], None], warn: Callable[[str], None],
-                 tls_port: int | None = None) -> None:
+                 tls_port: int | None = None, tls_host: str | None = None) -> None:
         self.port, self.relay_id, self.host, self.interfaces = port, relay_id, host, interfaces
-        self.tls_port = tls_port
+        self.tls_port, self.tls_host = tls_port, host if tls_host is None else tls_host
         self.topics, self.say, self.warn = topics, say, warn
         self._adv: advertise | None = None
 
     async def __aenter__(self) -> lan_hosting:
-        urls = lan_urls(self.port if self.tls_port is None else self.tls_port, self.host, self.interfaces,
-                        "mqtt" if self.tls_port is None else "mqtts")
-        where = ", ".join(u.split("://", 1)[1].rsplit(":", 1)[0] for u in urls) or "no LAN address found"
-        self.say(f"LAN host: this machine is {where}; listening on {self.host}:{self.port}"
-                 + ("" if self.tls_port is None else f" (TLS on {self.tls_port})"))
+        if self.tls_port is None:
+            urls = lan_urls(self.port, self.host, self.interfaces)
+            listening = f"{self.host}:{self.port}"
+        else:
+            urls = lan_urls(self.tls_port, self.tls_host, self.interfaces, "mqtts")
+            listening = f"{self.host}:{self.port}, TLS on {self.tls_host}:{self.tls_port}"
+        if urls:
+            where = ", ".join(u.split("://", 1)[1].rsplit(":", 1)[0] for u in urls)
+            self.say(f"LAN host: this machine is {where}; listening on {listening}")
+        else:
+            self.say(f"LAN host: this machine has no LAN address (no network interface but loopback is up): "
+                     f"nobody else can reach it yet; listening on {listening}")
         for url in urls:
             self.say(f"  friends join with:  blink play --server {url}   (or blink bot --server {url} ...)")
         try:
-            adv = advertise(self.port, self.relay_id, self.host, self.interfaces, self.topics, tls_port=self.tls_port)
+            adv = advertise(self.port, self.relay_id, self.host, self.interfaces, self.topics, tls_port=self.tls_port,
+                            tls_host=self.tls_host)
             service = await adv.__aenter__()
         except LanError as exc:
-            self.warn(f"not advertised on the local network: {exc}; friends can still join by address")
+            self.warn(f"not advertised on the local network: {exc}"
+                      + ("; friends can still join by address" if urls else ""))
             return self
         self._adv = adv
         self.say(f"advertised as \"{service.service_name.removesuffix('.' + SERVICE_TYPE)}\" ({SERVICE_TYPE}) "

@@ -45,7 +45,7 @@ from protocol.topics import Topics
 from relay.core import RelayConfig
 from relay.journal import Journal, JournalError, default_data_dir, open_journal
 from relay.localproc import ChildServer
-from relay.mosquitto import write_mosquitto_config
+from relay.mosquitto import broker_user, share_a_port, write_mosquitto_config
 from relay.natsauth import secure_node_conf, write_nats_auth
 from relay.ownership import StaticOwnership
 from relay.runtime import Relay
@@ -55,7 +55,8 @@ if TYPE_CHECKING:  # imported where it is started: a relay on an outside broker 
     from relay.broker import EmbeddedBroker
 
 __all__ = ["ChildServer", "ClusterError", "ClusterServer", "ConfigConflict", "JournalError", "LocalServer", "RelayConfig", "cluster_server", "default_data_dir",
-           "public_nats", "public_url", "sqlite_opener", "start_local", "secure_node_conf", "temporary_data_dir", "write_mosquitto_config", "write_nats_auth"]
+           "public_nats", "public_url", "sqlite_opener", "start_local", "secure_node_conf", "temporary_data_dir", "write_mosquitto_config", "write_nats_auth",
+           "broker_user", "share_a_port"]
 
 
 async def _run_until_ready(relay: Relay, timeout_s: float) -> asyncio.Task[None]:

@@ -15,22 +15,33 @@ How this works
 
 With ``tls=(cert, key, port)`` (``blink broker-config --tls-cert --tls-key``) the conf has a
 second listener on ``port`` that speaks only TLS with that certificate and key (Mosquitto's
-``certfile``/``keyfile`` belong to the listener above them); the plain listener stays, for a relay
-on the same machine. The files are named by their absolute paths, not copied.
+``certfile``/``keyfile`` belong to the listener above them), on ``tls_host`` (default: the plain
+listener's host); the plain listener stays, for a relay on the same machine -- on loopback, with
+the TLS one on ``0.0.0.0``, only TLS faces the network. The files are named by their absolute
+paths, not copied.
 
 Anyone who logs in as ``relay`` must know that password; everyone else is anonymous and confined
 by the ACL to its own client id's topics. ``mosquitto -c DIR/mosquitto.conf`` runs it as is.
 The configuration and the ACL are world-readable (nothing secret in them). The password file,
 though it holds only a salted hash of 128 random bits, is mode 600: readable by the user who runs
-the broker and nobody else -- when root writes it, that is Mosquitto's own user, which Mosquitto
-started as root drops to before it reads the file.
+the broker and nobody else.
+
+Started by root, Mosquitto gives up root for the user the conf's ``user`` line names before it
+reads the ACL, the password file and the certificate and key, so that user must reach them all.
+Written by root, the conf names that user (``broker_user``): Mosquitto's own (``mosquitto``) where
+it can read every one of those files, else DIR's owner -- DIR in a folder closed to others, such
+as root's home (mode 700), is reached by its owner alone -- else root; the password file is then
+that user's. Written by anyone else, there is no ``user`` line: Mosquitto keeps the user who starts it.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import ipaddress
 import os
+import pwd
 import secrets
 import shutil
 import subprocess
@@ -43,6 +54,20 @@ from protocol.topics import DEFAULT_PREFIX
 
 PBKDF2_ITERATIONS = 101  # mosquitto_passwd's default for sha512-pbkdf2
 SALT_BYTES = 12
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def share_a_port(a: str, b: str) -> bool:
+    """Whether listeners on addresses ``a`` and ``b`` would collide on one port (the same address,
+    both loopback, or either on every interface)."""
+    every = ("", "0.0.0.0", "::")
+    return a == b or a in every or b in every or (is_loopback(a) and is_loopback(b))
 
 
 def hash_password(password: str, salt: bytes | None = None, iterations: int = PBKDF2_ITERATIONS) -> str:
@@ -105,11 +130,13 @@ def tls_listener_text(host: str, cert: str, key: str, port: int) -> str:
 
 
 def conf_text(directory: Path, host: str, port: int, max_payload: int = DEFAULT_MAX_PAYLOAD,
-              tls: tuple[str, str, int] | None = None) -> str:
+              tls: tuple[str, str, int] | None = None, tls_host: str | None = None, user: str | None = None) -> str:
     d = directory.resolve()
+    who = "" if user is None else (
+        f"# Started by root, Mosquitto runs as this user, which can read the files named here.\nuser {user}\n")
     return f"""# A Mosquitto 2.x configuration for a blink relay, written by `blink broker-config`.
 # Run:  mosquitto -c {d / 'mosquitto.conf'}
-listener {port} {host}
+{who}listener {port} {host}
 allow_anonymous true
 password_file {d / 'passwd'}
 acl_file {d / 'mosquitto.acl'}
@@ -120,47 +147,77 @@ max_queued_messages 10000
 # before Mosquitto reads it (no client of this protocol needs more).
 message_size_limit {max_payload}
 max_packet_size {MAX_MESSAGE_BYTES + 512}
-""" + ("" if tls is None else tls_listener_text(host, *tls))
+""" + ("" if tls is None else tls_listener_text(host if tls_host is None else tls_host, *tls))
 
 
-def give_to_broker_user(path: Path) -> None:
-    """Mosquitto started by root drops to its own user before it reads the password file (and its
-    TLS certificate and key): written by root, the file is then that user's (still mode 600) so the broker can read it and nobody else
-    can. Anyone else runs Mosquitto as themselves, and the file is already theirs."""
-    if os.geteuid() != 0:
-        return
-    import pwd
+def _may(user: pwd.struct_passwd, st: os.stat_result, bit: int) -> bool:
+    """Whether ``user`` has permission ``bit`` (4 read, 1 search) on a file with status ``st``."""
+    if user.pw_uid == 0:
+        return True
+    if st.st_uid == user.pw_uid:
+        return bool(st.st_mode & (bit << 6))
+    if st.st_gid in os.getgrouplist(user.pw_name, user.pw_gid):
+        return bool(st.st_mode & (bit << 3))
+    return bool(st.st_mode & bit)
 
+
+def can_read(user: pwd.struct_passwd, path: Path, own: bool = False) -> bool:
+    """Whether ``user`` can open ``path`` for reading: every folder above it searchable, the file
+    itself readable (``own``: it will be given to that user, so only the folders count)."""
     try:
-        user = pwd.getpwnam("mosquitto")
-    except KeyError:
-        return
-    os.chown(path, user.pw_uid, user.pw_gid)
+        path = path.resolve()
+        if not all(_may(user, folder.stat(), 1) for folder in path.parents):
+            return False
+        return own or _may(user, path.stat(), 4)
+    except OSError:
+        return False
+
+
+def broker_user(directory: Path, reads: tuple[str | Path, ...] = ()) -> pwd.struct_passwd | None:
+    """The user Mosquitto started by root should run as, with its configuration in ``directory``
+    and also reading ``reads`` (a certificate and key): see the module header. None unless root."""
+    if os.geteuid() != 0:
+        return None
+    candidates = []
+    with contextlib.suppress(KeyError):
+        candidates.append(pwd.getpwnam("mosquitto"))
+    with contextlib.suppress(KeyError, OSError):
+        candidates.append(pwd.getpwuid(directory.stat().st_uid))
+    for user in candidates:  # the ACL is world-readable and the password file becomes the user's: DIR must be reached
+        if can_read(user, directory / "passwd", own=True) and all(can_read(user, Path(f)) for f in reads):
+            return user
+    return pwd.getpwuid(0)
+
+
+def give_to(path: Path, user: pwd.struct_passwd | None) -> None:
+    """Make ``path`` ``user``'s (nothing for None: the file stays its writer's)."""
+    if user is not None:
+        os.chown(path, user.pw_uid, user.pw_gid)
 
 
 def write_mosquitto_config(directory: str | Path, host: str = "127.0.0.1", port: int = 1883,
                            prefix: str = DEFAULT_PREFIX, max_payload: int = DEFAULT_MAX_PAYLOAD,
-                           use_tool: bool = True, tls: tuple[str, str, int] | None = None) -> BrokerAddress:
+                           use_tool: bool = True, tls: tuple[str, str, int] | None = None,
+                           tls_host: str | None = None) -> BrokerAddress:
     """Write DIR/mosquitto.conf, DIR/mosquitto.acl and DIR/passwd; return the relay's login
     (``.login_url`` is what ``blink serve --broker`` takes; it holds the new secret)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_hex(16)
-    files = {
-        "passwd": password_line(RELAY_USER, secret, use_tool) + "\n",
-        "mosquitto.acl": acl_text(prefix),
-        "mosquitto.conf": conf_text(d, host, port, max_payload, tls),
-    }
-    for name, text in files.items():
-        path = d / name
-        # The password file (a hash, but one an attacker could try to crack) is for the broker's eyes
-        # only; the others hold nothing secret and the broker may read them as any user.
-        mode = 0o600 if name == "passwd" else 0o644
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)  # never readable by others, not even briefly
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        path.chmod(mode)
-        if name == "passwd":
-            give_to_broker_user(path)
+    user = broker_user(d, () if tls is None else (tls[0], tls[1]))
+    _write(d / "mosquitto.acl", acl_text(prefix), 0o644)
+    # The password file (a hash, but one an attacker could try to crack) is for the broker's eyes
+    # only; the others hold nothing secret and the broker may read them as any user.
+    _write(d / "passwd", password_line(RELAY_USER, secret, use_tool) + "\n", 0o600)
+    give_to(d / "passwd", user)
+    _write(d / "mosquitto.conf", conf_text(d, host, port, max_payload, tls, tls_host,
+                                           None if user is None else user.pw_name), 0o644)
     connect_host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     return BrokerAddress(connect_host, port, RELAY_USER, secret)
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)  # never readable by others, not even briefly
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    path.chmod(mode)

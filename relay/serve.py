@@ -12,9 +12,11 @@ of its own in a child process (``relay/servebroker.py``): an installed Mosquitto
 configuration, else -- or with ``--embedded`` -- the embedded amqtt broker; the "running" line says
 which. The relay stops before its broker, on every way out. The journal is in the data directory
 (recovered from on start), and with ``--lan`` all interfaces, the next free port and an advert
-over multicast DNS (``relay/lanhost.py``); with ``--tls-cert``/``--tls-key`` the embedded broker
-also listens with TLS on ``--tls-port`` (default 8883), and a LAN advert names that port and the
-``mqtts`` scheme. With ``--cluster`` or ``--shards`` it is one relay of
+over multicast DNS (``relay/lanhost.py``); with ``--tls-cert``/``--tls-key`` its broker also
+listens with TLS on ``--tls-host`` (default: ``--host``) and ``--tls-port`` (default 8883) -- the
+plain listener on loopback and the TLS one on ``0.0.0.0`` face the internet with TLS only -- and a
+LAN advert names that listener and the ``mqtts`` scheme. The "running" line says where each
+listener is, and when only this machine can reach them, how to open them. With ``--cluster`` or ``--shards`` it is one relay of
 several on a shared broker (``relay.local.cluster_server``): shards by lease in a NATS cluster's
 JetStream, or pinned, each journalled on its own.
 
@@ -83,6 +85,7 @@ class ServeOptions:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_port: int | None = None
+    tls_host: str | None = None
     embedded: bool = False
 
 
@@ -208,12 +211,16 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
         raise usage("--interface only goes with --lan")
     if options.lan and options.broker:
         raise usage("--lan hosts its own broker on this machine: leave out --broker")
-    if options.lan and _loopback(host):
-        raise usage(f"--host {host} is loopback: nobody else could reach it (leave out --host)")
     from mqttkit import DEFAULT_TLS_PORT
 
     tls_port = options.tls_port or DEFAULT_TLS_PORT
-    if tls is not None and tls_port == port:
+    tls_host = options.tls_host or host
+    advertised, named = (tls_host, "--tls-host") if tls is not None and options.tls_host else (host, "--host")
+    if options.lan and _loopback(advertised):  # --lan advertises the TLS listener when there is one
+        raise usage(f"{named} {advertised} is loopback: nobody else could reach it (leave out {named})")
+    from relay.servebroker import share_a_port
+
+    if tls is not None and tls_port == port and share_a_port(host, tls_host):
         raise usage(f"--tls-port {tls_port} is the plain listener's --port too: give them different ports")
     if options.lan:  # all interfaces, the next free port, advertised over multicast DNS
         from mqttkit.lan import LanError
@@ -224,7 +231,7 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
         except LanError as err:
             raise ServeError(str(err)) from err
         lan = lanhost.lan_hosting(port, relay_id, host, options.interface, topics, _say, _warn,
-                                  tls_port=tls_port if tls is not None else None)
+                                  tls_port=tls_port if tls is not None else None, tls_host=tls_host)
     if options.embedded and options.broker:
         raise usage("--embedded runs the embedded broker: leave out --broker")
     from relay.servebroker import BrokerChild, BrokerFailed, choose
@@ -233,7 +240,7 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
     if not options.broker:  # a broker of our own, in a process of its own (relay/servebroker.py)
         kind, binary = choose(options.embedded)
         child = BrokerChild(kind, host, port, topics.prefix, options.max_payload, config, binary,
-                            tls=(tls[0], tls[1], tls_port) if tls is not None else None)
+                            tls=(tls[0], tls[1], tls_port) if tls is not None else None, tls_host=tls_host)
     stop = _Stop()
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -291,6 +298,8 @@ def _tls_files(options: ServeOptions) -> tuple[str, str] | None:
     for the embedded broker: a broker given with --broker has its own TLS listener."""
     if options.tls_port is not None and options.tls_cert is None:
         raise usage("--tls-port goes with --tls-cert and --tls-key")
+    if options.tls_host is not None and options.tls_cert is None:
+        raise usage("--tls-host goes with --tls-cert and --tls-key")
     if options.tls_cert is None and options.tls_key is None:
         return None
     if options.broker:

@@ -17,12 +17,20 @@ any broker (``BrokerChild``):
   rate gate and size limits), in ``python -m relay.brokerchild``: the fallback with nothing else
   installed, and what ``--embedded`` forces.
 
-``start`` checks the port first (a taken port is ``PortInUse``, as for the in-process broker),
-spawns the child and waits until it serves: Mosquitto until its port takes a connection, the
+With a certificate and key (``tls``) the broker also listens with TLS, on ``tls_host`` (default:
+the plain listener's): the plain listener on loopback for the relay and the TLS one on ``0.0.0.0``
+faces the internet with TLS only. ``describe`` says where each listener is and who can reach it,
+and when every one is on loopback, how to open it (``listeners_text``).
+
+``start`` checks the ports first (a taken port is ``PortInUse``, as for the in-process broker,
+naming the option that moves it), spawns the child and waits until it serves: Mosquitto until its port takes a connection, the
 embedded child until it answers with one JSON line on its stdout (``{"ready": true, "secret":
 ...}`` or ``{"error": ...}``). ``exited`` is done when the child ends; ``lost`` then says why in
-one line if nobody asked it to stop. ``stop`` ends it in order (SIGTERM; the embedded child also
-when its stdin closes), then kills it if it takes too long, and removes what it wrote.
+one line if nobody asked it to stop (Mosquitto's reason at start is its last log line, without
+its timestamp). ``stop`` ends it in order (SIGTERM; the embedded child also when its stdin
+closes), then kills it if it takes too long, and removes what it wrote. Mosquitto's files are
+for the user it runs as alone (the log, the password file and the certificate copies are mode
+600), even where a killed ``blink serve`` could not remove them.
 
 No orphan, whatever happens to ``blink serve``: each child runs in a session of its own (a Ctrl-C
 in the terminal reaches ``blink serve`` alone, which stops the relay first and then the broker),
@@ -40,6 +48,8 @@ import functools
 import json
 import os
 import pickle
+import pwd
+import re
 import shutil
 import signal
 import sys
@@ -48,9 +58,10 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, TLSTrust, check_port
+from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, PortInUse, Scheme, check_port
 from protocol.topics import DEFAULT_PREFIX
 from relay.model import RelayConfig
+from relay.mosquitto import is_loopback, share_a_port
 
 BrokerKind = Literal["mosquitto", "embedded"]
 
@@ -93,19 +104,13 @@ def _end_with_parent(user: tuple[int, int] | None = None) -> None:
             pass
 
 
-def _broker_user(port: int) -> tuple[int, int] | None:
-    """The user a Mosquitto started by root should start as. Left to itself it drops from root to
-    its own user after reading its configuration, and a process that changes its user loses its
-    parent-death signal (prctl(2)): it would outlive a killed ``blink serve``. So the child takes that
-    user before exec (its files are readable to it: ``give_to_broker_user``) -- unless the port is one
-    only root may bind."""
-    if os.geteuid() != 0 or port < 1024:
-        return None
-    import pwd
-
-    try:
-        user = pwd.getpwnam("mosquitto")
-    except KeyError:
+def _exec_user(user: pwd.struct_passwd | None, ports: tuple[int, ...]) -> tuple[int, int] | None:
+    """The user (uid, gid) a Mosquitto started by root should start as: the one its configuration
+    names (``relay.mosquitto.broker_user``). Left to itself it drops from root to that user after
+    binding its ports, and a process that changes its user loses its parent-death signal (prctl(2)):
+    it would outlive a killed ``blink serve``. So the child takes that user before exec -- unless a
+    port is one only root may bind (Mosquitto then drops by itself)."""
+    if os.geteuid() != 0 or user is None or user.pw_uid == 0 or min(ports) < 1024:
         return None
     return user.pw_uid, user.pw_gid
 
@@ -114,16 +119,41 @@ def _connect_host(host: str) -> str:
     return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
 
+def check_tls_port(host: str, port: int) -> None:
+    """``PortInUse`` naming the TLS listener and ``--tls-port`` if nothing can listen on host:port."""
+    try:
+        check_port(host, port)
+    except PortInUse as exc:
+        raise PortInUse(f"TLS port {port} on {host} is already in use (another program, perhaps a broker, listens "
+                        f"there): pick another with --tls-port") from exc
+
+
+def listeners_text(listeners: list[tuple[Scheme, str, int]]) -> str:
+    """Where each listener (scheme, bind address, port) is and who can reach it; when only this
+    machine can, how to open it to others."""
+    urls = [f"{scheme}://{host}:{port}" for scheme, host, port in listeners]
+    if all(is_loopback(host) for _, host, _ in listeners):
+        tls = any(scheme == "mqtts" for scheme, _, _ in listeners)
+        return (" and ".join(urls) + " (loopback: this machine only; other machines: --host 0.0.0.0 or --lan; "
+                "the internet, over TLS only: --tls-host 0.0.0.0" + ("" if tls else " --tls-cert FILE --tls-key FILE")
+                + ")")
+    return " and ".join(url + (" (this machine only)" if is_loopback(host) else " (every interface)"
+                               if host in ("", "0.0.0.0", "::") else "")
+                        for url, (_, host, _) in zip(urls, listeners))
+
+
 class BrokerChild:
     """A broker in a child process on host:port; ``relay_address`` is the relay's login (keep it
     to the relay), ``address`` where players connect."""
 
     def __init__(self, kind: BrokerKind, host: str, port: int, prefix: str = DEFAULT_PREFIX,
                  max_payload: int = DEFAULT_MAX_PAYLOAD, config: RelayConfig | None = None,
-                 mosquitto: str | None = None, tls: tuple[str, str, int] | None = None) -> None:
+                 mosquitto: str | None = None, tls: tuple[str, str, int] | None = None,
+                 tls_host: str | None = None) -> None:
         self.kind: BrokerKind = kind
-        #: (certificate, key, port) of a TLS listener beside the plain one, or None.
+        #: (certificate, key, port) of a TLS listener beside the plain one, or None; on ``tls_host``.
         self.tls = tls
+        self.tls_host = host if tls_host is None else tls_host
         self.host, self.port, self.prefix, self.max_payload = host, port, prefix, max_payload
         self.config = config or RelayConfig()
         self.mosquitto = mosquitto
@@ -148,11 +178,17 @@ class BrokerChild:
         assert self._exited is not None, "start() first"
         return self._exited
 
+    @property
+    def listeners(self) -> list[tuple[Scheme, str, int]]:
+        """(scheme, bind address, port) of each listener."""
+        found: list[tuple[Scheme, str, int]] = [("mqtt", self.host, self.port)]
+        if self.tls is not None:
+            found.append(("mqtts", self.tls_host, self.tls[2]))
+        return found
+
     def describe(self) -> str:
         """What the "running" line says about the broker."""
-        where = self.address.url
-        if self.tls is not None:
-            where += f" and {BrokerAddress(_connect_host(self.host), self.tls[2], tls=TLSTrust()).url}"
+        where = listeners_text(self.listeners)
         if self.kind == "mosquitto":
             return f"Mosquitto broker ({self.mosquitto}, pid {self.pid}) on {where}"
         return f"embedded broker (its own process, pid {self.pid}) on {where}"
@@ -166,6 +202,8 @@ class BrokerChild:
 
     async def start(self) -> None:
         check_port(self.host, self.port)
+        if self.tls is not None:
+            check_tls_port(self.tls_host, self.tls[2])
         try:
             if self.kind == "mosquitto":
                 await self._start_mosquitto()
@@ -177,45 +215,53 @@ class BrokerChild:
         self._exited = asyncio.create_task(self._watch())
 
     async def _start_mosquitto(self) -> None:
-        from relay.mosquitto import give_to_broker_user, write_mosquitto_config
+        from relay.mosquitto import broker_user, give_to, write_mosquitto_config
 
         assert self.mosquitto is not None
         self._dir = Path(tempfile.mkdtemp(prefix="blink-serve-mosquitto-"))
-        # Started as root, Mosquitto drops to its own user before it reads the ACL and the password
-        # file (which write_mosquitto_config gives to that user, mode 600): it must reach them.
+        # Started as root, Mosquitto drops to its own user before it reads the ACL, the password
+        # file and the certificate (each given to that user, mode 600): it must reach them.
         self._dir.chmod(0o755)
+        user = broker_user(self._dir)
         tls = None
         if self.tls is not None:  # copies its own user can read (the originals may sit in a closed folder)
             cert, key = self._dir / "tls-cert.pem", self._dir / "tls-key.pem"
             for source, copy in ((self.tls[0], cert), (self.tls[1], key)):
-                fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(Path(source).read_bytes())
-                give_to_broker_user(copy)
+                _private(copy, user).write_bytes(Path(source).read_bytes())
             tls = (str(cert), str(key), self.tls[2])
-        login = write_mosquitto_config(self._dir, self.host, self.port, self.prefix, self.max_payload, tls=tls)
+        login = write_mosquitto_config(self._dir, self.host, self.port, self.prefix, self.max_payload, tls=tls,
+                                       tls_host=self.tls_host)
         conf = self._dir / "mosquitto.conf"
-        log = self._dir / "mosquitto.log"
+        log = _private(self._dir / "mosquitto.log", user)  # its user writes it, after dropping root
         conf.write_text(conf.read_text() + f"log_dest file {log}\nlog_type error\n")
-        log.touch(0o666)  # Mosquitto's own user writes it after dropping root
-        log.chmod(0o666)
+        ports = (self.port,) if self.tls is None else (self.port, self.tls[2])
         self.proc = await asyncio.create_subprocess_exec(
             self.mosquitto, "-c", str(conf), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=functools.partial(_end_with_parent, _broker_user(self.port)))
+            preexec_fn=functools.partial(_end_with_parent, _exec_user(user, ports)))
         deadline = time.monotonic() + START_TIMEOUT_S
         while not await _accepts(self.address.host, self.port):
             if self.proc.returncode is not None:
                 raise BrokerFailed(f"Mosquitto ended at start (exit status {self.proc.returncode})"
-                                   f"{_last_line(log)}")
+                                   f"{self._why(_last_line(log))}")
             if time.monotonic() > deadline:
                 raise BrokerFailed(f"Mosquitto did not listen on {self.address.url} within {START_TIMEOUT_S:g} s")
             await asyncio.sleep(0.05)
         self.relay_address = BrokerAddress(_connect_host(self.host), self.port, RELAY_USER, login.password)
 
+    def _why(self, line: str) -> str:
+        """``: REASON`` from Mosquitto's last log line, naming the ports when one was taken meanwhile."""
+        if not line:
+            return ""
+        if "address already in use" in line.lower():
+            which = f"port {self.port} on {self.host}" + (
+                "" if self.tls is None else f" or TLS port {self.tls[2]} on {self.tls_host}")
+            return f": {which} is already in use (taken since it was checked): pick another with --port/--tls-port"
+        return f": {line}"
+
     async def _start_embedded(self) -> None:
         settings = {"host": self.host, "port": self.port, "prefix": self.prefix, "max_payload": self.max_payload,
-                    "config": self.config, "tls": self.tls}
+                    "config": self.config, "tls": None if self.tls is None else (*self.tls, self.tls_host)}
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "relay.brokerchild", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True)
@@ -275,12 +321,29 @@ async def _accepts(host: str, port: int) -> bool:
     return True
 
 
+#: Mosquitto's log lines start with the time in seconds since 1970: nobody reads that.
+_STAMP = re.compile(r"^\d+: ")
+
+
 def _last_line(path: Path) -> str:
+    """The last line of Mosquitto's log, without its timestamp ("" if none)."""
     try:
         lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
     except OSError:
         return ""
-    return f": {lines[-1]}" if lines else ""
+    return _STAMP.sub("", lines[-1]) if lines else ""
 
 
-__all__ = ["BrokerChild", "BrokerFailed", "BrokerKind", "choose", "find_mosquitto"]
+def _private(path: Path, user: pwd.struct_passwd | None) -> Path:
+    """``path`` made empty, mode 600, and ``user``'s (see ``relay.mosquitto.give_to``)."""
+    from relay.mosquitto import give_to
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.close(fd)
+    path.chmod(0o600)
+    give_to(path, user)
+    return path
+
+
+__all__ = ["BrokerChild", "BrokerFailed", "BrokerKind", "check_tls_port", "choose", "find_mosquitto", "listeners_text",
+           "share_a_port"]

@@ -1,7 +1,9 @@
 """``blink serve``'s own broker (relay/servebroker.py): an installed Mosquitto by default, the
 embedded one with ``--embedded``, each in a child process; a bot match is served through either,
 and whatever way serve ends (Ctrl-C, SIGTERM, its broker dying), no process and no configuration
-is left behind."""
+is left behind (and what a killed serve cannot remove is for the broker's user alone). What serve
+says: where each listener is and, on loopback alone, how to open it; a taken TLS port by its
+number and option; times as people read them."""
 
 from __future__ import annotations
 
@@ -10,16 +12,18 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from mqttkit import BrokerAddress, free_port
+from mqttkit import BrokerAddress, free_port, parse_url
 from protocol.topics import Topics
+from relay.runtime import Relay, clock_time
 from relay.serve import ServeError, ServeOptions, serve
-from relay.servebroker import choose
+from relay.servebroker import BrokerChild, _last_line, choose, listeners_text
 from tests.conftest import find_mosquitto
 from tests.helpers import wait_until
 from tests.test_broker_trust import bot_match
@@ -114,6 +118,10 @@ def test_a_killed_serve_leaves_no_broker_behind(args: tuple[str, ...]) -> None:
         proc.kill()
         proc.communicate(timeout=60)
         wait_until(lambda: not _alive(broker), timeout=30, what="the broker gone after serve was killed")
+        if config_dir is not None:  # left behind: its log and secrets for the broker's user alone
+            left = {f.name: f.stat().st_mode & 0o777 for f in config_dir.iterdir()}
+            assert left["mosquitto.log"] == left["passwd"] == 0o600, left
+            assert all(mode & 0o022 == 0 for mode in left.values()), left  # nothing others may write
     finally:
         if _alive(broker):
             os.kill(broker, signal.SIGKILL)
@@ -140,3 +148,68 @@ def test_embedded_is_chosen_when_asked_and_refused_with_a_broker() -> None:
     with pytest.raises(ServeError) as refused:
         asyncio.run(serve(ServeOptions(broker="mqtt://127.0.0.1:1883", embedded=True), Topics()))
     assert refused.value.status == 2 and "--embedded" in str(refused.value)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args", [(), ("--embedded",)], ids=["default", "embedded"])
+def test_a_taken_tls_port_is_one_line_naming_it_and_its_option(args: tuple[str, ...], tmp_path: Path) -> None:
+    from tests.tlscerts import make_certs
+
+    certs = make_certs(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([*BLINK, "serve", "--no-journal", "--port", str(free_port()), "--tls-port", str(port),
+                               "--tls-cert", certs.good.cert, "--tls-key", certs.good.key, *args],
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"blink serve: TLS port {port} on 127.0.0.1 is already in use (another program, perhaps a "
+                     "broker, listens there): pick another with --tls-port"], proc.stderr
+
+
+def test_the_tls_listener_goes_with_a_certificate_and_its_own_port() -> None:
+    for options, says in [(ServeOptions(tls_host="0.0.0.0"), "--tls-host goes with --tls-cert"),
+                          (ServeOptions(tls_port=8883), "--tls-port goes with --tls-cert")]:
+        with pytest.raises(ServeError) as refused:
+            asyncio.run(serve(options, Topics()))
+        assert refused.value.status == 2 and says in str(refused.value)
+
+
+def test_the_running_line_says_where_each_listener_is_and_how_to_open_loopback() -> None:
+    alone = listeners_text([("mqtt", "127.0.0.1", 1883)])
+    assert alone == ("mqtt://127.0.0.1:1883 (loopback: this machine only; other machines: --host 0.0.0.0 or --lan; "
+                     "the internet, over TLS only: --tls-host 0.0.0.0 --tls-cert FILE --tls-key FILE)")
+    both = listeners_text([("mqtt", "127.0.0.1", 1883), ("mqtts", "localhost", 8883)])
+    assert both.startswith("mqtt://127.0.0.1:1883 and mqtts://localhost:8883 (loopback: this machine only;")
+    assert both.endswith("the internet, over TLS only: --tls-host 0.0.0.0)")
+    assert listeners_text([("mqtt", "127.0.0.1", 1883), ("mqtts", "0.0.0.0", 8883)]) == \
+        "mqtt://127.0.0.1:1883 (this machine only) and mqtts://0.0.0.0:8883 (every interface)"
+    assert listeners_text([("mqtt", "0.0.0.0", 1883)]) == "mqtt://0.0.0.0:1883 (every interface)"
+    assert listeners_text([("mqtt", "192.168.1.5", 1883)]) == "mqtt://192.168.1.5:1883"
+    child = BrokerChild("embedded", "127.0.0.1", 1883, tls=("c.pem", "k.pem", 8884), tls_host="0.0.0.0")
+    assert child.listeners == [("mqtt", "127.0.0.1", 1883), ("mqtts", "0.0.0.0", 8884)]
+    assert BrokerChild("embedded", "10.0.0.1", 1883, tls=("c.pem", "k.pem", 8884)).listeners[1] == \
+        ("mqtts", "10.0.0.1", 8884)  # on the plain listener's address unless told
+
+
+def test_mosquittos_reason_at_start_is_worded_without_its_timestamp(tmp_path: Path) -> None:
+    log = tmp_path / "mosquitto.log"
+    log.write_text("1796326538: Opening ipv4 listen socket on port 8883.\n1796326538: Error: Address already in use\n")
+    assert _last_line(log) == "Error: Address already in use"
+    child = BrokerChild("mosquitto", "127.0.0.1", 1883, tls=("c.pem", "k.pem", 8883), tls_host="0.0.0.0")
+    assert child._why(_last_line(log)) == (": port 1883 on 127.0.0.1 or TLS port 8883 on 0.0.0.0 is already in use "
+                                           "(taken since it was checked): pick another with --port/--tls-port")
+    log.write_text("1796326538: Error: Unable to open pwfile\n")
+    assert child._why(_last_line(log)) == ": Error: Unable to open pwfile"
+    assert _last_line(tmp_path / "none") == "" and child._why("") == ""
+
+
+def test_a_relay_says_when_it_gains_a_shard_in_local_time_not_seconds_since_1970() -> None:
+    said: list[str] = []
+    relay = Relay(parse_url("mqtt://127.0.0.1:1"), topics=Topics(), say=said.append)
+    relay._tell("serves shard 3")
+    assert len(said) == 1 and re.fullmatch(
+        r"relay \S+ serves shard 3 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", said[0]), said
+    assert clock_time(0.25).endswith(".250") and clock_time(59.9996)[-4:] == ".999"

@@ -111,6 +111,10 @@ def test_the_mosquitto_conf_gets_a_tls_listener_with_its_files(certs: Certs, tmp
     at = lines.index("listener 8883 0.0.0.0")
     assert lines[at + 1:at + 3] == [f"certfile {certs.good.cert}", f"keyfile {certs.good.key}"]
     assert "listener 1883 0.0.0.0" in lines and "certfile" not in conf_text(tmp_path, "h", 1)
+    # the TLS listener on an address of its own: plain MQTT on loopback, TLS facing the network
+    apart = conf_text(tmp_path, "127.0.0.1", 1883, tls=(certs.good.cert, certs.good.key, 8883),
+                      tls_host="0.0.0.0").splitlines()
+    assert "listener 1883 127.0.0.1" in apart and "listener 8883 0.0.0.0" in apart
 
 
 def test_the_lan_advert_names_the_scheme_only_for_tls() -> None:
@@ -141,6 +145,12 @@ def test_the_lan_advert_names_the_scheme_only_for_tls() -> None:
     (["serve", "--tls-cert", "{cert}", "--tls-key", "{stray}"], "does not belong to the certificate"),
     (["serve", "--tls-cert", "{missing}", "--tls-key", "{key}"], "no such certificate file"),
     (["serve", "--tls-port", "9999"], "--tls-port goes with --tls-cert"),
+    (["serve", "--tls-host", "0.0.0.0"], "--tls-host goes with --tls-cert"),
+    (["serve", "--tls-host", "0.0.0.0", "--tls-port", "1883", "--tls-cert", "{cert}", "--tls-key", "{key}"],
+     "is the plain listener's --port too"),
+    (["broker-config", "{dir}", "--tls-host", "0.0.0.0"], "--tls-host goes with --tls-cert"),
+    (["broker-config", "{dir}", "--tls-host", "0.0.0.0", "--tls-port", "1883", "--tls-cert", "{cert}", "--tls-key",
+      "{key}"], "is the plain listener's --port too"),
     (["serve", "--broker", "mqtt://127.0.0.1:1", "--tls-cert", "{cert}", "--tls-key", "{key}"],
      "are for the embedded broker"),
     (["broker-config", "{dir}", "--tls-cert", "{cert}", "--tls-key", "{stray}"], "does not belong"),

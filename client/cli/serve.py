@@ -74,6 +74,8 @@ def register(sub: argtypes.Subcommands) -> None:
     s.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
     s.add_argument("--tls-port", type=argtypes.whole(1, 65535), metavar="P", help="the TLS listener's port "
                    "(default 8883)")
+    s.add_argument("--tls-host", metavar="H", help="the TLS listener's address (default: --host's); e.g. --host "
+                   "127.0.0.1 --tls-host 0.0.0.0: only TLS faces the network")
     s.add_argument("--shards", metavar="LIST", help="serve exactly these shards (e.g. 0,1): with --cluster they are "
                    "pinned to this relay (the others share the rest); without, each is journalled in DIR/shard-N of "
                    "--data and the other relays on the broker serve the rest")
