@@ -171,18 +171,23 @@ class Player:
 
     async def watch(self, code: str, timeout: float = 10.0) -> str:
         """Spectate a match by code: a read-only view from its public events and snapshot, with the
-        match's history from its first event (the relay re-sends the past ones it keeps)."""
+        match's history from its first event (the relay re-sends the past ones it keeps).
+
+        Returns once the relay has shown the match exists: a game's state, or one of its events --
+        a match still waiting for players has no game state yet, but it has its ``match_created``,
+        which the relay re-sends to this client alone in answer to ``watch_from``. (A retained
+        snapshot is no proof: it can outlive a relay that died before clearing it.)"""
         code = code.upper()
         self.model.spectate(code)
         before = {id(e) for e in self.model.errors}
         await self.conn.watch(code)  # subscribed first: no live event falls between the past and them
         await self.conn.request(self.model.watch_from())
         deadline = time.monotonic() + timeout
-        while self.model.predictor is None:
+        while self.model.predictor is None and not any(e.match == code for e in self.model.events):
             if any(e.code == "no_such_match" and id(e) not in before for e in self.model.errors):
-                raise RequestError("no_such_match", f"no running match {code!r} on this relay")
+                raise RequestError("no_such_match", f"no match {code!r} on this relay")
             if time.monotonic() > deadline:
-                raise RequestError("no_such_match", f"no running match {code!r} on this broker")
+                raise RequestError("no_such_match", f"no match {code!r} on this broker")
             await self.wait_change(0.25)
         return code
 
