@@ -146,6 +146,8 @@ def test_the_lan_advert_names_the_scheme_only_for_tls() -> None:
     (["serve", "--tls-cert", "{missing}", "--tls-key", "{key}"], "no such certificate file"),
     (["serve", "--tls-port", "9999"], "--tls-port goes with --tls-cert"),
     (["serve", "--tls-host", "0.0.0.0"], "--tls-host goes with --tls-cert"),
+    (["serve", "--lan", "--tls-host", "127.0.0.1", "--tls-cert", "{cert}", "--tls-key", "{key}"],
+     "--tls-host 127.0.0.1 is loopback: nobody else could reach it"),
     (["serve", "--tls-host", "0.0.0.0", "--tls-port", "1883", "--tls-cert", "{cert}", "--tls-key", "{key}"],
      "is the plain listener's --port too"),
     (["broker-config", "{dir}", "--tls-host", "0.0.0.0"], "--tls-host goes with --tls-cert"),
