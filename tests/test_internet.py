@@ -26,6 +26,7 @@ from tests.tlscerts import Certs, make_certs
 TLS_PORT = 8884  # not the default: --tls-port is what puts it there
 PLAIN_PORT = 1883
 LONG = 120.0
+WINDOW_S = 300.0  # at most this long for the window's whole match, on a busy machine
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -101,6 +102,28 @@ def test_a_friend_plays_over_tls_while_the_plain_port_stays_on_loopback(
     assert f" in match {code} " in joiner.stdout and "match over: winner " in joiner.stdout, joiner.stdout
     assert creator.proc.wait(timeout=LONG) == 0, creator.seen
     creator.wait_for("match over: winner ")
+    host.stop()
+
+
+@pytest.mark.integration
+def test_a_friend_joins_in_the_window_over_tls_and_plays_to_the_end(
+        netns: Namespaces, certs: Certs, xdisplay: str, tmp_path: Path) -> None:  # noqa: F811
+    spaces = netns
+    host = Host(spaces, certs, _brokers()[0])  # Mosquitto where it is installed
+    creator = spaces.start(spaces.b, "-m", "client.cli", "bot", "--server", host.url, "--ca", certs.ca, "--create",
+                           "--name", "friend", "--reaction", "0.2", "--seed", "1")
+    code = _code(creator.wait_for(" in match ", timeout=LONG))
+    shot = tmp_path / "friend_window.png"
+    window = spaces.start(spaces.b, "-m", "client.cli", "play", "--server", host.url, "--ca", certs.ca, "--match", code,
+                          "--name", "far", "--autoplay", "--mute", "--quit-after", str(WINDOW_S), "--screenshot",
+                          str(shot))
+    # The bot's match ends with a verdict only if the window's player took the other seat and played.
+    creator.wait_for("match over: winner ", timeout=WINDOW_S)
+    assert creator.proc.wait(timeout=LONG) == 0, creator.seen
+    assert window.proc.poll() is None, window.seen  # still open: it played, and did not give up
+    window.proc.terminate()  # SIGTERM: the window quits, saving its screenshot
+    assert window.proc.wait(timeout=LONG) == 0, window.seen
+    assert shot.stat().st_size > 0
     host.stop()
 
 
