@@ -23,9 +23,9 @@ faces the internet with TLS only. ``describe`` says where each listener is and w
 and when every one is on loopback, how to open it (``listeners_text``).
 
 ``start`` checks the ports first (a taken port is ``PortInUse``, as for the in-process broker,
-naming the option that moves it), spawns the child and waits until it serves: Mosquitto until its port takes a connection, the
-embedded child until it answers with one JSON line on its stdout (``{"ready": true, "secret":
-...}`` or ``{"error": ...}``). ``exited`` is done when the child ends; ``lost`` then says why in
+naming the option that moves it), spawns the child and waits until it serves: Mosquitto until
+its port takes a connection, the embedded child until it answers with one JSON line on its
+stdout (``{"ready": true, "secret": ...}`` or ``{"error": ...}``). ``exited`` is done when the child ends; ``lost`` then says why in
 one line if nobody asked it to stop (Mosquitto's reason at start is its last log line, without
 its timestamp). ``stop`` ends it in order (SIGTERM; the embedded child also when its stdin
 closes), then kills it if it takes too long, and removes what it wrote. Mosquitto's files are
@@ -35,8 +35,8 @@ for the user it runs as alone (the log, the password file and the certificate co
 No orphan, whatever happens to ``blink serve``: each child runs in a session of its own (a Ctrl-C
 in the terminal reaches ``blink serve`` alone, which stops the relay first and then the broker),
 and asks the kernel to end it when its parent dies (``PR_SET_PDEATHSIG``, Linux), even by SIGKILL
-(a Mosquitto started by root takes its own user before exec, since changing user later would
-drop that request); the embedded child also stops when its stdin reaches EOF.
+(a Mosquitto started by root takes the user its configuration names before exec, since
+changing user later would drop that request); the embedded child also stops when its stdin reaches EOF.
 """
 
 from __future__ import annotations
