@@ -13,7 +13,8 @@ what it started in ``DIR/cluster.json`` and then waits until the cluster is usab
 - every node's monitoring port answers ``/healthz`` with 200 (nats-server 2.9 reports JetStream there),
 - JetStream has a meta leader: a stream replicated on min(3, N) nodes is created and deleted through
   ``nats-py`` (a cluster without a leader refuses that),
-- every MQTT port accepts a TCP connection.
+- every MQTT port accepts a TCP connection, and then answers a CONNECT (the first MQTT session makes
+  the nodes create their MQTT streams: a relay's connection would otherwise wait for that).
 
 With ``auth`` (the command's default; ``--no-auth`` leaves it out) every node also includes
 ``DIR/auth.conf`` from ``relay/natsauth.py``: user ``relay`` with a fresh random password (core NATS
@@ -427,6 +428,33 @@ def _wait_ready(cluster: Cluster, ready_s: float) -> None:
                 if time.monotonic() > end:
                     raise ClusterError(f"node {node.name}'s MQTT port {node.mqtt} does not accept connections")
                 time.sleep(0.2)
+    while (problem := asyncio.run(_mqtt_problem(cluster))) is not None:
+        if time.monotonic() > end:
+            raise ClusterError(f"MQTT did not get ready within {ready_s:.0f} s: {problem}")
+        time.sleep(0.3)
+
+
+async def _mqtt_problem(cluster: Cluster) -> str | None:
+    """None once every node answers an MQTT CONNECT with its CONNACK, else why not. The first MQTT
+    session makes the nodes create the account's MQTT streams, replicated: seconds on a busy machine,
+    spent here rather than in the first relay's connection, which waits only 2 s for its CONNACK."""
+    import ssl
+
+    from mqttkit.connection import connect
+
+    tls: ssl.SSLContext | None = None
+    if cluster.tls:  # only asked whether our own nodes on loopback answer: their certificate is the relay's business
+        tls = ssl.create_default_context()
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE
+    for node in cluster.nodes:
+        try:
+            conn = await connect(HOST, node.mqtt, client_id=f"blink-cluster-up-{node.name}", on_messages=lambda _: None,
+                                 keepalive=0, timeout=15.0, tls=tls)
+        except Exception as exc:  # noqa: BLE001 -- any failure here means "not ready yet"
+            return f"node {node.name}: {exc or type(exc).__name__}"
+        await conn.disconnect()
+    return None
 
 
 def _check_running(node: Node) -> None:
