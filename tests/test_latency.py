@@ -16,8 +16,9 @@ import pytest
 
 from protocol import messages as m
 from client.tools.latency import (BadArgument, PlayRecord, SeatImpairment, SweepStep, add_fast_cost, count_races,
-                            format_sweep, parse_delay_list, parse_fraction_list, parse_sweep, percentiles_ms,
-                            seat_impairments, slow_seat, step_figures, sweep_plan, wilson)
+                            delay_axis, format_sweep, json_report, parse_delay_list, parse_fraction_list,
+                            parse_sweep, percentiles_ms, seat_impairments, slow_seat, step_figures, sweep_plan,
+                            wilson)
 
 BLINK = [sys.executable, "-m", "client.cli", "latency"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -229,6 +230,46 @@ def test_the_fast_seats_added_time_is_against_arrival_order_at_the_same_delay() 
     assert table[5].split()[:2] == ["150", "fair"] and table[5].endswith("-/-")
 
 
+def test_the_json_report_of_several_runs_has_every_run_at_the_top_level() -> None:
+    base = {"game": "blink", "server": "local", "matches": 2, "reaction_s": 0.35, "seed": 4}
+    arrival = {**base, **summary("arrival", (0, 100), (6, 4), (3, 2), 0, fast_p=(10.0, 30.0))}
+    fair = {**base, **summary("fair", (0, 100), (5, 5), (2, 3), 0, fast_p=(110.0, 140.0))}
+    steps = add_fast_cost([step_figures(arrival), step_figures(fair)])
+    one = json_report([arrival], steps[:1])
+    assert one == {**arrival, "sweep": steps[:1]}  # a single run: its own keys, as it always was
+    both = json_report([arrival, fair], steps)
+    assert both["runs"] == [arrival, fair] and both["sweep"] == steps
+    assert {k: both[k] for k in base} == base  # what the runs share
+    assert "order" not in both and "races" not in both  # and nothing that would be one run's alone
+    other = {**fair, "seed": 5}
+    assert "seed" not in json_report([arrival, other], steps)
+
+
+def test_the_fairness_plot_of_one_delay_spans_from_no_difference_and_shows_both_orders() -> None:
+    pytest.importorskip("matplotlib", reason="--plot needs the bench extra")
+    from client.tools.latency import sweep_figure
+
+    left, right, _ = delay_axis([100.0, 100.0])
+    assert left < 0 < 100 < right
+    assert delay_axis([0.0])[1] - delay_axis([0.0])[0] >= 50  # no difference at all: still a readable axis
+    steps = add_fast_cost([step_figures(summary("arrival", (0, 100), (6, 4), (3, 2), 0, fast_p=(10.0, 30.0))),
+                           step_figures(summary("fair", (0, 100), (5, 5), (3, 2), 0, fast_p=(110.0, 140.0)))])
+    fig = sweep_figure(steps)
+    try:
+        for ax in fig.axes:
+            left, right = ax.get_xlim()
+            assert left <= 0 and right >= 100 and right - left >= 100, (ax.get_title(), left, right)
+        for ax in fig.axes[:2]:  # the shares: one point per order, both in view, neither on the other
+            xs = {bars.get_label(): list(bars.lines[0].get_xdata()) for bars in ax.containers}
+            assert set(xs) == {"arrival order", "fair order"}, xs
+            (a,), (f,) = xs["arrival order"], xs["fair order"]
+            assert a != f and abs(a - 100) < 5 and abs(f - 100) < 5
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
 # ------------------------------------------------------------------------------------------ whole runs
 
 
@@ -368,6 +409,26 @@ def test_latency_against_a_running_server_asks_for_the_order_per_match() -> None
         serve.communicate(timeout=60)
 
 
+@pytest.mark.integration
+def test_both_orders_are_both_in_the_json_and_on_the_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="--plot needs the bench extra; its absence is tested above")
+    path = tmp_path / "both.png"
+    proc = run_cli("--order", "both", "--delay", "0,100ms", "--matches", "1", "--duration", "4", "--seed", "6",
+                   "--json", "--plot", str(path))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    r = json.loads(lines[0])
+    assert [u["order"] for u in r["runs"]] == ["arrival", "fair"]
+    for u in r["runs"]:
+        check_report(u)
+        assert u["impairment"]["1"]["delay_ms"] == 100 and u["matches"] == 1
+    assert r["runs"][1]["hold_ms"]["n"] > 0  # the fair run's own figures, not a copy of the other's
+    assert [s["order"] for s in r["sweep"]] == ["arrival", "fair"]
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
 SMALL_DECK = {"deck": {"colours": ["red", "yellow", "green", "blue"], "shapes": ["star", "triangle", "moon"],
                        "counts": [1, 2, 3]}}
 
@@ -382,8 +443,13 @@ def test_a_tiny_sweep_reports_every_step_and_draws_the_curves(tmp_path: Path) ->
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
     r = json.loads(lines[0])
-    check_report(r)  # today's keys, from the last run: fair order at +50 ms
-    assert r["order"] == "fair" and r["impairment"]["1"]["delay_ms"] == 50 and r["impairment"]["0"]["delay_ms"] == 0
+    assert "order" not in r and r["game"] == "blink" and r["matches"] == 2  # no one run is the report
+    runs = r["runs"]  # every run, whole, in the order run
+    assert [(u["impairment"]["1"]["delay_ms"], u["order"]) for u in runs] == \
+        [(0, "arrival"), (0, "fair"), (50, "arrival"), (50, "fair")]
+    for u in runs:
+        check_report(u)
+        assert u["impairment"]["0"]["delay_ms"] == 0
     steps = r["sweep"]
     assert [(s["delay_ms"], s["order"]) for s in steps] == [(0, "arrival"), (0, "fair"), (50, "arrival"), (50, "fair")]
     for s in steps:

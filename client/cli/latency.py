@@ -19,7 +19,8 @@ fresh local relay (or new matches on the same ``--server``) so no run inherits a
 figures -- the slow seat's share of races and of games with Wilson intervals, the fast seat's
 confirmation time and what it adds against arrival order at the same value -- come from the same
 summary a single run reports (``client.tools.latency.step_figures``). ``--json`` keeps a single
-run's keys (with several runs, those of the last) and adds ``sweep``, one entry per run. A sweep
+run's keys; with several runs each run's are under ``runs`` (``client.tools.latency.json_report``);
+and ``sweep`` has one entry per run. A sweep
 is reported only when all its runs are done, so Ctrl-C at any step is 130 with no report.
 """
 
@@ -130,7 +131,7 @@ class _Bar:
 def run(args: argparse.Namespace, topics: Topics) -> int:
     from protocol.rules import game_for
     from client.tools.latency import (GAMES_CAP_S, ORDERS as RUN_ORDERS, BadArgument, LatencyConfig, LatencyError,
-                                      LatencyResult, add_fast_cost, format_sweep, format_table,
+                                      LatencyResult, add_fast_cost, format_sweep, format_table, json_report,
                                       have_matplotlib, parse_sweep, plot, plot_sweep, run_blocking,
                                       seat_impairments, slow_seat, step_figures, sweep_plan)
 
@@ -196,8 +197,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             print(f"blink latency: warning: +{f['delay_ms']:g} ms {f['order']}: {f['games']} of {args.games} games "
                   f"finished within {r.config.duration_s:g} s", file=sys.stderr)
     curves = len(results) > 1 or delays is not None
-    # Today's keys describe the last run (the only one without --sweep and --order both).
-    report = {**summaries[-1], "sweep": figures}
+    report = json_report(summaries, figures)
     text = format_sweep(figures) if curves else format_table(summaries[-1])
     if args.plot:
         try:

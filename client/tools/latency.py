@@ -54,6 +54,14 @@ nothing) with Wilson intervals, and the confirmation times per seat; ``add_fast_
 each step's ``fast_added_ms`` against arrival order at the same delay -- the price fair order
 makes the fast seat pay -- which needs an arrival step, so a fair-only sweep leaves it None.
 
+The report
+----------
+``json_report`` is what ``--json`` prints: one run's ``summary()`` keys at the top level, with
+``sweep`` (its step figures, one entry). With several runs (``--order both``, ``--sweep``) no one
+run is the report: the top level keeps what every run shares (game, server, matches, reaction,
+seed), ``runs`` holds each run's whole ``summary()`` in the order run (each with its ``order`` and
+``impairment``), and ``sweep`` the step figures, one per run in the same order.
+
 Everything here except ``run_latency`` and its helpers is pure and unit-tested.
 """
 
@@ -843,6 +851,20 @@ def format_table(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: summary keys every run of one ``blink latency`` command has alike (``json_report``)
+SHARED_KEYS = ("game", "server", "matches", "reaction_s", "seed")
+
+
+def json_report(summaries: Sequence[dict[str, Any]], steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The ``--json`` object: a single run's keys at the top level, or, with several runs, every
+    run under ``runs`` (and only what they share at the top level); ``sweep`` either way."""
+    if len(summaries) == 1:
+        return {**summaries[0], "sweep": list(steps)}
+    shared = {k: summaries[0][k] for k in SHARED_KEYS
+              if k in summaries[0] and all(s.get(k) == summaries[0][k] for s in summaries)}
+    return {**shared, "runs": list(summaries), "sweep": list(steps)}
+
+
 def have_matplotlib() -> bool:
     try:
         import matplotlib  # noqa: F401
@@ -949,9 +971,21 @@ def format_sweep(steps: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot_sweep(steps: Sequence[dict[str, Any]], path: str) -> None:
-    """A PNG of the fairness curves: the slow seat's share of races and of games against the latency
-    difference (95% intervals), and the fast seat's added confirmation time; one curve per order."""
+def delay_axis(delays_ms: Sequence[float]) -> tuple[float, float, float]:
+    """(left, right, dodge) of the curves' x axis: from no difference (0 ms) to the largest one with
+    a margin, never the few-ms span matplotlib gives one value alone (96-104 for a single +100 ms
+    run); ``dodge`` sets the orders a little apart, so that a point is never hidden under another
+    order's point at the same delay."""
+    hi = max([50.0, *delays_ms])
+    lo = min([0.0, *delays_ms])
+    pad = (hi - lo) * 0.08
+    return lo - pad, hi + pad, (hi - lo) * 0.012
+
+
+def sweep_figure(steps: Sequence[dict[str, Any]]) -> Any:
+    """The fairness curves as a matplotlib figure (``plot_sweep`` saves it): the slow seat's share
+    of races and of games against the latency difference (95% intervals), and the fast seat's added
+    confirmation time; one curve per order, each order's points a little apart (``delay_axis``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -959,18 +993,23 @@ def plot_sweep(steps: Sequence[dict[str, Any]], path: str) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     colours = {"arrival": "tab:blue", "fair": "tab:green"}
+    markers = {"arrival": "o", "fair": "s"}
     orders = [o for o in ORDERS if any(s["order"] == o for s in steps)]
+    left, right, dodge = delay_axis([s["delay_ms"] for s in steps])
+    shift = {o: (k - (len(orders) - 1) / 2) * dodge * 2 for k, o in enumerate(orders)}
     for ax, what, title in ((axes[0], "races", "Slow seat's share of races"),
                             (axes[1], "games", "Slow seat's share of games")):
         for order in orders:
             pts = [s for s in steps if s["order"] == order and s[f"{what}_share"] is not None]
-            xs = [s["delay_ms"] for s in pts]
+            xs = [s["delay_ms"] + shift[order] for s in pts]
             ys = [s[f"{what}_share"] for s in pts]
             lo = [y - s[f"{what}_ci95"][0] for y, s in zip(ys, pts)]
             hi = [s[f"{what}_ci95"][1] - y for y, s in zip(ys, pts)]
-            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, color=colours[order], label=f"{order} order")
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker=markers[order], capsize=4, color=colours[order],
+                        label=f"{order} order")
         ax.axhline(0.5, color="black", linewidth=0.8, linestyle=":")
         ax.set_ylim(0, 1)
+        ax.set_xlim(left, right)
         ax.set_title(f"{title} (95% CI)")
         ax.set_xlabel("seat 1 slower by, ms each way")
         ax.grid(alpha=0.3)
@@ -982,9 +1021,10 @@ def plot_sweep(steps: Sequence[dict[str, Any]], path: str) -> None:
         for q, style in (("p50", "-"), ("p99", "--")):
             pts = [s for s in steps if s["order"] == order and s["fast_added_ms"][q] is not None]
             if pts:
-                ax.plot([s["delay_ms"] for s in pts], [s["fast_added_ms"][q] for s in pts], marker="o",
+                ax.plot([s["delay_ms"] for s in pts], [s["fast_added_ms"][q] for s in pts], marker=markers[order],
                         linestyle=style, color=colours[order], label=f"{order} order, {q}")
     ax.axhline(0, color="black", linewidth=0.8, linestyle=":")
+    ax.set_xlim(left, right)
     ax.set_title("Fast seat's added confirmation time")
     ax.set_xlabel("seat 1 slower by, ms each way")
     ax.set_ylabel("ms against arrival order")
@@ -994,5 +1034,13 @@ def plot_sweep(steps: Sequence[dict[str, Any]], path: str) -> None:
     n_games = sum(s["games"] for s in steps)
     fig.suptitle(f"blink latency: fairness curve, {len(steps)} runs, {n_games} games", fontsize=11)
     fig.tight_layout()
+    return fig
+
+
+def plot_sweep(steps: Sequence[dict[str, Any]], path: str) -> None:
+    """A PNG of the fairness curves (``sweep_figure``)."""
+    import matplotlib.pyplot as plt
+
+    fig = sweep_figure(steps)
     fig.savefig(path, dpi=100)
     plt.close(fig)
