@@ -276,6 +276,13 @@ def test_watching_a_match_by_code_is_read_only(xdisplay: str, tmp_path: Path) ->
                     await until(app, lambda: app.describe()["banner"].startswith("WATCHING"), LONG)
                     d = app.describe()
                     assert d["buttons"]["reroll"] is False
+                    # the players pause, and the window has seen all they did: no announcement of a claim
+                    # of theirs can replace the answer to the click below
+                    stop_ev.set()
+                    await asyncio.gather(*bots, return_exceptions=True)
+                    await until(app, lambda: not a.model.predictor.pending and not b.model.predictor.pending)
+                    await until(app, lambda: app.session.model.predictor.confirmed_seq
+                                >= server.relay.core.matches[code].seq)
                     cells = app.session.model.state().coords()
                     q, r = tk.free_cells(cells)[0]
                     click(app, *app.scene.cell_centre(q, r))
