@@ -71,3 +71,50 @@ def test_the_menu_names_the_chosen_game_and_every_line_fits(xdisplay: str, tmp_p
             await stop(app, task)
 
     asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+
+
+def test_arrows_only_on_rows_left_and_right_change(xdisplay: str, tmp_path: Path) -> None:  # noqa: F811
+    from pyglet.window import key
+
+    from client.window.app import App, AppConfig
+    from client.window.scenes.menu import MenuScene
+    from client.window.scenes.registry import WINDOW_GAMES, seat_choices, window_game
+    from client.window.session import SessionConfig
+
+    async def scenario() -> None:
+        app = App(AppConfig(mode="menu", mute=True, session=SessionConfig(name="you", game="blink")))
+        task = await started(app)
+        try:
+            scene = app.scene
+            assert isinstance(scene, MenuScene)
+            await until(app, lambda: app.session.status == "ready" and "fps" in app.hud.label.text)
+            assert "RTT" not in app.hud.label.text  # nothing measured before a game: no dashes either
+            for i, game in enumerate(WINDOW_GAMES):
+                if i:
+                    press(app, key.G)
+                await until(app, lambda: scene.describe()["game"] == game)
+                await app.next_frame()
+                entry = window_game(game)
+                for row, changes in (("game", True), ("players", len(seat_choices(game)) > 1),
+                                     ("options", len(entry.presets) > 1), ("timer", entry.turn_timer)):
+                    text = scene.details[scene.row(row)].text
+                    assert ("◀" in text and "▶" in text) == changes, (game, row, text)
+                    # and Left/Right there do what the arrows say
+                    scene.index = scene.row(row)
+                    before = (scene.describe()["players"], scene.describe()["options"], scene.describe()["timer"],
+                              scene.describe()["game"])
+                    if row != "game":
+                        press(app, key.RIGHT)
+                        await app.next_frame()
+                        after = (scene.describe()["players"], scene.describe()["options"],
+                                 scene.describe()["timer"], scene.describe()["game"])
+                        assert (after != before) == changes, (game, row, before, after)
+                        press(app, key.LEFT)
+                        await app.next_frame()
+                app.request_screenshot(str(tmp_path / f"menu_rows_{game}.png"))
+                await app.next_frame()
+                scene.index = scene.row("game")
+        finally:
+            await stop(app, task)
+
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))

@@ -154,6 +154,12 @@ class App:
         return w, h - (self.overlay.height if self.overlay is not None else 0)
 
     @property
+    def hud_room(self) -> float:
+        """How far from the window's right edge the corner HUD's text may reach: a scene's top
+        line keeps clear of it."""
+        return self.hud.room if self.hud is not None else 0.0
+
+    @property
     def window_size(self) -> tuple[int, int]:
         if self.window is None:
             return self.config.width, self.config.height
@@ -213,10 +219,10 @@ class App:
             self.present_again()
             if self.overlay is not None:
                 self.overlay.resize(width, height)
+            if self.hud is not None:  # first: a scene keeps its top line clear of the HUD's room
+                self.hud.resize(*self.size)
             if self.scene is not None:
                 self.scene.resize(*self.size)
-            if self.hud is not None:
-                self.hud.resize(*self.size)
             # returning None lets pyglet's default handler set the viewport and projection
 
         @w.event
@@ -472,7 +478,7 @@ class App:
         if changed:
             self._seen = seen
             self.drawn += 1
-        if self.hud is not None and self.hud.update(self.session.model, now):
+        if self.hud is not None and self.hud.update(self.session.model, now, relay=self.overlay is None):
             changed = True
         # Present only a frame that shows something new: under software GL clearing, drawing and
         # flipping the window is most of a frame's cost, and the last picture stays on screen.

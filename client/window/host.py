@@ -33,6 +33,8 @@ class SceneHost(Protocol):
     @property
     def window_size(self) -> tuple[int, int]: ...
     @property
+    def hud_room(self) -> float: ...  # the corner HUD's widest text, from the right edge
+    @property
     def lan_browser(self) -> Callable[[list[str] | None], Any] | None: ...  # replaces the real LAN browser
     @property
     def replay_from_menu(self) -> bool: ...  # the replay shown was opened from the menu's list

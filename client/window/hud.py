@@ -5,7 +5,10 @@ How this works
 One label in the app's own batch, drawn over every scene. ``update`` recomputes the text at most
 once a second from ``model.clock`` (the lowest-delay ping sample: ``rtt_ns`` and
 ``offset_ns``) and the frame statistics, and only touches the label when the text changed. While
-the connection heals (``model.connection``) it starts with "reconnecting…".
+the connection heals (``model.connection``) it starts with "reconnecting…". With no relay to
+measure -- the menu before a game, a replay (a log has no relay) -- it shows the frame rate only,
+never a dash where a round trip would be. ``room`` is how wide its text can get: scenes keep their
+top line clear of it.
 """
 
 from __future__ import annotations
@@ -19,10 +22,16 @@ from client.window.cards import Layer, label, set_text
 NS = 1_000_000_000
 
 
-def hud_text(rtt_ns: int | None, offset_ns: int | None, fps: float | None) -> str:
-    rtt = "RTT —" if rtt_ns is None else f"RTT {rtt_ns / 1e6:.1f} ms"
-    off = "offset —" if offset_ns is None else f"offset {offset_ns / 1e6:+.1f} ms"
-    parts = [rtt, off]
+#: the widest text the HUD shows in play (``Hud.room``)
+WIDEST = "RTT 999.9 ms   offset +999.9 ms   999 fps"
+
+
+def hud_text(rtt_ns: int | None, offset_ns: int | None, fps: float | None, relay: bool = True) -> str:
+    """The HUD's line; ``relay`` False: there is no relay to measure (the frame rate only)."""
+    parts = []
+    if relay:
+        parts.append("RTT —" if rtt_ns is None else f"RTT {rtt_ns / 1e6:.1f} ms")
+        parts.append("offset —" if offset_ns is None else f"offset {offset_ns / 1e6:+.1f} ms")
     if fps is not None:
         parts.append(f"{fps:.0f} fps")
     return "   ".join(parts)
@@ -46,15 +55,20 @@ class Hud:
         self._next = 0
         self._frames = 0
         self._since = 0
+        self.room = 0.0  # from the window's right edge, what the widest text takes (``WIDEST``)
         self.resize(*size)
 
     def resize(self, width: int, height: int) -> None:
         f = max(8.0, min(12.0, height / 64))
         self.label.font_size = round(f, 1)
         self.label.position = (width - f, height - f * 0.8, 0)
+        probe = pyglet.text.Label(WIDEST, font_name=self.label.font_name, font_size=round(f, 1))
+        self.room = f + float(probe.content_width)
+        probe.delete()
 
-    def update(self, model: Any, now_ns: int) -> bool:
-        """Bring the text up to date; True if it changed (the frame must be drawn)."""
+    def update(self, model: Any, now_ns: int, relay: bool = True) -> bool:
+        """Bring the text up to date; True if it changed (the frame must be drawn). ``relay``
+        False: nothing to measure a round trip to (a replay, the menu)."""
         self._frames += 1
         if now_ns < self._next:
             return False
@@ -64,8 +78,9 @@ class Hud:
         self._since, self._frames = now_ns, 0
         self._next = now_ns + NS  # a new text is a new layout (a few ms): once a second is plenty
         clock = model.clock if model is not None else None
-        text = hud_text(clock.rtt_ns if clock else None, clock.offset_ns if clock else None, fps)
-        text = connection_note(model) + text
+        relay = relay and model is not None
+        text = hud_text(clock.rtt_ns if clock else None, clock.offset_ns if clock else None, fps, relay)
+        text = (connection_note(model) if relay else "") + text
         if text == self.label.text:
             return False
         set_text(self.label, text)

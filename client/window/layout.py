@@ -91,9 +91,10 @@ def table_layout(w: int, h: int, hand_size: int = 3) -> TableLayout:
     status = font * 4.6  # GO / stalemate / pick timer: between the piles and your hand
     pile_labels = font * 2.2
     gap = font * 1.0
+    opp_gap = font * 1.9  # between the opponent's row and the piles: the "draw pile" label under theirs
     opp_ratio = 0.52
     # Vertical budget: top bar, opponent row (a smaller card), piles and your hand (a card each).
-    ch_v = (h - top_bar - hint - keys - message - status - pile_labels - 2 * gap) / (2 + opp_ratio)
+    ch_v = (h - top_bar - hint - keys - message - status - pile_labels - gap - opp_gap) / (2 + opp_ratio)
     slots = max(hand_size, 3)
     # Horizontal budget: hand slots plus a draw pile on each side, with gaps.
     ch_h = w / ((slots + 2.6) * 1.22 * CARD_ASPECT)
@@ -110,7 +111,7 @@ def table_layout(w: int, h: int, hand_size: int = 3) -> TableLayout:
     message_y = hand_y + ch / 2 + message / 2
     status_y = hand_y + ch / 2 + message + status / 2
     lower = hand_y + ch / 2 + message + status + pile_labels + ch / 2  # lowest the piles may sit
-    upper = opp_y - och / 2 - gap - ch / 2  # highest
+    upper = opp_y - och / 2 - opp_gap - ch / 2  # highest
     pile_y = max(lower, (lower + upper) / 2)
     pgap = max(cw * 0.55, w * 0.04)
     piles = (Rect(cx - (cw + pgap) / 2, pile_y, cw, ch), Rect(cx + (cw + pgap) / 2, pile_y, cw, ch))

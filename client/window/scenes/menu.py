@@ -52,6 +52,12 @@ MENU_BG = (18, 41, 33)
 CODE_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
 
+def arrows(text: str, changeable: bool) -> str:
+    """A row's value between ◀ ▶ when Left/Right change it; bare when nothing can (BLINK's seats,
+    a game with no presets): arrows that do nothing would say otherwise."""
+    return f"◀  {text}  ▶" if changeable else text
+
+
 class MenuScene(Scene):
     name = "menu"
     clear_colour = (0.07, 0.16, 0.13, 1.0)
@@ -168,9 +174,9 @@ class MenuScene(Scene):
         allowed = seat_choices(game)
         if self.players not in allowed:
             self.players = min(allowed, key=lambda n: abs(n - self.players))
-        set_text(self.details[0], f"◀  {window_game(game).menu_line}  ▶")
-        set_text(self.details[1], f"◀  {self.players}  ▶" + ("   (bots fill the other seats)" if len(allowed) > 1
-                                                            else f"   ({self.players}-player game)"))
+        set_text(self.details[0], arrows(window_game(game).menu_line, len(self.games) > 1))
+        set_text(self.details[1], arrows(str(self.players), len(allowed) > 1)
+                 + ("   (bots fill the other seats)" if len(allowed) > 1 else f"   ({self.players}-player game)"))
         set_text(self.details[2], f"{self.levels[self.level]}  (← →)")
         set_text(self.details[3], "open to the LAN, with a code to share")
         for i, what in ((4, "join"), (5, "watch")):
@@ -183,8 +189,8 @@ class MenuScene(Scene):
                 set_color(self.details[i], (200, 225, 210, 255))
         set_text(self.details[6], "first free opponent on the server")
         set_text(self.details[self.row("lan")], "matches hosted on the local network")
-        set_text(self.details[self.row("options")], f"◀  {self.option_label(game)}  ▶")
-        set_text(self.details[self.row("timer")], f"◀  {self.timer_label(game)}  ▶")
+        set_text(self.details[self.row("options")], arrows(self.option_label(game), len(window_game(game).presets) > 1))
+        set_text(self.details[self.row("timer")], arrows(self.timer_label(game), window_game(game).turn_timer))
         set_text(self.details[self.row("replays")], "watch a recorded match again")
         set_text(self.details[self.row("quit")], "")
         f, iw, (width, _) = self._f, self._iw, self._size

@@ -59,7 +59,8 @@ WINDOW_GAMES: dict[str, WindowGame] = {
         ("standard 6/6/3 (rolls/rounds/games)", {"rolls_per_round": 6, "rounds_per_game": 6, "games_per_match": 3}),
         ("short 3/2/1", {"rolls_per_round": 3, "rounds_per_game": 2, "games_per_match": 1}),
         ("medium 4/4/2", {"rolls_per_round": 4, "rounds_per_game": 4, "games_per_match": 2}),
-    ), turn_timer=True, tagline="build your own die in secret, then roll it against theirs"),
+    ), turn_timer=True, score_word="games won",  # the whole match is one game for the relay
+        tagline="build your own die in secret, then roll it against theirs"),
 }
 
 

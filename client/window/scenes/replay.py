@@ -30,6 +30,7 @@ from client.window.viewmodels.replay import ReplaySession
 
 BAR_H = 46
 KEYS = "Space play/pause   ← → step   1 2 4 speed   Home End   Esc quit"
+KEYS_SHORT = "Space play   ← → step   1 2 4 speed   Esc quit"  # a narrow window: the keys that matter most
 
 
 class ReplayBar:
@@ -48,8 +49,9 @@ class ReplayBar:
         self.state_lbl = label(self.batch, front, 13, (255, 255, 255, 255), "left", "center", bold=True)
         self.info_lbl = label(self.batch, front, 11, (210, 220, 235, 255), "right", "center")
         from_menu = app.replay_from_menu
-        self.keys_lbl = label(self.batch, front, 10, (160, 170, 190, 255), "left", "center",
-                              text=KEYS.replace("Esc quit", "Esc back to the list") if from_menu else KEYS)
+        self._keys = tuple(k.replace("Esc quit", "Esc back to the list") if from_menu else k
+                           for k in (KEYS, KEYS_SHORT))
+        self.keys_lbl = label(self.batch, front, 10, (160, 170, 190, 255), "left", "center", text=KEYS)
         self.dragging = False
         self._epoch = -1
         self._shown: Any = None
@@ -70,7 +72,7 @@ class ReplayBar:
         self.fill.position = (self.x0, self.ty - 3)
         self.state_lbl.position = (14, top + 30, 0)
         self.info_lbl.position = (width - 14, top + 11, 0)
-        self.keys_lbl.position = (self.x0, top + 11, 0)
+        self.keys_lbl.position = (14, top + 11, 0)  # under the state, left of the event line (``update``)
         self._shown = None
 
     def on_bar(self, x: float, y: float) -> bool:
@@ -100,6 +102,11 @@ class ReplayBar:
         set_text(self.state_lbl, f"REPLAY  {mark}  {pb.speed:g}×")
         ev = s.replay.steps[pb.index].event
         set_text(self.info_lbl, f"event {pb.index + 1}/{n} · {ev.type}")
+        # the keys keep clear of the event line: fewer and smaller in a narrow window (cut as a last resort)
+        room = self.w - 14 - self.info_lbl.content_width - 16 - 14
+        fit_label(self.keys_lbl, self._keys[0], room, 10, min_size=8)
+        if self.keys_lbl.text != self._keys[0]:
+            fit_label(self.keys_lbl, self._keys[1], room, 10, min_size=8)
 
     def draw(self) -> None:
         self.batch.draw()

@@ -95,7 +95,7 @@ class RyoScene(TurnBasedScene):
             return
         # revealed: every die, its total and your odds
         n = state.players
-        avail = br.h - f * 11
+        avail = br.h - f * 16  # the rows stay above the latest roll, its words and the rules line
         rh = min(f * 5.2, avail / max(1, n))
         size = min(f * 2.6, rh * 0.55, (br.w * 0.42) / 6.8)
         shown = self.vm.shown_roll(now_ns)
@@ -107,9 +107,12 @@ class RyoScene(TurnBasedScene):
                 faces_by_seat[r.get("player")] = r.get("face")
         best = max((r.get("value", 0) for r in shown[0].get("rolls", [])), default=None) if shown else None
         mydie = state.dice[me] if me is not None and me < len(state.dice) else None
-        self.text(br.left + f, top, "Dice", 1.1, DIM, ax="left", bold=True)
+        where, rules = self.vm.rules_line(state)
+        title = self.text(br.left + f, top, "Dice", 1.1, DIM, ax="left", bold=True)
+        place = self.text(title.x + title.content_width + f, top, where, 0.85, DIM, ax="left")
         if mydie is not None:
-            self.text(br.right - f, top, "chance your die beats theirs in one roll", 0.85, DIM, ax="right")
+            self.text(br.right - f, top, "chance your die beats theirs in one roll", 0.85, DIM, ax="right",
+                      max_w=br.right - f * 2 - (place.x + place.content_width))
         for seat in range(n):
             die = state.dice[seat]
             y = top - f * 2.4 - rh * seat - size / 2
@@ -130,14 +133,19 @@ class RyoScene(TurnBasedScene):
                 if not tumbling_here:
                     self.text(x, y - size / 2 - f * 0.55, str(v), 0.7, DIM)
                 self._face_buttons(c, model, state, me, seat, i, x, y, size, asking)
-            self.text(x0 + 6 * (size + f * 0.4) - f * 0.2, y, f"Σ {sum(die)}", 0.95, WHITE, ax="left")
+            sigma = self.text(x0 + 6 * (size + f * 0.4) - f * 0.2, y, f"Σ {sum(die)}", 0.95, WHITE, ax="left")
             if mydie is not None and seat != me:
                 p, q = self.vm.odds(mydie, die)
                 colour = GREEN if p > q else RED if p < q else YELLOW
-                self.text(br.right - f, y + f * 0.6, f"you beat them {p * 100:.1f}%", 0.95, colour, ax="right",
-                          bold=True)
-                self.text(br.right - f, y - f * 0.7, f"they beat you {q * 100:.1f}%  ·  tie {(1 - p - q) * 100:.1f}%",
-                          0.8, DIM, ax="right")
+                # right of the Σ column: in full words where they fit, else in short ones
+                room = br.right - f - (sigma.x + sigma.content_width + f)
+                lines = [(f"you beat them {p * 100:.1f}%", 0.95, True),
+                         (f"they beat you {q * 100:.1f}%  ·  tie {(1 - p - q) * 100:.1f}%", 0.8, False)]
+                if any(self.measure(t, k, bold) > room for t, k, bold in lines):
+                    lines = [(f"you {p * 100:.1f}%", 0.95, True),
+                             (f"them {q * 100:.1f}% · tie {(1 - p - q) * 100:.1f}%", 0.8, False)]
+                for (t, k, bold), dy, tint in zip(lines, (0.6, -0.7), (colour, DIM)):
+                    self.text(br.right - f, y + f * dy, t, k, tint, ax="right", bold=bold, max_w=room)
         # the latest roll, big: each rolling player's face
         if shown is not None:
             rolls = shown[0].get("rolls", [])
@@ -161,8 +169,7 @@ class RyoScene(TurnBasedScene):
             self.text(br.x, ly, self.vm.roll_words(model, shown[0]), 1.15, YELLOW, bold=True)
         elif tumbling:
             self.text(br.x, ly, "rolling…", 1.15, DIM, bold=True)
-        where, rules = self.vm.rules_line(state)
-        self.text(br.x, ly - f * 1.6, f"{where} · {rules}", 0.85, DIM, max_w=br.w - f)
+        self.text(br.x, ly - f * 1.6, rules, 0.85, DIM, max_w=br.w - f)
         # the choice
         if state.phase == "choice" and state.chooser == me and me is not None and asking:
             w = state.round_winner

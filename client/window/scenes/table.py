@@ -27,7 +27,7 @@ import pyglet
 from pyglet.window import key, mouse
 
 from protocol.rules import blink
-from client.window.cards import FELT, FONT, CardView, Layer, glyph_font, label, set_color, set_text
+from client.window.cards import FELT, FONT, CardView, Layer, fit_label, glyph_font, label, set_color, set_text
 from client.window.layout import Rect, TableLayout, fit_text, table_layout
 from client.window.mesh import Mesh, mix
 from client.window import geometry as geo
@@ -112,6 +112,8 @@ class TableScene(Scene):
         self._key: Any = None
         self._warm: Any = None
         self._band_key: Any = None
+        self.band_where = ""  # where the text band is drawn ("" none; see ``_overlay``)
+        self.band_rect: Rect | None = None  # its panel
         self._bar_key: Any = None
         self._bar_y = 0.0
         self._still = False  # the last update changed nothing drawn but what bumped display_version
@@ -127,7 +129,7 @@ class TableScene(Scene):
         f = lay.font
         for lbl, size in ((self.score_lbl, f * 1.15), (self.info_lbl, f * 0.95), (self.opp_name_lbl, f * 1.05),
                           (self.opp_info_lbl, f * 0.85), (self.msg_lbl, f * 1.3), (self.hint_lbl, f * 0.9),
-                          (self.big_c, f * 3.2), (self.sub_c, f * 1.15), (self.big_s, f * 1.6),
+                          (self.big_c, f * 3.2), (self.sub_c, f * 1.15), (self.big_s, f * 1.4),
                           (self.sub_s, f * 0.95)):
             if lbl.font_size != round(size, 1):
                 lbl.font_size = round(size, 1)
@@ -254,7 +256,6 @@ class TableScene(Scene):
             view.show(c.card, c.style, r.w, r.h, c.alpha)
             view.move(r.x, r.y)
             view.set_ring(c.ring)
-            set_text(self.pile_lbls[p], board.pile_labels[p])
         for view, r, c, lbl, text in ((self.my_draw, lay.my_draw, board.draws[0], self.draw_lbls[0], board.draw_labels[0]),
                                       (self.opp_draw, lay.opp_draw, board.draws[1], self.draw_lbls[1],
                                        board.draw_labels[1])):
@@ -263,9 +264,33 @@ class TableScene(Scene):
             set_text(lbl, text)
         set_text(self.score_lbl, board.score)
         set_text(self.info_lbl, board.info)
+        self._place_info()
+        for p, lbl in enumerate(self.pile_lbls):  # each within its pile's column
+            fit_label(lbl, board.pile_labels[p], lay.card_w + (lay.piles[1].left - lay.piles[0].right) * 0.9,
+                      round(lay.font * 0.9, 1), min_size=round(lay.font * 0.7, 1))
         set_text(self.opp_name_lbl, board.opp_name)
         set_text(self.opp_info_lbl, "")
         set_text(self.hint_lbl, board.hint if self.app.overlay is None else texts.replay_hint(board.hint))
+
+    def _place_info(self) -> None:
+        """The info line ("game 1 · best of 3 · match CODE") in the top bar, centred when it fits
+        between the score line and the corner HUD, else on a line of its own under the score (a
+        narrow window): it never runs into either."""
+        lay, lbl = self.layout, self.info_lbl
+        f = lay.font
+        free_left = f + self.score_lbl.content_width + f * 1.5
+        free_right = lay.w - self.app.hud_room - f
+        iw = lbl.content_width
+        if lay.w / 2 - iw / 2 >= free_left and lay.w / 2 + iw / 2 <= free_right:
+            where: tuple[str, float, float] = ("center", lay.w / 2, lay.top_bar_y)
+        elif free_right - free_left >= iw:
+            where = ("center", (free_left + free_right) / 2, lay.top_bar_y)
+        else:
+            where = ("left", f, lay.top_bar_y - f * 1.6)
+        if lbl.anchor_x != where[0]:
+            lbl.anchor_x = where[0]  # type: ignore[assignment]
+        if lbl.position != (where[1], where[2], 0):
+            lbl.position = (where[1], where[2], 0)
 
     # ------------------------------------------------------------------ per-frame animation
 
@@ -345,6 +370,8 @@ class TableScene(Scene):
             band_y, band_h = lay.h / 2, f * 9.0
         else:
             band_y, band_h = lay.centre_y, 0.0
+        self.band_where = where
+        self.band_rect = Rect(lay.w / 2, band_y, lay.w * 0.94, band_h) if band_h > 0 else None
         band_key = (where, lay, timer is not None, bool(band.sub))
         if band_key != self._band_key:
             self._band_key = band_key
@@ -353,13 +380,14 @@ class TableScene(Scene):
                 self.band.move(lay.w / 2, band_y)
             else:
                 self.band.set(None)
-            if where == "status":
-                big_lbl.position = (lay.w / 2, band_y + f * (0.95 if band.sub or timer is not None else 0.0), 0)
-                sub_lbl.position = (lay.w / 2, band_y - f * 0.55, 0)
+            if where == "status":  # two lines in a low band: apart, the timer bar along its bottom edge
+                big_lbl.position = (lay.w / 2, band_y + f * (0.9 if band.sub or timer is not None else 0.0), 0)
+                sub_lbl.position = (lay.w / 2, band_y - f * 1.05, 0)
+                self._bar_y = band_y - band_h / 2 + f * 0.3
             else:
                 big_lbl.position = (lay.w / 2, band_y + band_h * 0.14, 0)
                 sub_lbl.position = (lay.w / 2, band_y - band_h * 0.3, 0)
-            self._bar_y = band_y - band_h / 2 + f * 0.5
+                self._bar_y = band_y - band_h / 2 + f * 0.5
             if timer is not None:
                 self.bar_bg.set(_panel(lay.w * 0.5, f * 0.35, (255, 255, 255, 60)))
                 self.bar_bg.move(lay.w / 2, self._bar_y)

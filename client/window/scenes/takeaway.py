@@ -136,10 +136,11 @@ class TakeawayScene(TurnBasedScene):
         lx = br.left + f * 1.2
         ly = br.top - f * 0.9
         c.hexagon(lx, ly, f * 0.7, IVORY)
-        self.text(lx + f * 1.1, ly, "removable", 0.85, WHITE, ax="left")
-        c.hexagon(lx + f * 8, ly, f * 0.7, LOCKED)
-        c.line(lx + f * 7.6, ly - f * 0.4, lx + f * 8.4, ly + f * 0.4, 2, HATCH)
-        self.text(lx + f * 9.1, ly, "locked", 0.85, WHITE, ax="left")
+        first = self.text(lx + f * 1.1, ly, "removable", 0.85, WHITE, ax="left")
+        hx = first.x + first.content_width + f * 1.6  # the second sample after the first word, whatever its size
+        c.hexagon(hx, ly, f * 0.7, LOCKED)
+        c.line(hx - f * 0.4, ly - f * 0.4, hx + f * 0.4, ly + f * 0.4, 2, HATCH)
+        self.text(hx + f * 1.1, ly, "locked", 0.85, WHITE, ax="left")
         self.text(br.right - f, ly, f"{len(state.cells)} Blinks left", 0.85, DIM, ax="right")
         if state.settings.reroll_once_per_game:
             self.text(br.right - f, ly - f * 1.4, "re-roll: once per game", 0.8, YELLOW, ax="right")

@@ -15,7 +15,9 @@ the game's own board:
   a die and its odds);
 - the *message line* (a refused move in red with its reason, an announcement in yellow), the
   *pending line* ("waiting for the relay") while an own move is unanswered, and the key hints;
-- the *overlays*: connecting / waiting for players / error, and a game's result band.
+- the *overlays*: connecting / waiting for players / error over the middle; a game's result in a
+  strip under the board, in place of the message lines (``over_rect``), so that nothing of the
+  finished board -- the winning line, anyone's dice -- is covered.
 
 Every frame ``update`` gives the view-model the session's ``ClientModel``; ``model.state()`` is the
 predicted state (the confirmed view plus your own unanswered moves), so a move made by a click in
@@ -42,7 +44,7 @@ from pyglet.window import key, mouse
 
 from protocol.rules.base import Rejected
 from client.window import texts
-from client.window.cards import Layer, label
+from client.window.cards import FONT, Layer, label
 from client.window.draw2d import Canvas
 from client.window.layout import Rect, fit_text
 from client.window.mesh import Mesh
@@ -139,6 +141,9 @@ class TurnBasedScene(Scene):
         self.prompt_text = ""
         self.clock_left: float | None = None  # seconds left on the turn timer (None: no timer running)
         self.timer_bar: tuple[Rect, tuple[int, int, int, int]] | None = None  # the countdown bar as drawn
+        self.over_rect: Rect | None = None  # the result strip under the board, when a game is over
+        self._widths: dict[tuple[str, float, bool], float] = {}  # ``measure``
+        self._ruler: pyglet.text.Label | None = None
         self.resize(*app.size)
 
     # ------------------------------------------------------------------ layout
@@ -208,6 +213,23 @@ class TurnBasedScene(Scene):
         if lbl.position != (x, y, 0):
             lbl.position = (x, y, 0)
         return lbl
+
+    def measure(self, s: str, size: float = 1.0, bold: bool = False) -> float:
+        """How wide ``text(..., s, size, bold=bold)`` would draw, to choose between wordings before
+        drawing one (measured once per text and size)."""
+        fs = float(max(6, round(self.f * size)))
+        k = (s, fs, bold)
+        got = self._widths.get(k)
+        if got is None:
+            if self._ruler is None:
+                self._ruler = pyglet.text.Label("", font_name=list(FONT), font_size=fs)
+            if len(self._widths) > PIECES_MAX:
+                self._widths.clear()
+            self._ruler.begin_update()
+            self._ruler.text, self._ruler.font_size, self._ruler.weight = s, fs, "bold" if bold else "normal"
+            self._ruler.end_update()
+            got = self._widths[k] = float(self._ruler.content_width)
+        return got
 
     def piece(self, c: Canvas, key: tuple[Any, ...], draw: Callable[[Canvas], None]) -> None:
         """Add to ``c`` the shapes ``draw`` makes, computed once per ``key`` (which must say
@@ -410,7 +432,8 @@ class TurnBasedScene(Scene):
         clock = vm.turn_clock(model, now_ns) if state is not None and not game_over else None
         self.timer_bar = None
         c.rect(br.x, br.y, br.w, br.h, BANNER_COLOURS[banner.kind])
-        self.text(f * 1.0, br.y + f * 0.85, banner.big, 1.6, WHITE, ax="left", bold=True, max_w=self.w - f * 22)
+        self.text(f * 1.0, br.y + f * 0.85, banner.big, 1.6, WHITE, ax="left", bold=True,
+                  max_w=self.w - f * 2 - self.app.hud_room)
         self.text(f * 1.0, br.y - f * 1.05, banner.small, 1.05, (255, 250, 235, 255), ax="left",
                   max_w=self.w - f * (9 if clock is not None else 2))
         self.banner, self.prompt_text = banner.big, banner.small
@@ -446,9 +469,10 @@ class TurnBasedScene(Scene):
                 ly = row.top - f * 1.0
                 c.circle(row.left + f * 1.1, ly, f * 0.7, r.colour)
                 self.text(row.left + f * 1.1, ly, r.mark, 0.8, (20, 20, 20, 255), bold=True)
+                score = self.text(row.right - f * 0.5, ly, r.score, 0.95, YELLOW, ax="right", bold=True)
+                # the name keeps to the left of the score, smaller or cut if it must
                 self.text(row.left + f * 2.2, ly, ("▶ " if r.acting else "") + r.name, 1.0, WHITE, ax="left",
-                          bold=r.acting)
-                self.text(row.right - f * 0.5, ly, r.score, 0.95, YELLOW, ax="right", bold=True)
+                          bold=r.acting, max_w=row.w - f * 3.3 - (score.content_width if r.score else 0.0))
                 self.row_detail(c, model, state, r.seat, Rect(row.x, (row.bottom + ly - f * 0.8) / 2, row.w,
                                                               max(f, ly - f * 0.8 - row.bottom)))
         # what is going on instead of the board
@@ -457,20 +481,30 @@ class TurnBasedScene(Scene):
             over.rect(self.w / 2, self.h / 2, self.w * 0.9, f * 8, (10, 14, 20, 230), radius=f)
             self.text(self.w / 2, self.h / 2 + f * 1.2, big, 2.4, WHITE, bold=True, over=True)
             self.text(self.w / 2, self.h / 2 - f * 2.0, sub, 1.0, DIM, over=True, max_w=self.w * 0.86)
-        # bottom lines
+        # bottom lines (a game's result takes their place: ``result strip`` below)
         text, colour_m = vm.message(now_ns)
-        self.text(self.board_rect.x, self.message_y, text, 1.1, colour_m, bold=True, max_w=self.board_rect.w)
-        if vm.pending(model):
-            self.text(self.board_rect.x, self.pending_y, PENDING_LINE, 0.95, AMBER)
+        over_now = game_over and state is not None
+        if not over_now:
+            self.text(self.board_rect.x, self.message_y, text, 1.1, colour_m, bold=True, max_w=self.board_rect.w)
+        if vm.pending(model) and not over_now:
+            self.text(self.board_rect.x, self.pending_y, PENDING_LINE, 0.95, AMBER, max_w=self.board_rect.w)
         hint = vm.hint_line(model)
-        self.text(self.w / 2, self.hint_y, hint if self.app.overlay is None else texts.replay_hint(hint), 0.85, DIM,
-                  max_w=self.w - f)
-        if game_over and state is not None:
+        if not over_now:  # the game's keys are of no use once it is over (the results follow)
+            self.text(self.w / 2, self.hint_y, hint if self.app.overlay is None else texts.replay_hint(hint), 0.85,
+                      DIM, max_w=self.w - f)
+        self.over_rect = None
+        if over_now:
+            # the result strip: under the board, over the message and key lines -- the board (the
+            # winning line, every player's dice) stays in view, as the banner above says who won
             br = self.board_rect
-            over.rect(br.x, br.y, br.w * 0.9, f * 7.5, (10, 14, 20, 225), radius=f)
-            over.ring(br.x, br.y, br.w * 0.9, f * 7.5, 2, YELLOW, radius=f)
-            self.text(br.x, br.y + f * 1.6, banner.small or "Game over", 1.9, WHITE, bold=True, over=True)
-            self.text(br.x, br.y - f * 1.6, vm.tally(model, state), 1.0, DIM, over=True, max_w=br.w * 0.86)
+            low = f * 0.4
+            strip = self.over_rect = Rect(br.x, (low + br.bottom - f * 0.4) / 2, br.w, br.bottom - f * 0.4 - low)
+            over.rect(strip.x, strip.y, strip.w, strip.h, (10, 14, 20, 235), radius=f * 0.6)
+            over.ring(strip.x, strip.y, strip.w, strip.h, 2, YELLOW, radius=f * 0.6)
+            self.text(strip.x, strip.y + strip.h * 0.19, banner.small or "Game over", 1.4, WHITE, bold=True,
+                      over=True, max_w=strip.w - f * 1.5)
+            self.text(strip.x, strip.y - strip.h * 0.24, vm.tally(model, state), 0.9, DIM, over=True,
+                      max_w=strip.w - f * 1.5)
         self.mesh.set(c.t)
         self.over_mesh.set(over.t)
 

@@ -206,7 +206,8 @@ class RyoViewModel(TurnViewModel):
 
     def roll_words(self, model: Any, roll: dict[str, Any]) -> str:
         parts = [f"{self.pname(model, r.get('player', -1))} {r.get('value')}" for r in roll.get("rolls", [])]
-        kind = "roll-off (lowest chooses)" if roll.get("kind") == "rolloff" else f"roll {roll.get('roll', 0) + 1}"
+        # not numbered: the relay counts rolls over the whole match ("roll 508" beside "won: 3 rolls")
+        kind = "roll-off (lowest chooses)" if roll.get("kind") == "rolloff" else "rolled"
         return f"{kind}:  " + "   ".join(parts)
 
     @staticmethod

@@ -50,6 +50,8 @@ class SequenceViewModel(TurnViewModel):
         return [] if state.current is None or state.phase == "over" else [state.current]
 
     def rolling(self, state: Any, now_ns: int) -> bool:
+        if state.phase == "over":  # the last roll stays shown beside the result
+            return False
         return state.phase in ("roll", "rolloff") or now_ns < self.roll_until
 
     def prompt(self, model: Any, state: Any, now_ns: int) -> tuple[str, str]:

@@ -13,8 +13,8 @@ ends. From that it answers, as plain data:
   piles with their counts, the score line, the info line and the key hints. It changes only when
   the model, the selection or a flight changes (``board_key``), so the renderer rebuilds only then;
 - ``band(model, session, now)``: the text band -- "Cannot play"/"Match code"/"BLINK" before a game,
-  the countdown ("3", "2", "1", "GO!"), GO!, the stalemate and the pick with its timer fraction, a
-  game's result with the score line;
+  the countdown ("3", "2", "1", "GO!") over the face-down piles; GO!, the stalemate and the pick
+  with its timer fraction, a game's result with the score line in the status band under the piles;
 - ``flight(now)``, ``pile_flash(now)``, ``slot_flash``, ``shake(now)``, ``message(now)``: the
   animations, each as where/how far it is at ``now``;
 - ``over_at``: when the match was seen to be over (the scene goes to the results 1.6 s later).
@@ -357,7 +357,7 @@ class TableViewModel:
                 big = "You win the game!" if state.winner == seat else f"{name_of(model, state.winner)} wins the game"
             sub = texts.score_line(list(model.players), list(ms.get("wins") or [0, 0]), seat)
             sub += "   ·   match over" if ms.get("status") == "over" else "   ·   next game starting…"
-            return Band(big, sub, "centre")
+            return Band(big, sub, "status")  # under the piles: the cards that decided it stay in view
         return Band()
 
     # ------------------------------------------------------------------ animations
