@@ -169,6 +169,7 @@ class ReplayEntry:
 def describe_log(path: Path) -> ReplayEntry | None:
     """The list line of one recorded log (None when the file is not one)."""
     from client.window.viewmodels.results import match_result_line
+    from protocol.verify import matches_phrase
 
     game, started, events, first_seq = "", 0, 0, None
     names: list[str] = []
@@ -218,7 +219,8 @@ def describe_log(path: Path) -> ReplayEntry | None:
     finished = current.get("status") == "over"
     playable = bool(rounds) and not (type(first_seq) is int and first_seq > 1)
     lines = [match_result_line(names, r) for r in rounds]
-    result = (f"{len(lines)} matches: " + " · ".join(lines)) if len(lines) > 1 else (lines[0] if lines else "")
+    # Each rematch is a match of its own, as ``blink verify`` counts them.
+    result = (f"{matches_phrase(len(lines))}: " + " · ".join(lines)) if len(lines) > 1 else (lines[0] if lines else "")
     if not finished:
         result = f"{result} · then a rematch, unfinished" if result else "unfinished"
     if type(first_seq) is int and first_seq > 1:  # watched from the middle: no seeds of the start

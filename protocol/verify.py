@@ -37,6 +37,10 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
   engine's ``player_left`` and what follows) are explained by the rules like any other, so a
   leaver who plays on, a turn not passed, or a leaver named a winner is false. A later
   ``seat_left`` ending the match as a forfeit gives it to those who had not left.
+- a waiting match closes when its last seat is left or it expires (``match_expired``): nothing of it follows.
+- a log may end while a match runs (its relay stopped, was killed, or handed its shard to another):
+  a log is what its relay had published so far, so that is true; what it holds is checked as
+  usual, and the events of a game in progress wait for its seed (``Report.pending``).
 
 The walk of one game is public (``walk_game`` -> ``GameWalk``): each surviving ``Hypothesis``
 keeps its parent and the action that made it, so the explanation of a true game can be read back
@@ -63,11 +67,14 @@ from protocol.rules.base import FORFEIT, SYSTEM, Accepted, Game, PublicEvent
 S = TypeVar("S")
 A = TypeVar("A")
 
-#: Fields of the envelope, not of an event's data.
-ENVELOPE = ("seq", "ts", "type", "game", "match")
+#: Fields of the envelope, not of an event's data. ``shard``: in the log of a relay of several shards,
+#: the shard whose judge made the line (the same for every line of a match).
+ENVELOPE = ("seq", "ts", "type", "game", "match", "shard")
 #: Events the relay makes itself around the games (everything else comes from a rule engine).
 MATCH_TYPES = frozenset({"match_created", "seat_taken", "seat_left", "game_started", "game_result", "match_over",
-                         "rematch_requested", "rematch_started"})
+                         "rematch_requested", "rematch_started", "match_expired"})
+#: The relay's own log says so on its first line: a relay's log may hold no match at all.
+RELAY_STARTED = "relay_started"
 ORDERS = ("arrival", "fair")
 #: A player's connection dropping and coming back during a running match: they may fall anywhere in
 #: a game, so they are checked on their own (a seated player, dropped before returned) and taken out
@@ -118,10 +125,13 @@ class Finding:
 
 @dataclass
 class Report:
-    matches: int = 0
+    matches: int = 0  # every match: each code's first and each of its rematches
+    rematches: int = 0
     games: int = 0  # games whose events were re-derived from their seed
     events: int = 0  # events checked (all of a true match's, less ``unchecked``)
     unchecked: int = 0  # events of games that ended without revealing their seed (a forfeit)
+    running: int = 0  # matches still running where the log ends
+    pending: int = 0  # events of games still running where the log ends (their seed not yet revealed)
     first: Finding | None = None
     #: With ``verify(..., keep_walks=True)``: the walk of every game whose events were re-derived,
     #: in log order (the replay viewer reads each game's states from them instead of walking again).
@@ -135,11 +145,23 @@ class Report:
     def summary(self) -> str:
         if self.first is not None:
             return f"false: {self.first}"
-        text = (f"true: {self.matches} match{'es' if self.matches != 1 else ''}, {self.games} "
+        if not self.matches:
+            return "true: no matches"
+        rematches = f" ({self.rematches} rematch{'es' if self.rematches != 1 else ''})" if self.rematches else ""
+        text = (f"true: {matches_phrase(self.matches)}{rematches}, {self.games} "
                 f"game{'s' if self.games != 1 else ''}, {self.events} events checked")
         if self.unchecked:
             text += f" ({self.unchecked} events of forfeited games not checkable: their seed was never revealed)"
+        if self.running:
+            text += (f"; {matches_phrase(self.running)} still running where the log ends"
+                     + (f" ({self.pending} events of a game in progress not checkable yet: its seed is revealed "
+                        f"at its end)" if self.pending else ""))
         return text
+
+
+def matches_phrase(count: int) -> str:
+    """"1 match", "3 matches": a rematch is a match of its own (the replay list counts them so too)."""
+    return f"{count} match{'es' if count != 1 else ''}"
 
 
 # --------------------------------------------------------------------------------------- parsing
@@ -148,9 +170,12 @@ class Report:
 def parse_log(lines: Iterable[str]) -> list[Record]:
     """Numbered event records of a log's lines. Raises ``NotALog`` when the text is not an event
     log (the first record is not JSON, or nothing in it is an event). A later line that is not a
-    JSON object becomes a record with ``{"__bad__": reason}`` -- a damaged line, reported as false."""
+    JSON object becomes a record with ``{"__bad__": reason}`` -- a damaged line, reported as false.
+    An empty file, or a relay's own log that holds no match (a relay that served none), is a log of
+    no matches: no records."""
     records: list[Record] = []
     seen_any = False
+    relay_log = False
     for number, text in enumerate(lines, 1):
         text = text.strip()
         if not text:
@@ -170,6 +195,8 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
                 raise NotALog(f"line {number} is {reason}: not an event log")
             records.append(Record(number, {"__bad__": reason}))
             continue
+        if not seen_any and data.get("kind") == RELAY_STARTED and "type" not in data:
+            relay_log = True
         seen_any = True
         if "type" not in data and "kind" in data:
             continue  # the relay's own log: plays, rejections, bad input -- not events
@@ -183,7 +210,7 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
             records.append(Record(number, {"__bad__": "not an event (no seq or type)"}))
             continue
         records.append(Record(number, data))
-    if not any("__bad__" not in r.data for r in records):
+    if seen_any and not relay_log and not any("__bad__" not in r.data for r in records):
         raise NotALog("no events in it: not an event log")
     return records
 
@@ -474,6 +501,7 @@ def _fail(rec: Record, problem: str) -> _False:
 def _envelope(recs: Sequence[Record]) -> Finding | None:
     """The first record whose seq, ts or kind of line is wrong."""
     last_ts: int | None = None
+    shard = recs[0].data.get("shard") if recs else None
     for i, rec in enumerate(recs):
         if "__bad__" in rec.data:
             return Finding(rec.line, None, None, f"a damaged line: {rec.data['__bad__']}")
@@ -493,6 +521,9 @@ def _envelope(recs: Sequence[Record]) -> Finding | None:
         last_ts = ts
         if type(rec.data.get("game")) is not int:
             return Finding.at(rec, "no integer game index")
+        if not same(rec.data.get("shard"), shard) or not (shard is None or isinstance(shard, str)):
+            return Finding.at(rec, f"shard {_short(rec.data.get('shard'))}: every line of a match names the "
+                                   f"one shard that judged it ({_short(shard)})")
     return None
 
 
@@ -584,7 +615,12 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
         raise _fail(head, f"order {d.get('order')!r} is not one of {', '.join(ORDERS)}")
 
     names: list[str] = []
-    status = "waiting"  # waiting | playing | between | over
+    status = "waiting"  # waiting | playing | between | over | closed (expired or left empty: nothing follows)
+    rematches = 0
+    # The log may end while the match runs (its relay stopped, was killed, or handed its shard on):
+    # what it holds is checked; the events of a game whose seed is not revealed yet are ``pending``.
+    running = False
+    pending = 0
     game_index = -1
     wins: list[int] = []
     rematch: set[int] = set()
@@ -602,6 +638,9 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
         t = rec.type
         if "__bad__" in rec.data:
             raise _fail(rec, f"a damaged line: {rec.data['__bad__']}")
+        if status == "closed":
+            raise _fail(rec, "the relay had closed this match (it expired or every seat was left): "
+                             "it publishes nothing more of it")
         if t == "seat_taken":
             if status != "waiting" or len(names) >= seats:
                 raise _fail(rec, "a seat is taken after the seats are full")
@@ -621,6 +660,8 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 raise _fail(rec, f"{names[seat]} had left the game already")
             if status == "waiting":
                 names.pop(seat)
+                if not names:
+                    status = "closed"  # the relay closes a waiting match its last player left
             elif status in ("playing", "between"):
                 # The relay makes this only outside a game (a game ends in its game_result): see the
                 # forfeit handling in the game branch below.
@@ -628,11 +669,20 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 winner = others[0] if len(others) == 1 else None
                 i += 1
                 if i >= n:
-                    raise _fail(rec, "the log ends after a player left a running match (match_over missing)")
+                    running = True  # the log ends within the step that ends the match
+                    break
                 _expect(recs[i], "match_over", gi(), public(
                     {"winner": winner, "winners": [] if winner is None else [winner], "reason": "forfeit",
                      "wins": list(wins)}, names))
                 status = "over"
+        elif t == "match_expired":
+            after = rec.data.get("after_s")
+            if status != "waiting":
+                raise _fail(rec, f"match_expired while the match is {status} (only a waiting match expires)")
+            if isinstance(after, bool) or not isinstance(after, (int, float)) or after < 0:
+                raise _fail(rec, f"after_s {after!r} is not a number of seconds")
+            _expect(rec, t, gi(), {"after_s": after})
+            status = "closed"
         elif t in PRESENCE_TYPES:
             if status not in ("playing", "between"):
                 raise _fail(rec, f"{t} while the match is {status} (only a running match keeps a seat)")
@@ -662,10 +712,15 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             game_events = [ev for ev in recs[i + 1:j] if ev.type not in PRESENCE_TYPES]
             gone = {ev.data["seat"] for ev in game_events
                     if ev.type == "player_left" and type(ev.data.get("seat")) is int}
+            for ev in game_events:
+                if ev.type == "player_left" and (seats < 3 or getattr(rules, "leave", None) is None):
+                    # Whatever the seed: the relay ends such a match instead (a seat_left, a forfeit).
+                    raise _fail(ev, f"player_left, but the relay takes no player out of a game of {game_name} "
+                                    f"for {seats}: it ends the match")
             if j >= n:
-                last = recs[-1]
-                raise _fail(last, f"the log ends during game {game_index} (truncated: no game_result, so its "
-                                  f"seed is never revealed)")
+                pending = len(game_events)  # its seed is revealed only at its end
+                running = True
+                break
             end = recs[j]
             if end.type == "seat_left" or (end.type == "match_over" and end.data.get("reason") == "abandoned"):
                 unchecked += len(game_events)  # a forfeit: the seed stays secret
@@ -728,7 +783,8 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             if over is not None:
                 i += 1
                 if i >= n:
-                    raise _fail(end, "the log ends before the match_over that this result makes (truncated)")
+                    running = True
+                    break
                 _expect(recs[i], "match_over", game_index,
                         public({"winner": over[0], "winners": over[1], "reason": over[2], "wins": list(wins)}, names))
                 status = "over"
@@ -745,25 +801,29 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             if len(rematch) == seats:
                 i += 1
                 if i >= n:
-                    raise _fail(rec, "the log ends before the rematch_started this request makes (truncated)")
+                    running = True
+                    break
                 _expect(recs[i], "rematch_started", gi(), {})
+                rematches += 1
                 rematch = set()
                 away = {}
                 wins = [0] * seats
                 status = "between"  # the next record must be its game_started
-                if i + 1 >= n or recs[i + 1].type != "game_started":
-                    at = recs[i + 1] if i + 1 < n else recs[i]
-                    raise _fail(at, "a rematch_started must be followed by its game_started")
+                if i + 1 < n and recs[i + 1].type != "game_started":
+                    raise _fail(recs[i + 1], "a rematch_started must be followed by its game_started")
         elif t in MATCH_TYPES:
             raise _fail(rec, f"{t} where the relay would not publish it (the match is {status})")
         else:
             raise _fail(rec, f"a game event while no game is running (the match is {status})")
         i += 1
     if status == "between":
-        raise _fail(recs[-1], "the log ends between two games of a running match (truncated)")
-    report.matches += 1
-    report.events += n - unchecked
+        running = True
+    report.matches += 1 + rematches
+    report.rematches += rematches
+    report.running += running
+    report.events += n - unchecked - pending
     report.unchecked += unchecked
+    report.pending += pending
 
 
 # --------------------------------------------------------------------------------------- entry

@@ -233,8 +233,10 @@ class Lobby:
             return
         self.t.client_match.pop(client, None)
         if match.status == "waiting":
-            match.players.pop(seat)
+            # Published while the seat is still there: the event names its player by the seat table
+            # it was taken in (the seats after it move down one).
             self.events.event(match, now_ns, out, {"type": "seat_left", "player": seat})
+            match.players.pop(seat)
             if not match.players:
                 self.close(match, out)
             else:

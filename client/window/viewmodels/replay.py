@@ -164,7 +164,12 @@ def load_replay(lines: Iterable[str], match: str | None = None, cut_unfinished: 
     except NotALog as exc:
         raise ReplayError(str(exc)) from None
     report = verify(records, keep_walks=True)
-    if not report.ok and cut_unfinished and report.first is not None and _cut_short(report.first.problem):
+    stops_early = report.ok and report.running > 0  # true so far, but a game's seed is still to come
+    if stops_early and not cut_unfinished:
+        raise ReplayError("the log ends while its match is still running (truncated): a replay needs every game's "
+                          "seed")
+    if (stops_early or (not report.ok and report.first is not None and _cut_short(report.first.problem))) \
+            and cut_unfinished:
         ends = [k for k, r in enumerate(records) if r.type == "match_over"]
         cut = verify(records[:ends[-1] + 1], keep_walks=True) if ends else None
         if cut is not None and cut.ok:
