@@ -10,6 +10,12 @@ tags each line with its shard (one file serves them all). ``records`` keeps the 
 A crash can cut only the last step's lines: recovery replays the journal, and ``complete_log``
 appends the replayed rows after the last line the file holds (and cuts a torn last line), so the
 log reads as if nothing happened -- ``blink verify`` checks it against the rules.
+
+A shard taken over from another relay has its past in that relay's log, not in this one: here its
+matches would start in the middle, which no reader can check. So a relay whose log has not the last
+line of such a shard writes each of its matches' kept public events (``kept``: the judge keeps them
+for late spectators, from the match's first or its latest rematch's) that the log lacks, before its
+own: each relay's log holds whole matches.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,11 +71,13 @@ def log_rows(records: Sequence[LogRecord], shard: str | None) -> list[dict[str, 
     return [r.record if shard is None else dict(r.record, shard=shard) for r in records]
 
 
-def complete_log(path: Path | None, records: list[LogRecord], shard: str | None = None) -> int:
+def complete_log(path: Path | None, records: list[LogRecord], shard: str | None = None,
+                 kept: Mapping[str, Sequence[dict[str, Any]]] | None = None) -> int:
     """Append to the event log the replayed records it lacks; how many. The log holds a prefix of
-    ``records``; its last line (of ``shard``, for a relay of several) tells how long. A shard's log
-    that has no line of it (another relay served it before) is left as it is."""
-    if path is None or not records:
+    ``records``; its last line (of ``shard``, for a relay of several) tells how long. When it does
+    not (another relay served the shard since), it gets instead, per match, the event rows of
+    ``kept`` after the last seq it holds of that match (see the module header)."""
+    if path is None or (not records and not kept):
         return 0
     lines = [json.dumps(row, default=str) for row in log_rows(records, shard)]
     try:
@@ -83,7 +91,8 @@ def complete_log(path: Path | None, records: list[LogRecord], shard: str | None 
     except FileNotFoundError:
         tail = b""
     last = None
-    for raw in reversed(tail.decode("utf-8", "replace").splitlines()):
+    tail_lines = tail.decode("utf-8", "replace").splitlines()
+    for raw in reversed(tail_lines):
         try:
             row = json.loads(raw)
             kind = row.get("kind")
@@ -94,14 +103,32 @@ def complete_log(path: Path | None, records: list[LogRecord], shard: str | None 
             continue  # lines the runtime writes on its own, not replayed; another shard's
         last = raw
         break
-    if last is None and shard is not None:
-        return 0
     have = next((i + 1 for i in range(len(lines) - 1, -1, -1) if lines[i] == last), 0)
+    if shard is not None and (last is None or not have):
+        lines, have = _lacking(tail_lines, shard, kept or {}), 0
     if have < len(lines):
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
             f.writelines(line + "\n" for line in lines[have:])
     return len(lines) - have
+
+
+def _lacking(tail: Sequence[str], shard: str, kept: Mapping[str, Sequence[dict[str, Any]]]) -> list[str]:
+    """The lines of ``kept`` (event rows per match) after the last seq of that match in ``tail``."""
+    seen: dict[str, int] = {}
+    for raw in tail:
+        if f'"shard": "{shard}"' not in raw:
+            continue
+        try:
+            row = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("shard") == shard and isinstance(row.get("seq"), int) \
+                and "type" in row:
+            code = str(row.get("match"))
+            seen[code] = max(seen.get(code, 0), row["seq"])
+    return [json.dumps(dict(row, shard=shard), default=str) for code, rows in kept.items()
+            for row in rows if row["seq"] > seen.get(code, 0)]
 
 
 __all__ = ["EventLog", "complete_log", "log_rows"]

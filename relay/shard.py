@@ -45,6 +45,7 @@ from typing import Any, NoReturn, TypeVar
 from relay import snapshot as snapshots
 from relay.core import LogRecord, RelayCore
 from relay.eventlog import complete_log
+from relay.judge.events import past_event
 from relay.journal import Entry, Journal, JournalError, Msg
 
 log = logging.getLogger("blink.relay")
@@ -144,7 +145,8 @@ class Shard:
             finally:
                 del core.replaying  # back to the class's False (and out of every later snapshot)
             self.core, self.snap_pos, self.snap_at = core, pos, time.monotonic()
-            written = complete_log(self.log_path, records, self.name if self.tagged else None)
+            written = complete_log(self.log_path, records, self.name if self.tagged else None,
+                                   kept_rows(core) if self.tagged and self.log_path is not None else None)
             live = sum(1 for x in core.matches.values() if x.status != "over")
             self.recovered = (f"recovered {len(core.matches)} match(es) ({live} running) from the journal{self._of()}: "
                               f"snapshot at {pos} + {self.replayed} entries replayed in "
@@ -256,6 +258,13 @@ class Shard:
 
     def _run(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
+
+
+def kept_rows(core: RelayCore) -> dict[str, list[dict[str, Any]]]:
+    """Each match's kept public events as the event log's rows (what ``Events.event`` logged)."""
+    return {code: [{"kind": "event", "match": code, "seq": ev.seq, "ts": ev.ts, "game": ev.game, "type": ev.type,
+                    **ev.data} for ev in (past_event(code, k) for k in kept)]
+            for code, (kept, _) in core.events.past.items()}
 
 
 def close_quietly(journal: Journal | None) -> None:
