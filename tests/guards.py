@@ -16,6 +16,13 @@ A pytest plugin (registered by ``pytest_plugins`` in ``tests/conftest.py``). Its
 After the test's body the problems are collected; any makes the test fail with the records in
 the message (problems that appear later, during fixture teardown, fail its teardown). A test
 that plants a bug on purpose takes the problems it expects with ``relay_guard.take()``.
+
+Every event log a relay wrote during the test -- in this process or a child, ``blink serve --log``
+as well as ``blink match --log`` (each writer reports its path: ``blink_guard.log_hooks``) -- is
+checked by ``blink verify``'s checker once the test's fixtures are torn down (every relay has
+stopped, so a log is as complete as its relay left it): a log that is not true fails the test's
+teardown, naming the log and its first false line. A test that leaves a false log on purpose says
+so with ``relay_guard.expect_false_log(path)``: that log must then be false (or unreadable).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ class RelayGuard:
         self.directory = directory
         self._local: list[dict[str, Any]] = []
         self._done: set[str] = set()  # ids of problems taken by the test or already reported
+        self._expect_false: set[str] = set()  # logs the test leaves false on purpose (absolute paths)
 
     def sink(self, report: dict[str, Any]) -> None:
         self._local.append(report)
@@ -69,6 +77,34 @@ class RelayGuard:
         return [r for i, r in self.reports() if not i.startswith("here:") and r.get("source") == "guard"
                 and "problem" not in r]
 
+    def event_logs(self) -> list[str]:
+        """The absolute path of every event log written so far, here or by a child, in order."""
+        seen: dict[str, None] = {}
+        for _, r in self.reports():
+            path = r.get("event_log")
+            if r.get("source") == "guard" and isinstance(path, str):
+                seen.setdefault(path, None)
+        return list(seen)
+
+    def expect_false_log(self, path: str | Path) -> None:
+        """The test leaves the log at ``path`` false on purpose (a relay killed for good mid-match,
+        a log cut by hand): the guard checks that it is indeed not true, instead of that it is."""
+        self._expect_false.add(os.path.abspath(path))
+
+    def verify_logs(self) -> None:
+        """Check every event log written so far (see the module header); each that is not what the
+        test expects becomes a problem."""
+        for path in self.event_logs():
+            if not os.path.exists(path):
+                continue  # named, never created (a relay that failed at its start)
+            verdict = check_log(path)
+            expected_false = path in self._expect_false
+            if expected_false and verdict is None:
+                self._local.append({"source": "guard", "event_log": path,
+                                    "problem": f"blink verify {path}: true, but the test said it leaves it false"})
+            elif not expected_false and verdict is not None:
+                self._local.append({"source": "guard", "event_log": path, "problem": f"blink verify {path}: {verdict}"})
+
     def message(self, problems: list[dict[str, Any]]) -> str:
         lines = [f"the relay guard saw {len(problems)} problem(s) (tests/guards.py):"]
         for p in problems[:10]:
@@ -86,14 +122,30 @@ class RelayGuard:
             raise AssertionError(self.message([r for _, r in pending]))
 
 
+def check_log(path: str) -> str | None:
+    """What ``blink verify PATH`` says of a log when it is not true (None when it is)."""
+    from protocol.verify import NotALog, parse_log, verify
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            report = verify(parse_log(f))
+    except (OSError, UnicodeDecodeError, NotALog) as exc:
+        return f"not a readable event log: {exc}"
+    return None if report.ok else report.summary()
+
+
 def install_here(guard: RelayGuard, monkeypatch: pytest.MonkeyPatch) -> logging.Handler:
-    """The checks in this process: the core's hooks until the test's monkeypatch is undone; the
-    returned log handler until the caller removes it from the root logger."""
+    """The checks in this process: the core's and the log writers' hooks until the test's
+    monkeypatch is undone; the returned log handler until the caller removes it from the root logger."""
+    import client.matchrun
     import relay.core
+    import relay.eventlog
 
     hooks = blink_guard.core_hooks(relay.core, guard.sink)
     if not hooks:
         raise AssertionError(guard.message(guard.problems()))
+    for module in (relay.eventlog, client.matchrun):
+        hooks += blink_guard.log_hooks(module, guard.sink)
     for cls, name, method in hooks:
         monkeypatch.setattr(cls, name, method)
     handler = blink_guard.TracebackLogHandler(guard.sink)
@@ -129,6 +181,7 @@ def relay_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
     request.node.stash[GUARD_KEY] = guard
     try:
         yield guard
+        guard.verify_logs()  # the test's other fixtures are torn down: its relays have stopped
         guard.check()  # what came after the test's body (fixture teardowns)
     finally:
         logging.getLogger().removeHandler(handler)

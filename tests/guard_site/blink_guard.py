@@ -10,6 +10,13 @@ record the core returns passes the check -- the core's entry points, not the she
 hook sees the in-process relays of ``LocalServer``, the core-only ``Harness`` of the unit tests and
 the relays of ``blink serve``/``match``/``latency``/``play`` subprocesses.
 
+Event logs: ``log_hooks`` wraps what writes one -- the relay's ``EventLog`` (``blink serve --log``,
+any in-process relay given a log path; recovery completes the same file) and ``client.matchrun.
+write_log`` (``blink match --log``) -- so each log's path is reported (``{"event_log": path}``) when
+it is first named. The plugin runs ``blink verify``'s checker on every reported log once the test
+and its fixtures are done (the relays have stopped): a log the relay wrote that is not true is a
+problem like an internal error.
+
 In this pytest process the plugin ``tests/guards.py`` installs the hooks for one test and keeps
 the problems in memory. For subprocesses it sets ``BLINK_TEST_GUARD_DIR`` and puts this folder on
 ``PYTHONPATH``: Python then imports ``sitecustomize`` from here at start-up, which calls
@@ -41,6 +48,8 @@ ENV_FAULT = "BLINK_TEST_FAULT"
 #: The core's entry points whose outputs are checked.
 CORE_ENTRY_POINTS = ("handle", "tick", "startup", "shutdown")
 RELAY_CORE_MODULE = "relay.core"
+#: The modules that write event logs (see ``log_hooks``).
+EVENT_LOG_MODULES = ("relay.eventlog", "client.matchrun")
 
 Sink = Callable[[dict[str, Any]], None]
 
@@ -110,6 +119,43 @@ def core_hooks(module: ModuleType, sink: Sink) -> list[tuple[Any, str, Callable[
         if callable(method) and not getattr(method, "__blink_guard__", False):
             hooks.append((core, name, watched(method, sink)))
     return hooks
+
+
+def log_hooks(module: ModuleType, sink: Sink) -> list[tuple[Any, str, Callable[..., Any]]]:
+    """(owner, name, wrapped) for the event-log writer of ``module`` (one of ``EVENT_LOG_MODULES``):
+    each reports the absolute path of the log it writes. A writer that moved is reported as a problem."""
+    def report(path: Any) -> None:
+        if path is not None and str(path):
+            sink({"source": "guard", "event_log": os.path.abspath(os.fspath(path))})
+
+    if module.__name__ == "relay.eventlog":
+        owner: Any = getattr(module, "EventLog", None)
+        name = "__init__"
+        real = getattr(owner, name, None) if owner is not None else None
+
+        def replacement(self: Any, path: Any, *args: Any, **kwargs: Any) -> None:
+            assert real is not None
+            real(self, path, *args, **kwargs)
+            report(path)
+    elif module.__name__ == "client.matchrun":
+        owner, name = module, "write_log"
+        real = getattr(module, name, None)
+
+        def replacement(path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            assert real is not None
+            report(path)
+            return real(path, *args, **kwargs)
+    else:
+        return []
+    if not callable(real):
+        sink({"source": "guard", "problem": f"{module.__name__}'s event-log writer not found: "
+                                            f"tests/guard_site/blink_guard.py needs updating"})
+        return []
+    if getattr(real, "__blink_guard__", False):
+        return []
+    functools.update_wrapper(replacement, real)
+    replacement.__blink_guard__ = True  # type: ignore[attr-defined]
+    return [(owner, name, replacement)]
 
 
 class TracebackLogHandler(logging.Handler):
@@ -234,6 +280,16 @@ def install_in_child(directory: str) -> None:
         hook_core(sys.modules[RELAY_CORE_MODULE])
     else:
         sys.meta_path.insert(0, _WhenImported(RELAY_CORE_MODULE, hook_core))
+
+    def hook_log(module: ModuleType) -> None:
+        for owner, name, method in log_hooks(module, sink):
+            setattr(owner, name, method)
+
+    for name in EVENT_LOG_MODULES:
+        if name in sys.modules:
+            hook_log(sys.modules[name])
+        else:
+            sys.meta_path.insert(0, _WhenImported(name, hook_log))
 
     logging.getLogger().addHandler(TracebackLogHandler(sink))
 
