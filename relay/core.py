@@ -47,7 +47,7 @@ visit only the matches that are due, never all of them. An action is answered to
 duplicate (QoS 1 redelivery, a resend) gets the same answer again and is never applied twice.
 
 A spectator arriving late asks ``Resync(match, from_seq=1)``: the match's past public events (the
-last ``PAST_EVENTS`` since the match or its latest rematch began, at most once a second per client
+last ``PAST_EVENTS`` of the match, its rematches included, at most once a second per client
 and match) go to its private topic before the snapshot, so ``blink watch`` starts from the beginning.
 
 Seats survive a dropped connection. Joining gives a seat a secret token (in ``MatchJoined``, on

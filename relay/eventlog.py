@@ -13,9 +13,9 @@ log reads as if nothing happened -- ``blink verify`` checks it against the rules
 
 A shard taken over from another relay has its past in that relay's log, not in this one: here its
 matches would start in the middle, which no reader can check. So a relay whose log has not the last
-line of such a shard writes each of its matches' kept public events (``kept``: the judge keeps them
-for late spectators, from the match's first or its latest rematch's) that the log lacks, before its
-own: each relay's log holds whole matches.
+line of such a shard writes each of its matches' kept public events (``kept``: the judge keeps the
+last ``PAST_EVENTS`` of each for late spectators) that the log lacks, before its own: each relay's
+log holds whole matches (one longer than that starts where the kept events do).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class EventLog:
     def open(self) -> None:
         if self.path is not None and self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            cut_torn_line(self.path)  # a relay killed mid-write: its next line must not continue that one
             self._file = open(self.path, "a", encoding="utf-8")
 
     def close(self) -> None:
@@ -64,6 +65,24 @@ class EventLog:
         for row in rows:
             if row.get("kind") == "bad_input":
                 log.info("bad input: %s", row)
+
+
+def cut_torn_line(path: Path) -> None:
+    """Cut the log's last line if it has no end (a write cut short by a kill)."""
+    try:
+        with open(path, "rb+") as f:
+            end = f.seek(0, os.SEEK_END)
+            if not end:
+                return
+            f.seek(end - 1)
+            if f.read(1) == b"\n":
+                return
+            start = max(0, end - LOG_TAIL_BYTES)
+            f.seek(start)
+            tail = f.read()
+            f.truncate(start + tail.rfind(b"\n") + 1 if b"\n" in tail else start)
+    except FileNotFoundError:
+        return
 
 
 def log_rows(records: Sequence[LogRecord], shard: str | None) -> list[dict[str, Any]]:
@@ -104,8 +123,14 @@ def complete_log(path: Path | None, records: list[LogRecord], shard: str | None 
         last = raw
         break
     have = next((i + 1 for i in range(len(lines) - 1, -1, -1) if lines[i] == last), 0)
-    if shard is not None and (last is None or not have):
-        lines, have = _lacking(tail_lines, shard, kept or {}), 0
+    if shard is not None:
+        # The log's lines of this shard need not follow the replay's order (the kept events of a
+        # taken-over shard are written match by match), and the replay may hold matches whose start
+        # is in another relay's log: each match gets the events that continue it, by seq.
+        lines = _continuing(_seen(tail_lines, shard), lines[have:] if last is not None and have else [],
+                            [json.dumps(dict(row, shard=shard), default=str)
+                             for rows in (kept or {}).values() for row in rows])
+        have = 0
     if have < len(lines):
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
@@ -113,8 +138,8 @@ def complete_log(path: Path | None, records: list[LogRecord], shard: str | None 
     return len(lines) - have
 
 
-def _lacking(tail: Sequence[str], shard: str, kept: Mapping[str, Sequence[dict[str, Any]]]) -> list[str]:
-    """The lines of ``kept`` (event rows per match) after the last seq of that match in ``tail``."""
+def _seen(tail: Sequence[str], shard: str) -> dict[str, int]:
+    """The last seq of every match of ``shard`` that the log's ``tail`` holds."""
     seen: dict[str, int] = {}
     for raw in tail:
         if f'"shard": "{shard}"' not in raw:
@@ -123,12 +148,29 @@ def _lacking(tail: Sequence[str], shard: str, kept: Mapping[str, Sequence[dict[s
             row = json.loads(raw)
         except ValueError:
             continue
-        if isinstance(row, dict) and row.get("shard") == shard and isinstance(row.get("seq"), int) \
-                and "type" in row:
+        if isinstance(row, dict) and row.get("shard") == shard and type(row.get("seq")) is int and "type" in row:
             code = str(row.get("match"))
             seen[code] = max(seen.get(code, 0), row["seq"])
-    return [json.dumps(dict(row, shard=shard), default=str) for code, rows in kept.items()
-            for row in rows if row["seq"] > seen.get(code, 0)]
+    return seen
+
+
+def _continuing(seen: dict[str, int], *sources: Sequence[str]) -> list[str]:
+    """The lines of ``sources``, in order, that continue the log: a match's event whose seq is the
+    next one after the log's (or 1, for a match it lacks), and a record of a match it holds."""
+    following = {code: seq + 1 for code, seq in seen.items()}
+    out = []
+    for source in sources:
+        for line in source:
+            row = json.loads(line)
+            code = row.get("match")
+            if "type" in row and type(row.get("seq")) is int:
+                if row["seq"] != following.get(str(code), 1):
+                    continue  # the log has it already, or lacks what comes before it
+                following[str(code)] = row["seq"] + 1
+            elif code is not None and str(code) not in following:
+                continue  # a record of a match this log does not hold
+            out.append(line)
+    return out
 
 
 __all__ = ["EventLog", "complete_log", "log_rows"]

@@ -4,7 +4,8 @@ How this works
 --------------
 ``event`` stamps an engine's event with the match's next ``seq`` (gap-free) and the wall clock,
 publishes it to ``.../ev``, logs it, and keeps it packed (one bytes object) for a late spectator's
-``Resync(from_seq)``: the last ``PAST_EVENTS`` since the match or its latest rematch began, resent
+``Resync(from_seq)``: the code's last ``PAST_EVENTS`` (its rematches' too, so the match can be written
+whole into another relay's log after a takeover, ``relay/eventlog.py``), resent
 at most once a second per client and match. Whole views (``ViewUpdated``) go out only when asked
 (a game's boundaries, joining, a resync, a game without an event applier). The retained public
 snapshot is coalesced: ``snapshot_soon`` publishes it at once at a game boundary, otherwise owes
@@ -57,8 +58,6 @@ class Events:
         past = self.past.get(code)
         if past is None:
             past = self.past[code] = (deque(maxlen=PAST_EVENTS), {})
-        if etype == "rematch_started":  # a new match under the same code: it begins here
-            past[0].clear()
         # Packed: a match keeps its whole past for late spectators, and a packed map is a third of
         # a dict's memory (and of the snapshot's objects to pickle and load); the whole event in one
         # bytes object is 120 bytes where a tuple of its fields was 210 (a relay of 1,000 matches
@@ -116,8 +115,8 @@ class Events:
             return  # a second ago already: a client cannot make the relay repeat a match in a loop
         last_sent[client] = now_ns
         topic = self.t.topics.client(client)
-        # The kept events' seqs run on without a gap (every public event is kept, a rematch starts
-        # afresh): those before ``from_seq`` are skipped unread (all are read if that ever failed).
+        # The kept events' seqs run on without a gap (every public event is kept): those before
+        # ``from_seq`` are skipped unread (all are read if that ever failed).
         skip = max(0, from_seq - past_event(code, past[0]).seq) if past else 0
         if skip and (skip >= len(past) or past_event(code, past[skip]).seq != from_seq):
             skip = 0
