@@ -132,6 +132,7 @@ class Report:
     unchecked: int = 0  # events of games that ended without revealing their seed (a forfeit)
     running: int = 0  # matches still running where the log ends
     pending: int = 0  # events of games still running where the log ends (their seed not yet revealed)
+    cut: int | None = None  # the log's last line, cut short (its writer was stopped mid-line)
     first: Finding | None = None
     #: With ``verify(..., keep_walks=True)``: the walk of every game whose events were re-derived,
     #: in log order (the replay viewer reads each game's states from them instead of walking again).
@@ -145,8 +146,9 @@ class Report:
     def summary(self) -> str:
         if self.first is not None:
             return f"false: {self.first}"
+        cut = f"; its last line ({self.cut}) was cut short" if self.cut is not None else ""
         if not self.matches:
-            return "true: no matches"
+            return f"true: no matches{cut}"
         rematches = f" ({self.rematches} rematch{'es' if self.rematches != 1 else ''})" if self.rematches else ""
         text = (f"true: {matches_phrase(self.matches)}{rematches}, {self.games} "
                 f"game{'s' if self.games != 1 else ''}, {self.events} events checked")
@@ -156,7 +158,7 @@ class Report:
             text += (f"; {matches_phrase(self.running)} still running where the log ends"
                      + (f" ({self.pending} events of a game in progress not checkable yet: its seed is revealed "
                         f"at its end)" if self.pending else ""))
-        return text
+        return text + cut
 
 
 def matches_phrase(count: int) -> str:
@@ -193,7 +195,10 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
         if not isinstance(data, dict):
             if not seen_any:
                 raise NotALog(f"line {number} is {reason}: not an event log")
-            records.append(Record(number, {"__bad__": reason}))
+            # A JSON object cut short is a write its writer never finished (killed): if nothing follows
+            # it, the log simply ends there (``__cut__``); anywhere else it is a damaged line.
+            cut = data is None and text.startswith("{")
+            records.append(Record(number, {"__cut__" if cut else "__bad__": reason}))
             continue
         if not seen_any and data.get("kind") == RELAY_STARTED and "type" not in data:
             relay_log = True
@@ -210,7 +215,10 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
             records.append(Record(number, {"__bad__": "not an event (no seq or type)"}))
             continue
         records.append(Record(number, data))
-    if seen_any and not relay_log and not any("__bad__" not in r.data for r in records):
+    for k, rec in enumerate(records[:-1]):
+        if "__cut__" in rec.data:
+            records[k] = Record(rec.line, {"__bad__": rec.data["__cut__"]})
+    if seen_any and not relay_log and not any("__bad__" not in r.data and "__cut__" not in r.data for r in records):
         raise NotALog("no events in it: not an event log")
     return records
 
@@ -839,6 +847,9 @@ def verify(records: Sequence[Record], lookup: Callable[[str], AnyGame] = game_fo
     open_by_code: dict[str, list[Record]] = {}
     pending_bad: list[Record] = []
     for rec in records:
+        if "__cut__" in rec.data:
+            report.cut = rec.line
+            continue
         if "__bad__" in rec.data:
             pending_bad.append(rec)
             continue
