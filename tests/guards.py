@@ -50,6 +50,7 @@ class RelayGuard:
         self._local: list[dict[str, Any]] = []
         self._done: set[str] = set()  # ids of problems taken by the test or already reported
         self._expect_false: set[str] = set()  # logs the test leaves false on purpose (absolute paths)
+        self._said: set[tuple[str, str]] = set()  # (log, problem) reported already: once each
 
     def sink(self, report: dict[str, Any]) -> None:
         self._local.append(report)
@@ -98,12 +99,15 @@ class RelayGuard:
             if not os.path.exists(path):
                 continue  # named, never created (a relay that failed at its start)
             verdict = check_log(path)
-            expected_false = path in self._expect_false
-            if expected_false and verdict is None:
-                self._local.append({"source": "guard", "event_log": path,
-                                    "problem": f"blink verify {path}: true, but the test said it leaves it false"})
-            elif not expected_false and verdict is not None:
-                self._local.append({"source": "guard", "event_log": path, "problem": f"blink verify {path}: {verdict}"})
+            problem = None
+            if path in self._expect_false:
+                if verdict is None:
+                    problem = f"blink verify {path}: true, but the test said it leaves it false"
+            elif verdict is not None:
+                problem = f"blink verify {path}: {verdict}"
+            if problem is not None and (path, problem) not in self._said:
+                self._said.add((path, problem))
+                self._local.append({"source": "guard", "event_log": path, "problem": problem})
 
     def message(self, problems: list[dict[str, Any]]) -> str:
         lines = [f"the relay guard saw {len(problems)} problem(s) (tests/guards.py):"]

@@ -215,10 +215,11 @@ def test_a_forfeit_is_true_but_its_unrevealed_game_is_not_checkable() -> None:
 
 
 @pytest.mark.integration
-def test_a_real_log_written_by_blink_match(tmp_path: Path) -> None:
+def test_a_real_log_written_by_blink_match(tmp_path: Path, relay_guard: Any) -> None:
     log = tmp_path / "m.jsonl"
     subprocess.run([sys.executable, "-m", "client.cli", "match", "--game", "takeaway", "--bots", "2", "--seed", "3",
                     "--reaction", "0.01", "--log", str(log)], check=True, capture_output=True, timeout=300)
+    assert str(log) in relay_guard.event_logs()  # the child said so: the guard verifies it too
     done = subprocess.run([sys.executable, "-m", "client.cli", "verify", str(log)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
