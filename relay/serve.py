@@ -131,7 +131,10 @@ def _apply_password_file(options: ServeOptions) -> ServeOptions:
                     "relay secret)")
     from mqttkit import RELAY_USER
 
-    password = read_password(options.password_file)
+    try:
+        password = read_password(options.password_file)
+    except ServeError as exc:  # a file named on the command line: bad input, as a missing --tls-cert is
+        raise usage(str(exc)) from exc
     return dataclasses.replace(
         options, broker=with_password(options.broker, RELAY_USER, password),
         cluster=with_password(options.cluster, RELAY_USER, password) if options.cluster else options.cluster)

@@ -390,6 +390,7 @@ def test_blink_settings_lists_every_setting_with_what_it_takes_and_its_default()
     import re
 
     from protocol.rules import GAME_NAMES
+    from protocol.rules.base import MATCH_SETTINGS
 
     proc = blink("settings")
     assert proc.returncode == 0, proc.stderr
@@ -398,18 +399,20 @@ def test_blink_settings_lists_every_setting_with_what_it_takes_and_its_default()
         one = blink("settings", name)
         assert one.returncode == 0 and one.stdout.splitlines()[0].startswith(f"{game.title} ({name}")
         rows = {line.split()[0]: line for line in one.stdout.splitlines()[1:]}
-        assert set(rows) == set(game.default_settings()) and one.stdout in proc.stdout
-        for key, value in game.default_settings().items():
+        defaults = {**game.default_settings(), **MATCH_SETTINGS}
+        assert set(rows) == set(defaults) and one.stdout in proc.stdout
+        for key, value in defaults.items():
             what, default = rows[key].split(None, 1)[1].rsplit("; default ", 1)
-            assert json.loads(default) == value and game.check_settings({key: json.loads(default)}, game.min_players)
+            assert json.loads(default) == value
+            game.check_new_match({key: json.loads(default)}, game.min_players)
             assert "\\x00" not in what and what
-            bounds = re.fullmatch(r"an integer from (\d+) to (\d+)", what)
+            bounds = re.fullmatch(r"an integer from (\d+) to (\d+)|a number of seconds from (\d+) to (\d+)", what)
             if bounds:  # the range said is the range the rules keep (other settings may narrow it)
-                lo, hi = int(bounds[1]), int(bounds[2])
-                game.check_settings({key: lo}, game.min_players)
+                lo, hi = (int(b) for b in bounds.groups() if b is not None)
+                game.check_new_match({key: lo}, game.min_players)
                 for bad in (lo - 1, hi + 1):
                     with pytest.raises(ValueError):
-                        game.check_settings({key: bad}, game.min_players)
+                        game.check_new_match({key: bad}, game.min_players)
     assert "an odd number from 1 to 9; default 3" in proc.stdout and "true or false" in proc.stdout
 
 

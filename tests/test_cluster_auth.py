@@ -91,7 +91,7 @@ def test_cluster_up_enforces_auth_and_only_a_relay_with_the_password_file_serves
         assert "refused the relay's login" in line and "wrong password" in line and "0" * 32 not in line
         missing = blink("serve", "--broker", mqtt[0], "--cluster", nats_urls[0], "--password-file",
                         str(tmp_path / "nope"))
-        assert missing.returncode == 1 and "cannot read the password file" in one_line(missing)
+        assert missing.returncode == 2 and "cannot read the password file" in one_line(missing)
 
         # A relay with the password file (on node 1, failing over to the others) serves a match played on node 2.
         relay = subprocess.Popen([*BLINK, "serve", "--broker", ",".join(mqtt), "--cluster", ",".join(nats_urls),

@@ -77,7 +77,8 @@ def version() -> str:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; given one of ``COMMANDS``, only that command's options are registered."""
     p = argtypes.OneLineParser(prog="blink", description="Race BLINK and play dice games over MQTT.")
-    p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"topic prefix (default {DEFAULT_PREFIX})")
+    p.add_argument("--prefix", type=argtypes.topic_prefix, default=DEFAULT_PREFIX,
+                   help=f"topic prefix, the same as the relay's (default {DEFAULT_PREFIX})")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
     p.add_argument("--version", action="version", version=f"blink {version()}", help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -110,12 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "ca", None) is not None or getattr(args, "insecure", False):
         from mqttkit import TLSProblem, set_tls_defaults
 
+        if args.ca is not None and args.insecure:
+            print(f"blink {args.command}: --ca and --insecure exclude each other (--insecure checks no certificate, "
+                  "against any CA)", file=sys.stderr)
+            return argtypes.USAGE
         try:
             set_tls_defaults(args.ca, args.insecure)
         except TLSProblem as exc:
             print(f"blink {args.command}: --ca: {exc}", file=sys.stderr)
             return argtypes.USAGE
-        if args.insecure:
+        if args.insecure and argtypes.speaks_tls(args):
             print(f"blink {args.command}: warning: --insecure: the broker's certificate and host name are not "
                   "checked; anyone on the path can read and change this connection", file=sys.stderr)
     topics = Topics(prefix=args.prefix)

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from urllib.parse import urlparse
 
 USAGE = 2  # bad input on the command line
 #: The help of every ``--game`` option.
@@ -72,20 +73,73 @@ def settings(text: str) -> dict[str, Any]:
 
 
 def url(text: str) -> str:
+    """A broker URL: ``mqtt://HOST:PORT`` or ``mqtts://HOST:PORT`` (the port may be left out), or
+    ``HOST:PORT``. A bare word is refused: it is more often a mistake than a host name."""
     from mqttkit import BadURL, parse_url
 
+    stripped = text.strip()
+    if "://" not in stripped:
+        host, colon, port = stripped.rpartition(":")
+        if not (colon and host and port.isdigit()):
+            raise argparse.ArgumentTypeError(f"not a broker URL: {text!r} (use mqtt://HOST:PORT, or mqtts://HOST:PORT "
+                                             "for TLS)")
     try:
-        parse_url(text)
+        parse_url(stripped)
     except BadURL as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+    if urlparse(stripped if "://" in stripped else f"mqtt://{stripped}").port == 0:  # else taken as "no port"
+        raise argparse.ArgumentTypeError(f"port 0 in {text!r}: a port is from 1 to 65535")
     return text
+
+
+#: The longest name at a table: the relay keeps the first 24 characters of a longer one
+#: (``relay/judge/lobby.py``); the command line refuses it instead, so nobody's name is cut unseen.
+NAME_CHARS = 24
+
+
+def player_name(text: str) -> str:
+    """A name at the table: 1 to ``NAME_CHARS`` printable characters, none of ``/ + #`` (which the
+    relay would drop)."""
+    name = text.strip()
+    if not name:
+        raise argparse.ArgumentTypeError("needs a name")
+    if len(name) > NAME_CHARS:
+        raise argparse.ArgumentTypeError(f"at most {NAME_CHARS} characters, not {len(name)}: {name[:NAME_CHARS]!r}...")
+    bad = sorted({c for c in name if c in "/+#" or not c.isprintable()})
+    if bad:
+        raise argparse.ArgumentTypeError(f"a name cannot hold {', '.join(repr(c) for c in bad)}: {name!r}")
+    return name
+
+
+def topic_prefix(text: str) -> str:
+    """The topic prefix every topic starts with: levels joined by ``/``, none empty, with no MQTT
+    wildcard (``+``, ``#``), space or control character, not starting with ``$`` (the broker's own)."""
+    bad = sorted({c for c in text if c in "+#" or c.isspace() or not c.isprintable()})
+    if not text:
+        raise argparse.ArgumentTypeError("the topic prefix is empty")
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        raise argparse.ArgumentTypeError(f"a topic prefix cannot hold {shown}: {text!r} (e.g. blink/v1 or game/test)")
+    if "" in text.split("/"):
+        raise argparse.ArgumentTypeError(f"a topic prefix has no empty level (no leading, trailing or double /): "
+                                         f"{text!r}")
+    if text.startswith("$"):
+        raise argparse.ArgumentTypeError(f"a topic prefix cannot start with $ (the broker's own topics): {text!r}")
+    return text
+
+
+def speaks_tls(args: argparse.Namespace) -> bool:
+    """Does a broker URL on the command line (``--server``, ``--broker``) ask for TLS? ``--insecure``
+    warns only then: a plain ``mqtt://`` connection has no certificate to leave unchecked."""
+    urls = ",".join(u for u in (getattr(args, "server", None), getattr(args, "broker", None)) if u)
+    return any(u.strip().lower().startswith(("mqtts://", "ssl://")) for u in urls.split(","))
 
 
 def add_tls_trust(parser: argparse.ArgumentParser) -> None:
     """``--ca FILE`` and ``--insecure``, for a command that connects to ``mqtts://`` brokers
     (``main`` hands them to ``mqttkit.set_tls_defaults`` before the command runs)."""
     parser.add_argument("--ca", metavar="FILE", help="with mqtts:// URLs: believe only the CAs in this PEM file "
-                        "(default: the system's CAs)")
+                        "(default: the system's CAs; not with --insecure)")
     parser.add_argument("--insecure", action="store_true", help="with mqtts:// URLs: do not check the broker's "
                         "certificate or host name (anyone on the path can read and change the connection)")
 

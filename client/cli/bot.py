@@ -4,8 +4,10 @@ How this works
 --------------
 The bot is a ``client.player.Player`` (the window's network client and model) driven by
 ``client.bots.Bot``. A seat it takes is saved (``client/seats.py``) so ``--rejoin`` can take it back
-after a crash. A number of players the game does not allow, or a seat file to rejoin that cannot be
-read, is refused before anything starts (exit status 2); a refusal by the relay or a lost broker is one line and exit status 1.
+after a crash. A number of players the game does not allow, settings the relay would refuse, or a
+seat file to rejoin that cannot be read is refused before anything starts (exit status 2). No relay
+on the broker is one line at once (``client/cli/preflight.py``), not a join resent until its wait
+ends; that, a refusal by the relay or a lost broker is one line and exit status 1.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from client.cli import args as argtypes
-from client.cli.failures import UsageError, UserError, friendly
+from client.cli.failures import UsageError, UserError, friendly, refusal
 from protocol.rules import GAME_NAMES
 
 if TYPE_CHECKING:
@@ -32,10 +34,12 @@ def register(sub: argtypes.Subcommands) -> None:
     b.add_argument("--create", action="store_true", help="create a match and print its code")
     b.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     b.add_argument("--players", type=argtypes.whole(0, 10_000), default=2,
-                   help="seats when creating a match (as many as the game allows)")
-    b.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating (`blink settings GAME` lists them)")
-    b.add_argument("--name", default="bot", help="the bot's name at the table (default bot)")
-    b.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="median reaction time in seconds")
+                   help="seats when creating a match (as many as the game allows; default 2)")
+    b.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON for a new or quick match (`blink settings GAME` lists them; "
+                   "default: none, the game's own)")
+    b.add_argument("--name", type=argtypes.player_name, default="bot",
+                   help=f"the bot's name at the table, at most {argtypes.NAME_CHARS} characters (default bot)")
+    b.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="median reaction time in seconds (default 0.35)")
     b.add_argument("--seed", type=int, help="seed for the bot's choices and reaction times (default: random)")
     b.add_argument("--rejoin", nargs="?", const="", metavar="FILE",
                    help="take back the seat saved by the last `blink bot` run (or the one saved in FILE)")
@@ -48,6 +52,14 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         problem = argtypes.seats_problem(args.game, args.players, "--players")
         if problem is not None:
             raise UsageError(problem)
+    if args.create or not (args.match or args.rejoin is not None):  # settings go with a new or quick match
+        from protocol.rules import game_for
+
+        game = game_for(args.game)
+        try:
+            game.check_new_match(args.settings, args.players if args.create else game.min_players)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"bad --settings: {exc}") from exc
     saved = None
     if args.rejoin is not None:  # a seat file that is not there is bad input, as in `blink play --rejoin`
         try:
@@ -60,12 +72,15 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None) -> int:
     from mqttkit import parse_url
     from client.bots import Bot
+    from client.cli.preflight import require_relay
     from client.player import Player, RequestError
 
     from client import seats
 
+    address = parse_url(args.server)
+    await require_relay(address, topics)  # none: one line now, not a join resent for its whole wait
     try:
-        async with Player(parse_url(args.server), saved.name if saved else args.name, topics) as player:
+        async with Player(address, saved.name if saved else args.name, topics) as player:
             if saved is not None:
                 code = await player.rejoin(saved.match, saved.token)
             elif args.match:
@@ -91,7 +106,7 @@ async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None
             print(f"match over: winner {names[winner] if isinstance(winner, int) and winner < len(names) else 'none'}",
                   flush=True)
     except RequestError as exc:
-        raise UserError(f"the relay refused: {exc}") from exc
+        raise refusal(exc, address.url) from exc
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001

@@ -25,7 +25,7 @@ def register(sub: argtypes.Subcommands) -> None:
     bc.add_argument("dir", metavar="DIR", help="directory for mosquitto.conf, mosquitto.acl and passwd")
     bc.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     bc.add_argument("--port", type=argtypes.whole(1, 65535), default=1883, help="listen port (default 1883)")
-    bc.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192, help="largest message (bytes)")
+    bc.add_argument("--max-payload", type=argtypes.whole(1024, 65536), default=8192, help="largest message in bytes (default 8192)")
     bc.add_argument("--tls-cert", metavar="FILE", help="also a TLS listener (mqtts://) with this certificate (PEM; "
                     "with --tls-key)")
     bc.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")

@@ -4,13 +4,19 @@ How this works
 --------------
 A command raises ``UserError`` (exit status 1: a failure at run time the user can fix) or
 ``UsageError`` (status 2: bad input on the command line, found before anything starts); ``main``
-prints it as ``blink COMMAND: message``. ``friendly`` turns what the network libraries raise (a
-taken port, a refused login, an unreachable broker) into a ``UserError`` worded for a person.
+prints it as ``blink COMMAND: message``. ``refusal`` words a relay's refusal (or its silence);
+``friendly`` turns what the network libraries raise (a taken port, a refused login, an unreachable
+broker) into a ``UserError`` worded for a person.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from client.cli import args as argtypes
+
+if TYPE_CHECKING:
+    from client.player import RequestError
 
 LOGIN_HINT = ("(the relay's: mqtt://relay:SECRET@HOST:PORT as `blink broker-config` prints it, or --password-file "
               "DIR/relay-password for a `blink cluster up` cluster)")
@@ -71,6 +77,14 @@ def friendly(exc: BaseException) -> UserError:
     except ImportError:
         pass
     return UserError(f"{type(exc).__name__}: {exc}")
+
+
+def refusal(exc: RequestError, url: str) -> UserError:
+    """A request the relay refused, or one no relay answered in time (nothing refused it then)."""
+    if exc.code == "timeout":
+        return UserError(f"no answer from the relay on {url} in time: a relay is online there but did not answer "
+                         "(it may be busy or handing its matches to another; try again)")
+    return UserError(f"the relay refused: {exc}")
 
 
 def read_lines(path: str) -> list[str] | str:

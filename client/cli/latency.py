@@ -55,12 +55,6 @@ def _order(text: str) -> str:
     return text
 
 
-def _game(text: str) -> str:
-    if text not in GAME_NAMES:
-        raise argparse.ArgumentTypeError(f"unknown game {text!r}: one of {', '.join(GAME_NAMES)}")
-    return text
-
-
 def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser(
         "latency", help="measure latency and fairness with concurrent bot matches",
@@ -69,7 +63,7 @@ def register(sub: argtypes.Subcommands) -> None:
                     "two comma-separated values give seat 0 and seat 1 their own (e.g. --delay 0ms,100ms).")
     argtypes.add_tls_trust(p)
     p.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
-    p.add_argument("--game", type=_game, default="blink", help="game to play (default blink)")
+    p.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     p.add_argument("--matches", type=argtypes.whole(1, 500), default=4, help="concurrent matches (default 4)")
     p.add_argument("--duration", type=argtypes.seconds(0.5, 86_400), default=None,
                    help="seconds to measure (default 10); with --games the longest a step may take (default 3600)")
@@ -152,14 +146,26 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         return fail("--fair-cap-ms applies to the local relay only (set it on `blink serve` instead)", 2)
     if args.plot:  # the path itself was checked when the arguments were read (argtypes.out_file)
         if not have_matplotlib():
-            return fail("--plot needs matplotlib: pip install 'blink-race[bench]' (or pip install matplotlib)", 1)
+            return fail("--plot needs matplotlib, which is not installed: pip install matplotlib (or, in blink's "
+                        "source folder, pip install '.[bench]')", 1)
     settings = {**game_for(args.game).quick_settings, **args.settings}
     if "order" in settings:
         return fail("--settings: set the ordering with --order, not in the settings", 2)
     try:
-        game_for(args.game).check_settings(settings, 2)
+        game_for(args.game).check_new_match(settings, 2)
     except (ValueError, TypeError) as exc:
         return fail(f"--settings: {exc}", 2)
+    if args.server:  # no relay there: one line now, not a match request resent for its whole wait
+        import asyncio
+
+        from client.cli.failures import UserError
+        from client.cli.preflight import require_relay
+        from mqttkit import parse_url
+
+        try:
+            asyncio.run(require_relay(parse_url(args.server), topics))
+        except UserError as exc:
+            return fail(str(exc), exc.status)
     # A delayed message still waiting when its connection closes is never sent; that is fine here.
     warnings.filterwarnings("ignore", message=r"coroutine 'Connection\._(deliver_async|publish)' was never awaited",
                             category=RuntimeWarning)

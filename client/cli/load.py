@@ -78,6 +78,16 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     except LoadError as exc:
         print(f"blink load: {exc}", file=sys.stderr)
         return 2
+    if args.server:  # the same words as every command's for a broker with no relay
+        from client.cli.failures import UserError
+        from client.cli.preflight import require_relay
+        from mqttkit import parse_url
+
+        try:
+            asyncio.run(require_relay(parse_url(args.server), topics))
+        except UserError as exc:
+            print(f"blink load: {exc}", file=sys.stderr)
+            return exc.status
     tty = sys.stderr.isatty()
     last = [0.0]
 

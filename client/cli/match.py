@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from client.cli import args as argtypes
-from client.cli.failures import UsageError, UserError, friendly
+from client.cli.failures import UsageError, UserError, friendly, refusal
 from protocol.rules import GAME_NAMES
 
 if TYPE_CHECKING:
@@ -28,16 +28,21 @@ def register(sub: argtypes.Subcommands) -> None:
     mt = sub.add_parser("match", help="a whole match between bots")
     mt.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     mt.add_argument("--bots", type=argtypes.whole(0, 10_000), default=2,
-                    help="number of bot players (as many as the game allows: BLINK 2, the dice games 2 or more)")
+                    help="number of bot players (as many as the game allows: BLINK 2, the dice games 2 or more; "
+                         "default 2)")
     argtypes.add_tls_trust(mt)
     mt.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start both here)")
     mt.add_argument("--seed", type=int, help="seed for the relay (when started here) and the bots")
-    mt.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON (`blink settings GAME` lists them)")
-    mt.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="bots' median reaction time in seconds")
-    mt.add_argument("--timeout", type=argtypes.seconds(0, 3600), default=900.0, help="give up after this many seconds")
+    mt.add_argument("--settings", type=argtypes.settings, default={},
+                    help="game settings as JSON (`blink settings GAME` lists them; default: none, the game's own)")
+    mt.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35,
+                    help="bots' median reaction time in seconds (default 0.35)")
+    mt.add_argument("--timeout", type=argtypes.seconds(1, 86_400), default=900.0,
+                    help="give up after this many seconds, 1 to 86400 (default 900)")
     mt.add_argument("--json", action="store_true", help="print one JSON object")
     mt.add_argument("--log", type=argtypes.out_file, metavar="PATH", help="write every public event as JSON Lines")
-    mt.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="relay ordering (local relay)")
+    mt.add_argument("--order", choices=("arrival", "fair"), default="arrival",
+                    help="how the relay started here orders simultaneous plays (default arrival)")
     mt.add_argument("--data", metavar="DIR", help="the local relay's journal directory (default: a private "
                     "temporary one, removed afterwards)")
 
@@ -50,28 +55,36 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 
 
 async def _match(args: argparse.Namespace, topics: Topics) -> int:
-    from relay.local import LocalServer, RelayConfig
+    import shutil
+
+    from relay.local import JournalError, LocalServer, RelayConfig, temporary_data_dir
     from client.matchrun import MatchTimeout, run_match, write_log
     from client.player import RequestError
     from protocol.rules import game_for
 
     game = game_for(args.game)
     try:
-        game.check_settings(args.settings, args.bots)
+        game.check_new_match(args.settings, args.bots)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"bad --settings: {exc}") from exc
     config = RelayConfig(order=args.order)
-    try:
-        from relay.local import JournalError, temporary_data_dir
+    where = "this machine"
+    if args.server:  # no relay there: one line now, not a request resent for its whole wait
+        from client.cli.preflight import require_relay
+        from mqttkit import parse_url
 
-        local_data = args.data or (temporary_data_dir() if not args.server else None)
+        address = parse_url(args.server)
+        where = address.url
+        await require_relay(address, topics)
+    local_data = args.data or (temporary_data_dir() if not args.server else None)
+    try:
         async with LocalServer(None, args.seed, config, topics=topics, relay=True, data_dir=local_data,
                                remove_data_dir=not args.data) if not args.server \
                 else _Nothing(args.server) as server:
             result = await run_match(server.address, args.game, args.bots, args.settings, args.seed,
                                      args.reaction, args.timeout, topics)
     except RequestError as exc:
-        raise UserError(f"the relay refused: {exc}") from exc
+        raise refusal(exc, where) from exc
     except MatchTimeout as exc:
         raise UserError(f"{exc} (--timeout {args.timeout:g}; give it longer)") from exc
     except UserError:
@@ -80,6 +93,9 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
         raise UserError(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001
         raise friendly(exc) from exc
+    finally:
+        if local_data is not None and not args.data:  # LocalServer removes it, unless it failed to start
+            shutil.rmtree(local_data, ignore_errors=True)
     if args.log:
         try:
             write_log(args.log, result.events)

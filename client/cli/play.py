@@ -42,6 +42,14 @@ def _level_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _default_name() -> str:
+    """The user's login name as far as it makes a name at the table, else "you"."""
+    try:
+        return argtypes.player_name(os.environ.get("USER", ""))
+    except argparse.ArgumentTypeError:
+        return "you"
+
+
 def register(sub: argtypes.Subcommands) -> None:
     from protocol.rules import GAME_NAMES
 
@@ -51,7 +59,9 @@ def register(sub: argtypes.Subcommands) -> None:
     argtypes.add_tls_trust(p)
     p.add_argument("--server", type=argtypes.url, metavar="URL",
                    help="MQTT broker of a running relay, e.g. mqtt://192.168.1.5:1883 (default: start one here)")
-    p.add_argument("--name", default=os.environ.get("USER", "you")[:24] or "you", help="your name at the table")
+    p.add_argument("--name", type=argtypes.player_name, default=_default_name(),
+                   help=f"your name at the table, at most {argtypes.NAME_CHARS} characters (default: your user "
+                        "name, %(default)s)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--match", metavar="CODE", help="join the match with this code")
     mode.add_argument("--host", action="store_true", help="create a match and show its code for a friend")
@@ -64,9 +74,11 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     p.add_argument("--players", type=argtypes.whole(0, 10_000), default=2, metavar="N",
                    help="seats in a match you create (BLINK: 2; Takeaway 2-6, Sequence 2-4, Roll Your Own 2-8; "
-                        "bots fill the others)")
+                        "bots fill the others; default 2)")
     mode.add_argument("--watch", metavar="CODE", help="spectate a running match by code (read-only; needs --server)")
-    p.add_argument("--settings", type=argtypes.settings, default={}, help="game settings as JSON when creating a match (`blink settings GAME` lists them)")
+    p.add_argument("--settings", type=argtypes.settings, default={},
+                   help="game settings as JSON when creating a match (`blink settings GAME` lists them; default: "
+                        "none, the game's own)")
     p.add_argument("--autoplay", action="store_true", help="a bot plays for you (demos, tests)")
     p.add_argument("--screenshot", type=argtypes.out_file, metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
     p.add_argument("--quit-after", type=argtypes.seconds(0, 86400), metavar="SECONDS", help="close the window after this many seconds")
@@ -90,7 +102,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         print(f"blink play: {problem}", file=sys.stderr)
         return argtypes.USAGE
     try:
-        game.check_settings(args.settings, args.players)
+        game.check_new_match(args.settings, args.players)
     except (ValueError, TypeError) as exc:
         print(f"blink play: bad --settings: {exc}", file=sys.stderr)
         return 2

@@ -5,10 +5,14 @@ How this works
 --------------
 Each relay keeps a retained ``RelayStatus`` on ``relay/<id>/status`` (its last will turns it
 offline), so a subscription to ``relay/+/status`` answers at once whether one is online; the
-broker not answering at all is the network's error, worded by ``failures.friendly``. A match code
-is checked by spectating it for a moment (``Player.watch``): the relay answers ``no_such_match``
-for a code it does not know. ``blink watch`` and ``blink play --server`` use them so that a wrong
-URL or code is one line on stderr, before anything else (a window, a follow loop) starts.
+broker not answering at all is the network's error, worded by ``failures.friendly``. Every command
+that needs a relay on a broker it is given (``--server``) asks ``require_relay`` first, so a broker
+with no relay -- or a relay under another ``--prefix``, which is the same thing seen from here -- is
+one line within seconds, not a request resent until its wait ends. A match code is checked by
+spectating it for a moment (``Player.watch``): the relay answers ``no_such_match`` for a code it does
+not know, and re-sends the events of one it does (a match waiting for its players included).
+``blink play --server`` uses that so that a wrong URL or code is one line on stderr before any
+window opens.
 """
 
 from __future__ import annotations
@@ -52,8 +56,32 @@ async def relay_online(address: BrokerAddress, topics: Topics) -> bool:
     return False
 
 
-def no_relay(address: BrokerAddress) -> UserError:
-    return UserError(f"no relay is online on {address.url} (start one with `blink serve --broker {address.url}`)")
+def no_relay(address: BrokerAddress, topics: Topics) -> UserError:
+    """No relay online: the broker's URL, the topic the relays announce themselves on, and what to do."""
+    from protocol.topics import DEFAULT_PREFIX
+
+    other = "" if topics.prefix == DEFAULT_PREFIX else f" --prefix {topics.prefix}"
+    return UserError(f"no relay is online on {address.url} (none announced itself on {topics.relay_status('+')}): "
+                     f"start one with `blink{other} serve --broker {address.url}`, or give the --prefix "
+                     "the relay there uses")
+
+
+async def require_relay(address: BrokerAddress, topics: Topics) -> None:
+    """A ``UserError`` (one line, status 1) unless the broker answers and a relay is online on it."""
+    import aiomqtt
+
+    from mqttkit import connect_problem
+
+    try:
+        online = await relay_online(address, topics)
+    except aiomqtt.MqttCodeError as exc:  # the broker answered: a refused login, worded with its hint
+        raise friendly(exc) from exc
+    except aiomqtt.MqttError as exc:  # worded here, where the URL's scheme is known
+        raise UserError(f"cannot reach the MQTT broker at {address.url}: {connect_problem(exc, address)}") from exc
+    except Exception as exc:  # noqa: BLE001 - one readable line
+        raise friendly(exc) from exc
+    if not online:
+        raise no_relay(address, topics)
 
 
 async def check_server(url: str, topics: Topics, match: str | None = None) -> None:
@@ -63,9 +91,8 @@ async def check_server(url: str, topics: Topics, match: str | None = None) -> No
     from mqttkit import parse_url
 
     address = parse_url(url)
+    await require_relay(address, topics)
     try:
-        if not await relay_online(address, topics):
-            raise no_relay(address)
         if match is not None:
             async with Player(address, "spectator", topics, ping_interval_s=0) as player:
                 await player.watch(match, timeout=MATCH_ANSWER_S)

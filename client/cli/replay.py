@@ -5,8 +5,10 @@ How this works
 Read the log, build the replay (``client/window/viewmodels/replay.py``: ``verify`` first, then
 the spectator's state at every event) and only then open the window, in replay mode: the game's
 own scene shows the match as a spectator saw it, under a control bar (play, pause, speed, step,
-scrub). A log that is not a true log -- truncated, reordered, tampered -- is refused with its first
-bad line, in one line on stderr, exit status 1, and no window. ``--at N`` starts paused at event N
+scrub). A file that cannot be read or is no event log at all, or a ``--match`` the log does not
+hold, is bad input (exit status 2, as in ``blink verify``); a log that is not a true log --
+truncated, reordered, tampered -- is refused with its first bad line, in one line on stderr, exit
+status 1, and no window. ``--at N`` starts paused at event N
 (1-based, as the bar counts; past the match's last event it is an option out of range, status 2),
 ``--speed`` sets 1, 2 or 4; ``--screenshot``/``--quit-after`` work as in ``blink play``.
 """
@@ -47,8 +49,8 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--screenshot", type=argtypes.out_file, metavar="PATH", help="save a PNG of the window when quitting (see --quit-after)")
     p.add_argument("--quit-after", type=argtypes.seconds(0, 86400), metavar="SECONDS",
                    help="close the window after this many seconds")
-    p.add_argument("--width", type=argtypes.whole(320, 8192, 'pixels'), default=1100, help="window width in pixels")
-    p.add_argument("--height", type=argtypes.whole(320, 8192, 'pixels'), default=720, help="window height in pixels")
+    p.add_argument("--width", type=argtypes.whole(320, 8192, 'pixels'), default=1100, help="window width in pixels (default 1100)")
+    p.add_argument("--height", type=argtypes.whole(320, 8192, 'pixels'), default=720, help="window height in pixels (default 720)")
     p.add_argument("--mute", action="store_true", help="no sound")
 
 
@@ -69,9 +71,24 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 
     path = args.log
     lines = read_lines(path)
-    if isinstance(lines, str):
+    if isinstance(lines, str):  # the file named on the command line: bad input, as in `blink verify`
         print(f"blink replay: cannot read {path}: {lines}", file=sys.stderr)
-        return 1
+        return argtypes.USAGE
+    from protocol.verify import NotALog, parse_log
+
+    try:  # not an event log at all, or no such --match in it: bad input, as in `blink verify`
+        records = parse_log(lines)
+    except NotALog as exc:
+        print(f"blink replay: {path}: {exc}", file=sys.stderr)
+        return argtypes.USAGE
+    except RecursionError:
+        print(f"blink replay: {path}: a record is nested too deeply to read", file=sys.stderr)
+        return argtypes.USAGE
+    codes = list(dict.fromkeys(r.data["match"] for r in records if isinstance(r.data.get("match"), str)))
+    if args.match is not None and args.match.upper() not in (c.upper() for c in codes):
+        print(f"blink replay: --match {args.match}: no such match in {path} (it has {', '.join(codes)})",
+              file=sys.stderr)
+        return argtypes.USAGE
     try:
         replay = load_replay(lines, args.match)
     except ReplayError as exc:

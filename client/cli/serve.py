@@ -40,7 +40,7 @@ def register(sub: argtypes.Subcommands) -> None:
                    "(with --cluster/--shards: the nodes of a clustered broker, comma-separated, tried in turn)")
     s.add_argument("--embedded", action="store_true", help="run the embedded broker (in a process of its own) "
                    "even when Mosquitto is installed (without --broker, an installed Mosquitto is run by default)")
-    s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered")
+    s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered: in order of arrival, or fairly (each play held up to --fair-cap-ms for a slower player's) (default arrival)")
     s.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=150.0,
                    help="fair order: longest hold of a play in ms, 0 to 10000 (default 150)")
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")

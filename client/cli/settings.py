@@ -3,9 +3,10 @@
 How this works
 --------------
 The game objects of ``protocol.rules`` are the only table. The keys and defaults are the game's
-``default_settings()``; what a value must be (its type and range: "an integer from 1 to 10", "one
-of hex19, hex37, ...") is what the game's own ``check_settings`` says when offered a value no setting
-takes, so the listing cannot drift from what the relay accepts. Without GAME every game is listed.
+``default_settings()`` and those of every match (``MATCH_SETTINGS``: ``grace_s``); what a value must
+be (its type and range: "an integer from 1 to 10", "one of hex19, hex37, ...") is what
+``Game.check_new_match`` -- the relay's own check of a new match's settings -- says when offered a
+value no setting takes, so the listing cannot drift from what the relay accepts. Without GAME every game is listed.
 Prints to stdout, exit status 0; never imports the network or the window.
 """
 
@@ -38,7 +39,7 @@ def register(sub: argtypes.Subcommands) -> None:
 def wants(game: Game[object, object], key: str) -> str:
     """What a value of ``key`` must be, in the game's own words."""
     try:
-        game.check_settings({key: _PROBE}, game.min_players)
+        game.check_new_match({key: _PROBE}, game.min_players)
     except (ValueError, TypeError) as exc:
         text = str(exc)
     else:  # a setting that takes any text: the check has nothing to refuse
@@ -50,11 +51,12 @@ def wants(game: Game[object, object], key: str) -> str:
 
 def describe(name: str) -> list[str]:
     from protocol.rules import game_for
+    from protocol.rules.base import MATCH_SETTINGS
 
     game = game_for(name)
     seats = (f"{game.min_players} players" if game.min_players == game.max_players
              else f"{game.min_players} to {game.max_players} players")
-    defaults = game.default_settings()
+    defaults = {**game.default_settings(), **MATCH_SETTINGS}  # the game's, then those of every match
     rows = [(key, wants(game, key), json.dumps(value, separators=(",", ":"))) for key, value in defaults.items()]
     width = max(len(key) for key, _, _ in rows)
     lines = [f"{game.title} ({name}, {seats}): --settings '{{\"KEY\": VALUE, ...}}'"]

@@ -48,22 +48,15 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
     match's result."""
     import time
 
-    import aiomqtt
-
-    from mqttkit import connect_problem, parse_url
-    from client.cli.preflight import no_relay, relay_online
+    from mqttkit import parse_url
+    from client.cli.preflight import require_relay
     from client.player import Player
     from protocol import messages as m
 
     code = args.code.strip().upper()
     address = parse_url(args.server)
+    await require_relay(address, topics)
     try:
-        try:
-            online = await relay_online(address, topics)
-        except aiomqtt.MqttError as exc:  # worded here, where the URL's scheme is known
-            raise UserError(f"cannot reach the MQTT broker at {address.url}: {connect_problem(exc, address)}") from exc
-        if not online:
-            raise no_relay(address)
         async with Player(address, "spectator", topics, ping_interval_s=0) as player:
             events: dict[int, m.Event] = {}
             latest: list[m.Snapshot] = []

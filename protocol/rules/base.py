@@ -28,7 +28,9 @@ compare a game's name. The functions:
   (``Timer(name, delay_ns, action)``), e.g. the stalemate pause; the relay owns the clock.
 - ``bot_action(state, seat, chance) -> action | None``: the bots' policy, on the bot's own view.
 - ``check_settings(settings, players)`` / ``default_settings()`` / ``best_of(settings)``: settings
-  as checked wire maps, and how many games a match is the best of.
+  as checked wire maps, and how many games a match is the best of. A new match's settings may also
+  hold those of every match (``MATCH_SETTINGS``: ``grace_s``), which the relay takes out first;
+  ``Game.check_new_match`` checks both.
 - ``leave``: the relay's own action for a seat that left a match of three or more (``PlayerLeft``),
   or None for a game in which any leave ends the match. The engine takes the seat out of play
   (turns skip it, a move it owed is passed, it is never a winner) and, when one side is left,
@@ -139,6 +141,21 @@ def roll_die(chance: Chance, sides: int = 6) -> int:
     return chance.randbelow(sides) + 1
 
 
+#: Settings every match takes, whatever its game, with their defaults: the relay takes them out of a
+#: new match's settings before its game checks the rest (``relay/judge/lobby.py``). ``grace_s``: how
+#: long, in seconds, a dropped player's seat waits for them to rejoin.
+MATCH_SETTINGS: Mapping[str, Any] = {"grace_s": 30}
+MAX_GRACE_S = 600  # the longest ``grace_s``
+
+
+def check_match_settings(settings: Mapping[str, Any]) -> None:
+    """Raise ValueError, in the relay's words, for a bad value of one of ``MATCH_SETTINGS``."""
+    value = settings.get("grace_s")
+    if value is not None:  # None (JSON null) is the default, as leaving it out is
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_GRACE_S:
+            raise ValueError(f"grace_s must be a number of seconds from 0 to {MAX_GRACE_S:g}")
+
+
 def settings_map(data: object, known: type, game: str) -> dict[str, Any]:
     """The first checks of every game's settings: a map (or nothing), with no key the game's
     ``Settings`` dataclass (``known``) does not have. Returns a copy to read values from."""
@@ -149,7 +166,7 @@ def settings_map(data: object, known: type, game: str) -> dict[str, Any]:
     unknown = set(data) - set(fields)
     if unknown:  # naming the keys there are: a typo is then one look away from its fix
         raise ValueError(f"unknown {game} settings: {', '.join(sorted(map(str, unknown)))} "
-                         f"(the settings are {', '.join(fields)})")
+                         f"(the settings are {', '.join(fields)}, and {', '.join(MATCH_SETTINGS)} of every match)")
     return data
 
 
@@ -353,6 +370,13 @@ class Game(Generic[S, A]):
     @property
     def sends_less(self) -> bool:
         return self.apply_event is not None and self.private_delta is not None and self.apply_private is not None
+
+    def check_new_match(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
+        """The settings of a new match checked as the relay checks them: those of every match
+        (``MATCH_SETTINGS``) first, the rest by ``check_settings``; returns the game's part, checked.
+        Raises ValueError (or TypeError) naming the setting."""
+        check_match_settings(settings)
+        return self.check_settings({k: v for k, v in settings.items() if k not in MATCH_SETTINGS}, players)
 
     def seats_problem(self, seats: int) -> str | None:
         """Why ``seats`` players cannot play this game (one readable line), or None if they can."""
