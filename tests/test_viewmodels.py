@@ -553,3 +553,28 @@ def test_ryo_says_what_its_numbers_mean_and_a_match_s_last_game_starts_nothing()
     wins = [1 if seat == state.winner else 0 for seat in range(3)]
     assert all(f"{n}: {w}" in tally for n, w in zip(["ann", "bob", "cat"], wins)), tally
     assert [r.score for r in vm.rows(model)] == [f"{w} game{'' if w == 1 else 's'} won" for w in wins]
+
+
+def test_a_replay_with_no_game_to_show_says_why_and_never_connecting() -> None:
+    from tests.test_replay import drive
+    from client.window.viewmodels.replay import ReplaySession, load_replay
+
+    def blanks(lines: list[str]) -> set[str]:
+        replay = load_replay(lines)
+        rs = ReplaySession(replay, name="you")
+        vm = TableViewModel()
+        said = set()
+        for i in range(len(replay)):
+            rs.seek(i, 10**18)
+            band = vm.band(rs.model, rs.status, rs.message, rs.server_url, 10**18)
+            if rs.model.state() is None:
+                assert band.sub != "connecting…" and band.sub, (i, band)
+                said.add(band.sub)
+            else:
+                assert rs.message == ""
+        return said
+
+    assert blanks(drive("blink", seed=3)[0]) == {"the match has not started yet"}
+    # the first game is left: its cards are never revealed, so there is never a game to show
+    assert blanks(drive("blink", seed=3, leave_after=5)[0]) == {
+        "this game was left before its end: a forfeit never reveals its cards"}

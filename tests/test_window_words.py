@@ -1,7 +1,8 @@
 """What the window says, in the real window under Xvfb: a replay of your own match says "your
 pile" (never "you's pile"), shows no pile keys (← → step the replay there) and leaves Esc to the
 replay's bar; after a rematch the game count starts again with the score; a seat named "you" is not
-"you (you)"; a bad watch code says "Cannot watch". Screenshots go to each test's tmp_path.
+"you (you)"; a bad watch code says "Cannot watch"; a replay with no game to show says why, never
+"connecting…". Screenshots go to each test's tmp_path.
 """
 
 from __future__ import annotations
@@ -122,3 +123,27 @@ def test_a_seat_named_you_and_a_bad_watch_code(xdisplay: str, tmp_path: Path) ->
             await stop(app, task)
 
     asyncio.run(asyncio.wait_for(takeaway(), SCENARIO_S))
+
+
+@pytest.mark.integration
+def test_a_replay_of_a_game_left_before_its_end_says_so(xdisplay: str, tmp_path: Path) -> None:  # noqa: F811
+    from client.window.app import App, AppConfig
+    from client.window.session import SessionConfig
+    from client.window.viewmodels.replay import load_replay
+
+    replay = load_replay(drive("blink", seed=3, leave_after=5)[0])
+
+    async def scenario() -> None:
+        app = App(AppConfig(mode="replay", mute=True, session=SessionConfig(game="blink"), replay=replay,
+                            replay_at=6))
+        task = await started(app)
+        try:
+            await until(app, lambda: app.describe()["sub"] == "this game was left before its end: a forfeit never "
+                                                             "reveals its cards")
+            assert app.describe()["big"] == "BLINK"
+            app.request_screenshot(str(tmp_path / "replay_left_game.png"))
+            await app.next_frame()
+        finally:
+            await stop(app, task)
+
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))

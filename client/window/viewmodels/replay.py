@@ -84,6 +84,16 @@ class Replay:
                 hi = mid - 1
         return lo
 
+    def blank_reason(self, i: int) -> str:
+        """Why step ``i`` has no game to show ("" when it has one): the match has not started yet,
+        or its game was left before its end -- a forfeit never reveals the game's seed, so a first
+        game that ended in one has no state a spectator could be shown."""
+        if not 0 <= i < len(self.steps) or self.steps[i].state is not None:
+            return ""
+        if any(st.state is not None for st in self.steps[i + 1:]):
+            return "the match has not started yet"
+        return "this game was left before its end: a forfeit never reveals its cards"
+
     def result_line(self) -> str:
         """'A beat B 2–1' (or the draw) -- for the list of replays and the results."""
         ms = dict(self.steps[-1].match_state) if self.steps else {}
@@ -382,6 +392,12 @@ class ReplaySession:
         self._wall_ns = wall_ns
         self.model = self.replay.model_at(i, wall_ns, self.playback.t_s, self.playback.speed, self.config.name)
         self.epoch += 1
+        self._say()
+
+    def _say(self) -> None:
+        """What the scenes show where a game would be when there is none here (never "connecting…":
+        a replay connects to nothing)."""
+        self.message = self.replay.blank_reason(self.playback.index)
 
     def step(self, delta: int, wall_ns: int) -> None:
         """One event forward (fed, so its animation plays) or back (a seek)."""
@@ -390,6 +406,7 @@ class ReplaySession:
         if delta == 1 and self.model is not None and i < len(self.replay):
             self.playback.seek(i)
             self.replay.advance_model(self.model, i, wall_ns, self.playback.t_s, self.playback.speed)
+            self._say()
         else:
             self.seek(i, wall_ns)
         self._wall_ns = wall_ns
@@ -399,8 +416,12 @@ class ReplaySession:
             self.seek(0, wall_ns)
         dt = max(0.0, (wall_ns - self._wall_ns) / NS) if self._wall_ns else 0.0
         self._wall_ns = wall_ns
+        moved = False
         for i in self.playback.tick(min(dt, 0.5)):  # a stalled frame does not skip half the match
             self.replay.advance_model(self.model, i, wall_ns, self.playback.t_s, self.playback.speed)
+            moved = True
+        if moved:
+            self._say()
 
     # the Session surface the scenes use
     def spawn(self, coro: Any, game: bool = False) -> Any:
