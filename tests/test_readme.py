@@ -35,6 +35,7 @@ against the script's own argument parser (``_parse_only``), so a renamed option 
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -988,7 +989,7 @@ def test_scale_out(doc: Doc, shell: Shell) -> None:
 # ---------------------------------------------------------------------------------------------- docs/
 
 @pytest.mark.integration
-def test_adding_a_game(doc: Doc, shell: Shell) -> None:
+def test_adding_a_game(doc: Doc, shell: Shell, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/adding-a-game.md's commands, with its example game added as the page says: the toy game's
     module as protocol/rules/pile.py (named pile) and one line in GAMES, in a copy of the installed
     packages put first on the path."""
@@ -1009,6 +1010,13 @@ def test_adding_a_game(doc: Doc, shell: Shell) -> None:
                   flags=re.M)
     rules.write_text(text)
     shell.env["PYTHONPATH"] = os.pathsep.join([str(copy), shell.env.get("PYTHONPATH", "")])
+    # The relay guard checks the logs the commands write once the test's fixtures are torn down, in
+    # this process (tests/guards.py): it knows the page's game until then (monkeypatch, which the
+    # guard itself uses, is undone after it).
+    from protocol.rules import GAMES
+    from tests.toygame import TOY
+
+    monkeypatch.setitem(GAMES, "pile", dataclasses.replace(TOY, name="pile"))
     out = shell.run(doc.line(GAME, "blink match --game pile --bots 2 --json")).ok()
     summary = json.loads(out.stdout)
     assert summary["game"] == "pile" and summary["winner"] in ("bot1", "bot2"), summary
