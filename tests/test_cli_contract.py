@@ -20,6 +20,7 @@ from typing import Iterator
 import pytest
 
 from relay.broker import BrokerAddress, free_port
+from tests.test_window import SCENARIO_S, xdisplay  # noqa: F401 - the Xvfb fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 BLINK = [sys.executable, "-m", "client.cli"]
@@ -327,3 +328,32 @@ def test_prefixes_the_relay_can_use_are_taken() -> None:
     for bad in ("", "a/#", "+", "a//b", "/a", "a/", "$SYS", "a b", "a\tb", "a\x00"):
         with pytest.raises(argparse.ArgumentTypeError):
             argtypes.topic_prefix(bad)
+
+
+@pytest.mark.integration
+def test_grace_s_from_the_command_line_starts_a_game_from_the_menu(xdisplay: str) -> None:  # noqa: F811
+    """``blink play --settings '{"grace_s": 60}'`` opens the menu with those settings: choosing a
+    game there checks them as the relay does, so the game starts and its seat waits 60 s."""
+    import asyncio
+
+    from pyglet.window import key
+
+    from tests.test_window import make_app, press, started, stop, until
+
+    async def scenario() -> tuple[str, float]:
+        app = make_app(mode="menu", settings={**FAST, "grace_s": 60})
+        task = await started(app)
+        try:
+            await until(app, lambda: app.session.status == "ready")
+            press(app, key.B)
+            await until(app, lambda: app.session.status == "playing" or app.scene.name == "menu"
+                        and bool(getattr(app.scene, "error", "")))
+            error = str(getattr(app.scene, "error", "")) if app.scene.name == "menu" else ""
+            code = app.session.player.model.match if app.session.player else None
+            grace = float(app.session.server.relay.core.matches[code].grace_s) if code else 0.0
+        finally:
+            await stop(app, task)
+        return error, grace
+
+    error, grace = asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+    assert error == "" and grace == 60.0

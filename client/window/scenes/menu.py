@@ -10,7 +10,7 @@ their option presets come from the window's game registry (``scenes/registry.py`
 own rules. "Replays" opens the list of recorded matches (``scenes/replay.py``). "Options" cycles the chosen game's own presets from RULES.md (Takeaway's layout and
 once-per-game re-roll, Sequence's length, Roll Your Own's rolls/rounds/games) and "Turn timer" its
 ``turn_timer_s`` (off / 15 / 30 s) for the games that take one; they
-become the match settings, checked by the rules' ``check_settings`` before a game starts (a refusal
+become the match settings, checked as the relay checks them (``Game.check_new_match``) before a game starts (a refusal
 shows in the status line). Untouched, the command line's ``--settings`` for that game stay. Activating an item asks the app to start
 that kind of game (``App.start_game``), which switches to the table scene at once; the network
 work happens in the session's background task.
@@ -279,7 +279,7 @@ class MenuScene(Scene):
         game = self.games[self.game]
         settings = self.settings_for(game)
         try:
-            game_for(game).check_settings(settings, self.players)
+            game_for(game).check_new_match(settings, self.players)
         except ValueError as e:
             self.error = f"{game} settings: {e}"
             self._key = None
