@@ -270,8 +270,12 @@ def test_a_tampered_truncated_or_reordered_log_is_refused_with_its_first_bad_lin
 @pytest.mark.integration
 def test_blink_replay_refuses_a_false_log_in_one_line_and_opens_no_window(played: Any, tmp_path: Path) -> None:
     lines, _ = played["takeaway"]
-    bad = tmp_path / "cut.jsonl"
-    bad.write_text("\n".join(lines[:-3]) + "\n")
+    bad = tmp_path / "false.jsonl"
+    swapped = list(lines)
+    swapped[5], swapped[6] = swapped[6], swapped[5]  # two events out of order: a false log
+    bad.write_text("\n".join(swapped) + "\n")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:-3]) + "\n")
     shot = tmp_path / "never.png"
     env = {**os.environ, "DISPLAY": ":0.999", "BLINK_MUTE": "1"}  # a display that does not exist: never reached
     for args in (["replay", str(bad), "--screenshot", str(shot)], ["replay", str(tmp_path / "missing.jsonl")],
@@ -283,6 +287,10 @@ def test_blink_replay_refuses_a_false_log_in_one_line_and_opens_no_window(played
     out = subprocess.run([sys.executable, "-m", "client.cli", "replay", str(bad)], capture_output=True, text=True,
                          cwd=ROOT, timeout=LONG, env=env)
     assert out.returncode == 1 and "line" in out.stderr and "not a true log" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "client.cli", "replay", str(cut)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=LONG, env=env)
+    # true so far, but a game without its end never revealed its seed: nothing to replay
+    assert out.returncode == 1 and "truncated" in out.stderr and out.stderr.count("\n") == 1, out.stderr
     assert not shot.exists() and not (tmp_path / "no-such-dir").exists()
     out = subprocess.run([sys.executable, "-m", "client.cli", "replay", str(bad), "--speed", "3"], capture_output=True,
                          text=True, cwd=ROOT, timeout=LONG, env=env)
