@@ -176,5 +176,6 @@ def table(hosts: Sequence[Host]) -> str:
     first = next((h for h in hosts if h.matches), hosts[0] if hosts else None)
     if first is not None:
         code = f" --match {first.matches[0].code}" if first.matches else ""
-        lines.append(f"join: blink play --server {first.url}{code}")
+        prefix = f" --prefix {first.prefix}" if first.prefix != DEFAULT_PREFIX else ""  # else no relay is seen
+        lines.append(f"join: blink{prefix} play --server {first.url}{code}")
     return "\n".join(lines)

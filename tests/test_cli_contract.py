@@ -357,3 +357,17 @@ def test_grace_s_from_the_command_line_starts_a_game_from_the_menu(xdisplay: str
 
     error, grace = asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
     assert error == "" and grace == 60.0
+
+
+def test_the_join_command_blink_lan_suggests_names_the_host_s_prefix() -> None:
+    from client.cli import build_parser, command_of
+    from client.lan import Host, LanMatch, table
+
+    for prefix, words in (("blink/v1", []), ("school/v1", ["--prefix", "school/v1"])):
+        host = Host("desk relay-0", "192.168.1.5", 1883, "relay-0", (LanMatch("ABCDE", "blink", 1, 2),), 1,
+                    prefix=prefix)
+        line = table([host]).splitlines()[-1]
+        argv = line.removeprefix("join: blink ").split()
+        assert argv == [*words, "play", "--server", "mqtt://192.168.1.5:1883", "--match", "ABCDE"], line
+        args = build_parser(command_of(argv)).parse_args(argv)
+        assert (args.prefix, args.server, args.match) == (prefix, "mqtt://192.168.1.5:1883", "ABCDE")
