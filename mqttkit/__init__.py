@@ -33,13 +33,13 @@ import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 if TYPE_CHECKING:  # aiomqtt is the client's library: imported where it is used
     import aiomqtt
     from paho.mqtt.reasoncodes import ReasonCode
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "DEFAULT_TLS_PORT", "NODELAY", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "Scheme",
+__all__ = ["DEFAULT_MAX_PAYLOAD", "DEFAULT_TLS_PORT", "NODELAY", "PIN", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "Scheme",
            "TLSProblem", "TLSTrust", "check_port", "check_tls_pair", "connect_problem", "free_port", "granted", "parse_url", "set_tls_defaults", "stop_task",
            "subscribe_granted", "tls_context", "tls_refusal", "wait_event"]
 
@@ -238,6 +238,9 @@ class BrokerAddress:
     password: str | None = field(default=None, repr=False)
     #: Whom to believe when this address speaks TLS (``mqtts://``); None: plain MQTT.
     tls: TLSTrust | None = None
+    #: The pin of the relay a sealed client trusts (``?pin=`` in the URL ``blink serve --seal``
+    #: prints): its traffic is sealed and only that relay's keys are believed. None: unsealed.
+    pin: str | None = None
 
     @property
     def scheme(self) -> Scheme:
@@ -245,8 +248,9 @@ class BrokerAddress:
 
     @property
     def url(self) -> str:
-        """Where the broker is, without credentials (safe to print)."""
-        return f"{self.scheme}://{self.host}:{self.port}"
+        """Where the broker is, without credentials (safe to print), with the relay's pin if any."""
+        base = f"{self.scheme}://{self.host}:{self.port}"
+        return base if self.pin is None else f"{base}/?pin={self.pin}"
 
     @property
     def login_url(self) -> str:
@@ -254,7 +258,8 @@ class BrokerAddress:
         if self.username is None:
             return self.url
         cred = self.username if self.password is None else f"{self.username}:{self.password}"
-        return f"{self.scheme}://{cred}@{self.host}:{self.port}"
+        pin = "" if self.pin is None else f"/?pin={self.pin}"
+        return f"{self.scheme}://{cred}@{self.host}:{self.port}{pin}"
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The context to connect with (None for plain MQTT)."""
@@ -262,12 +267,22 @@ class BrokerAddress:
 
     def public(self) -> BrokerAddress:
         """The same broker, without credentials (what players connect with)."""
-        return BrokerAddress(self.host, self.port, tls=self.tls)
+        return BrokerAddress(self.host, self.port, tls=self.tls, pin=self.pin)
+
+    def pinned(self, pin: str | None) -> BrokerAddress:
+        """The same broker, for the relay with this pin (None: unsealed)."""
+        return BrokerAddress(self.host, self.port, self.username, self.password, self.tls, pin)
+
+
+#: A relay's pin as ``blink serve --seal`` prints it: 128 bits in base32 (``protocol.seal.fingerprint``).
+PIN = re.compile(r"[a-z2-7]{26}")
 
 
 def parse_url(url: str, trust: TLSTrust | None = None) -> BrokerAddress:
-    """``mqtt[s]://[user[:password]@]host:port`` (or ``host:port``) -> BrokerAddress; BadURL if not.
-    An ``mqtts://`` address believes ``trust``, by default the process's (``set_tls_defaults``)."""
+    """``mqtt[s]://[user[:password]@]host:port[/?pin=PIN]`` (or ``host:port``) -> BrokerAddress; BadURL
+    if not. An ``mqtts://`` address believes ``trust``, by default the process's (``set_tls_defaults``).
+    ``pin`` names the sealed relay to trust; any other query is refused (a mistyped pin must not
+    quietly mean an unsealed connection)."""
     text = url.strip()
     if "://" not in text:
         text = "mqtt://" + text
@@ -283,7 +298,18 @@ def parse_url(url: str, trust: TLSTrust | None = None) -> BrokerAddress:
         raise BadURL(f"no host in {url!r}: use mqtt://HOST:PORT or mqtts://HOST:PORT")
     user = unquote(u.username) if u.username else None
     password = unquote(u.password) if u.password else None
-    return BrokerAddress(u.hostname, port, user, password, (trust or _defaults) if tls else None)
+    pin: str | None = None
+    if u.query:
+        query = parse_qs(u.query, keep_blank_values=True)
+        unknown = sorted(set(query) - {"pin"})
+        if unknown:
+            raise BadURL(f"unknown {unknown[0]!r} in {url!r}: a broker URL takes only ?pin=PIN")
+        pins = query["pin"]
+        if len(pins) != 1 or PIN.fullmatch(pins[0]) is None:
+            raise BadURL(f"not a relay pin in {url!r}: a pin is the 26 letters and digits `blink serve --seal` "
+                         "prints in its URL")
+        pin = pins[0]
+    return BrokerAddress(u.hostname, port, user, password, (trust or _defaults) if tls else None, pin)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
