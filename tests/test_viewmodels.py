@@ -566,7 +566,7 @@ def test_a_replay_with_no_game_to_show_says_why_and_never_connecting() -> None:
         said = set()
         for i in range(len(replay)):
             rs.seek(i, 10**18)
-            band = vm.band(rs.model, rs.status, rs.message, rs.server_url, 10**18)
+            band = vm.band(rs.model, rs.status, rs.message, rs.join_command, 10**18)
             if rs.model.state() is None:
                 assert band.sub != "connecting…" and band.sub, (i, band)
                 said.add(band.sub)
@@ -578,3 +578,27 @@ def test_a_replay_with_no_game_to_show_says_why_and_never_connecting() -> None:
     # the first game is left: its cards are never revealed, so there is never a game to show
     assert blanks(drive("blink", seed=3, leave_after=5)[0]) == {
         "this game was left before its end: a forfeit never reveals its cards"}
+
+
+def test_the_join_line_names_a_non_default_prefix_and_a_spectator_of_a_waiting_match_is_told_so() -> None:
+    from types import SimpleNamespace
+
+    from client.window.session import Session, SessionConfig
+    from protocol.topics import Topics
+
+    plain = Session(SessionConfig(server_url="mqtt://192.0.2.7:1883", name="you"))
+    assert plain.join_command == "blink play --server mqtt://192.0.2.7:1883"
+    other = Session(SessionConfig(server_url="mqtt://192.0.2.7:1883", name="you", topics=Topics(prefix="club/v1")))
+    assert other.join_command == "blink --prefix club/v1 play --server mqtt://192.0.2.7:1883"
+
+    host = SimpleNamespace(state=lambda: None, match="QDEDJ", spectating=False)
+    watcher = SimpleNamespace(state=lambda: None, match="QDEDJ", spectating=True)
+    band = TableViewModel().band(host, "waiting", "", other.join_command, 0)
+    assert band.sub.endswith("blink --prefix club/v1 play --server mqtt://192.0.2.7:1883 --match QDEDJ")
+    band = TableViewModel().band(watcher, "waiting", "", other.join_command, 0)
+    assert band.big == "Match code  QDEDJ" and "waiting for the players" in band.sub and "blink" not in band.sub
+    for vm in (TakeawayViewModel("Takeaway Dice"), SequenceViewModel("Sequence Dice"), RyoViewModel("Roll Your Own")):
+        big, sub = vm.status("waiting", "", other.join_command, host)
+        assert sub.endswith("--prefix club/v1 play --server mqtt://192.0.2.7:1883 --match QDEDJ"), sub
+        big, sub = vm.status("waiting", "", other.join_command, watcher)
+        assert "waiting for the players" in sub and "connecting" not in sub

@@ -43,7 +43,7 @@ from typing import Any, Awaitable
 
 from protocol import messages as m
 from protocol.rules.base import Rejected
-from protocol.topics import Topics
+from protocol.topics import DEFAULT_PREFIX, Topics
 from client.netthread import NetThread, ThreadedConnection
 
 log = logging.getLogger("blink.window")
@@ -167,6 +167,14 @@ class Session:
         if self.lan_urls and self.address is not None and self.address == self._own:
             return self.lan_urls[0]  # what a friend types, not our own loopback way in
         return self.address.url if self.address is not None else (self.config.server_url or "")
+
+    @property
+    def join_command(self) -> str:
+        """What a friend types to join a match here, up to its code: the URL they reach us on, and
+        the topic prefix when it is not the default (else their blink finds no relay)."""
+        prefix = self.config.topics.prefix
+        option = f" --prefix {prefix}" if prefix != DEFAULT_PREFIX else ""
+        return f"blink{option} play --server {self.server_url}"
 
     @property
     def local(self) -> bool:
@@ -343,7 +351,10 @@ class Session:
         self.player = await self._connect(self.config.name)
         await self._record(code.strip().upper())
         got = await self.player.watch(code.strip().upper(), timeout=self.config.request_timeout_s)
-        self.status, self.message = "playing", ""
+        if self.player.model.state() is None:  # a match still waiting for its players: no game to show yet
+            self.status, self.message = "waiting", ""
+        else:
+            self.status, self.message = "playing", ""
         return got
 
     async def host(self) -> str:

@@ -208,7 +208,7 @@ class TableScene(Scene):
                     self._warm = None
                     break
         self._animate(now_ns)
-        band = vm.band(model, session.status, session.message, session.server_url, now_ns)
+        band = vm.band(model, session.status, session.message, session.join_command, now_ns)
         self._overlay(band)
         # What moves without a new board -- a bounce in flight, a shake, a drag, the rings as they
         # fade (in eighths: ``CardView.set_ring``), the band's texts and pick timer, the message --

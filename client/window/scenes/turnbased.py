@@ -477,7 +477,7 @@ class TurnBasedScene(Scene):
                                                               max(f, ly - f * 0.8 - row.bottom)))
         # what is going on instead of the board
         if state is None:
-            big, sub = vm.status(session.status, session.message, session.server_url, model)
+            big, sub = vm.status(session.status, session.message, session.join_command, model)
             over.rect(self.w / 2, self.h / 2, self.w * 0.9, f * 8, (10, 14, 20, 230), radius=f)
             self.text(self.w / 2, self.h / 2 + f * 1.2, big, 2.4, WHITE, bold=True, over=True)
             self.text(self.w / 2, self.h / 2 - f * 2.0, sub, 1.0, DIM, over=True, max_w=self.w * 0.86)

@@ -378,6 +378,7 @@ class ReplaySession:
         self.address: Any = None
         self.server: Any = None
         self.server_url = ""
+        self.join_command = ""  # nobody joins a replay
         self.local = False
         self.epoch = 0
         self.model: Any = None

@@ -311,16 +311,18 @@ class TableViewModel:
 
     # ------------------------------------------------------------------ the text band
 
-    def band(self, model: Any, status: str, message: str, server_url: str, now_ns: int) -> Band:
-        """The band's texts now (``status``/``message``/``server_url`` are the session's)."""
+    def band(self, model: Any, status: str, message: str, join_command: str, now_ns: int) -> Band:
+        """The band's texts now (``status``/``message``/``join_command`` are the session's)."""
         state = model.state() if model is not None else None
         if model is None or state is None or not isinstance(state, blink.State):
             if status == "error":  # a spectator (a bad watch code) was not going to play
                 return Band("Cannot watch" if getattr(model, "spectating", False) else "Cannot play", message, "screen")
             if status == "waiting" and model is not None and model.match:
+                if getattr(model, "spectating", False):
+                    return Band(f"Match code  {model.match}", "waiting for the players to join — you are watching",
+                                "screen")
                 return Band(f"Match code  {model.match}",
-                            f"waiting for an opponent — they run:  blink play --server {server_url} "
-                            f"--match {model.match}", "screen")
+                            f"waiting for an opponent — they run:  {join_command} --match {model.match}", "screen")
             return Band("BLINK", message or "connecting…", "screen")
         seat = model.seat if model.seat is not None else -1  # -1: a spectator, nobody is "you"
         ms = model.match_state or {}

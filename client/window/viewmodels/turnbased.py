@@ -254,13 +254,16 @@ class TurnViewModel:
             return "spectating a match: read-only     Esc  menu"
         return self.hints(state, self.me(model))
 
-    def status(self, status: str, message: str, server_url: str, model: Any) -> tuple[str, str]:
-        """Before a game: the big and small line of the status overlay."""
+    def status(self, status: str, message: str, join_command: str, model: Any) -> tuple[str, str]:
+        """Before a game: the big and small line of the status overlay (``join_command``: what a
+        friend types to join here, up to the code)."""
         if status == "error":  # a spectator (a bad watch code) was not going to play
             return ("Cannot watch" if getattr(model, "spectating", False) else "Cannot play"), message
         if status == "waiting" and model is not None and model.match:
+            if getattr(model, "spectating", False):
+                return f"Match code  {model.match}", "waiting for the players to join — you are watching"
             return (f"Match code  {model.match}",
-                    f"waiting for players — they run:  blink play --server {server_url} --match {model.match}")
+                    f"waiting for players — they run:  {join_command} --match {model.match}")
         return self.title, message or "connecting…"
 
     def tally(self, model: Any, state: Any = None) -> str:
