@@ -145,7 +145,7 @@ def test_table_before_a_game_says_what_is_going_on() -> None:
     assert vm.band(None, "connecting", "", "", 0).sub == "connecting…"
     waiting = ClientModel("a", "ann")
     waiting.match = "ABCDE"
-    band = vm.band(waiting, "waiting", "", "mqtt://10.0.0.5:1883", 0)
+    band = vm.band(waiting, "waiting", "", "blink play --server mqtt://10.0.0.5:1883", 0)
     assert band.big == "Match code  ABCDE" and "--server mqtt://10.0.0.5:1883 --match ABCDE" in band.sub
     assert not vm.board(None).playing
 
