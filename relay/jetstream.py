@@ -41,10 +41,11 @@ nats-py is asyncio; the ``Journal`` interface is synchronous (the relay shell ca
 connection on it; the sync methods submit coroutines to it and wait (never call them from that
 loop's own thread). One link may be shared by the journals of every shard of a relay.
 
-Failures: a server that cannot be reached within ``connect_timeout``, or one without JetStream, is a
-``JournalError`` with one line (a server that refuses the login -- a cluster with blink's
-authorization, ``relay/natsauth.py``, and no or a wrong relay password -- says so; URLs are shown
-without their credentials). While a node is down, requests are retried (the client reconnects
+Failures: a server without JetStream, or one that refuses the login (a cluster with blink's
+authorization, ``relay/natsauth.py``, and no or a wrong relay password), is a ``JournalError`` with
+one line at once; a cluster that is not ready (nothing listening yet, no JetStream meta leader yet:
+``NotReady``) is asked again for up to ``wait_s`` -- a relay waits ``START_WAIT_S``, saying so once
+-- and then is one too. URLs are shown without their credentials. While a node is down, requests are retried (the client reconnects
 to another node and the streams elect a new leader) until ``op_timeout``; then ``JournalError``.
 """
 
@@ -58,7 +59,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
 
@@ -118,13 +119,45 @@ def parse_servers(servers: str | Sequence[str]) -> list[str]:
     return urls
 
 
+#: How long a relay waits for a cluster that is not ready yet (nodes starting, no JetStream leader yet).
+START_WAIT_S = 60.0
+#: One try at a login: longer than a node's wait for the auth callout's answer (``relay/natsauth.py``:
+#: 5 s), so that a refused login is heard as one, not taken for silence.
+ATTEMPT_S = 8.0
+
+
+class NotReady(JournalError):
+    """The cluster does not answer as it will once it is up (nothing listening yet, no JetStream
+    leader yet): worth asking again."""
+
+
 async def connect_jetstream(servers: str | Sequence[str], connect_timeout: float = 5.0,
-                            name: str = "blink-relay") -> NATS:
+                            name: str = "blink-relay", wait_s: float = 0.0,
+                            say: Callable[[str], None] | None = None) -> NATS:
     """A nats-py connection to a JetStream-enabled cluster, or ``JournalError`` in one line.
 
-    The first connection is bounded (every server tried a few times within ``connect_timeout``);
-    once connected, the client reconnects for ever (to any node) so that a node going down is
-    ridden out."""
+    A refused login or a server without JetStream ends it at once. A cluster that is not ready
+    (``NotReady``: nothing listening, no JetStream meta leader yet) is asked again every half second
+    for up to ``wait_s`` (0: once), said once through ``say``. Once connected, the client reconnects
+    for ever (to any node) so that a node going down is ridden out."""
+    where = shown(parse_servers(servers))
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            return await _connect_once(servers, connect_timeout, name)
+        except NotReady as exc:
+            if time.monotonic() + 0.5 > deadline:
+                if wait_s:
+                    raise NotReady(f"{exc}, still after {wait_s:.0f} s") from exc
+                raise
+            if not told and say is not None:
+                say(f"waiting for the NATS cluster at {where} to get ready ({exc}); giving up after {wait_s:.0f} s")
+                told = True
+        await asyncio.sleep(0.5)
+
+
+async def _connect_once(servers: str | Sequence[str], connect_timeout: float, name: str) -> NATS:
     import nats
     import nats.errors
     import nats.js.errors
@@ -137,36 +170,77 @@ async def connect_jetstream(servers: str | Sequence[str], connect_timeout: float
         if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
             refused.append(exc)  # remembered: nats-py then reports only "no servers available"
 
+    def refusal(exc: BaseException | None) -> JournalError | None:
+        text = str(exc).lower()
+        if refused or isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text:
+            how = "a wrong password" if any("@" in u.split("://", 1)[-1] for u in urls) else "no password"
+            return JournalError(f"the NATS cluster at {where} refused the relay's login (authorization violation: "
+                                f"{how}): give the relay's password (`blink cluster up` writes it to DIR/relay-password; "
+                                f"`blink serve --password-file FILE` reads it)")
+        return None
+
     try:
         nc = await asyncio.wait_for(
-            nats.connect(servers=urls, name=name, connect_timeout=min(2.0, connect_timeout), allow_reconnect=True,
+            nats.connect(servers=urls, name=name, connect_timeout=max(connect_timeout, ATTEMPT_S), allow_reconnect=True,
                          max_reconnect_attempts=2, reconnect_time_wait=0.2, error_cb=quiet),
-            timeout=connect_timeout)
+            timeout=max(connect_timeout, ATTEMPT_S + 2))
     except (asyncio.TimeoutError, nats.errors.NoServersError, OSError, nats.errors.Error) as exc:
-        if refused or isinstance(exc, nats.errors.AuthorizationError):
-            how = "a wrong password" if any("@" in u.split("://", 1)[-1] for u in urls) else "no password"
-            raise JournalError(f"the NATS cluster at {where} refused the relay's login (authorization violation: "
-                               f"{how}): give the relay's password (`blink cluster up` writes it to DIR/relay-password; "
-                               f"`blink serve --password-file FILE` reads it)") from exc
+        if (no := refusal(exc)) is not None:
+            raise no from exc
         why = "timed out" if isinstance(exc, asyncio.TimeoutError) else _one_line(exc)
-        raise JournalError(f"cannot reach the NATS cluster at {where} ({why})") from exc
-    nc.options["max_reconnect_attempts"] = -1  # from now on: keep reconnecting (a node may be down for a while)
-    nc.options["reconnect_time_wait"] = 0.5
-    try:
-        await nc.jetstream(timeout=min(5.0, connect_timeout)).account_info()
-    except (nats.js.errors.ServiceUnavailableError, nats.js.errors.NoStreamResponseError,
-            nats.errors.NoRespondersError) as exc:
+        raise NotReady(f"cannot reach the NATS cluster at {where} ({why})") from exc
+    # A login the node is still weighing (its auth callout, up to 5 s) is returned by nats-py before
+    # it is answered: wait for the answer (a refusal closes the connection).
+    end = time.monotonic() + ATTEMPT_S
+    while not nc.is_connected and not nc.is_closed and time.monotonic() < end:
+        await asyncio.sleep(0.05)
+    if not nc.is_connected:
+        error = nc.last_error
         await close_nats(nc)
+        if (no := refusal(error)) is not None:
+            raise no from error
+        raise NotReady(f"cannot reach the NATS cluster at {where} ({_one_line(error) if error else 'no answer to the login'})")
+    try:
+        await nc.jetstream(timeout=min(5.0, max(connect_timeout, 2.0))).account_info()
+    except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError) as exc:
+        await close_nats(nc)
+        if getattr(exc, "err_code", None) is not None:  # "temporarily unavailable": no meta leader yet
+            raise NotReady(f"the NATS cluster at {where} does not answer JetStream requests yet "
+                           f"({_one_line(exc)})") from exc
+        # nats-py reports nobody answering JetStream's API (no JetStream here) as a bare 503
         raise JournalError(f"the NATS server at {where} has no JetStream (enable it: a jetstream {{}} "
                            f"block in its config, or -js)") from exc
-    except (asyncio.TimeoutError, nats.errors.TimeoutError) as exc:
+    except (nats.js.errors.NoStreamResponseError, asyncio.TimeoutError, nats.errors.TimeoutError,
+            nats.errors.ConnectionClosedError) as exc:
         await close_nats(nc)
-        raise JournalError(f"the NATS cluster at {where} does not answer JetStream requests "
-                           f"(no JetStream, or no meta leader yet)") from exc
+        if refused:
+            raise refusal(refused[0]) or JournalError("refused") from exc
+        raise NotReady(f"the NATS cluster at {where} does not answer JetStream requests yet "
+                       f"(no JetStream meta leader yet)") from exc
     except Exception as exc:
         await close_nats(nc)
-        raise JournalError(f"JetStream at {where} is not usable: {_one_line(exc)}") from exc
+        raise refusal(exc) or JournalError(f"JetStream at {where} is not usable: {_one_line(exc)}") from exc
+    if refused:
+        await close_nats(nc)
+        raise refusal(refused[0]) or JournalError("refused")
+    nc.options["max_reconnect_attempts"] = -1  # from now on: keep reconnecting (a node may be down for a while)
+    nc.options["reconnect_time_wait"] = 0.5
     return nc
+
+
+def quiet_refused_closes(loop: asyncio.AbstractEventLoop) -> None:
+    """On a loop of our own: leave out the one error nats-py leaves unretrieved when a node refuses
+    a login and closes the socket (its own close task then fails on the reset connection); the
+    refusal itself is reported, and everything else still goes to the default handler."""
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        task = context.get("future")
+        coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+        if (isinstance(context.get("exception"), ConnectionResetError)
+                and getattr(coro, "__qualname__", "") == "Client._close"):
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 async def bounded(awaitable: Awaitable[T], timeout: float) -> T | None:
@@ -199,15 +273,18 @@ class NatsLink:
     """One nats-py connection on a private event loop (a daemon thread), usable from any other thread."""
 
     def __init__(self, servers: str | Sequence[str], *, connect_timeout: float = 5.0,
-                 request_timeout: float = REQUEST_TIMEOUT_S, name: str = "blink-relay") -> None:
+                 request_timeout: float = REQUEST_TIMEOUT_S, name: str = "blink-relay", wait_s: float = 0.0,
+                 say: Callable[[str], None] | None = None) -> None:
         self.servers = parse_servers(servers)
         self.request_timeout = request_timeout
         self._loop = asyncio.new_event_loop()
+        quiet_refused_closes(self._loop)
         self._thread = threading.Thread(target=self._loop.run_forever, name="blink-nats", daemon=True)
         self._thread.start()
         self._closed = False
         try:
-            self.nc: NATS = self.run(connect_jetstream(self.servers, connect_timeout, name), connect_timeout + 5)
+            self.nc: NATS = self.run(connect_jetstream(self.servers, connect_timeout, name, wait_s, say),
+                                     wait_s + connect_timeout + ATTEMPT_S + 10)
         except BaseException:
             self._stop_loop()
             raise

@@ -90,10 +90,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from relay.jetstream import bounded, close_nats, connect_jetstream
+from protocol.topics import DEFAULT_PREFIX
+from relay.jetstream import START_WAIT_S, bounded, close_nats, connect_jetstream, quiet_refused_closes
 from relay.journal import JournalError
 from relay.leaseplan import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, Owner, View, cooldown_s, decide, leftovers,
                              pin_conflict, renew_after, without_dead)
+from relay.natscallout import Callout, CalloutError, password_of
 from relay.ownership import OnGain, OnLoss
 
 if TYPE_CHECKING:  # nats-py is imported where it is used: a relay without a cluster never loads it
@@ -122,7 +124,8 @@ class NatsLeases:
     def __init__(self, servers: str | Sequence[str], shard_count: int, *, pinned: Iterable[str] = (),
                  ttl: float = DEFAULT_TTL_S, namespace: str = "blink", relay_id: str | None = None,
                  replicas: int | None = None, connect_timeout: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic, probe: bool = True) -> None:
+                 clock: Callable[[], float] = time.monotonic, probe: bool = True,
+                 prefix: str = DEFAULT_PREFIX, callout: bool = True) -> None:
         if shard_count < 1:
             raise LeaseError(f"the shard count must be at least 1, not {shard_count}")
         if not 1.0 <= ttl <= 600:
@@ -165,6 +168,10 @@ class NatsLeases:
         self._dead: set[str] = set()  # the members the probes found dead (see ``_run_probes``)
         self._wake_tick: asyncio.Event | None = None
         self.view = View()
+        self.prefix = prefix  # the topic prefix whose players the auth callout lets in
+        #: Answer the cluster's auth callout (``relay/natscallout.py``) when logged in with a password.
+        self.answer_callout = callout
+        self.callout: Callout | None = None
         #: (time, what) of every change, for tests and logs
         self.history: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=1000)
 
@@ -206,6 +213,7 @@ class NatsLeases:
         except JournalError as exc:
             raise LeaseError(str(exc)) from exc
         try:
+            await self._start_callout(self._nc)
             await self._setup(self._nc)
         except BaseException:
             await close_nats(self._nc)
@@ -252,21 +260,33 @@ class NatsLeases:
 
     # ---- setup
 
+    async def _start_callout(self, nc: NATS) -> None:
+        """Answer the nodes' auth callout from here on (first: players get in while the rest starts)."""
+        password = password_of(self.servers) if self.answer_callout else None
+        if password is None:
+            return  # an open cluster: nothing to answer
+        try:
+            self.callout = Callout(password, self.prefix)
+        except CalloutError as exc:
+            raise LeaseError(str(exc)) from exc
+        await self.callout.start(nc)
+
     async def _setup(self, nc: NATS) -> None:
         import nats.errors
         import nats.js.errors
         from nats.js.api import KeyValueConfig, StorageType
 
-        # Short requests, retried: right after a stream is created (by another relay starting at the same
-        # moment, say) nats-server 2.9 may answer a request to it with silence until its leader is up.
+        # Short requests, retried until START_WAIT_S: right after a stream is created (by another relay
+        # starting at the same moment, say) a request to it may go unanswered until its leader is up,
+        # and a freshly started cluster answers "temporarily unavailable" until it has a meta leader.
         js = nc.jetstream(timeout=2.0)
         bucket = f"{self.namespace}_leases"
         meta_bucket = f"{self.namespace}_meta"
         replicas_choices = [self.replicas] if self.replicas else [3, 2, 1]
 
-        deadline = time.monotonic() + max(30.0, self.connect_timeout)
+        deadline = time.monotonic() + max(START_WAIT_S, self.connect_timeout)
         transient = (nats.errors.TimeoutError, asyncio.TimeoutError, nats.js.errors.ServiceUnavailableError,
-                     nats.errors.NoRespondersError)
+                     nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)
 
         async def bucket_of(name: str, ttl: float | None) -> KeyValue:
             """The bucket, created if missing; several relays starting at once may all try, and a busy
@@ -727,6 +747,7 @@ class ThreadedLeases:
             return
         self._caller = asyncio.get_running_loop()
         self._loop = asyncio.new_event_loop()
+        quiet_refused_closes(self._loop)
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"blink-leases-{self.relay_id}",
                                         daemon=True)
         self._thread.start()

@@ -9,7 +9,9 @@ is answered, since a request can come in the SUBACK's read; then the subscriptio
 online status, and ``on_up(first)``. With several broker nodes, an unanswered CONNECT or a lost
 connection moves to the next node at once (each once), then backs off 0.1 s doubling to 5 s; only
 the very first connection may fail for good (a wrong URL or password). A subscription refused in its
-SUBACK (NATS, without a JetStream consumer yet) is asked again in the background.
+SUBACK (NATS, without a JetStream consumer yet) is asked again in the background. A relay of a
+cluster (``first_wait_s``) waits for nodes that do not answer yet at its very first connection,
+saying so once, instead of failing: a cluster just started may take a while.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from mqttkit import NODELAY, RELAY_USER, BrokerAddress
-from mqttkit.connection import MqttConnection, MqttError, OnMessages, OnOversize, SubscribeRefused, Will
+from mqttkit.connection import (ConnectRefused, MqttConnection, MqttError, OnMessages, OnOversize, SubscribeRefused,
+                                Will)
 from mqttkit.connection import connect as mqtt_connect
 
 log = logging.getLogger("blink.relay")
@@ -45,6 +48,10 @@ class Login:
     max_packet: int
     timeout: float
     topic_filter: Callable[[], tuple[bytes, tuple[bytes, ...]]] | None = None
+    #: The first connection: nodes that do not answer yet are asked again for this long (a cluster
+    #: just started: nats-server sets up its MQTT streams at the first MQTT connection), said once.
+    first_wait_s: float = 0.0
+    say: Callable[[str], None] | None = None
 
 
 class BrokerLink:
@@ -72,6 +79,8 @@ class BrokerLink:
         first = True
         node = attempts = 0
         lost_at: float | None = None
+        began = time.monotonic()
+        told = False
         while True:
             self.address = address = self.addresses[node % len(self.addresses)]
             attempts += 1
@@ -108,8 +117,18 @@ class BrokerLink:
                 if self.closing:
                     return  # the last words were said: no new connection
                 node += 1  # the next node (it comes round again last)
-                if first and node >= len(self.addresses):
-                    raise
+                if first and node % len(self.addresses) == 0:
+                    if not _not_ready(exc) or time.monotonic() - began + delay > login.first_wait_s:
+                        if login.first_wait_s and _not_ready(exc):
+                            raise MqttError(f"{exc} (still after {login.first_wait_s:.0f} s)") from exc
+                        raise
+                    if not told and login.say is not None:
+                        login.say(f"waiting for the MQTT broker at {address.url} to answer ({exc}); "
+                                  f"giving up after {login.first_wait_s:.0f} s")
+                        told = True
+                    await asyncio.sleep(delay)
+                    delay = min(RECONNECT_MAX_S, delay * 2)
+                    continue
                 if first:
                     continue
                 if lost_at is None:
@@ -149,6 +168,14 @@ class BrokerLink:
         task = asyncio.create_task(again())
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
+
+
+def _not_ready(exc: MqttError) -> bool:
+    """A broker that is not up yet (nothing listening, or no CONNACK in time), rather than one that
+    refused the login or speaks another protocol: worth asking again while a cluster starts."""
+    if isinstance(exc, ConnectRefused):
+        return False
+    return isinstance(exc.__cause__, ConnectionRefusedError) or str(exc).startswith("no answer from the broker")
 
 
 __all__ = ["BrokerLink", "Login", "RECONNECT_FIRST_S", "RECONNECT_MAX_S"]

@@ -33,6 +33,7 @@ its own: what ``blink play`` starts, so its window and the relay never share an 
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import sys
 import tempfile
@@ -207,7 +208,8 @@ class ClusterServer:
     def task(self) -> asyncio.Task[None] | None:
         return self._task
 
-    async def start(self, timeout_s: float = 30.0) -> None:
+    async def start(self, timeout_s: float = 180.0) -> None:
+        # (the relay waits up to a minute for each of a cluster's parts that is not ready yet: its own deadlines)
         self._task = await _run_until_ready(self.relay, timeout_s)
         if not self.relay.ready.is_set():
             await self.stop()
@@ -248,14 +250,15 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
         return ClusterServer(Relay(address, StaticOwnership(shards), sqlite_opener(data_dir, durable), shards_total,
                                    topics, config, log_path=log_path, max_payload=max_payload, say=say))
     try:
-        from relay.jetstream import JetStreamJournal, NatsLink
+        from relay.jetstream import START_WAIT_S, JetStreamJournal, NatsLink
         from relay.leases import NatsLeases, ThreadedLeases
     except ImportError as exc:
         raise ClusterError(f"this installation cannot use a NATS cluster ({exc}): install nats-py") from exc
     # One NATS connection for every shard's journal, another for the leases.
-    link = await asyncio.to_thread(NatsLink, cluster_url)  # JournalError in one line: unreachable, no JetStream
+    # JournalError in one line: refused, no JetStream, or not ready within START_WAIT_S (said once while waiting)
+    link = await asyncio.to_thread(functools.partial(NatsLink, cluster_url, wait_s=START_WAIT_S, say=say))
     try:
-        kwargs: dict[str, Any] = {"pinned": shards or (), "relay_id": config.relay_id}
+        kwargs: dict[str, Any] = {"pinned": shards or (), "relay_id": config.relay_id, "prefix": topics.prefix}
         if lease_ttl_s is not None:
             kwargs["ttl"] = lease_ttl_s
         leases = ThreadedLeases(NatsLeases(cluster_url, shards_total, **kwargs))

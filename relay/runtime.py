@@ -84,6 +84,8 @@ SUB_QOS = 0
 #: With several broker nodes, the CONNECT's wait before the next is tried (NATS waits 4 s on JetStream).
 CONNECT_TIMEOUT_S = 2.0
 WILL_CHECK_S = 10.0
+#: A relay of several waits this long for broker nodes that do not answer yet at its first connection.
+FIRST_CONNECT_WAIT_S = 60.0
 
 #: Opens the journal of one shard (called in a worker thread).
 JournalOpener = Callable[[str], Journal]
@@ -338,6 +340,11 @@ class Relay:
         if self.say is not None:
             self.say(line)
 
+    def _say_plain(self, line: str) -> None:
+        log.warning("%s", line)
+        if self.say is not None:
+            self.say(line)
+
     def _fail(self, exc: BaseException) -> None:
         self._fatal = self._fatal or exc
         self._wake.set()
@@ -453,7 +460,8 @@ class Relay:
                       groups, status if self.sharded else "", encode(m.RelayStatus(self.relay_id, True)),
                       self.max_payload + PACKET_HEADER_ALLOWANCE,
                       CONNECT_TIMEOUT_S if several else DEFAULT_CONNECT_TIMEOUT_S,
-                      self._topic_filter if self.sharded else None)
+                      self._topic_filter if self.sharded else None,
+                      first_wait_s=FIRST_CONNECT_WAIT_S if self.sharded else 0.0, say=self._say_plain)
         return BrokerLink(self.addresses, login, self._on_messages, self._on_oversize, self._on_client, self._on_up)
 
     def _own_status(self) -> str:

