@@ -31,6 +31,7 @@ from protocol import messages as m
 from protocol.codec import decode_all, encode
 from protocol.topics import Topics
 from relay.local import ClusterServer, cluster_server
+from relay.shards import shard_of_code
 from relay.natsauth import auth_text, main as natsauth_main, secure_node_conf, write_nats_auth
 from relay.natscallout import (ACCOUNT, Grant, Refusal, _unb64, answer, claims_of, decide, issuer_public,
                                issuer_seed, password_of, subject)
@@ -264,11 +265,12 @@ def test_on_nats_a_player_reads_and_writes_only_its_own_and_public_topics(nats_n
                 result = await run_match(nats_node.players, "blink", 2, FAST, 31, 0.03, 240)
                 assert result.summary()["winner"] in result.summary()["players"]
                 code = result.events[-1].match
+                S = Topics(T.prefix, shard_of_code(code, 2))  # the match's shard: its topics
                 forged = m.Event(code, 100000, time.time_ns(), 0, "match_over", {"winner": "EVIL", "reason": "won"})
                 snap = m.Snapshot(code, 100000, time.time_ns(), 0, "over", ("EVIL",), {}, {}, "blink")
                 before = len(got)
                 for topic, payload, retain in (
-                        (T.ev(code), encode(forged), False), (T.snap(code), encode(snap), True),
+                        (S.ev(code), encode(forged), False), (S.snap(code), encode(snap), True),
                         (T.snap("FAKE1"), encode(snap), True),
                         (T.client(vid), encode(m.Pong(1, 2, 3)), False),
                         (T.relay_status("relay-0"), b"\x80", True), (T.match_list, encode(m.MatchList(())), True),
@@ -297,10 +299,10 @@ def test_on_nats_a_player_reads_and_writes_only_its_own_and_public_topics(nats_n
             # A newcomer gets only the relay's retained messages.
             late_got: list[tuple[str, bytes]] = []
             async with aiomqtt.Client("127.0.0.1", port, identifier=new_client_id("late"), timeout=30) as late:
-                for t in (T.snap("FAKE1"), T.snap(code), T.match_list, f"{T.match_list}/+"):
+                for t in (T.snap("FAKE1"), S.snap(code), T.match_list, f"{T.match_list}/+"):
                     await late.subscribe(t, qos=1)
                 reader = asyncio.create_task(collect_messages(late, late_got))
-                await until(lambda: any(t == T.snap(code) for t, _ in late_got), "the real retained snapshot")
+                await until(lambda: any(t == S.snap(code) for t, _ in late_got), "the real retained snapshot")
                 # (a relay of several shards keeps a match list per shard: lobby/matches/N)
                 await until(lambda: any(t.startswith(T.match_list) for t, _ in late_got), "a retained match list")
                 reader.cancel()
