@@ -395,8 +395,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = cache / f"blink-readme-{digest}"
     with open(cache / "blink-readme.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another run (or worktree) may be building the same tree
-        for old in cache.glob("blink-readme-*"):
-            if old.is_dir() and old != home and time.time() - old.stat().st_mtime > 86400:
+        # Each tree installs into its own folder (about 300 MB): keep the three last used; drop any other
+        # not used for two hours (a run of this lane takes minutes, so none is in use any more).
+        others = sorted((d for d in cache.glob("blink-readme-*") if d.is_dir() and d != home),
+                        key=lambda d: d.stat().st_mtime, reverse=True)
+        for old in others[3:]:
+            if time.time() - old.stat().st_mtime > 7200:
                 shutil.rmtree(old, ignore_errors=True)
         if (home / "ready").exists():
             os.utime(home)
