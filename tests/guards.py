@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -39,6 +41,7 @@ from tests.guard_site.blink_guard import (ENV_DIR, ENV_FAULT, BrokenGame, Inject
                                           problems_in)
 
 SITE_DIR = Path(blink_guard.__file__).resolve().parent
+CODE_ROOT = Path(__file__).resolve().parent.parent  # where this process imports blink from
 GUARD_KEY = pytest.StashKey["RelayGuard"]()
 
 
@@ -80,12 +83,16 @@ class RelayGuard:
 
     def event_logs(self) -> list[str]:
         """The absolute path of every event log written so far, here or by a child, in order."""
-        seen: dict[str, None] = {}
+        return list(self._writers())
+
+    def _writers(self) -> dict[str, str | None]:
+        """Each event log written so far, and the folder its writer imported blink from."""
+        seen: dict[str, str | None] = {}
         for _, r in self.reports():
             path = r.get("event_log")
             if r.get("source") == "guard" and isinstance(path, str):
-                seen.setdefault(path, None)
-        return list(seen)
+                seen.setdefault(path, r.get("code_root"))
+        return seen
 
     def expect_false_log(self, path: str | Path) -> None:
         """The test leaves the log at ``path`` false on purpose (a relay killed for good mid-match,
@@ -95,10 +102,10 @@ class RelayGuard:
     def verify_logs(self) -> None:
         """Check every event log written so far (see the module header); each that is not what the
         test expects becomes a problem."""
-        for path in self.event_logs():
+        for path, root in self._writers().items():
             if not os.path.exists(path):
                 continue  # named, never created (a relay that failed at its start)
-            verdict = check_log(path)
+            verdict = check_log(path, root)
             problem = None
             if path in self._expect_false:
                 if verdict is None:
@@ -126,9 +133,18 @@ class RelayGuard:
             raise AssertionError(self.message([r for _, r in pending]))
 
 
-def check_log(path: str) -> str | None:
-    """What ``blink verify PATH`` says of a log when it is not true (None when it is)."""
+def check_log(path: str, root: str | None = None) -> str | None:
+    """What ``blink verify PATH`` says of a log when it is not true (None when it is). A log written
+    by a copy of blink other than this one (``root``: a test that adds a game to a copy) is checked
+    by that copy's ``blink verify``, in a process of its own."""
     from protocol.verify import NotALog, parse_log, verify
+
+    if root is not None and Path(root).resolve() != CODE_ROOT:
+        env = child_env(None)
+        env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+        done = subprocess.run([sys.executable, "-m", "client.cli", "verify", path], capture_output=True, text=True,
+                              env=env, cwd=root, timeout=600)
+        return None if done.returncode == 0 else (done.stdout + done.stderr).strip()
 
     try:
         with open(path, encoding="utf-8") as f:

@@ -12,8 +12,8 @@ the relays of ``blink serve``/``match``/``latency``/``play`` subprocesses.
 
 Event logs: ``log_hooks`` wraps what writes one -- the relay's ``EventLog`` (``blink serve --log``,
 any in-process relay given a log path; recovery completes the same file) and ``client.matchrun.
-write_log`` (``blink match --log``) -- so each log's path is reported (``{"event_log": path}``) when
-it is first named. The plugin runs ``blink verify``'s checker on every reported log once the test
+write_log`` (``blink match --log``) -- so each log's path is reported (``{"event_log": path}``, with
+the folder its writer imports blink from) when it is first named. The plugin runs ``blink verify``'s checker on every reported log once the test
 and its fixtures are done (the relays have stopped): a log the relay wrote that is not true is a
 problem like an internal error.
 
@@ -121,12 +121,20 @@ def core_hooks(module: ModuleType, sink: Sink) -> list[tuple[Any, str, Callable[
     return hooks
 
 
+def code_root() -> str | None:
+    """The folder this process imports blink's ``protocol`` package from (a test may put a changed
+    copy first on a child's path: its logs are verified by that copy)."""
+    protocol = sys.modules.get("protocol")
+    where = getattr(protocol, "__file__", None)
+    return os.path.dirname(os.path.dirname(os.path.abspath(where))) if where else None
+
+
 def log_hooks(module: ModuleType, sink: Sink) -> list[tuple[Any, str, Callable[..., Any]]]:
     """(owner, name, wrapped) for the event-log writer of ``module`` (one of ``EVENT_LOG_MODULES``):
     each reports the absolute path of the log it writes. A writer that moved is reported as a problem."""
     def report(path: Any) -> None:
         if path is not None and str(path):
-            sink({"source": "guard", "event_log": os.path.abspath(os.fspath(path))})
+            sink({"source": "guard", "event_log": os.path.abspath(os.fspath(path)), "code_root": code_root()})
 
     if module.__name__ == "relay.eventlog":
         owner: Any = getattr(module, "EventLog", None)
