@@ -176,8 +176,8 @@ def load_replay(lines: Iterable[str], match: str | None = None, cut_unfinished: 
     report = verify(records, keep_walks=True)
     stops_early = report.ok and report.running > 0  # true so far, but a game's seed is still to come
     if stops_early and not cut_unfinished:
-        raise ReplayError("the log ends while its match is still running (truncated): a replay needs every game's "
-                          "seed")
+        raise ReplayError(f"not a true log to replay, refused: line {records[-1].line}: the log ends while its match "
+                          f"is still running (truncated): a replay needs every game's seed")
     if (stops_early or (not report.ok and report.first is not None and _cut_short(report.first.problem))) \
             and cut_unfinished:
         ends = [k for k, r in enumerate(records) if r.type == "match_over"]
