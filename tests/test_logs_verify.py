@@ -367,3 +367,60 @@ def test_every_log_the_relay_writes_verifies(data: st.DataObject, cluster: bool,
             assert report.ok, f"{path.name}: {report.summary()}\n{path.read_text()[-3000:]}"
         for kind in sorted(relays.events_seen):
             hypothesis.event(kind)
+
+
+# ------------------------------------------------------------------------------------------ real relays
+
+
+@pytest.mark.integration
+def test_real_relays_hand_a_shard_over_and_both_logs_verify(mosquitto: Any, tmp_path: Path, relay_guard: Any) -> None:
+    """Two relays of a cluster on a real broker, one after the other: a creator leaves before anyone
+    joined, a match starts on relay A, A hands its shards to B (its own log), a player leaves and
+    forfeits under B. Both logs are true, and B's holds the whole match (from A's kept events)."""
+    import asyncio
+
+    from client.player import Player
+    from relay.local import ClusterServer, sqlite_opener
+    from relay.ownership import StaticOwnership
+    from relay.runtime import Relay
+    from tests.helpers import eventually
+
+    deadline = 120.0
+    logs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+
+    async def serving(relay: Relay) -> ClusterServer:
+        server = ClusterServer(relay)
+        await server.start()
+        await eventually(lambda: not relay._starting and not relay._announce, deadline, "the relay serves its shards")
+        return server
+
+    def relay(name: str, log: Path) -> Relay:
+        return Relay(mosquitto, StaticOwnership(["0", "1"]), sqlite_opener(tmp_path / "data", durable=False), 2,
+                     config=RelayConfig(relay_id=name), relay_id=name, log_path=log)
+
+    async def body() -> str:
+        a = await serving(relay("relay-a", logs[0]))
+        pub = mosquitto.public()
+        async with Player(pub, "ann") as ann, Player(pub, "bob") as bob, Player(pub, "cy") as cy:
+            alone = await cy.create("takeaway", {}, timeout=deadline)
+            await cy.conn.request(m.Leave(alone))  # the creator leaves before anyone joined
+            code = await ann.create("takeaway", {}, timeout=deadline)
+            await bob.join(code, timeout=deadline)
+            await eventually(lambda: ann.model.state() is not None, deadline, "the first view", ann.wait_change)
+            await a.stop()  # A hands its shards over
+            b = await serving(relay("relay-b", logs[1]))
+            try:
+                await bob.conn.request(m.Leave(code))  # a forfeit, judged by B
+                await eventually(ann.match_over, deadline, "the match's end", ann.wait_change)
+            finally:
+                await b.stop()
+        return code
+
+    code = asyncio.run(asyncio.wait_for(body(), deadline * 3))
+    assert relay_guard.event_logs() == [str(p) for p in logs]
+    for path in logs:
+        report = verify(parse_log(path.read_text().splitlines()))
+        assert report.ok, f"{path.name}: {report.summary()}"
+    b_rows = [json.loads(x) for x in logs[1].read_text().splitlines()]
+    mine = [r for r in b_rows if r.get("match") == code and "type" in r]
+    assert mine[0]["type"] == "match_created" and mine[0]["seq"] == 1 and mine[-1]["type"] == "match_over"
