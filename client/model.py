@@ -66,6 +66,7 @@ def resend_wait_ns(tries: int) -> int:
     return min(RESEND_MAX_NS, RESEND_FIRST_NS << min(max(tries - 1, 0), 16))
 
 
+TAMPERED_RESYNC_NS = 1_000_000_000  # a view asked again for dropped sealed messages, at most this often
 PAST_KEPT = 4096  # events a spectator keeps (the relay re-sends at most this many past ones)
 STUCK_EVERY = 8  # events: how often a client whose confirmed view is stuck asks again for a resync
 
@@ -111,6 +112,16 @@ class ConnectionLost:
 class Reconnecting:
     """Not a wire message: the broker connection dropped; the shell is reconnecting."""
 
+    reason: str
+
+
+@dataclass(frozen=True)
+class Tampered:
+    """Not a wire message: a sealed connection dropped a message meant for this client (cut, altered,
+    replayed, sealed for someone else or under another start of the relay). If it was a true one
+    that something spoilt on its way, what it said is lost: the model asks for its view again."""
+
+    topic: str
     reason: str
 
 
@@ -249,6 +260,8 @@ class ClientModel:
     resent: int = 0
     failed: int = 0  # own actions given up without an answer
     asking: Asking | None = None  # a join or rejoin not answered yet (sent again while it is not)
+    #: When a dropped sealed message last made us ask for the view again (``Tampered``).
+    tampered_at: int | None = None
 
     def heal(self) -> list[Any]:
         """What to ask the relay after the connection (or the relay) came back: the seat (if held)
@@ -365,6 +378,15 @@ class ClientModel:
         elif isinstance(msg, Reconnecting):
             self.connection = "reconnecting"
             self.version += 1
+        elif isinstance(msg, Tampered):
+            # Only what may have been a true message spoilt on its way (a plain one or a replay is
+            # someone else's, and the true one came too), at most once a second.
+            lost = msg.reason in ("cut", "forged", "other_epoch")
+            if lost and self.match is not None and (self.tampered_at is None
+                                                    or now_ns - self.tampered_at >= TAMPERED_RESYNC_NS):
+                self.tampered_at = now_ns
+                self.resyncs += 1
+                out.append(m.Resync(self.match, from_seq=self.last_event_seq + 1 if self.last_event_seq else 0))
         elif isinstance(msg, Reconnected):
             self.connection = "connected"
             self.version += 1

@@ -24,6 +24,16 @@ is followed on every shard, ``m/+/{code}/...``). ``watch_lobby`` follows the mat
 relay's ``lobby/matches`` and every shard's ``lobby/matches/{shard}``, delivered merged as one
 ``MatchList``.
 
+Sealed play (an address with a pin, ``client/sealing.py``): the client id is the hash of the
+player's key, and the MQTT client id is another secret (never on a topic, so a reader cannot take
+the session over). Before the first connection the relay's keys are taken from its status, checked
+against the pin; every message out is sealed (the last will too, numbered by connection) and every
+message in is opened or verified before it is decoded. What does not open -- unsealed (no
+downgrade), cut, altered, replayed, another client's, a status of another relay -- is dropped with
+one log line a reason and second (``refused``), and the application is told (``Tampered``) so the
+model asks for its view again. A status of a new start of the relay keys the session afresh and
+the connection reconnects once, so its last will is sealed under the new keys.
+
 ``Impairment`` (added delay, jitter, loss and reordering, each direction) sits between the
 connection and the application, so latency experiments work on any OS and any broker.
 """
@@ -44,8 +54,10 @@ import aiomqtt
 from mqttkit import NODELAY, BrokerAddress, connect_problem, stop_task, subscribe_granted
 from protocol import messages as m
 from protocol.codec import DecodeError, decode_all, encode
+from protocol.seal import ClientSeal, SealError
 from protocol.topics import Topics
-from client.model import ConnectionLost, Reconnected, Reconnecting
+from client.model import ConnectionLost, Reconnected, Reconnecting, Tampered
+from client.sealing import Refusals, is_status_topic, new_seal, relay_keys
 
 log = logging.getLogger("blink.net")
 
@@ -142,10 +154,18 @@ class Impairment:
 class Connection:
     def __init__(self, address: BrokerAddress, client_id: str | None = None, topics: Topics | None = None,
                  on_message: OnMessage | None = None, impairment: Impairment | None = None,
-                 ping_interval_s: float = 1.0, give_up_s: float = GIVE_UP_S, relay_status: bool = False) -> None:
+                 ping_interval_s: float = 1.0, give_up_s: float = GIVE_UP_S, relay_status: bool = False,
+                 seal: ClientSeal | None = None) -> None:
         self.address = address
         self.topics = topics or Topics()
-        self.client_id = client_id or new_client_id()
+        #: Sealed play (an address with a pin): the player's key; its hash is the client id.
+        self.seal = seal or (new_seal(address.pin) if address.pin else None)
+        self.client_id = self.seal.client_id if self.seal is not None else client_id or new_client_id()
+        #: The MQTT session's id: the client id, or when sealed a secret of its own.
+        self._mqtt_id = new_client_id("m") if self.seal is not None else self.client_id
+        self.refused = Refusals(f"sealed connection to {address.url}")
+        self._wills = 0  # connections made (a sealed last will is numbered by its connection)
+        self._rekeyed = False
         self.on_message = on_message or (lambda msg, now: None)
         self.impairment = impairment if impairment and impairment.active else None
         self.ping_interval_s = ping_interval_s
@@ -163,15 +183,21 @@ class Connection:
         self.reconnects = 0
 
     async def _connect(self) -> aiomqtt.Client:
-        will = aiomqtt.Will(self.topics.req(self.client_id), encode(m.Leave(dropped=True)), qos=1)
-        client = _Client(self.address.host, self.address.port, identifier=self.client_id, will=will,
+        topic, leave = self.topics.req(self.client_id), encode(m.Leave(dropped=True))
+        if self.seal is not None:
+            if not self.seal.keyed:
+                await relay_keys(self.address, self.topics, self.seal)  # before the will: it is sealed
+            self._wills += 1
+            leave = self.seal.will(topic, leave, self._wills)
+        will = aiomqtt.Will(topic, leave, qos=1)
+        client = _Client(self.address.host, self.address.port, identifier=self._mqtt_id, will=will,
                                 username=self.address.username, password=self.address.password,
                                 socket_options=NODELAY, keepalive=15, max_queued_outgoing_messages=0,
                                 tls_context=self.address.ssl_context())
         await client.__aenter__()
         try:
             await subscribe_granted(client, self.topics.client(self.client_id), 1)
-            if self.relay_status:
+            if self.relay_status or self.seal is not None:  # (sealed: a new start's keys come there)
                 await subscribe_granted(client, self.topics.relay_status("+"), 1)
             if self._all:
                 await subscribe_granted(client, f"{self.topics.prefix}/m/+/+/ev", 0)
@@ -209,8 +235,9 @@ class Connection:
         client, self._client = self._client, None
         if client is not None:
             try:
-                if leave:
-                    await client.publish(self.topics.req(self.client_id), encode(m.Leave()), qos=0)
+                payload = self._sealed(self.topics.req(self.client_id), encode(m.Leave())) if leave else None
+                if payload is not None:
+                    await client.publish(self.topics.req(self.client_id), payload, qos=0)
                 await asyncio.wait_for(client.__aexit__(None, None, None), timeout=5)
             except Exception:  # noqa: BLE001 - closing; the broker may be gone
                 pass
@@ -284,16 +311,45 @@ class Connection:
     async def _publish(self, topic: str, payload: bytes) -> None:
         if self._client is None or not self.connected.is_set():
             return  # reconnecting: the model resends what matters once the connection is back
+        sealed = self._sealed(topic, payload)  # sealed as it leaves: under the relay's latest keys
+        if sealed is None:
+            return
         try:
-            await self._client.publish(topic, payload, qos=0)
+            await self._client.publish(topic, sealed, qos=0)
         except aiomqtt.MqttError as exc:
             log.debug("publish failed: %s", exc)
+
+    def _sealed(self, topic: str, payload: bytes) -> bytes | None:
+        if self.seal is None:
+            return payload
+        try:
+            return self.seal.seal(topic, payload)
+        except SealError as exc:  # no keys (never, once connected): dropped as while reconnecting
+            log.debug("not sent: %s", exc)
+            return None
+
+    def _open(self, topic: str, payload: bytes) -> bytes | None:
+        """A sealed connection's incoming payload, opened or verified; None if dropped (said once a
+        second a reason; the application is told, so it can ask for what it lost)."""
+        assert self.seal is not None
+        status = is_status_topic(topic, self.topics)
+        try:
+            if status:
+                body, fresh = self.seal.open_status(topic, payload)
+                self._rekeyed = self._rekeyed or fresh
+                return body if self.relay_status else None  # (only read for the keys)
+            return self.seal.open(topic, payload)
+        except SealError as exc:
+            self.bad_messages += 1
+            self.refused.drop(exc, topic)
+            if not status:
+                self._deliver(Tampered(topic, exc.reason))
+            return None
 
     async def _reader(self) -> None:
         while True:
             try:
-                await self._read()
-                reason = "the broker ended the message stream"
+                reason = await self._read() or "the broker ended the message stream"
             except aiomqtt.MqttError as exc:
                 reason = str(exc) or type(exc).__name__
             # The broker went away (or closed us): say so once, then try to get back.
@@ -322,11 +378,13 @@ class Connection:
             try:
                 self._client = await self._connect()
                 return True
-            except aiomqtt.MqttError as exc:
+            except (aiomqtt.MqttError, ConnectionError) as exc:  # (a sealed one: no relay status yet)
                 log.debug("reconnect attempt %d failed: %s", attempt, exc)
         return False
 
-    async def _read(self) -> None:
+    async def _read(self) -> str | None:
+        """Deliver what arrives until the stream ends (None), or a sealed connection must connect
+        again (why: its last will was sealed under keys a new start of the relay voided)."""
         assert self._client is not None
         async for msg in self._client.messages:
             payload = msg.payload if isinstance(msg.payload, (bytes, bytearray)) else b""
@@ -334,6 +392,14 @@ class Connection:
                 if self._lobby is not None and self._lobby.pop(msg.topic.value, None) is not None:
                     self._deliver(m.MatchList(merge_match_lists(self._lobby)))
                 continue
+            if self.seal is not None:
+                opened = self._open(msg.topic.value, bytes(payload))
+                if self._rekeyed:
+                    self._rekeyed = False
+                    return "the relay started again with new keys: connecting again to seal the last will with them"
+                if opened is None:
+                    continue
+                payload = opened
             try:
                 decoded = decode_all(payload)  # one message, or a bundle of a step's for this topic
             except DecodeError:
@@ -352,6 +418,7 @@ class Connection:
                 delay = self.impairment.plan()  # one network message: one fate for all it holds
                 if delay is not None:
                     self._later(delay, functools.partial(self._deliver_async, decoded))
+        return None
 
     async def _deliver_async(self, msgs: list[Any]) -> None:
         for msg in msgs:

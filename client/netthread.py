@@ -40,6 +40,7 @@ from typing import Any, Callable, Coroutine, TypeVar
 from mqttkit import BrokerAddress
 from protocol import messages as m
 from protocol.codec import encode
+from protocol.seal import ClientSeal
 from protocol.topics import Topics
 from client.net import Connection, Impairment, OnMessage
 
@@ -189,11 +190,11 @@ class ThreadedConnection:
     def __init__(self, net: NetThread, address: BrokerAddress, client_id: str | None = None,
                  topics: Topics | None = None, on_message: OnMessage | None = None,
                  impairment: Impairment | None = None, ping_interval_s: float = 1.0,
-                 relay_status: bool = False) -> None:
+                 relay_status: bool = False, seal: ClientSeal | None = None) -> None:
         self.net = net
         self.on_message: OnMessage = on_message or (lambda msg, now: None)
         self.inner = Connection(address, client_id, topics, self._arrived, impairment, ping_interval_s,
-                                relay_status=relay_status)
+                                relay_status=relay_status, seal=seal)
         self.address = self.inner.address
         self.topics = self.inner.topics
         self.client_id = self.inner.client_id

@@ -27,6 +27,7 @@ from protocol.rules.base import Rejected
 from protocol.topics import Topics
 from client.model import ClientModel
 from client.net import Connection, Impairment, new_client_id
+from client.sealing import new_seal
 from client.netthread import NetThread, ThreadedConnection
 
 
@@ -50,17 +51,19 @@ class Player:
                  impairment: Impairment | None = None, client_id: str | None = None,
                  ping_interval_s: float = 1.0, net: NetThread | None = None) -> None:
         self.topics = topics or Topics()
-        self.client_id = client_id or new_client_id()
+        # Sealed play (the URL's pin): the player's key, whose hash is its client id.
+        seal = new_seal(address.pin) if address.pin else None
+        self.client_id = seal.client_id if seal is not None else client_id or new_client_id()
         self.model = ClientModel(self.client_id, name)
         #: With ``net`` (the window), the connection runs on that network thread: messages are
         #: stamped there and handed to this loop (``client/netthread.py``); else on this loop.
         self.conn: Connection | ThreadedConnection
         if net is not None:
             self.conn = ThreadedConnection(net, address, self.client_id, self.topics, self._on_message, impairment,
-                                           ping_interval_s, relay_status=True)
+                                           ping_interval_s, relay_status=True, seal=seal)
         else:
             self.conn = Connection(address, self.client_id, self.topics, self._on_message, impairment,
-                                   ping_interval_s, relay_status=True)
+                                   ping_interval_s, relay_status=True, seal=seal)
         self.resend_interval_s = 0.1
         #: A seated player that has heard nothing of its running match for this long asks for it
         #: again: a lost event that nothing follows (the last before a pause, or before its own

@@ -45,6 +45,7 @@ from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, st
 from protocol.topics import Topics
 from relay.core import RelayConfig
 from relay.journal import Journal, JournalError, default_data_dir, open_journal
+from relay.sealing import Sealing, load_identity
 from relay.localproc import ChildServer
 from relay.mosquitto import broker_user, share_a_port, write_mosquitto_config
 from relay.natsauth import secure_node_conf, write_nats_auth
@@ -88,7 +89,8 @@ class LocalServer:
     def __init__(self, broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
                  log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
                  relay: bool = True, topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
-                 data_dir: str | Path | None = None, durable: bool = True, remove_data_dir: bool = False) -> None:
+                 data_dir: str | Path | None = None, durable: bool = True, remove_data_dir: bool = False,
+                 seal: bool = False) -> None:
         topics = topics or Topics()
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.durable = durable
@@ -101,10 +103,12 @@ class LocalServer:
 
             self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload, config)
             relay_address = self.broker.relay_address
-        #: Where players connect (never the relay's credentials).
-        self.address: BrokerAddress = relay_address.public()
+        #: Sealed play (``relay/sealing.py``): the identity from the data directory, a fresh one without.
+        sealing = Sealing(load_identity(self.data_dir), topics) if seal and relay else None
+        #: Where players connect (never the relay's credentials; with the relay's pin when it seals).
+        self.address: BrokerAddress = relay_address.public().pinned(sealing.pin if sealing else None)
         self.relay = Relay(relay_address, topics=topics, config=config, seed=seed, log_path=log_path,
-                           max_payload=max_payload) if relay else None
+                           max_payload=max_payload, seal=sealing) if relay else None
         self._task: asyncio.Task[Any] | None = None
 
     async def __aenter__(self) -> LocalServer:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from mqttkit.connection import MqttConnection, MqttError
 from mqttkit.packets import pack_publish
 from protocol.codec import MAX_BUNDLE_ITEMS, MAX_MESSAGE_BYTES, Encoder, pack_bundle
+from protocol.seal import OVERHEAD as SEAL_OVERHEAD
 from relay.model import Out, Publish
 from relay.shard import Shard
 
@@ -178,10 +179,13 @@ def wire_messages(publishes: Sequence[Publish], encode: Callable[[object], bytes
 
 def send_publishes(client: MqttConnection, out: Sequence[Out],
                    on_qos1: Callable[[asyncio.Future[bytes]], None] | None = None,
-                   max_bytes: int = BUNDLE_BYTES) -> tuple[int, str]:
+                   max_bytes: int = BUNDLE_BYTES, seal: Callable[[str, bytes], bytes | None] | None = None,
+                   ) -> tuple[int, str]:
     """Write the ``Publish``es of ``out`` to ``client`` (see the header; ``on_qos1`` is given each
-    QoS-1 acknowledgement's future; ``max_bytes``: the broker's payload limit). Never raises for a
-    dropped connection: how many could not be written, and why."""
+    QoS-1 acknowledgement's future; ``max_bytes``: the broker's payload limit; ``seal``: sealed play's
+    ``relay.sealing.Sealing.wire``, applied to each payload -- a bundle sealed or signed once --
+    None for one that cannot be sealed, which is not sent). Never raises for a dropped connection:
+    how many could not be written, and why."""
     publishes = [o for o in out if isinstance(o, Publish)]
     if not publishes:
         return 0, ""
@@ -190,8 +194,13 @@ def send_publishes(client: MqttConnection, out: Sequence[Out],
     buf = bytearray()
     failed, why = 0, ""
     # One Packer for the step's messages (this runs in the loop's thread).
-    for o in wire_messages(publishes, Encoder(), max_bytes):
+    for o in wire_messages(publishes, Encoder(), max_bytes - SEAL_OVERHEAD if seal is not None else max_bytes):
         payload = o.payload
+        if seal is not None:
+            sealed = seal(o.topic, payload)
+            if sealed is None:
+                continue
+            payload = sealed
         if len(payload) > max_bytes:  # the broker will drop it: say so, it is a bug or a wrong limit
             log.warning("a %d-byte message on %s is over the broker's payload limit (%d)", len(payload), o.topic,
                         max_bytes)

@@ -63,6 +63,7 @@ from relay.limits import RELAY_INTAKE_SLACK, Intake
 from relay.link import BrokerLink, Login
 from relay.ownership import Ownership, StaticOwnership
 from relay.publishing import Resync, send_publishes
+from relay.sealing import Sealing
 from relay.shard import (SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, check_shard,
                          close_quietly, wall_minus_mono)
 
@@ -107,7 +108,8 @@ class Relay:
                  config: RelayConfig | None = None, seed: int | None = None, relay_id: str | None = None,
                  log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
                  journal: Journal | None = None, snapshot_every_s: float = SNAPSHOT_EVERY_S,
-                 snapshot_every: int = SNAPSHOT_EVERY, say: Callable[[str], None] | None = None) -> None:
+                 snapshot_every: int = SNAPSHOT_EVERY, say: Callable[[str], None] | None = None,
+                 seal: Sealing | None = None) -> None:
         self.addresses = [address] if isinstance(address, BrokerAddress) else list(address)
         if not self.addresses:
             raise ValueError("a relay needs a broker address")
@@ -126,6 +128,9 @@ class Relay:
         self.max_payload = max_payload
         self.snapshot_every_s, self.snapshot_every = snapshot_every_s, snapshot_every
         self.say = say  # told one line at each change of the shards served (``blink serve`` prints it)
+        #: Sealed play (``relay/sealing.py``): every payload in is opened before anything counts it,
+        #: every payload out sealed or signed. None: the broker keeps players apart.
+        self.seal = seal
         self.log_path = Path(log_path) if log_path else None
         self.eventlog = EventLog(self.log_path)
         self.intake = Intake.for_config(self.config, RELAY_INTAKE_SLACK)  # before decoding
@@ -413,7 +418,7 @@ class Relay:
                     out = [o for srv in self.servers.values() for o in srv.core.shutdown()]
                     if self.sharded:
                         out.append(Publish(self._own_status(), m.RelayStatus(self.relay_id, False), retain=True))
-                    send_publishes(client, out, max_bytes=self.max_payload)
+                    send_publishes(client, out, max_bytes=self.max_payload, seal=self._wire)
                     await client.disconnect(timeout=2.0)
                 except BaseException as exc:  # noqa: BLE001 - the broker may be gone already
                     log.info("last words not sent: %s", exc)
@@ -456,13 +461,20 @@ class Relay:
         else:
             status, groups = self.topics.relay_status(self.relay_id), [[(t, 1) for t in self.core.subscriptions()]]
         several = len(self.addresses) > 1 or self.sharded
-        login = Login(self.client_id, Will(status, encode(m.RelayStatus(self.relay_id, False)), qos=1, retain=True),
-                      groups, status if self.sharded else "", encode(m.RelayStatus(self.relay_id, True)),
+        offline, online = encode(m.RelayStatus(self.relay_id, False)), encode(m.RelayStatus(self.relay_id, True))
+        if self.seal is not None:
+            offline, online = self.seal.wire(status, offline) or b"", self.seal.wire(status, online) or b""
+        login = Login(self.client_id, Will(status, offline, qos=1, retain=True),
+                      groups, status if self.sharded else "", online,
                       self.max_payload + PACKET_HEADER_ALLOWANCE,
                       CONNECT_TIMEOUT_S if several else DEFAULT_CONNECT_TIMEOUT_S,
                       self._topic_filter if self.sharded else None,
                       first_wait_s=FIRST_CONNECT_WAIT_S if self.sharded else 0.0, say=self._say_plain)
         return BrokerLink(self.addresses, login, self._on_messages, self._on_oversize, self._on_client, self._on_up)
+
+    @property
+    def _wire(self) -> Callable[[str, bytes], bytes | None] | None:
+        return self.seal.wire if self.seal is not None else None
 
     def _own_status(self) -> str:
         return f"{self.prefix}/relays/{self.relay_id}/status"  # a relay of several's, beside its shards'
@@ -499,9 +511,16 @@ class Relay:
         checks = self._will_checks
         refused: str | None = None  # a flood repeats one topic: once refused, only counted for this read
         more = 0
+        seal = self.seal
         for msg in messages:
             topic = msg.topic
             assert topic is not None  # the connection drops messages whose topic is not UTF-8
+            payload = msg.payload
+            if seal is not None:  # a forgery or a replay is dropped here: it counts against nobody
+                opened = seal.open(topic, payload, mono)
+                if opened is None:
+                    continue
+                payload = opened
             if checks:
                 self._heard(topic)
             if topic == refused:
@@ -511,7 +530,7 @@ class Relay:
                 intake.refuse_more(more)  # charged to ``refused``'s bucket, before another admit
                 more = 0
             if admit(topic, mono):
-                inbox.append((topic, msg.payload, mono))
+                inbox.append((topic, payload, mono))
             else:
                 refused = topic
                 hold = intake.hold_ns()
@@ -534,6 +553,8 @@ class Relay:
         if self.sharded and topic.startswith(self._act_head.decode()) \
                 and shards.shard_of_act_topic(topic, self.prefix) not in self.servers:
             return
+        if self.seal is not None:
+            return  # unopened, its sender is unknown: the topic may name anyone
         if self._will_checks:
             self._heard(topic)
         mono = time.monotonic_ns()
@@ -713,7 +734,7 @@ class Relay:
                 self.eventlog.write(records, srv.name if self.sharded and srv is not None else None)
             everything += out
         if self._client is not None and everything:
-            failed, why = send_publishes(self._client, everything, self.resync.on_qos1, self.max_payload)
+            failed, why = send_publishes(self._client, everything, self.resync.on_qos1, self.max_payload, self._wire)
             if failed:
                 # The connection dropped: it reconnects and every shard resyncs; what this step said is
                 # in the state its clients will get then.

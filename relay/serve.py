@@ -87,6 +87,7 @@ class ServeOptions:
     tls_port: int | None = None
     tls_host: str | None = None
     embedded: bool = False
+    seal: bool = False
 
 
 def read_password(path: str | Path) -> str:
@@ -198,6 +199,9 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
     options = _apply_password_file(options)
     tls = _tls_files(options)
     if options.cluster or options.shards or options.shards_total or options.lease_ttl is not None:
+        if options.seal:
+            raise usage("--seal is for a single relay: relays of a cluster (--cluster, --shards) share a broker "
+                        "that keeps players apart by its own rules")
         return await _serve_cluster(options, topics)
     relay_id = options.relay_id or "relay-0"
     if options.broker and "," in options.broker:
@@ -255,9 +259,15 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
                     raise ServeError(str(failed)) from failed
                 assert child.relay_address is not None
                 broker_url = child.relay_address.login_url
-            server = LocalServer(broker_url,
-                                 options.seed, config, options.log, host=host, topics=topics,
-                                 max_payload=options.max_payload, data_dir=data_dir, durable=options.sync == "full")
+            from relay.sealing import IdentityError
+
+            try:
+                server = LocalServer(broker_url,
+                                     options.seed, config, options.log, host=host, topics=topics,
+                                     max_payload=options.max_payload, data_dir=data_dir,
+                                     durable=options.sync == "full", seal=options.seal)
+            except IdentityError as bad:
+                raise ServeError(str(bad)) from bad
             await stack.enter_async_context(server)
             await stack.enter_async_context(lan)
             where = child.describe() if child is not None else f"broker {server.address.url}"
@@ -267,6 +277,9 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
             assert server.relay is not None
             print(f"blink relay data (journal): {data_dir or 'none (--no-journal): matches live in memory only'}",
                   flush=True)
+            if server.address.pin is not None:  # the URL is the players' only way to the relay's keys
+                print(f"blink relay seals every message (pin {server.address.pin}); players connect with "
+                      f"{server.address.url}", flush=True)
             resynced: asyncio.Task[None] | None = None
             if server.relay.recovered:
                 print(f"blink relay: {server.relay.recovered}", flush=True)

@@ -1,11 +1,14 @@
-"""Sealed play's pure core (``protocol/seal.py``) and the pin in a broker URL (``mqttkit.parse_url``):
-what each end takes, and every way a payload can be refused -- cut, altered, replayed, sealed for
-another client or another start of the relay, signed by someone else, a pin that does not match --
-each a ``SealError`` with its reason, never another exception."""
+"""Sealed play's pure core (``protocol/seal.py``), the pin in a broker URL (``mqttkit.parse_url``) and
+the relay's identity file (``relay/sealing.py``): what each end takes, and every way a payload can be
+refused -- cut, altered, replayed, sealed for another client or another start of the relay, signed
+by someone else, a pin that does not match -- each a ``SealError`` with its reason, never another
+exception."""
 
 from __future__ import annotations
 
 import hashlib
+import stat
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +20,7 @@ from protocol.codec import decode_all, encode
 from protocol.seal import (MAGIC, OVERHEAD, WILL, WINDOW, ClientSeal, RelayIdentity, RelaySeal, SealError, client_id,
                            fingerprint, is_sealed, valid_pin)
 from protocol.topics import Topics, valid_id
+from relay.sealing import IDENTITY_FILE, IdentityError, load_identity
 
 T = Topics()
 IDENTITY = RelayIdentity(bytes(range(32)), bytes(range(32, 64)))
@@ -76,6 +80,31 @@ def test_a_client_id_is_the_hash_of_its_key_and_a_valid_topic_level() -> None:
     a, b = ClientSeal(key(1), IDENTITY.pin), ClientSeal(key(2), IDENTITY.pin)
     assert a.client_id == client_id(a.public) != b.client_id
     assert valid_id(a.client_id) and len(a.client_id) == 33
+
+
+# ------------------------------------------------------------------------------------ the identity file (relay/sealing.py)
+
+
+def test_the_identity_is_made_once_mode_600_and_read_back(tmp_path: Path) -> None:
+    first = load_identity(tmp_path / "data")
+    path = tmp_path / "data" / IDENTITY_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_identity(tmp_path / "data") == first and first.pin == load_identity(tmp_path / "data").pin
+    assert load_identity(None) != load_identity(None)  # no data directory: fresh every start
+
+
+def test_an_identity_others_may_read_or_one_that_is_not_is_refused_in_one_line(tmp_path: Path) -> None:
+    load_identity(tmp_path)
+    path = tmp_path / IDENTITY_FILE
+    path.chmod(0o644)
+    with pytest.raises(IdentityError, match="may be read by others.*chmod 600"):
+        load_identity(tmp_path)
+    path.chmod(0o600)
+    path.write_text("not an identity\n")
+    with pytest.raises(IdentityError, match="is not a relay identity"):
+        load_identity(tmp_path)
+    with pytest.raises(ValueError):
+        RelayIdentity(b"short", b"short")
 
 
 # ------------------------------------------------------------------------------------ client -> relay

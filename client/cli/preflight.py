@@ -31,12 +31,31 @@ MATCH_ANSWER_S = 5.0  # the relay answers a spectator at once; this is only a re
 
 
 async def relay_online(address: BrokerAddress, topics: Topics) -> bool:
-    """Is any relay online on this broker? Raises what the network raises when the broker is not there."""
+    """Is any relay online on this broker (with a pin: the sealed relay it names)? Raises what the
+    network raises when the broker is not there, and a ``UserError`` for a sealed relay and a URL
+    without its pin, or the reverse (``client/sealing.py``)."""
     import aiomqtt
 
     from client.net import new_client_id
     from protocol import messages as m
     from protocol.codec import DecodeError, decode
+
+    if address.pin is not None:
+        from client.sealing import SealProblem, new_seal, relay_keys
+
+        try:
+            body = await relay_keys(address, topics, new_seal(address.pin), RELAY_STATUS_WAIT_S)
+        except SealProblem as exc:
+            if "no relay is online" in str(exc):
+                return False
+            raise UserError(str(exc)) from None
+        try:
+            return any(isinstance(msg, m.RelayStatus) and msg.online for msg in [decode(body)])
+        except DecodeError:
+            return False
+    from protocol.seal import is_sealed
+
+    sealed = False
 
     async with aiomqtt.Client(address.host, address.port, identifier=new_client_id("wq"),
                               username=address.username, password=address.password,
@@ -45,14 +64,19 @@ async def relay_online(address: BrokerAddress, topics: Topics) -> bool:
         try:
             async with asyncio.timeout(RELAY_STATUS_WAIT_S):
                 async for message in client.messages:
+                    payload = bytes(message.payload) if isinstance(message.payload, (bytes, bytearray)) else b""
+                    sealed = sealed or is_sealed(payload)
                     try:
-                        msg = decode(bytes(message.payload)) if isinstance(message.payload, (bytes, bytearray)) else None
+                        msg = decode(payload)
                     except DecodeError:
                         continue
                     if isinstance(msg, m.RelayStatus) and msg.online:
                         return True
         except TimeoutError:
             pass
+    if sealed:
+        raise UserError(f"the relay on {address.url} seals its messages: connect with the URL `blink serve --seal` "
+                        "printed (it ends in /?pin=…)")
     return False
 
 
@@ -78,6 +102,8 @@ async def require_relay(address: BrokerAddress, topics: Topics) -> None:
         raise friendly(exc) from exc
     except aiomqtt.MqttError as exc:  # worded here, where the URL's scheme is known
         raise UserError(f"cannot reach the MQTT broker at {address.url}: {connect_problem(exc, address)}") from exc
+    except UserError:
+        raise
     except Exception as exc:  # noqa: BLE001 - one readable line
         raise friendly(exc) from exc
     if not online:

@@ -76,6 +76,9 @@ def register(sub: argtypes.Subcommands) -> None:
                    "(default 8883)")
     s.add_argument("--tls-host", metavar="H", help="the TLS listener's address (default: --host's); e.g. --host "
                    "127.0.0.1 --tls-host 0.0.0.0: only TLS faces the network")
+    s.add_argument("--seal", action="store_true", help="seal every message, for a broker that keeps nobody apart "
+                   "(a public one): private messages sealed for their player, plays and the relay's messages "
+                   "authenticated; players connect with the URL it prints (with ?pin=)")
     s.add_argument("--shards", metavar="LIST", help="serve exactly these shards (e.g. 0,1): with --cluster they are "
                    "pinned to this relay (the others share the rest); without, each is journalled in DIR/shard-N of "
                    "--data and the other relays on the broker serve the rest")
