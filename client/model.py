@@ -184,14 +184,18 @@ class Predictor:
         return result
 
     def accepted(self, action_id: int, seq: int) -> Pending | None:
+        """The pending action the relay accepted, the first time it says so; None for one not pending
+        or an acceptance heard before (QoS 1 delivers at least once, and a resent action is answered
+        again: one play is one verdict)."""
         for p in self.pending:
             if p.id == action_id:
+                first = p.accepted_seq is None
                 if seq <= self.confirmed_seq:
                     self.pending.remove(p)
                     self._dirty = True
                 else:
                     p.accepted_seq = seq
-                return p
+                return p if first else None
         return None
 
     def rejected(self, action_id: int) -> Pending | None:

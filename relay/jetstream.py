@@ -13,11 +13,8 @@ JetStream message: the msgpack'd entries, with headers
 
 Positions are contiguous from 1 and grow across compaction and restarts because every write is
 conditional: it carries ``Nats-Expected-Last-Sequence`` = the stream sequence of the last message
-this writer knows, so JetStream stores it only if nobody wrote in between. (The stream has one
-subject, so the per-subject header would say the same, but nats-server before 2.9.21 checks that
-one only before the write is replicated: concurrent writers on a clustered stream both get it
-accepted, nats-server#4320: on 2.9.10, 199 of 200 races let two writes through with the
-per-subject header, none of 200 with the stream-wide one.) When that
+this writer knows, so JetStream stores it only if nobody wrote in between (the stream has one
+subject: the stream-wide condition is the whole condition). When that
 condition fails the writer catches up (reads the messages it missed): if one of them is its own
 (the same nonce) the append had in fact succeeded; if one carries a newer fence than the caller's,
 the append is refused with ``FencedError``; otherwise it retries at the new end. So two owners can
@@ -85,8 +82,8 @@ NOT_TRANSIENT = frozenset({10074})  # JSStreamReplicasNotSupportedErr: replicas 
 READ_WINDOW = 64  # messages fetched concurrently while reading
 #: One JetStream request's wait for its answer. Short, and retried (``_retrying``): a request sent to
 #: a stream whose leader went with a stopped node goes unanswered until the new leader is elected
-#: (4-9 s in nats-server 2.9), and with a long timeout the retry that would succeed came up to the
-#: whole timeout after the election. Retries are safe: appends carry an id and the expected last
+#: (seconds), and with a long timeout the retry that would succeed came up to the whole timeout
+#: after the election. Retries are safe: appends carry an id and the expected last
 #: sequence, reads change nothing.
 REQUEST_TIMEOUT_S = 1.0
 RETRY_MAX_DELAY_S = 0.25

@@ -99,3 +99,23 @@ def test_a_lost_connection_is_recorded_for_the_screen() -> None:
     before = model.version
     model.on_message(ConnectionLost("broker closed the connection"), 0)
     assert model.lost == "broker closed the connection" and model.version == before + 1
+
+
+def test_an_acceptance_heard_twice_is_one_verdict() -> None:
+    # QoS 1 delivers at least once (a NATS node that stops redelivers what it had not seen acknowledged),
+    # and a resent action is answered again: one play, one accepted verdict, however often it is heard.
+    h = Harness(fixed_decks=(race_deck(),))
+    code = h.start_match()
+    model = joined_model(h, "a")
+    act = model.act(blink.PlayCard("3-red-star", 0), h.now)
+    assert isinstance(act, m.Act)
+    out = h.send(T.act(code, "a"), act)
+    answer = [x for x in h.to("a", out) if isinstance(x, m.ActionAccepted)]
+    assert len(answer) == 1
+    model.on_message(answer[0], h.now)  # before the event: the play is accepted, not yet confirmed
+    model.on_message(answer[0], h.now)  # the same acceptance again
+    for o in out:
+        if getattr(o, "topic", "") == T.ev(code):
+            model.on_message(o.msg, h.now)
+    model.on_message(answer[0], h.now)  # and once more after the event
+    assert [(v.id, v.ok) for v in model.verdicts] == [(act.id, True)]
