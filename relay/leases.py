@@ -20,8 +20,9 @@ make new revisions too, but the fence stays the tenure's first).
 Acquiring is not KV ``create``: nats-server before 2.9.21 checks a clustered stream's per-subject
 condition (``Nats-Expected-Last-Subject-Sequence``, what ``create`` and ``update`` use) only before
 the write is replicated, so two relays racing for one key could both "create" it (nats-server#4320;
-199 of 200 races on 2.9.10 here). The stream-wide ``Nats-Expected-Last-Sequence`` is checked in
-order: an acquisition reads the bucket's last sequence, checks the key is absent, and writes with
+199 of 200 races on 2.9.10 here), and a relay may be pointed at any cluster (``blink cluster up``
+requires 2.10 only for its authorization). The stream-wide ``Nats-Expected-Last-Sequence`` is
+checked in order on every version: an acquisition reads the bucket's last sequence, checks the key is absent, and writes with
 that sequence expected; any write to the bucket in between (a renewal elsewhere) makes it fail and
 read again. Renewals keep ``update(last=revision)``: only the owner writes its key while it holds it.
 
