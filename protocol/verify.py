@@ -60,6 +60,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar, cast
 
 from protocol.chance import SeededChance, commitment
+from protocol.fairlog import check as check_decisions
+from protocol.fairlog import is_decision
 from protocol.records import plain, with_names
 from protocol.rules import AnyGame, game_for
 from protocol.rules.base import FORFEIT, SYSTEM, Accepted, Game, PublicEvent
@@ -133,6 +135,7 @@ class Report:
     running: int = 0  # matches still running where the log ends
     pending: int = 0  # events of games still running where the log ends (their seed not yet revealed)
     cut: int | None = None  # the log's last line, cut short (its writer was stopped mid-line)
+    decisions: int = 0  # fair-order decisions recomputed (``protocol/fairlog.py``)
     first: Finding | None = None
     #: With ``verify(..., keep_walks=True)``: the walk of every game whose events were re-derived,
     #: in log order (the replay viewer reads each game's states from them instead of walking again).
@@ -152,6 +155,8 @@ class Report:
         rematches = f" ({self.rematches} rematch{'es' if self.rematches != 1 else ''})" if self.rematches else ""
         text = (f"true: {matches_phrase(self.matches)}{rematches}, {self.games} "
                 f"game{'s' if self.games != 1 else ''}, {self.events} events checked")
+        if self.decisions:
+            text += f", {self.decisions} fair-order decision{'s' if self.decisions != 1 else ''} recomputed"
         if self.unchecked:
             text += f" ({self.unchecked} events of forfeited games not checkable: their seed was never revealed)"
         if self.running:
@@ -169,12 +174,13 @@ def matches_phrase(count: int) -> str:
 # --------------------------------------------------------------------------------------- parsing
 
 
-def parse_log(lines: Iterable[str]) -> list[Record]:
+def parse_log(lines: Iterable[str], relay_lines: list[Record] | None = None) -> list[Record]:
     """Numbered event records of a log's lines. Raises ``NotALog`` when the text is not an event
     log (the first record is not JSON, or nothing in it is an event). A later line that is not a
     JSON object becomes a record with ``{"__bad__": reason}`` -- a damaged line, reported as false.
     An empty file, or a relay's own log that holds no match (a relay that served none), is a log of
-    no matches: no records."""
+    no matches: no records. ``relay_lines``, when given, receives the relay's own records that carry
+    a fair-order decision (``protocol/fairlog.py``), numbered the same way."""
     records: list[Record] = []
     seen_any = False
     relay_log = False
@@ -204,7 +210,10 @@ def parse_log(lines: Iterable[str]) -> list[Record]:
             relay_log = True
         seen_any = True
         if "type" not in data and "kind" in data:
-            continue  # the relay's own log: plays, rejections, bad input -- not events
+            # the relay's own log: plays, rejections, bad input -- not events
+            if relay_lines is not None and is_decision(data):
+                relay_lines.append(Record(number, data))
+            continue
         if data.get("kind") == "event":
             # The relay's log marks its events so; an event's own "kind" (a Roll Your Own roll)
             # overwrites the mark, and is kept.
@@ -838,11 +847,14 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
 
 
 def verify(records: Sequence[Record], lookup: Callable[[str], AnyGame] = game_for,
-           keep_walks: bool = False) -> Report:
+           keep_walks: bool = False, relay_lines: Sequence[Record] = ()) -> Report:
     """Check every match in ``records`` (see the module header). ``lookup`` finds a game's engine
     by name (the registry by default; a test may pass its own). ``keep_walks``: keep each game's
-    ``GameWalk`` in ``Report.walks`` (every state of every game: memory a plain check does not need)."""
+    ``GameWalk`` in ``Report.walks`` (every state of every game: memory a plain check does not need).
+    ``relay_lines``: the fair-order decisions ``parse_log`` collected; each is recomputed
+    (``protocol/fairlog.py``) and the first false one is a finding like a false event."""
     report = Report(keep_walks=keep_walks)
+    report.decisions = len(relay_lines)
     matches: list[list[Record]] = []
     open_by_code: dict[str, list[Record]] = {}
     pending_bad: list[Record] = []
@@ -871,5 +883,12 @@ def verify(records: Sequence[Record], lookup: Callable[[str], AnyGame] = game_fo
             findings.append(f)
     if report.first is not None:
         findings.append(report.first)
+    if relay_lines:
+        wrong = check_decisions([r for r in records if "__bad__" not in r.data and "__cut__" not in r.data], relay_lines)
+        if wrong is not None:
+            data = next(r.data for r in relay_lines if r.line == wrong.line)
+            seq = data.get("seq")
+            findings.append(Finding(wrong.line, seq[0] if isinstance(seq, list) and seq else None,
+                                    f"fair decision, {data.get('kind')}", wrong.problem))
     report.first = min(findings, key=lambda f: f.line) if findings else None
     return report

@@ -39,10 +39,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from protocol import messages as m
 from protocol.chance import SeededChance, derive
+from protocol.fairlog import planned_release, used_reaction
 from protocol.rules.base import RaceKey
 
 PROBE_INTERVAL_NS = 500_000_000
@@ -60,6 +61,11 @@ class Table:
     #: Could ``seat`` still send a play for race ``key``? (the game's race rule on the current state)
     could_race: Callable[[int, RaceKey], bool]
     coin_seed: int  # the match's seed: tie-break coins are drawn from a chance derived from it
+    seq: int = 0  # the match's latest seq: the state a submitted play's hold was planned against
+
+
+#: Why a held play was judged when it was (its decision line's ``why``).
+Why = Literal["hold_over", "rivals_played", "no_rival", "ahead"]
 
 
 @dataclass
@@ -74,6 +80,14 @@ class Held:
     claimed_ns: int | None
     key: RaceKey  # the race it is in: e.g. (pile, top card the player saw)
     release_ns: int
+    # What the hold was planned from (its decision line): the publication time of the seq seen, the
+    # player's own round trip as measured then, the rivals that could race (seat, round trip used,
+    # measured or assumed), the match's seq then, and whether the cap cut the hold short.
+    published_ns: int = 0
+    rtt_ns: int | None = None
+    considered: tuple[tuple[int, int, bool], ...] = ()
+    state_seq: int = 0
+    capped: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,19 +152,18 @@ class FairOrder:
         client = table.clients[seat]
         pub = self.published.get(table.code, {}).get(act.seq, now_ns)
         rtt_p = self.rtt_of(client)
-        # The most the reaction can have been, by the relay's own clock.
-        bound = max(0, now_ns - pub - (rtt_p or 0))
         claimed = act.reaction_ns
-        reaction = bound if claimed is None else min(max(claimed, self.floor_ns), bound)
+        reaction = used_reaction(claimed, self.floor_ns, now_ns, pub, rtt_p)
         virtual = pub + reaction
-        release = now_ns
+        considered: list[tuple[int, int, bool]] = []
         for other_seat, other in enumerate(table.clients):
             if other_seat == seat or not self._could_race(table, other_seat, key):
                 continue
             rtt_q = self.rtt_of(other)
-            release = max(release, virtual + (rtt_q if rtt_q is not None else UNKNOWN_RTT_NS) + MARGIN_NS)
-        release = min(release, now_ns + self.cap_ns)
-        held = Held(seat, client, act, action, now_ns, virtual, reaction, claimed, key, release)
+            considered.append((other_seat, rtt_q if rtt_q is not None else UNKNOWN_RTT_NS, rtt_q is not None))
+        release, capped = planned_release(now_ns, virtual, [r for _, r, _ in considered], MARGIN_NS, self.cap_ns)
+        held = Held(seat, client, act, action, now_ns, virtual, reaction, claimed, key, release,
+                    pub, rtt_p, tuple(considered), table.seq, capped)
         self.held.setdefault(table.code, []).append(held)
 
     def holding(self, code: str) -> bool:
@@ -178,20 +191,34 @@ class FairOrder:
         if not held:
             return []
         # A play is due when its hold has expired or every rival has already played for its race.
-        due = [h for h in held if h.release_ns <= now_ns or not self._waiting_for_rival(table, h)]
-        if not due:
+        why: dict[int, Why] = {}
+        for h in held:
+            if h.release_ns <= now_ns:
+                why[id(h)] = "hold_over"
+            elif not self._waiting_for_rival(table, h):
+                played = {x.seat for x in held if x.key == h.key}
+                why[id(h)] = "rivals_played" if all(s in played for s, _, _ in h.considered) else "no_rival"
+        if not why:
             return []
-        limit = max(h.virtual_ns for h in due)
+        limit = max(h.virtual_ns for h in held if id(h) in why)
         batch = [h for h in held if h.virtual_ns <= limit]
         coins = {id(h): self._coin(table, h, batch) for h in batch}
         batch.sort(key=lambda h: (h.virtual_ns, coins[id(h)]))
         for h in batch:
             held.remove(h)
-        return [Release(h, now_ns - h.arrival_ns,
-                        {"order": "fair", "reaction_claimed_ns": h.claimed_ns, "reaction_used_ns": h.reaction_ns,
-                         "virtual_ns": h.virtual_ns, "race_key": list(h.key),
-                         "rivals": [x.seat for x in batch if x is not h and x.key == h.key], "coin": coins[id(h)]})
+        return [Release(h, now_ns - h.arrival_ns, self._decision(h, batch, coins[id(h)], why.get(id(h), "ahead"), now_ns))
                 for h in batch]
+
+    def _decision(self, h: Held, batch: list[Held], coin: int, why: Why, now_ns: int) -> dict[str, Any]:
+        """The decision line's fields: everything ``protocol/fairlog.py`` needs to recompute it."""
+        return {"order": "fair", "seat": h.seat, "seen_seq": h.act.seq, "state_seq": h.state_seq,
+                "race_key": list(h.key), "arrival_ns": h.arrival_ns, "published_ns": h.published_ns,
+                "rtt_ns": h.rtt_ns, "reaction_claimed_ns": h.claimed_ns, "floor_ns": self.floor_ns,
+                "reaction_used_ns": h.reaction_ns, "virtual_ns": h.virtual_ns,
+                "considered": [{"seat": s, "rtt_ns": r, "measured": known} for s, r, known in h.considered],
+                "margin_ns": MARGIN_NS, "cap_ns": self.cap_ns, "release_ns": h.release_ns, "capped": h.capped,
+                "released_ns": now_ns, "why": why,
+                "rivals": [x.seat for x in batch if x is not h and x.key == h.key], "coin": coin}
 
     def _waiting_for_rival(self, table: Table, h: Held) -> bool:
         for seat in range(len(table.clients)):

@@ -308,12 +308,16 @@ def _match_of(r: dict[str, Any], dec: _Decoder, games: Mapping[str, AnyGame]) ->
 
 def _held(h: Held, enc: _Encoder) -> list[Any]:
     return [h.seat, h.client, enc.enc(h.act), enc.enc(h.action), h.arrival_ns, h.virtual_ns, h.reaction_ns,
-            h.claimed_ns, enc.enc(h.key), h.release_ns]
+            h.claimed_ns, enc.enc(h.key), h.release_ns, h.published_ns, h.rtt_ns, [list(c) for c in h.considered],
+            h.state_seq, h.capped]
 
 
 def _held_of(v: list[Any], dec: _Decoder) -> Held:
     return Held(seat=v[0], client=v[1], act=dec.dec(v[2]), action=dec.dec(v[3]), arrival_ns=v[4], virtual_ns=v[5],
-                reaction_ns=v[6], claimed_ns=v[7], key=dec.dec(v[8]), release_ns=v[9])
+                reaction_ns=v[6], claimed_ns=v[7], key=dec.dec(v[8]), release_ns=v[9],
+                **({} if len(v) < 15 else {"published_ns": v[10], "rtt_ns": v[11],
+                                           "considered": tuple((s, r, k) for s, r, k in v[12]),
+                                           "state_seq": v[13], "capped": v[14]}))
 
 
 def _fair(f: FairOrder, enc: _Encoder) -> dict[str, Any]:

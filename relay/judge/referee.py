@@ -104,7 +104,7 @@ class Referee:
         def could_race(seat: int, key: Any) -> bool:
             return race.could_race(match.state, seat, key)
 
-        return Table(match.code, match.clients, could_race, match.seed)
+        return Table(match.code, match.clients, could_race, match.seed, match.seq)
 
     def release(self, match: Match, now_ns: int, out: list[Out]) -> None:
         """Judge the held plays that are due, in the scheduler's order, until none is."""
@@ -127,8 +127,9 @@ class Referee:
     def judge(self, match: Match, seat: int, client: str, act: m.Act, action: Any, now_ns: int, out: list[Out],
               hold_ns: int = 0, note: dict[str, Any] | None = None) -> bool:
         """Apply one action against the state as it is now; answer it; publish what follows."""
-        if match.status != "playing":
-            self.reject(client, match.code, act, "not_running", f"the match is {match.status}", now_ns, out)
+        if match.status != "playing":  # (a held play whose game ended meanwhile: its decision is logged too)
+            self.reject(client, match.code, act, "not_running", f"the match is {match.status}", now_ns, out,
+                        hold_ns=hold_ns, note=note)
             return False
         assert match.chance is not None  # set when a game starts
         action = match.rules.complete(match.state, seat, action, match.chance)
