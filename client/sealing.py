@@ -73,6 +73,13 @@ async def relay_keys(address: BrokerAddress, topics: Topics, seal: ClientSeal, t
     """Key ``seal`` from the status of the relay ``address.pin`` names, on a short connection of its
     own; the status's body. ``SealProblem`` if none comes within ``timeout``; what the network
     raises (``aiomqtt.MqttError``) if the broker is not there."""
+    return (await pinned_status(address, topics, seal, timeout))[2]
+
+
+async def pinned_status(address: BrokerAddress, topics: Topics, seal: ClientSeal,
+                        timeout: float = KEYS_WAIT_S) -> tuple[str, bytes, bytes]:
+    """``relay_keys``, giving the status as it came too: (topic, sealed payload, body) -- what keys
+    other players' seals (``ClientSeal.open_status``) without each asking the broker."""
     import aiomqtt
 
     heard: Counter[str] = Counter()
@@ -91,7 +98,7 @@ async def relay_keys(address: BrokerAddress, topics: Topics, seal: ClientSeal, t
                     except SealError as exc:
                         heard[exc.reason] += 1
                         continue
-                    return body
+                    return message.topic.value, payload, body
         except TimeoutError:
             pass
     raise SealProblem(no_relay_with_pin(address, topics, heard))
@@ -112,4 +119,5 @@ def no_relay_with_pin(address: BrokerAddress, topics: Topics, heard: Counter[str
             "`blink serve --seal --broker URL` and use the URL it prints")
 
 
-__all__ = ["KEYS_WAIT_S", "Refusals", "SealProblem", "is_status_topic", "new_seal", "no_relay_with_pin", "relay_keys"]
+__all__ = ["KEYS_WAIT_S", "Refusals", "SealProblem", "is_status_topic", "new_seal", "no_relay_with_pin", "pinned_status",
+           "relay_keys"]

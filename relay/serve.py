@@ -218,6 +218,9 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
         raise usage("--interface only goes with --lan")
     if options.lan and options.broker:
         raise usage("--lan hosts its own broker on this machine: leave out --broker")
+    if options.lan and options.seal:
+        raise usage("--seal is for a broker that keeps nobody apart, given with --broker; --lan's own broker keeps "
+                    "players apart itself (and its advert could not carry the pin)")
     from mqttkit import DEFAULT_TLS_PORT
 
     tls_port = options.tls_port or DEFAULT_TLS_PORT

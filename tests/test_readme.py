@@ -202,6 +202,13 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     (R, "blink serve --broker mqtts://relay:SECRET@game.example.org:8883 --ca ca.pem"):
         ("test_tls_mosquitto", "SECRET: broker-config's; game.example.org:8883 -> localhost:FREE"),
     (R, "blink cluster up --dir ~/blink-nats --tls-cert cert.pem --tls-key key.pem"): ("test_tls_cluster", ""),
+    # Sealed play
+    (R, "blink serve --seal --broker mqtt://broker.example.org:1883"):
+        ("test_sealed_play", "broker.example.org:1883 -> a Mosquitto that enforces nothing on 127.0.0.1:FREE"),
+    (R, "blink match --server 'mqtt://broker.example.org:1883/?pin=PIN'"):
+        ("test_sealed_play", "the URL serve printed; a one-game match"),
+    (R, "blink play --server 'mqtt://broker.example.org:1883/?pin=PIN' --match CODE"):
+        ("test_sealed_play", "the URL serve printed, CODE a bot's; under Xvfb, --autoplay --quit-after"),
     # LAN
     (R, "blink serve --lan"): ("test_lan_host_list_and_join", "as written, in namespace A"),
     (R, "blink lan"): ("test_lan_host_list_and_join", "as written, in namespace B"),
@@ -783,6 +790,37 @@ def test_mosquitto_recipe(doc: Doc, shell: Shell) -> None:
     _played(match)
     _stop(relay)
     _stop(broker, signal.SIGTERM, 0)
+
+
+@pytest.mark.integration("mosquitto", "Xvfb")
+def test_sealed_play(doc: Doc, shell: Shell, xdisplay: str) -> None:  # noqa: F811
+    """The sealed-play recipe on a Mosquitto that enforces nothing (anonymous, no access rules): the
+    relay prints the URL with its pin, and a match and the window play with that URL alone."""
+    port = free_port()
+    broker_dir = Path(tempfile.mkdtemp(prefix="blink-readme-open-"))  # readable to Mosquitto's own user
+    broker_dir.chmod(0o755)
+    (broker_dir / "open.conf").write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n")
+    try:
+        broker = shell.start(f"mosquitto -c {broker_dir / 'open.conf'}")
+        _listening(broker, port)
+        here = {"broker.example.org:1883": f"127.0.0.1:{port}"}
+        relay = shell.start(_readme(doc, "blink serve --seal --broker mqtt://broker.example.org:1883", here))
+        url = relay.wait_for(r"players connect with (mqtt://127\.0\.0\.1:\d+/\?pin=[a-z2-7]{26})$").group(1)
+        pinned = {"'mqtt://broker.example.org:1883/?pin=PIN'": f"'{url}'"}
+        _played(shell.run(_readme(doc, "blink match --server 'mqtt://broker.example.org:1883/?pin=PIN'", pinned,
+                                  add=SHORT_BLINK)).ok())
+        first = shell.start(f"blink bot --server '{url}' --create {SHORT_BLINK}")
+        code = first.wait_for(r"in match ([A-Z0-9]+)").group(1)
+        shell.env["DISPLAY"] = xdisplay
+        shell.run(_readme(doc, "blink play --server 'mqtt://broker.example.org:1883/?pin=PIN' --match CODE",
+                          {**pinned, "CODE": code}, add="--autoplay " + WINDOW)).ok()
+        assert (shell.cwd / "shot.png").stat().st_size > 0
+        (played,) = _replays(shell)
+        assert any(e["type"] == "game_started" for e in played), played[:5]
+        _stop(relay)
+        _stop(broker, signal.SIGTERM, 0)
+    finally:
+        shutil.rmtree(broker_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------- TLS

@@ -152,10 +152,12 @@ def test_a_pin_against_a_relay_that_does_not_seal_is_refused(open_broker: OpenMo
         serve.stop()
 
 
-def test_seal_is_for_a_single_relay() -> None:
+def test_seal_is_for_a_single_relay_on_a_given_broker() -> None:
     for cluster in (["--cluster", "nats://127.0.0.1:1"], ["--shards", "0", "--shards-total", "2"]):
         refused = blink("serve", "--broker", "mqtt://127.0.0.1:1", "--seal", *cluster, timeout=30)
         assert refused.returncode == 2 and "--seal is for a single relay" in one_line(refused)
+    lan = blink("serve", "--lan", "--seal", timeout=30)
+    assert lan.returncode == 2 and "--seal is for a broker that keeps nobody apart" in one_line(lan)
 
 
 def test_a_seated_player_plays_on_across_a_restart_with_the_relays_new_keys(open_broker: OpenMosquitto,

@@ -95,6 +95,8 @@ class LoadRun:
     def __init__(self, cfg: LoadConfig, address: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.cfg = cfg
         self.address = address
+        #: Sealed play (a URL with a pin): the relay's status, from which each player keys its own seal.
+        self.relay_status: tuple[str, bytes] | None = None
         self.loop = loop
         self.topics = cfg.topics
         self.rules = game_for(cfg.game)
@@ -248,9 +250,21 @@ async def _answer(fut: asyncio.Future[str], timeout_s: float) -> str:
         raise LoadError(f"no answer from a relay within {timeout_s:g} s") from exc
 
 
-async def wait_for_relay(address: Any, topics: Topics) -> None:
-    """A relay announces itself on ``relay/+/status`` (retained); none online -> LoadError."""
+async def wait_for_relay(address: Any, topics: Topics) -> tuple[str, bytes] | None:
+    """A relay announces itself on ``relay/+/status`` (retained); none online -> LoadError. With a
+    pin (sealed play): the relay's status as it came (topic, payload), which keys every player."""
     from mqttkit.connection import connect
+
+    if address.pin is not None:
+        from client.sealing import SealProblem, new_seal, pinned_status
+
+        try:
+            topic, sealed, _ = await pinned_status(address, topics, new_seal(address.pin), RELAY_WAIT_S)
+        except SealProblem as exc:
+            raise LoadError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - refused, unreachable: one line
+            raise LoadError(f"cannot reach the MQTT broker at {address.url}: {exc or type(exc).__name__}") from exc
+        return topic, sealed
 
     online = asyncio.Event()
 
@@ -282,6 +296,7 @@ async def wait_for_relay(address: Any, topics: Topics) -> None:
         raise LoadError(f"cannot reach the MQTT broker at {address.url}: {exc or type(exc).__name__}") from exc
     finally:
         await conn.disconnect()
+    return None
 
 
 # ------------------------------------------------------------------------------------ the local relay
@@ -385,9 +400,9 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
             await local.start()
         address = parse_url(local.url if local is not None else cfg.server or "")
         relay_pid = local.pid if local is not None else cfg.relay_pid
-        if local is None:
-            await wait_for_relay(address, cfg.topics)
+        status = await wait_for_relay(address, cfg.topics) if local is None else None
         run = LoadRun(cfg, address, asyncio.get_running_loop())
+        run.relay_status = status
         background = [asyncio.create_task(run.lag_probe()), asyncio.create_task(run.pinger())]
         # The first match alone: a broker that refuses us or a relay that does not answer shows at once.
         try:

@@ -34,6 +34,7 @@ from protocol import messages as m
 from protocol.codec import DecodeError, decode_all, encode
 from protocol.rules import AnyGame
 from protocol.rules.base import Accepted
+from protocol.seal import ClientSeal, SealError
 from protocol.topics import Topics
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class PlayerRun(Protocol):
     def acting(self) -> bool: ...  # every match is set up and the run not stopped: play
     @property
     def closing(self) -> bool: ...  # the run is ending: a dropped connection is not a loss
+    @property
+    def relay_status(self) -> tuple[str, bytes] | None: ...  # sealed play: the status that keys a seal
 
     # counters the player adds to
     bounced: int
@@ -87,7 +90,14 @@ class LoadPlayer:
         self.name = name
         self.rng = rng
         self.chance = RandomChance(rng)
-        self.cid = f"ld{os.urandom(6).hex()}"
+        #: Sealed play (the URL's pin): this player's key, keyed from the relay's status; the client
+        #: id is the key's hash, and the MQTT session's id a secret of its own.
+        self.seal: ClientSeal | None = None
+        if run.address.pin is not None and run.relay_status is not None:
+            self.seal = ClientSeal(os.urandom(32), run.address.pin)
+            self.seal.open_status(*run.relay_status)
+        self.cid = self.seal.client_id if self.seal is not None else f"ld{os.urandom(6).hex()}"
+        self.mqtt_id = f"ld{os.urandom(12).hex()}" if self.seal is not None else self.cid
         t = run.topics
         self.private_topic = t.client(self.cid)
         self.req_topic = t.req(self.cid)
@@ -126,9 +136,11 @@ class LoadPlayer:
         run = self.run
         self.joined = asyncio.get_running_loop().create_future()
         async with run.connect_sem:
-            conn = await connect(run.address.host, run.address.port, client_id=self.cid, on_messages=self.on_messages,
+            leave = LEAVE if self.seal is None else self.seal.will(self.req_topic, LEAVE, 1)
+            conn = await connect(run.address.host, run.address.port, client_id=self.mqtt_id,
+                                 on_messages=self.on_messages,
                                  username=run.address.username, password=run.address.password,
-                                 will=Will(self.req_topic, LEAVE, qos=1), keepalive=KEEPALIVE_S,
+                                 will=Will(self.req_topic, leave, qos=1), keepalive=KEEPALIVE_S,
                                  socket_options=NODELAY, timeout=max(CONNECT_TIMEOUT_S, run.cfg.timeout_s),
                                  tls=run.address.ssl_context())
         conn.on_close(self.on_close)
@@ -148,7 +160,7 @@ class LoadPlayer:
             return
         try:
             if leave:
-                conn.write(self._pack(self.req_topic, LEAVE))
+                conn.write(self._pack(self.req_topic, LEAVE if self.seal is None else self.seal.seal(self.req_topic, LEAVE)))
             await conn.disconnect()
         except Exception:  # noqa: BLE001 - closing; the broker may be gone
             pass
@@ -163,7 +175,8 @@ class LoadPlayer:
         conn = self.mqtt
         if conn is not None:
             buf = bytearray()
-            pack_publish(buf, topic, encode(msg))
+            payload = encode(msg)
+            pack_publish(buf, topic, payload if self.seal is None else self.seal.seal(topic, payload))
             try:
                 conn.write(buf)
             except Exception:  # noqa: BLE001 - a connection that just dropped; counted by on_close
@@ -198,8 +211,9 @@ class LoadPlayer:
         evs = shared.pop(payload, None)
         if evs is None:
             try:
-                evs = decode_all(payload)  # a step's events for the match come as one bundle
-            except DecodeError:
+                # a step's events for the match come as one bundle (verified once for both players)
+                evs = decode_all(payload if self.seal is None else self.seal.open(self.ev_topic or "", payload))
+            except (DecodeError, SealError):
                 self.run.bad_messages += 1
                 return
             if len(shared) < SHARED_EVENTS:  # (bounded: the other player's connection may be gone)
@@ -214,8 +228,9 @@ class LoadPlayer:
 
     def on_private(self, payload: bytes, now: int) -> None:
         try:
-            msgs = decode_all(payload)  # a verdict and the cards it drew come as one bundle
-        except DecodeError:
+            # a verdict and the cards it drew come as one bundle
+            msgs = decode_all(payload if self.seal is None else self.seal.open(self.private_topic, payload))
+        except (DecodeError, SealError):
             self.run.bad_messages += 1
             return
         for msg in msgs:
