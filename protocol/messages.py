@@ -131,6 +131,8 @@ class ActionAccepted:
     id: int
     seq: int  # the seq of the last event the action produced
     hold_ns: int = 0  # how long fair ordering held the action before judging it
+    recv_ns: int = 0  # relay wall clock when the action arrived (a play's time in parts: uplink, judging)
+    sent_ns: int = 0  # relay wall clock when this verdict left the relay (judging, downlink)
 
 
 @message("ActionRejected")
@@ -141,6 +143,9 @@ class ActionRejected:
     code: str
     detail: str = ""
     seq: int = 0  # the match seq when the rejection was decided
+    hold_ns: int = 0  # as ``ActionAccepted``'s
+    recv_ns: int = 0
+    sent_ns: int = 0
 
 
 @message("RequestRejected")

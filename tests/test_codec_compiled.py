@@ -52,7 +52,7 @@ def test_a_reused_packer_gives_packb_bytes_and_survives_an_error() -> None:
     from protocol import messages as m
 
     msg = m.ActionAccepted("ABCD", 7, 12, 3)
-    wire = {"t": "ActionAccepted", "v": 1, "match": "ABCD", "id": 7, "seq": 12, "hold_ns": 3}
+    wire = {"t": "ActionAccepted", "v": 1, "match": "ABCD", "id": 7, "seq": 12, "hold_ns": 3, "recv_ns": 0, "sent_ns": 0}
     assert encode(msg) == msgpack.packb(wire, use_bin_type=True)
     bad = m.Event(match="ABCD", seq=1, ts=2, game=0, type="x", data={"no": object()})
     with pytest.raises(TypeError):  # msgpack cannot pack an object()

@@ -9,18 +9,20 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from protocol import messages as m
-from client.tools.latency import (BadArgument, PlayRecord, SeatImpairment, SweepStep, add_fast_cost, count_races,
+from client.tools.latency import (PARTS, BadArgument, PlayRecord, SeatImpairment, SweepStep, add_fast_cost, count_races,
                             delay_axis, format_sweep, json_report, parse_delay_list, parse_fraction_list,
-                            parse_sweep, percentiles_ms, seat_impairments, slow_seat, step_figures, sweep_plan,
+                            parse_sweep, parts_ms, percentiles_ms, seat_impairments, slow_seat, step_figures, sweep_plan,
                             wilson)
 
 BLINK = [sys.executable, "-m", "client.cli", "latency"]
+MS = 1_000_000
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -328,6 +330,44 @@ def test_latency_in_fair_order_reports_holds() -> None:
     r = json.loads(proc.stdout)
     check_report(r)
     assert r["order"] == "fair" and r["hold_ms"]["n"] > 0
+
+
+@pytest.mark.integration
+def test_each_seats_play_time_in_parts_adds_up_to_its_confirmation() -> None:
+    """Seat 1 is 40 ms further each way: its uplink and downlink show it, the fast seat's plays are
+    the ones held, and the parts' means add up to the confirmation mean (within 10 %)."""
+    proc = run_cli("--matches", "2", "--duration", "6", "--delay", "0ms,40ms", "--order", "fair", "--json",
+                   "--seed", "4")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    parts = r["parts_ms"]
+    assert set(parts) == {"0", "1"}
+    for seat in ("0", "1"):
+        ps = parts[seat]
+        assert ps["n"] > 0 and set(ps) == {*PARTS, "confirm", "n"}
+        for name in (*PARTS, "confirm"):
+            assert set(ps[name]) == {"p50", "p99", "mean"} and ps[name]["p50"] <= ps[name]["p99"]
+        total = sum(ps[name]["mean"] for name in PARTS)
+        assert abs(total - ps["confirm"]["mean"]) <= 0.1 * ps["confirm"]["mean"], (seat, ps)
+    assert parts["1"]["uplink"]["p50"] >= 40 and parts["1"]["downlink"]["p50"] >= 40
+    assert parts["0"]["uplink"]["p50"] < 40 and parts["0"]["downlink"]["p50"] < 40
+    assert parts["0"]["held"]["mean"] > parts["1"]["held"]["mean"]
+
+
+def test_a_plays_parts_come_from_its_stamps_and_the_clock_offset() -> None:
+    # The client's clock is 1 s behind the relay's (offset +1 s); the play left at 10.000 s (client),
+    # reached the relay at 11.020 s, was held 100 ms, its verdict left at 11.125 s and came back at
+    # 10.150 s (client); the view showed it 3 ms later.
+    p = PlayRecord("M", 0, 1, 4, "PlayCard", 0, "3-red-star", sent_ns=10_000 * MS, answered_ns=10_150 * MS,
+                   ok=True, hold_ns=100 * MS, recv_ns=11_020 * MS, relay_sent_ns=11_125 * MS, offset_ns=1_000 * MS,
+                   accepted_seq=9, drawn_ns=10_153 * MS)
+    assert p.parts_ns() == {"uplink": 20 * MS, "held": 100 * MS, "judging": 5 * MS, "downlink": 25 * MS,
+                            "drawing": 3 * MS}
+    assert sum(v for k, v in (p.parts_ns() or {}).items() if k != "drawing") == p.confirm_ns
+    assert PlayRecord("M", 0, 2, 4, "PlayCard", 0, "x", sent_ns=1, answered_ns=2).parts_ns() is None  # no stamps
+    figures = parts_ms([p, replace(p, seat=1)], 0)
+    assert figures["n"] == 1 and figures["held"] == {"p50": 100.0, "p99": 100.0, "mean": 100.0}
+    assert figures["confirm"]["mean"] == 150.0
 
 
 @pytest.mark.integration

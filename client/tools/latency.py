@@ -89,6 +89,9 @@ FAST_BLINK: dict[str, Any] = dict(blink.GAME.quick_settings)
 PILE_CHANGES = frozenset({"card_revealed", "card_played", "card_flipped", "card_picked"})
 MAX_IMPAIRMENT_S = 10.0
 PING_INTERVAL_S = 0.5
+#: A play's time in parts, in order: to the relay, held for fair order, judged (journal and publish
+#: included), back to the player, and until the player's confirmed view shows it.
+PARTS = ("uplink", "held", "judging", "downlink", "drawing")
 
 
 class BadArgument(ValueError):
@@ -198,6 +201,22 @@ def percentiles_ms(values_ns: Iterable[int | float]) -> dict[str, Any]:
     return out
 
 
+def parts_ms(plays: Iterable[PlayRecord], seat: int) -> dict[str, Any]:
+    """A seat's plays' time in parts (``PARTS``): p50, p99 and mean of each, in ms; ``confirm``, the
+    same plays' play -> verdict time, and ``n``, how many plays had every stamp. The means of the
+    parts but drawing add up to the confirmation mean (the offset cancels); drawing comes after it."""
+    split = [(p.parts_ns(), p.confirm_ns) for p in plays if p.seat == seat]
+    whole = [(parts, c) for parts, c in split if parts is not None and c is not None]
+    out: dict[str, Any] = {}
+    for name in PARTS:
+        q = percentiles_ms([parts[name] for parts, _ in whole])
+        out[name] = {"p50": q["p50"], "p99": q["p99"], "mean": q["mean"]}
+    q = percentiles_ms([c for _, c in whole])
+    out["confirm"] = {"p50": q["p50"], "p99": q["p99"], "mean": q["mean"]}
+    out["n"] = len(whole)
+    return out
+
+
 def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float] | tuple[None, None]:
     """95% Wilson score interval of a proportion (None, None when there are no trials)."""
     if trials <= 0:
@@ -229,10 +248,29 @@ class PlayRecord:
     ok: bool | None = None
     code: str | None = None
     hold_ns: int | None = None
+    # The stamps the verdict carried (relay wall clock) and the player's clock offset (relay minus
+    # client) when it came; ``drawn_ns``: when the player's confirmed view first showed the play.
+    recv_ns: int | None = None
+    relay_sent_ns: int | None = None
+    offset_ns: int | None = None
+    accepted_seq: int | None = None
+    drawn_ns: int | None = None
 
     @property
     def confirm_ns(self) -> int | None:
         return None if self.answered_ns is None else self.answered_ns - self.sent_ns
+
+    def parts_ns(self) -> dict[str, int] | None:
+        """The play's time in parts (see ``PARTS``), or None without the stamps they need. The
+        first four add up to ``confirm_ns`` exactly (the clock offset cancels); drawing follows it."""
+        if (self.answered_ns is None or not self.recv_ns or not self.relay_sent_ns or self.offset_ns is None
+                or self.hold_ns is None):
+            return None
+        off = self.offset_ns
+        drawn = self.drawn_ns if self.drawn_ns is not None else self.answered_ns
+        return {"uplink": self.recv_ns - (self.sent_ns + off), "held": self.hold_ns,
+                "judging": self.relay_sent_ns - self.recv_ns - self.hold_ns,
+                "downlink": self.answered_ns + off - self.relay_sent_ns, "drawing": max(0, drawn - self.answered_ns)}
 
 
 @dataclass
@@ -514,6 +552,7 @@ class LatencyResult:
             "rtt_ms_by_seat": {str(s): percentiles_ms(self.rtt_ns(s)) for s in range(SEATS)},
             "confirm_ms_by_seat": {str(s): percentiles_ms(self.confirm_ns(s)) for s in range(SEATS)},
             "hold_ms": percentiles_ms(self.hold_ns()),
+            "parts_ms": {str(s): parts_ms(self.plays, s) for s in range(SEATS)},
             "clock_offset_ms": offsets,
             "plays": len(self.plays),
             "verdicts": len(answered),
@@ -566,16 +605,27 @@ class _Slot:
         deliver = player.conn.on_message
         model = player.model
 
+        showing: list[PlayRecord] = []  # accepted plays the confirmed view does not show yet
+
         def on_message(msg: Any, now_ns: int) -> None:
             if isinstance(msg, (m.ActionAccepted, m.ActionRejected)):
                 rec = mine.get(msg.id)
                 if rec is not None and rec.answered_ns is None and msg.match == rec.match:
                     rec.answered_ns = now_ns
+                    rec.hold_ns, rec.recv_ns, rec.relay_sent_ns = msg.hold_ns, msg.recv_ns, msg.sent_ns
+                    rec.offset_ns = model.clock.offset_ns
                     if isinstance(msg, m.ActionAccepted):
-                        rec.ok, rec.code, rec.hold_ns = True, "accepted", msg.hold_ns
+                        rec.ok, rec.code, rec.accepted_seq = True, "accepted", msg.seq
+                        showing.append(rec)
                     else:
                         rec.ok, rec.code = False, msg.code
+                        rec.drawn_ns = now_ns  # a bounce shows as soon as its verdict is in
             deliver(msg, now_ns)
+            if showing:
+                confirmed = model.predictor.confirmed_seq if model.predictor else -1
+                for rec in [r for r in showing if r.match == model.match and (r.accepted_seq or 0) <= confirmed]:
+                    rec.drawn_ns = now_ns
+                    showing.remove(rec)
 
         async def act(action: Any, seen_seq: int | None = None) -> Any:
             # Player.act, plus a record of the play (the same steps, in the same order).
@@ -798,6 +848,10 @@ def run_blocking(cfg: LatencyConfig, topics: Topics | None = None, progress: Pro
 # ---------------------------------------------------------------------------- output
 
 
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
 def _cell(v: Any, width: int = 9) -> str:
     return f"{'-':>{width}}" if v is None else f"{v:>{width}.3f}"
 
@@ -825,6 +879,17 @@ def format_table(s: dict[str, Any]) -> str:
         row(f"  seat {seat}", s["confirm_ms_by_seat"][seat])
     if s["order"] == "fair" and s["hold_ms"]["n"]:
         row("fair hold (ms)", s["hold_ms"])
+    parts = s.get("parts_ms", {})
+    if any(parts.get(seat, {}).get("n") for seat in ("0", "1")):
+        lines.append("")
+        lines.append("a play's time in parts, mean (p50/p99) ms: " + ", ".join(PARTS))
+        for seat in ("0", "1"):
+            ps = parts[seat]
+            if not ps["n"]:
+                continue
+            cells = "  ".join(f"{name} {_num(ps[name]['mean'])} ({_num(ps[name]['p50'])}/{_num(ps[name]['p99'])})"
+                              for name in PARTS)
+            lines.append(f"  seat {seat}: {cells}; confirmation {_num(ps['confirm']['mean'])} (n={ps['n']})")
     off = s["clock_offset_ms"]
 
     def fmt(v: float | None) -> str:
@@ -880,7 +945,7 @@ def plot(result: LatencyResult, summary: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.6))
     colours = ["tab:blue", "tab:orange"]
 
     def cdf(ax: Any, values_ns: Sequence[int], label: str, colour: str, style: str = "-") -> None:
@@ -937,11 +1002,44 @@ def plot(result: LatencyResult, summary: dict[str, Any], path: str) -> None:
     ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
     ax.set_title(f"Win rates, {summary['order']} order (95% CI)")
     ax.legend(loc="upper center", fontsize=8, ncol=2)
+    parts_panel(axes[3], summary)
     fig.suptitle(f"blink latency: {summary['matches']} matches, {summary['duration_s']:.0f} s, "
                  f"{summary['order']} order", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+PART_COLOURS = {"uplink": "tab:blue", "held": "tab:red", "judging": "tab:purple", "downlink": "tab:cyan",
+                "drawing": "tab:olive"}
+
+
+def parts_panel(ax: Any, summary: dict[str, Any]) -> None:
+    """A play's time in parts, stacked per seat (means), with the confirmation mean marked."""
+    seats = [str(s) for s in range(SEATS)]
+    bottoms = [0.0] * SEATS
+    for name in PARTS:
+        heights = [summary["parts_ms"][s][name]["mean"] or 0.0 for s in seats]
+        ax.bar(range(SEATS), heights, 0.55, bottom=bottoms, color=PART_COLOURS[name], label=name)
+        for i, h in enumerate(heights):
+            if h >= 8:
+                ax.text(i, bottoms[i] + h / 2, f"{h:.0f}", ha="center", va="center", fontsize=8, color="white")
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    for i, s in enumerate(seats):
+        mean = summary["parts_ms"][s]["confirm"]["mean"]
+        if mean is not None:
+            ax.plot([i - 0.35, i + 0.35], [mean, mean], color="black", linewidth=1.2, linestyle="--",
+                    label="confirmation (mean)" if i == 0 else None)
+    labels = []
+    for s in seats:
+        imp = summary["impairment"][s]
+        labels.append(f"seat {s} (+{imp['delay_ms']:g} ms)\nn={summary['parts_ms'][s]['n']}")
+    ax.set_xticks(range(SEATS), labels)
+    ax.set_ylabel("ms (mean)")
+    ax.set_title("A play's time in parts")
+    ax.set_ylim(0, max([*bottoms, 1.0]) * 1.35)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(loc="upper left", fontsize=7, ncol=3)
 
 
 def _share_cell(share: float | None, ci: list[float] | None, won: int, n: int) -> str:

@@ -7,10 +7,13 @@ Per client and (match, action id), oldest first, the answer it got. A client's b
 ``REMEMBERED_ANSWERS``: the oldest goes first, and a duplicate older than that is judged afresh. An
 acceptance is kept as one int, ``hold_ns << ACCEPTED_SEQ_BITS | seq`` -- the rest of it is the key:
 a relay of 1,000 matches keeps ~130 answers a match after 20 s at human pace. A rejection is kept
-as the message itself.
+as the message itself. A remembered answer does not keep when the play first arrived (``recv_ns``,
+for its player's time in parts): a repeat is answered without it.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from protocol import messages as m
 
@@ -37,6 +40,8 @@ class Answers:
 
     def remember(self, client: str, code: str, action_id: int, answer: Reply) -> None:
         book = self.book.get(client)  # (not setdefault: it would build a map per answer)
+        if answer.recv_ns:
+            answer = replace(answer, recv_ns=0)
         if book is None:
             book = self.book[client] = {}
         if (type(answer) is m.ActionAccepted and answer.match == code and answer.id == action_id

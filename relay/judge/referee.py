@@ -151,8 +151,9 @@ class Referee:
         self.commit(match, result, now_ns, out, extra=extra)
         self.t.stats["accepted"] += 1
         # (an accepted action's sender was checked before it was judged: by ``_on_act``, or on its way to fair order's hold)
-        self.answer(client, match.code, act.id, m.ActionAccepted(match.code, act.id, match.seq, hold_ns), now_ns, out,
-                     log=False, client_ok=True)
+        self.answer(client, match.code, act.id,
+                    m.ActionAccepted(match.code, act.id, match.seq, hold_ns, now_ns - hold_ns + self.t.wall_offset),
+                    now_ns, out, log=False, client_ok=True)
         # The verdict goes out first, beside the private updates: a client keeps an accepted play until
         # its events come (``seq``), and the sender's verdict and new cards then leave as one message.
         out.insert(start, out.pop())
@@ -191,7 +192,9 @@ class Referee:
         seq = match.seq if match else 0
         rej = self.t.stats["rejected"]
         rej[reason] = rej.get(reason, 0) + 1
-        self.answer(client, code, act.id, m.ActionRejected(code, act.id, reason, detail, seq), now_ns, out, log=False)
+        self.answer(client, code, act.id,
+                    m.ActionRejected(code, act.id, reason, detail, seq, hold_ns, now_ns - hold_ns + self.t.wall_offset),
+                    now_ns, out, log=False)
         out.append(LogRecord({"kind": "rejected", "match": code, "client": client, "id": act.id, "code": reason,
                               "detail": detail, "ts": now_ns, "reaction_ns": act.reaction_ns, "hold_ns": hold_ns,
                               **(note or {})}))
