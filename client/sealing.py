@@ -111,8 +111,8 @@ def no_relay_with_pin(address: BrokerAddress, topics: Topics, heard: Counter[str
         return (f"the relay {where} is not the one the pin names (its keys hash to another pin): check the URL "
                 "`blink serve --seal` printed")
     if heard["unsealed"] or heard["cut"]:
-        return (f"the relay {where} does not seal its messages, and the URL's pin asks for a sealed one: "
-                "start it with `blink serve --seal`, or leave ?pin= out of the URL")
+        return (f"the relay {where} does not seal its messages (or someone overwrote its status), and the URL's pin "
+                "asks for a sealed one: start it with `blink serve --seal`, or leave ?pin= out of the URL")
     if heard["forged"] or heard["stale"]:
         return f"no status {where} verifies with the pin's keys (a forged or an old one): the relay is not online"
     return (f"no relay is online {where} (none announced itself on {topics.relay_status('+')}): start one with "

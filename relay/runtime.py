@@ -85,6 +85,9 @@ SUB_QOS = 0
 #: With several broker nodes, the CONNECT's wait before the next is tried (NATS waits 4 s on JetStream).
 CONNECT_TIMEOUT_S = 2.0
 WILL_CHECK_S = 10.0
+#: Sealed play: the retained status (the relay's keys) is published again this often -- on a broker
+#: that enforces nothing anyone may overwrite or clear it, and players take the keys from nowhere else.
+RESTATE_S = 4.0
 #: A relay of several waits this long for broker nodes that do not answer yet at its first connection.
 FIRST_CONNECT_WAIT_S = 60.0
 
@@ -131,6 +134,8 @@ class Relay:
         #: Sealed play (``relay/sealing.py``): every payload in is opened before anything counts it,
         #: every payload out sealed or signed. None: the broker keeps players apart.
         self.seal = seal
+        self._restate: tuple[str, bytes] | None = None  # sealed: the signed online status, and when next
+        self._restate_at = 0.0
         self.log_path = Path(log_path) if log_path else None
         self.eventlog = EventLog(self.log_path)
         self.intake = Intake.for_config(self.config, RELAY_INTAKE_SLACK)  # before decoding
@@ -464,6 +469,7 @@ class Relay:
         offline, online = encode(m.RelayStatus(self.relay_id, False)), encode(m.RelayStatus(self.relay_id, True))
         if self.seal is not None:
             offline, online = self.seal.wire(status, offline) or b"", self.seal.wire(status, online) or b""
+            self._restate = (status, online)
         login = Login(self.client_id, Will(status, offline, qos=1, retain=True),
                       groups, status if self.sharded else "", online,
                       self.max_payload + PACKET_HEADER_ALLOWANCE,
@@ -597,6 +603,8 @@ class Relay:
                 raise self._fatal
             if self._will_checks:
                 self._give_lost_wills()
+            if self._restate is not None:
+                self._restate_status()
             mono = time.monotonic_ns()
             deadlines = [d - srv.mono_offset for srv in self.servers.values()
                          if (d := srv.core.next_deadline()) is not None]
@@ -615,6 +623,17 @@ class Relay:
                 self._gc_full_at = time.monotonic()
             if self.resync.may_send():
                 await asyncio.sleep(0)  # the reader's turn: requests come before the next chunk
+
+    def _restate_status(self) -> None:
+        """Sealed play: the signed online status, retained, again every ``RESTATE_S`` (see there)."""
+        client, now = self._client, time.monotonic()
+        if self._restate is None or client is None or not client.connected or now < self._restate_at:
+            return
+        self._restate_at = now + RESTATE_S
+        try:
+            client.publish(self._restate[0], self._restate[1], qos=0, retain=True)
+        except MqttError as exc:
+            log.debug("status not restated: %s", exc)
 
     def _targets(self, topic: str, payload: bytes) -> list[Shard]:
         """The served shards a message is for (``relay/shards.py``)."""

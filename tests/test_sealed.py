@@ -25,6 +25,9 @@ from bench.attack_open import OpenMosquitto
 from client.bots import Bot
 from client.player import Player
 from mqttkit import parse_url
+from protocol import messages as m
+from protocol.codec import encode
+from protocol.topics import Topics
 from relay.sealing import IDENTITY_FILE
 from tests.helpers import eventually, stop_process
 
@@ -102,6 +105,9 @@ def test_players_need_only_the_url_serve_prints_and_a_wrong_or_missing_pin_is_on
         summary = json.loads(played.stdout.strip().splitlines()[-1])
         assert summary["winner"] and summary["accepted"] > 0, summary
         assert blink("verify", str(tmp_path / "match.log")).returncode == 0
+        # Anyone may overwrite the relay's retained status on this broker: the relay states it again,
+        # and players still find its keys (what follows connects anew).
+        asyncio.run(overwrite_status(open_broker.url))
         # A bot creates a match and prints its code; a spectator watches it by code, both with the URL.
         creator = subprocess.Popen([*BLINK, "bot", "--server", url, "--create", "--game", "takeaway", "--reaction", "0.05"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -140,6 +146,15 @@ def test_players_need_only_the_url_serve_prints_and_a_wrong_or_missing_pin_is_on
         assert again.url == url  # the same identity: the pin players were given still holds
     finally:
         again.stop()
+
+
+async def overwrite_status(url: str) -> None:
+    import aiomqtt
+
+    address = parse_url(url)
+    async with aiomqtt.Client(address.host, address.port, identifier="overwriter") as client:
+        await client.publish(Topics().relay_status("relay-0"), encode(m.RelayStatus("relay-0", False)), qos=1,
+                             retain=True)
 
 
 def test_a_pin_against_a_relay_that_does_not_seal_is_refused(open_broker: OpenMosquitto, tmp_path: Path) -> None:

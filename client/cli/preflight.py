@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from protocol.topics import Topics
 
 RELAY_STATUS_WAIT_S = 1.5  # retained status messages arrive at once; this is only the "none" case
+SEALED_STATUS_WAIT_S = 5.0  # a sealed relay's status may have been overwritten: it restates it every 4 s
 MATCH_ANSWER_S = 5.0  # the relay answers a spectator at once; this is only a relay that does not answer
 
 
@@ -44,7 +45,8 @@ async def relay_online(address: BrokerAddress, topics: Topics) -> bool:
         from client.sealing import SealProblem, new_seal, relay_keys
 
         try:
-            body = await relay_keys(address, topics, new_seal(address.pin), RELAY_STATUS_WAIT_S)
+            # Longer than the relay restates its status (4 s): one a stranger overwrote comes again.
+            body = await relay_keys(address, topics, new_seal(address.pin), SEALED_STATUS_WAIT_S)
         except SealProblem as exc:
             if "no relay is online" in str(exc):
                 return False

@@ -259,7 +259,8 @@ async def wait_for_relay(address: Any, topics: Topics) -> tuple[str, bytes] | No
         from client.sealing import SealProblem, new_seal, pinned_status
 
         try:
-            topic, sealed, _ = await pinned_status(address, topics, new_seal(address.pin), RELAY_WAIT_S)
+            # (a sealed relay restates its status every 4 s: one a stranger overwrote comes again)
+            topic, sealed, _ = await pinned_status(address, topics, new_seal(address.pin), max(RELAY_WAIT_S, 5.0))
         except SealProblem as exc:
             raise LoadError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - refused, unreachable: one line
