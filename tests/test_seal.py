@@ -314,3 +314,47 @@ def test_any_bytes_are_refused_with_a_seal_error_and_nothing_else(data: bytes, p
             fn(*args)  # type: ignore[operator]
         except SealError:
             pass
+
+
+# ------------------------------------------------------------------------------------ the shells' words
+
+
+def test_the_relay_drops_a_flood_of_forgeries_in_one_line_a_reason_and_second(caplog: pytest.LogCaptureFixture) -> None:
+    from relay.sealing import Sealing
+
+    sealing = Sealing(IDENTITY, T)
+    c = ClientSeal(key(1), sealing.pin)
+    c.open_status(STATUS, sealing.wire(STATUS, encode(m.RelayStatus("relay-0", True))) or b"")
+    topic = T.act("ABCDE", c.client_id)
+    good = c.seal(topic, encode(m.Act(id=1, seq=1, action={})))
+    with caplog.at_level("WARNING", logger="blink.relay"):
+        for i in range(200):
+            assert sealing.open(topic, encode(m.Act(id=i, seq=1, action={})), 1_000 + i) is None
+            assert sealing.open(topic, good[:-1] + bytes((good[-1] ^ 1,)), 1_000 + i) is None
+        assert sealing.open(topic, good, 2_000) is not None
+        assert sealing.open(topic, good, 2_001) is None
+        assert sealing.open(topic, encode(m.Ping(t0=1)), 2_000_000_000) is None  # a second later: said again
+    lines = [r.getMessage() for r in caplog.records]
+    assert sealing.dropped == {"unsealed": 201, "forged": 200, "replayed": 1}
+    assert len(lines) == 4, lines
+    assert "(199 more since the last line)" in lines[-1] and "unsealed" in lines[-1]
+    # What the relay publishes: sealed for its client, signed for all, nothing for a client unknown.
+    private = sealing.wire(T.client(c.client_id), b"\x80")
+    assert private is not None and c.open(T.client(c.client_id), private) == b"\x80"
+    assert c.open(T.ev("ABCDE"), sealing.wire(T.ev("ABCDE"), b"\x80") or b"") == b"\x80"
+    assert sealing.wire(T.client("s" + "0" * 32), b"\x80") is None and sealing.dropped["no_keys"] == 1
+    assert sealing.wire(T.snap("ABCDE"), b"") == b""  # clearing a retained message stays empty
+
+
+def test_a_player_asks_for_its_view_again_when_a_message_for_it_may_have_been_spoilt() -> None:
+    from client.model import ClientModel, Tampered
+
+    model = ClientModel("s" + "1" * 32, "ann")
+    assert model.on_message(Tampered("blink/v1/c/x", "forged"), 0) == []  # in no match: nothing to ask
+    model.spectate("ABCDE")
+    assert model.on_message(Tampered("blink/v1/m/0/ABCDE/ev", "forged"), 10) == [m.Resync("ABCDE", from_seq=0)]
+    assert model.on_message(Tampered("blink/v1/m/0/ABCDE/ev", "cut"), 500_000_000) == []  # once a second
+    assert model.on_message(Tampered("blink/v1/m/0/ABCDE/ev", "other_epoch"), 1_100_000_000) != []
+    # A plain message or a replay is someone else's: the true one came too.
+    for reason in ("unsealed", "replayed", "other_sender"):
+        assert model.on_message(Tampered("blink/v1/c/x", reason), 5_000_000_000 * (1 + len(reason))) == []

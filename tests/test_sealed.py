@@ -167,6 +167,22 @@ def test_a_pin_against_a_relay_that_does_not_seal_is_refused(open_broker: OpenMo
         serve.stop()
 
 
+def test_latency_and_load_need_only_the_url_too(open_broker: OpenMosquitto) -> None:
+    serve = Serve(open_broker.url, "--seal", "--no-journal")
+    try:
+        lat = blink("latency", "--server", serve.url, "--duration", "4", "--json")
+        assert lat.returncode == 0, lat.stderr
+        report = json.loads(lat.stdout)
+        assert report["plays"] > 0 and report["log_gaps"] == 0, report
+        load = blink("load", "--server", serve.url, "--matches", "3", "--duration", "4", "--json")
+        assert load.returncode == 0, load.stderr
+        loaded = json.loads(load.stdout)
+        assert loaded["actions"] > 0 and loaded["unanswered"] == 0 and loaded["bad_messages"] == 0, loaded
+    finally:
+        err = serve.stop()
+    assert "Traceback" not in err and "dropped" not in err, err  # nothing of theirs refused
+
+
 def test_seal_is_for_a_single_relay_on_a_given_broker() -> None:
     for cluster in (["--cluster", "nats://127.0.0.1:1"], ["--shards", "0", "--shards-total", "2"]):
         refused = blink("serve", "--broker", "mqtt://127.0.0.1:1", "--seal", *cluster, timeout=30)
