@@ -138,6 +138,11 @@ class Verdict:
     sent_ns: int
     answered_ns: int
     action: Any = None
+    # The verdict's own stamps (relay wall clock) and the clock offset then: the play's time in parts.
+    hold_ns: int = 0
+    recv_ns: int = 0
+    relay_sent_ns: int = 0
+    offset_ns: int | None = None
 
     @property
     def confirm_ns(self) -> int:
@@ -517,13 +522,15 @@ class ClientModel:
         elif isinstance(msg, m.ActionAccepted) and self.predictor:
             p = self.predictor.accepted(msg.id, msg.seq)
             if p is not None:
-                self.verdicts.append(Verdict(msg.id, True, "accepted", p.sent_ns, now_ns, p.action))
+                self.verdicts.append(Verdict(msg.id, True, "accepted", p.sent_ns, now_ns, p.action, msg.hold_ns,
+                                             msg.recv_ns, msg.sent_ns, self.clock.offset_ns))
             self.version += 1
         elif isinstance(msg, m.ActionRejected) and self.predictor:
             p = self.predictor.rejected(msg.id)
             if p is not None:
                 self.bounces.append(Bounce(msg.id, p.action, msg.code, msg.detail, now_ns))
-                self.verdicts.append(Verdict(msg.id, False, msg.code, p.sent_ns, now_ns, p.action))
+                self.verdicts.append(Verdict(msg.id, False, msg.code, p.sent_ns, now_ns, p.action, msg.hold_ns,
+                                             msg.recv_ns, msg.sent_ns, self.clock.offset_ns))
             self.version += 1
         elif isinstance(msg, m.RequestRejected):
             self.errors.append(msg)

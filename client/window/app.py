@@ -159,6 +159,11 @@ class App:
         line keeps clear of it."""
         return self.hud.room if self.hud is not None else 0.0
 
+    def toggle_play_parts(self) -> None:
+        if self.hud is not None:
+            self.hud.toggle_parts()
+            self.present_again()
+
     @property
     def window_size(self) -> tuple[int, int]:
         if self.window is None:

@@ -9,6 +9,13 @@ the connection heals (``model.connection``) it starts with "reconnecting…". Wi
 measure -- the menu before a game, a replay (a log has no relay) -- it shows the frame rate only,
 never a dash where a round trip would be. ``room`` is how wide its text can get: scenes keep their
 top line clear of it.
+
+A key (``P`` at the table) shows a second line under it: the player's last play's time in parts
+(``play_parts``), from the stamps its verdict carried and the clock offset -- to the relay
+(uplink), held for fair order, judged (journal and publish included), back (downlink), and until
+the frame that drew the verdict (drawing; the HUD notes the first frame after a new verdict). A play
+held for fairness shows at once all the same: the prediction drew it on the frame after the key
+press, and only its confirmation (the pending ring going) waits.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 import pyglet
 
 from client.window.cards import Layer, label, set_text
+from client.window.playparts import parts_text, play_parts
 
 NS = 1_000_000_000
 
@@ -52,6 +60,11 @@ class Hud:
         self.batch = pyglet.graphics.Batch()
         self.layer = Layer(9)
         self.label = label(self.batch, self.layer.text, 10, (230, 240, 235, 220), "right", "top")
+        self.parts_label = label(self.batch, self.layer.text, 10, (230, 240, 235, 220), "right", "top")
+        self.show_parts = False  # the last play's parts on the second line (a key toggles it)
+        self._verdict: Any = None  # the last verdict seen, and the first frame after it came
+        self._drawn_ns = 0
+        self._stale = False
         self._next = 0
         self._frames = 0
         self._since = 0
@@ -62,6 +75,8 @@ class Hud:
         f = max(8.0, min(12.0, height / 64))
         self.label.font_size = round(f, 1)
         self.label.position = (width - f, height - f * 0.8, 0)
+        self.parts_label.font_size = round(f, 1)
+        self.parts_label.position = (width - f, height - f * 2.6, 0)
         probe = pyglet.text.Label(WIDEST, font_name=self.label.font_name, font_size=round(f, 1))
         self.room = f + float(probe.content_width)
         probe.delete()
@@ -70,8 +85,9 @@ class Hud:
         """Bring the text up to date; True if it changed (the frame must be drawn). ``relay``
         False: nothing to measure a round trip to (a replay, the menu)."""
         self._frames += 1
+        drawn = self._parts(model, now_ns)
         if now_ns < self._next:
-            return False
+            return drawn
         fps = None
         if self._since:
             fps = self._frames * NS / max(1, now_ns - self._since)
@@ -82,8 +98,29 @@ class Hud:
         text = hud_text(clock.rtt_ns if clock else None, clock.offset_ns if clock else None, fps, relay)
         text = (connection_note(model) if relay else "") + text
         if text == self.label.text:
-            return False
+            return drawn
         set_text(self.label, text)
+        return True
+
+    def toggle_parts(self) -> None:
+        self.show_parts = not self.show_parts
+        self._stale = True  # the second line is brought up to date (or cleared) on the next frame
+
+    def _parts(self, model: Any, now_ns: int) -> bool:
+        """Note a new verdict's first frame and, when shown, bring the parts line up to date; True
+        if the line changed."""
+        verdicts = getattr(model, "verdicts", None) if model is not None else None
+        last = verdicts[-1] if verdicts else None
+        if last is not self._verdict:
+            self._verdict, self._drawn_ns = last, now_ns  # this frame is the one that draws it
+            self._stale = True
+        if not self._stale:
+            return False
+        self._stale = False
+        text = parts_text(play_parts(last, self._drawn_ns) if last is not None else None) if self.show_parts else ""
+        if text == self.parts_label.text:
+            return False
+        set_text(self.parts_label, text)
         return True
 
     def draw(self) -> None:

@@ -454,6 +454,9 @@ class TableScene(Scene):
             else:
                 self.app.back_to_menu()
             return True
+        if symbol == key.P:  # the HUD's second line: the last play's time in parts
+            self.app.toggle_play_parts()
+            return True
         if symbol == key.R and self.app.session.player is not None and self.app.session.player.match_over():
             self.app.goto("results")
             return True
