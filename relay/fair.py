@@ -20,7 +20,10 @@ that time has passed, when every rival has already played for this pile top, or 
 holds a card that matches it. It never holds longer than ``fair_cap_ns`` after arrival.
 
 Measuring, not trusting. ``rtt_q`` is the relay's own measurement: it probes every player
-(``Probe`` -> ``ProbeReply``) and keeps the lowest recent round trip. A claimed reaction time is
+(``Probe`` -> ``ProbeReply``, every 0.5 s) and keeps the last 8 round trips. A hold waits for the
+rival's *highest* recent one: a play slowed by jitter must still make it (waiting for the lowest
+gave a race to the later reaction whenever jitter slowed the faster one by more than the margin).
+A player's own claim is bounded with its *lowest* (the most it can have reacted). A claimed reaction time is
 clamped: never below ``fair_floor_ns`` (no person reacts faster), and never above what the
 relay's own timestamps allow (``A - pub(seq) - rtt_p``: the play cannot have been sent before
 the player received the state). A client that lies gains nothing beyond the floor.
@@ -131,8 +134,16 @@ class FairOrder:
         self.rtt.setdefault(client, deque(maxlen=RTT_SAMPLES)).append(now_ns - sent_ns)
 
     def rtt_of(self, client: str) -> int | None:
+        """The lowest recent round trip: the fastest this player's own play can have come."""
         samples = self.rtt.get(client)
         return min(samples) if samples else None
+
+    def rtt_slow_of(self, client: str) -> int | None:
+        """The highest recent round trip: how long a rival's faster play may still take to come. The
+        lowest would end a hold while a rival's play slowed by a little jitter (the network, a busy
+        machine) is still on its way, and give that race to the later reaction."""
+        samples = self.rtt.get(client)
+        return max(samples) if samples else None
 
     def probe_due(self, now_ns: int) -> bool:
         """Is it time to probe every player of a fair match? If so, the probe counts as sent now:
@@ -159,7 +170,7 @@ class FairOrder:
         for other_seat, other in enumerate(table.clients):
             if other_seat == seat or not self._could_race(table, other_seat, key):
                 continue
-            rtt_q = self.rtt_of(other)
+            rtt_q = self.rtt_slow_of(other)
             considered.append((other_seat, rtt_q if rtt_q is not None else UNKNOWN_RTT_NS, rtt_q is not None))
         release, capped = planned_release(now_ns, virtual, [r for _, r, _ in considered], MARGIN_NS, self.cap_ns)
         held = Held(seat, client, act, action, now_ns, virtual, reaction, claimed, key, release,

@@ -52,7 +52,7 @@ Out = Publish | LogRecord
 class RelayConfig:
     relay_id: str = "relay-0"
     order: str = "arrival"  # an ``Order``: checked when a core is made (a command line passes a str)
-    fair_cap_ns: int = 150_000_000  # fair mode: never hold a play longer than this
+    fair_cap_ns: int = 400_000_000  # fair mode: never hold a play longer than this
     fair_floor_ns: int = 100_000_000  # fair mode: no human reacts faster than this
     between_games_s: float = 3.0
     #: The retained public snapshot of a running match is rewritten at most this often (and at

@@ -67,7 +67,7 @@ class ServeOptions:
     port: int = 1883
     broker: str | None = None
     order: str = "arrival"
-    fair_cap_ms: float = 150.0
+    fair_cap_ms: float = 400.0
     seed: int | None = None
     log: str | None = None
     relay_id: str | None = None

@@ -186,3 +186,21 @@ def test_fair_order_can_be_chosen_per_match() -> None:
     h2 = Harness()
     out = h2.send(T.req("a"), m.CreateMatch(name="ann", settings={"order": "sideways"}))
     assert [x.code for x in h2.to("a", out) if isinstance(x, m.RequestRejected)] == ["bad_settings"]
+
+
+def test_a_hold_waits_for_the_rivals_slowest_recent_round_trip() -> None:
+    """Bob's round trips were 100 and 140 ms: ann's play waits until a play of his slowed by jitter
+    to 140 ms could have come, not only one as fast as his best."""
+    h, code = fair_harness(fair_cap_ns=400 * MS)
+    measure(h, "a", 10)
+    measure(h, "b", 100)
+    measure(h, "b", 140)
+    seq = h.core.matches[code].seq
+    pub = h.now
+    play_at(h, pub + 215 * MS, "a", code, "3-red-star", 0, 1, seq, 200)
+    (held,) = h.core.fair.held[code]
+    assert held.release_ns == pub + 200 * MS + 140 * MS + 3 * MS
+    h.now = pub + 200 * MS + 120 * MS  # bob's faster reaction (150 ms) comes 170 ms after it left
+    play_at(h, h.now, "b", code, "5-green-triangle", 0, 1, seq, 150)
+    assert isinstance(answers(h, "b")[0], m.ActionAccepted)
+    assert isinstance(answers(h, "a")[0], m.ActionRejected)

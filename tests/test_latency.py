@@ -229,7 +229,21 @@ def test_the_fast_seats_added_time_is_against_arrival_order_at_the_same_delay() 
     table = format_sweep(steps).splitlines()
     assert len(table) == 1 + len(steps) + 2
     assert table[2].split()[:2] == ["50", "fair"] and "+50.0/+65.5" in table[2]
-    assert table[5].split()[:2] == ["150", "fair"] and table[5].endswith("-/-")
+    assert table[5].split()[:2] == ["150", "fair"] and table[5].split()[-2:] == ["-/-", "-"]
+
+
+def test_the_fast_seats_pace_is_against_arrival_order_at_the_same_delay() -> None:
+    def with_pace(s: dict[str, Any], fast: float) -> dict[str, Any]:
+        return {**s, "plays_per_playable_s": {"0": fast, "1": 1.0}}
+
+    steps = add_fast_cost([
+        step_figures(with_pace(summary("arrival", (0, 100), (5, 5), (3, 3), 0, fast_p=(12.0, 40.0)), 2.0)),
+        step_figures(with_pace(summary("fair", (0, 100), (5, 5), (3, 3), 0, fast_p=(112.0, 150.0)), 1.94)),
+        step_figures(summary("fair", (0, 150), (5, 5), (3, 3), 0, fast_p=(160.0, 170.0))),  # nothing to compare
+    ])
+    assert [s["fast_pace"] for s in steps] == [2.0, 1.94, None]
+    assert [s["fast_pace_change"] for s in steps] == [0.0, -0.03, None]
+    assert format_sweep(steps).splitlines()[2].endswith("1.94 (-3.0%)")
 
 
 def test_the_json_report_of_several_runs_has_every_run_at_the_top_level() -> None:

@@ -41,8 +41,8 @@ def register(sub: argtypes.Subcommands) -> None:
     s.add_argument("--embedded", action="store_true", help="run the embedded broker (in a process of its own) "
                    "even when Mosquitto is installed (without --broker, an installed Mosquitto is run by default)")
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered: in order of arrival, or fairly (each play held up to --fair-cap-ms for a slower player's) (default arrival)")
-    s.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=150.0,
-                   help="fair order: longest hold of a play in ms, 0 to 10000 (default 150)")
+    s.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=400.0,
+                   help="fair order: longest hold of a play in ms, 0 to 10000 (default 400)")
     s.add_argument("--seed", type=int, help="seed for shuffles, dice and match codes (default: random)")
     s.add_argument("--log", type=argtypes.out_file, metavar="PATH", help="append the relay's event log (JSON Lines) to PATH")
     s.add_argument("--relay-id", help="this relay's name (status topic; default relay-0, with --cluster a "

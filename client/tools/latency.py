@@ -414,6 +414,10 @@ def step_figures(summary: dict[str, Any], slow: int = 1) -> dict[str, Any]:
         "fast_confirm_ms": _p(summary["confirm_ms_by_seat"][str(fast)]),
         "slow_confirm_ms": _p(summary["confirm_ms_by_seat"][str(slow)]),
         "fast_plays_per_s": round(fast_plays / duration, 3) if duration > 0 else None,
+        "fast_pace": summary.get("plays_per_playable_s", {}).get(str(fast)),
+        "fast_pace_change": None,
+        "fast_parts_ms": summary.get("parts_ms", {}).get(str(fast)),
+        "slow_parts_ms": summary.get("parts_ms", {}).get(str(slow)),
         "hold_ms": _p(summary["hold_ms"]),
         "fast_added_ms": {"p50": None, "p99": None},
     }
@@ -421,9 +425,14 @@ def step_figures(summary: dict[str, Any], slow: int = 1) -> dict[str, Any]:
 
 def add_fast_cost(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fill in each step's ``fast_added_ms``: the fast seat's confirmation p50 and p99 minus those of
-    arrival order at the same delay (0 for arrival order itself; None without an arrival step)."""
+    arrival order at the same delay (0 for arrival order itself; None without an arrival step), and
+    ``fast_pace_change``: its plays per second while it had a playable card, against arrival
+    order's at the same delay (-0.03: 3 % fewer)."""
     base = {s["delay_ms"]: s["fast_confirm_ms"] for s in steps if s["order"] == "arrival"}
+    pace = {s["delay_ms"]: s.get("fast_pace") for s in steps if s["order"] == "arrival"}
     for s in steps:
+        ref_pace, own = pace.get(s["delay_ms"]), s.get("fast_pace")
+        s["fast_pace_change"] = round(own / ref_pace - 1, 4) if own is not None and ref_pace else None
         ref = base.get(s["delay_ms"])
         added: dict[str, float | None] = {"p50": None, "p99": None}
         if ref is not None:
@@ -474,6 +483,7 @@ class SeatData:
     seat: int
     rtt_ns: list[int]
     offset_ns: int | None
+    playable_ns: int = 0  # how long its view showed a card it could play (its pace is measured over this)
 
 
 @dataclass
@@ -499,6 +509,14 @@ class LatencyResult:
     def confirm_ns(self, seat: int | None = None) -> list[int]:
         return [p.confirm_ns for p in self.plays
                 if p.confirm_ns is not None and (seat is None or p.seat == seat)]
+
+    def playable_ns(self, seat: int) -> int:
+        return sum(s.playable_ns for s in self.seats if s.seat == seat)
+
+    def pace(self, seat: int) -> float | None:
+        """A seat's plays per second while its view showed a card it could play."""
+        t = self.playable_ns(seat)
+        return round(sum(1 for p in self.plays if p.seat == seat) / (t / 1e9), 3) if t > 0 else None
 
     def hold_ns(self) -> list[int]:
         return [p.hold_ns for p in self.plays if p.ok and p.hold_ns is not None]
@@ -553,6 +571,8 @@ class LatencyResult:
             "confirm_ms_by_seat": {str(s): percentiles_ms(self.confirm_ns(s)) for s in range(SEATS)},
             "hold_ms": percentiles_ms(self.hold_ns()),
             "parts_ms": {str(s): parts_ms(self.plays, s) for s in range(SEATS)},
+            "playable_s": {str(s): round(self.playable_ns(s) / 1e9, 3) for s in range(SEATS)},
+            "plays_per_playable_s": {str(s): self.pace(s) for s in range(SEATS)},
             "clock_offset_ms": offsets,
             "plays": len(self.plays),
             "verdicts": len(answered),
@@ -588,6 +608,7 @@ class _Slot:
         self.cfg = cfg
         self.plays = plays
         self.players: list[Player] = []
+        self.playable: dict[int, list[Any]] = {}  # seat -> [closed ns, open since ns or None]
         for seat in range(SEATS):
             imp = cfg.impairments[seat]
             seed = None if cfg.seed is None else cfg.seed * 1000 + index * 10 + seat
@@ -604,6 +625,19 @@ class _Slot:
         mine: dict[int, PlayRecord] = {}
         deliver = player.conn.on_message
         model = player.model
+        # Time with a playable card in view: from the view's change that gave one to the change that
+        # took the last away (each message and each play may change it).
+        playable = self.playable[seat] = [0, None]
+
+        def note_playable(now_ns: int) -> None:
+            state, me, rules = model.state(), model.seat, model.rules
+            can = (state is not None and me is not None and rules is not None
+                   and any(type(a).__name__ == "PlayCard" for a in rules.legal_actions(state, me)))
+            if can and playable[1] is None:
+                playable[1] = now_ns
+            elif not can and playable[1] is not None:
+                playable[0] += now_ns - playable[1]
+                playable[1] = None
 
         showing: list[PlayRecord] = []  # accepted plays the confirmed view does not show yet
 
@@ -621,6 +655,7 @@ class _Slot:
                         rec.ok, rec.code = False, msg.code
                         rec.drawn_ns = now_ns  # a bounce shows as soon as its verdict is in
             deliver(msg, now_ns)
+            note_playable(now_ns)
             if showing:
                 confirmed = model.predictor.confirmed_seq if model.predictor else -1
                 for rec in [r for r in showing if r.match == model.match and (r.accepted_seq or 0) <= confirmed]:
@@ -638,6 +673,7 @@ class _Slot:
                 mine[result.id] = rec
                 self.plays.append(rec)
                 await player.conn.act(model.match, result)
+            note_playable(time.time_ns())
             player.changed.set()
             return result
 
@@ -662,9 +698,12 @@ class _Slot:
         self.rematches += 1
         await asyncio.gather(*(p.rematch() for p in self.players), return_exceptions=True)
 
+    stopped_ns = 0  # when the bots were told to stop: a playable stretch still open ends there
+
     async def stop(self) -> None:
         from client.net import stop_task
 
+        self.stopped_ns = time.time_ns()
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=0.6)
         for t in self.tasks:
@@ -676,7 +715,10 @@ class _Slot:
             clock = p.model.clock
             samples = clock.all if isinstance(clock, RecordingClock) else list(clock.samples)
             real_seat = p.model.seat if p.model.seat is not None else seat
-            out.append(SeatData(real_seat, [s.delay_ns for s in samples], clock.offset_ns))
+            closed, since = self.playable.get(seat, [0, None])
+            if since is not None and self.stopped_ns:
+                closed += max(0, self.stopped_ns - since)
+            out.append(SeatData(real_seat, [s.delay_ns for s in samples], clock.offset_ns, closed))
         return out
 
     async def close(self) -> None:
@@ -1048,6 +1090,12 @@ def _share_cell(share: float | None, ci: list[float] | None, won: int, n: int) -
     return f"{share:6.1%} [{ci[0]:5.1%}-{ci[1]:5.1%}] {won}/{n}"
 
 
+def _pace(pace: float | None, change: float | None) -> str:
+    if pace is None:
+        return "-"
+    return f"{pace:.2f}" + ("" if change is None else f" ({change:+.1%})")
+
+
 def format_sweep(steps: Sequence[dict[str, Any]]) -> str:
     """The sweep as a table: one row per step (delay, order)."""
 
@@ -1055,17 +1103,20 @@ def format_sweep(steps: Sequence[dict[str, Any]]) -> str:
         return "-" if v is None else (f"{v:+.1f}" if signed else f"{v:.1f}")
 
     lines = [f"{'+ms':>6} {'order':8} {'slow seat: races won [95% CI] won/n':38} "
-             f"{'slow seat: games won [95% CI] won/n':38} {'fast confirm p50/p99':21} {'fast added p50/p99':18}"]
+             f"{'slow seat: games won [95% CI] won/n':38} {'fast confirm p50/p99':21} {'fast added p50/p99':19}"
+             f"{'fast pace':>10}"]
     for s in steps:
         fc, fa = s["fast_confirm_ms"], s["fast_added_ms"]
         lines.append(f"{s['delay_ms']:>6g} {s['order']:8} "
                      f"{_share_cell(s['races_share'], s['races_ci95'], s['races_won'], s['races']):38} "
                      f"{_share_cell(s['games_share'], s['games_ci95'], s['games_won'], s['games_decided']):38} "
                      f"{ms(fc['p50']) + '/' + ms(fc['p99']):21} "
-                     f"{ms(fa['p50'], True) + '/' + ms(fa['p99'], True)}")
+                     f"{ms(fa['p50'], True) + '/' + ms(fa['p99'], True):19}"
+                     f"{_pace(s.get('fast_pace'), s.get('fast_pace_change')):>10}")
     lines.append("")
     lines.append("seat 1 is +ms slower each way; games won counts decided games (ties left out); fast added is "
-                 "the fast seat's confirmation minus arrival order's at the same delay")
+                 "the fast seat's confirmation minus arrival order's at the same delay; fast pace is its plays "
+                 "per second while it had a playable card (against arrival order's)")
     return "\n".join(lines)
 
 
