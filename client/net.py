@@ -139,8 +139,9 @@ class Impairment:
     def active(self) -> bool:
         return bool(self.delay_s or self.jitter_s or self.loss or self.reorder)
 
-    def plan(self) -> float | None:
-        """Delay for one message in seconds, or None to drop it."""
+    def plan(self, direction: str = "up") -> float | None:
+        """Delay for one message in seconds, or None to drop it (``direction``: "up" to the broker,
+        "down" from it; a subclass may treat them apart)."""
         if self.loss and self._rng.random() < self.loss:
             return None
         d = self.delay_s
@@ -292,7 +293,7 @@ class Connection:
         if self.impairment is None:
             await self._publish(topic, payload)
             return
-        delay = self.impairment.plan()
+        delay = self.impairment.plan("up")
         if delay is None:
             return
         self._later(delay, lambda: self._publish(topic, payload))
@@ -415,7 +416,7 @@ class Connection:
                 for one in decoded:
                     self._deliver(one)
             else:
-                delay = self.impairment.plan()  # one network message: one fate for all it holds
+                delay = self.impairment.plan("down")  # one network message: one fate for all it holds
                 if delay is not None:
                     self._later(delay, functools.partial(self._deliver_async, decoded))
         return None

@@ -77,6 +77,8 @@ MATCH_TYPES = frozenset({"match_created", "seat_taken", "seat_left", "game_start
                          "rematch_requested", "rematch_started", "match_expired"})
 #: The relay's own log says so on its first line: a relay's log may hold no match at all.
 RELAY_STARTED = "relay_started"
+#: ``blink latency --log`` puts the impairment it measured under before its local relay's log.
+IMPAIRMENT = "impairment"
 ORDERS = ("arrival", "fair")
 #: A player's connection dropping and coming back during a running match: they may fall anywhere in
 #: a game, so they are checked on their own (a seated player, dropped before returned) and taken out
@@ -206,7 +208,7 @@ def parse_log(lines: Iterable[str], relay_lines: list[Record] | None = None) -> 
             cut = data is None and text.startswith("{")
             records.append(Record(number, {"__cut__" if cut else "__bad__": reason}))
             continue
-        if not seen_any and data.get("kind") == RELAY_STARTED and "type" not in data:
+        if not seen_any and data.get("kind") in (RELAY_STARTED, IMPAIRMENT) and "type" not in data:
             relay_log = True
         seen_any = True
         if "type" not in data and "kind" in data:

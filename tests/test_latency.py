@@ -70,7 +70,8 @@ def test_fraction_lists_and_whole_impairments() -> None:
     assert [i.delay_s for i in imps] == pytest.approx([0.0, 0.1])
     assert [i.jitter_s for i in imps] == pytest.approx([0.005, 0.005])
     assert [i.loss for i in imps] == pytest.approx([0.0, 0.01])
-    assert imps[1].to_json() == {"delay_ms": 100.0, "jitter_ms": 5.0, "loss": 0.01, "reorder": 0.0}
+    assert imps[1].to_json() == {"delay_ms": 100.0, "jitter_ms": 5.0, "loss": 0.01, "reorder": 0.0,
+                                 "jitter_dist": "uniform", "rate_per_s": 0.0}
 
 
 # ------------------------------------------------------------------------------------------ statistics
@@ -535,3 +536,90 @@ def test_bad_sweeps_are_one_line_and_exit_2(args: list[str], needle: str) -> Non
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("blink latency:") and needle in lines[0], proc.stderr
+
+
+# ------------------------------------------------------------------------ impairment profiles
+
+
+def test_jitter_distributions_and_the_rate_limit_are_seeded_and_as_documented() -> None:
+    from client.tools.latency import ProfileImpairment
+
+    def draws(dist: str, seed: int = 3, n: int = 4000) -> list[float]:
+        p = ProfileImpairment(SeatImpairment(0.1, 0.01, dist=dist), seed)
+        return [p.plan("up") or 0.0 for _ in range(n)]
+
+    for dist in ("uniform", "normal", "pareto"):
+        assert draws(dist) == draws(dist)  # the same seed: the same draws
+    uniform, normal, pareto = draws("uniform"), draws("normal"), draws("pareto")
+    assert 0.09 <= min(uniform) and max(uniform) <= 0.11
+    assert abs(sum(normal) / len(normal) - 0.1) < 0.001 and max(normal) > 0.125  # sd 10 ms: beyond 2.5 sd now and then
+    assert min(pareto) >= 0.1 and abs(sum(pareto) / len(pareto) - 0.11) < 0.003 and max(pareto) > 0.15  # heavy tail
+    limited = ProfileImpairment(SeatImpairment(rate=10.0), 1)
+    waits = [limited.plan("up") or 0.0 for _ in range(3)]
+    assert waits[0] < 0.01 and 0.09 <= waits[1] <= 0.11 and 0.19 <= waits[2] <= 0.21  # a turn every 100 ms
+    assert (limited.plan("down") or 0.0) < 0.01  # each direction has its own turns
+    lossy = ProfileImpairment(SeatImpairment(loss=0.5), 2)
+    assert 0.4 < sum(lossy.plan() is None for _ in range(1000)) / 1000 < 0.6
+
+
+@pytest.mark.parametrize("args,needle", [
+    ({"rate": "fast"}, "not a rate"), ({"rate": "-1"}, "from 0"), ({"dist": "cauchy"}, "not one of"),
+    ({"dist": "normal,pareto,uniform"}, "at most 2 values"),
+])
+def test_bad_profile_values_name_the_problem(args: dict[str, str], needle: str) -> None:
+    with pytest.raises(BadArgument, match=needle):
+        seat_impairments(**args)
+
+
+def test_a_logs_header_gives_back_the_profile_and_seed(tmp_path: Path) -> None:
+    from client.tools.latency import LatencyConfig, read_profile, write_header
+
+    imps = seat_impairments(delay="0,100ms", jitter="0,20ms", loss="0,1%", reorder="0,2%", dist="uniform,pareto",
+                            rate="0,50")
+    log = tmp_path / "run.jsonl"
+    write_header(LatencyConfig(impairments=imps, seed=11, log_path=str(log)))
+    assert read_profile(log.read_text().splitlines(), "run.jsonl") == (imps, 11)
+    for text, needle in [("", "no impairment header"), ('{"kind": "relay_started"}', "no impairment header"),
+                         ('{"kind": "impairment", "seats": {"0": {}}}', "seats 0 and 1"),
+                         ('{"kind": "impairment", "seed": 1, "seats": {"0": {"delay_ms": -5, "jitter_ms": 0, "loss": 0, '
+                          '"reorder": 0}, "1": {"delay_ms": 0, "jitter_ms": 0, "loss": 0, "reorder": 0}}}', "out of range")]:
+        with pytest.raises(BadArgument, match=needle):
+            read_profile([text], "x.jsonl")
+
+
+@pytest.mark.integration
+def test_a_logged_run_verifies_and_its_profile_runs_again(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    first = run_cli("--matches", "1", "--duration", "4", "--delay", "0ms,30ms", "--jitter", "0,8ms",
+                    "--jitter-dist", "uniform,normal", "--rate", "0,100", "--order", "fair", "--log", str(log), "--json")
+    assert first.returncode == 0, first.stderr
+    ran = json.loads(first.stdout)
+    header = json.loads(log.read_text().splitlines()[0])
+    assert header["kind"] == "impairment" and header["seats"] == ran["impairment"] and type(header["seed"]) is int
+    assert ran["impairment"]["1"]["jitter_dist"] == "normal" and ran["impairment"]["1"]["rate_per_s"] == 100.0
+    verdict = subprocess.run([sys.executable, "-m", "client.cli", "verify", str(log)], capture_output=True, text=True,
+                             timeout=120, cwd=ROOT)
+    assert verdict.returncode == 0 and "true:" in verdict.stdout, verdict.stdout + verdict.stderr
+    again = run_cli("--matches", "1", "--duration", "3", "--replay-impairment", str(log), "--json")
+    assert again.returncode == 0, again.stderr
+    replayed = json.loads(again.stdout)
+    assert replayed["impairment"] == ran["impairment"] and replayed["seed"] == header["seed"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args,needle", [
+    (["--replay-impairment", "LOG", "--delay", "5ms"], "not with --delay"),
+    (["--replay-impairment", "NOHEADER"], "no impairment header"),
+    (["--replay-impairment", "/nonexistent/run.jsonl"], "cannot read"),
+    (["--log", "OUT", "--order", "both"], "one run"),
+    (["--rate", "fast"], "not a rate"),
+    (["--jitter-dist", "cauchy"], "not one of"),
+])
+def test_bad_profile_arguments_are_one_line_and_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    (tmp_path / "noheader.jsonl").write_text('{"kind": "relay_started", "relay": "r"}\n')
+    (tmp_path / "log.jsonl").write_text('{"kind": "impairment", "seed": 1, "seats": {}}\n')
+    args = [{"LOG": str(tmp_path / "log.jsonl"), "NOHEADER": str(tmp_path / "noheader.jsonl"),
+             "OUT": str(tmp_path / "out.jsonl")}.get(a, a) for a in args]
+    proc = run_cli(*args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr, proc.stderr

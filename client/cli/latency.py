@@ -15,7 +15,13 @@ line and exit status 1; Ctrl-C stops the bots and the local relay in order and e
 ``--sweep 0,50,...`` makes a fairness curve: one run per value and order (``--order both`` is
 arrival then fair at each value), seat 1 that much slower each way than seat 0, each run on a
 fresh local relay (or new matches on the same ``--server``) so no run inherits another's games.
-``--games N`` ends a run once N games have finished, ``--duration`` staying its cap. Each run's
+``--games N`` ends a run once N games have finished, ``--duration`` staying its cap.
+
+The impairment per seat is a delay, jitter drawn from a distribution (``--jitter-dist``: uniform,
+normal or pareto), loss, reordering and a rate limit (``--rate``), from seeded generators. ``--log
+PATH`` (the local relay, one run) writes the relay's event log -- fair order's decisions included --
+after a header line holding that profile and the seed (``--seed``, or one drawn and written there);
+``--replay-impairment LOG`` runs again under the profile and seed of LOG's header. Each run's
 figures -- the slow seat's share of races and of games with Wilson intervals, the fast seat's
 confirmation time and what it adds against arrival order at the same value -- come from the same
 summary a single run reports (``client.tools.latency.step_figures``). ``--json`` keeps a single
@@ -72,7 +78,11 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--sweep", metavar="MS,MS,...",
                    help="a fairness curve: one run per value, seat 1 that much slower each way (e.g. 0,50,100,150,200)")
     p.add_argument("--delay", help="added one-way delay, each direction, per seat (e.g. 0ms,100ms)")
-    p.add_argument("--jitter", help="+- uniform jitter on the delay, per seat")
+    p.add_argument("--jitter", help="jitter on the delay, per seat (drawn as --jitter-dist says)")
+    p.add_argument("--jitter-dist", metavar="DIST",
+                   help="how jitter is drawn, per seat: uniform (+- the jitter, default), normal (its standard "
+                        "deviation) or pareto (an extra delay of that mean, with a heavy tail)")
+    p.add_argument("--rate", metavar="N", help="at most N messages a second each way, per seat (0: no limit)")
     p.add_argument("--loss", help="fraction of messages dropped each way, per seat (e.g. 0.01 or 1%%)")
     p.add_argument("--reorder", help="fraction of messages held back so later ones overtake them, per seat")
     p.add_argument("--order", type=_order, default="arrival",
@@ -83,6 +93,11 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--seed", type=int, help="seed for the local relay, the bots and the impairment")
     p.add_argument("--settings", type=argtypes.settings, default={},
                    help="game settings as JSON, over the harness's defaults (blink: best of 1, 0.5 s countdown)")
+    p.add_argument("--log", type=argtypes.out_file, metavar="PATH",
+                   help="local relay, one run: write its event log to PATH after a header with the impairment "
+                        "per seat and the seed (blink verify checks it; --replay-impairment reads it)")
+    p.add_argument("--replay-impairment", metavar="LOG",
+                   help="run with the impairment per seat and the seed in LOG's header (a --log of an earlier run)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--plot", type=argtypes.out_file, metavar="PATH",
                    help="write a PNG: latency CDFs and win rates, or with --sweep or --order both the fairness "
@@ -126,7 +141,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     from protocol.rules import game_for
     from client.tools.latency import (GAMES_CAP_S, ORDERS as RUN_ORDERS, BadArgument, LatencyConfig, LatencyError,
                                       LatencyResult, add_fast_cost, format_sweep, format_table, json_report,
-                                      have_matplotlib, parse_sweep, plot, plot_sweep, run_blocking,
+                                      have_matplotlib, parse_sweep, plot, plot_sweep, read_profile, run_blocking,
                                       seat_impairments, slow_seat, step_figures, sweep_plan)
 
     def fail(msg: str, status: int) -> int:
@@ -135,11 +150,31 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 
     if args.sweep is not None and args.delay is not None:
         return fail("--sweep sets seat 1's delay at each step: give --sweep or --delay, not both", 2)
+    given = [f"--{n.replace('_', '-')}" for n in ("delay", "jitter", "jitter_dist", "loss", "reorder", "rate", "sweep")
+             if getattr(args, n) is not None]
+    if args.replay_impairment is not None and given:
+        return fail(f"--replay-impairment takes the impairment from the log: not with {', '.join(given)}", 2)
+    if args.log is not None and (args.sweep is not None or args.order == "both" or args.server):
+        return fail("--log writes the local relay's log of one run: not with --sweep, --order both or --server", 2)
+    seed = args.seed
     try:
-        impairments = seat_impairments(args.delay, args.jitter, args.loss, args.reorder)
+        if args.replay_impairment is not None:
+            from client.cli.failures import read_lines
+
+            lines = read_lines(args.replay_impairment)
+            if isinstance(lines, str):
+                return fail(f"cannot read {args.replay_impairment}: {lines}", 2)
+            impairments, logged_seed = read_profile(lines, args.replay_impairment)
+            seed = logged_seed if args.seed is None else args.seed
+        else:
+            impairments = seat_impairments(args.delay, args.jitter, args.loss, args.reorder, args.jitter_dist, args.rate)
         delays = parse_sweep(args.sweep) if args.sweep is not None else None
     except BadArgument as exc:
         return fail(str(exc), 2)
+    if args.log is not None and seed is None:
+        import secrets
+
+        seed = secrets.randbelow(2**31)  # a profile replays the same draws only with its seed: the header keeps one
     if args.fair_cap_ms is not None and not 0 <= args.fair_cap_ms <= 10_000:
         return fail("--fair-cap-ms must be from 0 to 10000", 2)
     if args.fair_cap_ms is not None and args.server:
@@ -178,8 +213,8 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     results: list[LatencyResult] = []
     for n, (imps, order) in enumerate(runs, 1):
         cfg = LatencyConfig(server=args.server, game=args.game, matches=args.matches, duration_s=duration,
-                            impairments=imps, order=order, reaction_s=args.reaction, seed=args.seed,
-                            fair_cap_ms=args.fair_cap_ms, settings=settings, games=args.games)
+                            impairments=imps, order=order, reaction_s=args.reaction, seed=seed,
+                            fair_cap_ms=args.fair_cap_ms, settings=settings, games=args.games, log_path=args.log)
         if len(runs) > 1:
             bar.label = f"+{abs(imps[1].delay_s - imps[0].delay_s) * 1e3:g} ms {order} ({n}/{len(runs)}) "
         try:

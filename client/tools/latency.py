@@ -156,29 +156,160 @@ def parse_fraction_list(text: str | None, what: str = "loss") -> list[float]:
     return parse_seat_list(text, what, parse_fraction)
 
 
+#: How jitter is drawn: uniform in [-j, +j]; normal with standard deviation j; pareto an extra delay
+#: with mean j and a heavy tail (tail index 2: mostly small, now and then several times j).
+JITTER_DISTS = ("uniform", "normal", "pareto")
+PARETO_ALPHA = 2.0
+MAX_RATE = 100_000.0
+
+
 @dataclass(frozen=True)
 class SeatImpairment:
     delay_s: float = 0.0
     jitter_s: float = 0.0
     loss: float = 0.0
     reorder: float = 0.0
+    dist: str = "uniform"  # how the jitter is drawn (``JITTER_DISTS``)
+    rate: float = 0.0  # messages a second each way at most (0: no limit); a message waits its turn
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> dict[str, Any]:
         return {"delay_ms": round(self.delay_s * 1e3, 3), "jitter_ms": round(self.jitter_s * 1e3, 3),
-                "loss": self.loss, "reorder": self.reorder}
+                "loss": self.loss, "reorder": self.reorder, "jitter_dist": self.dist, "rate_per_s": self.rate}
+
+    @classmethod
+    def from_json(cls, d: Any, where: str) -> SeatImpairment:
+        """The impairment ``to_json`` wrote (a log's header); ``BadArgument`` naming ``where`` if not."""
+        try:
+            imp = cls(float(d["delay_ms"]) / 1e3, float(d["jitter_ms"]) / 1e3, float(d["loss"]), float(d["reorder"]),
+                      str(d.get("jitter_dist", "uniform")), float(d.get("rate_per_s", 0.0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadArgument(f"{where}: not an impairment ({type(exc).__name__}: {exc})") from None
+        if (not all(math.isfinite(v) and v >= 0 for v in (imp.delay_s, imp.jitter_s, imp.rate))
+                or imp.delay_s > MAX_IMPAIRMENT_S or imp.jitter_s > MAX_IMPAIRMENT_S or imp.rate > MAX_RATE
+                or not (0 <= imp.loss < 1 and 0 <= imp.reorder < 1) or imp.dist not in JITTER_DISTS):
+            raise BadArgument(f"{where}: an impairment out of range: {d}")
+        return imp
 
     def describe(self) -> str:
-        return (f"delay {self.delay_s * 1e3:g} ms, jitter {self.jitter_s * 1e3:g} ms, "
-                f"loss {self.loss * 100:g}%, reorder {self.reorder * 100:g}%")
+        rate = f", at most {self.rate:g} messages/s" if self.rate else ""
+        return (f"delay {self.delay_s * 1e3:g} ms, jitter {self.jitter_s * 1e3:g} ms ({self.dist}), "
+                f"loss {self.loss * 100:g}%, reorder {self.reorder * 100:g}%{rate}")
+
+
+def parse_rate(text: str, what: str = "rate") -> float:
+    """``"50"`` or ``"50/s"`` -> at most 50 messages a second (0: no limit)."""
+    mt = _NUMBER.match(text)
+    if not mt or mt.group(2) not in ("", "/s"):
+        raise BadArgument(f"--{what}: not a rate: {text.strip()!r} (messages a second, e.g. 50)")
+    value = float(mt.group(1))
+    if not math.isfinite(value) or not 0 <= value <= MAX_RATE:
+        raise BadArgument(f"--{what}: messages a second from 0 (no limit) to {MAX_RATE:g}, not {text.strip()!r}")
+    return value
+
+
+def parse_dist(text: str, what: str = "jitter-dist") -> str:
+    value = text.strip().lower()
+    if value not in JITTER_DISTS:
+        raise BadArgument(f"--{what}: {text.strip()!r} is not one of {', '.join(JITTER_DISTS)}")
+    return value
 
 
 def seat_impairments(delay: str | None = None, jitter: str | None = None, loss: str | None = None,
-                     reorder: str | None = None) -> list[SeatImpairment]:
+                     reorder: str | None = None, dist: str | None = None, rate: str | None = None) -> list[SeatImpairment]:
     d = parse_delay_list(delay, "delay")
     j = parse_delay_list(jitter, "jitter")
     lo = parse_fraction_list(loss, "loss")
     r = parse_fraction_list(reorder, "reorder")
-    return [SeatImpairment(d[i], j[i], lo[i], r[i]) for i in range(SEATS)]
+    ds = ["uniform"] * SEATS if dist is None else [str(x) for x in parse_seat_list(dist, "jitter-dist", parse_dist)]  # type: ignore[arg-type]
+    rt = [0.0] * SEATS if rate is None else parse_seat_list(rate, "rate", parse_rate)
+    return [SeatImpairment(d[i], j[i], lo[i], r[i], ds[i], rt[i]) for i in range(SEATS)]
+
+
+class ProfileImpairment:
+    """One seat's impairment as ``client.net.Connection`` applies it (``plan``), with the jitter drawn
+    from the seat's distribution and a rate limit per direction (a message leaves no sooner than
+    ``1/rate`` after the one before it that way), from a seeded generator: a replay of the profile
+    draws the same sequence."""
+
+    def __init__(self, imp: SeatImpairment, seed: int | None) -> None:
+        import random
+
+        self.imp = imp
+        self._rng = random.Random(seed)
+        self._free = {"up": 0.0, "down": 0.0}  # when each direction may send its next message
+
+    @property
+    def active(self) -> bool:
+        i = self.imp
+        return bool(i.delay_s or i.jitter_s or i.loss or i.reorder or i.rate)
+
+    def jitter(self) -> float:
+        j, rng = self.imp.jitter_s, self._rng
+        if not j:
+            return 0.0
+        if self.imp.dist == "normal":
+            return rng.gauss(0.0, j)
+        if self.imp.dist == "pareto":  # mean (alpha/(alpha-1) - 1) * scale = j for alpha 2
+            return j * (PARETO_ALPHA - 1) * (rng.paretovariate(PARETO_ALPHA) - 1)
+        return rng.uniform(-j, j)
+
+    def plan(self, direction: str = "up") -> float | None:
+        imp = self.imp
+        if imp.loss and self._rng.random() < imp.loss:
+            return None
+        d = max(0.0, imp.delay_s + self.jitter())
+        if imp.reorder and self._rng.random() < imp.reorder:
+            d += imp.delay_s + imp.jitter_s + 0.005
+        if imp.rate:
+            now = time.monotonic()
+            leave = max(now, self._free.get(direction, 0.0))
+            self._free[direction] = leave + 1.0 / imp.rate
+            d += leave - now
+        return d
+
+
+# ---------------------------------------------------------------------------- the log's header
+
+#: The first line of ``blink latency --log``: the impairment profile the run was measured under.
+HEADER_KIND = "impairment"
+
+
+def header(cfg: Any) -> dict[str, Any]:
+    return {"kind": HEADER_KIND, "ts": time.time_ns(), "game": cfg.game, "order": cfg.order, "seed": cfg.seed,
+            "matches": cfg.matches, "reaction_s": cfg.reaction_s,
+            "seats": {str(i): imp.to_json() for i, imp in enumerate(cfg.impairments)}}
+
+
+def write_header(cfg: Any) -> None:
+    """Start ``cfg.log_path`` afresh with the run's header (the local relay appends its log to it)."""
+    import json
+
+    with open(cfg.log_path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(header(cfg)) + "\n")
+
+
+def read_profile(lines: Iterable[str], where: str) -> tuple[list[SeatImpairment], int | None]:
+    """The impairment per seat and the seed from a log's header (``BadArgument``, one line, if it
+    has none: only ``blink latency --log`` writes one)."""
+    import json
+
+    for text in lines:
+        if not text.strip():
+            continue
+        try:
+            first = json.loads(text)
+        except ValueError:
+            first = None
+        if not isinstance(first, dict) or first.get("kind") != HEADER_KIND:
+            break
+        seats = first.get("seats")
+        seed = first.get("seed")
+        if not isinstance(seats, dict) or set(seats) != {str(i) for i in range(SEATS)}:
+            raise BadArgument(f"{where}: its header names no impairment for seats 0 and 1")
+        if seed is not None and type(seed) is not int:
+            raise BadArgument(f"{where}: its header's seed {seed!r} is not a whole number")
+        return [SeatImpairment.from_json(seats[str(i)], f"{where}: seat {i}") for i in range(SEATS)], seed
+    raise BadArgument(f"{where}: no impairment header on its first line (blink latency --log writes one)")
 
 
 # ---------------------------------------------------------------------------- statistics (pure)
@@ -464,6 +595,7 @@ class LatencyConfig:
     fair_cap_ms: float | None = None  # local relay only
     settings: dict[str, Any] | None = None  # game settings; default: the game's quick_settings
     games: int | None = None  # stop once this many games have finished (duration_s stays a cap)
+    log_path: str | None = None  # local relay: its event log, after a header with the impairment profile
 
 
 class RecordingClock(ClockFilter):
@@ -601,7 +733,6 @@ class _Slot:
     """One running match: two instrumented players and their bots; rematches when it ends."""
 
     def __init__(self, index: int, address: Any, topics: Topics, cfg: LatencyConfig, plays: list[PlayRecord]) -> None:
-        from client.net import Impairment
         from client.player import Player
 
         self.index = index
@@ -612,8 +743,9 @@ class _Slot:
         for seat in range(SEATS):
             imp = cfg.impairments[seat]
             seed = None if cfg.seed is None else cfg.seed * 1000 + index * 10 + seat
-            impairment = Impairment(imp.delay_s, imp.jitter_s, imp.loss, imp.reorder, seed=seed)
-            player = Player(address, f"lat{index}s{seat}", topics, impairment, ping_interval_s=PING_INTERVAL_S)
+            impairment = ProfileImpairment(imp, seed)
+            player = Player(address, f"lat{index}s{seat}", topics, impairment,  # type: ignore[arg-type]
+                            ping_interval_s=PING_INTERVAL_S)
             player.model.clock = RecordingClock()
             self._instrument(player, seat)
             self.players.append(player)
@@ -772,7 +904,10 @@ async def run_latency(cfg: LatencyConfig, topics: Topics | None = None, progress
             if cfg.fair_cap_ms is not None:
                 rc.fair_cap_ns = int(cfg.fair_cap_ms * 1e6)
             # A private journal directory (removed afterwards): the measured relay journals as a served one does.
-            server = LocalServer(None, cfg.seed, rc, topics=topics, data_dir=temporary_data_dir(), remove_data_dir=True)
+            if cfg.log_path is not None:
+                write_header(cfg)
+            server = LocalServer(None, cfg.seed, rc, log_path=cfg.log_path, topics=topics, data_dir=temporary_data_dir(),
+                                 remove_data_dir=True)
             await server.__aenter__()
             address = server.address
             url = address.url
@@ -905,8 +1040,10 @@ def format_table(s: dict[str, Any]) -> str:
                  f"{s['order']} order, {where}, bot reaction {s['reaction_s']:g} s")
     for seat in ("0", "1"):
         imp = s["impairment"][seat]
-        lines.append(f"  seat {seat}: delay {imp['delay_ms']:g} ms, jitter {imp['jitter_ms']:g} ms, "
-                     f"loss {imp['loss'] * 100:g}%, reorder {imp['reorder'] * 100:g}% (each way)")
+        rate = f", at most {imp['rate_per_s']:g} messages/s" if imp.get("rate_per_s") else ""
+        lines.append(f"  seat {seat}: delay {imp['delay_ms']:g} ms, jitter {imp['jitter_ms']:g} ms "
+                     f"({imp.get('jitter_dist', 'uniform')}), loss {imp['loss'] * 100:g}%, "
+                     f"reorder {imp['reorder'] * 100:g}%{rate} (each way)")
     lines.append("")
     lines.append(f"{'':22}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}{'n':>8}")
 
