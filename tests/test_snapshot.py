@@ -18,7 +18,7 @@ from protocol.codec import encode
 from protocol.rules import blink
 from protocol.topics import Topics
 from relay import snapshot
-from relay.core import LogRecord, Publish, RelayCore
+from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.journal import JournalError, Msg, SqliteJournal, Tick, feed
 from relay.runtime import Relay
 
@@ -275,7 +275,8 @@ def test_a_data_directory_of_pickled_snapshots_is_migrated_at_first_start(tmp_pa
         shell.recover()
         assert shell.recovered is not None
         assert f"{expected['last_position'] - pos} entries replayed" in shell.recovered
-        whole = RelayCore(T, seed=expected["seed"])
+        # (with the fair-order cap that relay had: a snapshot keeps its relay's scheduler, cap included)
+        whole = RelayCore(T, RelayConfig(fair_cap_ns=150_000_000), seed=expected["seed"])
         feed(whole, [e for _, e in j.read(1)])
         got = shell.core
         assert {c: {"game": x.game, "status": x.status, "seq": x.seq, "game_index": x.game_index, "order": x.order}
