@@ -13,7 +13,9 @@ order, then in ``fair`` order, and reports for each:
   share won, with the count and a 95% Wilson confidence interval -- fair would be 50%;
 - games: the slow seat's share of the decided games, with count and 95% Wilson interval;
 - confirmation time (play -> verdict) p50 and p99 per seat, and the relay's hold in fair order;
-  the cost of fair order is the difference in confirmation time between the two runs.
+  the cost of fair order is the difference in confirmation time between the two runs, and the fast
+  seat's pace (plays a second while it held a playable card) in each; ``--json`` adds each seat's
+  play time in parts (``parts_ms``).
 
 By default the deck is smaller than the standard one (counts 1-3: 36 cards) so that many more
 games finish in the same time; ``--deck standard`` plays with the full 60 cards. Races do not
@@ -70,6 +72,8 @@ def mode_report(result: LatencyResult, slow: int) -> dict[str, Any]:
         "rtt_ms_fast": s["rtt_ms_by_seat"][str(fast)],
         "rtt_ms_slow": s["rtt_ms_by_seat"][str(slow)],
         "hold_ms": s["hold_ms"],
+        "pace_fast": s["plays_per_playable_s"][str(fast)],  # plays a second while it held a playable card
+        "parts_ms": s["parts_ms"],
     }
 
 
@@ -112,6 +116,10 @@ def table(report: dict[str, Any]) -> str:
     if cost:
         lines += ["", "fair order costs (confirmation, fair minus arrival): "
                   + ", ".join(f"{k.replace('_', ' ')} {v:+.1f} ms" for k, v in cost.items() if v is not None)]
+    paces = {mode: report[mode]["pace_fast"] for mode in ("arrival", "fair") if mode in report}
+    if paces:
+        lines.append("fast seat's plays a second while it held a playable card: "
+                     + ", ".join(f"{mode} {'-' if v is None else f'{v:.2f}'}" for mode, v in paces.items()))
     return "\n".join(lines)
 
 

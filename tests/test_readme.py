@@ -252,7 +252,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
         ("test_performance_tls_rounds", "both rounds: mqtt and mqtts"),
     (PERF, "blink load --matches 40 --duration 20 --seed 7 --server SCHEME://127.0.0.1:PORT --ca ca.pem "
            "--relay-pid RELAY --json"): ("test_performance_tls_rounds", "--matches 4 --duration 4"),
-    (PERF, "blink latency --sweep 0,50,100,150,200 --games 30 --order both --matches 8 --seed 7 \\\n"
+    (PERF, "blink latency --sweep 50,100,150,200 --games 300 --order both --matches 12 --seed 7 \\\n"
            "  --settings '{\"deck\": {\"colours\": [\"red\", \"yellow\", \"green\", \"blue\"], \"shapes\": "
            "[\"star\", \"triangle\", \"moon\"], \"counts\": [1, 2, 3]}}' \\\n  --json --plot curve.png"):
         ("test_performance_fairness_sweep", "--sweep 0,100 --games 1 --matches 1; matplotlib installed for --plot"),
@@ -1126,8 +1126,8 @@ def test_performance_tls_rounds(doc: Doc, shell: Shell, certs: None) -> None:
 @pytest.mark.integration
 def test_performance_fairness_sweep(doc: Doc, shell: Shell) -> None:
     text = next(c for w, c in doc.shown if w == PERF and c.startswith("blink latency --sweep"))
-    line = doc.line(PERF, text, {"--sweep 0,50,100,150,200": "--sweep 0,100", "--games 30": "--games 1",
-                                 "--matches 8": "--matches 1"})
+    line = doc.line(PERF, text, {"--sweep 50,100,150,200": "--sweep 0,100", "--games 300": "--games 1",
+                                 "--matches 12": "--matches 1"})
     out = shell.run(line, timeout=600).ok()
     report = json.loads(out.stdout)
     assert len(report["sweep"]) == 4, report.keys()  # two values, both orders
