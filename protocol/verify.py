@@ -42,6 +42,10 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
   a log is what its relay had published so far, so that is true; what it holds is checked as
   usual, and the events of a game in progress wait for its seed (``Report.pending``).
 
+- a relay's log of matches played in fair order: every decision a held play's line carries is
+  recomputed (``protocol/fairlog.py``; ``parse_log(lines, relay_lines)`` collects those lines and
+  ``verify(..., relay_lines=...)`` checks them); the first false one is a finding on its line.
+
 The walk of one game is public (``walk_game`` -> ``GameWalk``): each surviving ``Hypothesis``
 keeps its parent and the action that made it, so the explanation of a true game can be read back
 as ``WalkStep``s (``GameWalk.steps()``) or as the state after every event (``GameWalk.states()``).

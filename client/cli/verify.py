@@ -30,7 +30,8 @@ def register(sub: argtypes.Subcommands) -> None:
     p = sub.add_parser(
         "verify", help="check a match's event log against its revealed seeds and the rules",
         description="Re-derive every shuffle and roll of a match from the seeds its log reveals, check each seed "
-                    "against the commitment published before its game, and check every event against the rules. "
+                    "against the commitment published before its game, check every event against the rules and, in "
+                    "a relay's log of fair-order matches, recompute every fair-order decision. "
                     "Accepts the log of `blink match --log`, `blink watch --json` or `blink serve --log`. "
                     "Exit status: 0 true, 1 false (the first false line is named), 2 not a readable event log.")
     p.add_argument("log", metavar="LOG", help="the event log (JSON Lines)")
