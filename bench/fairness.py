@@ -74,6 +74,7 @@ def mode_report(result: LatencyResult, slow: int) -> dict[str, Any]:
         "hold_ms": s["hold_ms"],
         "pace_fast": s["plays_per_playable_s"][str(fast)],  # plays a second while it held a playable card
         "parts_ms": s["parts_ms"],
+        "parts_confirm_ms": s["parts_confirm_ms"],
     }
 
 

@@ -18,7 +18,8 @@ import pytest
 from protocol import messages as m
 from client.tools.latency import (PARTS, BadArgument, PlayRecord, SeatImpairment, SweepStep, add_fast_cost, count_races,
                             delay_axis, format_sweep, json_report, parse_delay_list, parse_fraction_list,
-                            parse_sweep, parts_ms, percentiles_ms, seat_impairments, slow_seat, step_figures, sweep_plan,
+                            parse_sweep, parts_confirm_ms, parts_ms, percentiles_ms, seat_impairments, slow_seat,
+                            step_figures, sweep_plan,
                             wilson)
 
 BLINK = [sys.executable, "-m", "client.cli", "latency"]
@@ -355,15 +356,16 @@ def test_each_seats_play_time_in_parts_adds_up_to_its_confirmation() -> None:
                    "--seed", "4")
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
-    parts = r["parts_ms"]
-    assert set(parts) == {"0", "1"}
+    parts, whole = r["parts_ms"], r["parts_confirm_ms"]
+    assert set(parts) == set(whole) == {"0", "1"}
     for seat in ("0", "1"):
-        ps = parts[seat]
-        assert ps["n"] > 0 and set(ps) == {*PARTS, "confirm", "n"}
-        for name in (*PARTS, "confirm"):
-            assert set(ps[name]) == {"p50", "p99", "mean"} and ps[name]["p50"] <= ps[name]["p99"]
-        total = sum(ps[name]["mean"] for name in PARTS)
-        assert abs(total - ps["confirm"]["mean"]) <= 0.1 * ps["confirm"]["mean"], (seat, ps)
+        ps, cs = parts[seat], whole[seat]
+        assert set(ps) == set(PARTS) and cs["n"] > 0
+        for q in (*ps.values(), cs):
+            assert {"p50", "p99", "mean"} <= set(q) and q["p50"] <= q["p99"]
+        total = sum(q["mean"] for q in ps.values())
+        assert abs(total - cs["mean"]) <= 0.1 * cs["mean"], (seat, ps, cs)
+        assert abs(total - r["confirm_ms_by_seat"][seat]["mean"]) <= 0.1 * r["confirm_ms_by_seat"][seat]["mean"]
     assert parts["1"]["uplink"]["p50"] >= 40 and parts["1"]["downlink"]["p50"] >= 40
     assert parts["0"]["uplink"]["p50"] < 40 and parts["0"]["downlink"]["p50"] < 40
     assert parts["0"]["held"]["mean"] > parts["1"]["held"]["mean"]
@@ -381,8 +383,8 @@ def test_a_plays_parts_come_from_its_stamps_and_the_clock_offset() -> None:
     assert sum(v for k, v in (p.parts_ns() or {}).items() if k != "drawing") == p.confirm_ns
     assert PlayRecord("M", 0, 2, 4, "PlayCard", 0, "x", sent_ns=1, answered_ns=2).parts_ns() is None  # no stamps
     figures = parts_ms([p, replace(p, seat=1)], 0)
-    assert figures["n"] == 1 and figures["held"] == {"p50": 100.0, "p99": 100.0, "mean": 100.0}
-    assert figures["confirm"]["mean"] == 150.0
+    assert set(figures) == set(PARTS) and figures["held"] == {"p50": 100.0, "p99": 100.0, "mean": 100.0}
+    assert parts_confirm_ms([p, replace(p, seat=1)], 0) == {"p50": 150.0, "p99": 150.0, "mean": 150.0, "n": 1}
 
 
 @pytest.mark.integration

@@ -332,20 +332,29 @@ def percentiles_ms(values_ns: Iterable[int | float]) -> dict[str, Any]:
     return out
 
 
-def parts_ms(plays: Iterable[PlayRecord], seat: int) -> dict[str, Any]:
-    """A seat's plays' time in parts (``PARTS``): p50, p99 and mean of each, in ms; ``confirm``, the
-    same plays' play -> verdict time, and ``n``, how many plays had every stamp. The means of the
-    parts but drawing add up to the confirmation mean (the offset cancels); drawing comes after it."""
+def _split(plays: Iterable[PlayRecord], seat: int) -> list[tuple[dict[str, int], int]]:
+    """A seat's plays that had every stamp: (parts, confirmation) in ns."""
     split = [(p.parts_ns(), p.confirm_ns) for p in plays if p.seat == seat]
-    whole = [(parts, c) for parts, c in split if parts is not None and c is not None]
+    return [(parts, c) for parts, c in split if parts is not None and c is not None]
+
+
+def parts_ms(plays: Iterable[PlayRecord], seat: int) -> dict[str, Any]:
+    """A seat's plays' time in parts (``PARTS``, nothing else): p50, p99 and mean of each, in ms. The
+    means of the parts but drawing add up to the same plays' confirmation mean (``parts_confirm_ms``:
+    the offset cancels); drawing comes after it."""
+    whole = _split(plays, seat)
     out: dict[str, Any] = {}
     for name in PARTS:
         q = percentiles_ms([parts[name] for parts, _ in whole])
         out[name] = {"p50": q["p50"], "p99": q["p99"], "mean": q["mean"]}
-    q = percentiles_ms([c for _, c in whole])
-    out["confirm"] = {"p50": q["p50"], "p99": q["p99"], "mean": q["mean"]}
-    out["n"] = len(whole)
     return out
+
+
+def parts_confirm_ms(plays: Iterable[PlayRecord], seat: int) -> dict[str, Any]:
+    """The play -> verdict time of the plays ``parts_ms`` splits (p50, p99, mean in ms; ``n`` plays)."""
+    whole = _split(plays, seat)
+    q = percentiles_ms([c for _, c in whole])
+    return {"p50": q["p50"], "p99": q["p99"], "mean": q["mean"], "n": len(whole)}
 
 
 def wilson(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float] | tuple[None, None]:
@@ -703,6 +712,7 @@ class LatencyResult:
             "confirm_ms_by_seat": {str(s): percentiles_ms(self.confirm_ns(s)) for s in range(SEATS)},
             "hold_ms": percentiles_ms(self.hold_ns()),
             "parts_ms": {str(s): parts_ms(self.plays, s) for s in range(SEATS)},
+            "parts_confirm_ms": {str(s): parts_confirm_ms(self.plays, s) for s in range(SEATS)},
             "playable_s": {str(s): round(self.playable_ns(s) / 1e9, 3) for s in range(SEATS)},
             "plays_per_playable_s": {str(s): self.pace(s) for s in range(SEATS)},
             "clock_offset_ms": offsets,
@@ -1058,17 +1068,17 @@ def format_table(s: dict[str, Any]) -> str:
         row(f"  seat {seat}", s["confirm_ms_by_seat"][seat])
     if s["order"] == "fair" and s["hold_ms"]["n"]:
         row("fair hold (ms)", s["hold_ms"])
-    parts = s.get("parts_ms", {})
-    if any(parts.get(seat, {}).get("n") for seat in ("0", "1")):
+    parts, whole = s.get("parts_ms", {}), s.get("parts_confirm_ms", {})
+    if any(whole.get(seat, {}).get("n") for seat in ("0", "1")):
         lines.append("")
         lines.append("a play's time in parts, mean (p50/p99) ms: " + ", ".join(PARTS))
         for seat in ("0", "1"):
-            ps = parts[seat]
-            if not ps["n"]:
+            ps, cs = parts[seat], whole[seat]
+            if not cs["n"]:
                 continue
             cells = "  ".join(f"{name} {_num(ps[name]['mean'])} ({_num(ps[name]['p50'])}/{_num(ps[name]['p99'])})"
                               for name in PARTS)
-            lines.append(f"  seat {seat}: {cells}; confirmation {_num(ps['confirm']['mean'])} (n={ps['n']})")
+            lines.append(f"  seat {seat}: {cells}; confirmation {_num(cs['mean'])} (n={cs['n']})")
     off = s["clock_offset_ms"]
 
     def fmt(v: float | None) -> str:
@@ -1205,14 +1215,14 @@ def parts_panel(ax: Any, summary: dict[str, Any]) -> None:
                 ax.text(i, bottoms[i] + h / 2, f"{h:.0f}", ha="center", va="center", fontsize=8, color="white")
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     for i, s in enumerate(seats):
-        mean = summary["parts_ms"][s]["confirm"]["mean"]
+        mean = summary["parts_confirm_ms"][s]["mean"]
         if mean is not None:
             ax.plot([i - 0.35, i + 0.35], [mean, mean], color="black", linewidth=1.2, linestyle="--",
                     label="confirmation (mean)" if i == 0 else None)
     labels = []
     for s in seats:
         imp = summary["impairment"][s]
-        labels.append(f"seat {s} (+{imp['delay_ms']:g} ms)\nn={summary['parts_ms'][s]['n']}")
+        labels.append(f"seat {s} (+{imp['delay_ms']:g} ms)\nn={summary['parts_confirm_ms'][s]['n']}")
     ax.set_xticks(range(SEATS), labels)
     ax.set_ylabel("ms (mean)")
     ax.set_title("A play's time in parts")
