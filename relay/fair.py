@@ -23,8 +23,8 @@ Measuring, not trusting. ``rtt_q`` is the relay's own measurement: it probes eve
 (``Probe`` -> ``ProbeReply``, every 0.5 s) and keeps the last 8 round trips. A hold waits for the
 rival's *highest* recent one: a play slowed by jitter must still make it (waiting for the lowest
 gave a race to the later reaction whenever jitter slowed the faster one by more than the margin).
-A player's own claim is bounded with its *lowest* (the most it can have reacted). A claimed reaction time is
-clamped: never below ``fair_floor_ns`` (no person reacts faster), and never above what the
+A player's own claim is bounded with its *lowest* (the most it can have reacted). A claimed
+reaction time is clamped: never below ``fair_floor_ns`` (no person reacts faster), and never above what the
 relay's own timestamps allow (``A - pub(seq) - rtt_p``: the play cannot have been sent before
 the player received the state). A client that lies gains nothing beyond the floor.
 
@@ -36,6 +36,11 @@ A pure scheduler: it knows nothing of the core. The core ``submit``s plays, asks
 the plays now due (in the order to judge them, with what the log says about their ordering) and
 judges them itself, asks again until nothing is due, and asks ``deadline`` when to call next (a
 hold ending, or the next probe). Time comes in as ``now_ns``; the coin is a ``SeededChance``.
+
+Auditable. Each released play comes with its decision (``Release.note``, written into its log
+line): what its hold was planned from, the rivals considered, the cap, when and why it was judged
+(``Why``), its batch's rivals and coin. The formulas live in ``protocol/fairlog.py``
+(``used_reaction``, ``planned_release``), which ``blink verify`` uses to recompute every decision.
 """
 
 from __future__ import annotations
