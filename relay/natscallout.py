@@ -62,7 +62,7 @@ SUBJECT = "$SYS.REQ.USER.AUTH"
 QUEUE = "blink-callout"
 ACCOUNT = "$G"  # the account players are placed in: the nodes' only one (no accounts block)
 _LABEL = b"blink nats auth callout issuer v1"
-NKEYS_HINT = "pip install 'blink-race[cluster]' (the nkeys package)"
+NKEYS_HINT = "pip install nkeys, part of blink's cluster extra"
 
 
 class CalloutError(Exception):

