@@ -51,7 +51,8 @@ Out = Publish | LogRecord
 @dataclass
 class RelayConfig:
     relay_id: str = "relay-0"
-    order: str = "arrival"  # an ``Order``: checked when a core is made (a command line passes a str)
+    #: The default for matches that do not choose (a core refuses any other value when it is made).
+    order: Order = "arrival"
     fair_cap_ns: int = 400_000_000  # fair mode: never hold a play longer than this
     fair_floor_ns: int = 100_000_000  # fair mode: no human reacts faster than this
     between_games_s: float = 3.0

@@ -36,9 +36,12 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol.topics import Topics
+
+if TYPE_CHECKING:
+    from relay.model import Order
 
 USAGE = 2  # bad input on the command line
 FAILED = 1  # a failure at run time
@@ -66,7 +69,7 @@ class ServeOptions:
     host: str | None = None
     port: int = 1883
     broker: str | None = None
-    order: str = "arrival"
+    order: Order = "arrival"
     fair_cap_ms: float = 400.0
     seed: int | None = None
     log: str | None = None

@@ -598,7 +598,7 @@ class LatencyConfig:
     matches: int = 4
     duration_s: float = 10.0
     impairments: list[SeatImpairment] = field(default_factory=lambda: [SeatImpairment()] * SEATS)
-    order: str = "arrival"
+    order: Order = "arrival"
     reaction_s: float = 0.35
     seed: int | None = None
     fair_cap_ms: float | None = None  # local relay only
