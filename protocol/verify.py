@@ -12,8 +12,9 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
 - the envelope: ``seq`` gap-free from 1, ``ts`` never going back, ``game`` the game's index;
 - the match frame: ``match_created`` with settings the game accepts, the seats taken in order, a
   ``game_started`` when the seats are full, ``game_result`` / ``match_over`` / rematches as the
-  relay makes them (``relay/core.py`` is the reference; this module mirrors it, it does not import
-  it -- the events' public form is the one module both use, ``protocol/records.py``); a player's
+  relay makes them (``relay/core.py`` is the reference; this module mirrors its frame, it does not
+  import it -- the two share the rules that end a match, ``protocol/match.py``, and the events'
+  public form, ``protocol/records.py``); a player's
   connection dropping and returning (``player_dropped`` / ``player_returned``, anywhere in a running
   match) names a seated player in order, and a ``match_over`` for ``abandoned`` comes only after a
   dropped player's ``grace_s`` has run out (the others win);
@@ -30,8 +31,9 @@ Per match (records grouped by match code; a new ``match_created`` at seq 1 start
   same events, so the walk keeps every distinct consistent state (a small breadth-first frontier)
   until later events tell them apart. When no state explains an event, that event is false.
 - when the rules say the game is over, the next event must be ``game_result`` with the rules'
-  winners, reason, scores and the seed; a game the others all left (reason ``forfeit``) ends the
-  match ``forfeit``, any other result that decides it ``won``.
+  winners, reason, scores and the seed; whether that ends the match, and how, is
+  ``protocol/match.py``'s ``after_game`` (a game the others all left ends it ``forfeit``, any other
+  result that decides it ``won``, the cap on games ``game_limit``).
 - a player leaving a game that plays on without them (a game with ``leave``, three or more
   seats) is the relay's action ``leave(seat)``, a candidate like a timer's: its events (the
   engine's ``player_left`` and what follows) are explained by the rules like any other, so a
@@ -61,14 +63,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar, cast
+from typing import Any, Callable, Generic, Hashable, Iterable, Iterator, Literal, Mapping, Sequence, TypeVar, cast
 
 from protocol.chance import SeededChance, commitment
 from protocol.fairlog import check as check_decisions
 from protocol.fairlog import is_decision
+from protocol.match import RUNNING, MatchEnd, MatchStatus, abandoned, after_game, left
 from protocol.records import plain, with_names
 from protocol.rules import AnyGame, game_for
-from protocol.rules.base import FORFEIT, SYSTEM, Accepted, Game, PublicEvent
+from protocol.rules.base import SYSTEM, Accepted, Game, PublicEvent
 
 S = TypeVar("S")
 A = TypeVar("A")
@@ -602,10 +605,7 @@ def _abandoned(rec: Record, names: Sequence[str], away: dict[int, tuple[int, flo
     late = [s for s, (at, grace) in away.items() if at + int(grace * NS) <= now and s not in gone]
     if not late:
         raise _fail(rec, "match_over abandoned, but no dropped player's grace period had run out")
-    others = [s for s in range(seats) if s not in late and s not in gone]
-    winner = others[0] if len(others) == 1 else None
-    _expect(rec, "match_over", game, public({"winner": winner, "winners": others, "reason": "abandoned",
-                                             "wins": list(wins)}, names))
+    _expect(rec, "match_over", game, public(abandoned(seats, late, gone).event(wins), names))
 
 
 def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Report) -> None:
@@ -638,7 +638,8 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
         raise _fail(head, f"order {d.get('order')!r} is not one of {', '.join(ORDERS)}")
 
     names: list[str] = []
-    status = "waiting"  # waiting | playing | between | over | closed (expired or left empty: nothing follows)
+    # The match's phase as the relay's, or closed (it expired or was left empty: nothing follows).
+    status: MatchStatus | Literal["closed"] = "waiting"
     rematches = 0
     # The log may end while the match runs (its relay stopped, was killed, or handed its shard on):
     # what it holds is checked; the events of a game whose seed is not revealed yet are ``pending``.
@@ -685,18 +686,14 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 names.pop(seat)
                 if not names:
                     status = "closed"  # the relay closes a waiting match its last player left
-            elif status in ("playing", "between"):
+            elif status in RUNNING:
                 # The relay makes this only outside a game (a game ends in its game_result): see the
                 # forfeit handling in the game branch below.
-                others = [s for s in range(seats) if s != seat and s not in gone]
-                winner = others[0] if len(others) == 1 else None
                 i += 1
                 if i >= n:
                     running = True  # the log ends within the step that ends the match
                     break
-                _expect(recs[i], "match_over", gi(), public(
-                    {"winner": winner, "winners": [] if winner is None else [winner], "reason": "forfeit",
-                     "wins": list(wins)}, names))
+                _expect(recs[i], "match_over", gi(), public(left(seats, seat, gone).event(wins), names))
                 status = "over"
         elif t == "match_expired":
             after = rec.data.get("after_s")
@@ -707,10 +704,10 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             _expect(rec, t, gi(), {"after_s": after})
             status = "closed"
         elif t in PRESENCE_TYPES:
-            if status not in ("playing", "between"):
+            if status not in RUNNING:
                 raise _fail(rec, f"{t} while the match is {status} (only a running match keeps a seat)")
             _presence(rec, names, away, gi())
-        elif t == "match_over" and rec.data.get("reason") == "abandoned" and status in ("playing", "between"):
+        elif t == "match_over" and rec.data.get("reason") == "abandoned" and status in RUNNING:
             _abandoned(rec, names, away, seats, wins, gi(), gone)
             status = "over"
         elif t == "game_started":
@@ -795,21 +792,13 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             wins = hit[0]
             i = j
             # What the relay does after a result: end the match, or wait for the next game.
-            need = best_of // 2 + 1
-            leaders = [s for s, w in enumerate(wins) if w >= need]
-            over: tuple[int | None, list[int], str] | None = None
-            if leaders:
-                over = (leaders[0] if len(leaders) == 1 else None, leaders, "forfeit" if hit[2] == FORFEIT else "won")
-            elif game_index + 1 >= best_of * 3:
-                top = [s for s, w in enumerate(wins) if w == max(wins)]
-                over = (top[0] if len(top) == 1 else None, top, "game_limit")
+            over: MatchEnd | None = after_game(wins, game_index + 1, best_of, hit[2])
             if over is not None:
                 i += 1
                 if i >= n:
                     running = True
                     break
-                _expect(recs[i], "match_over", game_index,
-                        public({"winner": over[0], "winners": over[1], "reason": over[2], "wins": list(wins)}, names))
+                _expect(recs[i], "match_over", game_index, public(over.event(wins), names))
                 status = "over"
             else:
                 status = "between"

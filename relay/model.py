@@ -16,10 +16,9 @@ from typing import Any, Literal, Mapping
 
 from protocol.chance import SeededChance
 from protocol.codec import fast_init
+from protocol.match import MatchStatus
 from protocol.rules.base import Game
 
-#: A match's phase: waiting for its players, playing a game, between two games, over.
-Status = Literal["waiting", "playing", "between", "over"]
 #: How simultaneous plays are ordered: as they arrive, or by reaction time (``relay/fair.py``).
 Order = Literal["arrival", "fair"]
 
@@ -105,7 +104,7 @@ class Match:
     quick: bool
     seed: int
     players: list[Seat] = field(default_factory=list)
-    status: Status = "waiting"
+    status: MatchStatus = "waiting"  # its phase (protocol/match.py)
     seq: int = 0
     game_index: int = -1
     wins: list[int] = field(default_factory=list)
@@ -146,6 +145,10 @@ class Match:
     @property
     def clients(self) -> tuple[str, ...]:
         return tuple(s.client for s in self.players)
+
+    def out_of_play(self) -> tuple[int, ...]:
+        """The seats taken out of a game that plays on without them (never a winner)."""
+        return tuple(i for i, s in enumerate(self.players) if s.left)
 
     def grace_deadline(self) -> int | None:
         """When the earliest dropped seat's grace runs out (relay ns), or None if nobody is away."""

@@ -20,7 +20,8 @@ from protocol import messages as m
 from protocol.chance import SeededChance
 from protocol.codec import encode
 from protocol.rules import AnyGame, game_for
-from protocol.rules.base import FORFEIT, SYSTEM, Accepted, PlayerLeft, Rejected
+from protocol.match import FORFEIT
+from protocol.rules.base import SYSTEM, Accepted, PlayerLeft, Rejected
 from protocol.verify import parse_log, verify
 from relay.core import Publish
 from tests.helpers import DEADLINE_S, wait_until

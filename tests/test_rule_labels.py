@@ -12,7 +12,8 @@ import pytest
 
 from protocol.chance import SeededChance
 from protocol.rules import GAMES, GAME_NAMES, blink, roll_your_own, sequence, takeaway
-from protocol.rules.base import COMMON_CODE_LABELS, MATCH_REASON_LABELS, SYSTEM, Accepted, CommonCode, MatchReason
+from protocol.match import MATCH_REASON_LABELS, MatchReason
+from protocol.rules.base import COMMON_CODE_LABELS, SYSTEM, Accepted, CommonCode
 
 MODULES: dict[str, ModuleType] = {"blink": blink, "takeaway": takeaway, "sequence": sequence, "ryo": roll_your_own}
 

@@ -34,7 +34,7 @@ compare a game's name. The functions:
 - ``leave``: the relay's own action for a seat that left a match of three or more (``PlayerLeft``),
   or None for a game in which any leave ends the match. The engine takes the seat out of play
   (turns skip it, a move it owed is passed, it is never a winner) and, when one side is left,
-  ends the game with the reason ``FORFEIT``, which the relay carries into ``match_over``.
+  ends the game with the reason ``FORFEIT`` (``protocol/match.py``), which ends the match ``forfeit``.
 - ``race``: an optional ``RaceRule`` for fair ordering -- which plays race each other (BLINK: plays
   for the same pile top) and who could still join a race; the relay's scheduler knows nothing else
   about the game.
@@ -44,7 +44,7 @@ never puts a hidden card into an event.
 
 Named values are ``Literal`` types owned by each game (its ``Phase``, its outcome ``Reason``, its
 rejection ``Code``, combined with the ``CommonCode`` every engine may give), with the wire strings
-as their values; the relay's match reasons (``MatchReason``) live here. Each game labels its reasons
+as their values; how a match of games ends (``MatchReason``, ``FORFEIT``) is ``protocol/match.py``'s. Each game labels its reasons
 and codes for people (``reason_labels``, ``code_labels``: the window shows them), so a fifth game
 brings its own words and no table elsewhere needs to know it. Values read from the wire are
 ``object`` until checked (``one_of``, ``wire_int``, ``wire_list``, ``wire_ints``).
@@ -56,10 +56,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Literal, Mapping, Protocol, Sequence, TypeVar
 
 from protocol.codec import DecodeError, fast_init, from_dict, message
+from protocol.match import MATCH_REASON_LABELS
 
 S = TypeVar("S")  # a game's state
 A = TypeVar("A")  # a game's action (the union of its action classes)
 T = TypeVar("T")
+#: A game's outcome reason (its own ``Reason`` literal); an ``Outcome[Reason]`` is an ``Outcome[str]``.
+R = TypeVar("R", bound=str, covariant=True)
 
 #: The ``player`` argument for actions the relay takes itself.
 SYSTEM = None
@@ -103,20 +106,6 @@ class FixedChance:
         v = self._values[self._i] % n
         self._i += 1
         return v
-
-
-#: Why the relay ends a match (``match_over``'s reason), whatever the game: a player won enough
-#: games, the cap on games was reached, a player left, or a dropped player's grace ran out.
-MatchReason = Literal["won", "game_limit", "forfeit", "abandoned"]
-MATCH_REASON_LABELS: Mapping[str, str] = {
-    "won": "match won", "game_limit": "game limit", "forfeit": "forfeit", "abandoned": "abandoned",
-}
-
-
-#: The outcome reason of a game that ended because all but one side left it; the relay ends such a
-#: match ``forfeit`` (not ``won``), so a forfeit reads the same whether it came from a leave in a
-#: two-player match or from the last opponent of several leaving.
-FORFEIT: Literal["forfeit"] = "forfeit"
 
 
 @message("PlayerLeft")
@@ -236,9 +225,12 @@ class Rejected:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Outcome(Generic[R]):
+    """How a game ended, by its engine: ``reason`` is one of the game's own ``Reason`` values
+    (``protocol.match.FORFEIT`` when all but one side left it)."""
+
     winners: tuple[int, ...]  # seats; empty for a draw/tie with no winner; several for a shared win
-    reason: str = ""
+    reason: R
     scores: tuple[int, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -307,7 +299,7 @@ class Game(Generic[S, A]):
     complete: Callable[[S, int | None, A, Chance], A]
     view: Callable[[S, int | None], S]
     legal_actions: Callable[[S, int], Sequence[A]]
-    outcome: Callable[[S], Outcome | None]
+    outcome: Callable[[S], Outcome[str] | None]
     timers: Callable[[S], tuple[Timer[A], ...]]
     to_wire: Callable[[S], dict[str, Any]]
     from_wire: Callable[[dict[str, Any]], S]

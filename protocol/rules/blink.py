@@ -710,7 +710,7 @@ def legal_actions(state: State, player: int) -> list[Action]:
     return out
 
 
-def outcome(state: State) -> Outcome | None:
+def outcome(state: State) -> Outcome[Reason] | None:
     if state.phase != "over":
         return None
     if state.tie:

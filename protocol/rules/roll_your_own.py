@@ -49,6 +49,7 @@ from functools import lru_cache
 from typing import Any, get_args, Iterable, Literal, Mapping, Sequence, TypeVar
 
 from protocol.codec import message, to_dict
+from protocol.match import FORFEIT
 from protocol.rules.base import (
     CommonCode,
     labels,
@@ -57,7 +58,6 @@ from protocol.rules.base import (
     Accepted,
     Chance,
     EventData,
-    FORFEIT,
     Outcome,
     PlayerLeft,
     Rejected,
@@ -807,7 +807,7 @@ def legal_actions(state: State, player: int) -> list[Action]:
     return []
 
 
-def outcome(state: State) -> Outcome | None:
+def outcome(state: State) -> Outcome[Reason] | None:
     if state.phase != "over":
         return None
     assert state.winner is not None

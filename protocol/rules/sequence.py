@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 
 from protocol.codec import message, to_dict
+from protocol.match import FORFEIT
 from protocol.rules.base import (
     CommonCode,
     wire_ints,
@@ -53,7 +54,6 @@ from protocol.rules.base import (
     Accepted,
     Chance,
     EventData,
-    FORFEIT,
     Outcome,
     PlayerLeft,
     Rejected,
@@ -578,8 +578,8 @@ def legal_actions(state: State, player: int) -> list[Action]:
     return list(moves(state, player))
 
 
-def outcome(state: State) -> Outcome | None:
-    if state.phase != "over":
+def outcome(state: State) -> Outcome[Reason] | None:
+    if state.phase != "over" or state.reason == "":  # (a game over always says why)
         return None
     extra: dict[str, Any] = {"line": [list(x) for x in state.line]}
     if state.winners:

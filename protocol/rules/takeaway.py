@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 
 from protocol.codec import message, to_dict
+from protocol.match import FORFEIT
 from protocol.rules.base import (
     CommonCode,
     wire_ints,
@@ -54,7 +55,6 @@ from protocol.rules.base import (
     Accepted,
     Chance,
     EventData,
-    FORFEIT,
     Outcome,
     PlayerLeft,
     Rejected,
@@ -605,7 +605,7 @@ def legal_actions(state: State, player: int) -> list[Action]:
     return out
 
 
-def outcome(state: State) -> Outcome | None:
+def outcome(state: State) -> Outcome[Reason] | None:
     if state.phase != "over":
         return None
     scores = state.scores()

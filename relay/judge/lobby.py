@@ -24,6 +24,7 @@ from typing import Any, Literal
 from protocol import messages as m
 from protocol.chance import SeededChance, derive
 from protocol.codec import DecodeError, decode
+from protocol.match import abandoned, left
 from protocol.rules import canonical, game_for
 from protocol.topics import valid_id
 from relay import shards
@@ -249,10 +250,8 @@ class Lobby:
                 out.append(self.events.match_list())
                 return
             # Leaving a running match forfeits it: the others win.
-            others = [i for i in range(match.seats) if i != seat and not match.players[i].left]
             self.events.event(match, now_ns, out, {"type": "seat_left", "player": seat})
-            winner = others[0] if len(others) == 1 else None
-            self.referee.end_match(match, winner, "forfeit", now_ns, out)
+            self.referee.end_match(match, left(match.seats, seat, match.out_of_play()), now_ns, out)
         out.append(self.events.match_list())
 
     def schedule_grace(self, match: Match) -> None:
@@ -282,8 +281,7 @@ class Lobby:
                 self.schedule_grace(match)
             out.append(self.events.match_list())
             return
-        others = [i for i in range(match.seats) if i not in late and not match.players[i].left]
-        self.referee.end_match(match, others[0] if len(others) == 1 else None, "abandoned", now_ns, out, winners=others)
+        self.referee.end_match(match, abandoned(match.seats, late, match.out_of_play()), now_ns, out)
         out.append(self.events.match_list())
 
     def rejoin(self, client: str, code: str, token: str, now_ns: int, out: list[Out]) -> None:

@@ -10,8 +10,10 @@ committed: its events are published by the events part and the state is kept in 
 history for later stale checks. In fair order a play that races others (the game's ``RaceRule``)
 is submitted to the scheduler (``relay/fair.py``) instead and judged when ``release`` finds it due.
 After every change the game's timers are re-armed from the new state and fired when due
-(``fire_timers``, with ``player=SYSTEM``); an outcome ends the game, and a match ends when a seat has
-won the majority of its ``best_of`` (or leaves, or its grace runs out).
+(``fire_timers``, with ``player=SYSTEM``); an outcome ends the game, and the match's own rules
+(``protocol/match.py``, which the log checker uses too) say whether that ends the match: a seat has
+won the majority of its ``best_of``, or the cap on games is reached. A leave or a grace running out
+ends it through the lobby, by the same rules.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from typing import Any, Literal
 from protocol import messages as m
 from protocol.chance import SeededChance, commitment, derive
 from protocol.codec import DecodeError, decode
+from protocol.match import MatchEnd, after_game
 from protocol.records import plain
-from protocol.rules.base import FORFEIT, SYSTEM, Accepted, Outcome, Rejected
+from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
 from protocol.topics import valid_id
 from relay.fair import Table
 from relay.judge.answers import Answers
@@ -33,10 +36,6 @@ from relay.judge.gate import Gate
 from relay.judge.tables import DETAIL_CHARS, NS, Tables
 from relay.model import LogRecord, Match, Out, Publish
 
-#: Why a match ended.
-EndReason = Literal["won", "game_limit", "forfeit", "abandoned"]
-#: The relay's own reasons to reject an action (the engine's codes come as ``str``, ``Rejected.code``).
-ActionRefusal = Literal["malformed", "no_such_match", "not_a_player", "not_running", "game_over", "bad_seq"]
 
 
 class Referee:
@@ -278,7 +277,7 @@ class Referee:
             self.after_change(match, now_ns, out)
             return
 
-    def end_game(self, match: Match, outcome: Outcome, now_ns: int, out: list[Out]) -> None:
+    def end_game(self, match: Match, outcome: Outcome[str], now_ns: int, out: list[Out]) -> None:
         winners = list(outcome.winners)
         for w in winners:
             match.wins[w] += 1
@@ -288,18 +287,9 @@ class Referee:
                                           "winners": winners, "reason": outcome.reason,
                                           "scores": list(outcome.scores), "wins": list(match.wins),
                                           "seed": match.game_seed, **plain(outcome.extra)})
-        need = match.best_of // 2 + 1
-        leaders = [i for i, w in enumerate(match.wins) if w >= need]
-        played = match.game_index + 1
-        if leaders:
-            # Several leaders at once: a shared win (Sequence teams, Takeaway ties) -- no single winner.
-            # A game the others all left ends the match as a forfeit, as a two-player leave does.
-            reason: EndReason = "forfeit" if outcome.reason == FORFEIT else "won"
-            self.end_match(match, leaders[0] if len(leaders) == 1 else None, reason, now_ns, out, winners=leaders)
-        elif played >= match.best_of * 3:  # ties can go on for ever; cap the games of a match
-            best = max(match.wins)
-            top = [i for i, w in enumerate(match.wins) if w == best]
-            self.end_match(match, top[0] if len(top) == 1 else None, "game_limit", now_ns, out, winners=top)
+        end = after_game(match.wins, match.game_index + 1, match.best_of, outcome.reason)
+        if end is not None:
+            self.end_match(match, end, now_ns, out)
         else:
             match.status = "between"
             match.next_game_at = now_ns + int(self.t.config.between_games_s * NS)
@@ -319,10 +309,10 @@ class Referee:
         self.after_change(match, now_ns, out)
         return True
 
-    def end_match(self, match: Match, winner: int | None, reason: EndReason, now_ns: int, out: list[Out],
-                   winners: list[int] | None = None) -> None:
+    def end_match(self, match: Match, end: MatchEnd, now_ns: int, out: list[Out]) -> None:
+        """End the match as ``end`` says (``protocol/match.py`` decides when and how)."""
         match.status = "over"
-        match.winner = winner
+        match.winner = end.winner
         match.timers.clear()
         match.next_game_at = None
         match.forget()
@@ -330,8 +320,6 @@ class Referee:
         self.t.fair_live.pop(match.code, None)
         self.gate.disown(match)
         self.deadlines.schedule(match, now_ns + int(self.t.config.linger_s * NS))
-        winners = winners if winners is not None else ([] if winner is None else [winner])
-        self.events.event(match, now_ns, out, {"type": "match_over", "winner": winner, "winners": winners,
-                                          "reason": reason, "wins": list(match.wins)})
+        self.events.event(match, now_ns, out, {"type": "match_over", **end.event(match.wins)})
         self.events.publish_snapshot(match, now_ns, out)
         self.events.send_views(match, out)

@@ -24,7 +24,7 @@ from client.window.scenes.base import Scene
 from client.window import texts
 from client.window.viewmodels.results import game_line, match_result_line
 from protocol.rules import game_for
-from protocol.rules.base import MATCH_REASON_LABELS
+from protocol.match import MATCH_REASON_LABELS
 
 
 def _reason_labels(game: str) -> Mapping[str, str]:
