@@ -1,24 +1,23 @@
-"""The client's pure core: what one player knows, and the optimistic prediction of their own moves.
+"""The client's pure core: what one player knows of their match, from the relay's messages.
 
 How this works
 --------------
-``Predictor`` keeps the last *confirmed* state (the relay's ``ViewUpdated``, by ``seq``) and the
-list of this player's actions the relay has not yet answered. What the client draws,
-``predicted()``, is the confirmed state with those pending actions applied, in order, by the same
-rule engine the relay uses. When the relay answers:
-
-- ``ActionAccepted(id, seq)``: the action is kept (it is already drawn) until a confirmed view at
-  or after ``seq`` arrives; then it is dropped, because the confirmed state now contains it;
-- ``ActionRejected(id, code)``: it is dropped at once and recorded in ``bounces`` so the window can
-  animate the card back to the hand with its reason.
-Any pending action that no longer applies to the newer confirmed state is simply skipped when
-predicting (it will bounce when the relay's answer comes).
-
-``ClientModel`` wraps a predictor with everything else a player's client tracks from messages:
-the match it is in, the public event stream (with gap detection: a gap asks for a resync), the
-clock filter (round-trip time and offset from pings) and the receive time of each seq, used for
-the reaction time a play carries to the relay (fair ordering). It is pure: time comes in as
+``ClientModel`` holds everything a player's client tracks from messages: the match it is in, the
+seat, the public event stream (with gap detection: a gap asks for a resync), the clock filter
+(round-trip time and offset from pings), the receive time of each seq (the reaction time a play
+carries to the relay, for fair ordering), and a ``Predictor`` (``client/predictor.py``) that draws
+the player's own moves at once, on top of the last confirmed state. It is pure: time comes in as
 ``now_ns``; it returns the messages to send and never touches the network.
+
+``on_message`` hands each message to the one handler registered for its class (``handles``); a
+handler returns whether what is drawn changed, and ``on_message`` then bumps ``version`` -- the
+number the screen and the bots compare to know there is something new. ``act`` and ``resends``
+bump it the same way (``_changed``), and nothing else does.
+
+An own action's answer: ``ActionAccepted(id, seq)`` keeps it drawn until a confirmed view at or
+after ``seq`` holds it; ``ActionRejected(id, code)`` drops it at once and records it in
+``bounces`` so the window can animate the card back to the hand with its reason (and in
+``verdicts``: every play's round trip, for the HUD and the latency harness).
 
 Healing. ``resends(now_ns)`` returns the own actions still unanswered whose resend is due -- the
 same ``Act`` with the same id (the relay answers a duplicate without applying it twice), first after
@@ -39,18 +38,24 @@ shard has its own status, relay id ``shard-{n}`` (``relay/runtime.py``): only th
 counts, and it coming online again -- a relay took the shard over, or its owner reconnected --
 heals at once and makes every unanswered action due for resending now (the new owner has its
 journal; a duplicate is answered, never applied twice). Other relays' statuses are ignored.
+
+Sending less (a game with ``Game.apply_event``): the relay sends a seated player its whole view
+only now and then; in between the model applies the public events (and the player's
+``PrivateUpdate`` after each) to the confirmed view itself, in seq order (``_catch_up``), and asks
+for the whole view again when it cannot (an event or update lost, or one that does not fit).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Literal, TypeVar, cast
 
 from protocol import messages as m
 from protocol.clock import ClockFilter, sample
-from protocol.rules import game_for
-from protocol.rules.base import Accepted, Game, Rejected
+from protocol.rules import AnyGame, game_for
+from protocol.rules.base import Rejected
+from client.predictor import Pending, Predictor
 
 
 RESEND_FIRST_NS = 500_000_000  # an unanswered action is sent again after this ...
@@ -70,24 +75,24 @@ TAMPERED_RESYNC_NS = 1_000_000_000  # a view asked again for dropped sealed mess
 PAST_KEPT = 4096  # events a spectator keeps (the relay re-sends at most this many past ones)
 STUCK_EVERY = 8  # events: how often a client whose confirmed view is stuck asks again for a resync
 
+#: The broker connection as the networking shell reports it: up, dropped and being made again, or
+#: given up for good (``ConnectionLost``).
+ConnectionState = Literal["connected", "reconnecting", "lost"]
 
-@dataclass
-class Pending:
-    id: int
-    action: Any
-    seq: int  # the confirmed seq it was made against
-    sent_ns: int
-    accepted_seq: int | None = None
-    act: Any = None  # the wire ``Act`` (an ``m.Act``), resent as is while unanswered
-    sends: int = 1
-    resend_at_ns: int = 0
+#: A seat request, repeated until answered (``ask``).
+SeatRequest = m.JoinMatch | m.Rejoin
+#: A lobby request (``ask``): a seat request, or one that makes a match (never repeated).
+LobbyRequest = m.CreateMatch | m.QuickMatch | SeatRequest
+#: What the model asks to send back after a message (``on_message``, ``heal``).
+Reply = m.Resync | m.Rejoin | m.ProbeReply
+L = TypeVar("L", bound=LobbyRequest)
 
 
 @dataclass
 class Asking:
     """A seat request sent and not answered yet (``ClientModel.ask``)."""
 
-    request: Any  # a JoinMatch or a Rejoin: the relay answers a repeat with the same seat
+    request: SeatRequest  # the relay answers a repeat with the same seat
     resend_at_ns: int
     sends: int = 1
 
@@ -95,7 +100,7 @@ class Asking:
 @dataclass(frozen=True)
 class Bounce:
     id: int
-    action: Any
+    action: object  # the game's action
     code: str
     detail: str
     at_ns: int
@@ -130,14 +135,18 @@ class Reconnected:
     """Not a wire message: the broker connection is back (subscriptions renewed)."""
 
 
+#: The networking shell's own notices, delivered beside the relay's messages.
+Notice = ConnectionLost | Reconnecting | Reconnected | Tampered
+
+
 @dataclass(frozen=True)
 class Verdict:
     id: int
     ok: bool
-    code: str
+    code: str  # "accepted", the relay's rejection code, or "no_answer" (given up)
     sent_ns: int
     answered_ns: int
-    action: Any = None
+    action: object = None  # the game's action
     # The verdict's own stamps (relay wall clock) and the clock offset then: the play's time in parts.
     hold_ns: int = 0
     recv_ns: int = 0
@@ -149,78 +158,20 @@ class Verdict:
         return self.answered_ns - self.sent_ns
 
 
-class Predictor:
-    def __init__(self, rules: Game[Any, Any], seat: int) -> None:
-        self.rules = rules
-        self.seat = seat
-        self.confirmed: Any = None
-        self.confirmed_seq = -1
-        self.game = 0
-        self.pending: list[Pending] = []
-        self._predicted: Any = None
-        self._dirty = True
+M = TypeVar("M")
+#: A message handler: the model, the message, the time it arrived, the replies to add to; returns
+#: whether what is drawn changed.
+Handler = Callable[["ClientModel", M, int, list[Reply]], bool]
+_HANDLERS: dict[type, Handler[object]] = {}
 
-    def confirm(self, state: Any, seq: int, game: int) -> bool:
-        """A confirmed view from the relay; older or equal seqs are ignored. Returns True if taken."""
-        if seq <= self.confirmed_seq and game == self.game:
-            return False
-        if game != self.game:
-            self.pending.clear()  # a new game: nothing from the old one can still apply
-        self.confirmed, self.confirmed_seq, self.game = state, seq, game
-        self.pending = [p for p in self.pending if p.accepted_seq is None or p.accepted_seq > seq]
-        self._dirty = True
-        return True
 
-    def advance(self, state: Any, seq: int) -> None:
-        """The confirmed view moved on by applying events (and private updates) up to ``seq``."""
-        self.confirmed, self.confirmed_seq = state, seq
-        self.pending = [p for p in self.pending if p.accepted_seq is None or p.accepted_seq > seq]
-        self._dirty = True
-
-    def local(self, pending: Pending) -> Accepted[Any] | Rejected:
-        """Try an own action against what is drawn now; if the engine accepts it, it becomes pending."""
-        current = self.predicted()
-        if current is None:
-            return Rejected("no_game", "not in a running game")
-        result = self.rules.apply(current, self.seat, pending.action)
-        if isinstance(result, Accepted):
-            self.pending.append(pending)
-            self._predicted, self._dirty = result.state, False
-        return result
-
-    def accepted(self, action_id: int, seq: int) -> Pending | None:
-        """The pending action the relay accepted, the first time it says so; None for one not pending
-        or an acceptance heard before (QoS 1 delivers at least once, and a resent action is answered
-        again: one play is one verdict)."""
-        for p in self.pending:
-            if p.id == action_id:
-                first = p.accepted_seq is None
-                if seq <= self.confirmed_seq:
-                    self.pending.remove(p)
-                    self._dirty = True
-                else:
-                    p.accepted_seq = seq
-                return p if first else None
-        return None
-
-    def rejected(self, action_id: int) -> Pending | None:
-        for p in self.pending:
-            if p.id == action_id:
-                self.pending.remove(p)
-                self._dirty = True
-                return p
-        return None
-
-    def predicted(self) -> Any:
-        if self._dirty:
-            state = self.confirmed
-            if state is not None:
-                for p in self.pending:
-                    result = self.rules.apply(state, self.seat, p.action)
-                    if isinstance(result, Accepted):
-                        state = result.state
-            self._predicted, self._dirty = state, False
-        return self._predicted
+def handles(kind: type[M]) -> Callable[[Handler[M]], Handler[M]]:
+    """Register the decorated method as the handler of messages of class ``kind``."""
+    def register(method: Handler[M]) -> Handler[M]:
+        # ``on_message`` looks the handler up by the message's own class: it only ever gets a ``kind``.
+        _HANDLERS[kind] = cast(Handler[object], method)
+        return method
+    return register
 
 
 @dataclass
@@ -246,7 +197,7 @@ class ClientModel:
     next_id: int = 1
     seq_received_ns: dict[int, int] = field(default_factory=dict)
     resyncs: int = 0
-    version: int = 0  # bumped on every change the screen or a bot should react to
+    version: int = 0  # moved on every change the screen or a bot should react to (``_changed``)
     spectating: bool = False  # watching a match by code: read-only, state from the public snapshot
     lost: str | None = None  # set when the connection to the broker has ended
     #: Sending less (a game with ``apply_event``): public events and private updates not yet applied
@@ -258,7 +209,7 @@ class ClientModel:
     #: stuck (an event or a private update lost, or the Resync itself lost): asked again every
     #: ``STUCK_EVERY`` events more, so a lossy network cannot leave the view behind for good.
     stuck_asked: int | None = None
-    connection: str = "connected"  # connected | reconnecting | lost
+    connection: ConnectionState = "connected"
     token: str = ""  # this seat's secret (MatchJoined): Rejoin(match, token) takes the seat back
     relay_online: bool | None = None  # the relay's retained status, once heard
     shard: str = "0"  # the shard of the match (MatchJoined)
@@ -272,7 +223,7 @@ class ClientModel:
     #: When a dropped sealed message last made us ask for the view again (``Tampered``).
     tampered_at: int | None = None
 
-    def heal(self) -> list[Any]:
+    def heal(self) -> list[Reply]:
         """What to ask the relay after the connection (or the relay) came back: the seat (if held)
         and the views and snapshot; missed public events from the relay's past ones."""
         if self.match is None:
@@ -282,22 +233,24 @@ class ClientModel:
             return [m.Rejoin(self.match, self.token), m.Resync(self.match, from_seq=self.last_event_seq + 1)]
         return [m.Resync(self.match, from_seq=self.last_event_seq + 1 if self.last_event_seq else 0)]
 
-    def ask(self, request: Any, now_ns: int) -> Any:
+    def ask(self, request: L, now_ns: int) -> L:
         """A lobby request about to be sent: returned as is. A join or a rejoin is remembered until
         answered (``MatchJoined`` or ``RequestRejected``) or ``stop_asking``, and ``asks_again`` sends
         it again meanwhile: the relay answers a repeat with the seat already given, so a request or
         an answer lost (QoS 0; the shard's relay killed after seating us and before its answer left,
         or nobody serving the shard for a moment) costs a resend, not the seat. A create or a quick
         match is not repeated: a second one would make a second match."""
-        repeatable = isinstance(request, (m.JoinMatch, m.Rejoin))
-        self.asking = Asking(request, now_ns + ASK_AGAIN_FIRST_NS) if repeatable else None
+        if isinstance(request, (m.JoinMatch, m.Rejoin)):
+            self.asking = Asking(request, now_ns + ASK_AGAIN_FIRST_NS)
+        else:
+            self.asking = None
         return request
 
     def stop_asking(self) -> None:
         """The caller stopped waiting for the answer (it came, or it gave up)."""
         self.asking = None
 
-    def asks_again(self, now_ns: int) -> list[Any]:
+    def asks_again(self, now_ns: int) -> list[SeatRequest]:
         """The unanswered join or rejoin, when it is due to be sent again (a list of at most one)."""
         a = self.asking
         if a is None or now_ns < a.resend_at_ns or self.connection != "connected":
@@ -315,6 +268,7 @@ class ClientModel:
         if self.predictor is None:
             return []
         due: list[m.Act] = []
+        gave_up = False
         for p in list(self.predictor.pending):
             if p.accepted_seq is not None or p.act is None:
                 continue
@@ -324,19 +278,26 @@ class ClientModel:
                 self.bounces.append(Bounce(p.id, p.action, "no_answer", detail, now_ns))
                 self.verdicts.append(Verdict(p.id, False, "no_answer", p.sent_ns, now_ns, p.action))
                 self.failed += 1
-                self.version += 1
+                gave_up = True
             elif now_ns >= p.resend_at_ns and self.connection == "connected":
                 p.sends += 1
                 p.resend_at_ns = now_ns + resend_wait_ns(p.sends)
                 self.resent += 1
                 due.append(p.act)
+        if gave_up:
+            self._changed()
         return due
 
-    def spectate(self, code: str) -> None:
-        """Watch ``code``: ask the relay ``watch_from()`` so the history starts at the match's beginning."""
+    def spectate(self, code: str, game: str | None = None) -> None:
+        """Watch ``code``: ask the relay ``watch_from()`` so the history starts at the match's beginning.
+        With ``game`` (a replay, which knows its game before any snapshot) the spectator's predictor
+        is made at once."""
         self.match, self.seat, self.spectating = code, None, True
         if self.events.maxlen is not None and self.events.maxlen < PAST_KEPT:
             self.events = deque(self.events, maxlen=PAST_KEPT)
+        if game is not None:
+            self.game = game
+            self.predictor = Predictor(game_for(game), -1)
 
     def watch_from(self) -> m.Resync:
         """The request that starts watching: the views and snapshot, and the match's past events from
@@ -344,11 +305,18 @@ class ClientModel:
         assert self.match is not None
         return m.Resync(self.match, from_seq=1)
 
-    def _past(self, ev: m.Event) -> None:
+    def restate(self, match_state: dict[str, Any], players: tuple[str, ...]) -> None:
+        """The match's state and players as something other than the relay tells them (a replay's
+        step, read from its log): shown at once."""
+        self.match_state, self.players = match_state, players
+        self._changed()
+
+    def _past(self, ev: m.Event) -> bool:
         """An event at or below ``last_event_seq``: the relay re-sent it (``Resync`` from a seq) or it
         came late. Its effect on the state is already in the snapshot or view that moved
         ``last_event_seq`` past it, so it is not applied again; if the history lacks it, it takes its
-        place there in seq order (and in ``history``, so the window does not announce it as news)."""
+        place there in seq order (and in ``history``, so the window does not announce it as news).
+        Returns whether it was filed."""
         events = self.events
         if events and ev.seq > events[-1].seq:
             at = len(events)
@@ -357,9 +325,9 @@ class ClientModel:
             while at > 0 and events[at - 1].seq > ev.seq:
                 at -= 1
             if at > 0 and events[at - 1].seq == ev.seq:
-                return  # already there
+                return False  # already there
             if at == 0 and events.maxlen is not None and len(events) >= events.maxlen:
-                return  # older than everything a full history keeps
+                return False  # older than everything a full history keeps
         if events.maxlen is not None and len(events) >= events.maxlen:
             events.popleft()
             at -= 1
@@ -367,184 +335,249 @@ class ClientModel:
         if len(self.history) >= PAST_KEPT:
             self.history.clear()
         self.history.add(ev.seq)
-        self.version += 1
+        return True
 
     @property
-    def rules(self) -> Game[Any, Any] | None:
+    def rules(self) -> AnyGame | None:
         """The game being played (or watched), once the relay has said which."""
         return self.predictor.rules if self.predictor else None
 
-    def state(self) -> Any:
+    def state(self) -> object:
+        """What is drawn: the confirmed state with the own unanswered actions on top (the game's
+        own state class; None before the first view)."""
         return self.predictor.predicted() if self.predictor else None
 
-    def on_message(self, msg: Any, now_ns: int) -> list[Any]:
-        """Take one message from the relay; return requests to send back (e.g. a Resync)."""
-        out: list[Any] = []
-        if isinstance(msg, ConnectionLost):
-            self.lost = msg.reason
-            self.connection = "lost"
-            self.version += 1
-        elif isinstance(msg, Reconnecting):
-            self.connection = "reconnecting"
-            self.version += 1
-        elif isinstance(msg, Tampered):
-            # Only what may have been a true message spoilt on its way (a plain one or a replay is
-            # someone else's, and the true one came too), at most once a second.
-            lost = msg.reason in ("cut", "forged", "other_epoch")
-            if lost and self.match is not None and (self.tampered_at is None
-                                                    or now_ns - self.tampered_at >= TAMPERED_RESYNC_NS):
-                self.tampered_at = now_ns
-                self.resyncs += 1
-                out.append(m.Resync(self.match, from_seq=self.last_event_seq + 1 if self.last_event_seq else 0))
-        elif isinstance(msg, Reconnected):
-            self.connection = "connected"
-            self.version += 1
-            out.extend(self.heal())
-            self._ask_now(now_ns)
-        elif isinstance(msg, m.RelayStatus) and msg.relay.startswith("shard-"):
+    def _changed(self) -> None:
+        """Something the screen or a bot should react to changed: the one place ``version`` moves."""
+        self.version += 1
+
+    def on_message(self, msg: object, now_ns: int) -> list[Reply]:
+        """Take one message from the relay (or a notice of the networking shell); return requests to
+        send back (e.g. a Resync). A message of a class no handler takes is ignored."""
+        handler = _HANDLERS.get(type(msg))
+        out: list[Reply] = []
+        if handler is not None and handler(self, msg, now_ns, out):
+            self._changed()
+        return out
+
+    # ------------------------------------------------------------------------- the networking shell
+
+    @handles(ConnectionLost)
+    def _connection_lost(self, msg: ConnectionLost, now_ns: int, out: list[Reply]) -> bool:
+        self.lost = msg.reason
+        self.connection = "lost"
+        return True
+
+    @handles(Reconnecting)
+    def _reconnecting(self, msg: Reconnecting, now_ns: int, out: list[Reply]) -> bool:
+        self.connection = "reconnecting"
+        return True
+
+    @handles(Reconnected)
+    def _reconnected(self, msg: Reconnected, now_ns: int, out: list[Reply]) -> bool:
+        self.connection = "connected"
+        out.extend(self.heal())
+        self._ask_now(now_ns)
+        return True
+
+    @handles(Tampered)
+    def _tampered(self, msg: Tampered, now_ns: int, out: list[Reply]) -> bool:
+        # Only what may have been a true message spoilt on its way (a plain one or a replay is
+        # someone else's, and the true one came too), at most once a second.
+        lost = msg.reason in ("cut", "forged", "other_epoch")
+        if lost and self.match is not None and (self.tampered_at is None
+                                                or now_ns - self.tampered_at >= TAMPERED_RESYNC_NS):
+            self.tampered_at = now_ns
+            self.resyncs += 1
+            out.append(m.Resync(self.match, from_seq=self.last_event_seq + 1 if self.last_event_seq else 0))
+        return False
+
+    # ------------------------------------------------------------------------------ the relay, lobby
+
+    @handles(m.RelayStatus)
+    def _relay_status(self, msg: m.RelayStatus, now_ns: int, out: list[Reply]) -> bool:
+        if msg.relay.startswith("shard-"):
             heard = msg.relay in self.shard_status
             self.shard_status[msg.relay] = msg.online
             if msg.online and heard:  # a shard served again (which one a request goes to is the relays' to say)
                 self._ask_now(now_ns)
-            if self.match is not None and msg.relay == f"shard-{self.shard}":
-                self.relay_online = msg.online
-                if msg.online and heard:  # the shard is served (again): catch up, resend now
-                    out.extend(self.heal())
-                    if self.predictor is not None:
-                        for waiting in self.predictor.pending:
-                            waiting.resend_at_ns = min(waiting.resend_at_ns, now_ns)
-                self.version += 1
-        elif isinstance(msg, m.RelayStatus):
-            was, self.relay_online = self.relay_online, msg.online
-            if msg.online and was is False:  # the relay is back (restarted, reconnected): catch up
+            if self.match is None or msg.relay != f"shard-{self.shard}":
+                return False
+            self.relay_online = msg.online
+            if msg.online and heard:  # the shard is served (again): catch up, resend now
                 out.extend(self.heal())
-                self._ask_now(now_ns)
-            self.version += 1
-        elif isinstance(msg, m.Pong):
-            self.clock.add(sample(msg.t0, msg.t1, msg.t2, now_ns))
-        elif isinstance(msg, m.Probe):
-            out.append(m.ProbeReply(msg.sent_ns))  # answered at once: the relay times the round trip
-        elif isinstance(msg, m.MatchJoined):
-            self.asking = None
-            same = self.predictor is not None and (self.match, self.seat) == (msg.match, msg.seat)
-            self.match, self.seat, self.game = msg.match, msg.seat, msg.game
-            self.players, self.settings = msg.players, msg.settings
-            self.token = msg.token or self.token
-            self.shard = msg.shard
-            if not same:  # a repeated answer (a join sent twice) must not forget pending actions
-                self.predictor = Predictor(game_for(msg.game), msg.seat)
-            self.version += 1
-        elif isinstance(msg, m.ViewUpdated) and msg.match == self.match and self.predictor:
-            try:
-                state = self.predictor.rules.from_wire(msg.state)
-            except ValueError:
-                out.append(m.Resync(msg.match))
-                return out
-            fresh = msg.seq >= self.predictor.confirmed_seq or msg.game != self.predictor.game
-            if self.predictor.confirm(state, msg.seq, msg.game):
-                self.seq_received_ns.setdefault(msg.seq, now_ns)
-                self.view_seq = msg.seq
-                self._catch_up(out)
-            if fresh:
-                self.match_state = msg.match_state
-                if msg.match_state.get("players"):
-                    self.players = tuple(msg.match_state["players"])
-                self.version += 1
-        elif isinstance(msg, m.PrivateUpdate) and msg.match == self.match and self.predictor:
-            pred = self.predictor
-            if msg.game == pred.game and msg.seq > self.view_seq:
-                self.private[msg.seq] = msg
-                if msg.seq <= pred.confirmed_seq:  # it came after its event: apply it now
-                    self._apply_private(msg.seq, out)
-                self._catch_up(out)
-                self.version += 1
-        elif isinstance(msg, m.Snapshot) and msg.match == self.match:
-            if msg.seq > self.last_event_seq:
-                self.last_event_seq = msg.seq
-            self.players = msg.players
-            mine = self.predictor
-            if (not self.spectating and mine is not None and mine.rules.sends_less and mine.confirmed is not None
-                    and msg.game == mine.game and msg.seq > mine.confirmed_seq
-                    and mine.confirmed_seq + 1 not in self.ahead):
-                # The relay publishes a snapshot after the events it covers: events up to its seq that
-                # never came were lost, and when the game waits for us no later event shows the gap.
-                self._stuck(out, msg.seq)
-            if self.spectating and msg.game_name and msg.state:
-                # A spectator's confirmed state is the public snapshot (nothing hidden is in it).
-                if self.predictor is None or self.game != msg.game_name:
-                    self.game = msg.game_name
-                    self.predictor = Predictor(game_for(msg.game_name), -1)
-                try:
-                    state = self.predictor.rules.from_wire(msg.state)
-                except ValueError:
-                    return out
-                # A game that sends less has brought the view to this seq by its events already:
-                # the snapshot still tells the match's status (over, between games).
-                fresh = msg.seq >= self.predictor.confirmed_seq or msg.game != self.predictor.game
-                if self.predictor.confirm(state, msg.seq, msg.game):
-                    self.match_state = msg.match_state
-                    self.seq_received_ns.setdefault(msg.seq, now_ns)
-                    self.view_seq = msg.seq
-                    self._catch_up(out)
-                    self.version += 1
-                elif fresh:
-                    self.match_state = msg.match_state
-                    self.version += 1
-        elif isinstance(msg, m.Event) and msg.match == self.match:
-            known = self.predictor
-            if known is not None and known.rules.sends_less and msg.seq > known.confirmed_seq and len(self.ahead) < 4096:
-                self.ahead[msg.seq] = msg  # kept even if a snapshot said this seq already: the view needs it
-                self._catch_up(out)
-            if msg.seq <= self.last_event_seq:
-                self._past(msg)
-                return out
-            if self.last_event_seq and msg.seq > self.last_event_seq + 1:
-                self.resyncs += 1
-                out.append(m.Resync(msg.match))
-            self.last_event_seq = msg.seq
-            self.seq_received_ns.setdefault(msg.seq, now_ns)
-            if len(self.seq_received_ns) > 4096:
-                for k in sorted(self.seq_received_ns)[:2048]:
-                    del self.seq_received_ns[k]
-            self.events.append(msg)
-            seat = msg.data.get("seat")
-            if msg.type == "player_dropped" and type(seat) is int:
-                grace = msg.data.get("grace_s")
-                self.away[seat] = (now_ns, float(grace) if isinstance(grace, (int, float)) else 30.0)
-                if seat == self.seat and self.token and self.connection == "connected" and not self.spectating:
-                    # We are here: a stale last will (a broker taking over our old session) -- take it back.
-                    out.append(m.Rejoin(msg.match, self.token))
-            elif msg.type == "player_returned" and type(seat) is int:
-                self.away.pop(seat, None)
-            elif msg.type in ("match_over", "rematch_started"):
-                self.away.clear()
-            self.version += 1
-        elif isinstance(msg, m.ActionAccepted) and self.predictor:
-            p = self.predictor.accepted(msg.id, msg.seq)
-            if p is not None:
-                self.verdicts.append(Verdict(msg.id, True, "accepted", p.sent_ns, now_ns, p.action, msg.hold_ns,
-                                             msg.recv_ns, msg.sent_ns, self.clock.offset_ns))
-            self.version += 1
-        elif isinstance(msg, m.ActionRejected) and self.predictor:
-            p = self.predictor.rejected(msg.id)
-            if p is not None:
-                self.bounces.append(Bounce(msg.id, p.action, msg.code, msg.detail, now_ns))
-                self.verdicts.append(Verdict(msg.id, False, msg.code, p.sent_ns, now_ns, p.action, msg.hold_ns,
-                                             msg.recv_ns, msg.sent_ns, self.clock.offset_ns))
-            self.version += 1
-        elif isinstance(msg, m.RequestRejected):
-            self.errors.append(msg)
-            self.asking = None  # refused, not lost: asking again would be refused again
-            self.version += 1
-        return out
+                if self.predictor is not None:
+                    for waiting in self.predictor.pending:
+                        waiting.resend_at_ns = min(waiting.resend_at_ns, now_ns)
+            return True
+        was, self.relay_online = self.relay_online, msg.online
+        if msg.online and was is False:  # the relay is back (restarted, reconnected): catch up
+            out.extend(self.heal())
+            self._ask_now(now_ns)
+        return True
 
-    def _catch_up(self, out: list[Any]) -> None:
+    @handles(m.Pong)
+    def _pong(self, msg: m.Pong, now_ns: int, out: list[Reply]) -> bool:
+        self.clock.add(sample(msg.t0, msg.t1, msg.t2, now_ns))
+        return False
+
+    @handles(m.Probe)
+    def _probe(self, msg: m.Probe, now_ns: int, out: list[Reply]) -> bool:
+        out.append(m.ProbeReply(msg.sent_ns))  # answered at once: the relay times the round trip
+        return False
+
+    @handles(m.MatchJoined)
+    def _match_joined(self, msg: m.MatchJoined, now_ns: int, out: list[Reply]) -> bool:
+        self.asking = None
+        same = self.predictor is not None and (self.match, self.seat) == (msg.match, msg.seat)
+        self.match, self.seat, self.game = msg.match, msg.seat, msg.game
+        self.players, self.settings = msg.players, msg.settings
+        self.token = msg.token or self.token
+        self.shard = msg.shard
+        if not same:  # a repeated answer (a join sent twice) must not forget pending actions
+            self.predictor = Predictor(game_for(msg.game), msg.seat)
+        return True
+
+    @handles(m.RequestRejected)
+    def _request_rejected(self, msg: m.RequestRejected, now_ns: int, out: list[Reply]) -> bool:
+        self.errors.append(msg)
+        self.asking = None  # refused, not lost: asking again would be refused again
+        return True
+
+    # --------------------------------------------------------------------------------- the match
+
+    @handles(m.ViewUpdated)
+    def _view_updated(self, msg: m.ViewUpdated, now_ns: int, out: list[Reply]) -> bool:
+        if msg.match != self.match or not self.predictor:
+            return False
+        try:
+            state = self.predictor.rules.from_wire(msg.state)
+        except ValueError:
+            out.append(m.Resync(msg.match))
+            return False
+        fresh = msg.seq >= self.predictor.confirmed_seq or msg.game != self.predictor.game
+        if self.predictor.confirm(state, msg.seq, msg.game):
+            self.seq_received_ns.setdefault(msg.seq, now_ns)
+            self.view_seq = msg.seq
+            self._catch_up(out)
+        if fresh:
+            self.match_state = msg.match_state
+            if msg.match_state.get("players"):
+                self.players = tuple(msg.match_state["players"])
+        return fresh
+
+    @handles(m.PrivateUpdate)
+    def _private_update(self, msg: m.PrivateUpdate, now_ns: int, out: list[Reply]) -> bool:
+        pred = self.predictor
+        if msg.match != self.match or not pred or msg.game != pred.game or msg.seq <= self.view_seq:
+            return False
+        self.private[msg.seq] = msg
+        if msg.seq <= pred.confirmed_seq:  # it came after its event: apply it now
+            self._apply_private(msg.seq, out)
+        self._catch_up(out)
+        return True
+
+    @handles(m.Snapshot)
+    def _snapshot(self, msg: m.Snapshot, now_ns: int, out: list[Reply]) -> bool:
+        if msg.match != self.match:
+            return False
+        if msg.seq > self.last_event_seq:
+            self.last_event_seq = msg.seq
+        self.players = msg.players
+        mine = self.predictor
+        if (not self.spectating and mine is not None and mine.rules.sends_less and mine.confirmed is not None
+                and msg.game == mine.game and msg.seq > mine.confirmed_seq
+                and mine.confirmed_seq + 1 not in self.ahead):
+            # The relay publishes a snapshot after the events it covers: events up to its seq that
+            # never came were lost, and when the game waits for us no later event shows the gap.
+            self._stuck(out, msg.seq)
+        if not (self.spectating and msg.game_name and msg.state):
+            return False
+        # A spectator's confirmed state is the public snapshot (nothing hidden is in it).
+        if self.predictor is None or self.game != msg.game_name:
+            self.game = msg.game_name
+            self.predictor = Predictor(game_for(msg.game_name), -1)
+        try:
+            state = self.predictor.rules.from_wire(msg.state)
+        except ValueError:
+            return False
+        # A game that sends less has brought the view to this seq by its events already:
+        # the snapshot still tells the match's status (over, between games).
+        fresh = msg.seq >= self.predictor.confirmed_seq or msg.game != self.predictor.game
+        if self.predictor.confirm(state, msg.seq, msg.game):
+            self.match_state = msg.match_state
+            self.seq_received_ns.setdefault(msg.seq, now_ns)
+            self.view_seq = msg.seq
+            self._catch_up(out)
+            return True
+        if fresh:
+            self.match_state = msg.match_state
+        return fresh
+
+    @handles(m.Event)
+    def _event(self, msg: m.Event, now_ns: int, out: list[Reply]) -> bool:
+        if msg.match != self.match:
+            return False
+        known = self.predictor
+        caught_up = False
+        if known is not None and known.rules.sends_less and msg.seq > known.confirmed_seq and len(self.ahead) < 4096:
+            self.ahead[msg.seq] = msg  # kept even if a snapshot said this seq already: the view needs it
+            caught_up = self._catch_up(out)
+        if msg.seq <= self.last_event_seq:
+            return self._past(msg) or caught_up
+        if self.last_event_seq and msg.seq > self.last_event_seq + 1:
+            self.resyncs += 1
+            out.append(m.Resync(msg.match))
+        self.last_event_seq = msg.seq
+        self.seq_received_ns.setdefault(msg.seq, now_ns)
+        if len(self.seq_received_ns) > 4096:
+            for k in sorted(self.seq_received_ns)[:2048]:
+                del self.seq_received_ns[k]
+        self.events.append(msg)
+        seat = msg.data.get("seat")
+        if msg.type == "player_dropped" and type(seat) is int:
+            grace = msg.data.get("grace_s")
+            self.away[seat] = (now_ns, float(grace) if isinstance(grace, (int, float)) else 30.0)
+            if seat == self.seat and self.token and self.connection == "connected" and not self.spectating:
+                # We are here: a stale last will (a broker taking over our old session) -- take it back.
+                out.append(m.Rejoin(msg.match, self.token))
+        elif msg.type == "player_returned" and type(seat) is int:
+            self.away.pop(seat, None)
+        elif msg.type in ("match_over", "rematch_started"):
+            self.away.clear()
+        return True
+
+    @handles(m.ActionAccepted)
+    def _action_accepted(self, msg: m.ActionAccepted, now_ns: int, out: list[Reply]) -> bool:
+        if not self.predictor:
+            return False
+        p = self.predictor.accepted(msg.id, msg.seq)
+        if p is not None:
+            self.verdicts.append(Verdict(msg.id, True, "accepted", p.sent_ns, now_ns, p.action, msg.hold_ns,
+                                         msg.recv_ns, msg.sent_ns, self.clock.offset_ns))
+        return True
+
+    @handles(m.ActionRejected)
+    def _action_rejected(self, msg: m.ActionRejected, now_ns: int, out: list[Reply]) -> bool:
+        if not self.predictor:
+            return False
+        p = self.predictor.rejected(msg.id)
+        if p is not None:
+            self.bounces.append(Bounce(msg.id, p.action, msg.code, msg.detail, now_ns))
+            self.verdicts.append(Verdict(msg.id, False, msg.code, p.sent_ns, now_ns, p.action, msg.hold_ns,
+                                         msg.recv_ns, msg.sent_ns, self.clock.offset_ns))
+        return True
+
+    # ------------------------------------------------------------------------------- sending less
+
+    def _catch_up(self, out: list[Reply]) -> bool:
         """Apply the buffered events (and the private update after each) that follow the confirmed
         view, in seq order, with the game's own applier. An event of another game waits for that
-        game's whole view; one that does not fit (a doubt) asks for a resync."""
+        game's whole view; one that does not fit (a doubt) asks for a resync. Returns whether the
+        view moved on."""
         p = self.predictor
         if p is None or p.confirmed is None or not p.rules.sends_less:
-            return
+            return False
         for seq in [s for s in self.ahead if s <= p.confirmed_seq]:
             del self.ahead[seq]
         for seq in [s for s in self.private if s <= self.view_seq]:
@@ -552,21 +585,22 @@ class ClientModel:
         apply_event = p.rules.apply_event
         assert apply_event is not None
         seat = p.seat if p.seat >= 0 else None
+        moved = False
         while (ev := self.ahead.get(p.confirmed_seq + 1)) is not None:
             if ev.game != p.game:  # a new game: its whole view comes as ViewUpdated, right after its
                 if len(self.ahead) >= STUCK_EVERY:  # first events; asked for if it never comes
                     self._stuck(out, p.confirmed_seq + len(self.ahead))
-                return
+                return moved
             del self.ahead[ev.seq]
             try:
                 state = apply_event(p.confirmed, seat, ev.type, ev.data)
             except (ValueError, KeyError, TypeError, IndexError) as exc:
                 self._doubt(out, exc)
-                return
+                return moved
             p.advance(state, ev.seq)
+            moved = True
             if ev.seq in self.private and not self._apply_private(ev.seq, out):
-                return
-            self.version += 1
+                return moved
         complete = p.rules.private_complete
         # An update comes before the events it belongs to: one still held for a later seq will fill
         # the hand when its event is applied; with none held, the hand's unknown cards mean it was lost.
@@ -576,13 +610,14 @@ class ClientModel:
             self._stuck(out, p.confirmed_seq + len(self.ahead))
         else:
             self.stuck_asked = None
+        return moved
 
-    def _stuck(self, out: list[Any], mark: int) -> None:
+    def _stuck(self, out: list[Reply], mark: int) -> None:
         if self.stuck_asked is None or mark - self.stuck_asked >= STUCK_EVERY:
             self.stuck_asked = mark
             self._doubt(out, ValueError("the confirmed view is stuck"))
 
-    def _apply_private(self, seq: int, out: list[Any]) -> bool:
+    def _apply_private(self, seq: int, out: list[Reply]) -> bool:
         p = self.predictor
         update = self.private.pop(seq)
         apply_private = p.rules.apply_private if p is not None else None
@@ -595,13 +630,15 @@ class ClientModel:
             return False
         return True
 
-    def _doubt(self, out: list[Any], exc: Exception) -> None:
+    def _doubt(self, out: list[Reply], exc: Exception) -> None:
         """The confirmed view and the relay's disagree: ask for the whole view again."""
         if self.match is not None:
             self.resyncs += 1
             out.append(m.Resync(self.match))
 
-    def act(self, action: Any, now_ns: int, seen_seq: int | None = None) -> m.Act | Rejected:
+    # ---------------------------------------------------------------------------------- own moves
+
+    def act(self, action: object, now_ns: int, seen_seq: int | None = None) -> m.Act | Rejected:
         """An own action: predicted at once; returns the ``Act`` to send, or the local rejection.
 
         ``seen_seq`` is the seq of the state the player was looking at when they decided (a bot
@@ -616,7 +653,7 @@ class ClientModel:
         if isinstance(result, Rejected):
             return result
         self.next_id += 1
-        self.version += 1
+        self._changed()
         seen = self.seq_received_ns.get(seq)
         reaction = now_ns - seen if seen is not None else None
         act = m.Act(id=pending.id, seq=seq, action=self.predictor.rules.action_to_wire(action), reaction_ns=reaction)

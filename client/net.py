@@ -47,7 +47,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 import aiomqtt
 
@@ -150,6 +150,54 @@ class Impairment:
         if self.reorder and self._rng.random() < self.reorder:
             d += self.delay_s + self.jitter_s + 0.005
         return max(0.0, d)
+
+
+class Link(Protocol):
+    """What a player asks of its broker connection, wherever that runs: ``Connection`` on the
+    caller's own loop, or ``client.netthread.ThreadedConnection`` on the window's network thread.
+    ``on_message(msg, recv_ns)`` runs on the caller's thread either way."""
+
+    client_id: str
+    topics: Topics
+    on_message: OnMessage
+
+    @property
+    def impairment(self) -> Impairment | None: ...
+
+    @impairment.setter
+    def impairment(self, value: Impairment | None) -> None: ...
+
+    @property
+    def lost(self) -> str | None: ...
+
+    @property
+    def reconnects(self) -> int: ...
+
+    @property
+    def bad_messages(self) -> int: ...
+
+    async def __aenter__(self) -> Link: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def close(self, leave: bool = True) -> None: ...
+
+    def shard_of(self, match: str) -> str | None: ...
+
+    async def watch(self, match: str) -> None: ...
+
+    async def watch_all(self) -> None: ...
+
+    async def watch_lobby(self) -> None: ...
+
+    async def request(self, msg: object) -> None: ...
+
+    async def act(self, match: str, act: m.Act) -> None: ...
+
+    def post_act(self, match: str, act: m.Act) -> None:
+        """Send an action without awaiting: the caller (a key handler) may not await."""
+
+    async def send_raw(self, topic: str, payload: bytes) -> None: ...
 
 
 class Connection:
@@ -282,9 +330,18 @@ class Connection:
     async def request(self, msg: Any) -> None:
         await self._send(self.topics.req(self.client_id), encode(msg))
 
-    async def act(self, match: str, act: m.Act) -> None:
+    def act_topic(self, match: str) -> str:
+        """Where this client's actions in ``match`` go: the match's shard, once ``MatchJoined`` said it."""
         shard = self._shards.get(match, self.topics.shard)
-        await self._send(f"{self.topics.prefix}/m/{shard}/{match}/act/{self.client_id}", encode(act))
+        return f"{self.topics.prefix}/m/{shard}/{match}/act/{self.client_id}"
+
+    async def act(self, match: str, act: m.Act) -> None:
+        await self._send(self.act_topic(match), encode(act))
+
+    def post_act(self, match: str, act: m.Act) -> None:
+        """Send an action without awaiting (a key handler): the publish runs in a task of this
+        connection's, which ``close`` ends."""
+        self._track(asyncio.create_task(self.act(match, act)))
 
     async def send_raw(self, topic: str, payload: bytes) -> None:
         await self._send(topic, payload)
@@ -305,7 +362,9 @@ class Connection:
             await asyncio.sleep(delay)
             await make()
 
-        task = asyncio.create_task(run())
+        self._track(asyncio.create_task(run()))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.append(task)
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 

@@ -263,7 +263,7 @@ class ThreadedConnection:
         """Send a request without awaiting (encoded here, published by the network loop)."""
         payload = encode(msg)
         topic = self.topics.req(self.client_id)
-        self.net.post(lambda: self.inner._send(topic, payload))
+        self.net.post(lambda: self.inner.send_raw(topic, payload))
 
     async def act(self, match: str, act: m.Act) -> None:
         self.post_act(match, act)
@@ -272,9 +272,7 @@ class ThreadedConnection:
         payload = encode(act)
         inner = self.inner
         # The shard is read on the network thread, where MatchJoined set it (before anyone acts).
-        self.net.post(lambda: inner._send(
-            f"{inner.topics.prefix}/m/{inner._shards.get(match, inner.topics.shard)}/{match}/act/{inner.client_id}",
-            payload))
+        self.net.post(lambda: inner.send_raw(inner.act_topic(match), payload))
 
     async def send_raw(self, topic: str, payload: bytes) -> None:
-        self.net.post(lambda: self.inner._send(topic, payload))
+        self.net.post(lambda: self.inner.send_raw(topic, payload))

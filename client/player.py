@@ -26,7 +26,7 @@ from protocol import messages as m
 from protocol.rules.base import Rejected
 from protocol.topics import Topics
 from client.model import ClientModel
-from client.net import Connection, Impairment, new_client_id
+from client.net import Connection, Impairment, Link, new_client_id
 from client.sealing import new_seal
 from client.netthread import NetThread, ThreadedConnection
 
@@ -57,7 +57,7 @@ class Player:
         self.model = ClientModel(self.client_id, name)
         #: With ``net`` (the window), the connection runs on that network thread: messages are
         #: stamped there and handed to this loop (``client/netthread.py``); else on this loop.
-        self.conn: Connection | ThreadedConnection
+        self.conn: Link
         if net is not None:
             self.conn = ThreadedConnection(net, address, self.client_id, self.topics, self._on_message, impairment,
                                            ping_interval_s, relay_status=True, seal=seal)
@@ -207,10 +207,7 @@ class Player:
         returns, so the very next frame draws it; the publish follows in a task."""
         result = self.model.act(action, time.time_ns(), seen_seq=seen_seq)
         if isinstance(result, m.Act) and self.model.match:
-            if isinstance(self.conn, ThreadedConnection):
-                self.conn.post_act(self.model.match, result)  # handed to the network thread now
-            else:
-                self._spawn(self.conn.act(self.model.match, result))
+            self.conn.post_act(self.model.match, result)
         self.changed.set()
         return result
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from protocol import messages as m
+from client.results import match_result_line
 
 
 def replays_dir() -> Path:
@@ -168,7 +169,6 @@ class ReplayEntry:
 
 def describe_log(path: Path) -> ReplayEntry | None:
     """The list line of one recorded log (None when the file is not one)."""
-    from client.window.viewmodels.results import match_result_line
     from protocol.verify import matches_phrase
 
     game, started, events, first_seq = "", 0, 0, None

@@ -167,3 +167,56 @@ def test_no_module_imports_another_modules_private_names() -> None:
     _, private = whole_graph()
     unexpected = [p for p in private if p.rpartition(": ")[2] not in EXPECTED_PRIVATE_IMPORTS]
     assert not unexpected, "private names imported from another module:\n" + "\n".join(unexpected)
+
+
+# ------------------------------------------------------------------------------------------------
+# The client, read strictly: `from pkg import name` runs pkg's face (its __init__), so it counts as
+# importing pkg as well as the module `name` may be; and the window sits on top of the player's side.
+
+
+def strict_edges(name: str, path: Path, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that ``name`` imports (outside ``TYPE_CHECKING``), a package
+    counted whenever something is imported from it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    skip = _type_checking_only(tree)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    edges: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            edges.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source in modules:
+                edges.add(source)
+            edges.update(f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in modules)
+    edges.discard(name)
+    return edges
+
+
+def client_graph() -> dict[str, set[str]]:
+    files = {n: p for n, p in module_files().items() if n == "client" or n.startswith("client.")}
+    return {n: strict_edges(n, p, set(files)) for n, p in files.items()}
+
+
+def test_the_strict_reader_counts_the_package_a_name_comes_from(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from p import args\nfrom p.q import thing\nimport r.s\n")
+    assert strict_edges("x", sample, {"p", "p.args", "p.q", "r", "r.s"}) == {"p", "p.args", "p.q", "r.s"}
+
+
+def test_no_import_circle_in_the_client_and_the_window_on_top() -> None:
+    graph = client_graph()
+    assert {"client.cli", "client.cli.failures", "client.replays", "client.window.app"} <= set(graph)
+    assert cycle(graph) is None, cycle(graph)
+    # Only the window's own modules and the commands that open it (client/cli/) import the window:
+    # the player's side (model, connection, bots, replays, tools) works without it.
+    upward = sorted(f"{name} imports {target}" for name, targets in graph.items()
+                    if not name.startswith(("client.window", "client.cli"))
+                    for target in targets if target.startswith("client.window"))
+    assert not upward, "\n".join(upward)

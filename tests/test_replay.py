@@ -30,7 +30,7 @@ from protocol.rules import game_for
 from protocol.topics import Topics
 from relay.core import Publish, RelayConfig, RelayCore
 from client.window.viewmodels.replay import Playback, ReplayError, ReplaySession, load_replay
-from client.window.viewmodels.results import match_result_line
+from client.results import match_result_line
 from tests.test_window import LONG, SCENARIO_S, colour_pixels, started, stop, until, xdisplay  # noqa: F401
 
 #: the window scenarios here wait up to SCENARIO_S themselves (a loaded machine is slow, never wrong)

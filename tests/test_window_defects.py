@@ -20,7 +20,7 @@ import pytest
 
 from protocol.rules import takeaway as tk
 from client.window.layout import CARD_ASPECT, fit_text, logo_cards
-from client.window.viewmodels.results import game_line, points_text
+from client.results import game_line, points_text
 from client.window.viewmodels.ryo import SHOW_S, TUMBLE_S, RyoViewModel
 from client.window.viewmodels.takeaway import TakeawayViewModel
 from tests.test_viewmodels import S, Room

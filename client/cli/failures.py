@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from client.cli import args as argtypes
+from client.cli.args import FAILED, USAGE
 
 if TYPE_CHECKING:
     from client.player import RequestError
@@ -25,7 +25,7 @@ LOGIN_HINT = ("(the relay's: mqtt://relay:SECRET@HOST:PORT as `blink broker-conf
 class UserError(Exception):
     """A problem at run time the user can fix; printed as one line, exit status 1."""
 
-    status = argtypes.FAILED
+    status = FAILED
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -37,7 +37,7 @@ class UsageError(UserError):
     """Bad input on the command line (options that do not go together, a number of players the
     game does not allow): one line, exit status 2, before anything starts."""
 
-    status = argtypes.USAGE
+    status = USAGE
 
 
 def friendly(exc: BaseException) -> UserError:

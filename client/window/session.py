@@ -44,6 +44,7 @@ from typing import Any, Awaitable
 from protocol import messages as m
 from protocol.rules.base import Rejected
 from protocol.topics import DEFAULT_PREFIX, Topics
+from client.net import Link
 from client.netthread import NetThread, ThreadedConnection
 
 log = logging.getLogger("blink.window")
@@ -151,7 +152,7 @@ class Session:
         self._advert: Any = None  # the running ``relay.lanhost.advertise``
         self._own: Any = None  # our loopback way into the LAN-hosted relay
         self.recorder: Any = None  # the current match's ``Recorder`` (``config.record_dir``)
-        self._rec_conn: Any = None
+        self._rec_conn: Link | None = None
         #: Every connection's network I/O, off the window's loop (``config.net_thread``); the frame
         #: loop drains its inbox (``App.step``).
         self.net: NetThread | None = NetThread() if config.net_thread else None
@@ -283,7 +284,7 @@ class Session:
             elif isinstance(msg, m.Snapshot) and msg.game_name:
                 rec.note_game(msg.game_name)
 
-        conn: Any
+        conn: Link
         if self.net is not None:
             conn = ThreadedConnection(self.net, self.address, new_client_id("rec"), self.config.topics, on_message,
                                       ping_interval_s=0)

@@ -22,7 +22,7 @@ from client.window.mesh import Mesh
 from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window import texts
-from client.window.viewmodels.results import game_line, match_result_line
+from client.results import game_line, match_result_line
 from protocol.rules import game_for
 from protocol.match import MATCH_REASON_LABELS
 

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 from protocol import messages as m
 from protocol.rules import game_for
-from client.window.viewmodels.results import match_result_line
+from client.results import match_result_line
 from protocol.verify import GameWalk, NotALog, Record, body, parse_log, verify
 
 NS = 1_000_000_000
@@ -128,16 +128,12 @@ class Replay:
 
     def model_at(self, i: int, wall_ns: int, t_s: float | None = None, speed: float = 1.0, name: str = "replay") -> Any:
         """A spectator ``ClientModel`` standing at step ``i`` (its game's events fed, then the snapshot)."""
-        from client.model import ClientModel, Predictor
+        from client.model import ClientModel
 
         i = max(0, min(i, len(self.steps) - 1))
         t = self.steps[i].at_s if t_s is None else t_s
-        model = ClientModel(client_id="replay", name=name)
-        model.spectate(self.code)
-        model.game = self.game_name
-        model.players = self.players
-        model.settings = dict(self.settings)
-        model.predictor = Predictor(game_for(self.game_name), -1)
+        model = ClientModel(client_id="replay", name=name, players=self.players, settings=dict(self.settings))
+        model.spectate(self.code, self.game_name)
         first = max(self.game_start[i], i - 200)
         for j in range(first, i + 1):
             model.on_message(self._event(j, wall_ns, t, speed), wall_ns)
@@ -151,12 +147,10 @@ class Replay:
 
     def _confirm(self, model: Any, i: int, wall_ns: int) -> None:
         st = self.steps[i]
-        model.match_state = dict(st.match_state)
-        model.players = tuple(st.match_state.get("players") or self.players)
+        model.restate(dict(st.match_state), tuple(st.match_state.get("players") or self.players))
         snap = self._snapshot(i, wall_ns)
         if snap is not None:
             model.on_message(snap, wall_ns)
-        model.version += 1
 
 
 # --------------------------------------------------------------------------------------- building

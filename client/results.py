@@ -1,4 +1,4 @@
-"""The results screen's lines as data (pure): one line per game of the match, and the match's own line.
+"""A match's results as text (pure): one line per game of the match, and the match's own line.
 
 How this works
 --------------
@@ -6,7 +6,9 @@ The relay's ``match_state["results"]`` has, for each game played, its ``winners`
 ``scores``. ``game_line`` says who won and why and, for a game that counts points (Takeaway's
 claimed pips: the registry's ``score_word``), everyone's points -- "you 78 · bot 54" --
 so a results screen never hides what decided the game. ``match_result_line`` is the match's
-result in the third person, shared by the results screen, the replay and the list of replays.
+result in the third person, shared by the window's results screen and replay and by the list of
+recorded matches (``client/replays.py``): it lives below the window, which the player's side never
+imports.
 """
 
 from __future__ import annotations
