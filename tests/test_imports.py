@@ -15,14 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: The files that start or set up server processes, and the entry points each may import: `blink serve` / `blink match` / `blink broker-config`, `blink play`
 #: (the window's session, which may host its local relay on the LAN), the latency harness and the
-#: NATS cluster launcher (which reads the relay's password file as `blink serve` does).
+#: NATS cluster launcher (which reads the relay's password file as `blink serve` does, and words the auth
+#: callout's refusal when its keys cannot be made).
 ENTRY_FILES: dict[str, set[str]] = {
     "client/cli/serve.py": {"relay.serve"},
     "client/cli/match.py": {"relay.local"},
     "client/cli/broker_config.py": {"relay.local"},
     "client/window/session.py": {"relay.local", "relay.lanhost"},
     "client/tools/latency.py": {"relay.local"},
-    "client/tools/nats_cluster.py": {"relay.local", "relay.serve"},
+    "client/tools/nats_cluster.py": {"relay.local", "relay.serve", "relay.natscallout"},
 }
 
 
