@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mqttkit.packets import Parser, pack_publish  # noqa: E402
-from relay import shards  # noqa: E402
+from relay.cluster import shards  # noqa: E402
 
 PREFIX = "blink/v1"
 

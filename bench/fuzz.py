@@ -251,7 +251,7 @@ class Stack:
         port = free_port()
         tmp = Path(tempfile.mkdtemp(prefix="blink-fuzz-mosq-"))
         tmp.chmod(0o755)  # started as root, Mosquitto drops to its own user
-        from relay.local import write_mosquitto_config
+        from relay.hosting import write_mosquitto_config
 
         # As `blink broker-config` writes it: the shipped ACL, a relay password, the size limits.
         login = write_mosquitto_config(tmp, "127.0.0.1", port)

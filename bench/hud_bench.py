@@ -8,7 +8,7 @@ and of a BLINK race, once per mode (``--modes``, in that order) in the same run:
 
 - ``in-process``: the embedded broker and relay on the window's own event loop
   (``SessionConfig(relay_process=False)``);
-- ``child-loop``: broker and relay in a child process (``relay/localproc.py``,
+- ``child-loop``: broker and relay in a child process (``relay/hosting/localproc.py``,
   ``relay_process=True``), the window's connections on the window's own loop (``net_thread=False``):
   a pong waits for the frame in progress before it is read and stamped;
 - ``child``: what ``blink play`` does -- the relay in a child, and the connections on a network
@@ -159,7 +159,7 @@ async def run_headless(seconds: float) -> dict[str, Any]:
     child process, at the HUD's ping interval. What the relay and broker alone add on this machine."""
     from client.player import Player
     from client.window.session import SessionConfig
-    from relay.local import ChildServer
+    from relay.hosting import ChildServer
 
     interval = SessionConfig().ping_interval_s
     raw: list[float] = []

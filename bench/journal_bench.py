@@ -16,7 +16,7 @@ How this works
 3. restart: opening a journal of ``--restart-entries`` entries (the checksum check of the tail)
    and reading them all back, in seconds.
 4. snapshot: a core with ``--snapshot-matches`` live BLINK matches in play, serialised and read
-   back in the snapshot format (``relay/snapshot.py``) against the first format (a bare pickle of
+   back in the snapshot format (``relay/storage/snapshot.py``) against the first format (a bare pickle of
    the core) as the baseline: CPU seconds (best of 5, interleaved), bytes, and the ratios; and
    replay's CPU per journal entry (what the entries after the newest snapshot cost a restart).
 
@@ -45,9 +45,9 @@ from protocol import messages as m  # noqa: E402
 from protocol.codec import encode  # noqa: E402
 from protocol.rules import blink  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
-from relay import snapshot  # noqa: E402
+from relay.storage import snapshot  # noqa: E402
 from relay.core import RelayCore  # noqa: E402
-from relay.journal import Entry, Msg, SqliteJournal, Tick, feed  # noqa: E402
+from relay.storage import Entry, Msg, SqliteJournal, Tick, feed  # noqa: E402
 
 T = Topics()
 NS = 1_000_000_000

@@ -42,7 +42,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from relay.broker import free_port  # noqa: E402
+from mqttkit import free_port  # noqa: E402
 
 PAYLOAD = b"x" * 120  # about an Act's size
 CONNECTS_IN_FLIGHT = 64

@@ -836,7 +836,7 @@ def table(report: dict[str, Any]) -> str:
 async def amqtt_stack(port: int) -> None:
     """The embedded broker and a relay in this process (what `blink serve --port` runs); prints the
     relay's login (with this start's secret) for the echo client, then runs until SIGINT/SIGTERM."""
-    from relay.local import LocalServer
+    from relay.hosting import LocalServer
 
     async with LocalServer(None, port=port) as server:
         assert server.broker is not None

@@ -33,7 +33,7 @@ from typing import Any
 
 def measure(batch: int, steps: int, pool: int) -> dict[str, float]:
     from bench.core_bench import S, Bench
-    from relay.journal import open_journal
+    from relay.storage import open_journal
     from relay.runtime import Relay
     from mqttkit import BrokerAddress
 

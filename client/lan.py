@@ -6,7 +6,7 @@ A browser (``blink lan``, the menu's "LAN games") listens for the service type o
 ``mqttkit/lan.py`` and reads each host's records from zeroconf's cache (asking only for what the
 host's answer did not carry). A host advertises every address it has; those inside one of this
 machine's own networks come first, since they can be reached directly. The host itself is
-advertised by ``relay/lanhost.py``.
+advertised by ``relay/hosting/lanhost.py``.
 """
 
 from __future__ import annotations

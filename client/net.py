@@ -17,7 +17,7 @@ matches) and says ``Reconnected`` -- the model then asks for its seat and view b
 ``give_up_s`` without a connection does it deliver ``ConnectionLost``. Publishing while
 disconnected drops the message quietly: actions are resent by the model, requests re-asked.
 
-Shards (several relays on one broker, ``relay/shards.py``): a match lives in one shard, named in
+Shards (several relays on one broker, ``relay/cluster/shards.py``): a match lives in one shard, named in
 its topics. ``MatchJoined`` says which; the connection remembers it per match and uses it for the
 match's action, event and snapshot topics (a match watched by code before that -- a spectator --
 is followed on every shard, ``m/+/{code}/...``). ``watch_lobby`` follows the match list: the single

@@ -34,7 +34,7 @@ from client.netthread import NetThread, ThreadedConnection
 #: How long ``create``, ``join``, ``quick`` and ``rejoin`` wait for their seat by default. A relay
 #: killed just after seating a player (its answer lost with it) leaves the shard unserved until another
 #: takes it over: at once through the liveness probes, or -- when they cannot tell, as while a NATS node
-#: is stopping -- once the lease expires (``relay/leases.py``: the ttl, 12 s by default, plus a tick,
+#: is stopping -- once the lease expires (``relay/cluster/leases.py``: the ttl, 12 s by default, plus a tick,
 #: the acquisition and the replay). The wait covers that twice over; the join is asked again meanwhile.
 SEAT_WAIT_S = 30.0
 

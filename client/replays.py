@@ -34,7 +34,7 @@ from client.results import match_result_line
 
 def replays_dir() -> Path:
     """``$XDG_DATA_HOME/blink/replays`` or ``~/.local/share/blink/replays``: the data directory of
-    ``relay.journal.default_data_dir`` (the same rule, written here because the client does not
+    ``relay.storage.journal.default_data_dir`` (the same rule, written here because the client does not
     import the relay package), with a relative XDG_DATA_HOME ignored as the XDG spec says."""
     xdg = os.environ.get("XDG_DATA_HOME", "")
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "share"

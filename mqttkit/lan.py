@@ -2,7 +2,7 @@
 
 How this works
 --------------
-A host registers one DNS-SD service of type ``_blink._tcp.local.`` (``relay/lanhost.py``); a
+A host registers one DNS-SD service of type ``_blink._tcp.local.`` (``relay/hosting/lanhost.py``); a
 browser listens for that type (``client/lan.py``). Both speak the TXT record defined here -- relay
 id, protocol version, how many matches are waiting, and up to ``MAX_TXT_MATCHES`` of them (code,
 game, seats taken, seats) -- and both run multicast DNS on the interfaces chosen here. TXT values

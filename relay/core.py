@@ -9,7 +9,7 @@ start and end), the remembered answers (``answers.py``), the gate (``gate.py``: 
 quiet logging), the deadlines (``deadlines.py``: the wake-up and housekeeping heaps), housekeeping
 (``housekeeping.py``: what ``tick`` does) and events (``events.py``: seqs, views, snapshots, the
 match list), sharing only ``Tables`` (``tables.py``). The core composes them and routes each input;
-its snapshot is written by ``relay/snapshot.py`` from the parts' state, never by pickling it.
+its snapshot is written by ``relay/storage/snapshot.py`` from the parts' state, never by pickling it.
 
 ``RelayCore.handle(topic, payload, now_ns)`` takes one incoming MQTT message and the relay's time
 and returns what to do: ``Publish`` records (topic, typed message, retain) and ``LogRecord``s for
@@ -95,14 +95,8 @@ from protocol import messages as m
 from protocol.rules import GAMES, AnyGame
 from protocol.topics import Topics, valid_id
 from relay.fair import FairOrder
-from relay.judge.answers import ACCEPTED_SEQ_BITS, REMEMBERED_ANSWERS, Answers
-from relay.judge.deadlines import Deadlines
-from relay.judge.events import PAST_EVENTS, Events
-from relay.judge.gate import Gate
-from relay.judge.housekeeping import Housekeeping
-from relay.judge.lobby import Lobby
-from relay.judge.referee import Referee
-from relay.judge.tables import ORDERS, Tables
+from relay.judge import (ACCEPTED_SEQ_BITS, ORDERS, PAST_EVENTS, REMEMBERED_ANSWERS, Answers, Deadlines, Events, Gate,
+                         Housekeeping, Lobby, Referee, Tables)
 from relay.model import STATE_HISTORY, LogRecord, Match, Out, Publish, RelayConfig, Seat
 
 __all__ = ["ACCEPTED_SEQ_BITS", "LogRecord", "Match", "ORDERS", "Out", "PAST_EVENTS", "Publish",

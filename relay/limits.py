@@ -28,7 +28,7 @@ ones the core rebuilds the heap from its matches (amortised O(1) a change), so m
 pile up for the length of a waiting match's lifetime.
 
 ``Intake`` is the same per-client limit applied *before* anything is decoded, where messages
-enter: in the embedded broker (``relay/brokergate.py``, at the core's own rates: a flooder's excess
+enter: in the embedded broker (``relay/embedded/gate.py``, at the core's own rates: a flooder's excess
 never reaches the relay) and in the relay's runtime as each message arrives from the broker
 (``relay/runtime.py``; on Mosquitto, which cannot limit a client's rate, this is the first place
 that can). A topic's last level is its sender's client id (``.../lobby/req/C``,

@@ -80,7 +80,7 @@ class RelayConfig:
     games: Mapping[str, Game[Any, Any]] | None = None
     #: Scale-out (a relay of several shards, relay/runtime.py): how many shards the matches are spread over; 0 is the single
     #: relay (codes drawn freely, the one match list). With N >= 1 a shard's codes name the shard
-    #: (relay/shards.py) and its match list is ``lobby/matches/{shard}``.
+    #: (relay/cluster/shards.py) and its match list is ``lobby/matches/{shard}``.
     shards_total: int = 0
 
 

@@ -15,7 +15,7 @@ loop, so no core is entered concurrently:
   once to every shard's actions and the parser skips the unserved ones by their topic bytes: on
   NATS every SUBSCRIBE writes the session to JetStream (4 s each while a node was away).
 - the *stepper* runs one group-committed step a loop turn: the inbox's messages routed to their
-  shard (``relay/shards.py``) and handled in arrival order, due cores ticked, each shard's inputs
+  shard (``relay/cluster/shards.py``) and handled in arrival order, due cores ticked, each shard's inputs
   appended as ONE batch with its fence, and only then the outputs published and logged: nothing a
   player hears accepted is lost, and the journal holds exactly the times the core was given. A
   fenced append drops the shard unpublished; another journal error rebuilds a leased shard from its
@@ -27,7 +27,7 @@ matches lost their last will while nobody served them: those not heard from with
 ``WILL_CHECK_S`` (live clients ping every second) get a journalled ``Leave(dropped=True)``. A clean
 stop says every status offline, disconnects, then releases the shards so successors start at once.
 
-Memory (``relay/memdiag.py``): malloc tuned at start; the collector's oldest generation walks
+Memory (``relay/hosting/memdiag.py``): malloc tuned at start; the collector's oldest generation walks
 every object held (25-55 ms at 300 matches) and frees nothing, so it runs on ``GC_FULL_EVERY_S``.
 This module and ``relay/shard.py`` are the only places that read the clock or the OS's randomness.
 """
@@ -54,11 +54,12 @@ from mqttkit.packets import Message
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics, valid_id
-from relay import memdiag, shards
+from relay.cluster import shards
+from relay.hosting import memdiag
 from relay.core import RelayConfig, RelayCore
-from relay.eventlog import EventLog
+from relay.storage import EventLog
 from relay.model import LogRecord, Out, Publish
-from relay.journal import Entry, FencedError, Journal, Msg, Tick
+from relay.storage import Entry, FencedError, Journal, Msg, Tick
 from relay.limits import RELAY_INTAKE_SLACK, Intake
 from relay.link import BrokerLink, Login
 from relay.ownership import Ownership, StaticOwnership
@@ -363,7 +364,7 @@ class Relay:
 
     async def run(self) -> None:
         memdiag.tune_malloc()
-        memdump = memdiag.target()  # a benchmark's diagnostic (relay/memdiag.py)
+        memdump = memdiag.target()  # a benchmark's diagnostic (relay/hosting/memdiag.py)
         dump = (memdiag.install(memdump, asyncio.get_running_loop().add_signal_handler, self._memdiag_lines)
                 if memdump else None)
         thresholds = gc.get_threshold()
@@ -636,7 +637,7 @@ class Relay:
             log.debug("status not restated: %s", exc)
 
     def _targets(self, topic: str, payload: bytes) -> list[Shard]:
-        """The served shards a message is for (``relay/shards.py``)."""
+        """The served shards a message is for (``relay/cluster/shards.py``)."""
         if self._whole is not None:
             return [self._whole]
         head = f"{self.prefix}/lobby/req/"

@@ -10,9 +10,9 @@ verify`` rightly refuses. A recovered core continues from its last input plus th
 since, never backwards: the monotonic clock restarts with the machine, and a taken-over shard runs
 on another one.
 
-Recovery: the latest snapshot (``relay/snapshot.py``) and every later entry replayed, the core
+Recovery: the latest snapshot (``relay/storage/snapshot.py``) and every later entry replayed, the core
 building no output-only message meanwhile; a fresh journal gets the fresh core's snapshot at 0, so
-its seed and configuration survive, and the event log's tail is completed (``relay/eventlog.py``).
+its seed and configuration survive, and the event log's tail is completed (``relay/storage/eventlog.py``).
 The collector is off meanwhile (1,000 matches: 6.8 s with it, 1.6 s without) and the recovered
 objects frozen out of its way.
 
@@ -42,11 +42,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from relay import snapshot as snapshots
+from relay.storage import snapshot as snapshots
 from relay.core import LogRecord, RelayCore
-from relay.eventlog import complete_log
-from relay.judge.events import past_event
-from relay.journal import Entry, Journal, JournalError, Msg
+from relay.storage import complete_log
+from relay.judge import past_event
+from relay.storage import Entry, Journal, JournalError, Msg
 
 log = logging.getLogger("blink.relay")
 T = TypeVar("T")

@@ -13,7 +13,7 @@ A test is in the integration lane when it carries the ``integration`` marker, wh
   ``INTEGRATION_FIXTURES`` (a broker, a NATS node or cluster, an X server, network namespaces)
   marks every test that needs it, directly or through another fixture; or
 - explicitly, in its file: a test that starts a process (``blink``, ``python -m client.cli``,
-  ``relay.localchild``), a ``LocalServer``/``ChildServer``, or opens a real socket.
+  ``relay.hosting.localchild``), a ``LocalServer``/``ChildServer``, or opens a real socket.
 
 ``integration`` may name the programs the test needs (``@pytest.mark.integration("mosquitto")``;
 the fixtures name theirs). Before such a test is set up, each program is looked for: where one is
@@ -44,7 +44,7 @@ from typing import Iterator, NoReturn
 import pytest
 
 from mqttkit import BrokerAddress, free_port
-from relay.mosquitto import write_mosquitto_config
+from relay.hosting import write_mosquitto_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -139,7 +139,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # ---------------------------------------------------------------------------------------------- the fast lane
 
 #: ``python -m MODULE`` children that are the relay or the command line.
-IMPURE_MODULES = frozenset({"client.cli", "relay.localchild"})
+IMPURE_MODULES = frozenset({"client.cli", "relay.hosting.localchild"})
 
 
 def _impure_command(args: object) -> str | None:

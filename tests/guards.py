@@ -159,12 +159,12 @@ def install_here(guard: RelayGuard, monkeypatch: pytest.MonkeyPatch) -> logging.
     monkeypatch is undone; the returned log handler until the caller removes it from the root logger."""
     import client.matchrun
     import relay.core
-    import relay.eventlog
+    import relay.storage.eventlog
 
     hooks = blink_guard.core_hooks(relay.core, guard.sink)
     if not hooks:
         raise AssertionError(guard.message(guard.problems()))
-    for module in (relay.eventlog, client.matchrun):
+    for module in (relay.storage.eventlog, client.matchrun):
         hooks += blink_guard.log_hooks(module, guard.sink)
     for cls, name, method in hooks:
         monkeypatch.setattr(cls, name, method)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mqttkit import PortInUse, check_port, free_port, parse_url
-from relay.mosquitto import broker_user
+from relay.hosting import broker_user
 from tests.conftest import require, wait_port
 from tests.helpers import stop_process
 from tests.test_tls import BLINK, QUICK_MATCH, _played, blink

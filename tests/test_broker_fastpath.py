@@ -1,4 +1,4 @@
-"""The embedded broker's fast path (relay/brokergate.py: ``Pump``; relay/brokerroute.py: ``FastPath``,
+"""The embedded broker's fast path (relay/embedded/gate.py: ``Pump``; relay/embedded/route.py: ``FastPath``,
 ``RoutingBroker.route``):
 QoS 0 and QoS 1 PUBLISHes routed straight to their subscribers' sockets.
 
@@ -21,8 +21,8 @@ from mqttkit import BrokerAddress, free_port
 from protocol.topics import Topics
 from protocol import messages as m
 from protocol.codec import decode, encode
-from relay.broker import EmbeddedBroker
-from relay.local import LocalServer
+from relay.embedded import EmbeddedBroker
+from relay.hosting import LocalServer
 from client.net import new_client_id
 from tests.helpers import eventually
 

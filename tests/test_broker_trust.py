@@ -27,11 +27,11 @@ from mqttkit import BrokerAddress, free_port
 from protocol import messages as m
 from protocol.codec import decode_all, encode
 from protocol.topics import Topics
-from relay.broker import EmbeddedBroker
-from relay.brokeraccess import Access
-from relay.brokergate import LimitedReader, PacketTooLarge
-from relay.local import LocalServer
-from relay.mosquitto import acl_text, hash_password, write_mosquitto_config
+from relay.embedded import EmbeddedBroker
+from relay.embedded import Access
+from relay.embedded.gate import LimitedReader, PacketTooLarge
+from relay.hosting import LocalServer
+from relay.hosting.mosquitto import acl_text, hash_password, write_mosquitto_config
 from relay.runtime import Relay
 from bench.fuzz import RawMqtt
 from client.matchrun import run_match

@@ -14,7 +14,7 @@ from client.net import Connection, new_client_id
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress
 from protocol import messages as m
 from protocol.codec import MAX_BUNDLE_ITEMS, DecodeError, decode, decode_all, encode, pack_bundle
-from relay.local import LocalServer
+from relay.hosting import LocalServer
 from relay.model import Publish
 from relay.publishing import BUNDLE_BYTES, wire_messages
 

@@ -16,10 +16,10 @@ import pytest
 
 from protocol import messages as m
 from protocol.rules import game_for
-from relay.broker import BrokerAddress, free_port
+from mqttkit import BrokerAddress, free_port
 from relay.core import PAST_EVENTS, Publish
 from client.bots import Bot
-from relay.local import LocalServer
+from relay.hosting import LocalServer
 from client.net import Connection
 from client.player import Player
 from tests.test_relay_core import Harness, T
@@ -274,7 +274,7 @@ def test_past_events_kept_packed_or_in_an_older_core_s_form_are_re_sent_alike() 
     # snapshot has a tuple of its fields there, with the map packed or plain, or the Event itself.
     # Every form, migrated, re-sends the events exactly as first published, from any ``from_seq``.
     from protocol.codec import encode, pack_plain, unpack_plain
-    from relay import snapshot
+    from relay.storage import snapshot
     from tests.test_snapshot import legacy_state
 
     h = Harness()

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from relay.broker import BrokerAddress, free_port
+from mqttkit import BrokerAddress, free_port
 from tests.test_window import SCENARIO_S, xdisplay  # noqa: F401 - the Xvfb fixture
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from protocol.codec import encode
 from protocol.topics import Topics
 from relay import runtime as shell_module
 from relay.core import LogRecord, Publish, RelayConfig
-from relay.journal import SCHEMA_VERSION, Msg, SqliteJournal, Tick, open_journal
+from relay.storage.journal import SCHEMA_VERSION, Msg, SqliteJournal, Tick, open_journal
 from relay.runtime import Relay
 
 T = Topics()

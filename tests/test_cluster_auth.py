@@ -162,9 +162,9 @@ async def attack(mqtt_url: str, nats_url: str, code: str) -> None:
 
 
 def test_the_password_goes_into_urls_without_one_and_urls_are_shown_without_it() -> None:
-    from relay.serve import with_password
-    from relay.jetstream import shown
-    from relay.local import public_nats
+    from relay.hosting.serve import with_password
+    from relay.cluster import shown
+    from relay.hosting import public_nats
 
     assert with_password("mqtt://127.0.0.1:1,mqtt://h:2", "relay", "pw") == "mqtt://relay:pw@127.0.0.1:1,mqtt://relay:pw@h:2"
     assert with_password("nats://me@h:3", "relay", "pw") == "nats://me:pw@h:3"  # its own user name is kept

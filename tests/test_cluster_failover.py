@@ -28,7 +28,7 @@ import pytest
 from mqttkit import parse_url
 from protocol.rules import game_for
 from protocol.verify import parse_log, verify
-from relay import shards
+from relay.cluster import shards
 from client.matchrun import MatchResult, event_line, run_match
 from tests.logcheck import check_blink_log
 

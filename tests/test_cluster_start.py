@@ -22,7 +22,7 @@ from mqttkit import free_port
 from protocol import messages as m
 from protocol.codec import decode_all, encode
 from protocol.topics import Topics
-from relay.jetstream import NotReady, connect_jetstream
+from relay.cluster.jetstream import NotReady, connect_jetstream
 from tests.helpers import collect_messages, stop_process
 from tests.test_cluster_cli import BLINK, ROOT, blink
 

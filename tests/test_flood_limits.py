@@ -1,7 +1,7 @@
 """One flooding client against a real broker and relay: its excess is dropped before the relay
 decodes it, it is told ``rate_limited``, and a player in the same window is served.
 
-On the embedded broker the excess is dropped at the broker (``relay/brokergate.py``'s gate): what the
+On the embedded broker the excess is dropped at the broker (``relay/embedded/gate.py``'s gate): what the
 relay receives from the flooder is counted where it enters the relay and must stay within the
 token bucket's allowance -- ``burst + rate x elapsed`` -- a bound that holds however slow the
 machine is (a slower run only makes ``elapsed`` longer). On Mosquitto, which cannot limit a
@@ -27,7 +27,7 @@ from protocol import messages as m
 from protocol.codec import DecodeError, decode_all, encode
 from protocol.topics import Topics
 from relay.limits import NS, RELAY_INTAKE_SLACK, Intake
-from relay.local import LocalServer
+from relay.hosting import LocalServer
 from relay.model import RelayConfig
 from tests.logcheck import check_blink_log
 

@@ -20,9 +20,9 @@ from mqttkit import BrokerAddress
 from protocol import messages as m
 from protocol.codec import decode_all, encode
 from relay import shard as shell_module
-from relay import snapshot
-from relay.journal import SqliteJournal, Tick, open_journal
-from relay.local import LocalServer
+from relay.storage import snapshot
+from relay.storage import SqliteJournal, Tick, open_journal
+from relay.hosting import LocalServer
 from tests.test_snapshot import T, shell_on
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="snapshots are forked only where there is fork")

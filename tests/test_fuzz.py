@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bench.fuzz import KINDS, Stack, fuzz
-from relay.broker import BrokerAddress
+from mqttkit import BrokerAddress
 
 pytestmark = pytest.mark.integration  # each test drives a relay through a broker
 

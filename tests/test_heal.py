@@ -340,7 +340,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from mqttkit import BrokerAddress  # noqa: E402
-from relay.local import LocalServer  # noqa: E402
+from relay.hosting import LocalServer  # noqa: E402
 from client.bots import Bot  # noqa: E402
 from client.net import Impairment  # noqa: E402
 from client.player import Player  # noqa: E402
@@ -596,7 +596,7 @@ class RestartableMosquitto:
         import tempfile
 
         from mqttkit import free_port
-        from relay.mosquitto import write_mosquitto_config
+        from relay.hosting import write_mosquitto_config
         from tests.conftest import find_mosquitto
 
         binary = find_mosquitto()

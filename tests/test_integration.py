@@ -19,7 +19,7 @@ from protocol.codec import decode, encode
 from protocol.rules import blink
 from mqttkit import BrokerAddress, free_port
 from relay.core import RelayConfig
-from relay.local import LocalServer
+from relay.hosting import LocalServer
 from client.net import Connection
 from client.player import Player
 from tests.conftest import wait_port

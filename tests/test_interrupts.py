@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from relay.broker import free_port
+from mqttkit import free_port
 from tests.helpers import wait_until
 from tests.test_replay import played  # noqa: F401 - the fixture
 from tests.test_window import LONG, xdisplay  # noqa: F401 - the fixture

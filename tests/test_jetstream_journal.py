@@ -13,8 +13,8 @@ import pytest
 from client.tools import nats_cluster
 from client.tools.nats_cluster import Cluster
 from mqttkit import free_port
-from relay.jetstream import JetStreamJournal, NatsLink, decode_entries, encode_entries, split_batch
-from relay.journal import FencedError, JournalError, Msg, Tick, replay
+from relay.cluster.jetstream import JetStreamJournal, NatsLink, decode_entries, encode_entries, split_batch
+from relay.storage.journal import FencedError, JournalError, Msg, Tick, replay
 
 pytestmark = pytest.mark.integration("nats-server")
 

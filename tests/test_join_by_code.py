@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from relay.broker import BrokerAddress
+from mqttkit import BrokerAddress
 from tests.test_window import LONG, SCENARIO_S, xdisplay  # noqa: F401 - the Xvfb fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(SCENARIO_S)]

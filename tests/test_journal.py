@@ -22,7 +22,7 @@ from protocol.codec import encode
 from protocol.rules import blink
 from protocol.topics import Topics
 from relay.core import RelayCore
-from relay.journal import (
+from relay.storage.journal import (
     SCHEMA_VERSION, Entry, FencedError, Journal, JournalError, Msg, SqliteJournal, Tick, default_data_dir,
     open_journal, replay,
 )
@@ -180,17 +180,17 @@ def test_a_read_only_directory_is_refused() -> None:
         base.chmod(0o755)
         (base / "ro").mkdir(mode=0o555)
         src = base / "src"
-        (src / "relay").mkdir(parents=True)
-        for name in ("__init__.py", "journal.py"):
+        (src / "relay" / "storage").mkdir(parents=True)
+        for name in ("__init__.py", "storage/__init__.py", "storage/journal.py"):
             shutil.copy(ROOT / "relay" / name, src / "relay" / name)
-        for d in (src, src / "relay"):
+        for d in (src, src / "relay", src / "relay" / "storage"):
             d.chmod(0o755)
         drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if as_root else []
         python = getattr(sys, "_base_executable", sys.executable)  # the venv's site-packages are not needed
         can_run = subprocess.run([*drop, python, "-c", "pass"], capture_output=True, text=True, timeout=60)
         if can_run.returncode != 0:
             pytest.skip(f"the unprivileged user cannot run {python}: {can_run.stderr.strip()[-200:]}")
-        code = "import sys\nfrom relay.journal import open_journal\nopen_journal(sys.argv[1])"
+        code = "import sys\nfrom relay.storage.journal import open_journal\nopen_journal(sys.argv[1])"
         done = subprocess.run([*drop, python, "-I", "-c", f"import sys; sys.path.insert(0, {str(src)!r})\n{code}",
                                str(base / "ro")], cwd=src, capture_output=True, text=True, timeout=60)
         assert done.returncode != 0
@@ -205,7 +205,7 @@ HOLDER = """
 import sys
 import tempfile
 from pathlib import Path
-from relay.journal import Tick, open_journal
+from relay.storage.journal import Tick, open_journal
 j = open_journal(Path(sys.argv[1]))
 for i in range(int(sys.argv[2])):
     print(j.append([Tick(i), Tick(i)]), flush=True)
@@ -595,7 +595,7 @@ def test_the_shells_journal_writer_appends_in_order_and_hands_back_errors(tmp_pa
     that cannot be written raises in the step that waits for it."""
     import asyncio
 
-    from relay.journal import JournalError, Msg
+    from relay.storage import JournalError, Msg
     from relay.shard import JournalWriter as _JournalWriter
 
     journal = open_journal(tmp_path / "data")

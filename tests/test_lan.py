@@ -1,4 +1,4 @@
-"""LAN hosting and discovery (relay/lanhost.py, client/lan.py, mqttkit/lan.py; `blink serve --lan`, `blink lan`).
+"""LAN hosting and discovery (relay/hosting/lanhost.py, client/lan.py, mqttkit/lan.py; `blink serve --lan`, `blink lan`).
 
 The pure parts (TXT encoding, port choice) are tested directly. Discovery is tested through real
 multicast DNS between two network namespaces joined by a veth pair that this test creates and
@@ -26,8 +26,8 @@ import pytest
 from client import lan
 from mqttkit import lan as dnssd
 from mqttkit.lan import LanMatch, decode_txt, encode_txt
-from relay import lanhost
-from relay.lanhost import pick_port
+from relay.hosting import lanhost
+from relay.hosting.lanhost import pick_port
 from protocol.codec import PROTOCOL_VERSION, encode
 from protocol.messages import MatchList
 from protocol.topics import DEFAULT_PREFIX

@@ -32,7 +32,7 @@ def test_a_missing_program_skips_outside_ci_and_fails_under_it(monkeypatch: pyte
 
 @pytest.mark.parametrize("args, impure", [
     ([sys.executable, "-m", "client.cli", "serve"], "python -m client.cli"),
-    ([sys.executable, "-m", "relay.localchild", "7"], "python -m relay.localchild"),
+    ([sys.executable, "-m", "relay.hosting.localchild", "7"], "python -m relay.hosting.localchild"),
     (["/usr/sbin/mosquitto", "-c", "x.conf"], "mosquitto"),
     (("nats-server", "-c", "n1.conf"), "nats-server"),
     ("Xvfb :99", "Xvfb"),

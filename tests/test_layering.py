@@ -1,10 +1,16 @@
 """The package layering the design relies on, read from the source: no import circle in relay/ (the
-fair-order scheduler knows nothing of the core), and the pure protocol imports nothing of the relay
-or the client."""
+fair-order scheduler knows nothing of the core), relay's rooms reach each other only through their
+faces, and the pure protocol imports nothing of the relay or the client.
+
+relay's rooms (``relay.embedded``, ``relay.storage``, ``relay.cluster``, ``relay.hosting``) have
+lazy faces: an ``__init__`` whose ``_WHERE`` names the module behind each name of ``__all__``, with
+the same imports under ``TYPE_CHECKING`` for the type checker. The graph reader follows a name
+taken from such a face to the module that defines it, so the circles it finds are the real ones."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,8 +29,30 @@ def imports(path: Path) -> set[str]:
 
 
 def package_graph(package: str) -> dict[str, set[str]]:
-    modules = {f"{package}.{p.stem}": p for p in (ROOT / package).glob("*.py") if p.stem != "__init__"}
-    return {name: {i for i in imports(path) if i in modules} for name, path in modules.items()}
+    """Every module of ``package`` (its sub-packages' too) and the modules of it each imports, a name
+    taken from a lazy face counted as its module."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in (ROOT / package).rglob("*.py")
+               if p.stem != "__init__"}
+    return {name: {resolve(i) for i in imports(path)} & set(modules) for name, path in modules.items()}
+
+
+def face_table(package: str) -> dict[str, str]:
+    """A lazy face's ``_WHERE`` (each name of the face and its module), empty for any other module."""
+    init = ROOT.joinpath(*package.split("."), "__init__.py")
+    if not init.is_file():
+        return {}
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "_WHERE":
+            assert node.value is not None
+            table = ast.literal_eval(node.value)
+            return {name: f"{package}.{module}" for name, module in table.items()}
+    return {}
+
+
+def resolve(dotted: str) -> str:
+    """``pkg.name`` taken from a lazy face: the module that defines ``name``; else itself."""
+    package, _, name = dotted.rpartition(".")
+    return face_table(package).get(name, dotted) if package else dotted
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -57,7 +85,8 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 
 def test_no_import_circle_in_the_relay() -> None:
     graph = package_graph("relay")
-    assert {"relay.core", "relay.fair", "relay.model"} <= set(graph)
+    assert {"relay.core", "relay.fair", "relay.model", "relay.judge.lobby", "relay.hosting.local"} <= set(graph)
+    assert "relay.cluster.shards" in graph["relay.judge.lobby"]  # `from relay.cluster import shards`, through the face
     assert cycle(graph) is None, cycle(graph)
     assert "relay.core" not in graph["relay.fair"]  # a pure scheduler: the core asks it, not the reverse
     assert graph["relay.model"] == set()  # plain data
@@ -118,8 +147,9 @@ def import_edges(name: str, path: Path, modules: set[str]) -> tuple[set[str], li
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module or ""
+            table = face_table(source)
             for alias in node.names:
-                target = f"{source}.{alias.name}"
+                target = table.get(alias.name, f"{source}.{alias.name}")
                 if target in modules:
                     edges.add(target)  # `from pkg import module`
                 elif source in modules:
@@ -220,3 +250,71 @@ def test_no_import_circle_in_the_client_and_the_window_on_top() -> None:
                     if not name.startswith(("client.window", "client.cli"))
                     for target in targets if target.startswith("client.window"))
     assert not upward, "\n".join(upward)
+
+
+# ------------------------------------------------------------------------------------------------
+# relay's rooms: each a sub-package with a face, reached from outside only through it.
+
+ROOMS = ("relay.judge", "relay.embedded", "relay.storage", "relay.cluster", "relay.hosting")
+
+
+def room_of(module: str) -> str | None:
+    return next((room for room in ROOMS if module == room or module.startswith(room + ".")), None)
+
+
+def face_all(package: str) -> list[str]:
+    tree = ast.parse(ROOT.joinpath(*package.split("."), "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"{package} has no __all__")
+
+
+def test_each_room_of_the_relay_has_a_face_and_few_modules_lie_beside_them() -> None:
+    assert {p.name for p in (ROOT / "relay").iterdir() if (p / "__init__.py").is_file()} == {r.split(".")[1] for r in ROOMS}
+    for room in ROOMS:
+        init = ROOT.joinpath(*room.split("."), "__init__.py")
+        assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), f"{room}: its face says how it works"
+        assert face_all(room), room
+    assert len([p for p in (ROOT / "relay").glob("*.py") if p.stem != "__init__"]) <= 12
+
+
+def test_a_lazy_face_lists_each_name_once_and_types_what_it_loads() -> None:
+    """``__all__``, ``_WHERE`` and the ``TYPE_CHECKING`` imports of a lazy face name the same things
+    from the same modules, each of which defines the name (or is the module itself)."""
+    for face in ("relay",) + ROOMS:
+        table = face_table(face)
+        if not table:
+            continue  # an eager face: its imports are its table
+        assert sorted(face_all(face)) == sorted(table), face
+        typed: dict[str, str] = {}
+        for node in ast.walk(ast.parse(ROOT.joinpath(*face.split("."), "__init__.py").read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("relay"):
+                for alias in node.names:
+                    typed[alias.asname or alias.name] = node.module if node.module != face else f"{face}.{alias.name}"
+        assert typed == table, face
+        for name, module in table.items():
+            loaded = importlib.import_module(module)
+            assert module.endswith("." + name) or hasattr(loaded, name), (face, name, module)
+
+
+def test_no_room_of_the_relay_reaches_into_another_but_through_its_face() -> None:
+    """A module outside a room imports the room's face (``from relay.cluster import shards``), never
+    one of its modules (``relay.cluster.leases``) and never a name its face does not list."""
+    bad: list[str] = []
+    for path in sorted((ROOT / "relay").rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        own = room_of(name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named: list[tuple[str, str | None]] = []
+            if isinstance(node, ast.Import):
+                named = [(alias.name, None) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                named = [(node.module, alias.name) for alias in node.names]
+            for module, taken in named:
+                room = room_of(module)
+                if room is None or room == own:
+                    continue
+                if module != room or (taken is not None and taken not in face_all(room)):
+                    bad.append(f"{_shown(path)}:{node.lineno}: {module}" + (f" import {taken}" if taken else ""))
+    assert not bad, "imports past a room's face:\n" + "\n".join(bad)

@@ -16,11 +16,11 @@ import pytest
 from client.tools import nats_cluster
 from client.tools.nats_cluster import Cluster
 from mqttkit import free_port
-from relay.jetstream import JetStreamJournal, NatsLink, close_nats, connect_jetstream
-from relay.journal import FencedError, Tick
-from relay.leaseplan import (GIVE_UP_AT, Held, LeaseError, Owner, View, cooldown_s, decide, leftovers, parse_shards,
+from relay.cluster.jetstream import JetStreamJournal, NatsLink, close_nats, connect_jetstream
+from relay.storage import FencedError, Tick
+from relay.cluster.leaseplan import (GIVE_UP_AT, Held, LeaseError, Owner, View, cooldown_s, decide, leftovers, parse_shards,
                              pin_conflict, preference, renew_after, without_dead)
-from relay.leases import DEFAULT_TTL_S, NatsLeases, ThreadedLeases
+from relay.cluster.leases import DEFAULT_TTL_S, NatsLeases, ThreadedLeases
 from relay.ownership import Ownership
 
 TTL = 4.0
@@ -410,7 +410,7 @@ def test_a_shard_given_up_in_a_stall_whose_renewal_landed_late_is_served_again_b
 
 def test_relays_starting_together_never_share_a_shard(cluster: Cluster) -> None:
     """Four relays on three nodes start at once and race for eight shards: each shard is gained by one
-    relay at a time (KV create would let two win a race on nats-server 2.9: see relay/leases.py)."""
+    relay at a time (KV create would let two win a race on nats-server 2.9: see relay/cluster/leases.py)."""
     async def scenario() -> None:
         log: list[Any] = []
         space = f"l{next(_spaces)}"

@@ -459,7 +459,7 @@ def test_the_window_shows_a_leaver_as_gone_and_the_game_going_on(xdisplay: str, 
 
 
 def test_a_snapshot_keeps_who_left_and_the_restored_core_carries_on_alike() -> None:
-    from relay import snapshot
+    from relay.storage import snapshot
 
     table = Recorded(3, QUICK["ryo"], game="ryo", seats=4)
     table.send(T.req("b"), m.Leave(table.code))

@@ -532,7 +532,7 @@ def test_a_snapshot_from_before_the_limits_loads_and_carries_on() -> None:
     playing = r.start("a", "b")
     waiting = r.create("c")
     r.send(T.req("b"), m.Leave(match=playing))  # over
-    from relay import snapshot
+    from relay.storage import snapshot
     from tests.test_snapshot import legacy_pickle, legacy_state
 
     state = legacy_state(r.core)  # a pickled core's attributes, less what the limits added

@@ -20,7 +20,7 @@ import pytest
 from protocol import messages as m
 from protocol.rules import blink
 from protocol.rules.base import FixedChance
-from relay.broker import BrokerAddress, free_port
+from mqttkit import BrokerAddress, free_port
 from mqttkit.connection import connect
 from protocol.codec import decode_all
 from client.tools.load import LoadRun, run_load

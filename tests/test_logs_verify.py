@@ -3,7 +3,7 @@ shard tags, a relay that served no match, and (a property) matches driven throug
 expiry, forfeits, rematches and crashes.
 
 The relay's judge runs in process here (``RelayCore``, no broker); its log lines are written by the
-relay's own ``relay.eventlog`` as ``blink serve --log`` writes them. The integration suite checks
+relay's own ``relay.storage.eventlog`` as ``blink serve --log`` writes them. The integration suite checks
 every real relay's log besides (tests/guards.py).
 """
 
@@ -28,7 +28,7 @@ from protocol.rules import register, unregister
 from protocol.topics import Topics
 from protocol.verify import parse_log, verify
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
-from relay.eventlog import EventLog, log_rows
+from relay.storage.eventlog import EventLog, log_rows
 from tests.toygame import TOY
 
 T = Topics()
@@ -202,7 +202,7 @@ class Relays:
     """One shard's judge, journalled in SQLite and logged as the relay runtime logs it, served by a
     relay that may crash (recovered from its journal by the next one, same log) or, in a cluster,
     be replaced by another relay with a log of its own (takeover). The real ``Shard.recover`` and
-    ``relay.eventlog`` do the recovering and the logging."""
+    ``relay.storage.eventlog`` do the recovering and the logging."""
 
     def __init__(self, folder: Path, cluster: bool) -> None:
         self.step_start = 0  # where the last step's lines begin in the log
@@ -225,7 +225,7 @@ class Relays:
     def relay(self, new_log: bool) -> None:
         """A relay process starting: its log (a new file for a relay of its own), then the shard,
         recovered from the journal (written to the log before its own lines, as the runtime does)."""
-        from relay.journal import SqliteJournal
+        from relay.storage import SqliteJournal
         from relay.shard import Shard
 
         if new_log:
@@ -254,7 +254,7 @@ class Relays:
             f.truncate(keep)
 
     def step(self, entry: Any) -> list[Any]:
-        from relay.journal import Msg
+        from relay.storage import Msg
 
         self.journal.append([entry])
         self.step_start = self.logs[-1].stat().st_size
@@ -270,7 +270,7 @@ class Relays:
         return out
 
     def send(self, topic: str, msg: Any) -> list[Any]:
-        from relay.journal import Msg
+        from relay.storage import Msg
 
         self.now += NS // 20
         return self.step(Msg(topic, encode(msg), self.now, self.now + WALL))
@@ -279,7 +279,7 @@ class Relays:
         return self.send(self.topics.req(client), msg)
 
     def wait(self, seconds: float) -> None:
-        from relay.journal import Tick
+        from relay.storage import Tick
 
         until = self.now + int(seconds * NS)
         while True:
@@ -380,7 +380,7 @@ def test_real_relays_hand_a_shard_over_and_both_logs_verify(mosquitto: Any, tmp_
     import asyncio
 
     from client.player import Player
-    from relay.local import ClusterServer, sqlite_opener
+    from relay.hosting import ClusterServer, sqlite_opener
     from relay.ownership import StaticOwnership
     from relay.runtime import Relay
     from tests.helpers import eventually

@@ -19,8 +19,9 @@ from protocol import messages as m
 from protocol.codec import decode, decode_all, encode
 from protocol.rules import game_for
 from protocol.topics import Topics
-from relay import shards
-from relay.local import ClusterServer, ConfigConflict, sqlite_opener
+from relay.cluster import shards
+from relay.hosting import ClusterServer, sqlite_opener
+from relay.shard import ConfigConflict
 from relay.runtime import Relay
 from relay.core import RelayConfig
 from relay.ownership import StaticOwnership

@@ -22,7 +22,7 @@ SCENARIO_S = 180.0
 
 
 def test_pongs_are_read_and_stamped_on_the_network_thread_while_the_owner_is_busy() -> None:
-    from relay.local import ChildServer
+    from relay.hosting import ChildServer
 
     async def scenario() -> None:
         async with ChildServer() as server:  # the relay must answer while this thread is held
@@ -65,7 +65,7 @@ def test_pongs_are_read_and_stamped_on_the_network_thread_while_the_owner_is_bus
 
 
 def test_sends_from_the_owner_keep_their_order_and_arrivals_are_handled_in_order() -> None:
-    from relay.local import LocalServer
+    from relay.hosting import LocalServer
 
     async def scenario() -> None:
         async with LocalServer(None, seed=3) as server:

@@ -1,7 +1,7 @@
 """``blink play`` runs its local broker + relay in a child process, and neither side outlives the other.
 
 The command-line tests start ``blink play --autoplay`` under the window tests' Xvfb, find its child
-(``python -m relay.localchild <pid>``) through /proc, and kill one side: a SIGKILLed ``blink play``
+(``python -m relay.hosting.localchild <pid>``) through /proc, and kill one side: a SIGKILLed ``blink play``
 takes its child with it (PR_SET_PDEATHSIG, and the child's stdin reaching EOF); a SIGKILLed child
 ends ``blink play`` with status 1 and one line, no traceback; Ctrl-C (SIGINT to the whole process
 group, as a terminal sends it) ends both. The in-process tests drive the same ``Session`` the window
@@ -94,7 +94,7 @@ class Play:
     def _child(self) -> int | None:
         if self.proc.poll() is not None:
             raise AssertionError(f"blink play ended early ({self.proc.returncode}): {self.proc.stderr.read()}")  # type: ignore[union-attr]
-        return next((c for c in children(self.proc.pid) if "relay.localchild" in cmdline(c)), None)
+        return next((c for c in children(self.proc.pid) if "relay.hosting.localchild" in cmdline(c)), None)
 
     def cleanup(self) -> None:
         for pid in (self.proc.pid, self.child):
@@ -128,7 +128,7 @@ def play(xdisplay: str, tmp_path: Path) -> Iterator[Any]:  # noqa: F811 - the fi
 @pytest.mark.integration
 def test_the_relay_runs_in_another_process_that_dies_when_blink_play_is_killed(play: Any) -> None:
     p = play()
-    assert p.child != p.proc.pid and f"relay.localchild {p.proc.pid}" in cmdline(p.child)
+    assert p.child != p.proc.pid and f"relay.hosting.localchild {p.proc.pid}" in cmdline(p.child)
     os.kill(p.proc.pid, signal.SIGKILL)
     p.proc.wait(timeout=LONG)
     wait_for(lambda: not alive(p.child), "the relay child died with its parent")
@@ -206,7 +206,7 @@ def test_a_session_notices_its_relay_child_dying() -> None:
 def test_a_child_that_cannot_start_says_why_in_one_line() -> None:
     import socket
 
-    from relay.local import ChildServer
+    from relay.hosting import ChildServer
 
     async def scenario() -> None:
         with socket.socket() as taken:
@@ -224,7 +224,7 @@ def test_a_child_that_cannot_start_says_why_in_one_line() -> None:
 def test_hosting_on_the_lan_moves_the_relay_child_onto_every_interface(monkeypatch: pytest.MonkeyPatch) -> None:
     """``blink play --host``: the loopback child is replaced by one listening on every interface
     (advertised -- here to a recorder, no multicast); a friend joins through it."""
-    import relay.lanhost as lanmod
+    import relay.hosting.lanhost as lanmod
     from client.player import Player
     from client.window.session import Session, SessionConfig
     from mqttkit import BrokerAddress

@@ -1,5 +1,5 @@
 """The relay survives: ``kill -9`` and a restart on the same data directory, a restarted broker,
-and bad data directories (relay/runtime.py, relay/shard.py, relay/journal.py).
+and bad data directories (relay/runtime.py, relay/shard.py, relay/storage/journal.py).
 
 Every test starts its own Mosquitto (or uses the ``mosquitto`` fixture) and real ``blink serve``
 processes; the players are in-process clients (``client.player.Player`` driven by ``Bot``), so the
@@ -29,9 +29,9 @@ from protocol.topics import Topics
 from client.bots import Bot
 from client.net import Connection, new_client_id
 from client.player import Player
-from relay import shards
-from relay.journal import KIND_MSG, SqliteJournal
-from relay.mosquitto import write_mosquitto_config
+from relay.cluster import shards
+from relay.storage.journal import KIND_MSG, SqliteJournal
+from relay.hosting import write_mosquitto_config
 from tests.conftest import ROOT, find_mosquitto, wait_port
 
 BLINK = [sys.executable, "-m", "client.cli"]
@@ -477,7 +477,7 @@ def test_a_ping_changes_the_core_so_every_input_is_journalled_and_replayed_exact
 
     from protocol.codec import encode
     from relay.core import RelayCore
-    from relay.journal import Msg, SqliteJournal, replay
+    from relay.storage.journal import Msg, SqliteJournal, replay
 
     topics = Topics()
     core = RelayCore(topics, seed=3)

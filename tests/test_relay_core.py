@@ -177,8 +177,8 @@ def test_remembered_answers_come_back_equal_and_only_a_client_s_last_ones(older:
     assert isinstance(first, m.ActionAccepted)
     held = m.ActionAccepted(code, 8, first.seq, 123_456_789)
     h.core.referee.answer("a", code, 8, held, h.now, [], log=False, client_ok=True)
-    if older:  # restored from a pickled core of the first forms (relay/snapshot.py turns it into today's)
-        from relay import snapshot
+    if older:  # restored from a pickled core of the first forms (relay/storage/snapshot.py turns it into today's)
+        from relay.storage import snapshot
         from tests.test_snapshot import legacy_state
 
         mask = (1 << ACCEPTED_SEQ_BITS) - 1

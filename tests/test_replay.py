@@ -473,7 +473,7 @@ def test_a_window_match_is_recorded_and_listed_and_replayed_from_the_menu(xdispl
 @pytest.mark.integration
 def test_a_spectator_gets_the_results_screen_at_the_end_of_a_watched_match(xdisplay: str, tmp_path: Path) -> None:
     from client.bots import Bot
-    from relay.local import LocalServer
+    from relay.hosting import LocalServer
     from client.player import Player
     from client.window.app import App, AppConfig
     from client.window.session import SessionConfig
@@ -567,7 +567,7 @@ def test_a_forfeited_game_replays_over_what_was_known_before_it() -> None:
 
 def test_the_replays_folder_is_in_the_relays_data_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from client.replays import replays_dir
-    from relay.journal import default_data_dir
+    from relay.storage import default_data_dir
 
     for value in (str(tmp_path / "xdg"), "relative/ignored", ""):
         monkeypatch.setenv("XDG_DATA_HOME", value)

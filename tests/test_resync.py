@@ -22,12 +22,12 @@ from mqttkit import BrokerAddress
 from protocol import messages as m
 from protocol.codec import decode_all, encode
 from client.net import new_client_id
-from relay import snapshot
+from relay.storage import snapshot
 from relay.core import RelayCore
-from relay.journal import open_journal
-from relay.local import LocalServer
+from relay.storage import open_journal
+from relay.hosting import LocalServer
 from relay.core import Publish
-from relay.journal import Msg, Tick
+from relay.storage import Msg, Tick
 from tests.test_snapshot import T, Driver, outputs
 
 MATCHES = 300

@@ -1,4 +1,4 @@
-"""``blink serve``'s own broker (relay/servebroker.py): an installed Mosquitto by default, the
+"""``blink serve``'s own broker (relay/hosting/servebroker.py): an installed Mosquitto by default, the
 embedded one with ``--embedded``, each in a child process; a bot match is served through either,
 and whatever way serve ends (Ctrl-C, SIGTERM, its broker dying), no process and no configuration
 is left behind (and what a killed serve cannot remove is for the broker's user alone). What serve
@@ -22,8 +22,8 @@ import pytest
 from mqttkit import BrokerAddress, free_port, parse_url
 from protocol.topics import Topics
 from relay.runtime import Relay, clock_time
-from relay.serve import ServeError, ServeOptions, serve
-from relay.servebroker import BrokerChild, _last_line, choose, listeners_text
+from relay.hosting import ServeError, ServeOptions, serve_relay
+from relay.hosting.servebroker import BrokerChild, _last_line, choose, listeners_text
 from tests.conftest import find_mosquitto
 from tests.helpers import wait_until
 from tests.test_broker_trust import bot_match
@@ -146,7 +146,7 @@ def test_embedded_is_chosen_when_asked_and_refused_with_a_broker() -> None:
     kind, binary = choose(False)
     assert kind == ("mosquitto" if find_mosquitto() else "embedded") and (binary is None) == (kind == "embedded")
     with pytest.raises(ServeError) as refused:
-        asyncio.run(serve(ServeOptions(broker="mqtt://127.0.0.1:1883", embedded=True), Topics()))
+        asyncio.run(serve_relay(ServeOptions(broker="mqtt://127.0.0.1:1883", embedded=True), Topics()))
     assert refused.value.status == 2 and "--embedded" in str(refused.value)
 
 
@@ -173,7 +173,7 @@ def test_the_tls_listener_goes_with_a_certificate_and_its_own_port() -> None:
     for options, says in [(ServeOptions(tls_host="0.0.0.0"), "--tls-host goes with --tls-cert"),
                           (ServeOptions(tls_port=8883), "--tls-port goes with --tls-cert")]:
         with pytest.raises(ServeError) as refused:
-            asyncio.run(serve(options, Topics()))
+            asyncio.run(serve_relay(options, Topics()))
         assert refused.value.status == 2 and says in str(refused.value)
 
 

@@ -1,4 +1,4 @@
-"""Shard routing (relay/shards.py): every lobby request has exactly one shard, every relay computes
+"""Shard routing (relay/cluster/shards.py): every lobby request has exactly one shard, every relay computes
 the same one, and a core of a shard only makes codes that route back to it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
 from relay.judge import lobby as core_module
-from relay import shards
+from relay.cluster import shards
 from relay.core import RelayConfig, RelayCore
 from relay.model import Publish
 
@@ -93,7 +93,7 @@ def test_clients_spread_over_home_shards() -> None:
 
 def test_routing_is_the_same_in_another_process() -> None:
     """Relays are separate processes: the routing must not depend on Python's salted hash."""
-    probe = ("from relay import shards; print(shards.home_shard('pabc', 97), "
+    probe = ("from relay.cluster import shards; print(shards.home_shard('pabc', 97), "
              "shards.shard_of_quick('blink', {}, 97), shards.shard_of_code('nonsense', 97))")
     here = f"{shards.home_shard('pabc', 97)} {shards.shard_of_quick('blink', {}, 97)} {shards.shard_of_code('nonsense', 97)}"
     outs = {subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,

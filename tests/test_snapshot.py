@@ -1,4 +1,4 @@
-"""The journal's snapshot blob (relay/snapshot.py): a restored core carries on exactly as the
+"""The journal's snapshot blob (relay/storage/snapshot.py): a restored core carries on exactly as the
 original would have, the first format (a bare pickle) is still read, a newer one is refused in
 one line; the shell's recovery and its snapshot spacing."""
 
@@ -17,9 +17,9 @@ from protocol import messages as m
 from protocol.codec import encode
 from protocol.rules import blink
 from protocol.topics import Topics
-from relay import snapshot
+from relay.storage import snapshot
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
-from relay.journal import JournalError, Msg, SqliteJournal, Tick, feed
+from relay.storage import JournalError, Msg, SqliteJournal, Tick, feed
 from relay.runtime import Relay
 
 T = Topics()
@@ -263,7 +263,7 @@ def test_a_data_directory_of_pickled_snapshots_is_migrated_at_first_start(tmp_pa
     import json
     import shutil
 
-    from relay.journal import open_journal
+    from relay.storage import open_journal
 
     data = tmp_path / "data"
     shutil.copytree(FIXTURE, data)

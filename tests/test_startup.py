@@ -21,7 +21,7 @@ def test_the_command_word_is_found_after_the_global_options() -> None:
 
 
 def test_serve_parses_without_loading_the_other_commands_or_amqtt() -> None:
-    code = ("import sys, client.cli as c; c.build_parser(c.command_of(['serve'])); import relay.local, relay.serve; "
+    code = ("import sys, client.cli as c; c.build_parser(c.command_of(['serve'])); import relay.hosting.local, relay.hosting.serve; "
             "print(sorted(m for m in sys.modules if m.startswith(('client.tools', 'client.window', 'pyglet', 'amqtt', "
             "'protocol.verify')) or (m.startswith('client.cli.') and m not in "
             "('client.cli.serve', 'client.cli.args', 'client.cli.failures'))))")

@@ -20,7 +20,7 @@ import pytest
 from mqttkit import (BadURL, BrokerAddress, TLSProblem, TLSTrust, check_tls_pair, connect_problem, free_port, parse_url,
                      tls_context, tls_refusal)
 from mqttkit.lan import decode_txt, encode_txt
-from relay.mosquitto import conf_text
+from relay.hosting.mosquitto import conf_text
 from tests.conftest import require, wait_port
 from tests.helpers import stop_process
 from tests.test_lan import Namespaces, netns  # noqa: F401 - the fixture, used by name
@@ -130,7 +130,7 @@ def test_the_lan_advert_names_the_scheme_only_for_tls() -> None:
                           encode_txt("relay-0", [], scheme="mqtts"))
     assert host is not None and host.url == "mqtts://192.168.1.5:8883"
     assert parse_url(host.url).tls is not None
-    from relay.lanhost import lan_urls
+    from relay.hosting.lanhost import lan_urls
 
     assert lan_urls(8883, "192.168.1.5", scheme="mqtts") == ["mqtts://192.168.1.5:8883"]
     assert lan_urls(1883, "192.168.1.5") == ["mqtt://192.168.1.5:1883"]

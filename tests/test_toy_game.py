@@ -14,9 +14,9 @@ from protocol import messages as m
 from protocol.codec import encode
 from protocol.rules import GAMES, game_for, register, unregister
 from protocol.rules import blink
-from relay.broker import BrokerAddress
+from mqttkit import BrokerAddress
 from client.matchrun import run_match
-from relay.local import LocalServer
+from relay.hosting import LocalServer
 from client.net import Connection, new_client_id
 from tests.toygame import TOY, State, Take
 

@@ -1,4 +1,4 @@
-"""A NATS node with blink's authorization (``relay/natsauth.py``, ``relay/natscallout.py``): what it stops, on a real nats-server.
+"""A NATS node with blink's authorization (``relay/cluster/natsauth.py``, ``relay/cluster/natscallout.py``): what it stops, on a real nats-server.
 
 The node is the one ``blink cluster up`` starts (``start_cluster(..., auth=True)``: the template plus
 ``include "auth.conf"``, with the relay's password and the auth callout). A real relay of a cluster
@@ -29,10 +29,10 @@ from mqttkit import BrokerAddress, parse_url
 from protocol import messages as m
 from protocol.codec import decode_all, encode
 from protocol.topics import Topics
-from relay.local import ClusterServer, cluster_server
-from relay.shards import shard_of_code
-from relay.natsauth import auth_text, main as natsauth_main, secure_node_conf, write_nats_auth
-from relay.natscallout import (ACCOUNT, Grant, Refusal, _unb64, answer, claims_of, decide, issuer_public,
+from relay.hosting import ClusterServer, cluster_server
+from relay.cluster.shards import shard_of_code
+from relay.cluster.natsauth import auth_text, main as natsauth_main, secure_node_conf, write_nats_auth
+from relay.cluster.natscallout import (ACCOUNT, Grant, Refusal, _unb64, answer, claims_of, decide, issuer_public,
                                issuer_seed, password_of, subject)
 from tests.conftest import ROOT
 from tests.helpers import collect_messages

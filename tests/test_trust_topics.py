@@ -34,8 +34,8 @@ from mqttkit import BrokerAddress, free_port
 from protocol import messages as m
 from protocol.codec import decode_all, encode
 from protocol.topics import Topics
-from relay.local import LocalServer
-from relay.mosquitto import write_mosquitto_config
+from relay.hosting import LocalServer
+from relay.hosting import write_mosquitto_config
 from tests.conftest import find_mosquitto, wait_port
 from tests.helpers import stop_process
 

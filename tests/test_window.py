@@ -662,7 +662,7 @@ def test_blink_play_autoplay_screenshot_and_frame_stats(xdisplay: str, tmp_path:
 def test_joining_a_code_that_does_not_exist_says_why_in_the_window(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
-    from relay.local import LocalServer
+    from relay.hosting import LocalServer
     from client.window.app import App, AppConfig
     from client.window.session import SessionConfig
 

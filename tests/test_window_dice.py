@@ -258,7 +258,7 @@ def test_ryo_builder_build_reveal_and_odds(xdisplay: str, tmp_path: Path) -> Non
 @pytest.mark.integration
 def test_watching_a_match_by_code_is_read_only(xdisplay: str, tmp_path: Path) -> None:
     from client.bots import Bot
-    from relay.local import LocalServer
+    from relay.hosting import LocalServer
     from client.player import Player
 
     async def scenario() -> None:

@@ -116,7 +116,7 @@ def test_lan_games_lists_hosts_and_enter_joins_the_chosen_match(xdisplay: str, t
     from pyglet.window import key
 
     from client.player import Player
-    from relay.local import LocalServer
+    from relay.hosting import LocalServer
 
     async def scenario() -> None:
         # "Another machine": a relay on loopback with one open match, found by the fake browser.
@@ -162,7 +162,7 @@ def test_hosting_listens_on_every_interface_on_a_stable_port_and_shows_the_lan_a
         xdisplay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pyglet.window import key
 
-    import relay.lanhost as lanmod
+    import relay.hosting.lanhost as lanmod
     from client.player import Player
     from mqttkit import BrokerAddress
 

@@ -148,7 +148,7 @@ def _make_app(server_url: str, code: str, record_dir: Path) -> Any:
 @pytest.mark.integration
 def test_the_window_watching_late_holds_the_match_from_seq_1_and_records_it(xdisplay: str, tmp_path: Path) -> None:
     from client.bots import Bot
-    from relay.local import LocalServer
+    from relay.hosting import LocalServer
     from client.player import Player
 
     async def scenario() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from client.window import texts
-from relay.local import LocalServer
+from relay.hosting import LocalServer
 from tests.test_replay import drive
 from tests.test_window import LONG, SCENARIO_S, started, stop, until, xdisplay  # noqa: F401
 

@@ -2,7 +2,7 @@
 
 How this works
 --------------
-``relay.local.write_mosquitto_config`` writes the files; the relay's login URL (which holds its
+``relay.hosting.write_mosquitto_config`` writes the files; the relay's login URL (which holds its
 password) goes to stdout, alone, so a script can take it, and how to run Mosquitto to stderr.
 """
 
@@ -36,7 +36,7 @@ def register(sub: argtypes.Subcommands) -> None:
 
 def run(args: argparse.Namespace, topics: Topics) -> int:
     from mqttkit import DEFAULT_TLS_PORT, TLSProblem, check_tls_pair
-    from relay.local import broker_user, share_a_port, write_mosquitto_config
+    from relay.hosting import broker_user, share_a_port, write_mosquitto_config
 
     try:
         pair = check_tls_pair(args.tls_cert, args.tls_key)

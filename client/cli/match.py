@@ -2,7 +2,7 @@
 
 How this works
 --------------
-Without ``--server`` a ``relay.local.LocalServer`` (embedded broker + relay, journal in a private
+Without ``--server`` a ``relay.hosting.local.LocalServer`` (embedded broker + relay, journal in a private
 temporary directory unless ``--data`` names one) runs for the match; ``client.matchrun.run_match``
 plays it with bots and returns its events and summary, printed as lines or one JSON object
 (``--log`` writes every public event as JSON Lines). A number of bots the game does not allow or
@@ -57,7 +57,9 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 async def _match(args: argparse.Namespace, topics: Topics) -> int:
     import shutil
 
-    from relay.local import JournalError, LocalServer, RelayConfig, temporary_data_dir
+    from relay import RelayConfig
+    from relay.hosting import LocalServer, temporary_data_dir
+    from relay.storage import JournalError
     from client.matchrun import MatchTimeout, run_match, write_log
     from client.player import RequestError
     from protocol.rules import game_for

@@ -6,7 +6,7 @@ How this works
 word the parser is unsure of) builds the whole parser, headless commands included. ``run`` checks the
 arguments, then imports pyglet and the window package (``client/window``) and runs the app on a
 fresh asyncio event loop. With no arguments the window opens on the menu with a local embedded
-broker + relay already starting (in a child process of their own, ``relay/localproc.py``, so the
+broker + relay already starting (in a child process of their own, ``relay/hosting/localproc.py``, so the
 window's frames never delay the relay; it dies with this process), so a bot game works on a fresh machine; ``--bot``/``--host``/
 ``--match``/``--quick``/``--autoplay`` skip the menu and start that game at once.
 

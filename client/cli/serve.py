@@ -3,8 +3,8 @@ embedded one; ``--embedded``: always the embedded one) unless ``--broker`` is gi
 
 How this works
 --------------
-``register`` adds the options; ``run`` hands them, as ``relay.serve.ServeOptions``, to
-``relay.serve.serve``, which sets up and runs everything (the server's side lives in ``relay/``).
+``register`` adds the options; ``run`` hands them, as ``relay.hosting.ServeOptions``, to
+``relay.hosting.serve_relay``, which sets up and runs everything (the server's side lives in ``relay/``).
 What that raises as ``ServeError`` keeps its exit status; any other failure becomes one line
 (``failures.friendly``).
 """
@@ -88,11 +88,11 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     import asyncio
     import dataclasses
 
-    from relay.serve import ServeError, ServeOptions, serve
+    from relay.hosting import ServeError, ServeOptions, serve_relay
 
     options = ServeOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeOptions)})
     try:
-        return asyncio.run(serve(options, topics))
+        return asyncio.run(serve_relay(options, topics))
     except ServeError as exc:
         raise UserError(str(exc), exc.status) from exc
     except Exception as exc:  # noqa: BLE001 - turned into one readable line

@@ -908,7 +908,8 @@ async def run_latency(cfg: LatencyConfig, topics: Topics | None = None, progress
     server: Any = None
     try:
         if cfg.server is None:
-            from relay.local import LocalServer, RelayConfig, temporary_data_dir
+            from relay import RelayConfig
+            from relay.hosting import LocalServer, temporary_data_dir
 
             rc = RelayConfig(order=cfg.order)
             if cfg.fair_cap_ms is not None:

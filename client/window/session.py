@@ -8,7 +8,7 @@ A ``Session`` lives on the same asyncio event loop as the window's frame task (s
 - the ``LocalServer`` (embedded amqtt broker + relay on a free loopback port) when no ``--server``
   is given, so ``blink play`` works on a fresh machine. Hosting a match (``host``) with
   ``config.lan`` moves it, once, onto every interface on a stable port (1883 or the next free one)
-  and advertises it over multicast DNS (``relay/lanhost.py``); ``server_url`` is then the LAN address
+  and advertises it over multicast DNS (``relay/hosting/lanhost.py``); ``server_url`` is then the LAN address
   friends use;
 - your ``Player`` (aiomqtt connection + ``ClientModel``), which the scenes read every frame. With
   ``config.net_thread`` (the default) every connection of the session -- yours, the bots', the
@@ -149,7 +149,7 @@ class Session:
         self._stop = asyncio.Event()  # tells the bots of the current game to stop
         self.lan_urls: list[str] = []  # how friends on the LAN reach the local relay (once hosting)
         self.lan_note = ""  # what hosting on the LAN had to say (port taken, not advertised)
-        self._advert: Any = None  # the running ``relay.lanhost.advertise``
+        self._advert: Any = None  # the running ``relay.hosting.lanhost.advertise``
         self._own: Any = None  # our loopback way into the LAN-hosted relay
         self.recorder: Any = None  # the current match's ``Recorder`` (``config.record_dir``)
         self._rec_conn: Link | None = None
@@ -226,7 +226,7 @@ class Session:
     async def _local_server(self, host: str = "127.0.0.1", port: int | None = None) -> Any:
         """Start the local broker + relay: in a child process (``config.relay_process``), watched so
         that its end shows at once, or on this loop."""
-        from relay.local import ChildServer, LocalServer
+        from relay.hosting import ChildServer, LocalServer
 
         server: Any
         if self.config.relay_process:
@@ -381,7 +381,7 @@ class Session:
         still join by the address shown."""
         from mqttkit import BrokerAddress
         from mqttkit.lan import LanError
-        from relay import lanhost
+        from relay.hosting import lanhost
 
         if not self.config.lan or not self.local or self.lan_urls:
             return

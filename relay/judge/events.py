@@ -5,7 +5,7 @@ How this works
 ``event`` stamps an engine's event with the match's next ``seq`` (gap-free) and the wall clock,
 publishes it to ``.../ev``, logs it, and keeps it packed (one bytes object) for a late spectator's
 ``Resync(from_seq)``: the code's last ``PAST_EVENTS`` (its rematches' too, so the match can be written
-whole into another relay's log after a takeover, ``relay/eventlog.py``), resent
+whole into another relay's log after a takeover, ``relay/storage/eventlog.py``), resent
 at most once a second per client and match. Whole views (``ViewUpdated``) go out only when asked
 (a game's boundaries, joining, a resync, a game without an event applier). The retained public
 snapshot is coalesced: ``snapshot_soon`` publishes it at once at a game boundary, otherwise owes

@@ -27,7 +27,7 @@ from protocol.codec import DecodeError, decode
 from protocol.match import abandoned, left
 from protocol.rules import canonical, game_for
 from protocol.topics import valid_id
-from relay import shards
+from relay.cluster import shards
 from relay.judge.deadlines import Deadlines
 from relay.judge.events import Events
 from relay.judge.gate import Gate
@@ -101,7 +101,7 @@ class Lobby:
     def new_code(self) -> str:
         total = self.t.config.shards_total
         while True:
-            if total > 1:  # several relays: the code names this core's shard (relay/shards.py)
+            if total > 1:  # several relays: the code names this core's shard (relay/cluster/shards.py)
                 shard = int(self.t.topics.shard)
                 code = shards.code_in_shard(self.codes.randbelow(shards.codes_in_shard(shard, total)), shard, total)
             else:

@@ -49,7 +49,7 @@ ENV_FAULT = "BLINK_TEST_FAULT"
 CORE_ENTRY_POINTS = ("handle", "tick", "startup", "shutdown")
 RELAY_CORE_MODULE = "relay.core"
 #: The modules that write event logs (see ``log_hooks``).
-EVENT_LOG_MODULES = ("relay.eventlog", "client.matchrun")
+EVENT_LOG_MODULES = ("relay.storage.eventlog", "client.matchrun")
 
 Sink = Callable[[dict[str, Any]], None]
 
@@ -136,7 +136,7 @@ def log_hooks(module: ModuleType, sink: Sink) -> list[tuple[Any, str, Callable[.
         if path is not None and str(path):
             sink({"source": "guard", "event_log": os.path.abspath(os.fspath(path)), "code_root": code_root()})
 
-    if module.__name__ == "relay.eventlog":
+    if module.__name__ == "relay.storage.eventlog":
         owner: Any = getattr(module, "EventLog", None)
         name = "__init__"
         real = getattr(owner, name, None) if owner is not None else None

@@ -9,7 +9,7 @@ Each connection, once its CONNECT is read (``read_first_packet``) and accepted, 
 announced length is over the limit (the broker's ``max_payload`` plus a header allowance; more for
 the relay) ends the connection as soon as its length is read, before its body is: amqtt reads any
 packet whole. Each packet then meets the connection's ``Gate`` (not the relay's), then the
-connection's fast path (``relay.brokerroute.FastPath``); what neither takes waits, in order, for
+connection's fast path (``relay.embedded.route.FastPath``); what neither takes waits, in order, for
 amqtt's reader, which reads it through ``LimitedReader``. The pump has its own task because amqtt
 reads under a keep-alive timeout that cancels the read in progress, which must never cut a packet
 in two.
@@ -37,9 +37,9 @@ from mqttkit.packets import pack_publish
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
-from relay.amqttapi import ReaderAdapter
-from relay.brokeraccess import Access
-from relay.brokerroute import PUBLISH_TYPE, FastPath
+from relay.embedded.amqttapi import ReaderAdapter
+from relay.embedded.access import Access
+from relay.embedded.route import PUBLISH_TYPE, FastPath
 from relay.limits import Intake, TokenBucket
 
 __all__ = ["Gate", "GatedBroker", "LimitedReader", "PacketTooLarge", "Pump", "read_first_packet",

@@ -1,32 +1,30 @@
-"""The one door from the client into the server package: a relay (and its broker) started here.
+"""A relay (and its broker) started in this process.
 
 How this works
 --------------
 The client's commands that deliberately run a server in their own process -- ``blink serve``,
 ``blink match`` and ``blink play`` without ``--server``, ``blink latency`` without ``--server`` --
-import only this module from ``relay`` (tests/test_imports.py checks it). ``LocalServer`` starts,
+start it through ``relay.hosting`` (tests/test_imports.py checks they import nothing else of
+``relay``). ``LocalServer`` starts,
 in the running event loop, an embedded amqtt broker on a free loopback port (or the given port)
 and a relay on it; or, given a broker URL, just the relay against that broker. ``address`` is
 where players connect; the relay's own login (on the embedded broker: user ``relay`` and a secret
 made at this start) never leaves this object. ``start_local`` is the same as a function: it
 returns the started server, whose ``stop()`` ends both.
 
-``data_dir``: the relay journals every input there (``relay/journal.py``) and recovers from it on
+``data_dir``: the relay journals every input there (``relay/storage/journal.py``) and recovers from it on
 start; the directory is locked while the relay runs. ``None`` (the default, tests' in-process
 servers): no journal, the relay lives in memory only -- a throwaway server in a test has nothing
 to recover and no business writing to disk. ``temporary_data_dir()`` gives the commands that
 start a throwaway relay (``blink match``, ``latency``, ``load``, ``play``) a private directory of
-their own, removed when they stop, so two of them never collide on a lock. ``write_mosquitto_config`` (from
-``relay.mosquitto``) is here for ``blink broker-config``, the server-side command that sets up an
-external broker, and ``write_nats_auth``/``secure_node_conf`` (from ``relay.natsauth``) for ``blink
-cluster up``, which locks a NATS cluster the same way.
+their own, removed when they stop, so two of them never collide on a lock.
 
 ``ClusterServer`` is a relay of a cluster (``relay/runtime.py`` with ``shards_total``) started the
 same way: ``cluster_server`` makes one for ``blink serve --shards``/``--cluster`` -- static shards
 journalled side by side under ``data_dir`` (``sqlite_opener``), or leases and journals in a NATS
 cluster's JetStream.
 
-``ChildServer`` (``relay/localproc.py``) is the same embedded broker + relay in a child process of
+``ChildServer`` (``relay/hosting/localproc.py``) is the same embedded broker + relay in a child process of
 its own: what ``blink play`` starts, so its window and the relay never share an event loop.
 """
 
@@ -44,21 +42,16 @@ from typing import TYPE_CHECKING, Any
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
 from protocol.topics import Topics
 from relay.core import RelayConfig
-from relay.journal import Journal, JournalError, default_data_dir, open_journal
-from relay.sealing import Sealing, load_identity
-from relay.localproc import ChildServer
-from relay.mosquitto import broker_user, share_a_port, write_mosquitto_config
-from relay.natsauth import secure_node_conf, write_nats_auth
 from relay.ownership import StaticOwnership
 from relay.runtime import Relay
+from relay.sealing import Sealing, load_identity
 from relay.shard import ClusterError, ConfigConflict
+from relay.storage import Journal, JournalError, open_journal
 
 if TYPE_CHECKING:  # imported where it is started: a relay on an outside broker never loads amqtt (start-up time)
-    from relay.broker import EmbeddedBroker
+    from relay.embedded import EmbeddedBroker
 
-__all__ = ["ChildServer", "ClusterError", "ClusterServer", "ConfigConflict", "JournalError", "LocalServer", "RelayConfig", "cluster_server", "default_data_dir",
-           "public_nats", "public_url", "sqlite_opener", "start_local", "secure_node_conf", "temporary_data_dir", "write_mosquitto_config", "write_nats_auth",
-           "broker_user", "share_a_port"]
+__all__ = ["ClusterServer", "LocalServer", "cluster_server", "public_nats", "public_url", "sqlite_opener", "start_local", "temporary_data_dir"]
 
 
 async def _run_until_ready(relay: Relay, timeout_s: float) -> asyncio.Task[None]:
@@ -99,7 +92,7 @@ class LocalServer:
         if broker_url:
             relay_address = parse_url(broker_url)
         else:
-            from relay.broker import EmbeddedBroker
+            from relay.embedded import EmbeddedBroker
 
             self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload, config)
             relay_address = self.broker.relay_address
@@ -177,7 +170,7 @@ def public_url(broker_url: str) -> str:
 
 def public_nats(cluster_url: str) -> str:
     """NATS URL(s, comma-separated) without credentials (for printing)."""
-    from relay.jetstream import shown
+    from relay.cluster import shown
 
     return shown([u.strip() for u in cluster_url.split(",") if u.strip()]).replace(", ", ",")
 
@@ -254,8 +247,8 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
         return ClusterServer(Relay(address, StaticOwnership(shards), sqlite_opener(data_dir, durable), shards_total,
                                    topics, config, log_path=log_path, max_payload=max_payload, say=say))
     try:
-        from relay.jetstream import START_WAIT_S, JetStreamJournal, NatsLink
-        from relay.leases import NatsLeases, ThreadedLeases
+        from relay.cluster import START_WAIT_S, JetStreamJournal, NatsLink
+        from relay.cluster import NatsLeases, ThreadedLeases
     except ImportError as exc:
         raise ClusterError(f"this installation cannot use a NATS cluster ({exc}): install nats-py") from exc
     # One NATS connection for every shard's journal, another for the leases.

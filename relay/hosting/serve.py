@@ -3,21 +3,21 @@ or one relay of several sharing a broker.
 
 How this works
 --------------
-``serve(options, topics)`` checks the options that go together (or do not) before anything
+``serve_relay(options, topics)`` checks the options that go together (or do not) before anything
 starts, then runs until SIGINT or SIGTERM (so the relay stops in order and says so on its status
 topic; then exit status 130 after Ctrl-C, as for any interrupted command, and 0 after SIGTERM, a
 service manager's ordinary stop) or until the relay itself or its broker stops (one line, exit 1).
-Alone (the default) it is a ``relay.local.LocalServer`` on ``--broker``, or without it on a broker
-of its own in a child process (``relay/servebroker.py``): an installed Mosquitto with the generated
+Alone (the default) it is a ``relay.hosting.local.LocalServer`` on ``--broker``, or without it on a broker
+of its own in a child process (``relay/hosting/servebroker.py``): an installed Mosquitto with the generated
 configuration, else -- or with ``--embedded`` -- the embedded amqtt broker; the "running" line says
 which. The relay stops before its broker, on every way out. The journal is in the data directory
 (recovered from on start), and with ``--lan`` all interfaces, the next free port and an advert
-over multicast DNS (``relay/lanhost.py``); with ``--tls-cert``/``--tls-key`` its broker also
+over multicast DNS (``relay/hosting/lanhost.py``); with ``--tls-cert``/``--tls-key`` its broker also
 listens with TLS on ``--tls-host`` (default: ``--host``) and ``--tls-port`` (default 8883) -- the
 plain listener on loopback and the TLS one on ``0.0.0.0`` face the internet with TLS only -- and a
 LAN advert names that listener and the ``mqtts`` scheme. The "running" line says where each
 listener is, and when only this machine can reach them, how to open them. With ``--cluster`` or ``--shards`` it is one relay of
-several on a shared broker (``relay.local.cluster_server``): shards by lease in a NATS cluster's
+several on a shared broker (``relay.hosting.local.cluster_server``): shards by lease in a NATS cluster's
 JetStream, or pinned, each journalled on its own.
 
 What it prints is what scripts wait for: the "running" line first, then where the journal is and
@@ -196,7 +196,7 @@ async def _say_resynced(relay: Any) -> None:
           "after coming online", flush=True)
 
 
-async def serve(options: ServeOptions, topics: Topics) -> int:
+async def serve_relay(options: ServeOptions, topics: Topics) -> int:
     """Run the relay ``options`` describe until a signal stops it; 130 then after SIGINT, 0 after SIGTERM,
     ServeError otherwise."""
     options = _apply_password_file(options)
@@ -209,7 +209,9 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
     relay_id = options.relay_id or "relay-0"
     if options.broker and "," in options.broker:
         raise usage("several --broker URLs are for relays of a cluster (--cluster or --shards); give one")
-    from relay.local import JournalError, LocalServer, RelayConfig, default_data_dir
+    from relay.hosting.local import LocalServer
+    from relay.model import RelayConfig
+    from relay.storage import JournalError, default_data_dir
 
     config = RelayConfig(relay_id=relay_id, order=options.order, fair_cap_ns=int(options.fair_cap_ms * 1e6))
     if options.no_journal and options.data:
@@ -231,13 +233,13 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
     advertised, named = (tls_host, "--tls-host") if tls is not None and options.tls_host else (host, "--host")
     if options.lan and _loopback(advertised):  # --lan advertises the TLS listener when there is one
         raise usage(f"{named} {advertised} is loopback: nobody else could reach it (leave out {named})")
-    from relay.servebroker import share_a_port
+    from relay.hosting.servebroker import share_a_port
 
     if tls is not None and tls_port == port and share_a_port(host, tls_host):
         raise usage(f"--tls-port {tls_port} is the plain listener's --port too: give them different ports")
     if options.lan:  # all interfaces, the next free port, advertised over multicast DNS
         from mqttkit.lan import LanError
-        from relay import lanhost
+        from relay.hosting import lanhost
 
         try:
             port = lanhost.lan_port(host, port, options.interface, _warn)
@@ -247,10 +249,10 @@ async def serve(options: ServeOptions, topics: Topics) -> int:
                                   tls_port=tls_port if tls is not None else None, tls_host=tls_host)
     if options.embedded and options.broker:
         raise usage("--embedded runs the embedded broker: leave out --broker")
-    from relay.servebroker import BrokerChild, BrokerFailed, choose
+    from relay.hosting.servebroker import BrokerChild, BrokerFailed, choose
 
     child: BrokerChild | None = None
-    if not options.broker:  # a broker of our own, in a process of its own (relay/servebroker.py)
+    if not options.broker:  # a broker of our own, in a process of its own (relay/hosting/servebroker.py)
         kind, binary = choose(options.embedded)
         child = BrokerChild(kind, host, port, topics.prefix, options.max_payload, config, binary,
                             tls=(tls[0], tls[1], tls_port) if tls is not None else None, tls_host=tls_host)
@@ -338,7 +340,9 @@ def _tls_files(options: ServeOptions) -> tuple[str, str] | None:
 
 async def _serve_cluster(options: ServeOptions, topics: Topics) -> int:
     """``blink serve --broker URL --cluster NATS_URL`` (or ``--shards LIST``): one of several relays."""
-    from relay import local
+    from relay.hosting import local
+    from relay.model import RelayConfig
+    from relay.storage import JournalError, default_data_dir
 
     if not options.broker:
         raise usage("--cluster and --shards serve a shared broker: give it with --broker MQTT_URL")
@@ -363,13 +367,13 @@ async def _serve_cluster(options: ServeOptions, topics: Topics) -> int:
             raise usage(f"--shards names a shard twice: {options.shards!r}")
     elif not options.cluster:
         raise usage("--shards-total needs --cluster NATS_URL (or --shards LIST)")
-    data_dir = options.data or (None if options.cluster else str(local.default_data_dir() / "shards"))
+    data_dir = options.data or (None if options.cluster else str(default_data_dir() / "shards"))
     relay_id = options.relay_id
     if relay_id is None:
         relay_id = f"relay-{os.urandom(4).hex()}" if options.cluster else "relay-0"
     if not all(c.isalnum() or c in "-_" for c in relay_id) or not relay_id:
         raise usage(f"--relay-id must be letters, digits, '-' or '_', not {relay_id!r}")
-    config = local.RelayConfig(relay_id=relay_id, order=options.order, fair_cap_ns=int(options.fair_cap_ms * 1e6))
+    config = RelayConfig(relay_id=relay_id, order=options.order, fair_cap_ns=int(options.fair_cap_ms * 1e6))
     stop = _Stop()
     try:
         server = await local.cluster_server(options.broker, cluster_url=options.cluster, shards=owned,
@@ -388,12 +392,12 @@ async def _serve_cluster(options: ServeOptions, topics: Topics) -> int:
             waiter.cancel()
             if relay_task in done and not stop.is_set():
                 exc = relay_task.exception()
-                if isinstance(exc, local.JournalError):
+                if isinstance(exc, JournalError):
                     raise ServeError(str(exc))
                 if exc is not None:
                     raise exc
                 raise ServeError("the relay stopped")
-    except local.JournalError as exc:
+    except JournalError as exc:
         raise ServeError(str(exc)) from exc
     print("blink relay stopped.", flush=True)
     return stop.status

@@ -2,12 +2,12 @@
 
 How this works
 --------------
-A node configured by ``relay/natsauth.py`` knows one user, ``relay`` (its password, bcrypt-hashed),
+A node configured by ``relay/cluster/natsauth.py`` knows one user, ``relay`` (its password, bcrypt-hashed),
 and hands every other connection to an *auth callout* (nats-server 2.10 and newer): it publishes an
 authorization request -- a JWT naming, among other things, the connection's kind and, for MQTT,
 its client id -- on ``$SYS.REQ.USER.AUTH`` and lets the connection in only with an answer signed by
 the *issuer* its configuration names, before the ``authorization { timeout }``. Every relay answers
-on its lease connection (``relay/leases.py``: a thread of its own, never held up by the relay's
+on its lease connection (``relay/cluster/leases.py``: a thread of its own, never held up by the relay's
 event loop), in one queue group, so each request is answered once, by whichever relay is up:
 
 - the issuer is an account nkey (Ed25519) **derived from the relay's password** (``issuer_seed``):

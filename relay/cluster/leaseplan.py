@@ -1,4 +1,4 @@
-"""Which shards a relay should hold, renew, release or take: the lease logic of ``relay.leases`` as
+"""Which shards a relay should hold, renew, release or take: the lease logic of ``relay.cluster.leases`` as
 pure functions of what the bucket shows and the time (an argument), tested without NATS.
 
 How this works

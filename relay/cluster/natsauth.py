@@ -1,4 +1,4 @@
-"""Authorization for a blink NATS cluster: the relay's password, each player confined to its own id -- ``python -m relay.natsauth FILE``.
+"""Authorization for a blink NATS cluster: the relay's password, each player confined to its own id -- ``python -m relay.cluster.natsauth FILE``.
 
 How this works
 --------------
@@ -12,7 +12,7 @@ includes the same file) and returns the relay's new password; ``secure_node_conf
   the relays' MQTT connections and their core-NATS connections (leases, journals: JetStream's API)
   log in with it -- ``mqtt://relay:PASSWORD@HOST:MQTT_PORT``, ``nats://relay:PASSWORD@HOST:PORT``;
 - every other connection goes to the **auth callout** (nats-server 2.10 and newer), which the relays
-  answer (``relay/natscallout.py``): the block names the issuer, a public key derived from the
+  answer (``relay/cluster/natscallout.py``): the block names the issuer, a public key derived from the
   relay's password, and lists ``relay`` in ``auth_users`` (it never goes to the callout). An MQTT
   client without a user name gets the permissions of its own client id: publish on its own
   request and action topics (``{prefix}/lobby/req/ID``, ``{prefix}/m/+/+/act/ID``), subscribe to its
@@ -61,13 +61,13 @@ def hash_password(password: str) -> str:
 
 def auth_text(relay_secret_hash: str, issuer: str) -> str:
     """The block to ``include`` in each node's configuration (see the module doc); ``issuer`` is the
-    callout's public key (``relay.natscallout.issuer_public(password)``)."""
+    callout's public key (``relay.cluster.natscallout.issuer_public(password)``)."""
     if not (issuer.startswith("A") and len(issuer) == 56 and issuer.isalnum()):
         raise ValueError(f"{issuer!r} is not an account public key")
-    return f"""# blink: who may do what on this NATS cluster (written by `python -m relay.natsauth`).
-# Include it in every node's configuration (`include "auth.conf"`): `python -m relay.natsauth auth.conf NODE.conf...`
+    return f"""# blink: who may do what on this NATS cluster (written by `python -m relay.cluster.natsauth`).
+# Include it in every node's configuration (`include "auth.conf"`): `python -m relay.cluster.natsauth auth.conf NODE.conf...`
 # does it. The relay logs in as "{RELAY_USER}" (MQTT and core NATS); every other connection is handed to the
-# auth callout, which the running relays answer (relay/natscallout.py): an MQTT player may publish only its
+# auth callout, which the running relays answer (relay/cluster/natscallout.py): an MQTT player may publish only its
 # own requests and actions and read only its own private topic and the public ones. Needs nats-server 2.10+.
 authorization {{
   timeout: {AUTH_TIMEOUT_S}
@@ -92,14 +92,14 @@ def secure_node_conf(text: str, auth_name: str = "auth.conf") -> str:
         raise ValueError("no `mqtt {` block in the node's configuration")
     include = f'include "{auth_name}"'
     if include not in (line.strip() for line in lines):
-        lines += ["", "# Who may do what: the relay's password, each player its own id (relay/natsauth.py).", include]
+        lines += ["", "# Who may do what: the relay's password, each player its own id (relay/cluster/natsauth.py).", include]
     return "\n".join(lines) + "\n"
 
 
 def write_nats_auth(path: str | Path) -> str:
     """Write the authorization block to ``path`` (mode 600); return the relay's new password.
-    ``relay.natscallout.CalloutError`` when the nkeys package is missing."""
-    from relay.natscallout import issuer_public
+    ``relay.cluster.natscallout.CalloutError`` when the nkeys package is missing."""
+    from relay.cluster.natscallout import issuer_public
 
     secret = secrets.token_hex(16)
     text = auth_text(hash_password(secret), issuer_public(secret))
@@ -113,10 +113,10 @@ def write_nats_auth(path: str | Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from relay.natscallout import CalloutError
+    from relay.cluster.natscallout import CalloutError
 
     p = argparse.ArgumentParser(
-        prog="python -m relay.natsauth",
+        prog="python -m relay.cluster.natsauth",
         description="write a NATS authorization block for blink (relay password, each player its own id)")
     p.add_argument("file", help="where to write it, e.g. DIR/auth.conf beside the nodes' configurations")
     p.add_argument("nodes", nargs="*", help="node configurations (beside FILE) to change so that they use it")

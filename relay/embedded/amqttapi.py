@@ -4,8 +4,8 @@ How this works
 --------------
 amqtt is annotated but ships no ``py.typed`` marker, so a type checker takes its names as untyped
 (and strict mode refuses to subclass them). Under ``TYPE_CHECKING`` this module declares what the
-embedded broker's modules (``relay.broker``, ``relay.brokerroute``, ``relay.brokergate``,
-``relay.brokeraccess``) use of amqtt's ``Broker``, ``ReaderAdapter``, plugin bases and ``Session``,
+embedded broker's modules (``relay.embedded.broker``, ``relay.embedded.route``, ``relay.embedded.gate``,
+``relay.embedded.access``) use of amqtt's ``Broker``, ``ReaderAdapter``, plugin bases and ``Session``,
 with amqtt 0.12's own signatures (the ``Broker`` private members listed are the ones those modules
 override or call); at run time the names are amqtt's real classes. One place for these
 declarations, so every module that extends or reads amqtt agrees on them.

@@ -17,18 +17,18 @@ host faces the internet with TLS only.
 
 Trust: every start makes a random relay secret; ``relay_address`` (with the secret) is handed to the
 in-process relay only, ``address`` (what players get) has no credentials. Who may publish and read
-what is ``relay.brokeraccess`` (the rules of ``deploy/mosquitto.acl``, enforced by an amqtt plugin).
+what is ``relay.embedded.access`` (the rules of ``deploy/mosquitto.acl``, enforced by an amqtt plugin).
 Three holes amqtt leaves open are closed before amqtt sees a connection (``_GuardedBroker``):
 amqtt takes over (or wipes) a live session on any CONNECT under its client id *before* checking
 the password, so a CONNECT under an id that is connected right now is refused (only the relay,
 with its secret, may take over its own id); a last will is published without any topic check,
 so a client's will must be one of its own publish topics and not retained; and amqtt reads any
 packet whole, so a packet longer than ``max_payload`` plus a small header allowance ends the
-connection as soon as its length is read, before its body is (``relay.brokergate``). Only the relay
+connection as soon as its length is read, before its body is (``relay.embedded.gate``). Only the relay
 may leave retained messages.
 
-The parts behind each connection: ``relay.brokergate`` reads it in whole packets and applies the
-size limit, the pace and the per-client rate gate; ``relay.brokerroute`` routes QoS 0/1 PUBLISHes
+The parts behind each connection: ``relay.embedded.gate`` reads it in whole packets and applies the
+size limit, the pace and the per-client rate gate; ``relay.embedded.route`` routes QoS 0/1 PUBLISHes
 straight to their subscribers' sockets and keeps the subscription index (``RoutingBroker``, the
 amqtt broker this module's ``_GuardedBroker`` extends); amqtt handles the rest (sessions,
 subscriptions, retained messages, wills, QoS 2).
@@ -55,13 +55,13 @@ from mqttkit import (DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BadURL, BrokerAdd
                      check_port, free_port, parse_url, wait_event)
 from protocol.codec import MAX_MESSAGE_BYTES
 from protocol.topics import DEFAULT_PREFIX, Topics, valid_id
-from relay.amqttapi import ReaderAdapter, Session
-from relay.brokeraccess import Access, BlinkAccessPlugin, is_relay_login
-from relay.brokergate import GATE_BURST_S, GATE_MIN_BURST, Gate, LimitedReader, PacketTooLarge, read_first_packet
-from relay.brokerroute import FastPath, Out, RoutingBroker
+from relay.embedded.amqttapi import ReaderAdapter, Session
+from relay.embedded.access import Access, BlinkAccessPlugin, is_relay_login
+from relay.embedded.gate import GATE_BURST_S, GATE_MIN_BURST, Gate, LimitedReader, PacketTooLarge, read_first_packet
+from relay.embedded.route import FastPath, Out, RoutingBroker
 from relay.limits import Intake
 from relay.model import RelayConfig
-from relay.servebroker import check_tls_port
+from relay.hosting import check_tls_port
 
 __all__ = ["NODELAY", "BadURL", "BrokerAddress", "EmbeddedBroker", "PortInUse", "check_port", "free_port",
            "parse_url", "wait_event", "RELAY_USER", "TLSListener"]

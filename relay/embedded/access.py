@@ -14,8 +14,8 @@ give nothing.
 ``Access`` holds the rules as pure functions of a client id and a topic (or a filter), so they read
 like the ACL they mirror and the broker's hot paths can ask them directly. ``BlinkAccessPlugin`` is
 the amqtt auth and topic-checking plugin that enforces them on every publish, subscribe and delivery
-amqtt itself handles; the broker's own gate and fast path (``relay.brokergate``,
-``relay.brokerroute``) ask ``Access`` the same questions.
+amqtt itself handles; the broker's own gate and fast path (``relay.embedded.gate``,
+``relay.embedded.route``) ask ``Access`` the same questions.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from amqtt.contexts import Action, BaseContext
 
 from mqttkit import RELAY_USER
 from protocol.topics import DEFAULT_PREFIX, valid_id
-from relay.amqttapi import BaseAuthPlugin, BaseTopicPlugin, Session
+from relay.embedded.amqttapi import BaseAuthPlugin, BaseTopicPlugin, Session
 
 __all__ = ["Access", "BlinkAccessPlugin", "is_relay_login"]
 

@@ -1,4 +1,4 @@
-"""A shard's journal in NATS JetStream: ``JetStreamJournal`` implements ``relay.journal.Journal``.
+"""A shard's journal in NATS JetStream: ``JetStreamJournal`` implements ``relay.storage.journal.Journal``.
 
 How this works
 --------------
@@ -39,7 +39,7 @@ connection on it; the sync methods submit coroutines to it and wait (never call 
 loop's own thread). One link may be shared by the journals of every shard of a relay.
 
 Failures: a server without JetStream, or one that refuses the login (a cluster with blink's
-authorization, ``relay/natsauth.py``, and no or a wrong relay password), is a ``JournalError`` with
+authorization, ``relay/cluster/natsauth.py``, and no or a wrong relay password), is a ``JournalError`` with
 one line at once; a cluster that is not ready (nothing listening yet, no JetStream meta leader yet:
 ``NotReady``) is asked again for up to ``wait_s`` -- a relay waits ``START_WAIT_S``, saying so once
 -- and then is one too. URLs are shown without their credentials. While a node is down, requests are retried (the client reconnects
@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
 
-from relay.journal import Entry, FencedError, JournalError, Msg, Tick
+from relay.storage import Entry, FencedError, JournalError, Msg, Tick
 
 if TYPE_CHECKING:  # nats-py is imported where it is used: a relay without a cluster never loads it
     from nats.aio.client import Client as NATS
@@ -118,7 +118,7 @@ def parse_servers(servers: str | Sequence[str]) -> list[str]:
 
 #: How long a relay waits for a cluster that is not ready yet (nodes starting, no JetStream leader yet).
 START_WAIT_S = 60.0
-#: One try at a login: longer than a node's wait for the auth callout's answer (``relay/natsauth.py``:
+#: One try at a login: longer than a node's wait for the auth callout's answer (``relay/cluster/natsauth.py``:
 #: 5 s), so that a refused login is heard as one, not taken for silence.
 ATTEMPT_S = 8.0
 

@@ -5,11 +5,11 @@ How this works
 --------------
 amqtt handles every packet with a task, a decoded packet object, plugin calls, a queue hop and a
 task per recipient, and saturated a core between 100 and 200 human-pace matches. Here, once amqtt has
-accepted a connection, each whole packet its reader (``relay.brokergate.Pump``) has split off is
+accepted a connection, each whole packet its reader (``relay.embedded.gate.Pump``) has split off is
 offered to the connection's ``FastPath`` first: a QoS 0 or QoS 1 PUBLISH that is not retained, on a
 topic amqtt would take, is routed at once (``RoutingBroker.route``): its subscribers found by one
 lookup of its topic (plus the few wildcard filters, ``SubscriptionTable``), each checked against the
-same access rules (``relay.brokeraccess.Access``), and the packet -- built once, the same bytes for
+same access rules (``relay.embedded.access.Access``), and the packet -- built once, the same bytes for
 everyone -- written straight to each QoS 0 subscriber's socket (``Out``). All that one read routes
 to a subscriber goes out in one write (``cork``/``flush``); a socket far behind gets QoS 0 dropped
 (``MAX_BEHIND``). A QoS 1 PUBLISH is acknowledged here; PINGREQ is answered here. A delivery at QoS
@@ -24,7 +24,7 @@ whole subscription table at each SUBSCRIBE (time that grew with the number of cl
 table keeps its wildcard filters apart and remembers which of them take a topic, each client's
 filters are indexed (``RoutingBroker.filters_of``), retained messages of a filter without wildcards
 are found by one lookup, and the table's repr is its size. ``RoutingBroker`` is amqtt's ``Broker``
-with these parts; ``relay.broker`` adds the connection gate and the checks at CONNECT on top of it.
+with these parts; ``relay.embedded.broker`` adds the connection gate and the checks at CONNECT on top of it.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any, Callable, Coroutine, Iterator
 
 from amqtt.adapters import StreamWriterAdapter
 
-from relay.amqttapi import Broker, Session
-from relay.brokeraccess import Access, is_relay_login
+from relay.embedded.amqttapi import Broker, Session
+from relay.embedded.access import Access, is_relay_login
 
 __all__ = ["FastPath", "Out", "RoutingBroker", "SubscriptionTable", "MAX_BEHIND", "PUBLISH_TYPE"]
 
@@ -57,7 +57,7 @@ PINGREQ_FIRST, PINGRESP_PACKET = 0xC0, b"\xd0\x00"
 SETTLE_S = 2.0
 
 
-class Out(StreamWriterAdapter):  # type: ignore[misc]  # amqtt is untyped (see relay.amqttapi)
+class Out(StreamWriterAdapter):  # type: ignore[misc]  # amqtt is untyped (see relay.embedded.amqttapi)
     """A connection's writer, as amqtt writes to it, with what the fast path needs to write to it
     directly: its transport, whether it is the relay, and the one private topic it may read."""
 

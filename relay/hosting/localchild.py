@@ -1,11 +1,11 @@
-"""The child side of ``relay.localproc.ChildServer``: ``python -m relay.localchild PARENT_PID``.
+"""The child side of ``relay.hosting.localproc.ChildServer``: ``python -m relay.hosting.localchild PARENT_PID``.
 
 How this works
 --------------
-See relay/localproc.py: the parent sends its settings as one line on stdin; this process starts a
-``relay.local.LocalServer`` (embedded broker + relay), answers with one JSON line on a private copy
+See relay/hosting/localproc.py: the parent sends its settings as one line on stdin; this process starts a
+``relay.hosting.local.LocalServer`` (embedded broker + relay), answers with one JSON line on a private copy
 of its stdout, and stops when its stdin reaches EOF (the parent stopped it or died) or when the
-parent dies (``relay.localproc.die_with_parent``). It lives apart from localproc.py so that ``relay.local`` (which
+parent dies (``relay.hosting.localproc.die_with_parent``). It lives apart from localproc.py so that ``relay.hosting.local`` (which
 re-exports ``ChildServer`` to the client) and this module do not import each other.
 """
 
@@ -17,11 +17,11 @@ import logging
 import sys
 from typing import IO, Any
 
-from relay.localproc import child_settings
+from relay.hosting.localproc import child_settings
 
 
 async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
-    from relay.local import LocalServer
+    from relay.hosting.local import LocalServer
 
     server = LocalServer(None, settings["seed"], settings["config"], host=settings["host"], port=settings["port"],
                          topics=settings["topics"], max_payload=settings["max_payload"])

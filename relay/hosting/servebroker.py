@@ -10,11 +10,11 @@ starts its broker as a child process and the relay logs in to it over loopback, 
 any broker (``BrokerChild``):
 
 - ``mosquitto``: when a Mosquitto binary is installed (``find_mosquitto``) and ``--embedded`` is
-  not given. Its configuration is the one ``blink broker-config`` writes (relay/mosquitto.py: the
+  not given. Its configuration is the one ``blink broker-config`` writes (relay/hosting/mosquitto.py: the
   access rules, a fresh relay password, the size limits), in a temporary directory that is
   removed when it stops. Mosquitto is a compiled broker: it holds far more matches per core.
-- ``embedded``: the embedded amqtt broker (relay/broker.py, with its access rules, relay secret,
-  rate gate and size limits), in ``python -m relay.brokerchild``: the fallback with nothing else
+- ``embedded``: the embedded amqtt broker (relay/embedded/broker.py, with its access rules, relay secret,
+  rate gate and size limits), in ``python -m relay.embedded.child``: the fallback with nothing else
   installed, and what ``--embedded`` forces.
 
 With a certificate and key (``tls``) the broker also listens with TLS, on ``tls_host`` (default:
@@ -61,7 +61,7 @@ from typing import Literal
 from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, PortInUse, Scheme, check_port
 from protocol.topics import DEFAULT_PREFIX
 from relay.model import RelayConfig
-from relay.mosquitto import is_loopback, share_a_port
+from relay.hosting.mosquitto import is_loopback, share_a_port
 
 BrokerKind = Literal["mosquitto", "embedded"]
 
@@ -106,7 +106,7 @@ def _end_with_parent(user: tuple[int, int] | None = None) -> None:
 
 def _exec_user(user: pwd.struct_passwd | None, ports: tuple[int, ...]) -> tuple[int, int] | None:
     """The user (uid, gid) a Mosquitto started by root should start as: the one its configuration
-    names (``relay.mosquitto.broker_user``). Left to itself it drops from root to that user after
+    names (``relay.hosting.mosquitto.broker_user``). Left to itself it drops from root to that user after
     binding its ports, and a process that changes its user loses its parent-death signal (prctl(2)):
     it would outlive a killed ``blink serve``. So the child takes that user before exec -- unless a
     port is one only root may bind (Mosquitto then drops by itself)."""
@@ -215,7 +215,7 @@ class BrokerChild:
         self._exited = asyncio.create_task(self._watch())
 
     async def _start_mosquitto(self) -> None:
-        from relay.mosquitto import broker_user, give_to, write_mosquitto_config
+        from relay.hosting.mosquitto import broker_user, give_to, write_mosquitto_config
 
         assert self.mosquitto is not None
         self._dir = Path(tempfile.mkdtemp(prefix="blink-serve-mosquitto-"))
@@ -263,7 +263,7 @@ class BrokerChild:
         settings = {"host": self.host, "port": self.port, "prefix": self.prefix, "max_payload": self.max_payload,
                     "config": self.config, "tls": None if self.tls is None else (*self.tls, self.tls_host)}
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relay.brokerchild", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "relay.embedded.child", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(base64.b64encode(pickle.dumps(settings)) + b"\n")
@@ -335,8 +335,8 @@ def _last_line(path: Path) -> str:
 
 
 def _private(path: Path, user: pwd.struct_passwd | None) -> Path:
-    """``path`` made empty, mode 600, and ``user``'s (see ``relay.mosquitto.give_to``)."""
-    from relay.mosquitto import give_to
+    """``path`` made empty, mode 600, and ``user``'s (see ``relay.hosting.mosquitto.give_to``)."""
+    from relay.hosting.mosquitto import give_to
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.close(fd)

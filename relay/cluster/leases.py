@@ -52,7 +52,7 @@ the relay has stopped serving a shard it gave up it deletes the entry (``delete(
 the others need not wait for the expiry once the cluster answers again. That deletion fails while
 the cluster stalls, and a renewal queued in the stall may be stored after the give-up: such an entry
 still names this relay, and nobody else may take it before it expires (a ttl after that late write),
-so the relay takes it back itself once its cooldown is over, or deletes it (``relay.leaseplan``,
+so the relay takes it back itself once its cooldown is over, or deletes it (``relay.cluster.leaseplan``,
 "Leftovers"). Should a relay still write
 after all that (a frozen process), the journal's fence refuses it.
 
@@ -68,9 +68,9 @@ write per held shard a second, a heartbeat every ``ttl/3``; each tick's read of 
 stream-info request plus one read per key, every ``tick_s`` by every relay) is by far the larger
 load.
 
-Balance, and which shards to keep, renew, release or take each tick: ``relay.leaseplan``.
+Balance, and which shards to keep, renew, release or take each tick: ``relay.cluster.leaseplan``.
 
-``relay.leaseplan.decide`` is that logic as a pure function (time is an argument); ``NatsLeases`` is the thin
+``relay.cluster.leaseplan.decide`` is that logic as a pure function (time is an argument); ``NatsLeases`` is the thin
 nats-py shell: every tick (``ttl/8``, at most 0.5 s) it reads the bucket (one stream-info request
 listing the present keys, then their values), calls ``decide``, and carries out the plan.
 Callbacks run in order on a separate task, so a long replay in ``on_gain`` never delays renewals;
@@ -92,11 +92,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from protocol.topics import DEFAULT_PREFIX
-from relay.jetstream import START_WAIT_S, bounded, close_nats, connect_jetstream, quiet_refused_closes
-from relay.journal import JournalError
-from relay.leaseplan import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, Owner, View, cooldown_s, decide, leftovers,
+from relay.cluster.jetstream import START_WAIT_S, bounded, close_nats, connect_jetstream, quiet_refused_closes
+from relay.storage import JournalError
+from relay.cluster.leaseplan import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, Owner, View, cooldown_s, decide, leftovers,
                              pin_conflict, renew_after, without_dead)
-from relay.natscallout import Callout, CalloutError, password_of
+from relay.cluster.natscallout import Callout, CalloutError, password_of
 from relay.ownership import OnGain, OnLoss
 
 if TYPE_CHECKING:  # nats-py is imported where it is used: a relay without a cluster never loads it
@@ -161,7 +161,7 @@ class NatsLeases:
         self._since: int | None = None
         self._closing = False
         self._releasing: set[str] = set()
-        self._clearing: set[str] = set()  # leftovers whose deletion is queued (``relay.leaseplan.leftovers``)
+        self._clearing: set[str] = set()  # leftovers whose deletion is queued (``relay.cluster.leaseplan.leftovers``)
         self.probe = probe  # ask the other members whether they are alive (see the module docstring)
         self._absent: dict[str, float] = {}  # member -> since when it has had no responder
         self._replacing: dict[str, Owner] = {}  # shard -> the dead relay's entry, for this tick's acquisitions
@@ -170,7 +170,7 @@ class NatsLeases:
         self._wake_tick: asyncio.Event | None = None
         self.view = View()
         self.prefix = prefix  # the topic prefix whose players the auth callout lets in
-        #: Answer the cluster's auth callout (``relay/natscallout.py``) when logged in with a password.
+        #: Answer the cluster's auth callout (``relay/cluster/natscallout.py``) when logged in with a password.
         self.answer_callout = callout
         self.callout: Callout | None = None
         #: (time, what) of every change, for tests and logs

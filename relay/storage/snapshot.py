@@ -2,7 +2,7 @@
 
 How this works
 --------------
-A snapshot stands for every journal entry up to its position (``relay/journal.py``); recovery
+A snapshot stands for every journal entry up to its position (``relay/storage/journal.py``); recovery
 reads the newest one back and replays the entries after it. ``dump(core)`` writes, and
 ``load(blob, where)`` reads, ``MAGIC`` + a 2-byte little-endian format version + msgpack of one map:
 the core's parts under names of their own (``matches``, ``answers``, ``past``, ``fair``, ...), each
@@ -54,7 +54,7 @@ from protocol.rules.base import Game
 from protocol.topics import Topics
 from relay.core import RelayCore
 from relay.fair import FairOrder, Held
-from relay.journal import JournalError
+from relay.storage.journal import JournalError
 from relay.limits import Clients, Deadlines, Quiet, StrictBucket, TokenBucket
 from relay.model import STATE_HISTORY, Match, RelayConfig, Seat
 
@@ -526,7 +526,9 @@ class _LegacyUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         if name in _LEGACY.get(module, ()):
-            return _LegacyCore if (module, name) == ("relay.core", "RelayCore") else super().find_class(module, name)
+            if (module, name) == ("relay.core", "RelayCore"):
+                return _LegacyCore
+            return _same if (module, name) == ("relay.storage.snapshot", "_same") else super().find_class(module, name)
         qualname = f"{module}.{name}"
         if qualname in self._registry:
             return self._registry[qualname]

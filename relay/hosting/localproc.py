@@ -5,11 +5,11 @@ How this works
 ``blink play`` without ``--server`` needs a broker and a relay on this machine. In the window's
 process they would share one event loop (and one GIL) with the drawing, the bots and your player,
 and on a busy machine the window's frames would delay every message the relay judges. So the
-window starts them here, in a child process (``python -m relay.localchild``, whose code is in
-relay/localchild.py so that it may import ``relay.local`` without an import circle), and talks to them
+window starts them here, in a child process (``python -m relay.hosting.localchild``, whose code is in
+relay/hosting/localchild.py so that it may import ``relay.hosting.local`` without an import circle), and talks to them
 only over MQTT on loopback, like any other client.
 
-Parent side, ``ChildServer`` (same surface as ``relay.local.LocalServer`` where the window uses
+Parent side, ``ChildServer`` (same surface as ``relay.hosting.local.LocalServer`` where the window uses
 it: ``address``, ``broker.host``/``broker.port``, ``start``/``stop``, ``async with``, ``task``):
 ``start`` spawns the child with its settings (pickled, one line on the child's stdin) and waits
 for one JSON line on the child's stdout: ``{"ready": true, "host": ..., "port": ...}`` or
@@ -17,7 +17,7 @@ for one JSON line on the child's stdout: ``{"ready": true, "host": ..., "port": 
 line, if the parent did not ask it to stop. ``stop`` closes the child's stdin (it stops its relay
 and broker and exits), then terminates and finally kills it if it takes too long.
 
-Child side, ``relay.localchild.main``: no orphan, whatever happens to the parent --
+Child side, ``relay.hosting.localchild.main``: no orphan, whatever happens to the parent --
 
 - ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux, through ctypes): the kernel kills the child when
   the parent dies, even by SIGKILL; a parent that died before the call is caught by comparing
@@ -71,7 +71,7 @@ class BrokerInfo:
 
 
 def child_settings(argv: list[str], bad_status: int) -> tuple[dict[str, Any], IO[str]] | int:
-    """The start of a child this module's parents run (``relay.localchild``, ``relay.brokerchild``):
+    """The start of a child this module's parents run (``relay.hosting.localchild``, ``relay.embedded.child``):
     die with the parent, leave SIGINT to it, keep the real stdout for answers (stray prints go to
     stderr) and read the pickled settings line from stdin. An exit status instead when there is
     nothing to read (0) or the line is unreadable (``bad_status``, the parent told why in one line)."""
@@ -147,7 +147,7 @@ class ChildServer:
     async def start(self) -> None:
         blob = base64.b64encode(pickle.dumps(self._settings)).decode("ascii")
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relay.localchild", str(os.getpid()),
+            sys.executable, "-m", "relay.hosting.localchild", str(os.getpid()),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             start_new_session=True)  # out of the terminal's process group: Ctrl-C is the parent's to handle
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -1,9 +1,9 @@
-"""The embedded broker in a process of its own: ``python -m relay.brokerchild PARENT_PID``.
+"""The embedded broker in a process of its own: ``python -m relay.embedded.child PARENT_PID``.
 
 How this works
 --------------
-See relay/servebroker.py: ``blink serve`` sends the broker's settings (pickled, one line on stdin);
-this process starts a ``relay.broker.EmbeddedBroker`` (the access rules, the rate gate and the size
+See relay/hosting/servebroker.py: ``blink serve`` sends the broker's settings (pickled, one line on stdin);
+this process starts a ``relay.embedded.broker.EmbeddedBroker`` (the access rules, the rate gate and the size
 limits are the broker's own) and answers with one JSON line on a private copy of its stdout --
 ``{"ready": true, "secret": ...}``, the relay's login for this start, or ``{"error": ...}``. It
 stops the broker and exits when its stdin reaches EOF or on SIGTERM (its parent stops it), and is
@@ -27,11 +27,11 @@ import signal
 import sys
 from typing import IO
 
-from relay.localproc import child_settings
+from relay.hosting import child_settings
 
 
 async def _serve(settings: dict[str, object], out: IO[str]) -> int:
-    from relay.broker import EmbeddedBroker
+    from relay.embedded.broker import EmbeddedBroker
     from relay.model import RelayConfig
 
     config = settings["config"]

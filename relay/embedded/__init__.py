@@ -1,0 +1,40 @@
+"""The embedded broker: blink's own MQTT broker on amqtt, for a relay that brings its broker along.
+
+How this works
+--------------
+``EmbeddedBroker`` (``broker.py``) starts amqtt on a port with blink's access rules (``access.py``:
+who may publish and subscribe where, checked at CONNECT and per packet), a reader per connection
+that splits whole packets, applies the size limit, the pace and the per-client rate gate
+(``gate.py``), and a fast path that routes QoS 0/1 PUBLISHes itself (``route.py``). amqtt is
+untyped: ``amqttapi.py`` is the one place that names its parts. ``child.py`` is the same broker in
+a process of its own (``python -m relay.embedded.child PARENT_PID``), which ``blink serve`` starts
+(``relay.hosting``).
+
+The face loads each module when a name is first asked for, so a relay on an outside broker never
+loads amqtt.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from relay.embedded.access import Access as Access
+    from relay.embedded.broker import EmbeddedBroker as EmbeddedBroker
+    from relay.embedded.gate import PacketTooLarge as PacketTooLarge
+
+#: Each name of the face and the module of this package that defines it.
+_WHERE: dict[str, str] = {"Access": "access", "EmbeddedBroker": "broker", "PacketTooLarge": "gate"}
+
+__all__ = ["Access", "EmbeddedBroker", "PacketTooLarge"]
+
+if not TYPE_CHECKING:  # the type checker reads the imports above; a run loads each module when first asked
+    def __getattr__(name: str) -> object:
+        where = _WHERE.get(name)
+        if where is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        module = importlib.import_module(f"{__name__}.{where}")
+        value = module if where == name else getattr(module, name)
+        globals()[name] = value
+        return value
