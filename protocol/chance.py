@@ -14,6 +14,7 @@ relay's tie-break coins) with SHA-256, so revealing one game's seed reveals noth
 from __future__ import annotations
 
 import hashlib
+from typing import Sequence
 
 _MASK = (1 << 64) - 1
 
@@ -47,6 +48,15 @@ class SeededChance:
         chance._state = position & _MASK
         chance.draws = draws
         return chance
+
+    def to_record(self) -> list[int]:
+        """The generator as plain data (a relay snapshot's): its seed, position and draws."""
+        return [self.seed, self._state, self.draws]
+
+    @classmethod
+    def from_record(cls, record: Sequence[int]) -> SeededChance:
+        """The generator ``to_record`` wrote."""
+        return cls.at(record[0], record[1], record[2])
 
     def position(self) -> int:
         """Where in its stream the generator stands: two chances of one seed at the same position

@@ -9,7 +9,8 @@ start and end), the remembered answers (``answers.py``), the gate (``gate.py``: 
 quiet logging), the deadlines (``deadlines.py``: the wake-up and housekeeping heaps), housekeeping
 (``housekeeping.py``: what ``tick`` does) and events (``events.py``: seqs, views, snapshots, the
 match list), sharing only ``Tables`` (``tables.py``). The core composes them and routes each input;
-its snapshot is written by ``relay/storage/snapshot.py`` from the parts' state, never by pickling it.
+each part writes and reads its own record (``to_record``/``load_record``), which the core composes
+(``RelayCore.to_record``/``from_record``) and ``relay/storage/snapshot.py`` turns into a blob.
 
 ``RelayCore.handle(topic, payload, now_ns)`` takes one incoming MQTT message and the relay's time
 and returns what to do: ``Publish`` records (topic, typed message, retain) and ``LogRecord``s for
@@ -97,7 +98,7 @@ from protocol.topics import Topics, valid_id
 from relay.fair import FairOrder
 from relay.judge import (ACCEPTED_SEQ_BITS, ORDERS, PAST_EVENTS, REMEMBERED_ANSWERS, Answers, Deadlines, Events, Gate,
                          Housekeeping, Lobby, Referee, Tables)
-from relay.model import STATE_HISTORY, LogRecord, Match, Out, Publish, RelayConfig, Seat
+from relay.model import STATE_HISTORY, Decode, Encode, LogRecord, Match, Out, Publish, RelayConfig, Seat
 
 __all__ = ["ACCEPTED_SEQ_BITS", "LogRecord", "Match", "ORDERS", "Out", "PAST_EVENTS", "Publish",
            "REMEMBERED_ANSWERS", "RelayConfig", "RelayCore", "STATE_HISTORY", "Seat"]
@@ -256,6 +257,45 @@ class RelayCore:
 
     def shutdown(self) -> list[Out]:
         return [Publish(self.topics.relay_status(self.config.relay_id), m.RelayStatus(self.config.relay_id, False), retain=True)]
+
+    # ------------------------------------------------------------------ its record (a snapshot's)
+
+    def to_record(self, enc: Encode) -> dict[str, Any]:
+        """The whole judge as plain data: its own settings and each part's record under the part's
+        names. What a part cannot write as plain data goes through ``enc`` (``relay/storage/snapshot.py``'s
+        codec), in an order ``from_record`` keeps: the matches, the counters, the answers, the
+        scheduler."""
+        return {
+            "seed": self.seed,
+            "topics": {"prefix": self.topics.prefix, "shard": self.topics.shard},
+            "config": self.config.to_record(),
+            "last_now_ns": self.last_now_ns,
+            **self.lobby.to_record(),
+            **self.tables.to_record(enc),
+            **self.answers.to_record(enc),
+            **self.events.to_record(),
+            "fair": self.fair.to_record(enc),
+            **self.deadlines.to_record(),
+            **self.gate.to_record(),
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], dec: Decode,
+                    games: Mapping[str, AnyGame] | None = None) -> RelayCore:
+        """The judge ``to_record`` wrote, offering ``games`` (default: the registry). Raises
+        ValueError for a record it cannot take (a match of a game not offered)."""
+        config = RelayConfig.from_record(record["config"], games)
+        topics = Topics(prefix=record["topics"]["prefix"], shard=record["topics"]["shard"])
+        core = cls(topics, config, record["seed"])
+        core.last_now_ns = record["last_now_ns"]
+        core.lobby.load_record(record)
+        core.tables.load_record(record, dec)
+        core.answers.load_record(record, dec)
+        core.tables.fair = FairOrder.from_record(record["fair"], dec)
+        core.events.load_record(record)
+        core.deadlines.load_record(record)
+        core.gate.load_record(record)
+        return core
 
     # ------------------------------------------------------------------ for the runtime's recovery
 

@@ -47,12 +47,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from protocol import messages as m
 from protocol.chance import SeededChance, derive
 from protocol.fairlog import planned_release, used_reaction
 from protocol.rules.base import RaceKey
+from relay.model import Decode, Encode
 
 PROBE_INTERVAL_NS = 500_000_000
 RTT_SAMPLES = 8
@@ -96,6 +97,21 @@ class Held:
     considered: tuple[tuple[int, int, bool], ...] = ()
     state_seq: int = 0
     capped: bool = False
+
+    def to_record(self, enc: Encode) -> list[Any]:
+        """The held play as plain data, its act, action and race key through ``enc`` (in this order)."""
+        return [self.seat, self.client, enc(self.act), enc(self.action), self.arrival_ns, self.virtual_ns,
+                self.reaction_ns, self.claimed_ns, enc(self.key), self.release_ns, self.published_ns, self.rtt_ns,
+                [list(c) for c in self.considered], self.state_seq, self.capped]
+
+    @classmethod
+    def from_record(cls, v: Sequence[Any], dec: Decode) -> Held:
+        """The held play ``to_record`` wrote (a record of ten items has no decision's inputs: their defaults)."""
+        return cls(seat=v[0], client=v[1], act=dec(v[2]), action=dec(v[3]), arrival_ns=v[4], virtual_ns=v[5],
+                   reaction_ns=v[6], claimed_ns=v[7], key=dec(v[8]), release_ns=v[9],
+                   **({} if len(v) < 15 else {"published_ns": v[10], "rtt_ns": v[11],
+                                              "considered": tuple((s, r, k) for s, r, k in v[12]),
+                                              "state_seq": v[13], "capped": v[14]}))
 
 
 @dataclass(frozen=True)
@@ -255,3 +271,27 @@ class FairOrder:
         self.held.pop(code, None)
         self.published.pop(code, None)
         self.coins.pop(code, None)
+
+    # -- its record (a relay snapshot's) -------------------------------------------------------
+
+    def to_record(self, enc: Encode) -> dict[str, Any]:
+        """The scheduler as plain data, the held plays' values through ``enc``."""
+        return {
+            "cap_ns": self.cap_ns, "floor_ns": self.floor_ns, "probe_interval_ns": self.probe_interval_ns,
+            "rtt": {c: [q.maxlen, list(q)] for c, q in self.rtt.items()},
+            "last_probe_ns": self.last_probe_ns,
+            "published": {code: [[s, t] for s, t in book.items()] for code, book in self.published.items()},
+            "held": {code: [h.to_record(enc) for h in hs] for code, hs in self.held.items()},
+            "coins": {code: c.to_record() for code, c in self.coins.items()},
+        }
+
+    @classmethod
+    def from_record(cls, r: Mapping[str, Any], dec: Decode) -> FairOrder:
+        """The scheduler ``to_record`` wrote."""
+        f = cls(r["cap_ns"], r["floor_ns"], r["probe_interval_ns"])
+        f.rtt = {c: deque(q, maxlen=n) for c, (n, q) in r["rtt"].items()}
+        f.last_probe_ns = r["last_probe_ns"]
+        f.published = {code: {s: t for s, t in book} for code, book in r["published"].items()}
+        f.held = {code: [Held.from_record(h, dec) for h in hs] for code, hs in r["held"].items()}
+        f.coins = {code: SeededChance.from_record(c) for code, c in r["coins"].items()}
+        return f

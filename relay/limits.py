@@ -49,7 +49,8 @@ It keeps at most about ``max_clients`` buckets: past that, the buckets that have
 clients are under the rate, so forgetting them changes nothing) are dropped, all at once, and the
 next clean-up waits until the table has doubled again (amortised O(1) a message).
 
-Nothing here reads a clock; every object pickles (the journal snapshots the core).
+Nothing here reads a clock; every object writes its state as plain data and reads it back
+(``to_record``/``from_record``: the journal's snapshot of the core, ``relay/storage/snapshot.py``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 from relay.model import RelayConfig
 
@@ -110,6 +112,18 @@ class TokenBucket:
         self.refusing = True
         return True
 
+    def to_record(self) -> list[Any]:
+        """The bucket as plain data (a relay snapshot's), whether it is strict included."""
+        return [self.rate, self.burst, self.tokens, self.at_ns, self.refusing, self.dropped,
+                type(self) is StrictBucket]
+
+    @staticmethod
+    def from_record(record: Sequence[Any]) -> TokenBucket:
+        """The bucket ``to_record`` wrote (a ``StrictBucket`` if it was one)."""
+        bucket = (StrictBucket if record[6] else TokenBucket)(record[0], record[1], 0)
+        bucket.tokens, bucket.at_ns, bucket.refusing, bucket.dropped = record[2], record[3], record[4], record[5]
+        return bucket
+
 
 class StrictBucket(TokenBucket):
     """A ``TokenBucket`` where a refused message costs a token too (down to ``-burst``): a sender
@@ -147,6 +161,15 @@ class Quiet:
     def forget(self, sender: str) -> None:
         self.last.pop(sender, None)
 
+    def to_record(self) -> dict[str, Any]:
+        return {"quiet_ns": self.quiet_ns,
+                "last": {s: {k: list(v) for k, v in kinds.items()} for s, kinds in self.last.items()}}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Quiet:
+        return cls(record["quiet_ns"], {s: {k: (v[0], v[1]) for k, v in kinds.items()}
+                                        for s, kinds in record["last"].items()})
+
 
 class Clients:
     """Client ids by last time heard from, oldest first."""
@@ -177,6 +200,15 @@ class Clients:
             gone.append(client)
         return gone
 
+    def to_record(self) -> dict[str, Any]:
+        return {"idle_ns": self.idle_ns, "seen": [[c, t] for c, t in self.seen.items()]}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Clients:
+        clients = cls(record["idle_ns"])
+        clients.seen = OrderedDict((c, t) for c, t in record["seen"])
+        return clients
+
 
 class Deadlines:
     """A heap of housekeeping deadlines: (time, match code, kind)."""
@@ -204,6 +236,15 @@ class Deadlines:
         while self.heap and self.heap[0][0] <= now_ns and len(out) < limit:
             out.append(heapq.heappop(self.heap))
         return out
+
+    def to_record(self) -> list[list[Any]]:
+        return [list(e) for e in self.heap]
+
+    @classmethod
+    def from_record(cls, record: Sequence[Sequence[Any]]) -> Deadlines:
+        heap = cls()
+        heap.heap = [(e[0], e[1], e[2]) for e in record]  # (already a heap: written in its order)
+        return heap
 
 
 class Intake:

@@ -11,8 +11,8 @@ message to a topic) or ``LogRecord`` (a line for the event log) -- and the runti
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Literal, Mapping
 
 from protocol.chance import SeededChance
 from protocol.codec import fast_init
@@ -45,6 +45,13 @@ class LogRecord:
 
 
 Out = Publish | LogRecord
+
+#: The snapshot's codec of values (``relay/storage/snapshot.py``): what a part of the judge cannot write as
+#: plain data itself (a game's state or action, a message) it hands to ``Encode`` when it writes its
+#: record, and gets back from ``Decode`` when it reads it -- in the same order, since the codec
+#: numbers the values it shares as they come.
+Encode = Callable[[Any], Any]
+Decode = Callable[[Any], Any]
 
 
 @dataclass
@@ -82,6 +89,17 @@ class RelayConfig:
     #: relay (codes drawn freely, the one match list). With N >= 1 a shard's codes name the shard
     #: (relay/cluster/shards.py) and its match list is ``lobby/matches/{shard}``.
     shards_total: int = 0
+
+    def to_record(self) -> dict[str, Any]:
+        """The settings as plain data (``games`` holds code, not data: a loader passes its own)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "games"}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], games: Mapping[str, Game[Any, Any]] | None) -> RelayConfig:
+        """The settings ``to_record`` wrote (a setting it does not hold has its default; one this
+        version does not have is left out)."""
+        known = {f.name for f in fields(cls)} - {"games"}
+        return cls(**{k: v for k, v in record.items() if k in known}, games=games)
 
 
 @dataclass
@@ -157,10 +175,7 @@ class Match:
 
     def remember(self, now_ns: int) -> None:
         """Keep the current state for ``state_at``; forget those older than ``HISTORY_NS``."""
-        history = self.history
-        at: deque[int] | None = getattr(self, "history_at", None)
-        if at is None or len(at) != len(history):  # a snapshot from before the times were kept
-            at = self.history_at = deque((now_ns for _ in history), maxlen=STATE_HISTORY)
+        history, at = self.history, self.history_at
         history.append((self.seq, self.state))
         at.append(now_ns)
         old = now_ns - HISTORY_NS
@@ -182,6 +197,46 @@ class Match:
             else:
                 break
         return found
+
+    def to_record(self, enc: Encode) -> dict[str, Any]:
+        """The match as plain data, its settings, states and results through ``enc`` (in this order)."""
+        return {
+            "code": self.code, "game": self.game, "settings": enc(self.settings), "seats": self.seats,
+            "quick": self.quick, "seed": self.seed,
+            # a sixth item only for a seat taken out of play: other records keep their form
+            "players": [[s.client, s.name, s.rematch, s.token, s.dropped_at, *([True] if s.left else [])]
+                        for s in self.players],
+            "status": self.status, "seq": self.seq, "game_index": self.game_index, "wins": list(self.wins),
+            "best_of": self.best_of,
+            # One value, in this order: the history's newest state is the current one (one object).
+            "states": enc((self.state, [[s, st] for s, st in self.history], self.timers)),
+            "history_at": list(self.history_at),
+            "chance": None if self.chance is None else self.chance.to_record(),
+            "next_game_at": self.next_game_at, "game_seed": self.game_seed, "winner": self.winner,
+            "results": enc(self.results), "order": self.order, "creator": self.creator,
+            "housekeep_at": self.housekeep_at, "grace_s": self.grace_s, "wake_at": self.wake_at,
+            "snapshot_at": self.snapshot_at, "snapshot_due": self.snapshot_due,
+        }
+
+    @classmethod
+    def from_record(cls, r: Mapping[str, Any], dec: Decode, rules: Game[Any, Any]) -> Match:
+        """The match ``to_record`` wrote, played by ``rules`` (its game, as this relay offers it)."""
+        settings = dec(r["settings"])  # (decoded in the order they were encoded)
+        state, history, timers = dec(r["states"])
+        results = dec(r["results"])
+        return cls(
+            code=r["code"], game=r["game"], rules=rules, settings=settings, seats=r["seats"],
+            quick=r["quick"], seed=r["seed"],
+            players=[Seat(client=p[0], name=p[1], rematch=p[2], token=p[3], dropped_at=p[4],
+                          left=len(p) > 5 and p[5] is True) for p in r["players"]],
+            status=r["status"], seq=r["seq"], game_index=r["game_index"], wins=list(r["wins"]),
+            best_of=r["best_of"], state=state,
+            chance=None if r["chance"] is None else SeededChance.from_record(r["chance"]),
+            history=deque(((s, st) for s, st in history), maxlen=STATE_HISTORY),
+            history_at=deque(r["history_at"], maxlen=STATE_HISTORY), timers=timers,
+            next_game_at=r["next_game_at"], game_seed=r["game_seed"], winner=r["winner"], results=results,
+            order=r["order"], creator=r["creator"], housekeep_at=r["housekeep_at"], grace_s=r["grace_s"],
+            wake_at=r["wake_at"], snapshot_at=r["snapshot_at"], snapshot_due=r["snapshot_due"])
 
     def match_state(self) -> dict[str, Any]:
         return {

@@ -527,20 +527,14 @@ def test_garbage_from_many_bad_topics_is_logged_once_per_burst() -> None:
     assert len([o for o in out if isinstance(o, LogRecord)]) <= 3
 
 
-def test_a_snapshot_from_before_the_limits_loads_and_carries_on() -> None:
+def test_a_snapshot_keeps_the_limits_state_and_carries_on() -> None:
     r = Relay()
     playing = r.start("a", "b")
     waiting = r.create("c")
     r.send(T.req("b"), m.Leave(match=playing))  # over
     from relay.storage import snapshot
-    from tests.test_snapshot import legacy_pickle, legacy_state
 
-    state = legacy_state(r.core)  # a pickled core's attributes, less what the limits added
-    for name in ("_waiting", "_live", "_owned", "_housekeeping", "_clients", "_act_buckets", "_req_buckets",
-                 "_quiet"):
-        del state[name]
-    state["stats"] = {k: v for k, v in state["stats"].items() if k != "limited"}
-    core = snapshot.load(legacy_pickle(state))
+    core = snapshot.load(snapshot.dump(r.core))
     assert list(core.tables.waiting) == [waiting] and not core.tables.live and core.gate.owned == {"c": {waiting}}
     out = core.handle(T.req("d"), encode(m.JoinMatch(name="d", code=waiting)), r.now)
     assert any(isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined) for o in out)

@@ -422,6 +422,14 @@ def test_a_journal_from_a_newer_version_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+def test_a_data_directory_of_pickled_snapshots_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(ROOT / "tests" / "fixtures" / "data-snapshot-v2", tmp_path / "data")
+    one_line_failure(serve_once(["--data", str(tmp_path / "data")]), "snapshot format 2", "move the data directory")
+
+
+@pytest.mark.integration
 def test_a_second_relay_on_a_held_directory_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
     first = subprocess.Popen([*BLINK, "serve", "--port", str(free_port()), "--data", str(tmp_path)], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -161,15 +161,13 @@ def test_duplicate_action_id_is_answered_again_never_applied_twice() -> None:
     assert again == dataclasses.replace(first, recv_ns=0) and h.core.matches[code].seq == seq_after
 
 
-@pytest.mark.parametrize("older", [False, True])
-def test_remembered_answers_come_back_equal_and_only_a_client_s_last_ones(older: bool) -> None:
+@pytest.mark.parametrize("restored", [False, True])
+def test_remembered_answers_come_back_equal_and_only_a_client_s_last_ones(restored: bool) -> None:
     # The core keeps an acceptance packed in an int and the book in a plain dict (memory): a
     # duplicate still gets the very answer, a fair-order hold included, and the oldest answer
-    # beyond REMEMBERED_ANSWERS is forgotten first. ``older``: the book as a core restored from an
-    # older snapshot has it (an OrderedDict, acceptances as (seq, hold_ns)) answers alike.
-    from collections import OrderedDict
-
-    from relay.core import ACCEPTED_SEQ_BITS, REMEMBERED_ANSWERS
+    # beyond REMEMBERED_ANSWERS is forgotten first. ``restored``: a core read back from its
+    # snapshot answers alike.
+    from relay.core import REMEMBERED_ANSWERS
 
     h = Harness(fixed_decks=(race_deck(),))
     code = h.start_match()
@@ -177,15 +175,10 @@ def test_remembered_answers_come_back_equal_and_only_a_client_s_last_ones(older:
     assert isinstance(first, m.ActionAccepted)
     held = m.ActionAccepted(code, 8, first.seq, 123_456_789)
     h.core.referee.answer("a", code, 8, held, h.now, [], log=False, client_ok=True)
-    if older:  # restored from a pickled core of the first forms (relay/storage/snapshot.py turns it into today's)
+    if restored:
         from relay.storage import snapshot
-        from tests.test_snapshot import legacy_state
 
-        mask = (1 << ACCEPTED_SEQ_BITS) - 1
-        state = legacy_state(h.core)
-        state["_answers"] = {"a": OrderedDict((k, (v & mask, v >> ACCEPTED_SEQ_BITS) if type(v) is int else v)
-                                              for k, v in h.core.answers.book["a"].items())}
-        h.core = snapshot.migrate(state, h.core.games)
+        h.core = snapshot.load(snapshot.dump(h.core), games=h.core.games)
     assert h.play("a", code, "3-red-star", 0, 8) == held
     # (a repeat does not say when the play first arrived: that is the first answer's, for its time in parts)
     assert first.recv_ns and h.play("a", code, "3-red-star", 0, 7) == dataclasses.replace(first, recv_ns=0)

@@ -1,6 +1,6 @@
 """The journal's snapshot blob (relay/storage/snapshot.py): a restored core carries on exactly as the
-original would have, the first format (a bare pickle) is still read, a newer one is refused in
-one line; the shell's recovery and its snapshot spacing."""
+original would have, a data directory of format 3 is read, a pickle of the core (formats 1 and 2)
+and a newer format are refused in one line; the shell's recovery and its snapshot spacing."""
 
 from __future__ import annotations
 
@@ -68,35 +68,10 @@ class Driver:
         return batch
 
 
-def legacy_state(core: RelayCore) -> dict[str, Any]:
-    """The attribute map a relay that pickled its core (snapshot formats 1 and 2) wrote for a core
-    like ``core``: one class holding every part under its own private name."""
-    t, gate = core.tables, core.gate
-    return {"topics": t.topics, "config": t.config, "seed": t.seed, "_codes": core.lobby.codes,
-            "matches": t.matches, "client_match": t.client_match, "_answers": core.answers.book,
-            "_past": core.events.past, "stats": t.stats, "games": t.games, "fair": t.fair, "_waiting": t.waiting,
-            "_live": t.live, "_fair_live": t.fair_live, "_wake": core.deadlines.wake, "_owned": gate.owned,
-            "_housekeeping": core.deadlines.housekeeping, "_clients": gate.clients,
-            "_act_buckets": gate.act_buckets, "_req_buckets": gate.req_buckets, "_quiet": gate.quiet,
-            "_wall_offset": t.wall_offset, "last_now_ns": core.last_now_ns}
-
-
-def legacy_pickle(state: dict[str, Any]) -> bytes:
-    """A bare pickle (snapshot format 1) of a core of that layout holding ``state``."""
-    import relay.core
-
-    class RelayCore:  # the name and module the pickle records
-        pass
-
-    RelayCore.__module__, RelayCore.__qualname__ = "relay.core", "RelayCore"
-    real = relay.core.RelayCore
-    relay.core.RelayCore = RelayCore  # type: ignore[misc, assignment]
-    try:
-        old = RelayCore()
-        old.__dict__.update(state)
-        return pickle.dumps(old, pickle.HIGHEST_PROTOCOL)
-    finally:
-        relay.core.RelayCore = real  # type: ignore[misc]
+def pickled(core: RelayCore, version: int) -> bytes:
+    """A snapshot blob of format 1 (a bare pickle of the core) or 2 (``MAGIC``, version 2, a pickle)."""
+    blob = pickle.dumps(core, pickle.HIGHEST_PROTOCOL)
+    return blob if version == 1 else snapshot.MAGIC + version.to_bytes(2, "little") + blob
 
 
 def outputs(out: list[Any]) -> list[Any]:
@@ -144,13 +119,15 @@ def test_equal_cards_are_written_once() -> None:
     assert len(blob) < len(pickle.dumps(d.core, pickle.HIGHEST_PROTOCOL))
 
 
-def test_the_first_format_a_bare_pickle_is_still_read() -> None:
+def test_a_pickle_of_the_core_formats_1_and_2_is_refused_in_one_line() -> None:
     d = Driver(3)
     for _ in range(70):
         for e in d.turn():
             d.send(e)
-    old = snapshot.load(legacy_pickle(legacy_state(d.core)))
-    assert {c: x.seq for c, x in old.matches.items()} == {c: x.seq for c, x in d.core.matches.items()}
+    for version in (1, 2):
+        with pytest.raises(JournalError, match=f"snapshot format {version} .*does not read .*move the data") as err:
+            snapshot.load(pickled(d.core, version), "the snapshot at 5")
+        assert "\n" not in str(err.value) and str(err.value).startswith("the snapshot at 5 ")
 
 
 def test_a_newer_format_or_garbage_is_refused_in_one_line() -> None:
@@ -158,8 +135,9 @@ def test_a_newer_format_or_garbage_is_refused_in_one_line() -> None:
     with pytest.raises(JournalError, match="newer version of blink"):
         snapshot.load(newer)
     for bad, why in ((b"hello", "not a relay snapshot"), (snapshot.MAGIC + b"\x02", "cut short"),
-                     (snapshot.MAGIC + b"\x02\x00" + b"\x80\x05junk", "cannot be read"),
-                     (pickle.dumps({"not": "a core"}), "not a relay core")):
+                     (snapshot.MAGIC + b"\x03\x00" + b"\x80\x05junk", "cannot be read"),
+                     (snapshot.MAGIC + b"\x02\x00" + b"\x80\x05junk", "format 2"),
+                     (pickle.dumps({"not": "a core"}), "format 1")):
         with pytest.raises(JournalError, match=why) as err:
             snapshot.load(bad)
         assert "\n" not in str(err.value)
@@ -169,7 +147,7 @@ def shell_on(journal: SqliteJournal) -> Relay:
     return Relay(parse_url("mqtt://127.0.0.1:1"), topics=T, journal=journal)
 
 
-def test_the_shell_recovers_from_an_old_format_snapshot_and_writes_the_new_one(tmp_path: Path) -> None:
+def test_the_shell_refuses_a_pickled_snapshot_in_one_line(tmp_path: Path) -> None:
     d = Driver(4)
     for _ in range(70):
         for e in d.turn():
@@ -178,23 +156,12 @@ def test_the_shell_recovers_from_an_old_format_snapshot_and_writes_the_new_one(t
         j.append(d.inputs[:5])
         core = RelayCore(T, seed=11)
         feed(core, d.inputs[:5])
-        j.save_snapshot(5, legacy_pickle(legacy_state(core)))  # the first format
+        j.save_snapshot(5, pickled(core, 1))
         j.append(d.inputs[5:])
     with SqliteJournal(tmp_path / "j.db") as j:
-        shell = shell_on(j)
-        shell.recover()
-        assert shell.recovered is not None and f"{len(d.inputs) - 5} entries replayed" in shell.recovered
-        assert {c: (x.seq, x.state) for c, x in shell.core.matches.items()} == \
-               {c: (x.seq, x.state) for c, x in d.core.matches.items()}
-        asyncio.run(shell.whole.snapshot(force=True))
-        pos, blob = j.latest_snapshot() or (0, b"")
-        assert pos == len(d.inputs) and blob.startswith(snapshot.MAGIC)
-    with SqliteJournal(tmp_path / "j.db") as j:
-        again = shell_on(j)
-        again.recover()
-        assert "+ 0 entries replayed" in (again.recovered or "")
-        assert {c: (x.seq, x.state) for c, x in again.core.matches.items()} == \
-               {c: (x.seq, x.state) for c, x in d.core.matches.items()}
+        with pytest.raises(JournalError, match="snapshot at 5 is in snapshot format 1") as err:
+            shell_on(j).recover()
+        assert "\n" not in str(err.value)
 
 
 def test_the_shell_refuses_a_snapshot_from_a_newer_version(tmp_path: Path) -> None:
@@ -252,35 +219,35 @@ def test_equal_states_are_never_merged_even_when_all_scalar() -> None:
         delattr(base_module, "_TestFlatState")
 
 
-FIXTURE = Path(__file__).parent / "fixtures" / "data-snapshot-v2"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def test_a_data_directory_of_pickled_snapshots_is_migrated_at_first_start(tmp_path: Path) -> None:
-    """``tests/fixtures/data-snapshot-v2`` was written by the relay whose snapshots were pickles of
-    its core (format 2): a relay started on it reads that snapshot, replays the journal's tail, and
-    ends exactly where a replay of the whole journal into a fresh core ends; the next snapshot it
-    takes is in the current format and is read back the same."""
+def test_a_data_directory_of_format_3_snapshots_is_read_at_start(tmp_path: Path) -> None:
+    """``tests/fixtures/data-snapshot-v3`` was written by a relay of snapshot format 3 (its journal
+    holds messages of protocol version 1): a relay started on it reads that snapshot, replays the
+    journal's tail, and ends exactly where a replay of the whole journal into a fresh core ends; the
+    next snapshot it takes is read back the same."""
     import json
     import shutil
 
     from relay.storage import open_journal
 
     data = tmp_path / "data"
-    shutil.copytree(FIXTURE, data)
+    shutil.copytree(FIXTURES / "data-snapshot-v3", data)
     expected = json.loads((data / "expected.json").read_text())
     with open_journal(data) as j:
         pos, blob = j.latest_snapshot() or (0, b"")
-        assert pos == expected["snapshot_position"] and blob[len(snapshot.MAGIC):][:2] == b"\x02\x00"
+        assert pos == expected["snapshot_position"] and blob[len(snapshot.MAGIC):][:2] == b"\x03\x00"
         shell = shell_on(j)
         shell.recover()
         assert shell.recovered is not None
         assert f"{expected['last_position'] - pos} entries replayed" in shell.recovered
-        # (with the fair-order cap that relay had: a snapshot keeps its relay's scheduler, cap included)
-        whole = RelayCore(T, RelayConfig(fair_cap_ns=150_000_000), seed=expected["seed"])
+        whole = RelayCore(T, RelayConfig(), seed=expected["seed"])
         feed(whole, [e for _, e in j.read(1)])
         got = shell.core
         assert {c: {"game": x.game, "status": x.status, "seq": x.seq, "game_index": x.game_index, "order": x.order}
                 for c, x in got.matches.items()} == expected["matches"]
+        assert got.stats == whole.stats == expected["stats"]
         assert same_core(got, whole)
         asyncio.run(shell.whole.snapshot(force=True))
         pos, blob = j.latest_snapshot() or (0, b"")
@@ -292,11 +259,29 @@ def test_a_data_directory_of_pickled_snapshots_is_migrated_at_first_start(tmp_pa
         assert same_core(again.core, whole)
 
 
+def test_a_data_directory_of_pickled_snapshots_is_refused_in_one_line(tmp_path: Path) -> None:
+    """``tests/fixtures/data-snapshot-v2`` was written by a relay whose snapshots were pickles of its
+    core (format 2): a relay started on it says so in one line, and changes nothing there."""
+    import shutil
+
+    from relay.storage import open_journal
+
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURES / "data-snapshot-v2", data)
+    before = {p.name: p.read_bytes() for p in data.iterdir()}
+    with open_journal(data) as j:
+        with pytest.raises(JournalError, match="snapshot at 294 is in snapshot format 2 .*move the data directory") \
+                as err:
+            shell_on(j).recover()
+        assert "\n" not in str(err.value)
+    assert {p.name: p.read_bytes() for p in data.iterdir() if p.name in before} == before
+
+
 def same_core(a: RelayCore, b: RelayCore) -> bool:
     """Two cores hold the same: every part of their records, and their matches field by field (a
     record also says which equal values are one object, which a replay need not reproduce)."""
     def matches(core: RelayCore) -> dict[str, Any]:
-        return {c: ({k: v for k, v in vars(x).items() if k != "chance"}, x.chance and snapshot._chance(x.chance))
+        return {c: ({k: v for k, v in vars(x).items() if k != "chance"}, x.chance and x.chance.to_record())
                 for c, x in core.matches.items()}
 
     ra, rb = snapshot.record_of(a)[0], snapshot.record_of(b)[0]
@@ -338,9 +323,9 @@ def test_renaming_a_private_attribute_changes_nothing_on_disk() -> None:
     assert same_core(restored, core)
 
 
-def test_a_snapshot_never_builds_a_class_it_does_not_know() -> None:
+def test_a_snapshot_never_builds_a_class_it_does_not_know(tmp_path: Path) -> None:
     """The codec builds only the games' and the protocol's own types; a blob naming anything else
-    (in the current format, or in a pickle of the old formats) is refused in one line, unbuilt."""
+    is refused in one line, unbuilt, and a pickle (formats 1 and 2) is refused unread."""
     import msgpack
 
     core = RelayCore(T, seed=1)
@@ -351,10 +336,14 @@ def test_a_snapshot_never_builds_a_class_it_does_not_know() -> None:
         snapshot.load(evil)
     assert "\n" not in str(err.value)
 
+    ran = tmp_path / "ran"
+
     class Boom:
         def __reduce__(self) -> tuple[Any, ...]:
-            return (print, ("this must never run",))
+            return (Path.touch, (ran,))
 
-    with pytest.raises(JournalError, match="never held") as err:
-        snapshot.load(snapshot.MAGIC + b"\x02\x00" + pickle.dumps(Boom()))
-    assert "\n" not in str(err.value)
+    for blob in (pickle.dumps(Boom()), snapshot.MAGIC + b"\x02\x00" + pickle.dumps(Boom())):
+        with pytest.raises(JournalError, match="does not read") as err:
+            snapshot.load(blob)
+        assert "\n" not in str(err.value)
+    assert not ran.exists()

@@ -14,8 +14,10 @@ for its player's time in parts): a repeat is answered without it.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, Mapping
 
 from protocol import messages as m
+from relay.model import Decode, Encode
 
 REMEMBERED_ANSWERS = 512  # per client: duplicates older than this are answered as unknown
 ACCEPTED_SEQ_BITS = 40  # a remembered acceptance: ``hold_ns << ACCEPTED_SEQ_BITS | seq``
@@ -54,3 +56,12 @@ class Answers:
 
     def forget(self, client: str) -> None:
         self.book.pop(client, None)
+
+    def to_record(self, enc: Encode) -> dict[str, Any]:
+        """The books as plain data (a rejection through ``enc``; an acceptance is its int)."""
+        return {"answers": {client: [[code, i, enc(a)] for (code, i), a in book.items()]
+                            for client, book in self.book.items()}}
+
+    def load_record(self, record: Mapping[str, Any], dec: Decode) -> None:
+        """Take the books ``to_record`` wrote."""
+        self.book = {client: {(code, i): dec(a) for code, i, a in book} for client, book in record["answers"].items()}

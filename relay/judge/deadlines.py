@@ -13,6 +13,7 @@ matches when the moot entries are the majority.
 from __future__ import annotations
 
 import heapq
+from typing import Any, Mapping
 
 from relay.judge.tables import Tables
 from relay.limits import Deadlines as Heap
@@ -47,6 +48,15 @@ class Deadlines:
                 self.wake.rebuild([(x.wake_at, x.code, "wake") for x in self.t.live.values()
                                     if x.wake_at is not None and x is not match] + [(at, match.code, "wake")])
         match.wake_at = at
+
+    def to_record(self) -> dict[str, Any]:
+        """Both heaps as plain data (a relay snapshot's)."""
+        return {"wake": self.wake.to_record(), "housekeeping": self.housekeeping.to_record()}
+
+    def load_record(self, record: Mapping[str, Any]) -> None:
+        """Take the heaps ``to_record`` wrote."""
+        self.wake = Heap.from_record(record["wake"])
+        self.housekeeping = Heap.from_record(record["housekeeping"])
 
     def schedule(self, match: Match, at_ns: int) -> None:
         match.housekeep_at = at_ns

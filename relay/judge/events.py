@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
-from typing import Any
+from typing import Any, Mapping
 
 from protocol import messages as m
 from protocol.codec import pack_plain, unpack_plain
@@ -41,6 +41,13 @@ class Events:
         # is kept packed, not as the published ``Event`` (a third of the memory; its ``Event`` is
         # rebuilt, equal, for a resend).
         self.past: dict[str, tuple[deque[bytes], dict[str, int]]] = {}
+
+    def to_record(self) -> dict[str, Any]:
+        """The kept past events as plain data (a relay snapshot's): each is packed already."""
+        return {"past": {code: [q.maxlen, list(q), sent] for code, (q, sent) in self.past.items()}}
+
+    def load_record(self, record: Mapping[str, Any]) -> None:
+        self.past = {code: (deque(q, maxlen=n), dict(sent)) for code, (n, q, sent) in record["past"].items()}
 
     def event(self, match: Match, now_ns: int, out: list[Out], data: dict[str, Any],
                names: tuple[str, ...] | None = None) -> None:

@@ -12,7 +12,7 @@ heard from when (for housekeeping's idle clients) and which open matches each cl
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from protocol import messages as m
 from relay.judge.events import Events
@@ -80,6 +80,24 @@ class Gate:
             if silenced:
                 fields["silenced_before"] = silenced
             out.append(self.events.bad(now_ns, code, **fields))
+
+    def to_record(self) -> dict[str, Any]:
+        """What the gate keeps, as plain data (a relay snapshot's)."""
+        return {
+            "owned": {c: sorted(codes) for c, codes in self.owned.items()},
+            "clients": self.clients.to_record(),
+            "act_buckets": {c: b.to_record() for c, b in self.act_buckets.items()},
+            "req_buckets": {c: b.to_record() for c, b in self.req_buckets.items()},
+            "quiet": self.quiet.to_record(),
+        }
+
+    def load_record(self, record: Mapping[str, Any]) -> None:
+        """Take what ``to_record`` wrote."""
+        self.owned = {c: set(codes) for c, codes in record["owned"].items()}
+        self.clients = Clients.from_record(record["clients"])
+        self.act_buckets = {c: TokenBucket.from_record(b) for c, b in record["act_buckets"].items()}
+        self.req_buckets = {c: TokenBucket.from_record(b) for c, b in record["req_buckets"].items()}
+        self.quiet = Quiet.from_record(record["quiet"])
 
     def disown(self, match: Match) -> None:
         owned = self.owned.get(match.creator)

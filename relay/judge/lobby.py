@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from protocol import messages as m
 from protocol.chance import SeededChance, derive
@@ -52,6 +52,13 @@ class Lobby:
         self.deadlines = deadlines
         self.referee = referee
         self.codes = SeededChance(derive(t.seed, "codes"))
+
+    def to_record(self) -> dict[str, Any]:
+        """Where the chance that draws match codes stands (a relay snapshot's)."""
+        return {"codes": self.codes.to_record()}
+
+    def load_record(self, record: Mapping[str, Any]) -> None:
+        self.codes = SeededChance.from_record(record["codes"])
 
     def on_req(self, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
         if not valid_id(client):

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from protocol.rules import AnyGame
 from protocol.topics import Topics
 from relay.fair import FairOrder
-from relay.model import Match, Order, RelayConfig
+from relay.model import Decode, Encode, Match, Order, RelayConfig
 
 ORDERS: tuple[Order, ...] = ("arrival", "fair")
 NS = 1_000_000_000
@@ -43,3 +43,30 @@ class Tables:
     wall_offset: int = 0
     #: Set while a journal is replayed: outputs-only messages are not built (``relay/core.py``'s Recovery).
     replaying: bool = False
+
+    def to_record(self, enc: Encode) -> dict[str, Any]:
+        """The matches, their indexes and the counters as plain data (a relay snapshot's); each
+        match's values go through ``enc``, then the counters."""
+        return {
+            "wall_offset": self.wall_offset,
+            "matches": [x.to_record(enc) for x in self.matches.values()],
+            "client_match": self.client_match,
+            "stats": enc(self.stats),  # maps of counts: nothing in them is shared with another value
+            "waiting": list(self.waiting), "live": list(self.live), "fair_live": list(self.fair_live),
+        }
+
+    def load_record(self, record: Mapping[str, Any], dec: Decode) -> None:
+        """Take what ``to_record`` wrote; ValueError for a match of a game this relay does not offer."""
+        matches: dict[str, Match] = {}
+        for r in record["matches"]:
+            rules = self.games.get(r["game"])
+            if rules is None:
+                raise ValueError(f"holds a match of a game this relay does not offer ({r['game']!r})")
+            matches[r["code"]] = Match.from_record(r, dec, rules)
+        self.matches = matches
+        self.client_match = dict(record["client_match"])
+        self.stats = dec(record["stats"])
+        self.wall_offset = record["wall_offset"]
+        self.waiting = {c: matches[c] for c in record["waiting"]}
+        self.live = {c: matches[c] for c in record["live"]}
+        self.fair_live = dict.fromkeys(record["fair_live"])
