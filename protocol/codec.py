@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Literal, Mapping, TypeVar
 
 import msgpack
 
@@ -51,10 +51,15 @@ _HINTS: dict[type, dict[str, Any]] = {}
 T = TypeVar("T")
 
 
+#: Why bytes are not a message: not a message of this protocol at all, too large to read, of another
+#: protocol version, or of a type this side does not know.
+DecodeCode = Literal["malformed", "too_large", "bad_version", "unknown_type"]
+
+
 class DecodeError(ValueError):
     """Raised for any bytes that are not a valid message of this protocol version."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: DecodeCode, detail: str) -> None:
         super().__init__(f"{code}: {detail}")
         self.code = code
         self.detail = detail

@@ -244,9 +244,8 @@ def parse_log(lines: Iterable[str], relay_lines: list[Record] | None = None) -> 
 # --------------------------------------------------------------------------------------- public form
 
 
-# ``plain``/``public`` are the relay's own shaping of events (protocol/records.py): the expected
+# ``plain``/``with_names`` are the relay's own shaping of events (protocol/records.py): the expected
 # events are built exactly as the relay writes them.
-public = with_names
 
 
 def same(a: object, b: object) -> bool:
@@ -496,7 +495,7 @@ def _match_group(produced: Sequence[dict[str, Any]], names: Sequence[str], logge
             return 0
         data = dict(ev)
         etype = data.pop("type", None)
-        expected = public(data, names)
+        expected = with_names(data, names)
         rec = events[at]
         if rec.type != etype:
             miss.note(at, f"the rules give {etype} here", 100)
@@ -605,7 +604,7 @@ def _abandoned(rec: Record, names: Sequence[str], away: dict[int, tuple[int, flo
     late = [s for s, (at, grace) in away.items() if at + int(grace * NS) <= now and s not in gone]
     if not late:
         raise _fail(rec, "match_over abandoned, but no dropped player's grace period had run out")
-    _expect(rec, "match_over", game, public(abandoned(seats, late, gone).event(wins), names))
+    _expect(rec, "match_over", game, with_names(abandoned(seats, late, gone).event(wins), names))
 
 
 def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Report) -> None:
@@ -693,7 +692,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 if i >= n:
                     running = True  # the log ends within the step that ends the match
                     break
-                _expect(recs[i], "match_over", gi(), public(left(seats, seat, gone).event(wins), names))
+                _expect(recs[i], "match_over", gi(), with_names(left(seats, seat, gone).event(wins), names))
                 status = "over"
         elif t == "match_expired":
             after = rec.data.get("after_s")
@@ -780,9 +779,9 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             for o in outcomes:
                 ws = list(o.winners)
                 new_wins = [w + (1 if s in ws else 0) for s, w in enumerate(wins)]
-                expected.append((new_wins, ws, o.reason, public({"winner": ws[0] if len(ws) == 1 else None, "winners": ws,
-                                                       "reason": o.reason, "scores": list(o.scores),
-                                                       "wins": new_wins, "seed": seed, **plain(o.extra)}, names)))
+                expected.append((new_wins, ws, o.reason, with_names(
+                    {"winner": ws[0] if len(ws) == 1 else None, "winners": ws, "reason": o.reason,
+                     "scores": list(o.scores), "wins": new_wins, "seed": seed, **plain(o.extra)}, names)))
             got = body(end)
             hit = next((e for e in expected if same(e[3], got)), None)
             if end.data.get("game") != game_index:
@@ -798,7 +797,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 if i >= n:
                     running = True
                     break
-                _expect(recs[i], "match_over", game_index, public(over.event(wins), names))
+                _expect(recs[i], "match_over", game_index, with_names(over.event(wins), names))
                 status = "over"
             else:
                 status = "between"

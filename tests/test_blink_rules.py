@@ -78,7 +78,7 @@ def test_deck_is_data_another_deck_works() -> None:
     assert len(deck.cards()) == 60
     s = blink.make_settings({"deck": deck.to_wire()})
     state = blink.new_game(s, 2, RandomChance(1))
-    assert blink.RULES.invariant_ok(state)
+    assert blink.GAME.invariant_ok(state)
     assert C("2-f-t", deck) in deck.cards()
     with pytest.raises(ValueError):
         C("3-a-p", deck)
@@ -111,7 +111,7 @@ def test_setup_deals_two_piles_face_down_centres_and_hands_of_three() -> None:
     assert [len(h) for h in state.hands] == [3, 3]
     assert [len(d) for d in state.draw] == [26, 26]  # 30 each: 1 to the centre, 3 to the hand
     assert [len(p) for p in state.piles] == [1, 1]
-    assert blink.RULES.invariant_ok(state)
+    assert blink.GAME.invariant_ok(state)
 
 
 def test_deal_takes_centre_then_hand_from_own_pile() -> None:
@@ -411,9 +411,9 @@ def random_walk(seed: int, steps: int) -> list[tuple[blink.State, object, Accept
 @given(st.integers(min_value=0, max_value=10_000))
 def test_cards_are_always_exactly_partitioned(seed: int) -> None:
     for before, _action, result in random_walk(seed, 400):
-        assert blink.RULES.invariant_ok(before)
+        assert blink.GAME.invariant_ok(before)
         if isinstance(result, Accepted):
-            assert blink.RULES.invariant_ok(result.state)
+            assert blink.GAME.invariant_ok(result.state)
 
 
 @settings(max_examples=60, deadline=None)
@@ -454,5 +454,5 @@ def test_random_games_always_end() -> None:
             else:
                 p, a = SYSTEM, timers[0].action
             state = ok(blink.apply(state, p, a))
-            assert blink.RULES.invariant_ok(state)
+            assert blink.GAME.invariant_ok(state)
         assert state.phase == "over", seed

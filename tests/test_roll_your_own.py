@@ -141,27 +141,27 @@ def test_beat_probability_matches_enumeration(a, b):
 
 
 def test_settings_defaults_and_validation():
-    d = R.RULES.default_settings()
+    d = R.GAME.default_settings()
     assert (d["budget"], d["max_face"], d["rolls_per_round"], d["rounds_per_game"], d["games_per_match"]) == \
         (21, 9, 6, 6, 3)
     assert d["tile_pool"] is None and d["turn_timer_s"] == 0
     for bad in ({"budget": -1}, {"max_face": 0}, {"rolls_per_round": 0}, {"games_per_match": "3"},
                 {"x": 1}, {"tile_pool": [1, 2]}, {"tile_pool": [-1] * 10}, {"rounds_per_game": True}):
         with pytest.raises(ValueError):
-            R.RULES.check_settings(bad, 2)
+            R.GAME.check_settings(bad, 2)
     with pytest.raises(ValueError):
-        R.RULES.check_settings({}, 1)
+        R.GAME.check_settings({}, 1)
     for n in (2, 3, 4, 8):
-        R.RULES.check_settings({}, n)
+        R.GAME.check_settings({}, n)
     # A finite pool must let every player build within the budget whatever the others took.
-    assert R.RULES.check_settings({"tile_pool": 4}, 2)["tile_pool"] == [4] * 10
+    assert R.GAME.check_settings({"tile_pool": 4}, 2)["tile_pool"] == [4] * 10
     with pytest.raises(ValueError):
-        R.RULES.check_settings({"tile_pool": 2}, 2)  # 0,0,1,1,2,2 taken: the rest costs 24 > 21
+        R.GAME.check_settings({"tile_pool": 2}, 2)  # 0,0,1,1,2,2 taken: the rest costs 24 > 21
     with pytest.raises(ValueError):
-        R.RULES.check_settings({"tile_pool": [6] + [0] * 8 + [50]}, 2)  # the second builder gets only 9s
+        R.GAME.check_settings({"tile_pool": [6] + [0] * 8 + [50]}, 2)  # the second builder gets only 9s
     with pytest.raises(ValueError):
-        R.RULES.check_settings({"tile_pool": [1] * 10}, 2)  # 10 tiles, 12 needed
-    assert R.RULES.best_of({}) == 1 and R.RULES.realtime is False
+        R.GAME.check_settings({"tile_pool": [1] * 10}, 2)  # 10 tiles, 12 needed
+    assert R.GAME.best_of({}) == 1 and R.GAME.realtime is False
 
 
 def test_builds_are_secret_until_all_have_built_then_revealed_together():
@@ -559,7 +559,7 @@ def test_bots_share_a_finite_pool_without_refusals(players):
 
 def test_rules_objects():
     for mod in (R,):
-        rules = mod.RULES
+        rules = mod.GAME
         assert rules.name == "ryo" and rules.min_players == 2 and rules.max_players >= 4
         assert rules.realtime is False and isinstance(rules.stale_code, str)
         for f in ("new_game", "apply", "complete", "view", "legal_actions", "outcome", "timers", "to_wire",

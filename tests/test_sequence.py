@@ -107,20 +107,20 @@ def test_board_is_data():
                 {"board": [[True] * 6] * 6}, {"sequence_length": 7}, {"max_turns": 0}, {"nope": 1},
                 {"turn_timer_s": "1"}):
         with pytest.raises(ValueError):
-            S.RULES.check_settings(bad, 2)
+            S.GAME.check_settings(bad, 2)
 
 
 def test_settings_defaults_and_players():
-    d = S.RULES.default_settings()
+    d = S.GAME.default_settings()
     assert d["sequence_length"] == 5 and d["max_turns"] == 400 and d["chips_per_colour"] == 20
     assert d["turn_timer_s"] == 0 and d["board"] == [list(r) for r in S.DEFAULT_BOARD]
     for n in (1, 5):
         with pytest.raises(ValueError):
-            S.RULES.check_settings({}, n)
+            S.GAME.check_settings({}, n)
     for n in (2, 3, 4):
-        assert S.RULES.check_settings({}, n) == d
-    assert S.RULES.check_settings({"sequence_length": 6}, 2)["sequence_length"] == 6
-    assert (S.RULES.min_players, S.RULES.max_players, S.RULES.best_of({})) == (2, 4, 1)
+        assert S.GAME.check_settings({}, n) == d
+    assert S.GAME.check_settings({"sequence_length": 6}, 2)["sequence_length"] == 6
+    assert (S.GAME.min_players, S.GAME.max_players, S.GAME.best_of({})) == (2, 4, 1)
 
 
 # --- colours and teams ------------------------------------------------------------------------------

@@ -149,10 +149,10 @@ def test_random_layout_is_connected_of_the_given_size_and_replays(size, seed):
 
 
 def test_settings_defaults_and_validation():
-    assert T.RULES.default_settings()["layout"] == "hex19"
-    assert T.RULES.default_settings()["reroll_once_per_game"] is False
-    assert T.RULES.default_settings()["turn_timer_s"] == 0
-    assert T.RULES.check_settings({}, 2) == T.RULES.default_settings()
+    assert T.GAME.default_settings()["layout"] == "hex19"
+    assert T.GAME.default_settings()["reroll_once_per_game"] is False
+    assert T.GAME.default_settings()["turn_timer_s"] == 0
+    assert T.GAME.check_settings({}, 2) == T.GAME.default_settings()
     bad = [{"nope": 1}, {"layout": "moon"}, {"layout": "random", "size": 11}, {"size": "12"},
            {"reroll_once_per_game": 1}, {"turn_timer_s": -1}, {"layout": "custom"},
            {"layout": "custom", "cells": [[0, 0], [5, 5]] + [[i, 0] for i in range(1, 11)]},  # not connected
@@ -160,15 +160,15 @@ def test_settings_defaults_and_validation():
            {"cells": [[i, 0] for i in range(12)]}]  # cells without layout custom
     for s in bad:
         with pytest.raises(ValueError):
-            T.RULES.check_settings(s, 2)
+            T.GAME.check_settings(s, 2)
     for n in (1, 7, 0):
         with pytest.raises(ValueError):
-            T.RULES.check_settings({}, n)
+            T.GAME.check_settings({}, n)
     for n in range(2, 7):
-        T.RULES.check_settings({}, n)
+        T.GAME.check_settings({}, n)
     custom = {"layout": "custom", "cells": [[i, 0] for i in range(12)]}
     assert T.new_game(custom, 2, None).players == 2
-    assert T.RULES.best_of({}) == 1 and T.RULES.realtime is False
+    assert T.GAME.best_of({}) == 1 and T.GAME.realtime is False
 
 
 # --- setup ------------------------------------------------------------------------------------------

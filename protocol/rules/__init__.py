@@ -51,6 +51,3 @@ def unregister(name: str) -> None:
     """Remove a game added with ``register`` (the built-in games are not removed)."""
     if name not in GAME_NAMES:
         GAMES.pop(name, None)
-
-
-rules_for = game_for  # the older name

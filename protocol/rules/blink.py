@@ -1041,4 +1041,3 @@ GAME: Game[State, Action] = Game(
     reason_labels=labels(REASON_LABELS),
     code_labels=labels(CODE_LABELS),
 )
-RULES = GAME  # the older name

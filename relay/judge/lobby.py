@@ -23,7 +23,7 @@ from typing import Any, Literal, Mapping
 
 from protocol import messages as m
 from protocol.chance import SeededChance, derive
-from protocol.codec import DecodeError, decode
+from protocol.codec import DecodeCode, DecodeError, decode
 from protocol.match import abandoned, left
 from protocol.rules import canonical, game_for
 from protocol.topics import valid_id
@@ -97,7 +97,8 @@ class Lobby:
         else:
             self.reject_req(client, "unexpected", f"{type(msg).__name__} is not a request", now_ns, out)
 
-    def reject_req(self, client: str, code: str, detail: str, now_ns: int, out: list[Out]) -> None:
+    def reject_req(self, client: str, code: RequestRefusal | DecodeCode, detail: str, now_ns: int,
+                   out: list[Out]) -> None:
         detail = detail[:DETAIL_CHARS]
         out.append(Publish(self.t.topics.client(client), m.RequestRejected(code, detail)))
         if code in LIMIT_CODES:  # a limit met by a flood: answered every time, logged once per burst
