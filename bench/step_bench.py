@@ -34,7 +34,8 @@ from typing import Any
 def measure(batch: int, steps: int, pool: int) -> dict[str, float]:
     from bench.core_bench import S, Bench
     from relay.storage import open_journal
-    from relay.runtime import Relay
+    from relay.ownership import WholeSpace
+    from relay.runtime import Relay, RelaySettings
     from mqttkit import BrokerAddress
 
     class Sink:
@@ -49,8 +50,8 @@ def measure(batch: int, steps: int, pool: int) -> dict[str, float]:
     bench = Bench(seed=3)
     with tempfile.TemporaryDirectory(prefix="blink-step-bench-") as tmp:
         journal = open_journal(Path(tmp) / "data")
-        shell = Relay(BrokerAddress("127.0.0.1", 1), config=bench.core.config, seed=3, journal=journal,
-                      snapshot_every_s=1e9, snapshot_every=10**9)
+        shell = Relay(BrokerAddress("127.0.0.1", 1), RelaySettings(config=bench.core.config, seed=3, snapshot_every_s=1e9,
+                                                                   snapshot_every=10**9), WholeSpace(journal))
         shell.core = bench.core  # the bench's core, with its relaxed limits
         sink = Sink()
         shell._client = sink  # type: ignore[assignment]  # noqa: SLF001 - as the connection task sets it

@@ -62,11 +62,11 @@ from relay.model import LogRecord, Out, Publish
 from relay.storage import Entry, FencedError, Journal, Msg, Tick
 from relay.limits import RELAY_INTAKE_SLACK, Intake
 from relay.link import BrokerLink, Login
-from relay.ownership import Ownership, StaticOwnership
+from relay.ownership import WHOLE, Ownership, Presence, Space, StaticOwnership, WholeSpace
 from relay.publishing import Resync, send_publishes
 from relay.sealing import Sealing
-from relay.shard import (SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, check_shard,
-                         close_quietly, wall_minus_mono)
+from relay.shard import (SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, close_quietly,
+                         wall_minus_mono)
 
 log = logging.getLogger("blink.relay")
 
@@ -80,9 +80,6 @@ GC_NEVER = 1 << 30
 GC_FULL_EVERY_S = 600.0
 RESIDENCE_KEPT = 5_000_000  # residence times kept for BLINK_RESIDENCE (40 MB at most)
 PACKET_HEADER_ALLOWANCE = 1024  # a PUBLISH's header and topic beside a ``max_payload`` payload
-#: QoS 0: NATS's MQTT makes a JetStream consumer for every QoS-1 subscription (4 s each to be refused
-#: while a node was away).
-SUB_QOS = 0
 #: With several broker nodes, the CONNECT's wait before the next is tried (NATS waits 4 s on JetStream).
 CONNECT_TIMEOUT_S = 2.0
 WILL_CHECK_S = 10.0
@@ -92,9 +89,18 @@ RESTATE_S = 4.0
 #: A relay of several waits this long for broker nodes that do not answer yet at its first connection.
 FIRST_CONNECT_WAIT_S = 60.0
 
-#: Opens the journal of one shard (called in a worker thread).
-JournalOpener = Callable[[str], Journal]
-WHOLE = "0"  # the shard a single relay serves: every topic of its prefix
+@dataclasses.dataclass(frozen=True)
+class RelaySettings:
+    """What a relay is started with (its collaborators -- broker, space, ownership -- beside it)."""
+
+    topics: Topics = Topics()
+    config: RelayConfig = dataclasses.field(default_factory=RelayConfig)
+    seed: int | None = None  # the seed of the shard made with the relay; None: drawn at the start
+    relay_id: str | None = None  # None: the configuration's
+    log_path: Path | None = None  # the event log (None: none)
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+    snapshot_every_s: float = SNAPSHOT_EVERY_S
+    snapshot_every: int = SNAPSHOT_EVERY
 
 
 def clock_time(epoch: float) -> str:
@@ -104,46 +110,37 @@ def clock_time(epoch: float) -> str:
 
 
 class Relay:
-    """The relay runtime (see the module header). ``shards_total`` 0 is a single relay: it serves
-    one shard made here from ``topics``, ``config``, ``seed`` and ``journal`` (None: in memory)."""
+    """The relay runtime (see the module header): the shards ``ownership`` hands it out of ``space``
+    (default: a single relay, the whole space in memory)."""
 
-    def __init__(self, address: BrokerAddress | Sequence[BrokerAddress], ownership: Ownership | None = None,
-                 open_journal: JournalOpener | None = None, shards_total: int = 0, topics: Topics | None = None,
-                 config: RelayConfig | None = None, seed: int | None = None, relay_id: str | None = None,
-                 log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
-                 journal: Journal | None = None, snapshot_every_s: float = SNAPSHOT_EVERY_S,
-                 snapshot_every: int = SNAPSHOT_EVERY, say: Callable[[str], None] | None = None,
-                 seal: Sealing | None = None) -> None:
+    def __init__(self, address: BrokerAddress | Sequence[BrokerAddress], settings: RelaySettings | None = None,
+                 space: Space | None = None, ownership: Ownership | None = None, *,
+                 say: Callable[[str], None] | None = None, seal: Sealing | None = None) -> None:
         self.addresses = [address] if isinstance(address, BrokerAddress) else list(address)
         if not self.addresses:
             raise ValueError("a relay needs a broker address")
         self.address = self.addresses[0]
-        self.sharded = shards_total > 0
-        self.total = shards.check_total(shards_total) if self.sharded else 0
+        settings = settings or RelaySettings()
+        relay_id = settings.relay_id or settings.config.relay_id
+        self.settings = dataclasses.replace(
+            settings, relay_id=relay_id, config=dataclasses.replace(settings.config, relay_id=relay_id),
+            seed=settings.seed if settings.seed is not None else int.from_bytes(os.urandom(8), "big"))
+        self.space: Space = space or WholeSpace()
         self.ownership: Ownership = ownership or StaticOwnership([WHOLE])
-        self.open_journal = open_journal
-        self.topics = topics or Topics()
-        self.prefix = self.topics.prefix
-        self.config = config or RelayConfig()
-        self.relay_id = relay_id or self.config.relay_id
-        self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
         # Unique per start and never published: nobody can knock the relay off by taking its id.
-        self.client_id = f"blink-{self.relay_id}-{secrets.token_hex(8)}"
-        self.max_payload = max_payload
-        self.snapshot_every_s, self.snapshot_every = snapshot_every_s, snapshot_every
+        self.client_id = f"blink-{relay_id}-{secrets.token_hex(8)}"
         self.say = say  # told one line at each change of the shards served (``blink serve`` prints it)
         #: Sealed play (``relay/sealing.py``): every payload in is opened before anything counts it,
         #: every payload out sealed or signed. None: the broker keeps players apart.
         self.seal = seal
         self._restate: tuple[str, bytes] | None = None  # sealed: the signed online status, and when next
         self._restate_at = 0.0
-        self.log_path = Path(log_path) if log_path else None
-        self.eventlog = EventLog(self.log_path)
+        self.eventlog = EventLog(self.settings.log_path)
         self.intake = Intake.for_config(self.config, RELAY_INTAKE_SLACK)  # before decoding
         self._refused: dict[str, int] = {}  # sender -> when it was last told ``too_large`` (ns)
         # Journal calls block a thread each (a JetStream append waits for its acknowledgement): a
         # pool of our own, so one shard's never queue behind another's.
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(64, 3 * self.total + 4),
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(64, 3 * self.space.total + 4),
                                                            thread_name_prefix="blink-journal")
         self.servers: dict[str, Shard] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}
@@ -154,6 +151,7 @@ class Relay:
         self._client: MqttConnection | None = None
         self._act_head = f"{self.prefix}/m/".encode()
         self.link: BrokerLink | None = None
+        self._presence: Presence | None = None
         self._fatal: BaseException | None = None
         self._resync = False  # set on (re)connect: every shard is announced again
         self._announce: list[str] = []  # shards gained and not yet announced
@@ -167,18 +165,51 @@ class Relay:
         self._gc_full_at = time.monotonic()
         self._residence_file = os.environ.get("BLINK_RESIDENCE") or ""
         self._residence = array("q")  # (kept only with a file to write them to)
-        self._whole: Shard | None = None
-        if not self.sharded:
-            core = RelayCore(self.topics, dataclasses.replace(self.config, relay_id=self.relay_id), self.seed)
-            self._whole = self._shard(WHOLE, core, journal, 0)
+        #: The shards made with the relay (see relay/ownership.py): their journal is the caller's, so
+        #: they can be recovered and stepped before the relay runs; served once owned.
+        self._made = {name: self._shard(name, self.space.core(name, self.topics, self.config, self.seed),
+                                        self.space.open(name), 0, None) for name in self.space.ahead}
         self.ownership.subscribe(self._on_gain, self._on_loss)
 
-    # ------------------------------------------------------------------ a single relay's shard
+    # ------------------------------------------------------------------ what it was started with
+
+    @property
+    def topics(self) -> Topics:
+        return self.settings.topics
+
+    @property
+    def prefix(self) -> str:
+        return self.settings.topics.prefix
+
+    @property
+    def config(self) -> RelayConfig:
+        return self.settings.config
+
+    @property
+    def seed(self) -> int:
+        assert self.settings.seed is not None  # (drawn when it was not given)
+        return self.settings.seed
+
+    @property
+    def relay_id(self) -> str:
+        assert self.settings.relay_id is not None  # (the configuration's when it was not given)
+        return self.settings.relay_id
+
+    @property
+    def max_payload(self) -> int:
+        return self.settings.max_payload
+
+    @property
+    def total(self) -> int:
+        return self.space.total
+
+    # ------------------------------------------------------------------ the shard made with the relay
 
     @property
     def whole(self) -> Shard:
-        assert self._whole is not None, "a relay of several shards has a core per shard (servers)"
-        return self._whole
+        """The shard made with the relay (a single relay's; see relay/ownership.py)."""
+        assert len(self._made) == 1, "a relay of several shards has a core per shard (servers)"
+        return next(iter(self._made.values()))
 
     @property
     def core(self) -> RelayCore:
@@ -190,11 +221,11 @@ class Relay:
 
     @property
     def journal(self) -> Journal | None:
-        return self._whole.journal if self._whole is not None else None
+        return self.whole.journal if self._made else None
 
     @property
     def recovered(self) -> str | None:
-        return self._whole.recovered if self._whole is not None else None
+        return self.whole.recovered if self._made else None
 
     @property
     def resync_matches(self) -> int:
@@ -205,16 +236,19 @@ class Relay:
         return self.resync.seconds
 
     def recover(self) -> None:
-        """A single relay: rebuild its core from the journal (``run`` does it first; idempotent)."""
-        self.whole.recover()
-        # The journal's seed and configuration win: the matches were made with them.
-        core = self.whole.core
-        self.seed, self.config, self.topics, self.relay_id = core.seed, core.config, core.topics, core.config.relay_id
+        """Rebuild the shards made with the relay from their journal (``run`` does it first;
+        idempotent)."""
+        for srv in self._made.values():
+            srv.recover(self.space.check(srv.name, self.prefix))
+            # The journal's seed and configuration win: the matches were made with them.
+            core = srv.core
+            self.settings = dataclasses.replace(self.settings, seed=core.seed, config=core.config, topics=core.topics,
+                                                relay_id=core.config.relay_id)
 
     def now(self) -> tuple[int, int]:
-        """The (core, wall) time in ns of a single relay's core (0 offset for a relay of several)."""
+        """The (core, wall) time in ns of the shard made with the relay (0 offset without one)."""
         mono = self._mono()
-        return mono + (self._whole.mono_offset if self._whole is not None else 0), mono + self._wall_minus_mono
+        return mono + (self.whole.mono_offset if self._made else 0), mono + self._wall_minus_mono
 
     def _mono(self) -> int:
         """The monotonic clock, after checking whether the wall clock was set meanwhile."""
@@ -226,31 +260,31 @@ class Relay:
         return mono
 
     def _shards(self) -> list[Shard]:
-        # (a single relay's, served or not: a test may step a relay that never ran)
-        return [self._whole] if self._whole is not None else list(self.servers.values())
+        """Every shard stepped: those served, and those made with the relay served or not (a test
+        may step a relay that never ran)."""
+        return list({**self._made, **self.servers}.values())
+
+    def _callers(self, srv: Shard) -> bool:
+        """Whether ``srv`` journals in its caller's journal (made with the relay; see relay/ownership.py)."""
+        return self._made.get(srv.name) is srv
 
     # ------------------------------------------------------------------ ownership
 
-    def _shard(self, name: str, core: RelayCore, journal: Journal | None, fence: int) -> Shard:
-        return Shard(name, core, journal, fence, log_path=self.log_path, tagged=self.sharded,
-                     snapshot_every=self.snapshot_every, snapshot_every_s=self.snapshot_every_s,
-                     io=self._pool if self.sharded else None, wake=self._wake.set)
+    def _shard(self, name: str, core: RelayCore, journal: Journal | None, fence: int,
+               io: concurrent.futures.Executor | None) -> Shard:
+        return Shard(name, core, journal, fence, log_path=self.settings.log_path,
+                     tagged=self.space.tag(name) is not None, snapshot_every=self.settings.snapshot_every,
+                     snapshot_every_s=self.settings.snapshot_every_s, io=io, wake=self._wake.set)
 
     async def _on_gain(self, shard: str, fence: int) -> None:
         if shard in self.servers or shard in self._starting:
             return
-        if self._whole is not None:  # a single relay: its one shard, recovered before it connects
-            self._whole.fence = fence
-            await asyncio.get_running_loop().run_in_executor(None, self.recover)
-            self._whole.resume_clock(self._wall_minus_mono)
-            self._serve(self._whole, time.monotonic())
+        refused = self.space.refuse(shard)
+        if refused is not None:
+            self._fail(ConfigConflict(refused))
             return
-        if shard not in shards.shard_names(self.total):
-            self._fail(ConfigConflict(f"was handed shard {shard!r}, which is not one of the {self.total} shards "
-                                      f"of --shards-total {self.total}: every relay must be started with the same count"))
-            return
-        self._tell(f"holds the lease of shard {shard} (fence {fence})")
-        if isinstance(self.ownership, StaticOwnership):
+        self._tell_of(shard, f"holds the lease of shard {shard} (fence {fence})")
+        if self.ownership.before_connecting:
             await self._bring_up(shard, fence)  # before connecting: a conflict ends the relay at once
             return
         task = asyncio.create_task(self._bring_up(shard, fence))
@@ -268,52 +302,66 @@ class Relay:
         if task is not None:
             task.cancel()
         srv = self.servers.get(shard)
-        if srv is self._whole:  # a single relay stopping: its journal is its owner's to close
+        if srv is not None and self._callers(srv):  # stopping: its journal is its caller's to close
             self.servers.pop(shard, None)
         elif srv is not None:
-            history = getattr(self.ownership, "history", None)  # the leases say why (for the operator)
-            why = next((what for _, what, s in reversed(list(history)) if s == shard), None) if history else None
-            self._drop(srv, rebuild=False, why=why)
+            self._drop(srv, rebuild=False, why=self.ownership.why_lost(shard))  # (for the operator)
 
     async def _bring_up(self, shard: str, fence: int) -> None:
-        """Open, fence and recover a shard's journal (retried while owned), then serve it."""
+        """Recover a shard and serve it: one made with the relay in its caller's journal (an error
+        ends the relay), another opened, fenced and recovered (retried while owned)."""
         began = time.monotonic()
+        made = self._made.get(shard)
+        if made is not None:
+            made.fence = fence
+            await asyncio.get_running_loop().run_in_executor(None, self.recover)
+            srv = made
+        else:
+            opened = await self._open(shard, fence)
+            if opened is None:
+                return
+            srv = opened
+        srv.resume_clock(self._wall_minus_mono)
+        self._serve(srv, began)
+
+    async def _open(self, shard: str, fence: int) -> Shard | None:
+        """Open, fence and recover a shard's journal, retried while owned (None: not owned any more)."""
         delay = REBUILD_FIRST_S
         loop = asyncio.get_running_loop()
-        assert self.open_journal is not None
         while True:
             journal: Journal | None = None
             try:
-                journal = await loop.run_in_executor(self._pool, self.open_journal, shard)
-                # The fence first: from here on the previous owner cannot append behind the replay.
-                await loop.run_in_executor(self._pool, journal.append, [], fence)
-                cfg = dataclasses.replace(self.config, relay_id=f"shard-{shard}", shards_total=self.total)
-                srv = self._shard(shard, RelayCore(Topics(self.prefix, shard), cfg,
-                                                   int.from_bytes(os.urandom(8), "big")), journal, fence)
-                await loop.run_in_executor(self._pool, srv.recover, check_shard(shard, self.total, self.prefix))
+                journal = await loop.run_in_executor(self._pool, self.space.open, shard)
+                if journal is not None:
+                    # The fence first: from here on the previous owner cannot append behind the replay.
+                    await loop.run_in_executor(self._pool, journal.append, [], fence)
+                srv = self._shard(shard, self.space.core(shard, self.topics, self.config,
+                                                         int.from_bytes(os.urandom(8), "big")),
+                                  journal, fence, self._pool)
+                await loop.run_in_executor(self._pool, srv.recover, self.space.check(shard, self.prefix))
                 break
             except BaseException as exc:
                 await loop.run_in_executor(self._pool, close_quietly, journal)
                 if isinstance(exc, FencedError):
                     log.warning("shard %s: %s", shard, exc)
-                    return  # someone newer holds it; the ownership will tell us it is lost
+                    return None  # someone newer holds it; the ownership will tell us it is lost
                 if isinstance(exc, ConfigConflict) or not isinstance(exc, Exception):  # (cancelled among them)
                     raise
                 if shard not in self.ownership.owned():
-                    return
+                    return None
                 log.warning("shard %s: cannot open its journal yet (%s: %s); again in %.1f s",
                             shard, type(exc).__name__, exc, delay)
             await asyncio.sleep(delay)
             delay = min(REBUILD_MAX_S, delay * 2)
         if shard not in self.ownership.owned():
             await loop.run_in_executor(self._pool, close_quietly, srv.journal)
-            return
-        srv.resume_clock(self._wall_minus_mono)
+            return None
+        # Taken over: the players present lost their last will while nobody served them.
         present = {seat.client for match in srv.core.matches.values() if match.status in ("playing", "between")
                    for seat in match.players if seat.dropped_at is None}
         if present:
             self._will_checks.append((time.monotonic() + WILL_CHECK_S, srv, present))
-        self._serve(srv, began)
+        return srv
 
     def _serve(self, srv: Shard, began: float) -> None:
         self.servers[srv.name] = srv
@@ -321,9 +369,8 @@ class Relay:
         srv.served_at = time.monotonic()
         if srv.recovered:
             log.info("%s", srv.recovered)
-        if self.sharded:
-            self._tell(f"serves shard {srv.name} (fence {srv.fence}, {len(srv.core.matches)} match(es), "
-                       f"{srv.replayed} entries replayed in {srv.served_at - began:.2f} s)")
+        self._tell_of(srv.name, f"serves shard {srv.name} (fence {srv.fence}, {len(srv.core.matches)} match(es), "
+                                f"{srv.replayed} entries replayed in {srv.served_at - began:.2f} s)")
         self._announce.append(srv.name)
         self._wake.set()
 
@@ -351,6 +398,11 @@ class Relay:
         if self.say is not None:
             self.say(line)
 
+    def _tell_of(self, shard: str, what: str) -> None:
+        """Tell the operator about a shard that has a name (the whole space has none to tell of)."""
+        if self.space.tag(shard) is not None:
+            self._tell(what)
+
     def _say_plain(self, line: str) -> None:
         log.warning("%s", line)
         if self.say is not None:
@@ -373,17 +425,13 @@ class Relay:
         stepper: asyncio.Task[None] | None = None
         connection: asyncio.Task[None] | None = None
         try:
-            if isinstance(self.ownership, StaticOwnership):
+            if self.ownership.before_connecting:
                 await self.ownership.start()  # recovered before connecting (a conflict ends it here)
             if self._fatal is not None:
                 raise self._fatal
             self.eventlog.open()
-            started: dict[str, Any] = (
-                {"kind": "relay_started", "ts": time.time_ns(), "relay": self.relay_id, "shards_total": self.total,
-                 "order": self.config.order} if self.sharded else
-                {"kind": "relay_started", "seed": self.seed, "ts": time.time_ns(), "order": self.config.order,
-                 "relay": self.relay_id})
-            self.eventlog.write([LogRecord(started)])
+            self.eventlog.write([LogRecord(self.space.started(self.relay_id, self.seed, self.config.order,
+                                                              time.time_ns()))])
             self.link = self._link()
             connection = asyncio.create_task(self.link.run())
             stepper = asyncio.create_task(self._step_loop())
@@ -422,8 +470,8 @@ class Relay:
             if client is not None and client.connected:
                 try:  # every status offline, then DISCONNECT (the broker drops the last will)
                     out = [o for srv in self.servers.values() for o in srv.core.shutdown()]
-                    if self.sharded:
-                        out.append(Publish(self._own_status(), m.RelayStatus(self.relay_id, False), retain=True))
+                    if self._presence is not None and self._presence.own_status:
+                        out.append(Publish(self._presence.own_status, m.RelayStatus(self.relay_id, False), retain=True))
                     send_publishes(client, out, max_bytes=self.max_payload, seal=self._wire)
                     await client.disconnect(timeout=2.0)
                 except BaseException as exc:  # noqa: BLE001 - the broker may be gone already
@@ -434,10 +482,10 @@ class Relay:
                 task.cancel()
             for srv in list(self.servers.values()):
                 await srv.stop_snapshot()
-            if self.sharded:
-                servers, self.servers = list(self.servers.values()), {}
-                for srv in servers:
-                    await asyncio.get_running_loop().run_in_executor(self._pool, close_quietly, srv.journal)
+            opened = [srv for srv in self.servers.values() if not self._callers(srv)]
+            for srv in opened:  # (those made with the relay are their caller's to close)
+                del self.servers[srv.name]
+                await asyncio.get_running_loop().run_in_executor(self._pool, close_quietly, srv.journal)
             try:
                 await asyncio.wait_for(self.ownership.close(), 10)
             except BaseException as exc:  # noqa: BLE001 - leases run out by themselves
@@ -455,36 +503,30 @@ class Relay:
                 f"residence times kept {len(self._residence)}"]
 
     def _refilter(self) -> None:
-        if self._client is not None and self.sharded:  # the served shards' actions from the next read on
+        if self._client is not None and self._presence is not None and self._presence.filtered:
+            # the served shards' actions from the next read on
             self._client.set_topic_filter(*self._topic_filter())
 
     def _link(self) -> BrokerLink:
-        """A single relay speaks for its core's status; a relay of several for its own, and subscribes
-        once to every shard's actions (a topic a SUBSCRIBE: a refusal is asked again for it alone)."""
-        if self.sharded:
-            status = self._own_status()
-            groups = [[(self.topics.req_all, SUB_QOS)], [(f"{self.prefix}/m/+/+/act/+", SUB_QOS)]]
-        else:
-            status, groups = self.topics.relay_status(self.relay_id), [[(t, 1) for t in self.core.subscriptions()]]
-        several = len(self.addresses) > 1 or self.sharded
+        """The connection as the space has the relay stand on the broker (``Presence``)."""
+        presence = self._presence = self.space.presence(self.relay_id, self.topics)
+        status = presence.status
+        several = len(self.addresses) > 1 or presence.patient
         offline, online = encode(m.RelayStatus(self.relay_id, False)), encode(m.RelayStatus(self.relay_id, True))
         if self.seal is not None:
             offline, online = self.seal.wire(status, offline) or b"", self.seal.wire(status, online) or b""
             self._restate = (status, online)
         login = Login(self.client_id, Will(status, offline, qos=1, retain=True),
-                      groups, status if self.sharded else "", online,
+                      presence.groups, presence.own_status, online,
                       self.max_payload + PACKET_HEADER_ALLOWANCE,
                       CONNECT_TIMEOUT_S if several else DEFAULT_CONNECT_TIMEOUT_S,
-                      self._topic_filter if self.sharded else None,
-                      first_wait_s=FIRST_CONNECT_WAIT_S if self.sharded else 0.0, say=self._say_plain)
+                      self._topic_filter if presence.filtered else None,
+                      first_wait_s=FIRST_CONNECT_WAIT_S if presence.patient else 0.0, say=self._say_plain)
         return BrokerLink(self.addresses, login, self._on_messages, self._on_oversize, self._on_client, self._on_up)
 
     @property
     def _wire(self) -> Callable[[str, bytes], bytes | None] | None:
         return self.seal.wire if self.seal is not None else None
-
-    def _own_status(self) -> str:
-        return f"{self.prefix}/relays/{self.relay_id}/status"  # a relay of several's, beside its shards'
 
     def _topic_filter(self) -> tuple[bytes, tuple[bytes, ...]]:
         return self._act_head, tuple(f"{self.prefix}/m/{s}/".encode() for s in self.servers)
@@ -493,9 +535,10 @@ class Relay:
         self._client = conn
 
     async def _on_up(self, first: bool) -> None:
-        """Connected and subscribed: the first time, a leased relay starts taking part (a shard gained
-        is served at once); after a reconnect, every shard is announced again."""
-        if first and not isinstance(self.ownership, StaticOwnership):
+        """Connected and subscribed: the first time, an ownership that takes its shards once connected
+        starts taking part (a shard gained is served at once); after a reconnect, every shard is
+        announced again."""
+        if first and not self.ownership.before_connecting:
             try:
                 await self.ownership.start()
             except (MqttError, asyncio.CancelledError):
@@ -557,9 +600,8 @@ class Relay:
 
     def _on_oversize(self, topic: str, size: int) -> None:
         """A message far over ``max_payload`` (never buffered): its sender is told ``too_large``."""
-        if self.sharded and topic.startswith(self._act_head.decode()) \
-                and shards.shard_of_act_topic(topic, self.prefix) not in self.servers:
-            return
+        if topic.startswith(self._act_head.decode()) and self.space.route(topic, b"", self.prefix) not in self.servers:
+            return  # an action for a shard served elsewhere
         if self.seal is not None:
             return  # unopened, its sender is unknown: the topic may name anyone
         if self._will_checks:
@@ -637,18 +679,12 @@ class Relay:
             log.debug("status not restated: %s", exc)
 
     def _targets(self, topic: str, payload: bytes) -> list[Shard]:
-        """The served shards a message is for (``relay/cluster/shards.py``)."""
-        if self._whole is not None:
-            return [self._whole]
-        head = f"{self.prefix}/lobby/req/"
-        if topic.startswith(head):
-            client = topic[len(head):]
-            shard = shards.route_request(client, payload[:self.max_payload + 1], self.total)
-            if shard == shards.KNOWN:
-                return [s for s in self.servers.values() if client in s.core.client_match]
-        else:
-            shard = shards.shard_of_act_topic(topic, self.prefix) or ""
-        srv = self.servers.get(shard)
+        """The shards a message is for (``relay/cluster/shards.py``): served, or made with the relay."""
+        shard = self.space.route(topic, payload[:self.max_payload + 1], self.prefix)
+        if shard == shards.KNOWN:
+            client = topic.rpartition("/")[2]  # (only a lobby request may be for every shard that knows it)
+            return [s for s in self.servers.values() if client in s.core.client_match]
+        srv = self.servers.get(shard) or self._made.get(shard)
         return [srv] if srv is not None else []
 
     async def step(self) -> None:
@@ -667,7 +703,7 @@ class Relay:
         for topic, payload, arrived in inbox:
             targets = self._targets(topic, payload)
             if len(payload) > self.max_payload:
-                if targets or not self.sharded:
+                if targets:  # (an action for a shard served elsewhere is its owner's to refuse)
                     extra.extend(self._too_large(topic, len(payload), arrived, arrived + wmm))
                 continue
             for srv in targets:
@@ -689,17 +725,18 @@ class Relay:
         if batches or extra:
             self.steps += 1
         # Before anything of this step is published: nothing a player hears accepted is lost.
-        writes = [(srv, entries, out, srv.writer.append(entries, srv.fence if self.sharded else None)
+        # (a caller's journal is fenced by its directory lock: see relay/ownership.py)
+        writes = [(srv, entries, out, srv.writer.append(entries, None if self._callers(srv) else srv.fence)
                    if entries and srv.writer is not None else None) for srv, entries, out in batches.values()]
         results = iter(await _settled([w for *_, w in writes if w is not None]))
-        held = self.ownership.owned() if self.sharded else {}
+        held = self.ownership.owned()
         done: list[tuple[Shard | None, list[Out]]] = [(None, extra)] if extra else []
         answered: list[Shard] = []
         for srv, entries, out, write in writes:
             result = next(results) if write is not None else None
-            if not self.sharded:
+            if self._callers(srv):
                 if isinstance(result, BaseException):
-                    raise result  # a single relay's journal that cannot be written ends it
+                    raise result  # a caller's journal that cannot be written ends the relay
             elif self.servers.get(srv.name) is not srv:
                 continue  # lost meanwhile: not a word more for it
             elif held.get(srv.name) != srv.fence or isinstance(result, FencedError):
@@ -711,12 +748,12 @@ class Relay:
                 self._drop(srv, rebuild=True)
                 continue
             done.append((srv, out))
-            if self.sharded and out and not srv.answered and any(isinstance(e, Msg) for e in entries):
+            if out and not srv.answered and any(isinstance(e, Msg) for e in entries):
                 srv.answered = True
                 answered.append(srv)
         self._emit_all(done)
         for srv in answered:
-            self._tell(f"answers on shard {srv.name} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
+            self._tell_of(srv.name, f"answers on shard {srv.name} ({time.monotonic() - srv.served_at:.2f} s after serving it)")
         if self._residence_file and len(self._residence) < RESIDENCE_KEPT:
             finished = time.monotonic_ns()
             self._residence.extend(finished - arrived for _, _, arrived in inbox)
@@ -728,7 +765,7 @@ class Relay:
     def _too_large(self, topic: str, size: int, now_ns: int, wall_ns: int) -> list[Out]:
         """A payload over the limit is neither decoded nor journalled: its sender (from the topic) is
         told ``too_large`` and it is logged, once a second per sender at most: a flood costs one line."""
-        shard = shards.shard_of_act_topic(topic, self.prefix) if self.sharded else None
+        shard = shards.shard_of_act_topic(topic, self.prefix)
         act = Topics(self.prefix, shard).parse_act(topic) if shard else self.topics.parse_act(topic)
         client = act[1] if act else self.topics.parse_req(topic)
         key = client or "?"
@@ -751,7 +788,7 @@ class Relay:
         for srv, out in outs:
             records = [o for o in out if isinstance(o, LogRecord)]
             if records:
-                self.eventlog.write(records, srv.name if self.sharded and srv is not None else None)
+                self.eventlog.write(records, self.space.tag(srv.name) if srv is not None else None)
             everything += out
         if self._client is not None and everything:
             failed, why = send_publishes(self._client, everything, self.resync.on_qos1, self.max_payload, self._wire)
@@ -762,7 +799,7 @@ class Relay:
                 log.warning("%d publish(es) failed (%s); waiting for the broker", failed, why)
 
 
-__all__ = ["JournalOpener", "Relay"]
+__all__ = ["Relay", "RelaySettings", "clock_time"]
 
 
 async def _settled(writes: list[asyncio.Future[None]]) -> list[BaseException | None]:

@@ -32,7 +32,7 @@ from relay.embedded import Access
 from relay.embedded.gate import LimitedReader, PacketTooLarge
 from relay.hosting import LocalServer
 from relay.hosting.mosquitto import acl_text, hash_password, write_mosquitto_config
-from relay.runtime import Relay
+from relay.runtime import Relay, RelaySettings
 from bench.fuzz import RawMqtt
 from client.matchrun import run_match
 from client.net import Connection, new_client_id
@@ -331,7 +331,7 @@ def test_the_relay_refuses_payloads_over_its_limit_itself() -> None:
     async def main() -> None:
         broker = EmbeddedBroker("127.0.0.1", free_port(), max_payload=60_000)  # a broker that lets it through
         await broker.start()
-        relay = Relay(broker.relay_address, max_payload=1024)
+        relay = Relay(broker.relay_address, RelaySettings(max_payload=1024))
         relay.eventlog.records = []
         task = asyncio.create_task(relay.run())
         try:

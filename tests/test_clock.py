@@ -18,7 +18,8 @@ from protocol.topics import Topics
 from relay import runtime as shell_module
 from relay.core import LogRecord, Publish, RelayConfig
 from relay.storage.journal import SCHEMA_VERSION, Msg, SqliteJournal, Tick, open_journal
-from relay.runtime import Relay
+from relay.ownership import WholeSpace
+from relay.runtime import Relay, RelaySettings
 
 T = Topics()
 S = 1_000_000_000
@@ -64,7 +65,7 @@ def _run_steps(shell: Relay, clock: Clock, inputs: list[tuple[str, Any]]) -> Non
 
 def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clock: Clock, tmp_path: Path) -> None:
     journal = open_journal(tmp_path / "data")
-    shell = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=5, journal=journal)
+    shell = Relay(ADDRESS, RelaySettings(T, RelayConfig(), seed=5), WholeSpace(journal))
     shell.eventlog.records = []
     shell.recover()
     _run_steps(shell, clock, [(T.req("a"), m.CreateMatch(name="ann")), (T.req("a"), m.Ping(t0=1))])
@@ -82,12 +83,12 @@ def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clo
     # A second relay on the same directory replays the entries and makes the same log records
     # (the recovered event log is completed by comparing lines: the stamps must be identical).
     journal = open_journal(tmp_path / "data")
-    again = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=5, journal=journal)
+    again = Relay(ADDRESS, RelaySettings(T, RelayConfig(), seed=5), WholeSpace(journal))
     again.recover()
     replayed: list[dict[str, Any]] = []
     core = again.core
     # Re-run the journal from the start on a fresh core, as recovery does from a snapshot.
-    fresh = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=5).core
+    fresh = Relay(ADDRESS, RelaySettings(T, RelayConfig(), seed=5)).core
     for entry in entries:
         if isinstance(entry, Msg):
             out = fresh.handle(entry.topic, entry.payload, entry.now_ns, entry.wall_ns)
@@ -105,7 +106,7 @@ def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clo
 
 def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_path: Path) -> None:
     journal = open_journal(tmp_path / "data")
-    shell = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=journal)
+    shell = Relay(ADDRESS, RelaySettings(T, RelayConfig(), seed=9), WholeSpace(journal))
     shell.eventlog.records = []
     shell.recover()
     _run_steps(shell, clock, [(T.req("a"), m.CreateMatch(name="ann", settings={"countdown_s": 3}))])
@@ -121,7 +122,7 @@ def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_
     # The machine reboots: its monotonic clock starts again near 0; 1 s of wall time has passed.
     clock.mono, clock.wall = 2 * S, last_wall + S
     journal = open_journal(tmp_path / "data")
-    again = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=journal)
+    again = Relay(ADDRESS, RelaySettings(T, RelayConfig(), seed=9), WholeSpace(journal))
     again.recover()
     again.whole.resume_clock()  # what run() does after recover()
     now, wall = again.now()
@@ -137,14 +138,14 @@ def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_
     # Down longer than the countdown: it is due at once after recovery (time never runs back).
     clock.mono, clock.wall = 7 * S, clock.wall + 60 * S
     journal = open_journal(tmp_path / "data")
-    third = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=journal)
+    third = Relay(ADDRESS, RelaySettings(T, RelayConfig(), seed=9), WholeSpace(journal))
     third.recover()
     third.whole.resume_clock()
     assert third.now()[0] >= deadline
     # A wall clock set back before the last input never moves the core's time backwards.
     clock.wall = last_wall - 3600 * S
     fourth_journal = journal
-    fourth = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=9, journal=fourth_journal)
+    fourth = Relay(ADDRESS, RelaySettings(T, RelayConfig(), seed=9), WholeSpace(fourth_journal))
     fourth.core = third.core
     fourth.whole.resume_clock()
     assert fourth.now()[0] >= third.core.last_clock()[0]
@@ -222,7 +223,7 @@ def test_a_publish_on_a_dropped_connection_is_counted_not_raised(clock: Clock) -
     from mqttkit.connection import MqttConnection
 
     async def main() -> Relay:
-        shell = Relay(ADDRESS, topics=T, config=RelayConfig(), seed=1)
+        shell = Relay(ADDRESS, RelaySettings(T, RelayConfig(), seed=1))
         shell.eventlog.records = []
         client = MqttConnection(lambda msgs: None)  # never connected: no transport
         out = [Publish(T.client("a"), m.Pong(t0=1, t1=2, t2=3)), LogRecord({"kind": "x"}),

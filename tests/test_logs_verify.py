@@ -381,8 +381,8 @@ def test_real_relays_hand_a_shard_over_and_both_logs_verify(mosquitto: Any, tmp_
 
     from client.player import Player
     from relay.hosting import ClusterServer, sqlite_opener
-    from relay.ownership import StaticOwnership
-    from relay.runtime import Relay
+    from relay.ownership import ShardedSpace, StaticOwnership
+    from relay.runtime import Relay, RelaySettings
     from tests.helpers import eventually
 
     deadline = 120.0
@@ -395,8 +395,8 @@ def test_real_relays_hand_a_shard_over_and_both_logs_verify(mosquitto: Any, tmp_
         return server
 
     def relay(name: str, log: Path) -> Relay:
-        return Relay(mosquitto, StaticOwnership(["0", "1"]), sqlite_opener(tmp_path / "data", durable=False), 2,
-                     config=RelayConfig(relay_id=name), relay_id=name, log_path=log)
+        return Relay(mosquitto, RelaySettings(config=RelayConfig(relay_id=name), relay_id=name, log_path=log),
+                     ShardedSpace(2, sqlite_opener(tmp_path / "data", durable=False)), StaticOwnership(["0", "1"]))
 
     async def body() -> str:
         a = await serving(relay("relay-a", logs[0]))

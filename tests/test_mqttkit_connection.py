@@ -614,7 +614,7 @@ def test_the_relay_shell_rides_out_a_malformed_packet_by_reconnecting_and_resubs
     from protocol import messages as m
     from protocol.codec import decode_all, encode
     from protocol.topics import Topics
-    from relay.runtime import Relay
+    from relay.runtime import Relay, RelaySettings
 
     topics = Topics()
     answered: list[Any] = []
@@ -638,7 +638,7 @@ def test_the_relay_shell_rides_out_a_malformed_packet_by_reconnecting_and_resubs
 
     async def main() -> None:
         async with broker:
-            shell = Relay(BrokerAddress("127.0.0.1", broker.port, "relay", "pw"), topics=topics, seed=3)
+            shell = Relay(BrokerAddress("127.0.0.1", broker.port, "relay", "pw"), RelaySettings(topics, seed=3))
             task = asyncio.create_task(shell.run())
             try:
                 await until(lambda: bool(answered), "the relay's Pong after reconnecting", timeout=30)

@@ -22,9 +22,9 @@ from protocol.topics import Topics
 from relay.cluster import shards
 from relay.hosting import ClusterServer, sqlite_opener
 from relay.shard import ConfigConflict
-from relay.runtime import Relay
+from relay.runtime import Relay, RelaySettings
 from relay.core import RelayConfig
-from relay.ownership import StaticOwnership
+from relay.ownership import ShardedSpace, StaticOwnership
 from client.matchrun import run_match
 from client.player import Player
 from tests.helpers import eventually
@@ -60,8 +60,8 @@ class CountingRelay(Relay):
 
 
 def relay(address: BrokerAddress, owned: list[str], data: Path, name: str, total: int = TOTAL) -> CountingRelay:
-    r = CountingRelay(address, StaticOwnership(owned), sqlite_opener(data, durable=False), total,
-                      config=RelayConfig(relay_id=name), relay_id=name)
+    r = CountingRelay(address, RelaySettings(config=RelayConfig(relay_id=name), relay_id=name),
+                      ShardedSpace(total, sqlite_opener(data, durable=False)), StaticOwnership(owned))
     r.eventlog.records = []
     return r
 
@@ -293,8 +293,8 @@ def test_a_clean_stop_says_its_shards_offline_and_releases_them_even_when_asked_
         mosquitto: BrokerAddress, tmp_path: Path) -> None:
     async def body() -> None:
         ownership = SlowRelease(["0", "1"])
-        a = CountingRelay(mosquitto, ownership, sqlite_opener(tmp_path / "a", durable=False), TOTAL,
-                          config=RelayConfig(relay_id="relay-a"), relay_id="relay-a")
+        a = CountingRelay(mosquitto, RelaySettings(config=RelayConfig(relay_id="relay-a"), relay_id="relay-a"),
+                          ShardedSpace(TOTAL, sqlite_opener(tmp_path / "a", durable=False)), ownership)
         await stopped(await started(a))
         assert ownership.released  # the release ran to its end despite stop's repeated cancels
         t = Topics()

@@ -21,7 +21,7 @@ import pytest
 
 from mqttkit import BrokerAddress, free_port, parse_url
 from protocol.topics import Topics
-from relay.runtime import Relay, clock_time
+from relay.runtime import Relay, RelaySettings, clock_time
 from relay.hosting import ServeError, ServeOptions, serve_relay
 from relay.hosting.servebroker import BrokerChild, _last_line, choose, listeners_text
 from tests.conftest import find_mosquitto
@@ -208,7 +208,7 @@ def test_mosquittos_reason_at_start_is_worded_without_its_timestamp(tmp_path: Pa
 
 def test_a_relay_says_when_it_gains_a_shard_in_local_time_not_seconds_since_1970() -> None:
     said: list[str] = []
-    relay = Relay(parse_url("mqtt://127.0.0.1:1"), topics=Topics(), say=said.append)
+    relay = Relay(parse_url("mqtt://127.0.0.1:1"), RelaySettings(Topics()), say=said.append)
     relay._tell("serves shard 3")
     assert len(said) == 1 and re.fullmatch(
         r"relay \S+ serves shard 3 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", said[0]), said

@@ -20,7 +20,8 @@ from protocol.topics import Topics
 from relay.storage import snapshot
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
 from relay.storage import JournalError, Msg, SqliteJournal, Tick, feed
-from relay.runtime import Relay
+from relay.ownership import WholeSpace
+from relay.runtime import Relay, RelaySettings
 
 T = Topics()
 NS = 1_000_000_000
@@ -144,7 +145,7 @@ def test_a_newer_format_or_garbage_is_refused_in_one_line() -> None:
 
 
 def shell_on(journal: SqliteJournal) -> Relay:
-    return Relay(parse_url("mqtt://127.0.0.1:1"), topics=T, journal=journal)
+    return Relay(parse_url("mqtt://127.0.0.1:1"), RelaySettings(T), WholeSpace(journal))
 
 
 def test_the_shell_refuses_a_pickled_snapshot_in_one_line(tmp_path: Path) -> None:

@@ -198,6 +198,9 @@ class NatsLeases:
 
     # ---- Ownership
 
+    #: Leases are taken once the relay is connected: a shard gained is served at once (relay/ownership.py).
+    before_connecting = False
+
     def subscribe(self, on_gain: OnGain, on_loss: OnLoss) -> None:
         self._gain.append(on_gain)
         self._loss.append(on_loss)
@@ -205,6 +208,10 @@ class NatsLeases:
     def owned(self) -> Mapping[str, int]:
         held = self._held.copy()  # one C call: safe to read from another thread (``ThreadedLeases``)
         return {s: h.fence for s, h in held.items()}
+
+    def why_lost(self, shard: str) -> str | None:
+        """The latest change of ``shard`` in the history (what the operator is told when it goes)."""
+        return next((what for _, what, s in reversed(list(self.history)) if s == shard), None)
 
     async def start(self) -> None:
         if self._nc is not None:
@@ -732,6 +739,8 @@ class ThreadedLeases:
     def ttl(self) -> float:
         return self.inner.ttl
 
+    before_connecting = False  # (as ``NatsLeases``)
+
     @property
     def history(self) -> collections.deque[tuple[float, str, str]]:
         return self.inner.history
@@ -742,6 +751,9 @@ class ThreadedLeases:
 
     def owned(self) -> Mapping[str, int]:
         return self.inner.owned()
+
+    def why_lost(self, shard: str) -> str | None:
+        return self.inner.why_lost(shard)
 
     async def start(self) -> None:
         if self._loop is not None:

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
 from protocol.topics import Topics
 from relay.core import RelayConfig
-from relay.ownership import StaticOwnership
-from relay.runtime import Relay
+from relay.ownership import ShardedSpace, StaticOwnership
+from relay.runtime import Relay, RelaySettings
 from relay.sealing import Sealing, load_identity
 from relay.shard import ClusterError, ConfigConflict
 from relay.storage import Journal, JournalError, open_journal
@@ -100,8 +100,9 @@ class LocalServer:
         sealing = Sealing(load_identity(self.data_dir), topics) if seal and relay else None
         #: Where players connect (never the relay's credentials; with the relay's pin when it seals).
         self.address: BrokerAddress = relay_address.public().pinned(sealing.pin if sealing else None)
-        self.relay = Relay(relay_address, topics=topics, config=config, seed=seed, log_path=log_path,
-                           max_payload=max_payload, seal=sealing) if relay else None
+        settings = RelaySettings(topics, config or RelayConfig(), seed, log_path=Path(log_path) if log_path else None,
+                                 max_payload=max_payload)
+        self.relay = Relay(relay_address, settings, seal=sealing) if relay else None
         self._task: asyncio.Task[Any] | None = None
 
     async def __aenter__(self) -> LocalServer:
@@ -140,7 +141,7 @@ class LocalServer:
                 await asyncio.wait_for(self.broker.stop(), timeout=5)
             except asyncio.TimeoutError:
                 pass
-        if self.relay is not None and self.relay.sharded is False and self.relay.journal is not None:
+        if self.relay is not None and self.relay.journal is not None:
             self.relay.journal.close()
             self.relay.whole.attach(None)
         if self._remove_data_dir and self.data_dir is not None:
@@ -241,11 +242,12 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
     address = [parse_url(u.strip()) for u in broker_url.split(",") if u.strip()]
     topics = Topics((topics or Topics()).prefix)
     config = config or RelayConfig()
+    settings = RelaySettings(topics, config, log_path=Path(log_path) if log_path else None, max_payload=max_payload)
     if cluster_url is None:
         if shards is None or data_dir is None:
             raise ValueError("without a cluster a relay needs its shards and a data directory")
-        return ClusterServer(Relay(address, StaticOwnership(shards), sqlite_opener(data_dir, durable), shards_total,
-                                   topics, config, log_path=log_path, max_payload=max_payload, say=say))
+        return ClusterServer(Relay(address, settings, ShardedSpace(shards_total, sqlite_opener(data_dir, durable)),
+                                   StaticOwnership(shards), say=say))
     try:
         from relay.cluster import START_WAIT_S, JetStreamJournal, NatsLink
         from relay.cluster import NatsLeases, ThreadedLeases
@@ -262,6 +264,6 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
     except Exception as exc:
         await asyncio.to_thread(link.close)
         raise ClusterError(str(exc)) from exc
-    relay = Relay(address, leases, lambda shard: JetStreamJournal(link, shard), shards_total, topics, config,
-                  log_path=log_path, max_payload=max_payload, say=say)
+    relay = Relay(address, settings, ShardedSpace(shards_total, lambda shard: JetStreamJournal(link, shard)), leases,
+                  say=say)
     return ClusterServer(relay, on_stop=lambda: asyncio.to_thread(link.close))
