@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, TypeVar, cast
+from typing import Callable, Literal, TypeVar, cast
 
 from protocol import messages as m
 from protocol.clock import ClockFilter, sample
@@ -182,8 +182,9 @@ class ClientModel:
     seat: int | None = None
     game: str | None = None
     players: tuple[str, ...] = ()
-    settings: dict[str, Any] = field(default_factory=dict)
-    match_state: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)  # the match's settings, as the wire has them
+    #: The relay's match state, as the wire has it (read it through ``client.matchstate.MatchState``).
+    match_state: dict[str, object] = field(default_factory=dict)
     predictor: Predictor | None = None
     clock: ClockFilter = field(default_factory=ClockFilter)
     events: deque[m.Event] = field(default_factory=lambda: deque(maxlen=256))  # PAST_KEPT when spectating
@@ -305,7 +306,7 @@ class ClientModel:
         assert self.match is not None
         return m.Resync(self.match, from_seq=1)
 
-    def restate(self, match_state: dict[str, Any], players: tuple[str, ...]) -> None:
+    def restate(self, match_state: dict[str, object], players: tuple[str, ...]) -> None:
         """The match's state and players as something other than the relay tells them (a replay's
         step, read from its log): shown at once."""
         self.match_state, self.players = match_state, players

@@ -13,10 +13,12 @@ imports.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
+
+from client.matchstate import GameResult, MatchState
 
 
-def points_text(scores: Sequence[Any], names: Sequence[str], seat: int | None) -> str:
+def points_text(scores: Sequence[object], names: Sequence[str], seat: int | None) -> str:
     """``"you 78 · bot 54"``, or "" when the game keeps no points (all zero or none)."""
     nums = [s for s in scores if isinstance(s, (int, float)) and not isinstance(s, bool)]
     if len(nums) != len(scores) or not any(nums):
@@ -25,36 +27,37 @@ def points_text(scores: Sequence[Any], names: Sequence[str], seat: int | None) -
     return " · ".join(f"{w} {s:g}" for w, s in zip(who, nums))
 
 
-def game_line(index: int, result: Mapping[str, Any], names: Sequence[str], seat: int | None,
+def game_line(index: int, result: Mapping[str, object] | GameResult, names: Sequence[str], seat: int | None,
               reasons: Mapping[str, str], score_word: str = "points") -> str:
     """``game 1:  you won  (highest score)   —   points: you 78 · bot 54``; ``score_word`` names
     what the scores count ("" leaves them out: a game whose scores mean nothing on their own)."""
-    ws = [w for w in (result.get("winners") or []) if isinstance(w, int)]
+    game = result if isinstance(result, GameResult) else GameResult.read(result)
+    ws = list(game.winners)
     if len(ws) > 1:
         who = "shared: " + " & ".join(names[w] for w in ws if w < len(names))
     elif len(ws) != 1:
         who = "tie"
     else:
         who = "you won" if ws[0] == seat else f"{names[ws[0]] if ws[0] < len(names) else '?'} won"
-    reason = str(result.get("reason", ""))
+    reason = game.reason
     line = f"game {index + 1}:  {who}  ({reasons.get(reason, reason)})"
-    points = points_text(list(result.get("scores") or []), names, seat) if score_word else ""
+    points = points_text(game.scores, names, seat) if score_word else ""
     return f"{line}   —   {score_word}: {points}" if points else line
 
 
-def match_result_line(names: list[str], ms: dict[str, Any]) -> str:
+def match_result_line(names: list[str], state: Mapping[str, object] | MatchState) -> str:
     """A match's result in the third person: "A beat B 2–1", "A and B share the match", "in progress";
     a match a player left (``reason`` "forfeit", ``left`` naming who) or was gone from too long
     ("abandoned") says so: "B left: A won by forfeit" -- never "A beat B 0–0"."""
-    wins = list(ms.get("wins") or [])
-    status = ms.get("status")
-    if status != "over":
-        return "unfinished" if status else ""
-    winner = ms.get("winner")
+    ms = state if isinstance(state, MatchState) else MatchState.read(state)
+    wins = list(ms.wins)
+    if ms.status != "over":
+        return "unfinished" if ms.status else ""
+    winner = ms.winner
     score = "–".join(str(w) for w in sorted(wins, reverse=True)) if wins else ""
-    reason = ms.get("reason")
+    reason = ms.reason
     if reason in ("forfeit", "abandoned"):
-        left = str(ms.get("left") or "")
+        left = ms.left
         why = (f"{left} left" if reason == "forfeit" else f"{left} was gone too long") if left else ""
         won = (f"{names[winner]} won by forfeit" if isinstance(winner, int) and 0 <= winner < len(names)
                else "the match ended by forfeit")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from client.matchstate import MatchState
 from client.window import texts
 from relay.hosting import LocalServer
 from tests.test_replay import drive
@@ -40,8 +41,9 @@ def test_the_words_for_names_and_hints() -> None:
     assert texts.with_you("you", False) == "you"
     assert texts.replay_hint("watching a (bottom) and b (top)     Esc  menu") == "watching a (bottom) and b (top)"
     assert texts.replay_hint("Esc  menu") == ""
-    assert texts.game_number({"status": "playing", "results": []}, 4) == 1
-    assert texts.game_number({"status": "over", "results": [{}, {}]}, 4) == 2
+    assert MatchState.read({"status": "playing", "results": []}).game_number(4) == 1
+    assert MatchState.read({"status": "over", "results": [{}, {}]}).game_number(4) == 2
+    assert MatchState.read({"status": "playing"}).game_number(4) == 5  # no results listed: the relay's index
 
 
 def test_a_replay_of_your_own_match_after_a_rematch_reads_right(xdisplay: str, tmp_path: Path) -> None:  # noqa: F811

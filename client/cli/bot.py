@@ -72,6 +72,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None) -> int:
     from mqttkit import parse_url
     from client.bots import Bot
+    from client.matchstate import MatchState
     from client.cli.preflight import require_relay
     from client.player import Player, RequestError
 
@@ -100,10 +101,9 @@ async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None
             await Bot(player, reaction_s=args.reaction, seed=args.seed).run()
             if player.model.connection == "lost":
                 raise UserError(f"lost the connection to the broker: {player.model.lost}")
-            ms = player.model.match_state
-            winner = ms.get("winner")
-            names = ms.get("players", [])
-            print(f"match over: winner {names[winner] if isinstance(winner, int) and winner < len(names) else 'none'}",
+            ms = MatchState.read(player.model.match_state)
+            names, winner = ms.players, ms.winner
+            print(f"match over: winner {names[winner] if winner is not None and winner < len(names) else 'none'}",
                   flush=True)
     except RequestError as exc:
         raise refusal(exc, address.url) from exc

@@ -16,19 +16,23 @@ printed as a digit in two corners, and the colour is written out at the bottom o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping
 
 import pyglet
+from pyglet.font.base import Font
 from pyglet.graphics import Batch, Group
 
+from protocol.rules import blink
+
 from client.window import geometry as geo
-from client.window.layout import EMPTY
+from client.window.layout import EMPTY, Empty
 from client.window.mesh import Mesh
+from client.window.viewmodels.table import CardStyle, RingKind
 
 FONT = ("DejaVu Sans", "Arial", "Helvetica", "Liberation Sans")
 FELT = (15, 77, 51)  # the table's clear colour, for opaque "translucency" (see mesh.py)
 
-RING_COLOURS: dict[str, tuple[int, int, int, int]] = {
+RING_COLOURS: Mapping[RingKind, tuple[int, int, int, int]] = {
     "select": (255, 255, 255, 255),
     "pending": (255, 176, 0, 255),
     "bounce": (235, 50, 50, 255),
@@ -49,10 +53,10 @@ class Layer:
 
 def label(batch: Batch, group: Group, size: float = 12, color: tuple[int, int, int, int] = (255, 255, 255, 255),
           anchor_x: str = "left", anchor_y: str = "baseline", bold: bool = False, text: str = "",
-          x: float = 0, y: float = 0, **kw: Any) -> pyglet.text.Label:
+          x: float = 0, y: float = 0) -> pyglet.text.Label:
     return pyglet.text.Label(text, x=x, y=y, font_name=FONT, font_size=size, color=color, anchor_x=anchor_x,  # type: ignore[arg-type]
                              anchor_y=anchor_y, weight="bold" if bold else "normal",  # type: ignore[arg-type]
-                             batch=batch, group=group, **kw)
+                             batch=batch, group=group)
 
 
 def set_text(lbl: pyglet.text.Label, text: str) -> None:
@@ -87,10 +91,10 @@ def set_color(lbl: pyglet.text.Label, rgba: tuple[int, int, int, int]) -> None:
         lbl.color = rgba
 
 
-_fonts: dict[float, Any] = {}
+_fonts: dict[float, Font] = {}
 
 
-def glyph_font(size: float) -> Any:
+def glyph_font(size: float) -> Font:
     font = _fonts.get(size)
     if font is None:
         font = _fonts[size] = pyglet.font.load(FONT, size, weight="bold")
@@ -109,7 +113,7 @@ class GlyphText:
         self.capacity = capacity
         self.sprites: list[pyglet.sprite.Sprite] = []
         self.text = ""
-        self._key: Any = None
+        self._key: object = None
 
     def set(self, text: str, size: float, rgba: tuple[int, int, int, int], x: float, y: float,
             anchor_x: str = "left", anchor_y: str = "baseline") -> None:
@@ -154,7 +158,7 @@ class GlyphText:
 
 
 class CardView:
-    """One card on the table. ``style``: face | back | unknown | slot | none."""
+    """One card on the table, drawn in a ``CardStyle`` with an optional ring."""
 
     def __init__(self, batch: Batch, layer: Layer, bg: tuple[int, int, int] = FELT) -> None:
         self.mesh = Mesh(batch, layer.mesh, bg=bg)
@@ -164,19 +168,20 @@ class CardView:
         self.word = GlyphText(batch, layer.text, 10)
         self.mid = GlyphText(batch, layer.text, 4)
         self._text: dict[str, tuple[str, float, tuple[int, int, int, int]]] = {}
-        self.card: Any = None
-        self.style = "none"
+        self.card: blink.Card | None = None
+        self.style: CardStyle = "none"
         self.w = self.h = 0.0
         self.x = self.y = 0.0
         self.alpha = 1.0
-        self.ring_kind: str | None = None
-        self._key: Any = None
-        self._ring_key: Any = None
+        self.ring_kind: RingKind | None = None
+        self._key: object = None
+        self._ring_key: object = None
 
     # -- content -------------------------------------------------------------------------------
 
-    def show(self, card: Any, style: str, w: float, h: float, alpha: float = 1.0, mid: str = "") -> None:
-        if card is EMPTY:
+    def show(self, card: blink.Card | Empty | None, style: CardStyle, w: float, h: float, alpha: float = 1.0,
+             mid: str = "") -> None:
+        if isinstance(card, Empty):
             card = None
         key = (None if card is None else str(card), style, round(w, 1), round(h, 1), round(alpha, 2), mid)
         if key == self._key:
@@ -204,7 +209,7 @@ class CardView:
         self._text = text
         self._place()
 
-    def set_ring(self, kind: str | None, alpha: float = 1.0) -> None:
+    def set_ring(self, kind: RingKind | None, alpha: float = 1.0) -> None:
         alpha = round(max(0.0, min(1.0, alpha)) * 8) / 8  # fades in a few steps: no rebuild every frame
         key = (kind, round(self.w, 1), round(self.h, 1), alpha if kind else 0)
         if key == self._ring_key:

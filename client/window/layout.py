@@ -17,7 +17,7 @@ card under them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Callable, Sequence, TypeVar
 
 CARD_ASPECT = 0.7  # width / height
 
@@ -124,14 +124,17 @@ def table_layout(w: int, h: int, hand_size: int = 3) -> TableLayout:
     )
 
 
-def stable_slots(previous: Sequence[Any], hand: Sequence[Any], size: int) -> list[Any]:
+C = TypeVar("C")
+
+
+def stable_slots(previous: Sequence[C | None | Empty], hand: Sequence[C | None], size: int) -> list[C | None | Empty]:
     """Place ``hand`` into ``size`` slots, keeping every card that is still in the hand where it was.
 
     ``previous`` is the last placement (a list of cards, ``None`` for an unknown card being drawn,
     or the ``EMPTY`` marker for no card). Unknown cards are not matched to anything: each new card
     (known or not) fills the first free slot, in hand order."""
     pool = list(hand)
-    slots: list[Any] = [EMPTY] * size
+    slots: list[C | None | Empty] = [EMPTY] * size
     for i, card in enumerate(list(previous)[:size]):
         if card is not EMPTY and card is not None and card in pool:
             slots[i] = card
@@ -146,12 +149,14 @@ def stable_slots(previous: Sequence[Any], hand: Sequence[Any], size: int) -> lis
     return slots
 
 
-class _Empty:
+class Empty:
+    """The marker of a slot with no card (``None`` is a card not known yet)."""
+
     def __repr__(self) -> str:
         return "EMPTY"
 
 
-EMPTY: Any = _Empty()
+EMPTY = Empty()
 
 
 def logo_cards(width: float, half_title: float, f: float, card_h: float) -> tuple[float, list[float]]:
@@ -168,7 +173,7 @@ def logo_cards(width: float, half_title: float, f: float, card_h: float) -> tupl
     return cw, [left, right, right + step]
 
 
-def fit_text(text: str, max_w: float, measure: Any) -> str:
+def fit_text(text: str, max_w: float, measure: Callable[[str], float]) -> str:
     """``text``, cut at the end with "…" until ``measure(candidate)`` (its drawn width) is at most
     ``max_w``: a long line (an error message) never runs out of the panel drawn behind it."""
     if not text or measure(text) <= max_w:

@@ -18,11 +18,12 @@ Cards, rings and slots are drawn opaque; where something should look translucent
 
 from __future__ import annotations
 
-from typing import Any
+from typing import MutableSequence, Protocol, cast
 
 import pyglet
 from pyglet.gl import GL_BLEND, GL_ONE_MINUS_SRC_ALPHA, GL_SRC_ALPHA, GL_TRIANGLES, glBlendFunc, glDisable, glEnable
 from pyglet.graphics import Batch, Group
+from pyglet.graphics.shader import ShaderProgram
 
 from client.window.geometry import Tris
 
@@ -45,10 +46,10 @@ void main() { final_color = vertex_colors; }
 
 BUCKET = 96  # vertex lists are sized in steps of this many vertices
 
-_programs: dict[int, Any] = {}
+_programs: dict[int, ShaderProgram] = {}
 
 
-def program() -> Any:
+def program() -> ShaderProgram:
     ctx = pyglet.gl.current_context
     assert ctx is not None, "a window (GL context) must exist before drawing"
     key = id(ctx)
@@ -58,10 +59,21 @@ def program() -> Any:
     return prog
 
 
+class MeshVertices(Protocol):
+    """A vertex list of the mesh shader: pyglet makes one attribute per shader input (position,
+    colors, translation), which its own types cannot name."""
+
+    position: MutableSequence[float]
+    colors: MutableSequence[int]
+    translation: MutableSequence[float]
+
+    def delete(self) -> None: ...
+
+
 class MeshGroup(Group):
     """Binds the mesh shader; enables blending only for translucent meshes. Equal groups merge."""
 
-    def __init__(self, prog: Any, blend: bool, parent: Group | None) -> None:
+    def __init__(self, prog: ShaderProgram, blend: bool, parent: Group | None) -> None:
         super().__init__(parent=parent)
         self.program = prog
         self.blend = blend
@@ -125,7 +137,7 @@ class Mesh:
         self.y = 0.0
         self.count = 0  # vertices in the vertex list (its capacity)
         self.used = 0  # vertices of the picture shown
-        self._vl: Any = None
+        self._vl: MeshVertices | None = None
         self._tris: Tris | None = None
         self._alpha = 1.0
 
@@ -168,9 +180,9 @@ class Mesh:
             pos = list(pos) + [0.0] * (2 * (cap - n))
             col = list(col) + [0] * (4 * (cap - n))
         self.count, self.used = cap, n
-        self._vl = self.group.program.vertex_list(
+        self._vl = cast(MeshVertices, self.group.program.vertex_list(
             cap, GL_TRIANGLES, self.batch, self.group,
-            position=("f", pos), colors=("Bn", col), translation=("f", (self.x, self.y) * cap))
+            position=("f", pos), colors=("Bn", col), translation=("f", (self.x, self.y) * cap)))
 
     def move(self, x: float, y: float) -> None:
         if x == self.x and y == self.y:

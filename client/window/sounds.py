@@ -17,13 +17,20 @@ import logging
 import math
 import struct
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Literal, Mapping
+
+if TYPE_CHECKING:
+    from pyglet.media.codecs.base import StaticSource
 
 log = logging.getLogger("blink.window")
 
 RATE = 22050
-# name -> tones played one after another: (waveform, frequency Hz, seconds, gain 0..1)
-EFFECTS: dict[str, list[tuple[str, float, float, float]]] = {
+#: The sound cues a viewmodel may ask for: a play landed, a play bounced, a countdown tick, GO, a
+#: game won, a stalemate.
+Cue = Literal["land", "bounce", "tick", "go", "win", "stalemate"]
+Wave = Literal["square", "triangle", "sine"]
+#: cue -> tones played one after another: (waveform, frequency Hz, seconds, gain 0..1)
+EFFECTS: Mapping[Cue, list[tuple[Wave, float, float, float]]] = {
     "land": [("triangle", 880.0, 0.045, 0.45), ("triangle", 1320.0, 0.07, 0.40)],
     "bounce": [("square", 196.0, 0.08, 0.20), ("square", 139.0, 0.15, 0.20)],
     "tick": [("sine", 660.0, 0.06, 0.35)],
@@ -33,7 +40,7 @@ EFFECTS: dict[str, list[tuple[str, float, float, float]]] = {
 }
 
 
-def _wave(kind: str, phase: float) -> float:
+def _wave(kind: Wave, phase: float) -> float:
     p = phase % 1.0
     if kind == "square":
         return 1.0 if p < 0.5 else -1.0
@@ -43,7 +50,7 @@ def _wave(kind: str, phase: float) -> float:
 
 
 @lru_cache(maxsize=None)
-def pcm(name: str, rate: int = RATE) -> bytes:
+def pcm(name: Cue, rate: int = RATE) -> bytes:
     """The effect as signed 16-bit little-endian mono samples."""
     samples: list[int] = []
     for kind, freq, secs, gain in EFFECTS[name]:
@@ -55,7 +62,7 @@ def pcm(name: str, rate: int = RATE) -> bytes:
     return struct.pack(f"<{len(samples)}h", *samples)
 
 
-def _static_source(data: bytes) -> Any:
+def _static_source(data: bytes) -> StaticSource:
     """A pyglet ``StaticSource`` over PCM bytes (each play gets its own reader of the same bytes)."""
     from pyglet.media.codecs.base import AudioFormat, StaticSource
 
@@ -74,8 +81,8 @@ def _static_source(data: bytes) -> Any:
 class Sounds:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self._sources: dict[str, Any] = {}
-        self.played: list[str] = []  # what was asked for (tests read it, even when muted)
+        self._sources: dict[Cue, StaticSource] = {}
+        self.played: list[Cue] = []  # what was asked for (tests read it, even when muted)
 
     def warm(self) -> None:
         """Load the audio system and render every effect now, at start-up: importing pyglet.media
@@ -90,7 +97,7 @@ class Sounds:
             log.warning("sound disabled: %s", exc)
             self.enabled = False
 
-    def play(self, name: str) -> None:
+    def play(self, name: Cue) -> None:
         self.played.append(name)
         if len(self.played) > 1000:
             del self.played[:500]

@@ -57,15 +57,6 @@ def replay_hint(hint: str) -> str:
     return "     ".join(part for part in hint.split("     ") if part.strip() and part.strip() != "Esc  menu")
 
 
-def game_number(ms: dict[str, object], fallback_index: int) -> int:
-    """The number of the game being played, or just played, in the current match: counted from
-    the match's own results, which a rematch starts again (the relay's game index runs on)."""
-    results = ms.get("results")
-    if not isinstance(results, list):
-        return fallback_index + 1
-    return len(results) + 1 if ms.get("status") == "playing" else max(1, len(results))
-
-
 def score_line(names: list[str], wins: list[int], seat: int | None) -> str:
     if len(names) < 2 or len(wins) < 2:
         return ""

@@ -32,9 +32,10 @@ from pyglet.window import key
 
 from protocol.rules import roll_your_own as ryo
 from client.window.draw2d import Canvas
+from client.window.viewmodels.clientview import ClientView
 from client.window.layout import Rect
 from client.window.scenes.turnbased import AMBER, DIM, GREEN, RED, TurnBasedScene, WHITE, YELLOW
-from client.window.viewmodels.ryo import RyoViewModel
+from client.window.viewmodels.ryo import RyoViewModel, rolls_of
 
 NS = 1_000_000_000
 IVORY = (244, 238, 220, 255)
@@ -42,9 +43,8 @@ FACE_KEYS = {key._1: 0, key._2: 1, key._3: 2, key._4: 3, key._5: 4, key._6: 5,
              key.NUM_1: 0, key.NUM_2: 1, key.NUM_3: 2, key.NUM_4: 3, key.NUM_5: 4, key.NUM_6: 5}
 
 
-class RyoScene(TurnBasedScene):
+class RyoScene(TurnBasedScene[ryo.State]):
     name = "ryo"
-    view_model = RyoViewModel
     vm: RyoViewModel
 
     @property
@@ -55,10 +55,13 @@ class RyoScene(TurnBasedScene):
     def sel(self) -> int:
         return self.vm.sel
 
-    def row_lines(self, state: Any) -> float:
+    def view_model(self, title: str) -> RyoViewModel:
+        return RyoViewModel(title)
+
+    def row_lines(self, state: ryo.State) -> float:
         return 3.4
 
-    def row_detail(self, c: Canvas, model: Any, state: Any, seat: int, rect: Rect) -> None:
+    def row_detail(self, c: Canvas, model: ClientView, state: ryo.State, seat: int, rect: Rect) -> None:
         line = self.vm.row_text(state, seat)
         if line:
             self.text(rect.left + self.f * 2.2, rect.y, line, 0.82, DIM, ax="left")
@@ -75,7 +78,7 @@ class RyoScene(TurnBasedScene):
 
     # ------------------------------------------------------------------ the board
 
-    def board(self, c: Canvas, model: Any, state: Any, me: int | None, now_ns: int) -> None:
+    def board(self, c: Canvas, model: ClientView, state: ryo.State, me: int | None, now_ns: int) -> None:
         f = self.f
         br = self.board_rect
         if state.phase == "build" and me is not None and not state.built[me]:
@@ -101,11 +104,9 @@ class RyoScene(TurnBasedScene):
         shown = self.vm.shown_roll(now_ns)
         tumbling = shown is not None and shown[1]
         asking = not self.vm.deciding(now_ns)  # the round's question waits for its rolls to be shown
-        faces_by_seat = {}
-        if shown is not None:
-            for r in shown[0].get("rolls", []):
-                faces_by_seat[r.get("player")] = r.get("face")
-        best = max((r.get("value", 0) for r in shown[0].get("rolls", [])), default=None) if shown else None
+        rolls = rolls_of(shown[0]) if shown is not None else []
+        faces_by_seat = {r.player: r.face for r in rolls}
+        best = max((r.value for r in rolls), default=None) if shown else None
         mydie = state.dice[me] if me is not None and me < len(state.dice) else None
         where, rules = self.vm.rules_line(state)
         title = self.text(br.left + f, top, "Dice", 1.1, DIM, ax="left", bold=True)
@@ -127,7 +128,7 @@ class RyoScene(TurnBasedScene):
                 tumbling_here = False  # the die itself stays put; the big dice below tumble
                 self.die(c, x, y, size, v, body=IVORY)
                 if hl == i and not tumbling and shown is not None and any(
-                        r.get("player") == seat and r.get("value") == v for r in shown[0].get("rolls", [])):
+                        r.player == seat and r.value == v for r in rolls):
                     won = best is not None and v == best
                     c.ring(x, y, size, size, 3, GREEN if won else (150, 170, 200, 255), radius=size * 0.18)
                 if not tumbling_here:
@@ -148,17 +149,16 @@ class RyoScene(TurnBasedScene):
                     self.text(br.right - f, y + f * dy, t, k, tint, ax="right", bold=bold, max_w=room)
         # the latest roll, big: each rolling player's face
         if shown is not None:
-            rolls = shown[0].get("rolls", [])
             big = min(f * 5, br.w / max(1, len(rolls)) / 2.2)
             by = br.bottom + f * 9.5 + big / 2
             for k, r in enumerate(rolls):
-                seat = r.get("player", -1)
+                seat = r.player
                 bx = br.x + (k - (len(rolls) - 1) / 2) * big * 2.2
                 die = state.dice[seat] if isinstance(seat, int) and 0 <= seat < len(state.dice) else None
                 rng = random.Random(now_ns // (NS // 14) + 7 * k)
-                v = rng.choice(die) if tumbling and die else r.get("value", 0)
+                v = rng.choice(die) if tumbling and die else r.value
                 self.die(c, bx, by, big, v, body=IVORY)
-                if not tumbling and best is not None and r.get("value") == best:
+                if not tumbling and best is not None and r.value == best:
                     c.ring(bx, by, big, big, 4, GREEN, radius=big * 0.18)
                 self.text(bx, by - big / 2 - f * 0.9, f"{self.pname(model, seat)}: {'…' if tumbling else v}", 1.0,
                           self.vm.seat_colour(state, seat) if isinstance(seat, int) else WHITE, bold=True,
@@ -178,8 +178,8 @@ class RyoScene(TurnBasedScene):
             self.button(c, "lower", b, f"(b) make {self.pname(model, w) if w is not None else 'the winner'} lower "
                         "their die  (B)", can_b, lambda: self.act(ryo.LowerWinner()), hot=True)
 
-    def _face_buttons(self, c: Canvas, model: Any, state: Any, me: int | None, seat: int, i: int, x: float, y: float,
-                      size: float, asking: bool) -> None:
+    def _face_buttons(self, c: Canvas, model: ClientView, state: ryo.State, me: int | None, seat: int, i: int,
+                      x: float, y: float, size: float, asking: bool) -> None:
         if me is None or seat != me or not asking:
             return
         f = self.f
@@ -196,7 +196,7 @@ class RyoScene(TurnBasedScene):
             self.button(c, f"lower{i}", Rect(x, y - size / 2 - f * 1.9, size, f * 1.5), "−1", ok,
                         partial(self.act, ryo.LowerFace(i)), size=0.8, hot=ok)
 
-    def _draw_builder(self, c: Canvas, model: Any, state: Any, me: int) -> None:
+    def _draw_builder(self, c: Canvas, model: ClientView, state: ryo.State, me: int) -> None:
         self.vm.builder(model, state)
         f = self.f
         br = self.board_rect
@@ -240,7 +240,7 @@ class RyoScene(TurnBasedScene):
 
     # ------------------------------------------------------------------ keys
 
-    def game_key(self, symbol: int, state: Any, me: int | None) -> bool:
+    def game_key(self, symbol: int, state: ryo.State, me: int | None) -> bool:
         if state.phase == "build":
             if symbol in FACE_KEYS:
                 self._select(FACE_KEYS[symbol])

@@ -22,6 +22,7 @@ from typing import Any
 
 from protocol.rules import sequence as sq
 from client.window.draw2d import Canvas
+from client.window.viewmodels.clientview import ClientView
 from client.window.host import SceneHost
 from client.window.layout import Rect
 from client.window.scenes.turnbased import AMBER, DIM, GREEN, RED, TurnBasedScene, WHITE, YELLOW
@@ -41,24 +42,26 @@ def _space(x: float, y: float, w: float, h: float, bg: Any, radius: float, c: Ca
 SENT_TAG_W = 0.46
 
 
-class SequenceScene(TurnBasedScene):
+class SequenceScene(TurnBasedScene[sq.State]):
     name = "sequence"
-    view_model = SequenceViewModel
     vm: SequenceViewModel
 
     def __init__(self, app: SceneHost) -> None:
         self._cells: dict[tuple[int, int], Rect] = {}
         super().__init__(app)
 
-    def row_lines(self, state: Any) -> float:
+    def view_model(self, title: str) -> SequenceViewModel:
+        return SequenceViewModel(title)
+
+    def row_lines(self, state: sq.State) -> float:
         return 3.5
 
-    def row_detail(self, c: Canvas, model: Any, state: Any, seat: int, rect: Rect) -> None:
+    def row_detail(self, c: Canvas, model: ClientView, state: sq.State, seat: int, rect: Rect) -> None:
         self.text(rect.left + self.f * 2.2, rect.y, self.vm.row_text(model, state, seat), 0.85, DIM, ax="left")
 
     # ------------------------------------------------------------------ the board
 
-    def board(self, c: Canvas, model: Any, state: Any, me: int | None, now_ns: int) -> None:
+    def board(self, c: Canvas, model: ClientView, state: sq.State, me: int | None, now_ns: int) -> None:
         f = self.f
         br = self.board_rect
         rows, cols = state.settings.rows, state.settings.cols
@@ -115,7 +118,7 @@ class SequenceScene(TurnBasedScene):
                     c.disc_ring(x, y, side * 0.34, max(3.0, side * 0.06), AMBER)
         if len(state.line) >= 2:
             a0, a1 = state.line[0], state.line[-1]
-            p0, p1 = self._cells[tuple(a0)], self._cells[tuple(a1)]
+            p0, p1 = self._cells[(a0[0], a0[1])], self._cells[(a1[0], a1[1])]
             c.line(p0.x, p0.y, p1.x, p1.y, max(4.0, side * 0.08), (255, 210, 40, 230))
         rejected = self.vm.rejected_now(now_ns)
         if isinstance(rejected, (sq.PlaceChip, sq.RemoveChip)):

@@ -21,12 +21,16 @@ card place, labels, the band's panel and timer bar -- and each frame:
 from __future__ import annotations
 
 import time
-from typing import Any
+from functools import partial
+from typing import Iterator
 
 import pyglet
 from pyglet.window import key, mouse
 
+from protocol import messages as m
 from protocol.rules import blink
+from protocol.rules.base import Rejected
+from client.matchstate import MatchState
 from client.window.cards import FELT, FONT, CardView, Layer, fit_label, glyph_font, label, set_color, set_text
 from client.window.layout import Rect, TableLayout, fit_text, table_layout
 from client.window.mesh import Mesh, mix
@@ -34,7 +38,7 @@ from client.window import geometry as geo
 from client.window import texts
 from client.window.host import SceneHost
 from client.window.scenes.base import Scene
-from client.window.viewmodels.table import NS, Band, CardShow, Step, TableBoard, TableViewModel
+from client.window.viewmodels.table import NS, Band, BandPlace, CardShow, Slot, Step, TableBoard, TableViewModel
 
 WARM_BUDGET_S = 0.0015  # start-up work done in quiet frames (see _warm_steps)
 
@@ -49,7 +53,7 @@ def _ease_out(f: float) -> float:
     return 1 - (1 - f) ** 3
 
 
-def _width(lbl: Any, text: str) -> float:
+def _width(lbl: pyglet.text.Label, text: str) -> float:
     """How wide ``text`` draws in ``lbl``'s font (the label keeps it)."""
     lbl.text = text
     return float(lbl.content_width)
@@ -109,15 +113,15 @@ class TableScene(Scene):
         self.dragging = False
         self.drag_pos = (0.0, 0.0)
         self.esc_at = 0
-        self._key: Any = None
-        self._warm: Any = None
-        self._band_key: Any = None
-        self.band_where = ""  # where the text band is drawn ("" none; see ``_overlay``)
+        self._key: object = None
+        self._warm: Iterator[None] | None = None
+        self._band_key: object = None
+        self.band_where: BandPlace = ""  # where the text band is drawn (see ``_overlay``)
         self.band_rect: Rect | None = None  # its panel
-        self._bar_key: Any = None
+        self._bar_key: object = None
         self._bar_y = 0.0
         self._still = False  # the last update changed nothing drawn but what bumped display_version
-        self._look: Any = None
+        self._look: object = None
         self.resize(*app.size)
 
     # ------------------------------------------------------------------ frame
@@ -156,7 +160,7 @@ class TableScene(Scene):
         self._key = None  # re-place the cards
         self._warm = self._warm_up(lay)
 
-    def _warm_up(self, lay: TableLayout) -> Any:
+    def _warm_up(self, lay: TableLayout) -> Iterator[None]:
         """Build every card picture for this size ahead of need, a little at a time (see update),
         and render the glyphs of the card labels now, so a play never waits for either."""
         m = geo.CardMetrics(lay.card_w, lay.card_h)
@@ -168,7 +172,7 @@ class TableScene(Scene):
         w, h = round(lay.card_w, 1), round(lay.card_h, 1)
         return self._warm_steps([(c.count, c.colour, c.shape, w, h) for c in blink.standard_deck()])
 
-    def _warm_steps(self, faces: list[tuple[Any, ...]]) -> Any:
+    def _warm_steps(self, faces: list[tuple[int, str, str, float, float]]) -> Iterator[None]:
         """One small piece of work per quiet frame: the glyphs of the band and message texts (the
         first use of a glyph renders it: ~10 ms for a line in a new size), then every card picture."""
         first = "0123456789GO!Stalemate:choseardCnyuwigpbkfv"  # the countdown and band words first
@@ -361,7 +365,7 @@ class TableScene(Scene):
         for lbl, text in ((big_lbl, band.big), (sub_lbl, band.sub)):  # never wider than the band's panel
             set_text(lbl, text)
             if lbl.content_width > lay.w * 0.94 - f * 2:
-                set_text(lbl, fit_text(text, lay.w * 0.94 - f * 2, lambda t, lbl=lbl: _width(lbl, t)))
+                set_text(lbl, fit_text(text, lay.w * 0.94 - f * 2, partial(_width, lbl)))
         if where == "status":
             band_y, band_h = lay.status_y, lay.status_h * 0.98
         elif where == "centre":
@@ -408,7 +412,7 @@ class TableScene(Scene):
 
     # ------------------------------------------------------------------ input -> actions
 
-    def _send(self, step: Step) -> Any:
+    def _send(self, step: Step) -> m.Act | Rejected | None:
         """Carry out what the view-model made of an input: note it, send its action."""
         if step.noted:
             self.app.note_input()
@@ -423,18 +427,18 @@ class TableScene(Scene):
         return self.vm.selected
 
     @property
-    def slots(self) -> list[Any]:
+    def slots(self) -> list[Slot]:
         return self.vm.slots
 
-    def select(self, slot: int) -> Any:
+    def select(self, slot: int) -> m.Act | Rejected | None:
         """Key 1/2/3: select that hand card (or, during a stalemate pick, place it)."""
         return self._send(self.vm.select(self.app.session.model, slot, time.time_ns()))
 
-    def play(self, pile: int, slot: int | None = None) -> Any:
+    def play(self, pile: int, slot: int | None = None) -> m.Act | Rejected | None:
         """Left/Right (A/D): play the selected card (or ``slot``) on pile 0/1. Returns the result."""
         return self._send(self.vm.play(self.app.session.model, pile, slot, time.time_ns()))
 
-    def pick(self, slot: int) -> Any:
+    def pick(self, slot: int) -> m.Act | Rejected | None:
         return self._send(self.vm.pick(self.app.session.model, slot))
 
     def on_key_press(self, symbol: int, modifiers: int) -> bool:
@@ -446,7 +450,7 @@ class TableScene(Scene):
             return True
         if symbol == key.ESCAPE:
             model = self.app.session.model
-            running = (model is not None and (model.match_state or {}).get("status") in ("playing", "between"))
+            running = model is not None and MatchState.read(model.match_state).status in ("playing", "between")
             now = time.time_ns()
             if running and now - self.esc_at > 2 * NS:
                 self.esc_at = now
@@ -508,9 +512,9 @@ class TableScene(Scene):
 
     # ------------------------------------------------------------------ for tests
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """What is drawn right now, as data."""
-        def show(v: CardView) -> Any:
+        def show(v: CardView) -> str | None:
             if v.style == "face":
                 return str(v.card)
             return {"back": "back", "unknown": "?", "slot": None, "none": None}[v.style]

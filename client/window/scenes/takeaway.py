@@ -25,6 +25,7 @@ from pyglet.window import key
 
 from protocol.rules import takeaway as tk
 from client.window.draw2d import Canvas, axial_to_xy, hex_points
+from client.window.viewmodels.clientview import ClientView
 from client.window.host import SceneHost
 from client.window.layout import Rect
 from client.window.scenes.turnbased import AMBER, DIM, GREEN, RED, TurnBasedScene, WHITE, YELLOW
@@ -37,9 +38,8 @@ HATCH = (70, 74, 84, 255)
 PIP = (30, 30, 35, 255)
 
 
-class TakeawayScene(TurnBasedScene):
+class TakeawayScene(TurnBasedScene[tk.State]):
     name = "takeaway"
-    view_model = TakeawayViewModel
     vm: TakeawayViewModel
 
     def __init__(self, app: SceneHost) -> None:
@@ -49,10 +49,13 @@ class TakeawayScene(TurnBasedScene):
         self._known: tuple[Any, Any, set[tuple[int, int]], set[tuple[int, int]]] | None = None
         super().__init__(app)
 
-    def row_lines(self, state: Any) -> float:
+    def view_model(self, title: str) -> TakeawayViewModel:
+        return TakeawayViewModel(title)
+
+    def row_lines(self, state: tk.State) -> float:
         return 5.2
 
-    def row_detail(self, c: Canvas, model: Any, state: Any, seat: int, rect: Rect) -> None:
+    def row_detail(self, c: Canvas, model: ClientView, state: tk.State, seat: int, rect: Rect) -> None:
         dice = self.vm.claimed(state, seat)
         f = self.f
         pending = len(self.vm.pending_cells(model))
@@ -72,7 +75,7 @@ class TakeawayScene(TurnBasedScene):
 
     # ------------------------------------------------------------------ the board
 
-    def board(self, c: Canvas, model: Any, state: Any, me: int | None, now_ns: int) -> None:
+    def board(self, c: Canvas, model: ClientView, state: tk.State, me: int | None, now_ns: int) -> None:
         f = self.f
         br = self.board_rect
         cells = {(q, r) for q, r, _ in state.cells}
@@ -176,7 +179,7 @@ class TakeawayScene(TurnBasedScene):
     def reroll(self) -> Any:
         return self.act(tk.Reroll())
 
-    def game_key(self, symbol: int, state: Any, me: int | None) -> bool:
+    def game_key(self, symbol: int, state: tk.State, me: int | None) -> bool:
         if symbol == key.SPACE:
             self.reroll()
             return True

@@ -3,7 +3,8 @@
 How this works
 --------------
 What is shown is decided by the game's view-model (``client/window/viewmodels/``, pure: no
-pyglet; a ``TurnViewModel`` subclass named by the scene's ``view_model``). This scene draws, around
+pyglet; a ``TurnViewModel`` subclass the scene's ``view_model`` makes, typed in the game's state
+class like the scene: ``TakeawayScene(TurnBasedScene[takeaway.State])``). This scene draws, around
 the game's own board:
 
 - the *turn banner* across the top: amber with "YOUR TURN" and what you may do when you are to
@@ -37,22 +38,26 @@ from __future__ import annotations
 import time
 from functools import partial
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable, Generic, Iterator
 
 import pyglet
 from pyglet.window import key, mouse
 
+from protocol import messages as m
 from protocol.rules.base import Rejected
+from client.matchstate import MatchState
 from client.window import texts
 from client.window.cards import FONT, Layer, label
 from client.window.draw2d import Canvas
+from client.window.geometry import Tris
 from client.window.layout import Rect, fit_text
 from client.window.mesh import Mesh
 from client.window.host import SceneHost
 from client.window.scenes.base import Scene
+from client.window.viewmodels.clientview import ClientView
 from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are the scenes' palette
-    AMBER, DIM, GREEN, PENDING_LINE, RED, SEAT_COLOURS, SEAT_MARKS, SOFT, WHITE, YELLOW, TurnViewModel,
-    game_of, reason_text)
+    AMBER, DIM, GREEN, PENDING_LINE, RED, RGBA, SEAT_COLOURS, SEAT_MARKS, SOFT, WHITE, YELLOW, BannerKind, S,
+    TurnViewModel, game_of, reason_text)
 
 PANEL = (24, 30, 40, 235)
 WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
@@ -68,11 +73,15 @@ WARM_CHARS = ("etaoinsrhldcumfpgwybvk ,.:0123456789—·ETAOINSRHLDCUMFPGWYBVKxj
               "[]{}<>=#&*;\"_|~$@^`")
 #: (font size, weight) whose glyphs were rendered: fonts are shared by every scene
 WARMED: set[tuple[float, str]] = set()
-BANNER_COLOURS = {"idle": (40, 48, 62, 255), "over": (60, 50, 90, 255), "mine": (205, 135, 10, 255),
+#: What a label was asked to show (text, size, weight, anchors, width): the same ask, the same label.
+Ask = tuple[object, ...]
+#: A click target: its id (what ``hover`` says), whether a point hits it, what a click does.
+Target = tuple[object, Callable[[float, float], bool], Callable[[], object] | None]
+BANNER_COLOURS: dict[BannerKind, RGBA] = {"idle": (40, 48, 62, 255), "over": (60, 50, 90, 255), "mine": (205, 135, 10, 255),
                   "theirs": (38, 62, 105, 255)}
 
 
-def _die(x: float, y: float, size: float, value: int, body: Any, pip: Any, c: Canvas) -> None:
+def _die(x: float, y: float, size: float, value: int, body: RGBA, pip: RGBA, c: Canvas) -> None:
     c.die(x, y, size, value, body=body, pip=pip)
 
 
@@ -88,12 +97,11 @@ class Button:
     rect: Rect
     text: str
     enabled: bool
-    action: Callable[[], Any] | None = None
+    action: Callable[[], object] | None = None
 
 
-class TurnBasedScene(Scene):
+class TurnBasedScene(Scene, Generic[S]):
     name = "turnbased"
-    view_model: type[TurnViewModel] = TurnViewModel
     clear_colour = (0.09, 0.11, 0.15, 1.0)
     #: Unused labels keep their layout, hidden (False: emptied: the benchmark's baseline).
     keep_layouts = True
@@ -119,8 +127,8 @@ class TurnBasedScene(Scene):
         # button's caption) is shown again without a new layout; ``relayouts`` counts the layouts.
         self._pool: dict[str, list[pyglet.text.Label]] = {p: [] for p in PARTS}
         self._used: dict[str, int] = {p: 0 for p in PARTS}
-        self._asked: dict[int, tuple[Any, ...]] = {}
-        self._free: dict[str, dict[tuple[Any, ...], list[pyglet.text.Label]]] = {p: {} for p in PARTS}
+        self._asked: dict[int, Ask] = {}
+        self._free: dict[str, dict[Ask, list[pyglet.text.Label]]] = {p: {} for p in PARTS}
         self._live: dict[str, list[pyglet.text.Label]] = {p: [] for p in PARTS}
         self._pic: dict[str, int] = {p: 0 for p in PARTS}  # pictures each part has built
         self._made: dict[str, int] = {p: 0 for p in PARTS}  # labels made for each part
@@ -128,15 +136,15 @@ class TurnBasedScene(Scene):
         self.relayouts = 0  # labels laid out again (a new text, size or weight): bench/frame_bench.py
         self._part = "frame"  # the part being built (where ``text`` takes its labels from)
         self._sizes: set[tuple[float, str]] = set()  # (font size, weight) in use: their glyphs are warmed
-        self._pieces: dict[tuple[Any, ...], Any] = {}  # shapes by what they show (``piece``)
-        self._warm: Any = None
+        self._pieces: dict[tuple[object, ...], Tris] = {}  # shapes by what they show (``piece``)
+        self._warm: Iterator[None] | None = None
         self.mouse = (-1.0, -1.0)
         self.buttons: list[Button] = []
-        self.targets: list[tuple[Any, Callable[[float, float], bool], Callable[[], Any] | None]] = []
-        self.hover: Any = None
+        self.targets: list[Target] = []
+        self.hover: object = None
         self.esc_at = 0
-        self._key: Any = None
-        self._board_key: Any = None
+        self._key: object = None
+        self._board_key: object = None
         self.banner = ""
         self.prompt_text = ""
         self.clock_left: float | None = None  # seconds left on the turn timer (None: no timer running)
@@ -231,7 +239,7 @@ class TurnBasedScene(Scene):
             got = self._widths[k] = float(self._ruler.content_width)
         return got
 
-    def piece(self, c: Canvas, key: tuple[Any, ...], draw: Callable[[Canvas], None]) -> None:
+    def piece(self, c: Canvas, key: tuple[object, ...], draw: Callable[[Canvas], None]) -> None:
         """Add to ``c`` the shapes ``draw`` makes, computed once per ``key`` (which must say
         everything they depend on: place, size, face...): a rebuild then only copies the pieces that
         did not change (a board of dice is thousands of triangles)."""
@@ -245,8 +253,8 @@ class TurnBasedScene(Scene):
         c.t.pos.extend(got.pos)
         c.t.col.extend(got.col)
 
-    def die(self, c: Canvas, x: float, y: float, size: float, value: int, body: Any = (245, 245, 240, 255),
-            pip: Any = (25, 25, 30, 255)) -> None:
+    def die(self, c: Canvas, x: float, y: float, size: float, value: int, body: RGBA = (245, 245, 240, 255),
+            pip: RGBA = (25, 25, 30, 255)) -> None:
         """``c.die``, made once per place, size, face and colours (``piece``)."""
         self.piece(c, ("die", x, y, size, value, body, pip), partial(_die, x, y, size, value, body, pip))
 
@@ -262,7 +270,7 @@ class TurnBasedScene(Scene):
         ``LABELS_MAX`` labels: a new one then."""
         free = self._free[part]
         pic = self._pic[part]
-        best: tuple[Any, ...] | None = None
+        best: tuple[tuple[bool, int], list[pyglet.text.Label], int] | None = None
         for k, lst in free.items():
             for i, lbl in enumerate(lst):
                 rank = (not (k[1:3] == (fs, weight)), self._shown_at.get(id(lbl), -1))
@@ -279,7 +287,7 @@ class TurnBasedScene(Scene):
     def _begin_labels(self, parts: tuple[str, ...]) -> None:
         for o in parts:
             self._pic[o] += 1
-            free: dict[tuple[Any, ...], list[pyglet.text.Label]] = {}
+            free: dict[Ask, list[pyglet.text.Label]] = {}
             for lbl in self._pool[o]:
                 free.setdefault(self._asked[id(lbl)], []).append(lbl)
             self._free[o] = free
@@ -302,7 +310,7 @@ class TurnBasedScene(Scene):
         if self._sizes - WARMED and self._warm is None:
             self._warm = self._warm_steps()
 
-    def _warm_steps(self) -> Any:
+    def _warm_steps(self) -> Iterator[None]:
         """Render, a few glyphs per quiet frame, every printable glyph of each font size in use: the
         first use of a glyph in a size costs ~1 ms (a new word in a message spiked its frame)."""
         from client.window.cards import FONT
@@ -319,12 +327,12 @@ class TurnBasedScene(Scene):
                 yield
         self._warm = None
 
-    def button(self, c: Canvas, id: str, rect: Rect, text: str, enabled: bool, action: Callable[[], Any] | None,
+    def button(self, c: Canvas, id: str, rect: Rect, text: str, enabled: bool, action: Callable[[], object] | None,
                size: float = 1.0, hot: bool = False) -> None:
         hovered = enabled and rect.contains(*self.mouse)
         bg = (60, 70, 85, 255) if not enabled else ((230, 160, 30, 255) if hot else (45, 110, 190, 255))
         if hovered:
-            bg = tuple(min(255, v + 35) for v in bg[:3]) + (255,)  # type: ignore[assignment]
+            bg = (min(255, bg[0] + 35), min(255, bg[1] + 35), min(255, bg[2] + 35), 255)
         c.rect(rect.x, rect.y, rect.w, rect.h, bg, radius=min(rect.h / 2, self.f * 0.6))
         if hovered:
             c.ring(rect.x, rect.y, rect.w, rect.h, 2, WHITE, radius=min(rect.h / 2, self.f * 0.6))
@@ -332,23 +340,27 @@ class TurnBasedScene(Scene):
                   max_w=rect.w - self.f * 0.6)
         self.buttons.append(Button(id, rect, text, enabled, action))
 
-    def target(self, id: Any, hit: Callable[[float, float], bool], action: Callable[[], Any] | None) -> None:
+    def target(self, id: object, hit: Callable[[float, float], bool], action: Callable[[], object] | None) -> None:
         """A clickable board spot (registered while drawing, tested on clicks and for the hover)."""
         self.targets.append((id, hit, action))
 
     # ------------------------------------------------------------------ what a game draws
 
-    def row_detail(self, c: Canvas, model: Any, state: Any, seat: int, rect: Rect) -> None:
+    def view_model(self, title: str) -> TurnViewModel[S]:
+        """The game's view-model (each game scene makes its own)."""
+        raise NotImplementedError
+
+    def row_detail(self, c: Canvas, model: ClientView, state: S, seat: int, rect: Rect) -> None:
         """Draw a game's own detail in a player row's lower part."""
 
-    def row_lines(self, state: Any) -> float:
+    def row_lines(self, state: S) -> float:
         """How tall a player row is, in base-font lines."""
         return 3.2
 
-    def board(self, c: Canvas, model: Any, state: Any, me: int | None, now_ns: int) -> None:
+    def board(self, c: Canvas, model: ClientView, state: S, me: int | None, now_ns: int) -> None:
         """Draw the game's board into ``self.board_rect``."""
 
-    def game_key(self, symbol: int, state: Any, me: int | None) -> bool:
+    def game_key(self, symbol: int, state: S, me: int | None) -> bool:
         return False
 
     # ------------------------------------------------------------------ frame
@@ -361,10 +373,9 @@ class TurnBasedScene(Scene):
         # key did not change did not change the picture.
         return True
 
-    def _model(self) -> tuple[Any, Any]:
+    def _model(self) -> tuple[ClientView | None, S | None]:
         model = self.app.session.model
-        state = model.state() if model is not None else None
-        return model, state
+        return model, self.vm.state(model)
 
     def me(self) -> int | None:
         return self.vm.me(self.app.session.model)
@@ -383,7 +394,7 @@ class TurnBasedScene(Scene):
         self.clock_left = None if clock is None else clock[0]
         animating = vm.animating(state, now_ns) if state is not None else None
         common = (None if model is None else model.version, id(state), self.w, self.h, vm.version, pending,
-                  (model.match_state or {}).get("status") if model is not None else None)
+                  MatchState.read(model.match_state).status if model is not None else None)
         # the frame sees an animation only start, change kind and end (its texts may say so)
         key_now = (common, session.status, session.message, None if clock is None else round(clock[0] * 8),
                    msg_live, animating if not isinstance(animating, (int, tuple)) else
@@ -402,14 +413,15 @@ class TurnBasedScene(Scene):
         if vm.results_due(model, now_ns):
             self.app.goto("results")
 
-    def _rebuild(self, model: Any, state: Any, now_ns: int, frame: bool = True, board: bool = True) -> None:
+    def _rebuild(self, model: ClientView | None, state: S | None, now_ns: int, frame: bool = True,
+                 board: bool = True) -> None:
         if board:
             self._part = "board"
             self._begin_labels(("board",))
             self.buttons = []
             self.targets = []
             bc = Canvas()
-            if state is not None:
+            if model is not None and state is not None:
                 self.board(bc, model, state, self.vm.me(model), now_ns)
             self.board_mesh.set(bc.t)
             self._end_labels(("board",))
@@ -419,7 +431,7 @@ class TurnBasedScene(Scene):
             self._rebuild_frame(model, state, now_ns)
             self._end_labels(("frame", "over"))
 
-    def _rebuild_frame(self, model: Any, state: Any, now_ns: int) -> None:
+    def _rebuild_frame(self, model: ClientView | None, state: S | None, now_ns: int) -> None:
         c = Canvas()
         over = Canvas()
         vm = self.vm
@@ -457,7 +469,7 @@ class TurnBasedScene(Scene):
         ty = sr.top - f * 1.2
         self.text(sr.left + f, ty, "Players", 1.05, DIM, ax="left", bold=True)
         rows = vm.rows(model)
-        if rows:
+        if rows and model is not None and state is not None:
             rh = min(self.row_lines(state) * f, (sr.h - f * 2.6) / max(1, len(rows)))
             for r in rows:
                 top = ty - f * 1.1 - r.seat * rh
@@ -493,7 +505,7 @@ class TurnBasedScene(Scene):
             self.text(self.w / 2, self.hint_y, hint if self.app.overlay is None else texts.replay_hint(hint), 0.85,
                       DIM, max_w=self.w - f)
         self.over_rect = None
-        if over_now:
+        if over_now and model is not None:
             # the result strip: under the board, over the message and key lines -- the board (the
             # winning line, every player's dice) stays in view, as the banner above says who won
             br = self.board_rect
@@ -508,7 +520,7 @@ class TurnBasedScene(Scene):
         self.mesh.set(c.t)
         self.over_mesh.set(over.t)
 
-    def pname(self, model: Any, seat: Any) -> str:
+    def pname(self, model: ClientView | None, seat: object) -> str:
         return self.vm.pname(model, seat)
 
     def say(self, text: str, colour: tuple[int, int, int, int] = YELLOW) -> None:
@@ -516,7 +528,7 @@ class TurnBasedScene(Scene):
 
     # ------------------------------------------------------------------ input -> actions
 
-    def act(self, action: Any) -> Any:
+    def act(self, action: object) -> m.Act | Rejected | None:
         """Play ``action``: predicted now (this frame draws it), published in the background."""
         model = self.app.session.model
         now = time.time_ns()
@@ -566,7 +578,7 @@ class TurnBasedScene(Scene):
         if symbol == key.ESCAPE:
             model = self.app.session.model
             running = (model is not None and not model.spectating and
-                       (model.match_state or {}).get("status") in ("playing", "between"))
+                       MatchState.read(model.match_state).status in ("playing", "between"))
             now = time.time_ns()
             if running and now - self.esc_at > 2_000_000_000:
                 self.esc_at = now
@@ -583,7 +595,7 @@ class TurnBasedScene(Scene):
             return self.game_key(symbol, state, self.me())
         return False
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         model, state = self._model()
         pending = model.predictor.pending if model is not None and model.predictor is not None else []
         return {"scene": self.name, "game": model.game if model is not None else None, "banner": self.banner,

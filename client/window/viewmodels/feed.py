@@ -12,13 +12,18 @@ previous match's ``match_over`` and declare the new one over. Nor is an event th
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Generic, Sequence, TypeVar
+
+from protocol import messages as m
+from client.window.viewmodels.clientview import ClientView
+
+T = TypeVar("T")
 
 
-def newer(items: Sequence[Any], last: Any) -> list[Any]:
+def newer(items: Sequence[T], last: T | None) -> list[T]:
     """The items of an append-only sequence (a bounded deque) that come after ``last``, oldest
     first; all of them when ``last`` is not there (it aged out, or nothing was seen yet)."""
-    out: list[Any] = []
+    out: list[T] = []
     for item in reversed(items):
         if item is last:
             break
@@ -27,31 +32,31 @@ def newer(items: Sequence[Any], last: Any) -> list[Any]:
     return out
 
 
-class Feed:
+class Feed(Generic[T]):
     """The new items of one history since the last call."""
 
     def __init__(self) -> None:
-        self._last: Any = None
+        self._last: T | None = None
 
-    def take(self, items: Sequence[Any]) -> list[Any]:
+    def take(self, items: Sequence[T]) -> list[T]:
         new = newer(items, self._last)
         if items:
             self._last = items[-1]
         return new
 
 
-class EventFeed(Feed):
+class EventFeed(Feed[m.Event]):
     """The new public events of the current game (and later ones), each once."""
 
-    def take_current(self, model: Any) -> list[Any]:
+    def take_current(self, model: ClientView) -> list[m.Event]:
         game = current_game(model)
-        past = getattr(model, "history", ())  # re-sent past events: the snapshot already shows them
+        past = model.history  # re-sent past events: the snapshot already shows them
         return [ev for ev in self.take(model.events) if (game is None or ev.game >= game) and ev.seq not in past]
 
 
-def current_game(model: Any) -> int | None:
+def current_game(model: ClientView) -> int | None:
     """The game number the model's confirmed state belongs to (None before the first view)."""
-    pred = getattr(model, "predictor", None)
+    pred = model.predictor
     if pred is None or pred.confirmed is None:
         return None
     return int(pred.game)

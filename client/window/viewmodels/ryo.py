@@ -18,15 +18,51 @@ On top of ``TurnViewModel``:
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Mapping
 
+from protocol import messages as m
 from protocol.rules import roll_your_own as ryo
-from client.window.viewmodels.turnbased import INFO, NS, SOFT, Banner, TurnViewModel, YELLOW
+from client.matchstate import MatchState
+from client.window.viewmodels.clientview import ClientView
+from client.window.viewmodels.turnbased import INFO, NS, RGBA, SOFT, Banner, TurnViewModel, YELLOW
 
 TUMBLE_S = 0.25
 SHOW_S = 0.4
 QUEUE_MAX = 3
-SAY = "_say"  # a queue entry that is a message to show, not a roll
+
+#: A ``dice_rolled`` event's data, as the relay sent it (``roll``, ``kind``, ``rolls``: who rolled what).
+Roll = Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class Rolled:
+    """One player's roll in a ``dice_rolled`` event: the seat, the face of its die that came up
+    (an index, when sent) and its pips."""
+
+    player: int
+    face: int | None
+    value: int
+
+
+def rolls_of(roll: Roll) -> list[Rolled]:
+    """The rolls a ``dice_rolled`` event lists (an entry that is not a map is no roll)."""
+    entries = roll.get("rolls")
+    out: list[Rolled] = []
+    for r in entries if isinstance(entries, list) else []:
+        if isinstance(r, dict):
+            player, face, value = r.get("player", -1), r.get("face"), r.get("value", 0)
+            out.append(Rolled(player if type(player) is int else -1, face if type(face) is int else None,
+                              value if type(value) is int else 0))
+    return out
+
+
+@dataclass(frozen=True)
+class Said:
+    """A queue entry that is a message to show once the rolls before it have been shown."""
+
+    text: str
+    colour: RGBA
 
 
 def count(n: int, noun: str) -> str:
@@ -34,20 +70,20 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-class RyoViewModel(TurnViewModel):
+class RyoViewModel(TurnViewModel[ryo.State]):
     timer_events = ("build_started", "choice_started", "lower_chosen")
 
     def __init__(self, title: str) -> None:
-        super().__init__(title)
+        super().__init__(title, ryo.State)
         self.faces: list[int] = []
         self.sel = 0
         self._build_for: tuple[int, int] | None = None  # (predictor game, ryo game) the builder was made for
-        self._queue: list[dict[str, Any]] = []  # dice_rolled events to replay
-        self._showing: tuple[dict[str, Any], int] | None = None  # (event, start ns)
+        self._queue: list[Roll | Said] = []  # dice_rolled events to replay, and what to say after them
+        self._showing: tuple[Roll, int] | None = None  # (event, start ns)
 
     # ------------------------------------------------------------------ what is going on
 
-    def acting(self, state: Any) -> list[int]:
+    def acting(self, state: ryo.State) -> list[int]:
         if state.phase == "build":
             return [p for p in range(state.players) if not state.built[p]]
         if state.phase == "choice" and state.chooser is not None:
@@ -56,7 +92,7 @@ class RyoViewModel(TurnViewModel):
             return [state.round_winner]
         return []
 
-    def prompt(self, model: Any, state: Any, now_ns: int) -> tuple[str, str]:
+    def prompt(self, model: ClientView, state: ryo.State, now_ns: int) -> tuple[str, str]:
         s = state.settings
         if state.phase == "build":
             return (f"build your die: six faces, 0–{s.max_face} pips each, at most {s.budget} in all, then Build"
@@ -72,16 +108,16 @@ class RyoViewModel(TurnViewModel):
                     "(click −1, or 1–6)", "chooses which face of their die drops by 1")
         return "", ""
 
-    def idle_banner(self, state: Any) -> str:
+    def idle_banner(self, state: ryo.State) -> str:
         return "ROLLING — every die at once" if state.phase in ("rolling", "rolloff") else "waiting for the relay"
 
-    def score_text(self, state: Any, seat: int) -> str:
+    def score_text(self, state: ryo.State, seat: int) -> str:
         # games *won*: the settings' numbers are wins needed, not games played (``rules_line``)
         if not state.game_wins:
             return ""
         return f"{count(state.game_wins[seat], 'game')} won"
 
-    def row_text(self, state: Any, seat: int) -> str:
+    def row_text(self, state: ryo.State, seat: int) -> str:
         if not state.roll_wins:
             return ""
         line = f"won: {count(state.roll_wins[seat], 'roll')} · {count(state.round_wins[seat], 'round')}"
@@ -90,7 +126,7 @@ class RyoViewModel(TurnViewModel):
         return line
 
     @staticmethod
-    def rules_line(state: Any) -> tuple[str, str]:
+    def rules_line(state: ryo.State) -> tuple[str, str]:
         """Where the match is, and what wins what: each of the three settings is a number of wins
         (first to it), so there is no fixed number of games -- with three players a match of
         "3 games" can take seven."""
@@ -99,14 +135,14 @@ class RyoViewModel(TurnViewModel):
                 f"first to win {count(s.rolls_per_round, 'roll')} takes the round, "
                 f"{count(s.rounds_per_game, 'round')} the game, {count(s.games_per_match, 'game')} the match")
 
-    def hints(self, state: Any, me: int | None) -> str:
+    def hints(self, state: ryo.State, me: int | None) -> str:
         if state.phase == "build":
             return "1–6  pick a face     ↑ ↓  or  + −  change it     Enter  build     Esc  menu"
         if state.phase in ("choice", "lower"):
             return "1–6  choose a face     B  make the winner lower (choice b)     Esc  menu"
         return "first to win a roll-count wins the round · rounds win the game · games win the match     Esc  menu"
 
-    def on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
+    def on_event(self, ev: m.Event, model: ClientView, state: ryo.State | None, now_ns: int) -> None:
         d = ev.data
         if ev.type == "dice_rolled":
             self._queue.append(dict(d))
@@ -126,37 +162,37 @@ class RyoViewModel(TurnViewModel):
         elif ev.type == "lot_drawn":
             self.later(f"identical dice: {self.who(model, d)} wins by lot", now_ns, YELLOW)
 
-    def later(self, text: str, now_ns: int, colour: Any) -> None:
+    def later(self, text: str, now_ns: int, colour: RGBA) -> None:
         """Say ``text`` once every roll that came before it has been shown (at once if none)."""
         if self._queue or self._showing_now(now_ns):
-            self._queue.append({SAY: (text, colour)})
+            self._queue.append(Said(text, colour))
         else:
             self.say(text, now_ns, colour)
 
-    def observe(self, model: Any, now_ns: int) -> None:
+    def observe(self, model: ClientView | None, now_ns: int) -> None:
         super().observe(model, now_ns)
         self._advance(now_ns)  # a message waiting on a roll shows on the frame that roll ends
 
-    def result_line(self, model: Any, state: Any) -> str:
+    def result_line(self, model: ClientView, state: ryo.State) -> str:
         if state.phase != "over" or state.winner is None:
             return ""
         won = ("You win the match" if state.winner == self.me(model)
                else f"{self.pname(model, state.winner)} wins the match")
         return won + (": the others left" if len(state.standing()) == 1 else "")
 
-    def tally(self, model: Any, state: Any = None) -> str:
+    def tally(self, model: ClientView, state: ryo.State | None = None) -> str:
         """The games each won: one relay game is the whole match here (its games are inside the
         state), so the relay's own tally would count the match, not its games."""
-        if state is None or not getattr(state, "game_wins", None):
+        if state is None or not state.game_wins:
             return super().tally(model, state)
         names = list(model.players)
         won = "   ".join(f"{names[i] if i < len(names) else i}: {w}" for i, w in enumerate(state.game_wins))
-        over = state.phase == "over" or (model.match_state or {}).get("status") == "over"
+        over = state.phase == "over" or MatchState.read(model.match_state).over
         return f"games won  {won}" + ("   ·   match over — results follow" if over else "")
 
     # ------------------------------------------------------------------ the roll replay
 
-    def animating(self, state: Any, now_ns: int) -> Any:
+    def animating(self, state: ryo.State, now_ns: int) -> object:
         self._advance(now_ns)
         if self._showing is None:
             return None
@@ -170,11 +206,11 @@ class RyoViewModel(TurnViewModel):
         """Is a roll still being shown (or waiting to be)? The relay rolls a whole round at once, so
         the state already asks the loser to choose while the rolls that made them lose are replayed:
         the question, its buttons and keys wait until the last of them has been shown."""
-        return self._showing_now(now_ns) or any(SAY not in e for e in self._queue)
+        return self._showing_now(now_ns) or any(not isinstance(e, Said) for e in self._queue)
 
-    def banner(self, model: Any, now_ns: int) -> Banner:
-        state = model.state() if model is not None else None
-        if (state is not None and getattr(state, "phase", "") in ("choice", "lower")
+    def banner(self, model: ClientView | None, now_ns: int) -> Banner:
+        state = self.state(model)
+        if (model is not None and state is not None and state.phase in ("choice", "lower")
                 and not self.game_over(model, state) and self.deciding(now_ns)):
             return Banner("theirs", "ROLLING…", "the relay rolled every die at once: watch the rolls")
         return super().banner(model, now_ns)
@@ -185,39 +221,41 @@ class RyoViewModel(TurnViewModel):
     def _advance(self, now_ns: int) -> None:
         if self._showing_now(now_ns):
             return
-        rolls = [i for i, e in enumerate(self._queue) if SAY not in e]
+        rolls = [i for i, e in enumerate(self._queue) if not isinstance(e, Said)]
         if len(rolls) > QUEUE_MAX:  # too far behind: skip the oldest rolls (their messages still show)
             skip = set(rolls[: len(rolls) - QUEUE_MAX])
             self._queue = [e for i, e in enumerate(self._queue) if i not in skip]
-        while self._queue and SAY in self._queue[0]:
-            text, colour = self._queue.pop(0)[SAY]
-            self.say(text, now_ns, colour)
+        while self._queue and isinstance(said := self._queue[0], Said):
+            self._queue.pop(0)
+            self.say(said.text, now_ns, said.colour)
         if self._queue:
-            self._showing = (self._queue.pop(0), now_ns)
+            roll = self._queue.pop(0)
+            assert not isinstance(roll, Said)  # (the loop above took every message in front)
+            self._showing = (roll, now_ns)
         elif self._showing is not None and now_ns - self._showing[1] > 4 * NS:
             self._showing = None
 
-    def shown_roll(self, now_ns: int) -> tuple[dict[str, Any], bool] | None:
+    def shown_roll(self, now_ns: int) -> tuple[Roll, bool] | None:
         """The roll being shown: (its ``dice_rolled`` data, whether it is still tumbling)."""
         if self._showing is None:
             return None
         ev, t0 = self._showing
         return ev, now_ns - t0 < TUMBLE_S * NS
 
-    def roll_words(self, model: Any, roll: dict[str, Any]) -> str:
-        parts = [f"{self.pname(model, r.get('player', -1))} {r.get('value')}" for r in roll.get("rolls", [])]
+    def roll_words(self, model: ClientView, roll: Roll) -> str:
+        parts = [f"{self.pname(model, r.player)} {r.value}" for r in rolls_of(roll)]
         # not numbered: the relay counts rolls over the whole match ("roll 508" beside "won: 3 rolls")
         kind = "roll-off (lowest chooses)" if roll.get("kind") == "rolloff" else "rolled"
         return f"{kind}:  " + "   ".join(parts)
 
     @staticmethod
-    def odds(mine: Any, theirs: Any) -> tuple[float, float]:
+    def odds(mine: ryo.Die, theirs: ryo.Die) -> tuple[float, float]:
         """(chance your die beats theirs in one roll, chance theirs beats yours); ties beat nobody."""
         return ryo.beat_probability(mine, theirs), ryo.beat_probability(theirs, mine)
 
     # ------------------------------------------------------------------ the builder
 
-    def builder(self, model: Any, state: Any) -> list[int]:
+    def builder(self, model: ClientView, state: ryo.State) -> list[int]:
         """Your faces while building (a new game starts from the rules' default build)."""
         k = (model.predictor.game if model.predictor else 0, state.game)
         if k != self._build_for or len(self.faces) != ryo.FACES:
@@ -229,10 +267,10 @@ class RyoViewModel(TurnViewModel):
             self.sel = 0
         return self.faces
 
-    def change(self, model: Any, i: int, delta: int, now_ns: int) -> bool:
+    def change(self, model: ClientView | None, i: int, delta: int, now_ns: int) -> bool:
         """+/− on face ``i``; False when there is nothing to build. A refused change says why."""
-        state = model.state() if model is not None else None
-        if state is None or state.phase != "build":
+        state = self.state(model)
+        if model is None or state is None or state.phase != "build":
             return False
         self.builder(model, state)
         s = state.settings
@@ -253,15 +291,15 @@ class RyoViewModel(TurnViewModel):
         self.sel = i % ryo.FACES
         self.version += 1
 
-    def can_raise(self, state: Any, seat: int, face: int, delta: int) -> bool:
+    def can_raise(self, state: ryo.State, seat: int, face: int, delta: int) -> bool:
         """Whether builder face ``face`` may go by ``delta`` (the + and − buttons)."""
         s = state.settings
         v = self.faces[face]
         return v < s.max_face and sum(self.faces) < s.budget if delta > 0 else v > 0
 
-    def valid(self, state: Any) -> bool:
+    def valid(self, state: ryo.State) -> bool:
         s = state.settings
         return bool(ryo.is_valid_build(tuple(self.faces), s.budget, s.max_face))
 
-    def build_action(self) -> Any:
+    def build_action(self) -> ryo.BuildDie:
         return ryo.BuildDie(tuple(self.faces))

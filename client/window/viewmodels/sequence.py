@@ -11,9 +11,9 @@ message line. When it is your move, ``legal_spaces`` maps each space you may pla
 
 from __future__ import annotations
 
-from typing import Any
-
+from protocol import messages as m
 from protocol.rules import sequence as sq
+from client.window.viewmodels.clientview import ClientView
 from client.window.viewmodels.turnbased import INFO, NS, RGBA, TurnViewModel, YELLOW
 
 ROLL_MIN_S = 0.7
@@ -37,24 +37,24 @@ def roll_tag(total: int) -> str:
             "WILD" if total == sq.WILD else "")
 
 
-class SequenceViewModel(TurnViewModel):
+class SequenceViewModel(TurnViewModel[sq.State]):
     timer_events = ("turn_started", "dice_rolled")
 
     def __init__(self, title: str) -> None:
-        super().__init__(title)
+        super().__init__(title, sq.State)
         self.roll_until = 0
 
-    def acting(self, state: Any) -> list[int]:
+    def acting(self, state: sq.State) -> list[int]:
         if state.phase == "rolloff":
             return list(state.contenders)
         return [] if state.current is None or state.phase == "over" else [state.current]
 
-    def rolling(self, state: Any, now_ns: int) -> bool:
+    def rolling(self, state: sq.State, now_ns: int) -> bool:
         if state.phase == "over":  # the last roll stays shown beside the result
             return False
         return state.phase in ("roll", "rolloff") or now_ns < self.roll_until
 
-    def prompt(self, model: Any, state: Any, now_ns: int) -> tuple[str, str]:
+    def prompt(self, model: ClientView, state: sq.State, now_ns: int) -> tuple[str, str]:
         if state.phase == "rolloff":
             return "rolling for who goes first…", "rolling for who goes first…"
         if self.rolling(state, now_ns) or state.total is None:
@@ -63,16 +63,16 @@ class SequenceViewModel(TurnViewModel):
         return (roll_meaning(total) + "  —  click a highlighted space",
                 f"rolled {total}: " + roll_meaning(total).split(": ", 1)[1])
 
-    def seat_colour(self, state: Any, seat: int) -> RGBA:
+    def seat_colour(self, state: sq.State, seat: int) -> RGBA:
         return CHIP_RGB[state.colour(seat)]
 
-    def seat_mark(self, state: Any, seat: int) -> str:
+    def seat_mark(self, state: sq.State, seat: int) -> str:
         return CHIP_LETTER[state.colour(seat)]
 
-    def score_text(self, state: Any, seat: int) -> str:
+    def score_text(self, state: sq.State, seat: int) -> str:
         return f"{state.count(state.colour(seat))}/{state.settings.chips_per_colour} chips"
 
-    def row_text(self, model: Any, state: Any, seat: int) -> str:
+    def row_text(self, model: ClientView, state: sq.State, seat: int) -> str:
         col = sq.COLOURS[state.colour(seat)]
         team = ""
         if state.players == 4:
@@ -80,19 +80,19 @@ class SequenceViewModel(TurnViewModel):
             team = f"  ·  team with {mates[0]}" if mates else ""
         return f"{col} chips{team}"
 
-    def hints(self, state: Any, me: int | None) -> str:
+    def hints(self, state: sq.State, me: int | None) -> str:
         return (f"click a highlighted space     SEQUENCE = {state.settings.sequence_length} in a row, column or "
                 "diagonal     2/12 bonus · 10 defensive · 11 wild     Esc  menu")
 
-    def animating(self, state: Any, now_ns: int) -> Any:
+    def animating(self, state: sq.State, now_ns: int) -> object:
         if self.rolling(state, now_ns):
             return now_ns // (NS // 12)
         return None
 
-    def turn_of(self, state: Any) -> Any:
+    def turn_of(self, state: sq.State) -> int | None:
         return state.turn
 
-    def on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
+    def on_event(self, ev: m.Event, model: ClientView, state: sq.State | None, now_ns: int) -> None:
         d = ev.data
         turn = d.get("turn") if type(d.get("turn")) is int else None  # what the announcement is about
         if ev.type == "turn_started":
@@ -118,7 +118,7 @@ class SequenceViewModel(TurnViewModel):
         elif ev.type == "chip_removed" and d.get("seat") != self.me(model):
             self.say(f"{self.who(model, d)} removed a {d.get('colour')} chip", now_ns, WARN)
 
-    def result_line(self, model: Any, state: Any) -> str:
+    def result_line(self, model: ClientView, state: sq.State) -> str:
         if state.phase != "over":
             return ""
         if not state.winners:
@@ -132,9 +132,10 @@ class SequenceViewModel(TurnViewModel):
 
     # ------------------------------------------------------------------ the board
 
-    def legal_spaces(self, state: Any, me: int | None, now_ns: int) -> dict[tuple[int, int], Any]:
+    def legal_spaces(self, state: sq.State, me: int | None,
+                     now_ns: int) -> dict[tuple[int, int], sq.PlaceChip | sq.RemoveChip]:
         """The spaces you may play now, each with its action (a place wins over a removal)."""
-        legal: dict[tuple[int, int], Any] = {}
+        legal: dict[tuple[int, int], sq.PlaceChip | sq.RemoveChip] = {}
         if me is None or state.phase != "move" or state.current != me or self.rolling(state, now_ns):
             return legal
         for a in sq.legal_actions(state, me):
@@ -145,14 +146,14 @@ class SequenceViewModel(TurnViewModel):
         return legal
 
     @staticmethod
-    def pending_spaces(model: Any) -> set[tuple[int, int]]:
+    def pending_spaces(model: ClientView | None) -> set[tuple[int, int]]:
         return {(a.row, a.col) for a in TurnViewModel.pending(model) if isinstance(a, (sq.PlaceChip, sq.RemoveChip))}
 
-    def dice(self, state: Any, now_ns: int) -> tuple[tuple[int, int] | None, str, str]:
+    def dice(self, state: sq.State, now_ns: int) -> tuple[tuple[int, int] | None, str, str]:
         """The dice panel: (faces to show, or None while tumbling / before a roll; the total line;
         the tag of a special roll)."""
         if self.rolling(state, now_ns):
             return None, "rolling…", ""
         if state.dice is None:
             return None, "", ""
-        return tuple(state.dice), f"total {sum(state.dice)}", roll_tag(state.total) if state.total is not None else ""
+        return state.dice, f"total {sum(state.dice)}", roll_tag(state.total) if state.total is not None else ""

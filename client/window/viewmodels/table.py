@@ -27,12 +27,17 @@ pyglet, the network or a clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
+from protocol import messages as m
 from protocol.rules import blink
 from protocol.rules.base import Rejected
+from client.matchstate import MatchState
+from client.model import Bounce, Verdict
 from client.window import texts
-from client.window.layout import EMPTY, stable_slots
+from client.window.layout import EMPTY, Empty, stable_slots
+from client.window.sounds import Cue
+from client.window.viewmodels.clientview import ClientView, state_of
 from client.window.viewmodels.feed import EventFeed, Feed
 
 NS = 1_000_000_000
@@ -47,6 +52,21 @@ RED = (255, 90, 80, 255)
 AMBER_MSG = (255, 220, 120, 255)
 RGBA = tuple[int, int, int, int]
 
+#: How a card place is drawn: a card's face, its back, a back with "?" (a card being drawn), an
+#: empty slot's outline, or nothing.
+CardStyle = Literal["face", "back", "unknown", "slot", "none"]
+#: The ring around a hand card or a pile top: selected, to pick (a stalemate), your play waiting
+#: for the relay's answer.
+HandRing = Literal["select", "pick", "pending"]
+#: A ring that flashes and fades: your play landed, another play on a pile, a card bounced back.
+FlashRing = Literal["landed", "flash", "bounce"]
+RingKind = HandRing | FlashRing
+#: Where the text band is drawn: over the whole screen (before a game), over the piles, in the
+#: status band between the piles and your hand, or nowhere.
+BandPlace = Literal["screen", "centre", "status", ""]
+#: A hand slot: a card, a card not known yet (being drawn), or no card.
+Slot = blink.Card | None | Empty
+
 
 @dataclass(frozen=True)
 class Flight:
@@ -59,13 +79,13 @@ class Flight:
 
 @dataclass(frozen=True)
 class CardShow:
-    """One card place: ``style`` face | back | unknown | slot | none; ``ring`` None | select | pick |
-    pending; ``mid`` the text in its middle (a draw pile's count)."""
+    """One card place: how it is drawn, its ring, and ``mid`` the text in its middle (a draw pile's
+    count)."""
 
-    card: Any = None
-    style: str = "none"
+    card: blink.Card | None = None
+    style: CardStyle = "none"
     alpha: float = 1.0
-    ring: str | None = None
+    ring: HandRing | None = None
     raised: bool = False
     mid: str = ""
 
@@ -87,11 +107,11 @@ class TableBoard:
     phase: str | None = None  # the phase of the state drawn
 
 
-def waiting_text(model: Any, now_ns: int) -> str | None:
+def waiting_text(model: ClientView, now_ns: int) -> str | None:
     """"waiting for X to reconnect (25 s)" while another player's connection is down (their seat
     is kept for the match's grace period), or None. ``now_ns`` is the client's clock, as the
     model's ``away`` times are."""
-    for seat, (since_ns, grace_s) in sorted(getattr(model, "away", {}).items()):
+    for seat, (since_ns, grace_s) in sorted(model.away.items()):
         if seat == model.seat:
             continue
         left = max(0.0, grace_s - (now_ns - since_ns) / NS)
@@ -101,12 +121,11 @@ def waiting_text(model: Any, now_ns: int) -> str | None:
 
 @dataclass(frozen=True)
 class Band:
-    """The text band: ``where`` is screen (before a game), centre (over the piles), status (between
-    the piles and your hand) or "" (no band); ``timer`` the pick timer's fraction left, or None."""
+    """The text band: ``where`` it is drawn; ``timer`` the pick timer's fraction left, or None."""
 
     big: str = ""
     sub: str = ""
-    where: str = ""
+    where: BandPlace = ""
     timer: float | None = None
 
 
@@ -115,35 +134,35 @@ class Step:
     """What an input did: ``action`` to send (None: nothing), ``noted`` whether the picture changed
     because of it (it must show on the next frame)."""
 
-    action: Any = None
+    action: blink.Action | None = None
     noted: bool = False
     slot: int | None = None  # the hand slot the action plays from
 
 
 class TableViewModel:
     def __init__(self) -> None:
-        self.slots: list[Any] = [EMPTY] * 3
+        self.slots: list[Slot] = [EMPTY] * 3
         self.selected: int | None = None
         self.flights: list[Flight] = []
-        self.flash: dict[int, tuple[str, int]] = {}  # pile -> (ring kind, start ns)
-        self.slot_flash: dict[int, tuple[str, int]] = {}
+        self.flash: dict[int, tuple[FlashRing, int]] = {}  # pile -> (ring kind, start ns)
+        self.slot_flash: dict[int, tuple[FlashRing, int]] = {}
         self.shaking: tuple[int, int] | None = None  # (slot, start ns): a locally refused play
         self.msg: tuple[str, int, RGBA] = ("", 0, RED)
         self.over_at: int | None = None
         self.start_at: int | None = None  # when the countdown ends (local clock)
         self.go_at: int | None = None
         self.pick_deadline: int | None = None
-        self.cues: list[str] = []  # sounds to play, drained by the renderer
+        self.cues: list[Cue] = []  # sounds to play, drained by the renderer
         self.version = 0  # bumped by local changes the board or the message line shows
         self._last_tick = -1
         self._seen_game = -1
-        self._bounces = Feed()
-        self._verdicts = Feed()
+        self._bounces: Feed[Bounce] = Feed()
+        self._verdicts: Feed[Verdict] = Feed()
         self._events = EventFeed()
 
     # ------------------------------------------------------------------ reading the model
 
-    def observe(self, model: Any, now_ns: int) -> None:
+    def observe(self, model: ClientView | None, now_ns: int) -> None:
         """New bounces, verdicts and public events since the last frame."""
         if model is None:
             return
@@ -159,8 +178,8 @@ class TableViewModel:
         for b in self._bounces.take(model.bounces):
             if isinstance(b.action, blink.PlayCard):
                 try:
-                    card = blink.Card.parse(b.action.card, state.settings.deck)
-                except (ValueError, AttributeError):
+                    card = blink.Card.parse(b.action.card, state.settings.deck) if isinstance(state, blink.State) else None
+                except ValueError:
                     card = None
                 if card is not None:
                     self.flights.append(Flight(card, b.action.pile if b.action.pile in (0, 1) else 0, now_ns))
@@ -172,10 +191,10 @@ class TableViewModel:
                 self.flash[v.action.pile] = ("landed", now_ns)
         for ev in self._events.take_current(model):
             self._on_event(ev, model, state, now_ns)
-        if self.over_at is None and (model.match_state or {}).get("status") == "over":
+        if self.over_at is None and MatchState.read(model.match_state).over:
             self.over_at = now_ns
 
-    def _on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
+    def _on_event(self, ev: m.Event, model: ClientView, state: object, now_ns: int) -> None:
         offset = model.clock.offset_ns or 0
         d = ev.data
         if ev.type == "game_started":
@@ -205,50 +224,50 @@ class TableViewModel:
         """Time to show the results scene: the match has been over for a moment."""
         return self.over_at is not None and now_ns - self.over_at > RESULTS_AFTER_S * NS
 
-    def drain_cues(self) -> list[str]:
+    def drain_cues(self) -> list[Cue]:
         cues, self.cues = self.cues, []
         return cues
 
     @staticmethod
-    def playing_state(model: Any) -> Any:
+    def playing_state(model: ClientView | None) -> blink.State | None:
         """The BLINK state you play in, or None (no model, no game yet, spectating, another game)."""
-        state = model.state() if model is not None else None
-        if state is None or model.seat is None or not isinstance(state, blink.State):
+        state = state_of(model, blink.State)
+        if state is None or model is None or model.seat is None:
             return None
         return state
 
     @staticmethod
-    def watched_state(model: Any) -> Any:
+    def watched_state(model: ClientView | None) -> blink.State | None:
         """The BLINK state a spectator sees (hands and draw piles hidden), or None."""
-        state = model.state() if model is not None else None
-        if state is None or not getattr(model, "spectating", False) or not isinstance(state, blink.State):
+        state = state_of(model, blink.State)
+        if state is None or model is None or not model.spectating:
             return None
         return state
 
     # ------------------------------------------------------------------ the static picture
 
-    def board_key(self, model: Any) -> Any:
+    def board_key(self, model: ClientView | None) -> object:
         """Changes whenever ``board`` would say something else."""
         state = model.state() if model is not None else None
         return (None if model is None else model.version, id(state), self.selected, self.version,
                 tuple(f.card for f in self.flights))
 
-    def board(self, model: Any, dragging: int | None = None) -> TableBoard:
+    def board(self, model: ClientView | None, dragging: int | None = None) -> TableBoard:
         """What the table shows; ``dragging`` is the hand slot being dragged with the mouse (faded)."""
         state = self.playing_state(model)
         watching = state is None and self.watched_state(model) is not None
         if watching:
             state = self.watched_state(model)
-        if state is None:
+        if state is None or model is None:
             seen = model.state() if model is not None else None
             return TableBoard(False, (CardShow(),) * len(self.slots), (("", False),) * len(self.slots),
                               (CardShow(),) * 3, (CardShow(), CardShow()), ("", ""), (CardShow(), CardShow()),
                               ("", ""), "", "BLINK", "", "Esc  menu", getattr(seen, "phase", None))
-        seat = 0 if watching else model.seat  # a spectator sees the first seat at the bottom
+        seat = 0 if watching or model.seat is None else model.seat  # a spectator sees the first seat at the bottom
         opp = 1 - seat
         names = list(model.players) + ["", ""]
-        ms = model.match_state or {}
-        wins = list(ms.get("wins") or [0, 0])
+        ms = MatchState.read(model.match_state)
+        wins = list(ms.wins) or [0, 0]
         size = max(3, state.settings.hand_size)
         self.slots = stable_slots(self.slots, state.hands[seat], size)
         picking = state.phase == "picking" and not state.picked[seat]
@@ -257,17 +276,17 @@ class TableViewModel:
         hand: list[CardShow] = []
         keys: list[tuple[str, bool]] = []
         for i, card in enumerate(self.slots):
-            style = "face" if isinstance(card, blink.Card) else (("back" if watching else "unknown") if card is None
-                                                                  else "slot")
+            style: CardStyle = "face" if isinstance(card, blink.Card) else (
+                ("back" if watching else "unknown") if card is None else "slot")
             alpha = 0.3 if (dragging == i) or (isinstance(card, blink.Card) and card in flying) else 1.0
-            ring = None
+            ring: HandRing | None = None
             if i == self.selected:
                 ring = "select"
             elif picking and style == "face":
                 ring = "pick"
             elif my_pick is not None and card == my_pick:
                 ring = "pending"
-            hand.append(CardShow(None if card is EMPTY else card, style, alpha, ring, i == self.selected))
+            hand.append(CardShow(card if isinstance(card, blink.Card) else None, style, alpha, ring, i == self.selected))
             keys.append((str(i + 1) if style != "slot" and i < 9 and not watching else "", i == self.selected))
         n_opp = len(state.hands[opp])
         opp_hand = tuple(CardShow(None, "back" if i < n_opp else "slot") for i in range(max(3, n_opp)))
@@ -292,13 +311,13 @@ class TableViewModel:
                 labels.append(f"←  A    {owner} pile" if p == 0 else f"{owner} pile    D  →")
         draws = tuple(CardShow(None, "back", mid=str(len(state.draw[who]))) if state.draw[who]
                       else CardShow(None, "slot", mid="0") for who in (seat, opp))
-        best_of = ms.get("best_of") or state.settings.best_of
-        gi = texts.game_number(ms, ms.get("game_index", 0) or 0) - 1
+        best_of = ms.best_of or state.settings.best_of
+        gi = ms.game_number(ms.game_index or 0) - 1
         if watching:
             hint = f"watching {names[seat]} (bottom) and {names[opp]} (top)     Esc  menu"
         elif state.phase == "picking" and not state.picked[seat]:
             hint = texts.PICK_HINTS
-        elif state.phase == "over" or ms.get("status") == "over":
+        elif state.phase == "over" or ms.over:
             hint = "Esc  menu"
         else:
             hint = texts.KEY_HINTS
@@ -311,23 +330,24 @@ class TableViewModel:
 
     # ------------------------------------------------------------------ the text band
 
-    def band(self, model: Any, status: str, message: str, join_command: str, now_ns: int) -> Band:
+    def band(self, model: ClientView | None, status: str, message: str, join_command: str, now_ns: int) -> Band:
         """The band's texts now (``status``/``message``/``join_command`` are the session's)."""
-        state = model.state() if model is not None else None
-        if model is None or state is None or not isinstance(state, blink.State):
+        state = state_of(model, blink.State)
+        if model is None or state is None:
             if status == "error":  # a spectator (a bad watch code) was not going to play
-                return Band("Cannot watch" if getattr(model, "spectating", False) else "Cannot play", message, "screen")
+                return Band("Cannot watch" if model is not None and model.spectating else "Cannot play", message,
+                            "screen")
             if status == "waiting" and model is not None and model.match:
-                if getattr(model, "spectating", False):
+                if model.spectating:
                     return Band(f"Match code  {model.match}", "waiting for the players to join — you are watching",
                                 "screen")
                 return Band(f"Match code  {model.match}",
                             f"waiting for an opponent — they run:  {join_command} --match {model.match}", "screen")
             return Band("BLINK", message or "connecting…", "screen")
         seat = model.seat if model.seat is not None else -1  # -1: a spectator, nobody is "you"
-        ms = model.match_state or {}
+        ms = MatchState.read(model.match_state)
         away = waiting_text(model, now_ns)
-        if away is not None and ms.get("status") != "over":
+        if away is not None and not ms.over:
             return Band("Opponent away", away, "status")
         if state.phase == "countdown":
             if self.start_at is None:
@@ -352,13 +372,13 @@ class TableViewModel:
                 return Band("Card chosen", f"waiting for {name_of(model, 1 - seat)} — {left:.1f} s", "status", timer)
             return Band("Stalemate: choose a card",
                         f"press 1 2 3 (or click) to place it on your own pile — {left:.1f} s", "status", timer)
-        if state.phase == "over" or ms.get("status") in ("between", "over"):
+        if state.phase == "over" or ms.decided:
             if state.tie or state.winner is None:
                 big = "Tie game"
             else:
                 big = "You win the game!" if state.winner == seat else f"{name_of(model, state.winner)} wins the game"
-            sub = texts.score_line(list(model.players), list(ms.get("wins") or [0, 0]), seat)
-            sub += "   ·   match over" if ms.get("status") == "over" else "   ·   next game starting…"
+            sub = texts.score_line(list(model.players), list(ms.wins) or [0, 0], seat)
+            sub += "   ·   match over" if ms.over else "   ·   next game starting…"
             return Band(big, sub, "status")  # under the piles: the cards that decided it stay in view
         return Band()
 
@@ -379,7 +399,7 @@ class TableViewModel:
             self.version += 1
         return None
 
-    def pile_flash(self, pile: int, now_ns: int) -> tuple[str, float] | None:
+    def pile_flash(self, pile: int, now_ns: int) -> tuple[FlashRing, float] | None:
         """A fading ring on a pile (your play landed, the opponent played, a flip): (kind, alpha)."""
         if pile not in self.flash:
             return None
@@ -390,7 +410,7 @@ class TableViewModel:
             return None
         return kind, a
 
-    def hand_flash(self, slot: int, now_ns: int) -> tuple[str, float] | None:
+    def hand_flash(self, slot: int, now_ns: int) -> tuple[FlashRing, float] | None:
         """A fading ring on a hand slot a bounced card came back to: (kind, alpha)."""
         if slot not in self.slot_flash:
             return None
@@ -424,7 +444,7 @@ class TableViewModel:
         a = 255 if age < MESSAGE_S - 0.5 else int(255 * (MESSAGE_S - age) / 0.5)
         return text, (colour[0], colour[1], colour[2], max(0, a))
 
-    def slot_of(self, card: Any) -> int | None:
+    def slot_of(self, card: blink.Card) -> int | None:
         for i, c in enumerate(self.slots):
             if c == card and isinstance(c, blink.Card):
                 return i
@@ -436,7 +456,7 @@ class TableViewModel:
 
     # ------------------------------------------------------------------ input -> actions
 
-    def select(self, model: Any, slot: int, now_ns: int) -> Step:
+    def select(self, model: ClientView | None, slot: int, now_ns: int) -> Step:
         """Key 1/2/3 or a click on a hand card: select it (or, in a stalemate pick, choose it)."""
         state = self.playing_state(model)
         if state is None:
@@ -450,7 +470,7 @@ class TableViewModel:
         self.version += 1
         return Step(noted=True)
 
-    def hold(self, model: Any, slot: int) -> bool:
+    def hold(self, model: ClientView | None, slot: int) -> bool:
         """A mouse press on a hand card: select it (no toggling). True if it is a card."""
         if self.playing_state(model) is None or slot >= len(self.slots) or not isinstance(self.slots[slot], blink.Card):
             return False
@@ -458,7 +478,7 @@ class TableViewModel:
         self.version += 1
         return True
 
-    def play(self, model: Any, pile: int, slot: int | None, now_ns: int) -> Step:
+    def play(self, model: ClientView | None, pile: int, slot: int | None, now_ns: int) -> Step:
         """Left/Right (A/D) or a drop: the selected card (or ``slot``) on pile 0/1."""
         if self.playing_state(model) is None:
             return Step()
@@ -472,7 +492,7 @@ class TableViewModel:
             return Step()
         return Step(blink.PlayCard(str(card), pile), noted=True, slot=slot)
 
-    def pick(self, model: Any, slot: int) -> Step:
+    def pick(self, model: ClientView | None, slot: int) -> Step:
         if self.playing_state(model) is None:
             return Step()
         card = self.slots[slot] if slot < len(self.slots) else EMPTY
@@ -480,7 +500,7 @@ class TableViewModel:
             return Step()
         return Step(blink.PickCard(str(card)), noted=True, slot=slot)
 
-    def sent(self, step: Step, result: Any, now_ns: int) -> None:
+    def sent(self, step: Step, result: object, now_ns: int) -> None:
         """What happened to an action the renderer sent: a local refusal shows its reason (and a
         refused play shakes its card); a play taken clears the selection."""
         if isinstance(result, Rejected):
@@ -494,7 +514,7 @@ class TableViewModel:
         self.version += 1
 
 
-def pending_plays(model: Any) -> set[tuple[str, int]]:
+def pending_plays(model: ClientView | None) -> set[tuple[str, int]]:
     """Your plays the relay has not answered yet, as (card, pile)."""
     pred = model.predictor if model is not None else None
     if pred is None:
@@ -503,6 +523,6 @@ def pending_plays(model: Any) -> set[tuple[str, int]]:
             if isinstance(p.action, blink.PlayCard) and p.accepted_seq is None}
 
 
-def name_of(model: Any, seat: int) -> str:
+def name_of(model: ClientView, seat: int) -> str:
     names = list(model.players)
     return names[seat] if 0 <= seat < len(names) else "opponent"

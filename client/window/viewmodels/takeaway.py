@@ -12,30 +12,30 @@ Announcements: another player's claim or re-roll, the playing order.
 
 from __future__ import annotations
 
-from typing import Any
-
+from protocol import messages as m
 from protocol.rules import takeaway as tk
+from client.window.viewmodels.clientview import ClientView
 from client.window.viewmodels.turnbased import INFO, NS, TurnViewModel
 
 ROLL_MIN_S = 0.6
 
 
-class TakeawayViewModel(TurnViewModel):
+class TakeawayViewModel(TurnViewModel[tk.State]):
     timer_events = ("turn_started",)
 
     def __init__(self, title: str) -> None:
-        super().__init__(title)
+        super().__init__(title, tk.State)
         self.roll_until = 0
         self.all_cells: set[tuple[int, int]] = set()  # where every Blink of this game stood
 
-    def acting(self, state: Any) -> list[int]:
+    def acting(self, state: tk.State) -> list[int]:
         cur = state.current if state.phase in ("turn", "rolling") else None
         return [] if cur is None else [cur]
 
-    def can_reroll(self, state: Any, me: int | None) -> bool:
+    def can_reroll(self, state: tk.State, me: int | None) -> bool:
         return me is not None and any(isinstance(a, tk.Reroll) for a in tk.legal_actions(state, me))
 
-    def prompt(self, model: Any, state: Any, now_ns: int) -> tuple[str, str]:
+    def prompt(self, model: ClientView, state: tk.State, now_ns: int) -> tuple[str, str]:
         if state.phase == "setup":
             return "", "the relay is rolling the cluster…"
         if state.phase == "rolling":
@@ -44,21 +44,21 @@ class TakeawayViewModel(TurnViewModel):
             "   ·   or re-roll all first (Space)" if self.can_reroll(state, self.me(model)) else "")
         return mine, "choosing a Blink to claim"
 
-    def score_text(self, state: Any, seat: int) -> str:
+    def score_text(self, state: tk.State, seat: int) -> str:
         return f"{state.scores()[seat]} pts"
 
-    def hints(self, state: Any, me: int | None) -> str:
+    def hints(self, state: tk.State, me: int | None) -> str:
         return "click  claim a Blink     Space  re-roll the cluster     a repeated face scores 10     Esc  menu"
 
-    def rolling(self, state: Any, now_ns: int) -> bool:
+    def rolling(self, state: tk.State, now_ns: int) -> bool:
         return state.phase in ("rolling", "setup") or now_ns < self.roll_until
 
-    def animating(self, state: Any, now_ns: int) -> Any:
+    def animating(self, state: tk.State, now_ns: int) -> object:
         if self.rolling(state, now_ns):
             return now_ns // (NS // 12)
         return None
 
-    def on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
+    def on_event(self, ev: m.Event, model: ClientView, state: tk.State | None, now_ns: int) -> None:
         d = ev.data
         me = self.me(model)
         if ev.type == "dice_rolled" and d.get("reason") == "setup":
@@ -75,7 +75,7 @@ class TakeawayViewModel(TurnViewModel):
             order = d.get("order") or []
             self.say("playing order: " + " → ".join(self.pname(model, s) for s in order), now_ns, INFO)
 
-    def result_line(self, model: Any, state: Any) -> str:
+    def result_line(self, model: ClientView, state: tk.State) -> str:
         scores = state.scores()
         standing = state.standing()
         if not scores or not standing:
@@ -92,7 +92,7 @@ class TakeawayViewModel(TurnViewModel):
 
     # ------------------------------------------------------------------ the board
 
-    def cluster(self, state: Any) -> set[tuple[int, int]]:
+    def cluster(self, state: tk.State) -> set[tuple[int, int]]:
         """Every place a Blink of this game stood (claimed ones leave an outline: nothing shifts)."""
         cells = {(q, r) for q, r, _ in state.cells}
         claimed = {(q, r) for _, q, r, _ in state.claims}
@@ -100,13 +100,13 @@ class TakeawayViewModel(TurnViewModel):
             self.all_cells = cells | claimed
         return self.all_cells or cells
 
-    def legal_cells(self, state: Any, me: int | None) -> set[tuple[int, int]]:
+    def legal_cells(self, state: tk.State, me: int | None) -> set[tuple[int, int]]:
         """The Blinks you may claim now (none when it is not your turn)."""
         if me is None or state.phase != "turn" or state.current != me:
             return set()
         return {(a.q, a.r) for a in tk.legal_actions(state, me) if isinstance(a, tk.ClaimBlink)}
 
-    def reroll(self, state: Any, me: int | None) -> tuple[str, bool]:
+    def reroll(self, state: tk.State, me: int | None) -> tuple[str, bool]:
         """The re-roll button: (its text, whether it may be pressed)."""
         can = self.can_reroll(state, me)
         if me is None:
@@ -120,11 +120,11 @@ class TakeawayViewModel(TurnViewModel):
         return "re-roll spent (once per game)", False
 
     @staticmethod
-    def pending_cells(model: Any) -> list[tuple[int, int]]:
+    def pending_cells(model: ClientView | None) -> list[tuple[int, int]]:
         return [(a.q, a.r) for a in TurnViewModel.pending(model) if isinstance(a, tk.ClaimBlink)]
 
     @staticmethod
-    def claimed(state: Any, seat: int) -> list[tuple[int, str, bool]]:
+    def claimed(state: tk.State, seat: int) -> list[tuple[int, str, bool]]:
         """A player's claimed dice in order: (face, its worth as shown, whether it is a repeat)."""
         seen: set[int] = set()
         out = []

@@ -2,8 +2,8 @@
 
 How this works
 --------------
-``TurnViewModel`` is the part every turn-based game shares; a game's view-model subclasses it
-with what only that game knows (who is to act, what you may do, its announcements, its result
+``TurnViewModel`` is the part every turn-based game shares; a game's view-model subclasses it,
+typed in the game's state class (``TurnViewModel[takeaway.State]``), with what only that game knows (who is to act, what you may do, its announcements, its result
 line, the spots you may click). Fed the ``ClientModel`` each frame (``observe``), it keeps:
 
 - the *message line*: a refused move in red with its reason (``refused``: a local refusal, or the
@@ -25,10 +25,15 @@ rematch never replays the previous match's announcements.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, Literal, Mapping, Protocol, TypeVar
 
+from protocol import messages as m
 from protocol.rules import AnyGame, game_for
+from client.matchstate import MatchState
+from client.model import Bounce
 from client.window import texts
+from client.window.sounds import Cue
+from client.window.viewmodels.clientview import ClientView, state_of
 from client.window.viewmodels.feed import EventFeed, Feed
 
 NS = 1_000_000_000
@@ -67,20 +72,40 @@ def reason_text(code: str, detail: str = "", game: AnyGame | None = None) -> str
     return REASONS.get(code) or texts.label(code, game) or detail or code.replace("_", " ")
 
 
-def game_of(model: Any) -> AnyGame | None:
+def game_of(model: ClientView) -> AnyGame | None:
     """The game a model plays, for its labels (None when it has none yet)."""
+    if model.game is None:
+        return None
     try:
         return game_for(model.game)
-    except (ValueError, AttributeError, TypeError):
+    except ValueError:
         return None
+
+
+class TurnState(Protocol):
+    """What every turn-based game's state has."""
+
+    @property
+    def phase(self) -> str: ...
+
+    @property
+    def players(self) -> int: ...
+
+    @property
+    def gone(self) -> tuple[int, ...]: ...  # seats that left a game playing on without them
+
+
+S = TypeVar("S", bound=TurnState)
+
+#: The banner's kind (its colour): nobody to act, the game over, your turn, another's turn.
+BannerKind = Literal["idle", "over", "mine", "theirs"]
 
 
 @dataclass(frozen=True)
 class Banner:
-    """The turn banner: ``kind`` idle | over | mine | theirs (its colour), the big line, the small
-    line under it."""
+    """The turn banner: its ``kind``, the big line, the small line under it."""
 
-    kind: str
+    kind: BannerKind
     big: str
     small: str
 
@@ -98,62 +123,67 @@ class Row:
     mark: str
 
 
-class TurnViewModel:
+class TurnViewModel(Generic[S]):
     #: the public events that start the wait for a player's move (the turn timer counts from the
     #: local receive time of the latest of them; see ``turn_clock``)
     timer_events: tuple[str, ...] = ()
 
-    def __init__(self, title: str) -> None:
+    def __init__(self, title: str, state_class: type[S]) -> None:
         self.title = title
+        self.state_class = state_class  # the game's state: what ``state`` reads of a model
         self.msg: tuple[str, int, RGBA] = ("", 0, RED)
-        self._msg_turn: Any = None  # (game, turn) the message is about, or None: not one turn's
-        self.rejected: tuple[Any, int] | None = None  # (action, start ns)
+        self._msg_turn: tuple[int, int] | None = None  # (game, turn) the message is about, or None: not one turn's
+        self.rejected: tuple[object, int] | None = None  # (action, start ns)
         self.over_at: int | None = None
-        self.cues: list[str] = []
+        self.cues: list[Cue] = []
         self.version = 0  # bumped by local changes (messages, a refused move, a builder's face)
         self._seen_game = -1
-        self._bounces = Feed()
+        self._bounces: Feed[Bounce] = Feed()
         self._events = EventFeed()
-        self._clock: tuple[Any, int, int] | None = None  # (timer id, confirmed seq when first seen, prev seq)
+        self._clock: tuple[tuple[int, str], int, int] | None = None  # (timer id, confirmed seq when first seen, prev seq)
         self._clock_seq = -1
+
+    def state(self, model: ClientView | None) -> S | None:
+        """The state ``model`` draws, if it is this game's (None: no model, no game yet, another game)."""
+        return state_of(model, self.state_class)
 
     # ------------------------------------------------------------------ what a game says (overridden)
 
-    def acting(self, state: Any) -> list[int]:
+    def acting(self, state: S) -> list[int]:
         """Seats that are to act now."""
         return []
 
-    def prompt(self, model: Any, state: Any, now_ns: int) -> tuple[str, str]:
+    def prompt(self, model: ClientView, state: S, now_ns: int) -> tuple[str, str]:
         """(what you may do when you act, what the others are doing) as short lines."""
         return "", ""
 
-    def score_text(self, state: Any, seat: int) -> str:
+    def score_text(self, state: S, seat: int) -> str:
         return ""
 
-    def idle_banner(self, state: Any) -> str:
+    def idle_banner(self, state: S) -> str:
         """The banner when no player is to act (the relay is rolling, say)."""
         return "waiting for the relay"
 
-    def seat_colour(self, state: Any, seat: int) -> RGBA:
+    def seat_colour(self, state: S, seat: int) -> RGBA:
         return SEAT_COLOURS[seat % len(SEAT_COLOURS)]
 
-    def seat_mark(self, state: Any, seat: int) -> str:
+    def seat_mark(self, state: S, seat: int) -> str:
         return SEAT_MARKS[seat % len(SEAT_MARKS)]
 
-    def hints(self, state: Any, me: int | None) -> str:
+    def hints(self, state: S, me: int | None) -> str:
         return "Esc  menu"
 
-    def animating(self, state: Any, now_ns: int) -> Any:
+    def animating(self, state: S, now_ns: int) -> object:
         """A value that changes while something animates (the picture is redrawn when it does)."""
         return None
 
-    def on_event(self, ev: Any, model: Any, state: Any, now_ns: int) -> None:
+    def on_event(self, ev: m.Event, model: ClientView, state: S | None, now_ns: int) -> None:
         """A public event of the current game arrived (announcements)."""
 
-    def result_line(self, model: Any, state: Any) -> str:
+    def result_line(self, model: ClientView, state: S) -> str:
         return ""
 
-    def turn_of(self, state: Any) -> Any:
+    def turn_of(self, state: S) -> int | None:
         """The turn ``state`` is in, for announcements about one turn (None: the game has no turns
         such announcements are about)."""
         return None
@@ -161,13 +191,13 @@ class TurnViewModel:
     # ------------------------------------------------------------------ reading the model
 
     @staticmethod
-    def me(model: Any) -> int | None:
+    def me(model: ClientView | None) -> int | None:
         """Your seat, or None when watching."""
         if model is None or model.spectating:
             return None
         return model.seat
 
-    def pname(self, model: Any, seat: Any) -> str:
+    def pname(self, model: ClientView | None, seat: object) -> str:
         if type(seat) is not int:
             return str(seat)
         names = list(model.players) if model is not None else []
@@ -175,18 +205,18 @@ class TurnViewModel:
             return "you" if seat == self.me(model) else str(names[seat])
         return f"seat {seat + 1}"
 
-    def who(self, model: Any, data: dict[str, Any]) -> str:
+    def who(self, model: ClientView, data: Mapping[str, object]) -> str:
         """The player an event is about (events carry ``seat`` and the name in ``player``)."""
         seat = data.get("seat")
         if type(seat) is int:
             return self.pname(model, seat)
         return str(data.get("player", "?"))
 
-    def observe(self, model: Any, now_ns: int) -> None:
+    def observe(self, model: ClientView | None, now_ns: int) -> None:
         """New bounces and public events since the last frame."""
         if model is None:
             return
-        state = model.state()
+        state = self.state(model)
         if state is None:
             return
         if model.predictor is not None and model.predictor.game != self._seen_game:
@@ -201,20 +231,19 @@ class TurnViewModel:
         if self._msg_turn is not None and self._msg_turn != (self._seen_game, self.turn_of(state)):
             self.msg, self._msg_turn = ("", 0, RED), None  # that turn is over: so is what was said about it
             self.version += 1
-        if self.over_at is None and (model.match_state or {}).get("status") == "over":
+        if self.over_at is None and MatchState.read(model.match_state).over:
             self.over_at = now_ns
 
-    def results_due(self, model: Any, now_ns: int) -> bool:
+    def results_due(self, model: ClientView | None, now_ns: int) -> bool:
         """Time to show the results scene (players and spectators alike)."""
         return self.over_at is not None and now_ns - self.over_at > RESULTS_AFTER_S * NS
 
-    def game_over(self, model: Any, state: Any) -> bool:
-        return state is not None and (getattr(state, "phase", "") == "over" or
-                                      (model.match_state or {}).get("status") in ("between", "over"))
+    def game_over(self, model: ClientView, state: S | None) -> bool:
+        return state is not None and (state.phase == "over" or MatchState.read(model.match_state).decided)
 
-    def banner(self, model: Any, now_ns: int) -> Banner:
-        state = model.state() if model is not None else None
-        if state is None:
+    def banner(self, model: ClientView | None, now_ns: int) -> Banner:
+        state = self.state(model)
+        if model is None or state is None:
             return Banner("idle", self.title, "")
         if self.game_over(model, state):
             return Banner("over", "GAME OVER", self.result_line(model, state))
@@ -227,17 +256,17 @@ class TurnViewModel:
         now = (f"{who}'s turn" if len(acting) == 1 else f"waiting for {who}") if acting else self.idle_banner(state)
         return Banner("theirs", (f"WATCHING {model.match} — " if model.spectating else "") + now, others)
 
-    def rows(self, model: Any) -> list[Row]:
-        state = model.state() if model is not None else None
-        if state is None:
+    def rows(self, model: ClientView | None) -> list[Row]:
+        state = self.state(model)
+        if model is None or state is None:
             return []
         names = list(model.players)
         me = self.me(model)
         acting = self.acting(state)
         over = self.game_over(model, state)
         out = []
-        gone = getattr(state, "gone", ())
-        for seat in range(getattr(state, "players", len(names))):
+        gone = state.gone
+        for seat in range(state.players):
             name = texts.with_you(names[seat] if seat < len(names) else f"seat {seat + 1}", seat == me)
             if seat in gone:  # out of play: still listed (their claims, chips, wins stay), dimmed
                 out.append(Row(seat, f"{name}  — left", False, seat == me, self.score_text(state, seat), GONE, "×"))
@@ -246,57 +275,58 @@ class TurnViewModel:
                            self.seat_colour(state, seat), self.seat_mark(state, seat)))
         return out
 
-    def hint_line(self, model: Any) -> str:
-        state = model.state() if model is not None else None
-        if state is None:
+    def hint_line(self, model: ClientView | None) -> str:
+        state = self.state(model)
+        if model is None or state is None:
             return "Esc  menu"
         if model.spectating:
             return "spectating a match: read-only     Esc  menu"
         return self.hints(state, self.me(model))
 
-    def status(self, status: str, message: str, join_command: str, model: Any) -> tuple[str, str]:
+    def status(self, status: str, message: str, join_command: str, model: ClientView | None) -> tuple[str, str]:
         """Before a game: the big and small line of the status overlay (``join_command``: what a
         friend types to join here, up to the code)."""
         if status == "error":  # a spectator (a bad watch code) was not going to play
-            return ("Cannot watch" if getattr(model, "spectating", False) else "Cannot play"), message
+            return ("Cannot watch" if model is not None and model.spectating else "Cannot play"), message
         if status == "waiting" and model is not None and model.match:
-            if getattr(model, "spectating", False):
+            if model.spectating:
                 return f"Match code  {model.match}", "waiting for the players to join — you are watching"
             return (f"Match code  {model.match}",
                     f"waiting for players — they run:  {join_command} --match {model.match}")
         return self.title, message or "connecting…"
 
-    def tally(self, model: Any, state: Any = None) -> str:
+    def tally(self, model: ClientView, state: S | None = None) -> str:
         """Games won per player, and what comes next (the result overlay's second line).
 
         ``state`` is the state the overlay's first line comes from. When it is a finished game the
         relay has not counted yet (a predicted end: the relay's tally still says "playing"), its
         winners are counted here, so that "You win with 78 points" never sits beside "you: 0"."""
-        ms = model.match_state or {}
+        ms = MatchState.read(model.match_state)
         names = list(model.players)
-        wins = list(ms.get("wins") or [])
-        if state is not None and ms.get("status", "playing") == "playing" and getattr(state, "phase", "") == "over":
+        wins = list(ms.wins)
+        if state is not None and ms.status in (None, "playing") and state.phase == "over":
+            game = game_of(model)
             try:
-                outcome = game_for(model.game).outcome(state)
+                outcome = game.outcome(state) if game is not None else None
             except (ValueError, AttributeError):
                 outcome = None
             if outcome is not None:
-                wins += [0] * (max(len(names), getattr(state, "players", 0)) - len(wins))
+                wins += [0] * (max(len(names), state.players) - len(wins))
                 for w in outcome.winners:
                     if 0 <= w < len(wins):
                         wins[w] += 1
         tally = "   ".join(f"{names[i] if i < len(names) else i}: {w}" for i, w in enumerate(wins))
-        tail = "match over — results follow" if ms.get("status") == "over" else "next game starting…"
+        tail = "match over — results follow" if ms.over else "next game starting…"
         return f"games won  {tally}   ·   {tail}"
 
     @staticmethod
-    def pending(model: Any) -> list[Any]:
+    def pending(model: ClientView | None) -> list[object]:
         """Your moves the relay has not answered yet."""
         if model is None or model.predictor is None:
             return []
         return [p.action for p in model.predictor.pending]
 
-    def turn_clock(self, model: Any, now_ns: int) -> tuple[float, float] | None:
+    def turn_clock(self, model: ClientView | None, now_ns: int) -> tuple[float, float] | None:
         """(seconds left, seconds in all) on the running turn timer, or None when there is none.
 
         The game's rules say which timed wait the confirmed state is in (``timers``: the timer with
@@ -305,12 +335,15 @@ class TurnViewModel:
         time of the state update itself."""
         if model is None or model.predictor is None or model.rules is None:
             return None
+        timer = model.settings.get("turn_timer_s") or 0
+        if not isinstance(timer, (int, float, str)):
+            return None
         try:
-            total = float((model.settings or {}).get("turn_timer_s") or 0)
-        except (TypeError, ValueError):
+            total = float(timer)
+        except ValueError:
             return None
         state = model.predictor.confirmed
-        if total <= 0 or state is None or (model.match_state or {}).get("status") not in (None, "playing"):
+        if total <= 0 or state is None or MatchState.read(model.match_state).status not in (None, "playing"):
             self._clock = None
             return None
         name = None
@@ -346,7 +379,7 @@ class TurnViewModel:
 
     # ------------------------------------------------------------------ messages
 
-    def refused(self, action: Any, code: str, detail: str, now_ns: int, by_relay: bool = False,
+    def refused(self, action: object, code: str, detail: str, now_ns: int, by_relay: bool = False,
                 game: AnyGame | None = None) -> None:
         why = reason_text(code, detail, game)
         text = f"✗ the relay refused your move: {why} — it has been undone" if by_relay else f"✗ {why}"
@@ -354,7 +387,7 @@ class TurnViewModel:
         self.rejected = (action, now_ns)
         self.cues.append("bounce")
 
-    def say(self, text: str, now_ns: int, colour: RGBA = YELLOW, turn: Any = None) -> None:
+    def say(self, text: str, now_ns: int, colour: RGBA = YELLOW, turn: int | None = None) -> None:
         """Show ``text`` on the message line; ``turn`` (what ``turn_of`` says of the state it is about)
         makes it go when the state moves on to another turn."""
         self.msg = (text, now_ns, colour)
@@ -368,7 +401,7 @@ class TurnViewModel:
             return "", RED
         return text, colour
 
-    def rejected_now(self, now_ns: int) -> Any:
+    def rejected_now(self, now_ns: int) -> object:
         """The move refused a moment ago (its spot is marked), or None."""
         if self.rejected is not None and now_ns - self.rejected[1] >= REJECT_S * NS:
             self.rejected = None
@@ -379,6 +412,6 @@ class TurnViewModel:
         return (bool(self.msg[0]) and now_ns - self.msg[1] < MESSAGE_S * NS,
                 self.rejected is not None and now_ns - self.rejected[1] < REJECT_S * NS)
 
-    def drain_cues(self) -> list[str]:
+    def drain_cues(self) -> list[Cue]:
         cues, self.cues = self.cues, []
         return cues
