@@ -31,6 +31,7 @@ from client.bots import Bot
 from client.model import Reconnected
 from client.net import Connection, Impairment, new_client_id
 from client.player import Player
+from client import ClientError
 
 
 RESYNC_EVERY_S = 1.1  # the relay re-sends a match's past events to one client at most once a second
@@ -39,7 +40,7 @@ RESYNC_MAX_S = 10.0  # the longest wait for an asked-for gap before asking again
 QUIET_S = 3.0  # no doubt for this long: ask for what may have followed the newest event anyway
 
 
-class MatchTimeout(Exception):
+class MatchTimeout(ClientError):
     """The match did not end within the time given: the bots were slow, not the network."""
 
 

@@ -29,6 +29,7 @@ from client.model import ClientModel
 from client.net import Connection, Impairment, Link, new_client_id
 from client.sealing import new_seal
 from client.netthread import NetThread, ThreadedConnection
+from client import ClientError
 
 
 #: How long ``create``, ``join``, ``quick`` and ``rejoin`` wait for their seat by default. A relay
@@ -39,7 +40,7 @@ from client.netthread import NetThread, ThreadedConnection
 SEAT_WAIT_S = 30.0
 
 
-class RequestError(RuntimeError):
+class RequestError(ClientError, RuntimeError):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(f"{code}: {detail}")
         self.code = code

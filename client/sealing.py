@@ -25,6 +25,7 @@ from collections import Counter
 from mqttkit import BrokerAddress
 from protocol.seal import ClientSeal, SealError
 from protocol.topics import Topics
+from client import ClientError
 
 log = logging.getLogger("blink.net")
 
@@ -34,7 +35,7 @@ KEYS_WAIT_S = 10.0
 QUIET_NS = 1_000_000_000
 
 
-class SealProblem(ConnectionError):
+class SealProblem(ClientError, ConnectionError):
     """A sealed connection cannot start: one line that says why."""
 
 

@@ -17,8 +17,10 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from client import ClientError
 
-class SeatFileError(ValueError):
+
+class SeatFileError(ClientError, ValueError):
     pass
 
 

@@ -19,6 +19,22 @@ parses (``set_tls_defaults``): a URL travels as text through configs, threads an
 join screen, and each place that parses it gets the same trust without threading two more values
 through all of them. The contexts are cached (loading the system's CAs costs milliseconds, and the
 load generator opens hundreds of connections).
+
+Errors
+------
+Every exception this package raises derives from ``MqttkitError``; each also keeps the builtin
+class it has always been, so code that catches that still catches it::
+
+    MqttkitError
+    ├── PortInUse (RuntimeError)     nothing can listen where a broker was asked to
+    ├── BadURL (ValueError)          a broker URL that cannot be used
+    ├── TLSProblem (ValueError)      a CA file that cannot be read or holds no certificate
+    ├── MqttError                    the connection could not be made, or it ended (mqttkit.connection)
+    │   ├── ConnectRefused           the broker refused CONNECT (``rc``)
+    │   └── SubscribeRefused         the broker refused a subscription (``codes``)
+    ├── PacketError (ValueError)     bytes from the broker that break MQTT's framing (mqttkit.packets)
+    └── LanError (RuntimeError)      a LAN problem, said in its message (mqttkit.lan)
+        └── NoMulticast              no interface can send or receive multicast DNS
 """
 
 from __future__ import annotations
@@ -39,7 +55,7 @@ if TYPE_CHECKING:  # aiomqtt is the client's library: imported where it is used
     import aiomqtt
     from paho.mqtt.reasoncodes import ReasonCode
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "DEFAULT_TLS_PORT", "NODELAY", "PIN", "RELAY_USER", "BadURL", "BrokerAddress", "PortInUse", "Scheme",
+__all__ = ["DEFAULT_MAX_PAYLOAD", "DEFAULT_TLS_PORT", "NODELAY", "PIN", "RELAY_USER", "BadURL", "BrokerAddress", "MqttkitError", "PortInUse", "Scheme",
            "TLSProblem", "TLSTrust", "check_port", "check_tls_pair", "connect_problem", "free_port", "granted", "parse_url", "set_tls_defaults", "stop_task",
            "subscribe_granted", "tls_context", "tls_refusal", "wait_event"]
 
@@ -115,15 +131,19 @@ async def stop_task(task: asyncio.Task[object], tries: int = 20, wait_s: float =
         task.exception()  # mark as retrieved
 
 
-class PortInUse(RuntimeError):
+class MqttkitError(Exception):
+    """The root of every exception of ``mqttkit``: catch it to catch any of them."""
+
+
+class PortInUse(MqttkitError, RuntimeError):
     """A broker could not listen where it was asked to: the message says what to do instead."""
 
 
-class BadURL(ValueError):
+class BadURL(MqttkitError, ValueError):
     pass
 
 
-class TLSProblem(ValueError):
+class TLSProblem(MqttkitError, ValueError):
     """A CA file that cannot be read or holds no certificate: the message says which and why."""
 
 

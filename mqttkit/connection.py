@@ -17,7 +17,7 @@ told and its bytes are skipped. ``drop_until(topic, until_ns, on_dropped)`` has 
 not build, the QoS-0 PUBLISHes on one topic until then (a reader that knows it would refuse them
 all: a flood's excess), and after a read with many of them the socket is left unread for a few
 ms (``COALESCE_S``) so that a flood is read in large chunks rather than a few packets a read. A
-packet that breaks the framing (``packets.ProtocolError``) drops the connection with one logged
+packet that breaks the framing (``packets.PacketError``) drops the connection with one logged
 line, after the packets before it in the same read are delivered.
 
 Sending: ``write(data)`` puts bytes already packed (one or many PUBLISH packets,
@@ -49,9 +49,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVarTuple
 
-from mqttkit import tls_refusal
+from mqttkit import MqttkitError, tls_refusal
 from mqttkit.packets import (CONNACK, DISCONNECT_PACKET, PINGREQ_PACKET, PINGRESP, PUBACK, PUBCOMP, PUBREC, PUBREL,
-                             SUBACK, UNSUBACK, Control, Message, Oversize, Parser, ProtocolError, pack_ack,
+                             SUBACK, UNSUBACK, Control, Message, Oversize, Parser, PacketError, pack_ack,
                              pack_connect, pack_publish, pack_subscribe, pack_unsubscribe)
 
 log = logging.getLogger("blink.mqtt")
@@ -73,7 +73,7 @@ CONNACK_REASONS = {1: "unacceptable protocol version", 2: "identifier rejected",
                    4: "bad user name or password", 5: "not authorized"}
 
 
-class MqttError(Exception):
+class MqttError(MqttkitError):
     """The connection could not be made, or it ended."""
 
 
@@ -276,7 +276,7 @@ class MqttConnection(asyncio.Protocol):
         try:
             packets = parser.feed(data, drop)
             error = None
-        except ProtocolError as exc:
+        except PacketError as exc:
             packets, error = exc.packets, exc
         if parser.skipped:
             dropped, parser.skipped = parser.skipped, 0

@@ -20,7 +20,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from mqttkit import Scheme
+from mqttkit import MqttkitError, Scheme
 from protocol.codec import PROTOCOL_VERSION
 from protocol.topics import DEFAULT_PREFIX
 
@@ -35,7 +35,7 @@ IFF_LOOPBACK = 0x8
 IFF_MULTICAST = 0x1000
 
 
-class LanError(RuntimeError):
+class LanError(MqttkitError, RuntimeError):
     """A LAN problem the user can understand from its message."""
 
 

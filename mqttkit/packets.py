@@ -21,7 +21,7 @@ skips the rest of it as it streams in.
 
 Anything that breaks the framing (a remaining length over four bytes, a topic running past its
 packet, QoS 3, a packet kind or flags a broker never sends to a client, a control packet of the
-wrong size) raises ``ProtocolError`` -- the only exception ``feed`` raises; it carries the packets
+wrong size) raises ``PacketError`` -- the only exception ``feed`` raises; it carries the packets
 parsed before the bad one. The connection must then be dropped: the stream has lost its framing.
 ``feed(data, drop)`` counts (``skipped``) and does not return the QoS-0 PUBLISHes whose topic is
 exactly ``drop`` (raw bytes): no object is built for a flood the reader would refuse anyway.
@@ -38,6 +38,8 @@ never filtered (it must be acknowledged). The filter can change between two read
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from mqttkit import MqttkitError
 
 CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP = 1, 2, 3, 4, 5, 6, 7
 SUBSCRIBE, SUBACK, UNSUBSCRIBE, UNSUBACK, PINGREQ, PINGRESP, DISCONNECT = 8, 9, 10, 11, 12, 13, 14
@@ -57,7 +59,7 @@ _NAMES = {1: "CONNECT", 2: "CONNACK", 3: "PUBLISH", 4: "PUBACK", 5: "PUBREC", 6:
 MAX_SUBACK = 1024
 
 
-class ProtocolError(ValueError):
+class PacketError(MqttkitError, ValueError):
     """The stream broke MQTT's framing; the connection must be dropped. ``packets``: those parsed
     before the bad one (deliver them first)."""
 
@@ -158,22 +160,22 @@ class Parser:
                     break
                 shift += 7
                 if shift >= 28:
-                    raise ProtocolError("a remaining length longer than four bytes", out)
+                    raise PacketError("a remaining length longer than four bytes", out)
             end = j + rl
             if kind == PUBLISH:
                 qos = (first >> 1) & 3
                 if qos == 3:
-                    raise ProtocolError("a PUBLISH at QoS 3", out)
+                    raise PacketError("a PUBLISH at QoS 3", out)
                 head = 4 if qos else 2  # topic length (+ packet id)
                 if rl < head:
-                    raise ProtocolError(f"a PUBLISH of {rl} bytes cannot hold its topic", out)
+                    raise PacketError(f"a PUBLISH of {rl} bytes cannot hold its topic", out)
                 if j + 2 > n:
                     if rl > max_packet:
                         return self._wait(buf, i, j + 2 - i, out)
                     return self._wait(buf, i, end - i, out)
                 tl = (buf[j] << 8) | buf[j + 1]
                 if tl + head > rl:
-                    raise ProtocolError(f"a PUBLISH topic of {tl} bytes runs past its packet of {rl}", out)
+                    raise PacketError(f"a PUBLISH topic of {tl} bytes runs past its packet of {rl}", out)
                 ts = j + 2
                 te = ts + tl
                 ps = te + 2 if qos else te
@@ -212,12 +214,12 @@ class Parser:
             else:
                 spec = _CONTROL.get(kind)
                 if spec is None:
-                    raise ProtocolError(f"a {packet_name(kind)} packet, which a broker never sends to a client", out)
+                    raise PacketError(f"a {packet_name(kind)} packet, which a broker never sends to a client", out)
                 flags, size = spec
                 if first & 0x0F != flags:
-                    raise ProtocolError(f"a {packet_name(kind)} with flags {first & 0x0F:#x}", out)
+                    raise PacketError(f"a {packet_name(kind)} with flags {first & 0x0F:#x}", out)
                 if (rl != size) if size >= 0 else not 3 <= rl <= MAX_SUBACK:
-                    raise ProtocolError(f"a {packet_name(kind)} of {rl} bytes", out)
+                    raise PacketError(f"a {packet_name(kind)} of {rl} bytes", out)
                 if end > n:
                     return self._wait(buf, i, end - i, out)
                 append(Control(kind, flags, buf[j:end]))
@@ -341,6 +343,6 @@ def pack_ack(kind: int, pid: int) -> bytes:
 
 
 __all__ = ["CONNACK", "DISCONNECT_PACKET", "PINGREQ_PACKET", "PUBACK", "PUBCOMP", "PUBLISH", "PUBREC", "PUBREL",
-           "PINGRESP", "SUBACK", "UNSUBACK", "Control", "Message", "Oversize", "Packet", "Parser", "ProtocolError",
+           "PINGRESP", "SUBACK", "UNSUBACK", "Control", "Message", "Oversize", "Packet", "Parser", "PacketError",
            "check_topic", "pack_ack", "pack_connect", "pack_publish", "pack_subscribe", "pack_unsubscribe",
            "packet_name"]

@@ -40,6 +40,8 @@ from typing import Any, Callable, Literal, Mapping, TypeVar
 
 import msgpack
 
+from protocol import ProtocolError
+
 PROTOCOL_VERSION = 1
 
 #: Largest message the decoder accepts, in bytes; bigger payloads are refused before unpacking.
@@ -56,7 +58,7 @@ T = TypeVar("T")
 DecodeCode = Literal["malformed", "too_large", "bad_version", "unknown_type"]
 
 
-class DecodeError(ValueError):
+class DecodeError(ProtocolError, ValueError):
     """Raised for any bytes that are not a valid message of this protocol version."""
 
     def __init__(self, code: DecodeCode, detail: str) -> None:

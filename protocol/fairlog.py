@@ -47,12 +47,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from protocol import ProtocolError
+
 WHY = ("hold_over", "rivals_played", "no_rival", "ahead")
 _INTS = ("seat", "seen_seq", "state_seq", "arrival_ns", "published_ns", "floor_ns", "reaction_used_ns", "virtual_ns",
          "margin_ns", "cap_ns", "release_ns", "released_ns", "hold_ns", "coin")
 
 
-class FalseDecision(ValueError):
+class FalseDecision(ProtocolError, ValueError):
     """A decision line that contradicts fair order's rules; ``line`` names it."""
 
     def __init__(self, line: int, problem: str) -> None:

@@ -55,6 +55,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Literal
 
+from protocol import ProtocolError
+
 from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -105,7 +107,7 @@ _U64 = struct.Struct(">Q")
 _TO_NONCE = struct.Struct(">IQ")
 
 
-class SealError(ValueError):
+class SealError(ProtocolError, ValueError):
     """A sealed payload refused, with why (``reason``) in a word and ``detail`` for a person."""
 
     def __init__(self, reason: Reason, detail: str = "") -> None:

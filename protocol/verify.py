@@ -72,6 +72,7 @@ from protocol.match import RUNNING, MatchEnd, MatchStatus, abandoned, after_game
 from protocol.records import plain, with_names
 from protocol.rules import AnyGame, game_for
 from protocol.rules.base import SYSTEM, Accepted, Game, PublicEvent
+from protocol import ProtocolError
 
 S = TypeVar("S")
 A = TypeVar("A")
@@ -98,7 +99,7 @@ NS = 1_000_000_000
 FRONTIER_CAP = 256
 
 
-class NotALog(ValueError):
+class NotALog(ProtocolError, ValueError):
     """The text is not an event log at all (exit status 2 on the command line)."""
 
 
@@ -513,7 +514,7 @@ def _match_group(produced: Sequence[dict[str, Any]], names: Sequence[str], logge
 # --------------------------------------------------------------------------------------- a match
 
 
-class _False(Exception):
+class _False(ProtocolError):
     def __init__(self, finding: Finding) -> None:
         super().__init__(str(finding))
         self.finding = finding

@@ -17,6 +17,26 @@ rooms around it:
 
 Another package imports a room through its face (its ``__init__``); the face loads each module
 when a name is first asked for, so importing it costs nothing.
+
+Errors
+------
+Every exception this package raises derives from ``RelayError``; one that was a ``RuntimeError``
+still is one::
+
+    RelayError
+    ├── JournalError           the journal cannot be used as asked: one line (relay.storage)
+    │   ├── FencedError        an append from a stale owner, fenced off (relay.storage)
+    │   ├── SnapshotError      a snapshot this version cannot read (relay.storage.snapshot)
+    │   ├── NotReady           the cluster does not answer yet: worth asking again (relay.cluster.jetstream)
+    │   └── ClusterError       the cluster cannot be used as configured (relay.shard)
+    │       └── ConfigConflict a shard made under another configuration, or given to two relays
+    ├── LeaseError             leases cannot be used as configured (relay.cluster.leaseplan)
+    ├── CalloutError           the NATS auth callout cannot be set up (relay.cluster)
+    ├── IdentityError (RuntimeError)  the identity file cannot be used (relay.sealing)
+    ├── PacketTooLarge         ends an embedded broker's connection (relay.embedded)
+    ├── BrokerFailed           ``blink serve``'s own broker could not start (relay.hosting.servebroker)
+    ├── ServeError             ``blink serve`` cannot go on: one line and its exit status (relay.hosting)
+    └── NoFreePort             no port to host on the LAN; also a ``mqttkit.lan.LanError`` (relay.hosting.lanhost)
 """
 
 from __future__ import annotations
@@ -30,7 +50,11 @@ if TYPE_CHECKING:
 #: Each name of the face and the module of this package that defines it.
 _WHERE: dict[str, str] = {"RelayConfig": "model"}
 
-__all__ = ["RelayConfig"]
+__all__ = ["RelayConfig", "RelayError"]
+
+
+class RelayError(Exception):
+    """The root of every exception of ``relay``: catch it to catch any of them."""
 
 if not TYPE_CHECKING:  # the type checker reads the imports above; a run loads each module when first asked
     def __getattr__(name: str) -> object:

@@ -21,7 +21,7 @@ in a running match).
 then again only after that sender has been refused nothing of that kind for ``quiet_ns`` -- one
 line per burst, not one per message; the others are counted.
 
-``Deadlines`` is a heap of (time, code, kind) for the core's own housekeeping (a waiting match
+``DeadlineHeap`` is a heap of (time, code, kind) for the core's own housekeeping (a waiting match
 expiring, a finished match leaving memory). Entries are checked when they come due rather than
 removed when they become moot, so scheduling is O(log n); when moot entries outnumber the meant
 ones the core rebuilds the heap from its matches (amortised O(1) a change), so moot entries never
@@ -210,7 +210,7 @@ class Clients:
         return clients
 
 
-class Deadlines:
+class DeadlineHeap:
     """A heap of housekeeping deadlines: (time, match code, kind)."""
 
     def __init__(self) -> None:
@@ -241,7 +241,7 @@ class Deadlines:
         return [list(e) for e in self.heap]
 
     @classmethod
-    def from_record(cls, record: Sequence[Sequence[Any]]) -> Deadlines:
+    def from_record(cls, record: Sequence[Sequence[Any]]) -> DeadlineHeap:
         heap = cls()
         heap.heap = [(e[0], e[1], e[2]) for e in record]  # (already a heap: written in its order)
         return heap

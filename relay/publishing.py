@@ -18,7 +18,7 @@ its event, and cannot place a late one), and a view that ends a game after that 
 Retained and QoS-1 messages stay single (a retained topic keeps one message; a QoS-1 one marks a
 point in the stream) and nothing moves across them either.
 
-``Resync``: after every (re)connect and every shard gained, each shard's status and match list, then
+``Republisher``: after every (re)connect and every shard gained, each shard's status and match list, then
 every match's views and retained snapshot, so clients catch up on what they missed. At ~0.25 ms of
 CPU a match, that goes ``chunk`` matches a step (running ones first) behind the step's requests; a
 chunk's last message is QoS 1 and the next waits for its acknowledgement (at most
@@ -52,7 +52,7 @@ RESYNC_IN_FLIGHT = 2  # chunks sent and not yet acknowledged, at most
 Emit = Callable[[Sequence[tuple[Shard | None, list[Out]]]], None]
 
 
-class Resync:
+class Republisher:
     """Every served match's views and snapshot, republished a chunk per step (see the header)."""
 
     def __init__(self, emit: Emit, wake: Callable[[], None]) -> None:
@@ -233,4 +233,4 @@ def send_publishes(client: MqttConnection, out: Sequence[Out],
     return failed, why
 
 
-__all__ = ["BUNDLE_BYTES", "Emit", "Resync", "Wire", "send_publishes", "wire_messages"]
+__all__ = ["BUNDLE_BYTES", "Emit", "Republisher", "Wire", "send_publishes", "wire_messages"]

@@ -63,7 +63,7 @@ from relay.storage import Entry, FencedError, Journal, Msg, Tick
 from relay.limits import RELAY_INTAKE_SLACK, Intake
 from relay.link import BrokerLink, Login
 from relay.ownership import WHOLE, Ownership, Presence, Space, StaticOwnership, WholeSpace
-from relay.publishing import Resync, send_publishes
+from relay.publishing import Republisher, send_publishes
 from relay.sealing import Sealing
 from relay.shard import (SNAPSHOT_EVERY, SNAPSHOT_EVERY_S, ClusterError, ConfigConflict, Shard, close_quietly,
                          wall_minus_mono)
@@ -155,7 +155,7 @@ class Relay:
         self._fatal: BaseException | None = None
         self._resync = False  # set on (re)connect: every shard is announced again
         self._announce: list[str] = []  # shards gained and not yet announced
-        self.resync = Resync(self._emit_all, self._wake.set)
+        self.resync = Republisher(self._emit_all, self._wake.set)
         self.resynced = self.resync.done
         self.ready = asyncio.Event()
         self.publish_failures = 0

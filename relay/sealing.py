@@ -31,6 +31,7 @@ from pathlib import Path
 
 from protocol.seal import EPOCH_BYTES, OVERHEAD, RelayIdentity, RelaySeal, SealError
 from protocol.topics import Topics
+from relay import RelayError
 
 log = logging.getLogger("blink.relay")
 
@@ -41,7 +42,7 @@ QUIET_NS = 1_000_000_000  # a reason's drops are said once a second at most
 __all__ = ["IDENTITY_FILE", "IdentityError", "OVERHEAD", "Sealing", "fresh_identity", "load_identity"]
 
 
-class IdentityError(RuntimeError):
+class IdentityError(RelayError, RuntimeError):
     """The identity file cannot be used: one line that names it and says why."""
 
 

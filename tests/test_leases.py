@@ -18,7 +18,7 @@ from client.tools.nats_cluster import Cluster
 from mqttkit import free_port
 from relay.cluster.jetstream import JetStreamJournal, NatsLink, close_nats, connect_jetstream
 from relay.storage import FencedError, Tick
-from relay.cluster.leaseplan import (GIVE_UP_AT, Held, LeaseError, Owner, View, cooldown_s, decide, leftovers, parse_shards,
+from relay.cluster.leaseplan import (GIVE_UP_AT, HeldLease, LeaseError, Owner, View, cooldown_s, decide, leftovers, parse_shards,
                              pin_conflict, preference, renew_after, without_dead)
 from relay.cluster.leases import DEFAULT_TTL_S, NatsLeases, ThreadedLeases
 from relay.ownership import Ownership
@@ -33,8 +33,8 @@ def view(owners: dict[str, str], members: dict[str, frozenset[str]] | None = Non
                 members if members is not None else {r: frozenset() for r in set(owners.values())})
 
 
-def held(*shards: str, at: float = 0.0) -> dict[str, Held]:
-    return {s: Held(10, 10, at) for s in shards}
+def held(*shards: str, at: float = 0.0) -> dict[str, HeldLease]:
+    return {s: HeldLease(10, 10, at) for s in shards}
 
 
 # ---------------------------------------------------------------------------------------------- pure logic
@@ -48,7 +48,7 @@ def test_alone_takes_every_free_shard() -> None:
 def test_renews_every_second_and_gives_up_at_half_the_ttl(ttl: float) -> None:
     v = view({"0": "a", "1": "a"})
     renew = renew_after(ttl)
-    h = {"0": Held(5, 9, 0.0), "1": Held(6, 11, ttl * GIVE_UP_AT - renew)}
+    h = {"0": HeldLease(5, 9, 0.0), "1": HeldLease(6, 11, ttl * GIVE_UP_AT - renew)}
     assert renew == min(1.0, ttl / 3)
     assert decide(renew - 0.01, "a", ["0", "1"], frozenset(), h, v, ttl).renew == []
     plan = decide(renew, "a", ["0", "1"], frozenset(), h, v, ttl)
@@ -81,7 +81,7 @@ def _hold_through_stall(ttl: float, stall_from: float, stall_s: float, until: fl
     """Ticks every 0.5 s for one relay holding one shard; every renewal sent inside the stall gets no
     answer (and does not land), every other one succeeds. Returns the times the shard was given up."""
     v = view({"0": "a"})
-    h = {"0": Held(5, 5, 0.0)}
+    h = {"0": HeldLease(5, 5, 0.0)}
     lost = []
     now = 0.0
     while now < until:
@@ -93,7 +93,7 @@ def _hold_through_stall(ttl: float, stall_from: float, stall_s: float, until: fl
             break
         for shard in plan.renew:
             if not stall_from <= now < stall_from + stall_s:
-                h[shard] = Held(5, h[shard].revision + 1, now)
+                h[shard] = HeldLease(5, h[shard].revision + 1, now)
     return lost
 
 
@@ -201,7 +201,7 @@ def test_repeated_decisions_converge_to_a_balanced_partition(members: int, count
     shards = [str(i) for i in range(count)]
     names = [f"r{i}" for i in range(members)]
     truth: dict[str, str] = {}
-    holds: dict[str, dict[str, Held]] = {n: {} for n in names}
+    holds: dict[str, dict[str, HeldLease]] = {n: {} for n in names}
     cool: dict[str, dict[str, float]] = {n: {} for n in names}
     now = 0.0
     for _ in range(400):
@@ -211,7 +211,7 @@ def test_repeated_decisions_converge_to_a_balanced_partition(members: int, count
             plan = decide(now, n, shards, frozenset(), holds[n], v, TTL, cool[n])
             assert not plan.lose
             for s in plan.renew:
-                holds[n][s] = Held(1, 1, now)
+                holds[n][s] = HeldLease(1, 1, now)
             for s in plan.release:
                 del holds[n][s]
                 del truth[s]
@@ -219,7 +219,7 @@ def test_repeated_decisions_converge_to_a_balanced_partition(members: int, count
             for s in plan.acquire:
                 if s not in truth:
                     truth[s] = n
-                    holds[n][s] = Held(1, 1, now)
+                    holds[n][s] = HeldLease(1, 1, now)
     counts = sorted(len(h) for h in holds.values())
     assert sum(counts) == count and set(truth) == set(shards)
     assert counts[-1] - counts[0] <= 1 and counts[-1] == math.ceil(count / members) or count < members
@@ -232,7 +232,7 @@ def test_a_dead_members_shards_are_free_and_remembered_with_their_revision() -> 
     rest, taken = without_dead(v, ["a"])
     assert taken == {"0": Owner("a", 5), "2": Owner("a", 7)}
     assert rest == View({"1": Owner("b", 6)}, {"b": frozenset({"1"})}, {"b": 2})
-    plan = decide(0.0, "b", ["0", "1", "2"], frozenset({"1"}), {"1": Held(6, 6, 0.0)}, rest, TTL)
+    plan = decide(0.0, "b", ["0", "1", "2"], frozenset({"1"}), {"1": HeldLease(6, 6, 0.0)}, rest, TTL)
     assert plan.acquire == []  # b is pinned to "1" (which it holds): none of the dead relay's
     plan = decide(0.0, "c", ["0", "1", "2"], frozenset(), {}, View(rest.owners, {**rest.members, "c": frozenset()}), TTL)
     assert sorted(plan.acquire) == ["0", "2"]

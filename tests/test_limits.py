@@ -17,7 +17,7 @@ from protocol.rules import blink
 from protocol.topics import Topics
 from relay.judge.tables import DETAIL_CHARS
 from relay.core import LogRecord, Publish, RelayConfig, RelayCore
-from relay.limits import Clients, Deadlines, Quiet, TokenBucket
+from relay.limits import Clients, DeadlineHeap, Quiet, TokenBucket
 from tests.toygame import TOY, Take
 
 T = Topics()
@@ -113,7 +113,7 @@ def test_quiet_logs_once_per_burst_and_counts_the_rest() -> None:
 
 
 def test_deadlines_come_due_in_time_order() -> None:
-    d = Deadlines()
+    d = DeadlineHeap()
     for at, code in ((30, "C"), (10, "A"), (20, "B")):
         d.add(at, code, "waiting")
     assert d.next() == 10

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from mqttkit import BrokerAddress, free_port
 from mqttkit.connection import ConnectRefused, MqttConnection, MqttError, SubscribeRefused, Will, connect
 from mqttkit.packets import (PUBACK, PUBCOMP, PUBREC, PUBREL, SUBACK, Control, Message, Oversize, Parser,
-                             ProtocolError, pack_ack, pack_connect, pack_publish)
+                             PacketError, pack_ack, pack_connect, pack_publish)
 
 # ------------------------------------------------------------------------------------ helpers
 
@@ -185,14 +185,14 @@ def test_a_topic_that_is_not_utf8_is_reported_as_none_and_the_stream_goes_on() -
 ])
 def test_malformed_framing_raises_the_parsers_own_error_with_the_packets_before_it(bad: bytes, why: str) -> None:
     good = publish("t", b"before")
-    with pytest.raises(ProtocolError, match=why) as caught:
+    with pytest.raises(PacketError, match=why) as caught:
         Parser().feed(good + PINGRESP + bad + publish("t", b"after"))
     assert caught.value.packets == [Message("t", b"before", 0, 0, False, False), Control(13, 0, b"")]
 
 
 def test_a_bogus_control_length_is_refused_before_its_body_arrives() -> None:
     parser = Parser()
-    with pytest.raises(ProtocolError):
+    with pytest.raises(PacketError):
         parser.feed(b"\xd0\xff\xff\xff\x7f")  # a 256 MB PINGRESP: refused at its header
 
 
@@ -202,7 +202,7 @@ def test_fuzz_random_bytes_raise_only_protocol_error(data: bytes, cuts: list[int
     parser = Parser(max_packet=256)
     try:
         feed_in_pieces(parser, data, cuts)
-    except ProtocolError:
+    except PacketError:
         pass
     assert parser.buffered <= max(len(data), 0)
 
@@ -220,7 +220,7 @@ def test_fuzz_mutated_streams_raise_only_protocol_error_and_buffer_little(data: 
     try:
         for p in feed_in_pieces(parser, bytes(raw), cuts):
             assert isinstance(p, (Message, Oversize, Control))
-    except ProtocolError as exc:
+    except PacketError as exc:
         assert all(isinstance(p, (Message, Oversize, Control)) for p in exc.packets)
     assert parser.buffered <= len(raw)
 

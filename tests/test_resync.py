@@ -1,5 +1,5 @@
 """A restarted relay answers requests while it is still republishing every match for its
-clients to resync, and every player of every match is still resynced (relay/runtime.py's Resync).
+clients to resync, and every player of every match is still resynced (relay/publishing.py's Republisher).
 
 The relay recovers a journal of 300 live BLINK matches (written here by the pure core) and runs
 against a real Mosquitto started by the test. One client, logged in as the relay's user, reads

@@ -58,7 +58,7 @@ def register(sub: argtypes.Subcommands) -> None:
 
 
 def run(args: argparse.Namespace, topics: Topics) -> int:
-    from client.tools.nats_cluster import STATE, ClusterError, start_cluster, stop_cluster
+    from client.tools.nats_cluster import STATE, ClusterLaunchError, start_cluster, stop_cluster
 
     action = getattr(args, "cluster_action", None)
     try:
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             return 0
         print("blink cluster: give an action: up or down (see blink cluster --help)", file=sys.stderr)
         return argtypes.USAGE
-    except ClusterError as exc:
+    except ClusterLaunchError as exc:
         print(f"blink cluster {action}: {exc}", file=sys.stderr)
         return argtypes.FAILED
     except OSError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from client.cli.args import FAILED, USAGE
+from client import ClientError
 
 if TYPE_CHECKING:
     from client.player import RequestError
@@ -22,7 +23,7 @@ LOGIN_HINT = ("(the relay's: mqtt://relay:SECRET@HOST:PORT as `blink broker-conf
               "DIR/relay-password for a `blink cluster up` cluster)")
 
 
-class UserError(Exception):
+class UserError(ClientError):
     """A problem at run time the user can fix; printed as one line, exit status 1."""
 
     status = FAILED

@@ -82,6 +82,7 @@ from protocol import messages as m
 from protocol.clock import ClockFilter, Sample
 from protocol.rules import blink, game_for
 from protocol.topics import Topics
+from client import ClientError
 
 SEATS = 2
 #: Many short games (one game per match, then a rematch): each game's ``quick_settings``.
@@ -94,11 +95,11 @@ PING_INTERVAL_S = 0.5
 PARTS = ("uplink", "held", "judging", "downlink", "drawing")
 
 
-class BadArgument(ValueError):
+class BadArgument(ClientError, ValueError):
     """A command-line value that cannot be used; the message is one readable line."""
 
 
-class LatencyError(RuntimeError):
+class LatencyError(ClientError, RuntimeError):
     """The run could not be done (unreachable broker, no relay, a refused match); one line."""
 
 

@@ -21,6 +21,7 @@ from protocol import messages as m
 from protocol.codec import encode
 from protocol.rules import game_for
 from protocol.topics import Topics
+from client import ClientError
 
 MAX_MATCHES = 10_000
 #: The embedded amqtt broker of ``blink serve`` accepts 1,000 connections (two per match, plus the
@@ -47,7 +48,7 @@ SUBSCRIBE_PID = 0xFFFF
 LEAVE = encode(m.Leave())  # a player's last will, and what it says when it leaves
 
 
-class LoadError(RuntimeError):
+class LoadError(ClientError, RuntimeError):
     """The run cannot go on (unreachable broker, no relay, bad arguments); one readable line."""
 
 

@@ -64,6 +64,8 @@ from pathlib import Path
 from collections.abc import Callable, Coroutine
 from typing import Any, Iterator
 
+from client import ClientError
+
 STATE = "cluster.json"
 AUTH_FILE = "auth.conf"  # included by every node's configuration (relay/cluster/natsauth.py)
 PASSWORD_FILE = "relay-password"  # the relay's password, mode 600: what `blink serve --password-file` reads
@@ -77,7 +79,7 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 TEMPLATE = resources.files("client.tools") / "templates" / "nats-node.conf.in"
 
 
-class ClusterError(Exception):
+class ClusterLaunchError(ClientError):
     """A cluster cannot be started or stopped as asked; one line for a person."""
 
 
@@ -176,11 +178,11 @@ def plan_nodes(count: int, base_port: int | None) -> list[Node]:
     if base_port is not None:
         top = base_port + PORTS_PER_NODE * count - 1
         if base_port < 1 or top > 65535:
-            raise ClusterError(f"--base-port {base_port} with {count} nodes needs ports up to {top}: out of range")
+            raise ClusterLaunchError(f"--base-port {base_port} with {count} nodes needs ports up to {top}: out of range")
         ports = list(range(base_port, top + 1))
         taken = [p for p in ports if not _port_free(p)]
         if taken:
-            raise ClusterError(f"port{'s' if len(taken) > 1 else ''} {', '.join(map(str, taken))} already in use "
+            raise ClusterLaunchError(f"port{'s' if len(taken) > 1 else ''} {', '.join(map(str, taken))} already in use "
                                f"(--base-port {base_port} needs {base_port}..{top}): pick another base port")
     else:
         ports = _free_ports(PORTS_PER_NODE * count)
@@ -224,7 +226,7 @@ def server_binary() -> str:
     chosen = os.environ.get("BLINK_NATS_SERVER")
     if chosen:
         if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
-            raise ClusterError(f"BLINK_NATS_SERVER={chosen} is not an executable file")
+            raise ClusterLaunchError(f"BLINK_NATS_SERVER={chosen} is not an executable file")
         return chosen
     beside = Path(sys.executable).parent / "nats-server"
     if beside.is_file() and os.access(beside, os.X_OK):
@@ -232,7 +234,7 @@ def server_binary() -> str:
     found = shutil.which("nats-server") or ("/usr/sbin/nats-server" if os.access("/usr/sbin/nats-server", os.X_OK)
                                            else None)
     if found is None:
-        raise ClusterError(f"nats-server is not installed: {INSTALL_HINT}")
+        raise ClusterLaunchError(f"nats-server is not installed: {INSTALL_HINT}")
     return found
 
 
@@ -247,12 +249,12 @@ def server_version(binary: str) -> tuple[int, int, int] | None:
 
 
 def check_callout_support(binary: str) -> None:
-    """ClusterError in one line when ``binary`` is too old to confine each player to its own topics."""
+    """ClusterLaunchError in one line when ``binary`` is too old to confine each player to its own topics."""
     version = server_version(binary)
     if version is None or version < CALLOUT_VERSION:
         have = ".".join(map(str, version)) if version else "of unknown version"
         need = ".".join(map(str, CALLOUT_VERSION[:2]))
-        raise ClusterError(f"nats-server {have} ({binary}) cannot give each player its own permissions: "
+        raise ClusterLaunchError(f"nats-server {have} ({binary}) cannot give each player its own permissions: "
                            f"that needs nats-server {need} or newer ({INSTALL_HINT}; or --no-auth for an open cluster)")
 
 
@@ -264,7 +266,7 @@ def tls_mqtt(text: str, node: Node, cert: str, key: str) -> str:
     block = (f'{listen}  tls {{\n    cert_file: "{Path(cert).resolve()}"\n    key_file: "{Path(key).resolve()}"\n'
              f"  }}\n")
     if listen not in text:
-        raise ClusterError(f"the node template {TEMPLATE} has no MQTT listen line for TLS")
+        raise ClusterLaunchError(f"the node template {TEMPLATE} has no MQTT listen line for TLS")
     return text.replace(listen, block, 1)
 
 
@@ -277,12 +279,12 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
     certificate and its key) every node's MQTT listener speaks TLS only; NATS itself (the relays'
     leases and journals) stays on loopback."""
     if nodes < 1:
-        raise ClusterError(f"--nodes must be at least 1, not {nodes}")
+        raise ClusterLaunchError(f"--nodes must be at least 1, not {nodes}")
     binary = server_binary()
     if auth:
         check_callout_support(binary)
     if not TEMPLATE.is_file():
-        raise ClusterError(f"the node template {TEMPLATE} is missing")
+        raise ClusterLaunchError(f"the node template {TEMPLATE} is missing")
     root = Path(directory).expanduser().resolve()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -290,10 +292,10 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise ClusterError(f"cannot write in {root}: {exc.strerror or exc}") from exc
+        raise ClusterLaunchError(f"cannot write in {root}: {exc.strerror or exc}") from exc
     old = _load_state(root)
     if old is not None and any(_alive(n.pid, n.conf) for n in old.nodes):
-        raise ClusterError(f"{root} already has a running cluster (pids "
+        raise ClusterLaunchError(f"{root} already has a running cluster (pids "
                            f"{', '.join(str(n.pid) for n in old.nodes)}): run `blink cluster down --dir {root}` first")
     plan = plan_nodes(nodes, base_port)
     template = TEMPLATE.read_text(encoding="utf-8")
@@ -336,7 +338,7 @@ def _write_auth(root: Path) -> str:
     try:
         password = write_nats_auth(root / AUTH_FILE)
     except CalloutError as exc:  # nkeys missing: one line, as for a missing nats-server
-        raise ClusterError(str(exc)) from None
+        raise ClusterLaunchError(str(exc)) from None
     path = root / PASSWORD_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -453,7 +455,7 @@ def _wait_ready(cluster: Cluster, ready_s: float) -> None:
                 pending.remove(node)
         if pending:
             if time.monotonic() > end:
-                raise ClusterError(f"node {pending[0].name} did not get ready within {ready_s:.0f} s "
+                raise ClusterLaunchError(f"node {pending[0].name} did not get ready within {ready_s:.0f} s "
                                    f"({_log_tail(pending[0])})")
             time.sleep(0.2)
     replicas = min(3, len(cluster.nodes))
@@ -468,7 +470,7 @@ def _wait_ready(cluster: Cluster, ready_s: float) -> None:
             if problem is None:
                 break
             if time.monotonic() > end:
-                raise ClusterError(f"{what} did not get ready within {ready_s:.0f} s: {problem}")
+                raise ClusterLaunchError(f"{what} did not get ready within {ready_s:.0f} s: {problem}")
             time.sleep(0.3)
 
 
@@ -509,7 +511,7 @@ def _check_running(node: Node) -> None:
     if not _node_alive(node):
         code = node.proc.returncode if node.proc is not None else None
         how = "" if code is None else f" with status {code}" if code >= 0 else f" on signal {-code}"
-        raise ClusterError(f"nats-server {node.name} exited{how} ({_log_tail(node)})")
+        raise ClusterLaunchError(f"nats-server {node.name} exited{how} ({_log_tail(node)})")
 
 
 def _healthy(node: Node) -> bool:
@@ -586,7 +588,7 @@ def _load_state(root: Path) -> Cluster | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ClusterError(f"{root / STATE} is unreadable ({exc}): stop the servers by hand") from exc
+        raise ClusterLaunchError(f"{root / STATE} is unreadable ({exc}): stop the servers by hand") from exc
     password: str | None = None
     if auth:
         from relay.hosting import ServeError, read_password
@@ -601,7 +603,7 @@ def _load_state(root: Path) -> Cluster | None:
 def _require_state(root: Path) -> Cluster:
     cluster = _load_state(root)
     if cluster is None:
-        raise ClusterError(f"no cluster in {root} (no {STATE})")
+        raise ClusterLaunchError(f"no cluster in {root} (no {STATE})")
     return cluster
 
 
@@ -615,7 +617,7 @@ def running_cluster(nodes: int, directory: str | Path, ready_s: float = READY_S,
             try:
                 cluster = start_cluster(nodes, directory, ready_s=ready_s)
                 break
-            except ClusterError as exc:
+            except ClusterLaunchError as exc:
                 if attempt + 1 >= attempts:
                     raise
                 print(f"blink cluster: start failed ({exc}); trying again", file=sys.stderr)

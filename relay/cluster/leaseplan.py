@@ -34,8 +34,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from relay import RelayError
 
-class LeaseError(Exception):
+
+class LeaseError(RelayError):
     """Leases cannot be used as configured; one line for a person."""
 
 
@@ -47,7 +49,7 @@ COOLDOWN_MAX_S = 8.0  # whatever the ttl, a lost shard is not shunned for longer
 
 
 @dataclass(frozen=True, slots=True)
-class Held:
+class HeldLease:
     """A shard this relay holds: its tenure's fence, the newest revision, when the last renewal was sent."""
 
     fence: int
@@ -94,7 +96,7 @@ def preference(me: str, shard: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{me}/{shard}".encode(), digest_size=8).digest(), "big")
 
 
-def leftovers(me: str, held: Mapping[str, Held], view: View) -> dict[str, Owner]:
+def leftovers(me: str, held: Mapping[str, HeldLease], view: View) -> dict[str, Owner]:
     """The entries naming this relay for shards it does not hold: given up or released while their
     deletion failed, or renewed by a write that landed late (the cluster stalled, the relay gave the
     shard up, then the queued renewal was stored). Nobody else may take such an entry before it
@@ -102,7 +104,7 @@ def leftovers(me: str, held: Mapping[str, Held], view: View) -> dict[str, Owner]
     return {s: o for s, o in view.owners.items() if o.relay == me and s not in held}
 
 
-def decide(now: float, me: str, shards: Sequence[str], pinned: frozenset[str], held: Mapping[str, Held],
+def decide(now: float, me: str, shards: Sequence[str], pinned: frozenset[str], held: Mapping[str, HeldLease],
            view: View, ttl: float, cooldown: Mapping[str, float] | None = None) -> Plan:
     """What to do this tick. ``held`` is what this relay holds; ``view`` what the bucket showed at the
     start of the tick (after this relay's previous actions); ``cooldown``: shard -> time until which this
@@ -112,7 +114,7 @@ def decide(now: float, me: str, shards: Sequence[str], pinned: frozenset[str], h
     cooldown = cooldown or {}
     own = leftovers(me, held, view)
     view = View({s: o for s, o in view.owners.items() if s not in own}, view.members, view.since)
-    keep: dict[str, Held] = {}
+    keep: dict[str, HeldLease] = {}
     for shard, h in held.items():
         owner = view.owners.get(shard)
         if now - h.renewed_at >= ttl * GIVE_UP_AT or owner is None or owner.relay != me:

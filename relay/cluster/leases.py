@@ -94,7 +94,7 @@ from typing import TYPE_CHECKING, TypeVar
 from protocol.topics import DEFAULT_PREFIX
 from relay.cluster.jetstream import START_WAIT_S, bounded, close_nats, connect_jetstream, quiet_refused_closes
 from relay.storage import JournalError
-from relay.cluster.leaseplan import (GIVE_UP_AT, RENEW_AT, Held, LeaseError, Owner, View, cooldown_s, decide, leftovers,
+from relay.cluster.leaseplan import (GIVE_UP_AT, RENEW_AT, HeldLease, LeaseError, Owner, View, cooldown_s, decide, leftovers,
                              pin_conflict, renew_after, without_dead)
 from relay.cluster.natscallout import Callout, CalloutError, password_of
 from relay.ownership import OnGain, OnLoss
@@ -148,7 +148,7 @@ class NatsLeases:
         self.replicas = replicas
         self.connect_timeout = connect_timeout
         self.clock = clock
-        self._held: dict[str, Held] = {}
+        self._held: dict[str, HeldLease] = {}
         self._cooldown: dict[str, float] = {}
         self._gain: list[OnGain] = []
         self._loss: list[OnLoss] = []
@@ -527,7 +527,7 @@ class NatsLeases:
             if owner is not None and owner.relay == self.relay_id and owner.revision > mine.revision:
                 # a renewal whose answer was lost did land: renew from its revision (only we write our id
                 # there); its send time is unknown, so the give-up clock keeps the older one
-                self._held[shard] = Held(mine.fence, owner.revision, mine.renewed_at)
+                self._held[shard] = HeldLease(mine.fence, owner.revision, mine.renewed_at)
         dead = set(self._dead) if self.probe else set()
         view, self._replacing = without_dead(view, dead)
         # this relay's own leftovers are taken back only if still exactly that entry, like a dead relay's
@@ -592,7 +592,7 @@ class NatsLeases:
             landed = (entry.revision or 0) if entry is not None else 0
             if entry is not None and (entry.value or b"") == self.relay_id.encode() and landed > h.revision:
                 if self._held.get(shard) is h:
-                    self._held[shard] = Held(h.fence, landed, h.renewed_at)
+                    self._held[shard] = HeldLease(h.fence, landed, h.renewed_at)
                 log.info("renewal of shard %s: an earlier one had landed (revision %s)", shard, entry.revision)
                 return
             if entry is None:
@@ -603,7 +603,7 @@ class NatsLeases:
             log.info("renewal of shard %s failed: %s", shard, " ".join(str(exc).split()) or type(exc).__name__)
             return
         if self._held.get(shard) is h:
-            self._held[shard] = Held(h.fence, int(rev), sent)
+            self._held[shard] = HeldLease(h.fence, int(rev), sent)
 
     async def _create_exclusive(self, stream: str, subject: str, value: bytes, attempts: int = 8,
                                 replacing: Owner | None = None) -> int | None:
@@ -646,7 +646,7 @@ class NatsLeases:
             return
         if self._closing:
             return
-        self._held[shard] = Held(int(rev), int(rev), sent)
+        self._held[shard] = HeldLease(int(rev), int(rev), sent)
         if shard in self._replacing and self._replacing[shard].relay == self.relay_id:
             log.warning("took back shard %s (its entry still named this relay) in %.2f s", shard, self.clock() - sent)
         elif shard in self._replacing:

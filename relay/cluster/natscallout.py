@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from protocol.topics import valid_id
+from relay import RelayError
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
@@ -65,7 +66,7 @@ _LABEL = b"blink nats auth callout issuer v1"
 NKEYS_HINT = "pip install nkeys, part of blink's cluster extra"
 
 
-class CalloutError(Exception):
+class CalloutError(RelayError):
     """The auth callout cannot be set up (one line for a person)."""
 
 

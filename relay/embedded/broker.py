@@ -57,8 +57,8 @@ from protocol.codec import MAX_MESSAGE_BYTES
 from protocol.topics import DEFAULT_PREFIX, Topics, valid_id
 from relay.embedded.amqttapi import ReaderAdapter, Session
 from relay.embedded.access import Access, BlinkAccessPlugin, is_relay_login
-from relay.embedded.gate import GATE_BURST_S, GATE_MIN_BURST, Gate, LimitedReader, PacketTooLarge, read_first_packet
-from relay.embedded.route import FastPath, Out, RoutingBroker
+from relay.embedded.gate import GATE_BURST_S, GATE_MIN_BURST, ConnectionGate, LimitedReader, PacketTooLarge, read_first_packet
+from relay.embedded.route import FastPath, ClientWriter, RoutingBroker
 from relay.limits import Intake
 from relay.model import RelayConfig
 from relay.hosting import check_tls_port
@@ -111,8 +111,8 @@ class _GuardedBroker(RoutingBroker):
         # The relay's own messages (a long match list) may be larger than a client's ever need be;
         # the relay is never rate limited.
         limit = RELAY_PACKET_LIMIT if relay else self._packet_limit
-        out = Out(writer, relay, self.topics.client(client) if valid_id(client) else None)
-        gate = None if relay else Gate(self, client, writer)
+        out = ClientWriter(writer, relay, self.topics.client(client) if valid_id(client) else None)
+        gate = None if relay else ConnectionGate(self, client, writer)
         out.fast = FastPath(self, out, client)
         reader_ = LimitedReader(reader, limit, first, gate, out.fast)
         try:

@@ -8,7 +8,7 @@ Each connection, once its CONNECT is read (``read_first_packet``) and accepted, 
 ``Pump`` of its own, in a task of its own, in chunks split into whole packets. A packet whose
 announced length is over the limit (the broker's ``max_payload`` plus a header allowance; more for
 the relay) ends the connection as soon as its length is read, before its body is: amqtt reads any
-packet whole. Each packet then meets the connection's ``Gate`` (not the relay's), then the
+packet whole. Each packet then meets the connection's ``ConnectionGate`` (not the relay's), then the
 connection's fast path (``relay.embedded.route.FastPath``); what neither takes waits, in order, for
 amqtt's reader, which reads it through ``LimitedReader``. The pump has its own task because amqtt
 reads under a keep-alive timeout that cancels the read in progress, which must never cut a packet
@@ -41,14 +41,15 @@ from relay.embedded.amqttapi import ReaderAdapter
 from relay.embedded.access import Access
 from relay.embedded.route import PUBLISH_TYPE, FastPath
 from relay.limits import Intake, TokenBucket
+from relay import RelayError
 
-__all__ = ["Gate", "GatedBroker", "LimitedReader", "PacketTooLarge", "Pump", "read_first_packet",
+__all__ = ["ConnectionGate", "GatedBroker", "LimitedReader", "PacketTooLarge", "Pump", "read_first_packet",
            "GATE_BURST_S", "GATE_MIN_BURST", "READ_RATE"]
 
 log = logging.getLogger("blink.broker")
 
 
-class PacketTooLarge(Exception):
+class PacketTooLarge(RelayError):
     """Raised inside amqtt's reader loop: ends the connection (a MQTTError would only skip a packet)."""
 
 
@@ -87,7 +88,7 @@ class GatedBroker(Protocol):
     def route(self, topic: str, packet: bytes, qos: int) -> None: ...
 
 
-class Gate:
+class ConnectionGate:
     """One client connection's limits, applied to whole packets before amqtt reads them: every
     packet is paced (``READ_RATE``); a PUBLISH outside the client's own topics (which amqtt's ACL
     would refuse anyway) or over its rate (the broker's ``Intake``, shared by all connections and
@@ -177,7 +178,7 @@ class Pump:
     amqtt reads under a keep-alive timeout that cancels the read in progress, which must never cut
     a packet in two (here it can only cancel the wait for the next whole packet)."""
 
-    def __init__(self, reader: asyncio.StreamReader, limit: int, gate: Gate | None, fast: FastPath | None) -> None:
+    def __init__(self, reader: asyncio.StreamReader, limit: int, gate: ConnectionGate | None, fast: FastPath | None) -> None:
         self.reader = reader
         self.limit = limit
         self.gate = gate
@@ -290,7 +291,7 @@ class LimitedReader(ReaderAdapter):
     packets from the connection's ``Pump`` (which enforces the size limit and the gate, and serves
     the fast path)."""
 
-    def __init__(self, reader: asyncio.StreamReader, limit: int, replay: bytes, gate: Gate | None = None,
+    def __init__(self, reader: asyncio.StreamReader, limit: int, replay: bytes, gate: ConnectionGate | None = None,
                  fast: FastPath | None = None) -> None:
         self._reader = reader
         self.pump = Pump(reader, limit, gate, fast)

@@ -10,7 +10,7 @@ offered to the connection's ``FastPath`` first: a QoS 0 or QoS 1 PUBLISH that is
 topic amqtt would take, is routed at once (``RoutingBroker.route``): its subscribers found by one
 lookup of its topic (plus the few wildcard filters, ``SubscriptionTable``), each checked against the
 same access rules (``relay.embedded.access.Access``), and the packet -- built once, the same bytes for
-everyone -- written straight to each QoS 0 subscriber's socket (``Out``). All that one read routes
+everyone -- written straight to each QoS 0 subscriber's socket (``ClientWriter``). All that one read routes
 to a subscriber goes out in one write (``cork``/``flush``); a socket far behind gets QoS 0 dropped
 (``MAX_BEHIND``). A QoS 1 PUBLISH is acknowledged here; PINGREQ is answered here. A delivery at QoS
 1, or one kept for an offline persistent session, goes through amqtt's own handler. Everything else
@@ -40,7 +40,7 @@ from amqtt.adapters import StreamWriterAdapter
 from relay.embedded.amqttapi import Broker, Session
 from relay.embedded.access import Access, is_relay_login
 
-__all__ = ["FastPath", "Out", "RoutingBroker", "SubscriptionTable", "MAX_BEHIND", "PUBLISH_TYPE"]
+__all__ = ["FastPath", "ClientWriter", "RoutingBroker", "SubscriptionTable", "MAX_BEHIND", "PUBLISH_TYPE"]
 
 log = logging.getLogger("blink.broker")
 
@@ -57,7 +57,7 @@ PINGREQ_FIRST, PINGRESP_PACKET = 0xC0, b"\xd0\x00"
 SETTLE_S = 2.0
 
 
-class Out(StreamWriterAdapter):  # type: ignore[misc]  # amqtt is untyped (see relay.embedded.amqttapi)
+class ClientWriter(StreamWriterAdapter):  # type: ignore[misc]  # amqtt is untyped (see relay.embedded.amqttapi)
     """A connection's writer, as amqtt writes to it, with what the fast path needs to write to it
     directly: its transport, whether it is the relay, and the one private topic it may read."""
 
@@ -93,7 +93,7 @@ class FastPath:
     retained or QoS 2 messages, malformed ones -- goes on to amqtt, and so does
     everything until amqtt has accepted the connection (its session connected on this writer)."""
 
-    def __init__(self, broker: RoutingBroker, out: Out, client: str) -> None:
+    def __init__(self, broker: RoutingBroker, out: ClientWriter, client: str) -> None:
         self.broker = broker
         self.out = out
         self.client = client
@@ -274,7 +274,7 @@ class RoutingBroker(Broker):
         self.filters_of: dict[str, set[str]] = {}
         self._side_tasks: set[asyncio.Task[object]] = set()
         self._corked = False
-        self._dirty: list[Out] = []  # writers with packets queued while corked
+        self._dirty: list[ClientWriter] = []  # writers with packets queued while corked
 
     def cork(self) -> None:
         """Until ``flush``, packets the fast path routes are queued per subscriber, not written."""
@@ -310,7 +310,7 @@ class RoutingBroker(Broker):
         for target, sub_qos in subs:
             live = sessions.get(target.client_id or "")
             out = getattr(live[1], "writer", None) if live is not None else None
-            if isinstance(out, Out) and live is not None and live[0] is target:
+            if isinstance(out, ClientWriter) and live is not None and live[0] is target:
                 if not (out.relay or public or topic == out.own):
                     continue
                 if (not qos or not sub_qos) and target.transitions.state == "connected":
@@ -441,5 +441,5 @@ class RoutingBroker(Broker):
 def _settle(handler: Any) -> None:
     """A (UN)SUBSCRIBE of the handler's connection is in effect: its fast path may go on."""
     out = getattr(handler, "writer", None)
-    if isinstance(out, Out) and out.fast is not None:
+    if isinstance(out, ClientWriter) and out.fast is not None:
         out.fast.settle()

@@ -29,6 +29,7 @@ from mqttkit.lan import (SERVICE_TYPE, LanError, encode_txt, list_interfaces, md
                          zeroconf_error)
 from protocol.codec import DecodeError, decode
 from protocol.topics import DEFAULT_PREFIX, Topics
+from relay import RelayError
 
 log = logging.getLogger("blink.lan")
 
@@ -38,7 +39,7 @@ PORT_TRIES = 20
 UPDATE_INTERVAL_S = 1.0
 
 
-class NoFreePort(LanError):
+class NoFreePort(RelayError, LanError):
     pass
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from protocol.topics import Topics
+from relay import RelayError
 
 if TYPE_CHECKING:
     from relay.model import Order
@@ -49,7 +50,7 @@ INTERRUPTED = 130  # Ctrl-C
 DEFAULT_SHARDS_TOTAL = 8
 
 
-class ServeError(Exception):
+class ServeError(RelayError):
     """A problem the user can fix: one line, and the exit status it ends with."""
 
     def __init__(self, message: str, status: int = FAILED) -> None:

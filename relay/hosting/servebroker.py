@@ -62,6 +62,7 @@ from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, PortInUse, S
 from protocol.topics import DEFAULT_PREFIX
 from relay.model import RelayConfig
 from relay.hosting.mosquitto import is_loopback, share_a_port
+from relay import RelayError
 
 BrokerKind = Literal["mosquitto", "embedded"]
 
@@ -72,7 +73,7 @@ STOP_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
 
 
-class BrokerFailed(Exception):
+class BrokerFailed(RelayError):
     """The broker could not start: one line saying why."""
 
 

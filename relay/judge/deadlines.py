@@ -16,7 +16,7 @@ import heapq
 from typing import Any, Mapping
 
 from relay.judge.tables import Tables
-from relay.limits import Deadlines as Heap
+from relay.limits import DeadlineHeap
 from relay.model import Match
 
 
@@ -24,8 +24,8 @@ class Deadlines:
     def __init__(self, t: Tables) -> None:
         self.t = t
         #: Every live match's earliest deadline (``Match.wake_at``), keyed by the monotonic clock.
-        self.wake = Heap()
-        self.housekeeping = Heap()
+        self.wake = DeadlineHeap()
+        self.housekeeping = DeadlineHeap()
 
     def wake_up(self, match: Match) -> None:
         """Put the match's earliest deadline (its timers, the next game, a held play's release, a
@@ -55,8 +55,8 @@ class Deadlines:
 
     def load_record(self, record: Mapping[str, Any]) -> None:
         """Take the heaps ``to_record`` wrote."""
-        self.wake = Heap.from_record(record["wake"])
-        self.housekeeping = Heap.from_record(record["housekeeping"])
+        self.wake = DeadlineHeap.from_record(record["wake"])
+        self.housekeeping = DeadlineHeap.from_record(record["housekeeping"])
 
     def schedule(self, match: Match, at_ns: int) -> None:
         match.housekeep_at = at_ns

@@ -90,6 +90,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
+from relay import RelayError
+
 SCHEMA_VERSION = 3  # 2: entries carry wall_ns beside the monotonic now_ns; 3: snapshots in files of their own
 #: A snapshot row whose blob starts with this names the file beside the journal that holds the snapshot.
 SNAPSHOT_FILE = b"blink-snapshot-file\x00"
@@ -99,7 +101,7 @@ KIND_MSG = 0
 KIND_TICK = 1
 
 
-class JournalError(Exception):
+class JournalError(RelayError):
     """The journal cannot be used as asked; the message is meant for a human, in one line."""
 
 

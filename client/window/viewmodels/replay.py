@@ -38,13 +38,14 @@ from protocol import messages as m
 from protocol.rules import game_for
 from client.results import match_result_line
 from protocol.verify import GameWalk, NotALog, Record, body, parse_log, verify
+from client import ClientError
 
 NS = 1_000_000_000
 MAX_GAP_S = 2.5  # a longer pause between two events plays as this long
 SPEEDS = (1.0, 2.0, 4.0)
 
 
-class ReplayError(ValueError):
+class ReplayError(ClientError, ValueError):
     """The log cannot be replayed: not a log, or a false one (the message names the first bad line)."""
 
 
