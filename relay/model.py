@@ -101,6 +101,37 @@ class RelayConfig:
         known = {f.name for f in fields(cls)} - {"games"}
         return cls(**{k: v for k, v in record.items() if k in known}, games=games)
 
+    def to_plain(self) -> dict[str, Any]:
+        """The settings as JSON-ready data for a child process: ``to_record`` and ``games`` by their
+        registered names (a variant of a game is code, and cannot be named: ``ValueError``)."""
+        from protocol.rules import GAMES
+
+        if self.games is not None and any(GAMES.get(name) is not game for name, game in self.games.items()):
+            raise ValueError("a relay offering a variant of a game cannot be started in another process")
+        return {**self.to_record(), "games": None if self.games is None else sorted(self.games)}
+
+    @classmethod
+    def from_plain(cls, plain: Mapping[str, Any]) -> RelayConfig:
+        """The settings ``to_plain`` wrote; ``ValueError`` for a name or value they never hold."""
+        from protocol.rules import GAMES
+
+        defaults = cls()
+        names = plain.get("games")
+        if names is not None and (not isinstance(names, list) or any(n not in GAMES for n in names)):
+            raise ValueError(f"unknown games {names!r}")
+        values: dict[str, Any] = {}
+        for key, value in plain.items():
+            if key == "games":
+                continue
+            if key not in defaults.__dataclass_fields__:
+                raise ValueError(f"unknown relay setting {key!r}")
+            default = getattr(defaults, key)
+            kind = (int, float) if isinstance(default, float) else type(default)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"relay setting {key!r} must be a {type(default).__name__}, not {value!r}")
+            values[key] = value
+        return cls(**values, games=None if names is None else {n: GAMES[n] for n in names})
+
 
 @dataclass
 class Seat:

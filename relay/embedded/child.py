@@ -2,7 +2,7 @@
 
 How this works
 --------------
-See relay/hosting/servebroker.py: ``blink serve`` sends the broker's settings (pickled, one line on stdin);
+See relay/hosting/servebroker.py: ``blink serve`` sends the broker's settings (one JSON line on stdin);
 this process starts a ``relay.embedded.broker.EmbeddedBroker`` (the access rules, the rate gate and the size
 limits are the broker's own) and answers with one JSON line on a private copy of its stdout --
 ``{"ready": true, "secret": ...}``, the relay's login for this start, or ``{"error": ...}``. It
@@ -36,9 +36,10 @@ async def _serve(settings: dict[str, object], out: IO[str]) -> int:
 
     config = settings["config"]
     broker = EmbeddedBroker(str(settings["host"]), int(str(settings["port"])), str(settings["prefix"]),
-                            int(str(settings["max_payload"])), config if isinstance(config, RelayConfig) else None)
+                            int(str(settings["max_payload"])),
+                            RelayConfig.from_plain(config) if isinstance(config, dict) else None)
     tls = settings.get("tls")
-    if isinstance(tls, tuple):  # (certificate, key, port, host)
+    if isinstance(tls, list):  # [certificate, key, port, host]
         broker.serve_tls(str(tls[0]), str(tls[1]), int(tls[2]), str(tls[3]))
     try:
         await broker.start()

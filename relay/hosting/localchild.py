@@ -17,14 +17,23 @@ import logging
 import sys
 from typing import IO, Any
 
+from protocol.topics import Topics
 from relay.hosting.localproc import child_settings
+from relay.model import RelayConfig
 
 
 async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
     from relay.hosting.local import LocalServer
 
-    server = LocalServer(None, settings["seed"], settings["config"], host=settings["host"], port=settings["port"],
-                         topics=settings["topics"], max_payload=settings["max_payload"])
+    try:
+        config = settings["config"]
+        server = LocalServer(None, settings["seed"], None if config is None else RelayConfig.from_plain(config),
+                             host=settings["host"], port=settings["port"], topics=Topics(**settings["topics"]),
+                             max_payload=settings["max_payload"])
+    except (KeyError, TypeError, ValueError) as exc:  # settings this version does not read: one line to the parent
+        out.write(json.dumps({"error": f"bad settings from the parent: {exc!r}"}) + "\n")
+        out.flush()
+        return
     try:
         await server.start()
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line

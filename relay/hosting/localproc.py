@@ -11,7 +11,7 @@ only over MQTT on loopback, like any other client.
 
 Parent side, ``ChildServer`` (same surface as ``relay.hosting.local.LocalServer`` where the window uses
 it: ``address``, ``broker.host``/``broker.port``, ``start``/``stop``, ``async with``, ``task``):
-``start`` spawns the child with its settings (pickled, one line on the child's stdin) and waits
+``start`` spawns the child with its settings (plain data: one JSON line on the child's stdin) and waits
 for one JSON line on the child's stdout: ``{"ready": true, "host": ..., "port": ...}`` or
 ``{"error": "..."}``. ``task`` is done when the child has exited; ``lost`` then says why, in one
 line, if the parent did not ask it to stop. ``stop`` closes the child's stdin (it stops its relay
@@ -37,12 +37,10 @@ pointed at stderr so nothing the relay prints can be mistaken for it.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
 import os
-import pickle
 import signal
 import sys
 from dataclasses import dataclass
@@ -50,6 +48,7 @@ from typing import IO, Any
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress
 from protocol.topics import Topics
+from relay.model import RelayConfig
 
 #: How long the child may take to start (a busy machine imports amqtt slowly).
 START_TIMEOUT_S = 90.0
@@ -73,7 +72,7 @@ class BrokerInfo:
 def child_settings(argv: list[str], bad_status: int) -> tuple[dict[str, Any], IO[str]] | int:
     """The start of a child this module's parents run (``relay.hosting.localchild``, ``relay.embedded.child``):
     die with the parent, leave SIGINT to it, keep the real stdout for answers (stray prints go to
-    stderr) and read the pickled settings line from stdin. An exit status instead when there is
+    stderr) and read the settings' JSON line from stdin. An exit status instead when there is
     nothing to read (0) or the line is unreadable (``bad_status``, the parent told why in one line)."""
     parent = int(argv[0]) if argv and argv[0].isdigit() else os.getppid()
     die_with_parent(parent)
@@ -84,8 +83,10 @@ def child_settings(argv: list[str], bad_status: int) -> tuple[dict[str, Any], IO
     if not line:
         return 0  # the parent went away before telling us anything
     try:
-        settings = pickle.loads(base64.b64decode(line))
-    except Exception as exc:  # noqa: BLE001 - the parent is told, in one line
+        settings = json.loads(line)
+        if not isinstance(settings, dict):
+            raise ValueError(f"a JSON object was expected, not {type(settings).__name__}")
+    except ValueError as exc:
         out.write(json.dumps({"error": f"bad settings from the parent: {exc!r}"}) + "\n")
         out.flush()
         return bad_status
@@ -110,12 +111,15 @@ def die_with_parent(parent_pid: int) -> None:
 class ChildServer:
     """An embedded broker + relay in a child process; ``address`` is where players connect."""
 
-    def __init__(self, seed: int | None = None, config: Any = None, host: str = "127.0.0.1", port: int | None = None,
-                 topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+    def __init__(self, seed: int | None = None, config: RelayConfig | None = None, host: str = "127.0.0.1",
+                 port: int | None = None, topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
         # The child logs as this process does (``blink`` quiets the broker and relay unless --verbose).
         levels = {name: logging.getLogger(name or None).getEffectiveLevel() for name in LOGGERS}
-        self._settings = {"seed": seed, "config": config, "host": host, "port": port,
-                          "topics": topics or Topics(), "max_payload": max_payload, "log_levels": levels}
+        topics = topics or Topics()
+        #: Plain data (``relay.hosting.localchild`` reads it back); a game variant cannot cross: ValueError here.
+        self._settings = {"seed": seed, "config": None if config is None else config.to_plain(), "host": host,
+                          "port": port, "topics": {"prefix": topics.prefix, "shard": topics.shard},
+                          "max_payload": max_payload, "log_levels": levels}
         self.broker: BrokerInfo | None = None
         self.address: BrokerAddress | None = None
         self.proc: asyncio.subprocess.Process | None = None
@@ -145,13 +149,13 @@ class ChildServer:
         await self.stop()
 
     async def start(self) -> None:
-        blob = base64.b64encode(pickle.dumps(self._settings)).decode("ascii")
+        settings = json.dumps(self._settings)
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "relay.hosting.localchild", str(os.getpid()),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             start_new_session=True)  # out of the terminal's process group: Ctrl-C is the parent's to handle
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(blob.encode("ascii") + b"\n")
+        self.proc.stdin.write(settings.encode() + b"\n")
         await self.proc.stdin.drain()
         try:
             line = await asyncio.wait_for(self.proc.stdout.readline(), timeout=START_TIMEOUT_S)

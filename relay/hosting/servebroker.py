@@ -42,12 +42,10 @@ changing user later would drop that request); the embedded child also stops when
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import functools
 import json
 import os
-import pickle
 import pwd
 import re
 import shutil
@@ -262,12 +260,12 @@ class BrokerChild:
 
     async def _start_embedded(self) -> None:
         settings = {"host": self.host, "port": self.port, "prefix": self.prefix, "max_payload": self.max_payload,
-                    "config": self.config, "tls": None if self.tls is None else (*self.tls, self.tls_host)}
+                    "config": self.config.to_plain(), "tls": None if self.tls is None else [*self.tls, self.tls_host]}
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "relay.embedded.child", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(base64.b64encode(pickle.dumps(settings)) + b"\n")
+        self.proc.stdin.write(json.dumps(settings).encode() + b"\n")  # plain data (relay/embedded/child.py)
         await self.proc.stdin.drain()
         try:
             line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
