@@ -202,7 +202,7 @@ async def flood(stack: Stack, kind: str, seconds: float, seed: int) -> dict[str,
         while T.client(me) not in joined and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         code = joined.get(T.client(me), "ZZZZZ")
-        h.publish(T.req(helper), encode(m.JoinMatch(name="helper", code=code)))
+        h.publish(T.req(helper), encode(m.JoinMatch(name="helper", match=code)))
         await h.drain()
         await asyncio.sleep(0.5)
         cards = [str(x) for x in blink.standard_deck()]

@@ -427,7 +427,7 @@ class Fuzzer:
         if kind == "create_flood":
             request: Any = r.choice([m.CreateMatch(name=f"f{r.randrange(100)}"),
                                      m.QuickMatch(name="q", settings={"hand_size": r.randrange(1, 11)}),
-                                     m.JoinMatch(name="j", code=self.code()), m.Leave(match=self.code()),
+                                     m.JoinMatch(name="j", match=self.code()), m.Leave(match=self.code()),
                                      m.Rematch(match=self.code()), m.Resync(match=self.code())])
             return req, encode(request)
         if kind == "truncated":
@@ -554,7 +554,7 @@ async def fuzz(stack: Stack, payloads: int, seed: int = 1, connections: int = 40
         await asyncio.sleep(0.02)
     fz.live_code = joined.get(T.client(ids[0]), "")
     if fz.live_code:
-        conns[1].publish(T.req(ids[1]), encode(m.JoinMatch(name="fuzz1", code=fz.live_code)))
+        conns[1].publish(T.req(ids[1]), encode(m.JoinMatch(name="fuzz1", match=fz.live_code)))
         await conns[1].drain()
 
     # Paced, not a flood (bench/flood.py is the flood): every ``window`` payloads a probe's Ping must

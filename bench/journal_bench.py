@@ -106,7 +106,7 @@ def record_matches(matches: int, turns: int) -> list[list[Entry]]:
     for i in range(matches):
         send(setup, Msg(T.req(f"a{i}"), encode(m.CreateMatch(name=f"a{i}")), now))
         code = core.client_match[f"a{i}"]
-        send(setup, Msg(T.req(f"b{i}"), encode(m.JoinMatch(name=f"b{i}", code=code)), now))
+        send(setup, Msg(T.req(f"b{i}"), encode(m.JoinMatch(name=f"b{i}", match=code)), now))
         codes.append(code)
     batches.append(setup)
     ids: dict[str, int] = {}

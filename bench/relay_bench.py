@@ -400,7 +400,7 @@ class SeatClient:
                 self.ahead[msg.seq] = msg
                 self.catch_up()
         elif isinstance(msg, m.PrivateUpdate):
-            if msg.game == self.view_game:
+            if msg.game_index == self.view_game:
                 if msg.seq <= self.view_seq:
                     self._state = RULES.apply_private(self.state(), self.seat, msg.delta)  # type: ignore[misc]
                 else:
@@ -408,11 +408,11 @@ class SeatClient:
                     self.catch_up()
         elif isinstance(msg, m.ViewUpdated):
             # >=: the view a game's end brings has the seq its events already brought us to.
-            if msg.seq >= self.view_seq or msg.game != self.view_game:
-                self.view_seq, self.view_game, self.view_wire = msg.seq, msg.game, msg.state
+            if msg.seq >= self.view_seq or msg.game_index != self.view_game:
+                self.view_seq, self.view_game, self.view_wire = msg.seq, msg.game_index, msg.state
                 self.status = str(msg.match_state.get("status", ""))
                 self._state = None
-                self.private = {k: u for k, u in self.private.items() if k > msg.seq and u.game == msg.game}
+                self.private = {k: u for k, u in self.private.items() if k > msg.seq and u.game_index == msg.game_index}
                 self.catch_up()
                 self.driver.bump()
         elif isinstance(msg, m.MatchJoined):
@@ -435,7 +435,7 @@ class SeatClient:
         """Apply the events (and private updates) that follow the view, in seq order."""
         moved = False
         while (ev := self.ahead.pop(self.view_seq + 1, None)) is not None:
-            if ev.game != self.view_game or self.state() is None:
+            if ev.game_index != self.view_game or self.state() is None:
                 self.ahead[ev.seq] = ev  # a new game: its whole view comes first
                 break
             view = RULES.apply_event(self._state, self.seat, ev.type, ev.data)  # type: ignore[misc]
@@ -518,7 +518,7 @@ class MatchDriver:
         a.request(m.CreateMatch(name="bench0", game="blink", settings=settings, seats=2))
         assert a.joined is not None and b.joined is not None
         code = await asyncio.wait_for(a.joined, timeout=10)
-        b.request(m.JoinMatch(name="bench1", code=code))
+        b.request(m.JoinMatch(name="bench1", match=code))
         await asyncio.wait_for(b.joined, timeout=10)
         deadline = time.monotonic() + 10
         while not all(s.status == "playing" for s in self.seats) and time.monotonic() < deadline:

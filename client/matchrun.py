@@ -61,7 +61,7 @@ class MatchResult:
         final: dict[str, Any] = {}
         for ev in self.events:
             if ev.type == "game_result":
-                entry = {"game": ev.game, "winner": ev.data.get("winner"), "winners": ev.data.get("winners", []),
+                entry = {"game": ev.game_index, "winner": ev.data.get("winner"), "winners": ev.data.get("winners", []),
                          "reason": ev.data.get("reason")}
                 if ev.data.get("scores"):
                     entry["scores"] = dict(zip(self.players, ev.data["scores"]))
@@ -98,7 +98,7 @@ class MatchResult:
 
 def event_line(ev: m.Event) -> dict[str, Any]:
     # The envelope's fields come last: an event's data can never overwrite seq, ts, type or game.
-    return {**ev.data, "seq": ev.seq, "ts": ev.ts, "type": ev.type, "game": ev.game, "match": ev.match}
+    return {**ev.data, "seq": ev.seq, "ts": ev.ts, "type": ev.type, "game": ev.game_index, "match": ev.match}
 
 
 def write_log(path: str | Path, events: list[m.Event]) -> None:

@@ -456,8 +456,8 @@ class ClientModel:
         except ValueError:
             out.append(m.Resync(msg.match))
             return False
-        fresh = msg.seq >= self.predictor.confirmed_seq or msg.game != self.predictor.game
-        if self.predictor.confirm(state, msg.seq, msg.game):
+        fresh = msg.seq >= self.predictor.confirmed_seq or msg.game_index != self.predictor.game
+        if self.predictor.confirm(state, msg.seq, msg.game_index):
             self.seq_received_ns.setdefault(msg.seq, now_ns)
             self.view_seq = msg.seq
             self._catch_up(out)
@@ -470,7 +470,7 @@ class ClientModel:
     @handles(m.PrivateUpdate)
     def _private_update(self, msg: m.PrivateUpdate, now_ns: int, out: list[Reply]) -> bool:
         pred = self.predictor
-        if msg.match != self.match or not pred or msg.game != pred.game or msg.seq <= self.view_seq:
+        if msg.match != self.match or not pred or msg.game_index != pred.game or msg.seq <= self.view_seq:
             return False
         self.private[msg.seq] = msg
         if msg.seq <= pred.confirmed_seq:  # it came after its event: apply it now
@@ -487,25 +487,25 @@ class ClientModel:
         self.players = msg.players
         mine = self.predictor
         if (not self.spectating and mine is not None and mine.rules.sends_less and mine.confirmed is not None
-                and msg.game == mine.game and msg.seq > mine.confirmed_seq
+                and msg.game_index == mine.game and msg.seq > mine.confirmed_seq
                 and mine.confirmed_seq + 1 not in self.ahead):
             # The relay publishes a snapshot after the events it covers: events up to its seq that
             # never came were lost, and when the game waits for us no later event shows the gap.
             self._stuck(out, msg.seq)
-        if not (self.spectating and msg.game_name and msg.state):
+        if not (self.spectating and msg.game and msg.state):
             return False
         # A spectator's confirmed state is the public snapshot (nothing hidden is in it).
-        if self.predictor is None or self.game != msg.game_name:
-            self.game = msg.game_name
-            self.predictor = Predictor(game_for(msg.game_name), -1)
+        if self.predictor is None or self.game != msg.game:
+            self.game = msg.game
+            self.predictor = Predictor(game_for(msg.game), -1)
         try:
             state = self.predictor.rules.from_wire(msg.state)
         except ValueError:
             return False
         # A game that sends less has brought the view to this seq by its events already:
         # the snapshot still tells the match's status (over, between games).
-        fresh = msg.seq >= self.predictor.confirmed_seq or msg.game != self.predictor.game
-        if self.predictor.confirm(state, msg.seq, msg.game):
+        fresh = msg.seq >= self.predictor.confirmed_seq or msg.game_index != self.predictor.game
+        if self.predictor.confirm(state, msg.seq, msg.game_index):
             self.match_state = msg.match_state
             self.seq_received_ns.setdefault(msg.seq, now_ns)
             self.view_seq = msg.seq
@@ -588,7 +588,7 @@ class ClientModel:
         seat = p.seat if p.seat >= 0 else None
         moved = False
         while (ev := self.ahead.get(p.confirmed_seq + 1)) is not None:
-            if ev.game != p.game:  # a new game: its whole view comes as ViewUpdated, right after its
+            if ev.game_index != p.game:  # a new game: its whole view comes as ViewUpdated, right after its
                 if len(self.ahead) >= STUCK_EVERY:  # first events; asked for if it never comes
                     self._stuck(out, p.confirmed_seq + len(self.ahead))
                 return moved

@@ -164,7 +164,7 @@ class Player:
         return await self._wait_joined(timeout)
 
     async def join(self, code: str, timeout: float = SEAT_WAIT_S) -> str:
-        await self.conn.request(self.model.ask(m.JoinMatch(name=self.model.name, code=code), time.time_ns()))
+        await self.conn.request(self.model.ask(m.JoinMatch(name=self.model.name, match=code), time.time_ns()))
         return await self._wait_joined(timeout)
 
     async def quick(self, game: str = "blink", settings: dict[str, Any] | None = None,

@@ -5,6 +5,14 @@ How this works
 Every message is a frozen dataclass registered under a type tag with ``@message("Tag")``.
 On the wire it is a msgpack map ``{"t": tag, "v": PROTOCOL_VERSION, field: value, ...}``.
 
+Versions. This side writes ``PROTOCOL_VERSION`` and reads it and version 1, whose messages name a
+few fields otherwise (version 2 gave each wire name one meaning: ``game`` a game's name,
+``game_index`` a game's index in its match, ``match`` a match's code, ``code`` a rejection's).
+A class whose version-1 form differs registers a rewrite (``@message(tag, v1=...)``) that turns a
+version-1 map into the current one before the usual checks, so a journal of version-1 messages
+replays, and a peer of version 1 is understood; a field of the current form in a version-1 map is
+an unknown field there, as in version 1 itself. Any other version is ``bad_version``.
+
 ``decode`` is the one door for untrusted bytes. It either returns an instance of a registered
 message class whose fields have been checked against the dataclass annotations, or raises
 ``DecodeError`` -- never anything else, whatever the bytes (a hypothesis test holds it to that).
@@ -42,7 +50,9 @@ import msgpack
 
 from protocol import ProtocolError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+#: The versions ``decode`` reads (see the header).
+READ_VERSIONS = (1, PROTOCOL_VERSION)
 
 #: Largest message the decoder accepts, in bytes; bigger payloads are refused before unpacking.
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -67,8 +77,28 @@ class DecodeError(ProtocolError, ValueError):
         self.detail = detail
 
 
-def message(tag: str) -> Callable[[type[T]], type[T]]:
-    """Register a frozen dataclass as a wire message with the type tag ``tag``."""
+#: A rewrite of a version-1 wire map into the current form (``renamed`` makes the common one).
+Rewrite = Callable[[dict[Any, Any]], dict[Any, Any]]
+_V1: dict[type, Rewrite] = {}
+
+
+def renamed(tag: str, names: Mapping[str, str]) -> Rewrite:
+    """The rewrite of a version-1 map whose fields ``names`` maps (version-1 name -> current name);
+    a current name that version 1 did not have is an unknown field of a version-1 map."""
+    targets = frozenset(names.values()) - frozenset(names)
+
+    def rewrite(obj: dict[Any, Any]) -> dict[Any, Any]:
+        for key in obj:
+            if key in targets:
+                raise DecodeError("malformed", f"{tag}: unknown field {str(key)[:40]!r}")
+        return {names.get(k, k) if isinstance(k, str) else k: v for k, v in obj.items()}
+
+    return rewrite
+
+
+def message(tag: str, v1: Rewrite | None = None) -> Callable[[type[T]], type[T]]:
+    """Register a frozen dataclass as a wire message with the type tag ``tag``; ``v1``: the rewrite
+    of its version-1 form, where that differs (see the header)."""
 
     def register(cls: type[T]) -> type[T]:
         if not dataclasses.is_dataclass(cls):
@@ -79,6 +109,8 @@ def message(tag: str) -> Callable[[type[T]], type[T]]:
         if clash:
             raise TypeError(f"{cls.__name__}: field names {sorted(clash)} are the envelope's (type tag, version)")
         _REGISTRY[tag] = cls
+        if v1 is not None:
+            _V1[cls] = v1
         setattr(cls, "TYPE", tag)
         return fast_init(cls)
 
@@ -304,11 +336,16 @@ def from_dict(obj: object) -> object:
     version = obj.get("v")
     if type(version) is not int:
         raise DecodeError("malformed", "missing protocol version 'v'")
-    if version != PROTOCOL_VERSION:
-        raise DecodeError("bad_version", f"protocol version {version} (this side speaks {PROTOCOL_VERSION})")
+    if version != PROTOCOL_VERSION and version not in READ_VERSIONS:
+        raise DecodeError("bad_version", f"protocol version {version} (this side speaks {PROTOCOL_VERSION}, "
+                                         f"and reads {', '.join(map(str, READ_VERSIONS))})")
     cls = _REGISTRY.get(tag)
     if cls is None:
         raise DecodeError("unknown_type", f"unknown message type {tag[:40]!r}")
+    if version != PROTOCOL_VERSION:
+        v1 = _V1.get(cls)
+        if v1 is not None:
+            obj = v1(obj)
     fn = _FROM_DICT.get(cls)
     if fn is None:
         fn = _FROM_DICT[cls] = _compile_from_dict(cls)

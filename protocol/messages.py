@@ -11,6 +11,11 @@ the ``seq`` of the state the action was made against, and the player's own react
 Public events (``Event``) carry the match's gap-free ``seq`` and the relay's timestamp ``ts`` in ns.
 A player's private view of the state (their hand, the number of cards in draw piles) comes as
 ``ViewUpdated`` on their private topic, stamped with the ``seq`` it is current as of.
+
+Each wire name means one thing: ``match`` a match's code, ``game`` a game's name (``blink``),
+``game_index`` the index of a game within its match, ``code`` a rejection's reason code. The
+version-1 forms of the messages that named them otherwise are still read (``v1=``: see
+``protocol/codec.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.codec import DecodeError, decode, message
+from protocol.codec import DecodeError, decode, message, renamed
 
 # --- client -> relay, on {prefix}/req/{client} --------------------------------------------------
 
@@ -33,11 +38,11 @@ class CreateMatch:
     bots: int = 0
 
 
-@message("JoinMatch")
+@message("JoinMatch", v1=renamed("JoinMatch", {"code": "match"}))
 @dataclass(frozen=True)
 class JoinMatch:
     name: str
-    code: str
+    match: str  # the match's code
 
 
 @message("QuickMatch")
@@ -169,17 +174,35 @@ class Probe:
     sent_ns: int  # relay clock, ns: the relay measures each player's round trip itself (fair ordering)
 
 
-@message("ViewUpdated")
+def _results_v1(obj: dict[Any, Any]) -> dict[Any, Any]:
+    """A ``match_state``'s results named each game's index ``game`` in version 1."""
+    ms = obj.get("match_state")
+    if isinstance(ms, dict) and isinstance(ms.get("results"), list):
+        results = [{("game_index" if k == "game" else k): v for k, v in r.items()} if isinstance(r, dict) else r
+                   for r in ms["results"]]
+        obj = {**obj, "match_state": {**ms, "results": results}}
+    return obj
+
+
+def _view_v1(obj: dict[Any, Any]) -> dict[Any, Any]:
+    return _results_v1(renamed("ViewUpdated", {"game": "game_index"})(obj))
+
+
+def _snapshot_v1(obj: dict[Any, Any]) -> dict[Any, Any]:
+    return _results_v1(renamed("Snapshot", {"game": "game_index", "game_name": "game"})(obj))
+
+
+@message("ViewUpdated", v1=_view_v1)
 @dataclass(frozen=True)
 class ViewUpdated:
     match: str
     seq: int
-    game: int  # index of the game within the match
+    game_index: int  # index of the game within the match
     state: dict[str, Any]
     match_state: dict[str, Any] = field(default_factory=dict)
 
 
-@message("PrivateUpdate")
+@message("PrivateUpdate", v1=renamed("PrivateUpdate", {"game": "game_index"}))
 @dataclass(frozen=True)
 class PrivateUpdate:
     """What changed for one player that the public events do not say (e.g. the cards drawn into
@@ -189,36 +212,36 @@ class PrivateUpdate:
 
     match: str
     seq: int  # the public event after which it applies
-    game: int
+    game_index: int
     delta: dict[str, Any]
 
 
 # --- relay -> everyone in a match, on {prefix}/m/{shard}/{match}/ev (and /snap, retained) -------------
 
 
-@message("Event")
+@message("Event", v1=renamed("Event", {"game": "game_index"}))
 @dataclass(frozen=True)
 class Event:
     match: str
     seq: int
     ts: int
-    game: int
+    game_index: int
     type: str
     data: dict[str, Any]
 
 
-@message("Snapshot")
+@message("Snapshot", v1=_snapshot_v1)
 @dataclass(frozen=True)
 class Snapshot:
     match: str
     seq: int
     ts: int
-    game: int
+    game_index: int
     status: str
     players: tuple[str, ...]
     state: dict[str, Any]
     match_state: dict[str, Any] = field(default_factory=dict)
-    game_name: str = ""  # which rule engine reads ``state`` (blink, takeaway, sequence, ryo)
+    game: str = ""  # which rule engine reads ``state`` (blink, takeaway, sequence, ryo)
 
 
 # --- relay -> all, retained -------------------------------------------------------------------------

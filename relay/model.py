@@ -254,7 +254,8 @@ class Match:
         """The match ``to_record`` wrote, played by ``rules`` (its game, as this relay offers it)."""
         settings = dec(r["settings"])  # (decoded in the order they were encoded)
         state, history, timers = dec(r["states"])
-        results = dec(r["results"])
+        # (each game's index: ``game_index``, which a record may also name ``game``)
+        results = [{("game_index" if k == "game" else k): v for k, v in x.items()} for x in dec(r["results"])]
         return cls(
             code=r["code"], game=r["game"], rules=rules, settings=settings, seats=r["seats"],
             quick=r["quick"], seed=r["seed"],

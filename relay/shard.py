@@ -262,7 +262,7 @@ class Shard:
 
 def kept_rows(core: RelayCore) -> dict[str, list[dict[str, Any]]]:
     """Each match's kept public events as the event log's rows (what ``Events.event`` logged)."""
-    return {code: [{"kind": "event", "match": code, "seq": ev.seq, "ts": ev.ts, "game": ev.game, "type": ev.type,
+    return {code: [{"kind": "event", "match": code, "seq": ev.seq, "ts": ev.ts, "game": ev.game_index, "type": ev.type,
                     **ev.data} for ev in (past_event(code, k) for k in kept)]
             for code, (kept, _) in core.events.past.items()}
 

@@ -85,7 +85,7 @@ def test_retained_qos1_and_raw_payloads_stay_single_and_nothing_moves_across_the
 
 
 def test_a_bundle_is_closed_at_its_size_and_item_limits() -> None:
-    big = m.ViewUpdated(match="ABCDE", seq=1, game=0, state={"x": "y" * 3000}, match_state={})
+    big = m.ViewUpdated(match="ABCDE", seq=1, game_index=0, state={"x": "y" * 3000}, match_state={})
     n = 3 * BUNDLE_BYTES // len(encode(big))
     wires = wire_messages([_pub("c/a", big)] * n, encode)
     assert len(wires) > 1 and all(len(w.payload) <= BUNDLE_BYTES + 3 for w in wires)
@@ -97,13 +97,13 @@ def test_a_bundle_is_closed_at_its_size_and_item_limits() -> None:
 def test_no_bundle_is_larger_than_the_brokers_payload_limit() -> None:
     """A broker drops a PUBLISH over its ``message_size_limit`` (the relay's ``max_payload``) without
     a word, and with it every message inside: bundles stop below it, header included."""
-    events = [m.Event(match="ABCDE", seq=i, ts=i, game=0, type="dice_rolled", data={"pad": "x" * 90})
+    events = [m.Event(match="ABCDE", seq=i, ts=i, game_index=0, type="dice_rolled", data={"pad": "x" * 90})
               for i in range(1, 400)]
     for limit in (512, 8192):
         wires = wire_messages([_pub("m/X/ev", e) for e in events], encode, max_bytes=limit)
         assert len(wires) > 1 and all(len(w.payload) <= limit for w in wires)
         assert [x for w in wires for x in decode_all(w.payload)] == events
-    alone = m.ViewUpdated(match="ABCDE", seq=1, game=0, state={"x": "y" * 700}, match_state={})
+    alone = m.ViewUpdated(match="ABCDE", seq=1, game_index=0, state={"x": "y" * 700}, match_state={})
     wires = wire_messages([_pub("c/a", alone), _pub("c/a", alone)], encode, max_bytes=512)
     assert [decode_all(w.payload) for w in wires] == [[alone], [alone]]  # too large to bundle: each as it is
 

@@ -71,7 +71,7 @@ def test_the_journal_holds_both_clocks_and_replay_reproduces_the_wall_stamps(clo
     _run_steps(shell, clock, [(T.req("a"), m.CreateMatch(name="ann")), (T.req("a"), m.Ping(t0=1))])
     code = next(r["match"] for r in shell.eventlog.records if r.get("type") == "match_created")
     clock.advance(0, wall_ns=-3600 * S)  # the wall clock is set back an hour: stamps follow, time does not
-    _run_steps(shell, clock, [(T.req("b"), m.JoinMatch(name="bob", code=code))])
+    _run_steps(shell, clock, [(T.req("b"), m.JoinMatch(name="bob", match=code))])
     entries = [e for _, e in journal.read()]
     msgs = [e for e in entries if isinstance(e, Msg)]
     assert len(msgs) == 3 and all(e.wall_ns is not None for e in msgs)
@@ -111,7 +111,7 @@ def test_a_restarted_relay_continues_the_cores_monotonic_time(clock: Clock, tmp_
     shell.recover()
     _run_steps(shell, clock, [(T.req("a"), m.CreateMatch(name="ann", settings={"countdown_s": 3}))])
     code = next(r["match"] for r in shell.eventlog.records if r.get("type") == "match_created")
-    _run_steps(shell, clock, [(T.req("b"), m.JoinMatch(name="bob", code=code))])
+    _run_steps(shell, clock, [(T.req("b"), m.JoinMatch(name="bob", match=code))])
     last_mono, last_wall = shell.core.last_clock()
     countdown_end = shell.core.matches[code].timers
     assert countdown_end, "the countdown is running"

@@ -15,14 +15,14 @@ from protocol.topics import Topics
 def test_round_trip_every_message_type() -> None:
     msgs = [
         m.CreateMatch(name="ann", game="blink", settings={"best_of": 1}, seats=2),
-        m.JoinMatch(name="bob", code="ABCDE"),
+        m.JoinMatch(name="bob", match="ABCDE"),
         m.QuickMatch(name="cy"),
         m.Ping(t0=123),
         m.Act(id=3, seq=9, action={"t": "PlayCard", "v": 1, "card": "4-yellow-star", "pile": 0}, reaction_ns=250_000_000),
         m.ActionAccepted(match="ABCDE", id=3, seq=10),
         m.ActionRejected(match="ABCDE", id=3, code="no_match", detail="x", seq=10),
-        m.Event(match="ABCDE", seq=1, ts=5, game=0, type="card_played", data={"card": "4-yellow-star"}),
-        m.Snapshot(match="ABCDE", seq=1, ts=5, game=0, status="playing", players=("a", "b"), state={}),
+        m.Event(match="ABCDE", seq=1, ts=5, game_index=0, type="card_played", data={"card": "4-yellow-star"}),
+        m.Snapshot(match="ABCDE", seq=1, ts=5, game_index=0, status="playing", players=("a", "b"), state={}),
         m.Pong(t0=1, t1=2, t2=3),
         m.Leave(),
     ]
@@ -50,6 +50,40 @@ def test_wrong_shapes_raise_decode_error_with_code(obj: object, code: str) -> No
     with pytest.raises(DecodeError) as info:
         decode(msgpack.packb(obj))
     assert info.value.code == code
+
+
+def test_version_1_messages_still_decode_into_the_current_form() -> None:
+    """Version 1 named a match's code ``code`` in JoinMatch and a game's index ``game`` (and the
+    game's name ``game_name`` in Snapshot); its messages decode into today's, so a journal of them
+    replays and a peer of version 1 is understood."""
+    def v1(obj: dict[str, object]) -> object:
+        return decode(msgpack.packb({**obj, "v": 1}))
+
+    assert PROTOCOL_VERSION == 2
+    assert v1({"t": "JoinMatch", "name": "ann", "code": "ABCDE"}) == m.JoinMatch(name="ann", match="ABCDE")
+    assert v1({"t": "Event", "match": "ABCDE", "seq": 3, "ts": 5, "game": 1, "type": "card_played", "data": {}}) \
+        == m.Event("ABCDE", 3, 5, 1, "card_played", {})
+    assert v1({"t": "PrivateUpdate", "match": "ABCDE", "seq": 3, "game": 1, "delta": {"drawn": []}}) \
+        == m.PrivateUpdate("ABCDE", 3, 1, {"drawn": []})
+    results = [{"game": 0, "winners": [1], "reason": "tie", "scores": []}]
+    assert v1({"t": "ViewUpdated", "match": "ABCDE", "seq": 3, "game": 1, "state": {},
+               "match_state": {"game_index": 1, "results": results}}) == m.ViewUpdated(
+        "ABCDE", 3, 1, {}, {"game_index": 1, "results": [{"game_index": 0, "winners": [1], "reason": "tie",
+                                                          "scores": []}]})
+    snap = v1({"t": "Snapshot", "match": "ABCDE", "seq": 3, "ts": 5, "game": 1, "status": "playing",
+               "players": ["a", "b"], "state": {}, "match_state": {"results": results}, "game_name": "takeaway"})
+    assert isinstance(snap, m.Snapshot) and (snap.game_index, snap.game) == (1, "takeaway")
+    assert snap.match_state["results"][0]["game_index"] == 0 and "game" not in snap.match_state["results"][0]
+    assert v1({"t": "Ping", "t0": 5}) == m.Ping(t0=5)  # unchanged in version 2
+    # A name of version 2 in a version-1 map is an unknown field there, as it was in version 1.
+    for obj in ({"t": "JoinMatch", "name": "ann", "match": "ABCDE"},
+                {"t": "Event", "match": "ABCDE", "seq": 3, "ts": 5, "game_index": 1, "type": "x", "data": {}}):
+        with pytest.raises(DecodeError, match="unknown field") as info:
+            v1(obj)
+        assert info.value.code == "malformed"
+    # and the current form is the only one written
+    assert msgpack.unpackb(encode(m.JoinMatch(name="ann", match="ABCDE"))) == {
+        "t": "JoinMatch", "v": 2, "name": "ann", "match": "ABCDE"}
 
 
 def test_oversized_and_garbage_payloads() -> None:

@@ -16,7 +16,7 @@ def test_wall_clock_stamps_events_and_monotonic_clock_runs_timers() -> None:
     core = RelayCore(T, RelayConfig(), seed=3)
     out = core.handle(T.req("a"), encode(m.CreateMatch(name="ann")), 10, wall_ns=WALL)
     code = next(o.msg.match for o in out if isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined))
-    out = core.handle(T.req("b"), encode(m.JoinMatch(name="bob", code=code)), 20, wall_ns=WALL + 10)
+    out = core.handle(T.req("b"), encode(m.JoinMatch(name="bob", match=code)), 20, wall_ns=WALL + 10)
     events = [o.msg for o in out if isinstance(o, Publish) and isinstance(o.msg, m.Event)]
     assert events and all(e.ts == WALL + 10 for e in events)
     assert all(o.record["ts"] >= WALL for o in out if isinstance(o, LogRecord) and "ts" in o.record)
@@ -33,7 +33,7 @@ def test_tick_visits_only_due_matches() -> None:
     for i in range(50):
         out = core.handle(T.req(f"a{i}"), encode(m.CreateMatch(name="ann")), 1)
         code = next(o.msg.match for o in out if isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined))
-        core.handle(T.req(f"b{i}"), encode(m.JoinMatch(name="bob", code=code)), 1)
+        core.handle(T.req(f"b{i}"), encode(m.JoinMatch(name="bob", match=code)), 1)
     # Every countdown is due at the same time: one tick starts all 50 races.
     at = core.next_deadline()
     assert at is not None

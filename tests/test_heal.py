@@ -219,7 +219,7 @@ def test_a_join_whose_answer_was_lost_is_asked_again_and_answered_with_the_same_
     out = h.send(T.req("a"), m.CreateMatch(name="ann"))
     code = joined(h, "a", out).match
     model = ClientModel("b", "bob")
-    request = model.ask(m.JoinMatch(name="bob", code=code), 0)
+    request = model.ask(m.JoinMatch(name="bob", match=code), 0)
     first = h.send(T.req("b"), request)  # answered, but the answer is lost with its relay
     assert [e.type for e in h.events(first)][-1] == "game_started" and model.match is None
     assert model.asks_again(ASK_AGAIN_FIRST_NS - 1) == []
@@ -254,7 +254,7 @@ def test_only_an_unanswered_join_or_rejoin_is_asked_again_and_not_while_reconnec
     assert model.asks_again(100 * S + 1) == [rejoin]  # due at once after the reconnect
     model.on_message(m.RequestRejected("bad_token", "no"), 100 * S + 2)  # refused, not lost
     assert model.asks_again(1000 * S) == []
-    join = model.ask(m.JoinMatch(name="bob", code="ABCDE"), 0)
+    join = model.ask(m.JoinMatch(name="bob", match="ABCDE"), 0)
     assert model.asks_again(ASK_AGAIN_FIRST_NS) == [join]
     model.stop_asking()  # the caller gave up waiting
     assert model.asks_again(1000 * S) == []

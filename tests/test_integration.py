@@ -166,7 +166,7 @@ def test_bad_input_through_the_broker_is_answered_and_the_relay_keeps_going() ->
             async with conn:
                 await conn.send_raw(conn.topics.req("evil1"), b"\xc1\xc1not msgpack")
                 await conn.send_raw(conn.topics.act("NOPE1", "evil1"), encode(m.Act(id=1, seq=0, action={})))
-                await conn.send_raw(conn.topics.req("evil1"), encode(m.JoinMatch(name="x", code="NOPE1")))
+                await conn.send_raw(conn.topics.req("evil1"), encode(m.JoinMatch(name="x", match="NOPE1")))
                 await conn.request(m.Ping(t0=time.time_ns()))
                 # answers come back in the order the relay handled the requests: the pong is last
                 await eventually(lambda: any(isinstance(x, m.Pong) for x in got), what="the relay's pong")

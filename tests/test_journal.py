@@ -461,7 +461,7 @@ def test_replay_after_snapshots_and_compaction_rebuilds_the_same_match(tmp_path:
 
     step([Msg(T.req("a"), encode(m.CreateMatch(name="ann")), now)])
     code = next(iter(core.core.matches))
-    step([Msg(T.req("b"), encode(m.JoinMatch(name="bob", code=code)), now)])
+    step([Msg(T.req("b"), encode(m.JoinMatch(name="bob", match=code)), now)])
     match = core.core.matches[code]
     ids = {"a": 0, "b": 0}
     snapshots = 0

@@ -139,7 +139,7 @@ def test_race_counting_on_a_small_log() -> None:
 
 def test_race_counting_reads_protocol_events_too() -> None:
     def e(seq: int, type_: str, **data: Any) -> m.Event:
-        return m.Event(match="M", seq=seq, ts=0, game=0, type=type_, data=data)
+        return m.Event(match="M", seq=seq, ts=0, game_index=0, type=type_, data=data)
 
     events = [e(1, "card_revealed", pile=0, seat=0, player="a"), e(2, "card_played", pile=0, seat=0, player="a")]
     count = count_races(events, [play(0, 1, 0), play(1, 1, 0, ok=False), play(1, 1, 0, ok=False)])

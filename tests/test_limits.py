@@ -55,7 +55,7 @@ class Relay:
 
     def start(self, a: str = "a", b: str = "b") -> str:
         code = self.create(a)
-        self.send(T.req(b), m.JoinMatch(name=b, code=code))
+        self.send(T.req(b), m.JoinMatch(name=b, match=code))
         self.tick(3.01)  # the countdown
         assert self.core.matches[code].state.phase == "running"
         return code
@@ -136,7 +136,7 @@ def test_a_create_flood_stops_at_the_per_client_cap_answered_every_time_logged_o
     assert len(bad(out, "too_many_matches")) == 1  # once per burst, not 40 times
     # Someone else is not affected; and when one of f's matches is over, f may create again.
     other = r.create("g")
-    r.send(T.req("h"), m.JoinMatch(name="h", code=made[0]))
+    r.send(T.req("h"), m.JoinMatch(name="h", match=made[0]))
     r.tick(3.01)
     r.send(T.req("h"), m.Leave(match=made[0]))  # forfeit: the match is over
     assert r.core.matches[made[0]].status == "over"
@@ -264,7 +264,7 @@ def test_a_huge_deck_create_is_refused_without_the_deck_ever_being_built(monkeyp
     # A big but allowed deck still works.
     ok = {"colours": ["red", "blue", "green", "gold"], "shapes": ["star", "moon", "sun", "ring"], "counts": [1, 2, 3, 4, 5]}
     code = r.create("y", settings={"deck": ok})
-    r.send(T.req("z"), m.JoinMatch(name="z", code=code))  # it starts: now the deck is built
+    r.send(T.req("z"), m.JoinMatch(name="z", match=code))  # it starts: now the deck is built
     assert built and max(built) == 80
 
 
@@ -302,7 +302,7 @@ def _finish_one(r: Relay, i: int) -> str:
     """A BLINK match: created, joined, an action judged, then a forfeit ends it."""
     a, b = f"a{i}", f"b{i}"
     code = r.create(a)
-    r.send(T.req(b), m.JoinMatch(name=b, code=code))
+    r.send(T.req(b), m.JoinMatch(name=b, match=code))
     r.send(T.act(code, a), m.Act(id=1, seq=0, action=blink.action_to_wire(blink.PlayCard("1-red-star", 0))))
     r.send(T.req(a), m.Leave(match=code))  # a forfeit: the match is over
     assert r.core.matches[code].status == "over"
@@ -313,7 +313,7 @@ def _play_one(r: Relay, i: int) -> str:
     """A toy match (cheap to play, so ten thousand fit in a test): played to its end."""
     a, b = f"a{i}", f"b{i}"
     code = r.create(a, game="toy", settings={"pile": 1})
-    r.send(T.req(b), m.JoinMatch(name=b, code=code))
+    r.send(T.req(b), m.JoinMatch(name=b, match=code))
     r.send(T.act(code, a), m.Act(id=1, seq=r.core.matches[code].seq, action=to_dict(Take(1))))
     assert r.core.matches[code].status == "over" and r.core.matches[code].winner == 0
     return code
@@ -403,7 +403,7 @@ def test_a_finished_match_lingers_for_a_rematch_then_is_gone_its_snapshot_cleare
     assert code not in r.core.matches
     assert any(isinstance(o, Publish) and o.topic == T.snap(code) and o.msg == b"" and o.retain for o in out)
     assert any(isinstance(o, LogRecord) and o.record.get("kind") == "match_forgotten" for o in out)
-    for msg in (m.Resync(match=code), m.JoinMatch(name="late", code=code), m.Rematch(match=code)):
+    for msg in (m.Resync(match=code), m.JoinMatch(name="late", match=code), m.Rematch(match=code)):
         assert codes(r.to("a", r.send(T.req("a"), msg))) == ["no_such_match"]
     assert codes(r.to("a", r.act("a", code, 99))) == ["no_such_match"]
 
@@ -462,7 +462,7 @@ def test_waiting_matches_expire_with_an_event_and_free_their_creator() -> None:
     assert any(isinstance(o, Publish) and o.topic == T.snap(code) and o.msg == b"" for o in out)
     lists = [o.msg for o in out if isinstance(o, Publish) and isinstance(o.msg, m.MatchList)]
     assert lists and lists[-1].matches == ()
-    assert codes(r.to("b", r.send(T.req("b"), m.JoinMatch(name="b", code=code)))) == ["no_such_match"]
+    assert codes(r.to("b", r.send(T.req("b"), m.JoinMatch(name="b", match=code)))) == ["no_such_match"]
     assert r.create("a") != code
 
 
@@ -485,7 +485,7 @@ def test_the_match_list_stays_capped_and_correct() -> None:
 
     made = [r.create(f"c{i}") for i in range(12)]
     assert listed() == truth() == made[:5]
-    r.send(T.req("j"), m.JoinMatch(name="j", code=made[1]))  # it starts: off the list
+    r.send(T.req("j"), m.JoinMatch(name="j", match=made[1]))  # it starts: off the list
     assert listed() == truth() == made[:1] + made[2:6]
     r.send(T.req("c3"), m.Leave(match=made[3]))  # its only player leaves: it closes
     assert listed() == truth() == [made[0], made[2], made[4], made[5], made[6]]
@@ -536,7 +536,7 @@ def test_a_snapshot_keeps_the_limits_state_and_carries_on() -> None:
 
     core = snapshot.load(snapshot.dump(r.core))
     assert list(core.tables.waiting) == [waiting] and not core.tables.live and core.gate.owned == {"c": {waiting}}
-    out = core.handle(T.req("d"), encode(m.JoinMatch(name="d", code=waiting)), r.now)
+    out = core.handle(T.req("d"), encode(m.JoinMatch(name="d", match=waiting)), r.now)
     assert any(isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined) for o in out)
     assert waiting in core.tables.live
     core.tick(r.now + 60 * S)

@@ -210,7 +210,7 @@ def test_a_play_in_flight_is_predicted_until_a_view_contains_it() -> None:
     p.match, p.seat = "ABCDE", 0
     state = blink.new_game(dict(countdown_s=0.5), 2, FixedChance(list(range(200))))
     state = blink.apply(state, None, blink.StartRace()).state  # type: ignore[union-attr]
-    view = lambda st, seq: m.ViewUpdated(match="ABCDE", seq=seq, game=0,  # noqa: E731
+    view = lambda st, seq: m.ViewUpdated(match="ABCDE", seq=seq, game_index=0,  # noqa: E731
                                          state=blink.to_wire(blink.view(st, 0)), match_state={"status": "playing"})
     assert p.apply_view(view(state, 5), 0)
     play = next(a for a in blink.legal_actions(p.state(), 0) if isinstance(a, blink.PlayCard))
@@ -245,7 +245,7 @@ def test_a_play_sent_keeps_the_prediction_it_was_checked_on() -> None:
     p.mqtt = conn  # type: ignore[assignment]
     state = blink.new_game(dict(countdown_s=0.5), 2, FixedChance(list(range(200))))
     state = blink.apply(state, None, blink.StartRace()).state  # type: ignore[union-attr]
-    assert p.apply_view(m.ViewUpdated(match="ABCDE", seq=5, game=0, state=blink.to_wire(blink.view(state, 0)),
+    assert p.apply_view(m.ViewUpdated(match="ABCDE", seq=5, game_index=0, state=blink.to_wire(blink.view(state, 0)),
                                       match_state={"status": "playing"}), 0)
     for n in range(1, 3):
         play = next(a for a in blink.legal_actions(p.state(), 0) if isinstance(a, blink.PlayCard))
@@ -304,7 +304,7 @@ def test_players_on_mqttkit_speak_the_relays_whole_exchange(relay_on: tuple[Brok
         on_private(self, payload, now)
 
     def note_view(self: LoadPlayer, msg: m.ViewUpdated, now_ns: int) -> bool:
-        games.add(msg.game)
+        games.add(msg.game_index)
         return apply_view(self, msg, now_ns)
 
     monkeypatch.setattr(LoadPlayer, "on_event", count_event)

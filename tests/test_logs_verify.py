@@ -81,9 +81,9 @@ def test_a_seat_left_while_waiting_names_its_player_and_the_seats_after_it_move_
     lobby = Lobby()
     lobby.send("a", m.CreateMatch(name="ann", game="takeaway", seats=3))
     code = lobby.joined("a").match
-    lobby.send("b", m.JoinMatch(name="bob", code=code))
+    lobby.send("b", m.JoinMatch(name="bob", match=code))
     lobby.send("a", m.Leave(match=code))  # ann (seat 0) leaves: bob is seat 0 now
-    lobby.send("c", m.JoinMatch(name="cy", code=code))
+    lobby.send("c", m.JoinMatch(name="cy", match=code))
     lobby.send("b", m.Leave(match=code))
     lobby.send("c", m.Leave(match=code))  # the last one: the relay closes the match
     left = [(r["player"], r["seat"]) for r in lobby.rows if r.get("type") == "seat_left"]
@@ -324,7 +324,7 @@ def drive_relays(relays: Relays, data: st.DataObject, steps: int) -> None:
                                                                         settings=settings))
         elif op == "join":
             match = data.draw(st.sampled_from(waiting))
-            relays.request(data.draw(st.sampled_from(free)), m.JoinMatch(name="p", code=match.code))
+            relays.request(data.draw(st.sampled_from(free)), m.JoinMatch(name="p", match=match.code))
         elif op in ("leave", "drop"):
             client, match, _ = data.draw(st.sampled_from(seats))
             relays.request(client, m.Leave(match.code, dropped=op == "drop"))

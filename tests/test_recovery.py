@@ -495,7 +495,7 @@ def test_a_ping_changes_the_core_so_every_input_is_journalled_and_replayed_exact
     inputs = [(topics.req(a), encode(m.CreateMatch(name="a", game="blink", settings={}, seats=2)), 1_000)]
     core.handle(*inputs[0])
     code = next(iter(core.matches))
-    inputs.append((topics.req(b), encode(m.JoinMatch(name="b", code=code)), 2_000))
+    inputs.append((topics.req(b), encode(m.JoinMatch(name="b", match=code)), 2_000))
     core.handle(*inputs[-1])
     assert core.matches[code].status == "playing"
     def limits(c: RelayCore) -> tuple[Any, ...]:

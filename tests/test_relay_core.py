@@ -62,7 +62,7 @@ class Harness:
     def start_match(self, settings: dict[str, Any] | None = None) -> str:
         out = self.send(T.req("a"), m.CreateMatch(name="ann", settings=settings or {}))
         code = next(x for x in self.to("a", out) if isinstance(x, m.MatchJoined)).match
-        self.send(T.req("b"), m.JoinMatch(name="bob", code=code))
+        self.send(T.req("b"), m.JoinMatch(name="bob", match=code))
         self.tick(3.01)  # the countdown
         return code
 
@@ -82,7 +82,7 @@ def test_create_join_start_countdown_and_reveal() -> None:
     assert joined.seat == 0 and len(joined.match) == 5
     lobby = [o for o in out if isinstance(o, Publish) and o.topic == T.match_list]
     assert lobby and lobby[-1].retain and lobby[-1].msg.matches[0]["code"] == joined.match
-    out = h.send(T.req("b"), m.JoinMatch(name="bob", code=joined.match.lower()))
+    out = h.send(T.req("b"), m.JoinMatch(name="bob", match=joined.match.lower()))
     assert next(x for x in h.to("b", out) if isinstance(x, m.MatchJoined)).seat == 1
     assert h.core.matches[joined.match].state.phase == "countdown"
     # a play during the countdown is rejected as not_running
@@ -238,9 +238,9 @@ def test_unknown_match_and_stranger() -> None:
     assert [x.code for x in h.to("a", out) if isinstance(x, m.ActionRejected)] == ["no_such_match"]
     out = h.send(T.act(match, "mallory"), act)
     assert [x.code for x in h.to("mallory", out) if isinstance(x, m.ActionRejected)] == ["not_a_player"]
-    out = h.send(T.req("c"), m.JoinMatch(name="cy", code=match))
+    out = h.send(T.req("c"), m.JoinMatch(name="cy", match=match))
     assert [x.code for x in h.to("c", out) if isinstance(x, m.RequestRejected)] == ["match_full"]
-    out = h.send(T.req("c"), m.JoinMatch(name="cy", code="NOPE1"))
+    out = h.send(T.req("c"), m.JoinMatch(name="cy", match="NOPE1"))
     assert [x.code for x in h.to("c", out) if isinstance(x, m.RequestRejected)] == ["no_such_match"]
     out = h.send(T.req("c"), m.CreateMatch(name="cy", game="chess"))
     assert [x.code for x in h.to("c", out) if isinstance(x, m.RequestRejected)] == ["bad_settings"]
@@ -301,7 +301,7 @@ def test_a_whole_match_through_the_core_with_timers() -> None:
     h = Harness()
     h.send(T.req("a"), m.CreateMatch(name="ann"))
     code = next(iter(h.core.matches))
-    h.send(T.req("b"), m.JoinMatch(name="bob", code=code))
+    h.send(T.req("b"), m.JoinMatch(name="bob", match=code))
     match = h.core.matches[code]
     ids = {"a": 0, "b": 0}
     for _ in range(20_000):
@@ -336,3 +336,13 @@ def test_internal_errors_never_escape_handle() -> None:
     assert h.core.handle("not/our/topic", b"", 0)  # logged, not raised
     out = h.core.handle(T.req("bad+id"), encode(m.Ping(t0=1)), 0)
     assert all(isinstance(o, LogRecord) for o in out)
+
+
+def test_a_relay_seats_a_player_who_joins_in_version_1() -> None:
+    core = RelayCore(T, seed=3)
+    core.handle(T.req("ann"), encode(m.CreateMatch(name="ann")), 1)
+    code = core.client_match["ann"]
+    old = msgpack.packb({"t": "JoinMatch", "v": 1, "name": "bob", "code": code})
+    out = core.handle(T.req("bob"), old, 2)
+    joined = [o.msg for o in out if getattr(o, "topic", "") == T.client("bob") and isinstance(o.msg, m.MatchJoined)]
+    assert joined and joined[0].match == code and core.matches[code].status == "playing"

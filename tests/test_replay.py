@@ -77,7 +77,7 @@ def drive(game: str, seed: int, *, rematch: bool = False, leave_after: int | Non
     code = next(iter(core.matches))
     for i, c in enumerate(clients[1:], 1):
         now += rng.randrange(1, NS // 10)
-        take(core.handle(T.req(c), encode(m.JoinMatch(name=f"p{i}", code=code)), now))
+        take(core.handle(T.req(c), encode(m.JoinMatch(name=f"p{i}", match=code)), now))
     match = core.matches[code]
     rules = match.rules
     ids = itertools.count(1)
@@ -145,7 +145,7 @@ def test_every_event_gives_the_spectators_state_the_relay_published(game: str, p
         assert step.state is not None, (i, step.event.type)
         assert rules.to_wire(step.state) == snap.state, (i, step.event.type)
         assert step.match_state == snap.match_state, (i, step.event.type)
-        assert step.game == snap.game
+        assert step.game == snap.game_index
         compared += 1
     # The relay coalesces snapshots (one per tick here, after each action and each timer): a chain
     # of timers' events shares one, so there are fewer snapshots than events, but many of them.
@@ -167,7 +167,7 @@ def test_a_model_at_any_index_is_a_spectators_model(game: str, played: Any) -> N
         model = replay.model_at(i, wall_ns=10**18)
         assert model.spectating and model.seat is None and model.game == game
         assert model.events[-1].seq == i + 1
-        assert all(ev.game == replay.steps[i].game for ev in model.events if ev.type not in ("match_over",))
+        assert all(ev.game_index == replay.steps[i].game for ev in model.events if ev.type not in ("match_over",))
         if replay.steps[i].state is not None:
             assert rules.to_wire(model.state()) == rules.to_wire(replay.steps[i].state)
             refused = model.act(object(), 0)
@@ -307,7 +307,7 @@ def test_the_recorder_writes_one_match_from_seq_1_and_the_list_reads_it(played: 
     events = [m.Event(r["match"], r["seq"], r["ts"], r["game"], r["type"],
                       {k: v for k, v in r.items() if k not in ("match", "seq", "ts", "game", "type")})
               for r in _rows(lines)]
-    other = [m.Event("ZZZZZ", e.seq, e.ts, e.game, e.type, e.data) for e in events[:5]]
+    other = [m.Event("ZZZZZ", e.seq, e.ts, e.game_index, e.type, e.data) for e in events[:5]]
     rec = Recorder(tmp_path / "replays")
     for e in other[:2] + events[:3] + other[2:]:  # seen before the code is known, mixed with another match
         rec.offer(e)

@@ -48,7 +48,7 @@ class Table:
         self.spectator.spectate(self.code)
         self.deliver(out)
         for c in self.clients[1:]:
-            self.send(T.req(c), m.JoinMatch(name=f"p{c}", code=self.code))
+            self.send(T.req(c), m.JoinMatch(name=f"p{c}", match=self.code))
 
     def deliver(self, out: list[Any]) -> None:
         # As the relay publishes them: a topic's messages of a step bundled, then decoded as a client does.
@@ -77,7 +77,7 @@ class Table:
         assert topic in owners, topic
         seat = owners[topic]
         state = match.state_at(update.seq)
-        if state is None or update.game != max(match.game_index, 0):
+        if state is None or update.game_index != max(match.game_index, 0):
             return  # the game ended in the same step (its history is gone): the topic was checked
         self.private_checked += 1
         rules = match.rules

@@ -41,7 +41,7 @@ class Driver:
         for i in range(matches):
             self.send(Msg(T.req(f"a{i}"), encode(m.CreateMatch(name=f"a{i}")), self.now))
             code = self.core.client_match[f"a{i}"]
-            self.send(Msg(T.req(f"b{i}"), encode(m.JoinMatch(name=f"b{i}", code=code)), self.now))
+            self.send(Msg(T.req(f"b{i}"), encode(m.JoinMatch(name=f"b{i}", match=code)), self.now))
             self.codes.append(code)
 
     def send(self, entry: Msg | Tick, core: RelayCore | None = None) -> list[Any]:

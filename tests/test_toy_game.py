@@ -99,7 +99,7 @@ def test_bad_toy_actions_are_rejected_on_the_wire_and_change_nothing(toy: None) 
                 joined = await until(lambda: next((x for x in inbox["a"] if isinstance(x, m.MatchJoined)), None),
                                      "ann's seat")
                 code = joined.match
-                await b.request(m.JoinMatch(name="bob", code=code))
+                await b.request(m.JoinMatch(name="bob", match=code))
 
                 def view(who: str) -> m.ViewUpdated | None:
                     return next((x for x in reversed(inbox[who]) if isinstance(x, m.ViewUpdated)), None)

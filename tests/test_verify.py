@@ -70,7 +70,7 @@ def drive(game: str, seats: int, seed: int, game_settings: dict[str, Any] | None
     code = next(iter(core.matches))
     for i, c in enumerate(clients[1:], 1):
         now += rng.randrange(1, NS // 10)
-        take(core.handle(T.req(c), encode(m.JoinMatch(name=f"p{i}", code=code)), now))
+        take(core.handle(T.req(c), encode(m.JoinMatch(name=f"p{i}", match=code)), now))
     match = core.matches[code]
     rules = match.rules
     ids = itertools.count(1)

@@ -57,7 +57,7 @@ class Room:
         self.code = self.models["a"].match or ""
         assert self.code
         for c, n in zip(clients[1:], names[1:]):
-            self._deliver(self.h.send(T.req(c), m.JoinMatch(name=n, code=self.code)))
+            self._deliver(self.h.send(T.req(c), m.JoinMatch(name=n, match=self.code)))
         return self.code
 
     def tick(self, seconds: float, step: float = 0.05) -> None:

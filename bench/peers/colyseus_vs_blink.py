@@ -391,7 +391,7 @@ def census(url: str, expected: int) -> dict[str, int] | None:
                     continue
                 if isinstance(snap, m.Snapshot):
                     # Games count from 0; a game is finished once the match is between games or over.
-                    finished = snap.game + 1 if snap.status in ("over", "between") else snap.game
+                    finished = snap.game_index + 1 if snap.status in ("over", "between") else snap.game_index
                     games[snap.match] = 0 if snap.status == "waiting" else finished
             last[0] = time.monotonic()
 

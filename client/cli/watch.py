@@ -92,7 +92,7 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
             if first > 1:
                 print(f"blink watch: the relay no longer keeps events before seq {first}", file=sys.stderr)
             header = latest[-1] if latest else None
-            game = header.game_name if header else events[first].data.get("game_name", "")
+            game = header.game if header else events[first].data.get("game_name", "")
             players = f": {', '.join(header.players)}" if header and header.players else ""
             print(f"watching {game} match {code}{players}", file=sys.stderr, flush=True)
             return await _follow(args, player, code, events, latest, first)
@@ -120,7 +120,7 @@ async def _follow(args: argparse.Namespace, player: Any, code: str, events: dict
                 print(json.dumps(line), flush=True)
             else:
                 rest = {k: v for k, v in line.items() if k not in ("seq", "ts", "type", "game", "match")}
-                print(f"{ev.seq:6d}  game {ev.game}  {ev.type:18s} {json.dumps(rest)}", flush=True)
+                print(f"{ev.seq:6d}  game {ev.game_index}  {ev.type:18s} {json.dumps(rest)}", flush=True)
             known = max([*events, *(s.seq for s in latest[-1:])], default=0)
             if ev.type == "match_over" and known <= ev.seq:  # the end, not an earlier match before a rematch
                 players = list(latest[-1].players) if latest else list(player.model.players)

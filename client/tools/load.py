@@ -203,7 +203,7 @@ class LoadRun:
                 a.request(m.CreateMatch(name=a.name, game=self.cfg.game, settings=settings_for(self.cfg.game),
                                         seats=2))
                 code = await _answer(a.joined, self.cfg.timeout_s)
-                b.request(m.JoinMatch(name=b.name, code=code))
+                b.request(m.JoinMatch(name=b.name, match=code))
                 await _answer(b.joined, self.cfg.timeout_s)
             except LoadError:
                 # A relay that lets a set-up time out will not answer the next ones sooner: run with

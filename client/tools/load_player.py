@@ -243,7 +243,7 @@ class LoadPlayer:
             if self.apply_view(msg, now):
                 self.poke()
         elif kind is m.PrivateUpdate:
-            if msg.match == self.match and msg.game == self.view_game:
+            if msg.match == self.match and msg.game_index == self.view_game:
                 if msg.seq <= self.view_seq:  # it came after its event: apply it now
                     self.apply_late(msg)
                 else:
@@ -288,13 +288,13 @@ class LoadPlayer:
         change brings a whole view; with deltas this applies them instead."""
         if msg.match != self.match or msg.seq < self.view_seq:
             return False
-        if msg.game != self.view_game:
+        if msg.game_index != self.view_game:
             self.inflight.clear()  # plays of the last game: they still await verdicts, not prediction
-        self.view_wire, self.view_seq, self.view_game, self.view_ns = msg.state, msg.seq, msg.game, now_ns
+        self.view_wire, self.view_seq, self.view_game, self.view_ns = msg.state, msg.seq, msg.game_index, now_ns
         self.status = str(msg.match_state.get("status", ""))
         self._confirmed = self._predicted = None
         self.inflight = [e for e in self.inflight if e[2] is None or e[2] > msg.seq]
-        self.private = {s: u for s, u in self.private.items() if s > msg.seq and u.game == msg.game}
+        self.private = {s: u for s, u in self.private.items() if s > msg.seq and u.game_index == msg.game_index}
         self.catch_up(now_ns)
         return True
 
@@ -306,7 +306,7 @@ class LoadPlayer:
             return False
         moved = False
         while (ev := self.ahead.pop(self.view_seq + 1, None)) is not None:
-            if ev.game != self.view_game:
+            if ev.game_index != self.view_game:
                 self.ahead[ev.seq] = ev  # a new game: its whole view comes first
                 break
             if self._confirmed is None and self.state() is None:

@@ -281,8 +281,8 @@ class Session:
         def on_message(msg: Any, now_ns: int) -> None:
             if isinstance(msg, m.Event):
                 rec.offer(msg)
-            elif isinstance(msg, m.Snapshot) and msg.game_name:
-                rec.note_game(msg.game_name)
+            elif isinstance(msg, m.Snapshot) and msg.game:
+                rec.note_game(msg.game)
 
         conn: Link
         if self.net is not None:

@@ -135,9 +135,7 @@ def route_request(client: str, payload: bytes, total: int) -> str:
 
 def route_message(client: str, msg: object, total: int) -> str:
     """The shard that handles the decoded lobby request ``msg`` from ``client`` (or ``KNOWN``)."""
-    if isinstance(msg, m.JoinMatch):
-        return shard_of_code(msg.code, total)
-    if isinstance(msg, (m.Resync, m.Rematch, m.Rejoin)):
+    if isinstance(msg, (m.JoinMatch, m.Resync, m.Rematch, m.Rejoin)):
         return shard_of_code(msg.match, total)
     if isinstance(msg, m.Leave):
         return shard_of_code(msg.match, total) if msg.match else KNOWN

@@ -31,7 +31,7 @@ PAST_EVENTS = 4096  # per match: public events kept for a late spectator's Resyn
 def past_event(code: str, kept: bytes) -> m.Event:
     """A kept public event (``pack_plain([seq, ts, game, type, data])``) as the ``Event`` first published."""
     seq, ts, game, etype, data = unpack_plain(kept)
-    return m.Event(match=code, seq=seq, ts=ts, game=game, type=etype, data=data)
+    return m.Event(match=code, seq=seq, ts=ts, game_index=game, type=etype, data=data)
 
 
 class Events:
@@ -60,7 +60,7 @@ class Events:
         etype = str(data["type"])
         public = with_names(data, match.names if names is None else names, drop="type")
         game = match.game_index if match.game_index > 0 else 0
-        ev = m.Event(match=code, seq=seq, ts=now_ns + self.t.wall_offset, game=game, type=etype, data=public)
+        ev = m.Event(match=code, seq=seq, ts=now_ns + self.t.wall_offset, game_index=game, type=etype, data=public)
         out.append(Publish(self.t.topics.ev(code), ev))
         past = self.past.get(code)
         if past is None:
@@ -81,7 +81,7 @@ class Events:
                 continue
             state = match.rules.to_wire(match.rules.view(match.state, seat))
             out.append(Publish(self.t.topics.client(s.client), m.ViewUpdated(
-                match=match.code, seq=match.seq, game=max(match.game_index, 0), state=state,
+                match=match.code, seq=match.seq, game_index=max(match.game_index, 0), state=state,
                 match_state=match.match_state())))
 
     def snapshot_soon(self, match: Match, now_ns: int, out: list[Out], now: bool = False) -> None:
@@ -101,8 +101,8 @@ class Events:
     def snapshot_of(self, match: Match, wall_ns: int) -> Publish:
         state = match.rules.to_wire(match.rules.view(match.state, None)) if match.state is not None else {}
         return Publish(self.t.topics.snap(match.code), m.Snapshot(
-            match=match.code, seq=match.seq, ts=wall_ns, game=max(match.game_index, 0), status=match.status,
-            players=match.names, state=state, match_state=match.match_state(), game_name=match.game), retain=True)
+            match=match.code, seq=match.seq, ts=wall_ns, game_index=max(match.game_index, 0), status=match.status,
+            players=match.names, state=state, match_state=match.match_state(), game=match.game), retain=True)
 
     def match_list(self) -> Publish:
         waiting = tuple(

@@ -74,7 +74,7 @@ class Lobby:
         elif isinstance(msg, m.CreateMatch):
             self.create(client, msg.name, msg.game, msg.settings, msg.seats, False, now_ns, out)
         elif isinstance(msg, m.JoinMatch):
-            self.join(client, msg.name, msg.code.upper(), now_ns, out)
+            self.join(client, msg.name, msg.match.upper(), now_ns, out)
         elif isinstance(msg, m.QuickMatch):
             self.quick(client, msg, now_ns, out)
         elif isinstance(msg, m.Resync):

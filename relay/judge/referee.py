@@ -281,7 +281,7 @@ class Referee:
         winners = list(outcome.winners)
         for w in winners:
             match.wins[w] += 1
-        match.results.append({"game": match.game_index, "winners": winners, "reason": outcome.reason,
+        match.results.append({"game_index": match.game_index, "winners": winners, "reason": outcome.reason,
                               "scores": list(outcome.scores)})
         self.events.event(match, now_ns, out, {"type": "game_result", "winner": winners[0] if len(winners) == 1 else None,
                                           "winners": winners, "reason": outcome.reason,

@@ -51,7 +51,7 @@ class EventFeed(Feed[m.Event]):
     def take_current(self, model: ClientView) -> list[m.Event]:
         game = current_game(model)
         past = model.history  # re-sent past events: the snapshot already shows them
-        return [ev for ev in self.take(model.events) if (game is None or ev.game >= game) and ev.seq not in past]
+        return [ev for ev in self.take(model.events) if (game is None or ev.game_index >= game) and ev.seq not in past]
 
 
 def current_game(model: ClientView) -> int | None:

@@ -116,7 +116,7 @@ class Replay:
         # The scenes time countdowns and animations from an event's ts: give it the wall time at
         # which the replay reaches it (earlier events: as long ago as the replay says).
         ts = wall_ns - int(max(0.0, t_s - self.steps[i].at_s) / max(speed, 1e-9) * NS)
-        return m.Event(ev.match, ev.seq, ts, ev.game, ev.type, ev.data)
+        return m.Event(ev.match, ev.seq, ts, ev.game_index, ev.type, ev.data)
 
     def _snapshot(self, i: int, ts: int) -> m.Snapshot | None:
         st = self.steps[i]
@@ -274,7 +274,7 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[Any, Any]] | None = N
                 ms["wins"] = [0] * seats
         elif t_type == "game_result":
             ms["wins"] = list(d.get("wins") or ms["wins"])
-            ms["results"] = ms["results"] + [{"game": d.get("game"), "winners": list(d.get("winner_seats") or []),
+            ms["results"] = ms["results"] + [{"game_index": d.get("game"), "winners": list(d.get("winner_seats") or []),
                                               "reason": d.get("reason"), "scores": list(d.get("scores") or [])}]
             ms["status"] = "between"
         elif t_type == "match_over":
