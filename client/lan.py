@@ -15,13 +15,16 @@ import ipaddress
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from mqttkit import Scheme
 from mqttkit.lan import SERVICE_TYPE, LanMatch, decode_txt, list_interfaces, mdns_addresses, zeroconf_error
 from protocol.topics import DEFAULT_PREFIX
 
-__all__ = ["Host", "LanBrowser", "browse", "host_from_info", "reachable_first", "table"]
+if TYPE_CHECKING:
+    from zeroconf import ServiceBrowser, ServiceStateChange, Zeroconf
+
+__all__ = ["Browser", "Host", "LanBrowser", "browse", "host_from_info", "reachable_first", "table"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -46,7 +49,7 @@ class Host:
     def url(self) -> str:
         return f"{self.scheme}://{self.address}:{self.port}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "address": self.address, "port": self.port, "url": self.url,
                 "relay": self.relay, "version": self.version, "addresses": list(self.addresses),
                 "waiting": self.waiting, "matches": [m.to_dict() for m in self.matches],
@@ -72,7 +75,7 @@ def reachable_first(addresses: Sequence[str], networks: Sequence[str]) -> list[s
     return sorted(addresses, key=lambda a: not local(a))  # stable: the host's order otherwise
 
 
-def host_from_info(name: str, port: int | None, addresses: Sequence[str], props: Mapping[Any, Any],
+def host_from_info(name: str, port: int | None, addresses: Sequence[str], props: Mapping[bytes, bytes | None],
                    server: str = "", networks: Sequence[str] = ()) -> Host | None:
     """A resolved service -> Host (None without an address or a port)."""
     if not addresses or not port:
@@ -82,6 +85,14 @@ def host_from_info(name: str, port: int | None, addresses: Sequence[str], props:
     instance = name[: -len(SERVICE_TYPE) - 1] if name.endswith("." + SERVICE_TYPE) else name
     return Host(instance, addresses[0], port, advert.relay, advert.matches, advert.waiting, advert.version,
                 tuple(addresses), advert.prefix, server, advert.scheme)
+
+
+class Browser(Protocol):
+    """What the window's LAN scene asks of a browser (a ``LanBrowser``, or a test's)."""
+
+    def hosts(self, resolve_timeout: float = 1.0) -> list[Host]: ...
+
+    def close(self) -> None: ...
 
 
 class LanBrowser:
@@ -94,8 +105,8 @@ class LanBrowser:
                          if n.split("/")[0] in self.interfaces]
         self._names: set[str] = set()
         self._lock = threading.Lock()
-        self._zc: Any = None
-        self._browser: Any = None
+        self._zc: Zeroconf | None = None
+        self._browser: ServiceBrowser | None = None
 
     def start(self) -> LanBrowser:
         from zeroconf import IPVersion, ServiceBrowser, Zeroconf
@@ -108,7 +119,7 @@ class LanBrowser:
             raise zeroconf_error(exc) from exc
         return self
 
-    def _on_change(self, zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
+    def _on_change(self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
         from zeroconf import ServiceStateChange
 
         with self._lock:
@@ -151,7 +162,7 @@ class LanBrowser:
     def __enter__(self) -> LanBrowser:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

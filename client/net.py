@@ -273,7 +273,7 @@ class Connection:
         self.connected.set()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self, leave: bool = True) -> None:

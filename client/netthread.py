@@ -238,7 +238,7 @@ class ThreadedConnection:
         self._open = True
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self, leave: bool = True) -> None:

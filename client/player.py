@@ -80,7 +80,7 @@ class Player:
         self._spawn(self._resender())
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self, leave: bool = True) -> None:

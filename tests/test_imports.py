@@ -15,14 +15,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The files that start or set up server processes, and the faces each may import: `blink serve` / `blink match` / `blink broker-config`, `blink play`
-#: (the window's session, which may host its local relay on the LAN), the latency harness and the
+#: (the window's session, which may host its local relay on the LAN, with the relay's settings), the latency harness and the
 #: NATS cluster launcher (which reads the relay's password file as `blink serve` does, and words the auth
 #: callout's refusal when its keys cannot be made).
 ENTRY_FILES: dict[str, set[str]] = {
     "client/cli/serve.py": {"relay.hosting"},
     "client/cli/match.py": {"relay", "relay.hosting", "relay.storage"},
     "client/cli/broker_config.py": {"relay.hosting"},
-    "client/window/session.py": {"relay.hosting"},
+    "client/window/session.py": {"relay", "relay.hosting"},
     "client/tools/latency.py": {"relay", "relay.hosting"},
     "client/tools/nats_cluster.py": {"relay.cluster", "relay.hosting"},
 }

@@ -126,5 +126,5 @@ class _Nothing:
     async def __aenter__(self) -> _Nothing:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         return None

@@ -60,7 +60,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import pyglet
 import pyglet.app as pyglet_app
@@ -75,7 +75,15 @@ from client.window.session import BOT_LEVELS, Session, SessionConfig, level_name
 from client.window.sounds import Sounds  # noqa: E402
 from client.window.framestats import FrameStats  # noqa: E402
 
+if TYPE_CHECKING:
+    from pyglet.app.base import PlatformEventLoop
+
+    from client.lan import Browser
+    from client.window.scenes.replay import ReplayBar
+    from client.window.viewmodels.replay import Replay, ReplaySession
+
 log = logging.getLogger("blink.window")
+T = TypeVar("T")
 
 
 def table_class(game: str) -> type[Scene]:
@@ -105,7 +113,7 @@ class AppConfig:
     mute: bool = False
     fps: float = 60.0
     session: SessionConfig = field(default_factory=SessionConfig)
-    replay: Any = None  # a viewmodels.replay.Replay: mode "replay" shows it (``blink replay``)
+    replay: Replay | None = None  # mode "replay" shows it (``blink replay``)
     replay_at: int | None = None  # start at this event index (paused), e.g. for a screenshot
     replay_speed: float = 1.0
 
@@ -113,10 +121,10 @@ class AppConfig:
 class App:
     def __init__(self, config: AppConfig, session: Session | None = None) -> None:
         self.config = config
-        self.session: Any = session or Session(config.session)  # a ReplaySession while a replay is shown
+        self.session: Session | ReplaySession = session or Session(config.session)  # (while a replay is shown)
         self.sounds = Sounds(enabled=not config.mute)
         self.stats = FrameStats()
-        self.window: Any = None
+        self.window: pyglet.window.Window | None = None
         self.hud: Hud | None = None
         self.scene: Scene | None = None
         self.bot_reaction_s = config.bot_reaction_s
@@ -132,15 +140,15 @@ class App:
         self._input_ts: int | None = None
         self._frame_waiters: list[asyncio.Future[int]] = []
         self._shot: str | None = None
-        self._posted: Any = None
-        self._starting: asyncio.Task[Any] | None = None
+        self._posted: PlatformEventLoop | None = None
+        self._starting: asyncio.Task[object] | None = None
         self._ready: asyncio.Event | None = None
         self._started = 0.0
         self.shots_saved: list[str] = []
-        self.overlay: Any = None  # the replay's control bar, over the game scene
-        self._live_session: Any = None  # the menu's session while a replay from the menu is shown
+        self.overlay: ReplayBar | None = None  # the replay's control bar, over the game scene
+        self._live_session: Session | None = None  # the menu's session while a replay from the menu is shown
         # Tests: makes the LAN scene's browser from the interfaces, instead of a real one on the network.
-        self.lan_browser: Callable[[list[str] | None], Any] | None = None
+        self.lan_browser: Callable[[list[str] | None], Browser] | None = None
 
     # ----------------------------------------------------------------- window and scenes
 
@@ -236,6 +244,7 @@ class App:
             return True
 
         if self.config.mode == "replay":
+            assert self.config.replay is not None, "mode replay shows config.replay"
             self.open_replay(self.config.replay, self.config.replay_at, self.config.replay_speed)
             return
         first = "menu" if self.config.mode == "menu" else "table"
@@ -247,6 +256,7 @@ class App:
         scene = self.scene
         if scene is not None:
             pyglet.gl.glClearColor(*scene.clear_colour)
+        assert self.window is not None
         self.window.clear()
         if scene is not None:
             scene.draw()
@@ -319,7 +329,7 @@ class App:
         if players is not None:
             cfg.players = players
 
-    def command_line_settings(self) -> tuple[str, dict[str, Any]]:
+    def command_line_settings(self) -> tuple[str, dict[str, object]]:
         """The game the command line chose and its --settings, which apply to that game only."""
         if hasattr(self, "_settings_for"):  # set by the first ``set_game``
             return self._settings_for
@@ -346,28 +356,31 @@ class App:
         async def go() -> None:
             if self._ready is not None:
                 await self._ready.wait()
-            if self.session.status == "error" and self.session.address is None:
+            session = self.session
+            if not isinstance(session, Session):  # a replay is shown: nothing to start
+                return
+            if session.status == "error" and session.address is None:
                 return
             try:
-                await play()
+                await play(session)
             except Exception as exc:  # noqa: BLE001 - shown in the window
-                self.session._fail(exc)
+                session.fail(exc)
                 if from_command_line:
-                    self.failure = self.session.message
+                    self.failure = session.message
 
-        async def play() -> None:
+        async def play(session: Session) -> None:
             if mode == "bot":
-                await self.session.play_bot(self.bot_reaction_s)
+                await session.play_bot(self.bot_reaction_s)
             elif mode == "host":
-                await self.session.host()
+                await session.host()
             elif mode == "join":
-                await self.session.join(code or "")
+                await session.join(code or "")
             elif mode == "quick":
-                await self.session.quick()
+                await session.quick()
             elif mode == "watch":
-                await self.session.watch(code or "")
+                await session.watch(code or "")
             elif mode == "lan":  # a match found on the LAN (scenes/lan.py): another relay
-                await self.session.join_at(url or "", code or "", prefix)
+                await session.join_at(url or "", code or "", prefix)
             else:
                 raise ValueError(f"unknown mode {mode!r}")
 
@@ -400,14 +413,14 @@ class App:
 
     # ----------------------------------------------------------------- replays
 
-    def open_replay(self, replay: Any, at: int | None = None, speed: float = 1.0) -> None:
+    def open_replay(self, replay: Replay, at: int | None = None, speed: float = 1.0) -> None:
         """Show a recorded match (``viewmodels/replay.py``) with the control bar over its scene.
         From the menu, the live session is kept and comes back when the replay is left."""
         from client.window.scenes.replay import ReplayBar
         from client.window.viewmodels.replay import ReplaySession
 
         rs = ReplaySession(replay, name=self.session.config.name, speed=speed)
-        if self.config.mode != "replay" and self._live_session is None:
+        if self.config.mode != "replay" and self._live_session is None and isinstance(self.session, Session):
             self._live_session = self.session
         self.session = rs
         rs.seek(at if at is not None else 0, time.time_ns())
@@ -453,9 +466,10 @@ class App:
         """One frame: events, update, draw, present. Never awaits."""
         t0 = time.perf_counter_ns()
         pyglet.clock.tick()
-        w = self.window
+        w, posted = self.window, self._posted
+        assert w is not None and posted is not None, "open() makes the window"
         w.dispatch_events()
-        self._posted.dispatch_posted_events()  # e.g. end-of-sound events from pyglet.media
+        posted.dispatch_posted_events()  # e.g. end-of-sound events from pyglet.media
         if self._injected:
             injected, self._injected = self._injected, []
             for at, symbol, modifiers in injected:
@@ -528,7 +542,7 @@ class App:
         self._frame_waiters.append(fut)
         return await fut
 
-    async def wait_until(self, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    async def wait_until(self, predicate: Callable[[], T], timeout: float = 10.0) -> T:
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
@@ -568,11 +582,13 @@ class App:
 
     async def start_session(self) -> None:
         self._ready = self._ready or asyncio.Event()
+        session = self.session
         try:
-            await self.session.start()
+            await session.start()
         except Exception as exc:  # noqa: BLE001 - shown in the window
-            self.session._fail(exc)
-            self.failure = self.session.message  # no relay: nothing in this window can be played
+            if isinstance(session, Session):
+                session.fail(exc)
+            self.failure = session.message  # no relay: nothing in this window can be played
         finally:
             self._ready.set()
 
@@ -624,7 +640,7 @@ class App:
             return self.exit_code or 1
         return 0
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         out = self.scene.describe() if self.scene is not None else {}
         if self.overlay is not None:
             out = {**out, "replay": self.overlay.describe()}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -90,8 +89,8 @@ class FrameStats:
             if self._steady is not None:
                 self._steady = max(0, self._steady - self.keep // 2)
 
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def summary(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "frames": self.frames,
             "frame_ms": {"p50": round(percentile(self.frame_ms, 0.5), 3),
                          "p99": round(percentile(self.frame_ms, 0.99), 3),
@@ -120,7 +119,7 @@ class FrameStats:
                                              "p99": round(percentile(iv, 0.99), 3)}}
         return out
 
-    def write(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+    def write(self, path: str | Path, extra: dict[str, object] | None = None) -> None:
         p = Path(path)
         if p.parent and not p.parent.exists():
             p.parent.mkdir(parents=True, exist_ok=True)

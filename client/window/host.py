@@ -11,9 +11,10 @@ can import it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
+    from client.lan import Browser
     from client.window.session import Session
     from client.window.sounds import Sounds
     from client.window.viewmodels.replay import Replay, ReplaySession
@@ -35,12 +36,12 @@ class SceneHost(Protocol):
     @property
     def hud_room(self) -> float: ...  # the corner HUD's widest text, from the right edge
     @property
-    def lan_browser(self) -> Callable[[list[str] | None], Any] | None: ...  # replaces the real LAN browser
+    def lan_browser(self) -> Callable[[list[str] | None], Browser] | None: ...  # replaces the real LAN browser
     @property
     def replay_from_menu(self) -> bool: ...  # the replay shown was opened from the menu's list
 
     def current_game(self) -> str: ...
-    def command_line_settings(self) -> tuple[str, dict[str, Any]]: ...
+    def command_line_settings(self) -> tuple[str, dict[str, object]]: ...
     def bot_level_name(self) -> str: ...
     def results_hint(self) -> str: ...
 

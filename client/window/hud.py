@@ -20,12 +20,12 @@ press, and only its confirmation (the pending ring going) waits.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyglet
 
+from client.model import Verdict
 from client.window.cards import Layer, label, set_text
 from client.window.playparts import parts_text, play_parts
+from client.window.viewmodels.clientview import ClientView
 
 NS = 1_000_000_000
 
@@ -45,10 +45,10 @@ def hud_text(rtt_ns: int | None, offset_ns: int | None, fps: float | None, relay
     return "   ".join(parts)
 
 
-def connection_note(model: Any) -> str:
+def connection_note(model: ClientView | None) -> str:
     """What the corner says about the connection before the figures: nothing while connected."""
-    state = getattr(model, "connection", "connected") if model is not None else "connected"
-    if state == "lost" or (model is not None and getattr(model, "lost", None)):
+    state = model.connection if model is not None else "connected"
+    if state == "lost" or (model is not None and model.lost):
         return "CONNECTION LOST — the relay's broker went away   "
     if state == "reconnecting":
         return "reconnecting…   "
@@ -62,7 +62,7 @@ class Hud:
         self.label = label(self.batch, self.layer.text, 10, (230, 240, 235, 220), "right", "top")
         self.parts_label = label(self.batch, self.layer.text, 10, (230, 240, 235, 220), "right", "top")
         self.show_parts = False  # the last play's parts on the second line (a key toggles it)
-        self._verdict: Any = None  # the last verdict seen, and the first frame after it came
+        self._verdict: Verdict | None = None  # the last verdict seen, and the first frame after it came
         self._drawn_ns = 0
         self._stale = False
         self._next = 0
@@ -81,7 +81,7 @@ class Hud:
         self.room = f + float(probe.content_width)
         probe.delete()
 
-    def update(self, model: Any, now_ns: int, relay: bool = True) -> bool:
+    def update(self, model: ClientView | None, now_ns: int, relay: bool = True) -> bool:
         """Bring the text up to date; True if it changed (the frame must be drawn). ``relay``
         False: nothing to measure a round trip to (a replay, the menu)."""
         self._frames += 1
@@ -106,10 +106,10 @@ class Hud:
         self.show_parts = not self.show_parts
         self._stale = True  # the second line is brought up to date (or cleared) on the next frame
 
-    def _parts(self, model: Any, now_ns: int) -> bool:
+    def _parts(self, model: ClientView | None, now_ns: int) -> bool:
         """Note a new verdict's first frame and, when shown, bring the parts line up to date; True
         if the line changed."""
-        verdicts = getattr(model, "verdicts", None) if model is not None else None
+        verdicts = model.verdicts if model is not None else None
         last = verdicts[-1] if verdicts else None
         if last is not self._verdict:
             self._verdict, self._drawn_ns = last, now_ns  # this frame is the one that draws it

@@ -13,17 +13,20 @@ cancelling -- and drawing, from the verdict to the first frame drawn after it (`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from client.model import Verdict
 
 #: A play's time in parts, in order (as ``blink latency`` reports them).
 PARTS = ("uplink", "held", "judging", "downlink", "drawing")
 
 
-def play_parts(verdict: Any, drawn_ns: int) -> dict[str, float] | None:
+def play_parts(verdict: Verdict, drawn_ns: int) -> dict[str, float] | None:
     """A verdict's play in parts, in ms (None without the stamps: an older relay, a replay). The
     first four add up to the play -> verdict time; drawing is from the verdict to ``drawn_ns``."""
-    off = getattr(verdict, "offset_ns", None)
-    recv, sent = getattr(verdict, "recv_ns", 0), getattr(verdict, "relay_sent_ns", 0)
+    off = verdict.offset_ns
+    recv, sent = verdict.recv_ns, verdict.relay_sent_ns
     if off is None or not recv or not sent:
         return None
     hold = verdict.hold_ns

@@ -39,13 +39,25 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable
+from typing import TYPE_CHECKING, Awaitable, TypeVar
 
 from protocol import messages as m
 from protocol.rules.base import Rejected
 from protocol.topics import DEFAULT_PREFIX, Topics
+from client.model import ClientModel
 from client.net import Link
 from client.netthread import NetThread, ThreadedConnection
+
+if TYPE_CHECKING:  # (imported where used: a session that never hosts never loads the relay)
+    from mqttkit import BrokerAddress
+    from relay import RelayConfig
+    from relay.hosting import ChildServer, LocalServer, lanhost
+    from client.bots import Bot
+    from client.player import Player
+    from client.replays import Recorder
+    from client.seats import SavedSeat
+
+T = TypeVar("T")
 
 log = logging.getLogger("blink.window")
 
@@ -85,10 +97,10 @@ class SessionConfig:
     name: str = "you"
     topics: Topics = field(default_factory=Topics)
     game: str = "blink"
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
     autoplay: bool = False
     autoplay_reaction_s: float = 0.55
-    relay_config: Any = None  # a RelayConfig for the local relay (tests force decks with it)
+    relay_config: RelayConfig | None = None  # for the local relay (tests force decks with it)
     #: Run the local broker + relay in a child process (``blink play`` does: the window's frames
     #: then never delay the relay); False keeps them on this event loop (in-process tests read the
     #: relay's state directly; ``bench/hud_bench.py`` measures both).
@@ -106,11 +118,11 @@ class SessionConfig:
     lan: bool = False
     lan_port: int = 1883
     lan_interfaces: list[str] | None = None  # advertise only on these (default: every multicast interface)
-    rejoin: Any = None  # a client.seats.SavedSeat: join takes this seat back with its token
+    rejoin: SavedSeat | None = None  # join takes this seat back with its token
     record_dir: str | None = None  # record every match played or watched here (``client/replays.py``)
 
 
-async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
+async def _cancel(tasks: set[asyncio.Task[object]], timeout: float = 5.0) -> None:
     """Cancel tasks and wait for them, cancelling again if one swallowed it (``asyncio.wait_for``
     in Python 3.11 can lose a cancellation that arrives just as its inner future completes)."""
     deadline = time.monotonic() + timeout
@@ -130,28 +142,28 @@ async def _cancel(tasks: set[asyncio.Task[Any]], timeout: float = 5.0) -> None:
 class Session:
     def __init__(self, config: SessionConfig) -> None:
         self.config = config
-        self.server: Any = None  # LocalServer, or ChildServer (``config.relay_process``)
+        self.server: LocalServer | ChildServer | None = None  # ChildServer: ``config.relay_process``
         #: Why the local relay's child process ended on its own (one line), once it has.
         self.server_lost: str | None = None
-        self.address: Any = None  # BrokerAddress
-        self.player: Any = None  # Player
-        self.opponent: Any = None  # the bot's Player
-        self.bot: Any = None  # the opponent Bot
-        self.autobot: Any = None  # the Bot driving your player (--autoplay)
-        self.opponents: list[Any] = []  # every bot Player (the first is also ``opponent``)
-        self.bots: list[Any] = []
+        self.address: BrokerAddress | None = None
+        self.player: Player | None = None
+        self.opponent: Player | None = None  # the bot's Player
+        self.bot: Bot | None = None  # the opponent Bot
+        self.autobot: Bot | None = None  # the Bot driving your player (--autoplay)
+        self.opponents: list[Player] = []  # every bot Player (the first is also ``opponent``)
+        self.bots: list[Bot] = []
         self.status = "idle"  # idle | starting | ready | connecting | waiting | playing | error | closed
         self.message = ""
         self.mode = ""  # bot | host | join | quick
         self.bot_reaction_s: float | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._game_tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._game_tasks: set[asyncio.Task[object]] = set()
         self._stop = asyncio.Event()  # tells the bots of the current game to stop
         self.lan_urls: list[str] = []  # how friends on the LAN reach the local relay (once hosting)
         self.lan_note = ""  # what hosting on the LAN had to say (port taken, not advertised)
-        self._advert: Any = None  # the running ``relay.hosting.lanhost.advertise``
-        self._own: Any = None  # our loopback way into the LAN-hosted relay
-        self.recorder: Any = None  # the current match's ``Recorder`` (``config.record_dir``)
+        self._advert: lanhost.advertise | None = None  # advertising the LAN-hosted relay
+        self._own: BrokerAddress | None = None  # our loopback way into the LAN-hosted relay
+        self.recorder: Recorder | None = None  # the current match's (``config.record_dir``)
         self._rec_conn: Link | None = None
         #: Every connection's network I/O, off the window's loop (``config.net_thread``); the frame
         #: loop drains its inbox (``App.step``).
@@ -160,7 +172,7 @@ class Session:
     # ----------------------------------------------------------------- plumbing
 
     @property
-    def model(self) -> Any:
+    def model(self) -> ClientModel | None:
         return self.player.model if self.player is not None else None
 
     @property
@@ -181,23 +193,24 @@ class Session:
     def local(self) -> bool:
         return self.server is not None and self.server.broker is not None
 
-    def spawn(self, coro: Awaitable[Any], game: bool = False) -> asyncio.Task[Any]:
+    def spawn(self, coro: Awaitable[T], game: bool = False) -> asyncio.Task[T]:
         task = asyncio.ensure_future(coro)
         bag = self._game_tasks if game else self._tasks
         bag.add(task)
         task.add_done_callback(self._done)
         return task
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
+    def _done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         self._game_tasks.discard(task)
         if task.cancelled():
             return
         exc = task.exception()
         if exc is not None:
-            self._fail(exc)
+            self.fail(exc)
 
-    def _fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:
+        """A task of the session failed: say so on the screen (``status`` error, ``message`` why)."""
         from client.player import RequestError
 
         if isinstance(exc, RequestError):
@@ -223,12 +236,12 @@ class Session:
             self.address = self.server.address
         self.status, self.message = "ready", ""
 
-    async def _local_server(self, host: str = "127.0.0.1", port: int | None = None) -> Any:
+    async def _local_server(self, host: str = "127.0.0.1", port: int | None = None) -> LocalServer | ChildServer:
         """Start the local broker + relay: in a child process (``config.relay_process``), watched so
         that its end shows at once, or on this loop."""
         from relay.hosting import ChildServer, LocalServer
 
-        server: Any
+        server: LocalServer | ChildServer
         if self.config.relay_process:
             server = ChildServer(self.config.seed, self.config.relay_config, host=host, port=port,
                                  topics=self.config.topics)
@@ -236,11 +249,15 @@ class Session:
             server = LocalServer(None, self.config.seed, self.config.relay_config, host=host, port=port,
                                  topics=self.config.topics)
         await server.__aenter__()
+
+        def ended(_task: object) -> None:
+            self._server_ended(server)
+
         if self.config.relay_process and server.task is not None:
-            server.task.add_done_callback(lambda _t, server=server: self._server_ended(server))
+            server.task.add_done_callback(ended)
         return server
 
-    def _server_ended(self, server: Any) -> None:
+    def _server_ended(self, server: LocalServer | ChildServer) -> None:
         lost = getattr(server, "lost", None)
         if lost and server is self.server:  # not one we stopped (closing, or moving onto the LAN)
             log.info("%s", lost)  # ``blink play`` says it once, as its last line
@@ -249,14 +266,15 @@ class Session:
 
     # ----------------------------------------------------------------- starting a game
 
-    async def _connect(self, name: str) -> Any:
+    async def _connect(self, name: str) -> Player:
         from client.player import Player
 
+        assert self.address is not None, "start() comes first"
         p = Player(self.address, name, self.config.topics, ping_interval_s=self.config.ping_interval_s, net=self.net)
         await p.__aenter__()
         return p
 
-    async def _me(self) -> Any:
+    async def _me(self) -> Player:
         await self.leave()
         self.status, self.message = "connecting", f"connecting to {self.server_url}…"
         self.player = await self._connect(self.config.name)
@@ -278,13 +296,14 @@ class Session:
 
         rec = Recorder(self.config.record_dir, self.config.game)
 
-        def on_message(msg: Any, now_ns: int) -> None:
+        def on_message(msg: object, now_ns: int) -> None:
             if isinstance(msg, m.Event):
                 rec.offer(msg)
             elif isinstance(msg, m.Snapshot) and msg.game:
                 rec.note_game(msg.game)
 
         conn: Link
+        assert self.address is not None, "start() comes first"
         if self.net is not None:
             conn = ThreadedConnection(self.net, self.address, new_client_id("rec"), self.config.topics, on_message,
                                       ping_interval_s=0)
@@ -391,7 +410,8 @@ class Session:
         self.status, self.message = "starting", f"opening the local relay to the LAN on port {port}…"
         old, self.server = self.server, None
         try:
-            await asyncio.wait_for(old.__aexit__(None, None, None), timeout=5)
+            if old is not None:
+                await asyncio.wait_for(old.__aexit__(None, None, None), timeout=5)
         except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - replaced anyway
             pass
         self.server = await self._local_server("0.0.0.0", port)
@@ -435,10 +455,10 @@ class Session:
         self.status, self.message = "playing", ""
         return got
 
-    def _save_seat(self, me: Any) -> None:
+    def _save_seat(self, me: Player) -> None:
         """Keep the seat's token in the data directory (``blink play --rejoin``): for a server
         others use -- a local relay ends with this window."""
-        if not self.config.server_url or not me.model.token or me.model.seat is None:
+        if not self.config.server_url or not me.model.token or me.model.seat is None or me.model.match is None:
             return
         from client import seats
 
@@ -467,7 +487,7 @@ class Session:
                 return
             await self.player.wait_change(timeout=0.5)
 
-    async def _bot_loop(self, bot: Any, pause_s: float) -> None:
+    async def _bot_loop(self, bot: Bot, pause_s: float) -> None:
         """Run a bot through matches; when one ends, ask for a rematch (after ``pause_s``)."""
         player = bot.player
         stop = self._stop
@@ -481,7 +501,7 @@ class Session:
 
     # ----------------------------------------------------------------- in a game
 
-    def act_now(self, action: Any) -> m.Act | Rejected:
+    def act_now(self, action: object) -> m.Act | Rejected:
         """Predict ``action`` now (drawn by this very frame), then publish it in the background."""
         p = self.player
         if p is None:

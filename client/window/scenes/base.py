@@ -14,7 +14,6 @@ imports the scenes, never the other way round.
 
 from __future__ import annotations
 
-from typing import Any
 
 import pyglet
 
@@ -71,7 +70,7 @@ class Scene:
     def on_mouse_release(self, x: int, y: int, button: int, modifiers: int) -> bool:
         return False
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """What the scene shows, as data (tests compare it with the relay's state)."""
         return {"scene": self.name}
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyglet.window import key, mouse
 
@@ -27,12 +27,15 @@ from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window.viewmodels.lan import LanGames, LanRow
 
+if TYPE_CHECKING:
+    from client.lan import Browser
+
 POLL_S = 0.5
 ROWS = 12  # rows drawn at most (hosts and matches together)
 BG = (18, 41, 33)
 
 
-def _real_browser(interfaces: Any) -> Any:
+def _real_browser(interfaces: list[str] | None) -> Browser:
     from client.lan import LanBrowser
 
     return LanBrowser(interfaces).start()
@@ -59,7 +62,7 @@ class LanScene(Scene):
                           text="↑ ↓  choose a match     Enter  join     Esc  back to the menu")
         self._rects: list[tuple[float, float, float, float]] = []
         self._shown: list[LanRow] = []
-        self._key: Any = None
+        self._key: object = None
         self._task: asyncio.Task[None] | None = None
         self.resize(*app.size)
 
@@ -190,7 +193,7 @@ class LanScene(Scene):
                 return self.join()
         return False
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         chosen = self.vm.chosen()
         return {"scene": self.name, "headline": self.headline.text,
                 "rows": [{"kind": r.kind, "text": r.text, "detail": r.detail, "code": r.code, "url": r.url}

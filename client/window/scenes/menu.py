@@ -18,7 +18,6 @@ work happens in the session's background task.
 
 from __future__ import annotations
 
-from typing import Any
 
 from pyglet.window import key, mouse
 
@@ -100,9 +99,9 @@ class MenuScene(Scene):
         self._sample_cards = [blink.Card(3, "red", "star"), blink.Card(5, "blue", "moon"),
                               blink.Card(2, "yellow", "triangle")]
         self._rects: list[tuple[float, float, float, float]] = []
-        self._key: Any = None
+        self._key: object = None
         self._f, self._iw, self._size = 15.0, 630.0, tuple(app.size)
-        self._titled: Any = None  # (game, size) the title, tagline and sample cards were last laid out for
+        self._titled: object = None  # (game, size) the title, tagline and sample cards were last laid out for
         self.resize(*app.size)
 
     def resize(self, width: int, height: int) -> None:
@@ -256,12 +255,12 @@ class MenuScene(Scene):
         t = TIMERS[self.timer[game]]
         return f"{t} s to act" if t else "off"
 
-    def _cli(self, game: str) -> dict[str, Any]:
+    def _cli(self, game: str) -> dict[str, object]:
         """The command line's --settings, which apply to its own game only."""
         own = self.app.command_line_settings()
         return dict(own[1]) if own[0] == game else {}
 
-    def settings_for(self, game: str) -> dict[str, Any]:
+    def settings_for(self, game: str) -> dict[str, object]:
         """The match settings for ``game``: the command line's, overlaid with what was chosen here."""
         out = self._cli(game)
         entry = window_game(game)
@@ -317,7 +316,7 @@ class MenuScene(Scene):
         self.error = ""
         self._key = None
 
-    def _looks(self) -> tuple[Any, ...]:
+    def _looks(self) -> tuple[object, ...]:
         return (self.index, self.level, self.typing, self.code, self.game, self.players,
                 tuple(self.option.items()), tuple(self.timer.items()))
 
@@ -392,7 +391,7 @@ class MenuScene(Scene):
                 return True
         return False
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"scene": self.name, "index": self.index, "typing": self.typing, "code": self.code,
                 "game": self.games[self.game], "players": self.players,
                 "level": self.levels[self.level], "status": self.status.text,

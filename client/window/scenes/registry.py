@@ -14,7 +14,6 @@ A fifth game needs its rules in ``protocol.rules.GAMES``, a scene, and one entry
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from protocol.rules import canonical, game_for
 from client.window.scenes.base import Scene
@@ -30,7 +29,7 @@ from client.window.viewmodels.games import MAX_SEATS, seat_choices  # noqa: F401
 class WindowGame:
     scene: type[Scene]
     menu_line: str
-    presets: tuple[tuple[str, dict[str, Any]], ...] = (("none for this game", {}),)
+    presets: tuple[tuple[str, dict[str, object]], ...] = (("none for this game", {}),)
     turn_timer: bool = False  # the game takes the ``turn_timer_s`` setting (the menu's Turn timer row)
     score_word: str = ""  # what a game result's ``scores`` count, for the results screen ("" = not shown)
     tagline: str = ""  # the menu's line under the game's title

@@ -18,7 +18,6 @@ Keys: Space pause/play, ←/→ one event back/forward, 1/2/4 speed, Home/End st
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pyglet
 from pyglet.window import key
@@ -54,7 +53,7 @@ class ReplayBar:
         self.keys_lbl = label(self.batch, front, 10, (160, 170, 190, 255), "left", "center", text=KEYS)
         self.dragging = False
         self._epoch = -1
-        self._shown: Any = None
+        self._shown: object = None
         self.height = BAR_H
         self.resize(*app.window_size)
 
@@ -111,7 +110,7 @@ class ReplayBar:
     def draw(self) -> None:
         self.batch.draw()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         pb = self.session.playback
         return {"index": pb.index, "events": len(self.session.replay), "paused": pb.paused, "speed": pb.speed,
                 "state": self.state_lbl.text, "info": self.info_lbl.text}
@@ -210,7 +209,7 @@ class ReplaysScene(Scene):
         self.status = label(b, front, 11, (190, 215, 200, 255), "center", "center")
         self.hint = label(b, front, 11, (190, 215, 200, 255), "center", "center",
                           text="↑ ↓  choose     Enter or 1–9  watch     Esc  menu")
-        self._key: Any = None
+        self._key: object = None
         self.resize(*app.size)
 
     def resize(self, width: int, height: int) -> None:
@@ -311,7 +310,7 @@ class ReplaysScene(Scene):
                 return True
         return False
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"scene": self.name, "index": self.index,
                 "rows": [f"{r.text}   —   {res.text}" if res.text else r.text for r, res in zip(self.rows, self.results)
                          if r.text],

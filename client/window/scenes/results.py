@@ -12,7 +12,8 @@ the menu, Q quits.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import replace
+from typing import Mapping
 
 from pyglet.window import key
 
@@ -22,6 +23,7 @@ from client.window.mesh import Mesh
 from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window import texts
+from client.matchstate import MatchState
 from client.results import game_line, match_result_line
 from protocol.rules import game_for
 from protocol.match import MATCH_REASON_LABELS
@@ -50,7 +52,7 @@ class ResultsScene(Scene):
         self.rematch_lbl = label(b, self.l_front.text, 14, (255, 220, 120, 255), "center", "center")
         self.hint = label(b, self.l_front.text, 13, (200, 225, 210, 255), "center", "center", text=texts.OVER_HINTS)
         self.asked = False
-        self._key: Any = None
+        self._key: object = None
         self.resize(*app.size)
 
     def resize(self, width: int, height: int) -> None:
@@ -88,19 +90,19 @@ class ResultsScene(Scene):
         model = session.model
         if model is None:
             return
-        ms = model.match_state or {}
-        if ms.get("status") == "playing":  # the rematch started
+        ms = MatchState.read(model.match_state)
+        if ms.status == "playing":  # the rematch started
             self.app.goto("table")
             return
         k = (model.version, self.asked)
         if k == self._key:
             return
         self._key = k
-        watching = bool(getattr(model, "spectating", False)) or model.seat is None
+        watching = model.spectating or model.seat is None
         seat = model.seat if model.seat is not None else -1  # -1: a spectator, nobody is "you"
         names = list(model.players)
-        wins = list(ms.get("wins") or [])
-        winner = ms.get("winner")
+        wins = list(ms.wins)
+        winner = ms.winner
         reason = ""
         asked = set()
         for ev in model.events:
@@ -111,7 +113,7 @@ class ResultsScene(Scene):
             elif ev.type in ("rematch_started", "game_started"):
                 asked.clear()
         if watching:
-            title = match_result_line(names, {**ms, "status": "over"})
+            title = match_result_line(names, replace(ms, status="over"))
         elif winner is None:
             title = "Match drawn"
         elif winner == seat:
@@ -128,7 +130,7 @@ class ResultsScene(Scene):
             set_text(self.score, texts.score_line(names, wins, seat))
         else:
             set_text(self.score, "   ".join(f"{n} {w}" for n, w in zip(names, wins)))
-        results = list(ms.get("results") or [])
+        results = list(ms.results or ())
         if min(len(results), len(self.games)) != self._lines:
             self._place(min(len(results), len(self.games)))
         # a long title (three players' names) is made smaller to stay inside the panel
@@ -180,6 +182,6 @@ class ResultsScene(Scene):
             return True
         return False
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"scene": self.name, "title": self.title.text, "score": self.score.text,
                 "games": [g.text for g in self.games if g.text], "rematch": self.rematch_lbl.text}

@@ -26,11 +26,12 @@ from __future__ import annotations
 from functools import partial
 import random
 import time
-from typing import Any
 
 from pyglet.window import key
 
+from protocol import messages as m
 from protocol.rules import roll_your_own as ryo
+from protocol.rules.base import Rejected
 from client.window.draw2d import Canvas
 from client.window.viewmodels.clientview import ClientView
 from client.window.layout import Rect
@@ -70,7 +71,7 @@ class RyoScene(TurnBasedScene[ryo.State]):
         if self.vm.change(self.app.session.model, i, delta, time.time_ns()):
             self.app.note_input()
 
-    def build(self) -> Any:
+    def build(self) -> m.Act | Rejected | None:
         model, state = self._model()
         if state is None:
             return None
@@ -271,7 +272,7 @@ class RyoScene(TurnBasedScene[ryo.State]):
             return True
         return False
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         d = super().describe()
         model, state = self._model()
         if state is not None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from functools import partial
 import random
 import time
-from typing import Any
 
 from protocol.rules import sequence as sq
 from client.window.draw2d import Canvas
@@ -33,7 +32,7 @@ SPACE = (232, 224, 200, 255)
 SPACE_SPECIAL = (250, 236, 170, 255)  # the 2 and 12 spaces (not removable by a 10)
 
 
-def _space(x: float, y: float, w: float, h: float, bg: Any, radius: float, c: Canvas) -> None:
+def _space(x: float, y: float, w: float, h: float, bg: tuple[int, int, int, int], radius: float, c: Canvas) -> None:
     c.rect(x, y, w, h, bg, radius=radius)
 
 
@@ -157,7 +156,7 @@ class SequenceScene(TurnBasedScene[sq.State]):
         cell = self._cells[(r, col)]
         return cell.x, cell.y
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         d = super().describe()
         model, state = self._model()
         if state is not None:

@@ -19,11 +19,13 @@ from __future__ import annotations
 from functools import partial
 import math
 import random
-from typing import Any
+from typing import Callable
 
 from pyglet.window import key
 
+from protocol import messages as m
 from protocol.rules import takeaway as tk
+from protocol.rules.base import Rejected
 from client.window.draw2d import Canvas, axial_to_xy, hex_points
 from client.window.viewmodels.clientview import ClientView
 from client.window.host import SceneHost
@@ -46,7 +48,7 @@ class TakeawayScene(TurnBasedScene[tk.State]):
         self._hex: dict[tuple[int, int], tuple[float, float, float]] = {}
         # what a state says about its cells, worked out once per state (a hover or a tumbling die
         # redraws the board without the state changing): (state, me, legal cells, locked cells)
-        self._known: tuple[Any, Any, set[tuple[int, int]], set[tuple[int, int]]] | None = None
+        self._known: tuple[tk.State, int | None, set[tuple[int, int]], set[tuple[int, int]]] | None = None
         super().__init__(app)
 
     def view_model(self, title: str) -> TakeawayViewModel:
@@ -164,7 +166,7 @@ class TakeawayScene(TurnBasedScene[tk.State]):
         c.pips(x, y, rr * 0.62, shown, (235, 235, 240, 255) if locked else PIP)
 
     @staticmethod
-    def _hit_hex(x: float, y: float, r: float) -> Any:
+    def _hit_hex(x: float, y: float, r: float) -> Callable[[float, float], bool]:
         return lambda px, py: math.hypot(px - x, py - y) <= r * 0.9
 
     def cell_centre(self, q: int, r: int) -> tuple[float, float]:
@@ -173,10 +175,10 @@ class TakeawayScene(TurnBasedScene[tk.State]):
 
     # ------------------------------------------------------------------ moves
 
-    def claim(self, q: int, r: int) -> Any:
+    def claim(self, q: int, r: int) -> m.Act | Rejected | None:
         return self.act(tk.ClaimBlink(q, r))
 
-    def reroll(self) -> Any:
+    def reroll(self) -> m.Act | Rejected | None:
         return self.act(tk.Reroll())
 
     def game_key(self, symbol: int, state: tk.State, me: int | None) -> bool:
@@ -185,7 +187,7 @@ class TakeawayScene(TurnBasedScene[tk.State]):
             return True
         return False
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         d = super().describe()
         model, state = self._model()
         if state is not None:

@@ -576,9 +576,9 @@ class TurnBasedScene(Scene, Generic[S]):
 
     def on_key_press(self, symbol: int, modifiers: int) -> bool:
         if symbol == key.ESCAPE:
-            model = self.app.session.model
-            running = (model is not None and not model.spectating and
-                       MatchState.read(model.match_state).status in ("playing", "between"))
+            playing = self.app.session.model
+            running = (playing is not None and not playing.spectating and
+                       MatchState.read(playing.match_state).status in ("playing", "between"))
             now = time.time_ns()
             if running and now - self.esc_at > 2_000_000_000:
                 self.esc_at = now

@@ -20,7 +20,7 @@ from typing import Container, Mapping, Protocol, Sequence, TypeVar
 
 from protocol import messages as m
 from protocol.rules import AnyGame
-from client.model import Bounce, Verdict
+from client.model import Bounce, ConnectionState, Verdict
 from client.predictor import Pending
 
 S = TypeVar("S")
@@ -43,6 +43,9 @@ class PredictorView(Protocol):
 
 
 class ClockView(Protocol):
+    @property
+    def rtt_ns(self) -> int | None: ...
+
     @property
     def offset_ns(self) -> int | None: ...
 
@@ -100,6 +103,12 @@ class ClientView(Protocol):
 
     @property
     def clock(self) -> ClockView: ...
+
+    @property
+    def connection(self) -> ConnectionState: ...
+
+    @property
+    def lost(self) -> str | None: ...
 
     def state(self) -> object: ...
 

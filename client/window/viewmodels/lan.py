@@ -14,7 +14,10 @@ the first ``LOOK_S`` seconds), how many hosts, nothing found, or why browsing is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from client.lan import Host
 
 #: How long the screen says "looking" before it says what it found (hosts answer within ~1 s).
 LOOK_S = 2.0
@@ -37,12 +40,12 @@ class LanRow:
 class LanGames:
     def __init__(self, started_s: float = 0.0) -> None:
         self.started_s = started_s
-        self.hosts: list[Any] = []  # client.lan.Host (or anything with the same attributes)
+        self.hosts: list[Host] = []
         self.error = ""
         self.answers = 0  # how many times the browser answered
         self._chosen: tuple[str, str] | None = None
 
-    def set_hosts(self, hosts: Sequence[Any]) -> None:
+    def set_hosts(self, hosts: Sequence[Host]) -> None:
         self.hosts = list(hosts)
         self.answers += 1
         if self._chosen not in [r.key for r in self.matches()]:
@@ -91,6 +94,6 @@ class LanGames:
         k = len(self.matches())
         return f"{n} host{'s' if n != 1 else ''} on the local network, {k} open match{'es' if k != 1 else ''}"
 
-    def looks(self, now_s: float) -> tuple[Any, ...]:
+    def looks(self, now_s: float) -> tuple[object, ...]:
         """Everything drawn: the scene redraws only when this changes."""
         return (tuple(self.rows()), self._chosen, self.headline(now_s))

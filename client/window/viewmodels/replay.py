@@ -32,13 +32,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Awaitable, Iterable, Sequence, TypeVar
 
 from protocol import messages as m
 from protocol.rules import game_for
-from client.results import match_result_line
+from protocol.rules.base import Rejected
 from protocol.verify import GameWalk, NotALog, Record, body, parse_log, verify
 from client import ClientError
+from client.matchstate import MatchState
+from client.results import match_result_line
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from mqttkit import BrokerAddress
+    from client.model import ClientModel
+    from client.player import Player
+
+T = TypeVar("T")
 
 NS = 1_000_000_000
 MAX_GAP_S = 2.5  # a longer pause between two events plays as this long
@@ -52,9 +63,9 @@ class ReplayError(ClientError, ValueError):
 @dataclass(frozen=True)
 class Step:
     event: m.Event  # as logged
-    state: Any  # the spectator's view of the game after this event (None before the first game)
+    state: object  # the spectator's view of the game after this event (None before the first game)
     game: int  # the game index the state belongs to
-    match_state: dict[str, Any]
+    match_state: dict[str, object]
     at_s: float  # replay time of the event (seconds from the first)
 
 
@@ -63,7 +74,7 @@ class Replay:
     code: str
     game_name: str
     players: tuple[str, ...]
-    settings: dict[str, Any]
+    settings: dict[str, object]
     steps: list[Step]
     game_start: list[int] = field(default_factory=list)  # for each step, the index of its game's game_started
 
@@ -123,11 +134,12 @@ class Replay:
         if st.state is None:
             return None
         rules = game_for(self.game_name)
-        return m.Snapshot(self.code, st.event.seq, ts, st.game, st.match_state.get("status", ""),
-                          tuple(st.match_state.get("players") or self.players), rules.to_wire(st.state),
-                          dict(st.match_state), self.game_name)
+        ms = MatchState.read(st.match_state)
+        return m.Snapshot(self.code, st.event.seq, ts, st.game, ms.status or "", ms.players or self.players,
+                          rules.to_wire(st.state), dict(st.match_state), self.game_name)
 
-    def model_at(self, i: int, wall_ns: int, t_s: float | None = None, speed: float = 1.0, name: str = "replay") -> Any:
+    def model_at(self, i: int, wall_ns: int, t_s: float | None = None, speed: float = 1.0,
+                 name: str = "replay") -> ClientModel:
         """A spectator ``ClientModel`` standing at step ``i`` (its game's events fed, then the snapshot)."""
         from client.model import ClientModel
 
@@ -141,14 +153,14 @@ class Replay:
         self._confirm(model, i, wall_ns)
         return model
 
-    def advance_model(self, model: Any, i: int, wall_ns: int, t_s: float, speed: float) -> None:
+    def advance_model(self, model: ClientModel, i: int, wall_ns: int, t_s: float, speed: float) -> None:
         """Feed step ``i`` (the one after what ``model`` shows) to a model made by ``model_at``."""
         model.on_message(self._event(i, wall_ns, t_s, speed), wall_ns)
         self._confirm(model, i, wall_ns)
 
-    def _confirm(self, model: Any, i: int, wall_ns: int) -> None:
+    def _confirm(self, model: ClientModel, i: int, wall_ns: int) -> None:
         st = self.steps[i]
-        model.restate(dict(st.match_state), tuple(st.match_state.get("players") or self.players))
+        model.restate(dict(st.match_state), MatchState.read(st.match_state).players or self.players)
         snap = self._snapshot(i, wall_ns)
         if snap is not None:
             model.on_message(snap, wall_ns)
@@ -209,7 +221,7 @@ def _cut_short(problem: str) -> bool:
     return "the log ends" in problem or "truncated" in problem
 
 
-def build(recs: Sequence[Record], walks: Sequence[GameWalk[Any, Any]] | None = None) -> Replay:
+def build(recs: Sequence[Record], walks: Sequence[GameWalk[object, object]] | None = None) -> Replay:
     """The steps of one true match's records (see the module header), with the games' states from
     ``walks`` (the verifier's, by their ``game_started``; verified here when not given)."""
     if walks is None:
@@ -221,9 +233,12 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[Any, Any]] | None = N
     seats = int(head.get("seats") or 2)
     code = str(head.get("match"))
     names: list[str] = []
-    ms: dict[str, Any] = {"status": "waiting", "game_index": -1, "best_of": head.get("best_of", 1), "wins": [],
-                          "players": [], "winner": None, "results": []}
-    states: list[Any] = [None] * len(recs)
+    # the relay's match state as it would have sent it at each step (``relay/model.py``)
+    status, game_index, best_of = "waiting", -1, head.get("best_of", 1)
+    wins: list[object] = []
+    winner: object = None
+    results: list[dict[str, object]] = []
+    states: list[object] = [None] * len(recs)
     games: list[int] = [0] * len(recs)
     game_start: list[int] = [0] * len(recs)
     # Each game's states, as the verifier's walk re-derived them from its seed.
@@ -253,7 +268,7 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[Any, Any]] | None = N
             i = j
         i += 1
     steps: list[Step] = []
-    last_state: Any = None
+    last_state: object = None
     last_game = 0
     last_start = 0
     t = 0.0
@@ -263,29 +278,30 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[Any, Any]] | None = N
         t_type = rec.type
         if t_type == "seat_taken":
             names.append(str(d.get("name")))
-        elif t_type == "seat_left" and ms["status"] == "waiting":
+        elif t_type == "seat_left" and status == "waiting":
             seat = d.get("seat")
             if type(seat) is int and 0 <= seat < len(names):
                 names.pop(seat)
         elif t_type == "game_started":
-            ms["status"] = "playing"
-            ms["game_index"] = int(d.get("game", 0))
-            if not ms["wins"]:
-                ms["wins"] = [0] * seats
+            status = "playing"
+            game_index = int(d.get("game", 0))
+            if not wins:
+                wins = [0] * seats
         elif t_type == "game_result":
-            ms["wins"] = list(d.get("wins") or ms["wins"])
-            ms["results"] = ms["results"] + [{"game_index": d.get("game"), "winners": list(d.get("winner_seats") or []),
-                                              "reason": d.get("reason"), "scores": list(d.get("scores") or [])}]
-            ms["status"] = "between"
+            wins = list(d.get("wins") or wins)
+            results = results + [{"game_index": d.get("game"), "winners": list(d.get("winner_seats") or []),
+                                  "reason": d.get("reason"), "scores": list(d.get("scores") or [])}]
+            status = "between"
         elif t_type == "match_over":
-            ms["status"] = "over"
-            ms["winner"] = d.get("winner_seat")
-            ms["wins"] = list(d.get("wins") or ms["wins"])
+            status = "over"
+            winner = d.get("winner_seat")
+            wins = list(d.get("wins") or wins)
         elif t_type == "rematch_started":
-            ms["wins"] = [0] * seats
-            ms["results"] = []
-            ms["winner"] = None
-        ms["players"] = list(names)
+            wins = [0] * seats
+            results = []
+            winner = None
+        ms = {"status": status, "game_index": game_index, "best_of": best_of, "wins": wins, "players": list(names),
+              "winner": winner, "results": results}
         if states[k] is not None:
             last_state, last_game, last_start = states[k], games[k], game_start[k]
         elif t_type == "game_started" or game_start[k]:
@@ -369,15 +385,15 @@ class ReplaySession:
         self.playback = Playback(replay, speed=speed)
         self.status, self.message = "playing", ""
         self.mode = "replay"
-        self.player: Any = None
-        self.address: Any = None
-        self.server: Any = None
+        self.player: Player | None = None  # nobody plays a replay
+        self.address: BrokerAddress | None = None
+        self.server: None = None
         self.server_url = ""
         self.join_command = ""  # nobody joins a replay
         self.local = False
         self.epoch = 0
-        self.model: Any = None
-        self._tasks: set[Any] = set()
+        self.model: ClientModel | None = None
+        self._tasks: set[asyncio.Task[object]] = set()
         self._wall_ns = 0
 
     def start_at(self, index: int, wall_ns: int) -> None:
@@ -410,17 +426,19 @@ class ReplaySession:
     def tick(self, wall_ns: int) -> None:
         if self.model is None:
             self.seek(0, wall_ns)
+        model = self.model
+        assert model is not None  # (made by ``seek``)
         dt = max(0.0, (wall_ns - self._wall_ns) / NS) if self._wall_ns else 0.0
         self._wall_ns = wall_ns
         moved = False
         for i in self.playback.tick(min(dt, 0.5)):  # a stalled frame does not skip half the match
-            self.replay.advance_model(self.model, i, wall_ns, self.playback.t_s, self.playback.speed)
+            self.replay.advance_model(model, i, wall_ns, self.playback.t_s, self.playback.speed)
             moved = True
         if moved:
             self._say()
 
     # the Session surface the scenes use
-    def spawn(self, coro: Any, game: bool = False) -> Any:
+    def spawn(self, coro: Awaitable[T], game: bool = False) -> asyncio.Task[T]:
         import asyncio
 
         task = asyncio.ensure_future(coro)
@@ -428,9 +446,7 @@ class ReplaySession:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def act_now(self, action: Any) -> Any:
-        from protocol.rules.base import Rejected
-
+    def act_now(self, action: object) -> m.Act | Rejected:
         return Rejected("spectator", "a replay is only watched")
 
     def rematch(self) -> None:
