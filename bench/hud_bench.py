@@ -196,7 +196,6 @@ def main() -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args()
     xvfb = start_xvfb() if not os.environ.get("DISPLAY") else None
-    os.environ.setdefault("BLINK_MUTE", "1")
     import pyglet
 
     pyglet.options["audio"] = ("silent",)

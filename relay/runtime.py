@@ -2,10 +2,12 @@
 
 How this works
 --------------
-A single relay owns one shard, the whole game space (``StaticOwnership``), journalled in SQLite or
-not at all, under its own relay id. A relay of a cluster owns some of ``shards_total`` shards by
-static assignment or JetStream leases, each journalled apart under its fence and speaking as
-``shard-{n}``. Each owned shard is a ``Shard`` (``relay/shard.py``). Two tasks share one event
+A single relay owns one shard, the whole game space (``WholeSpace``, ``StaticOwnership``),
+journalled in SQLite or not at all, under its own relay id. A relay of a cluster owns some of
+``total`` shards (``ShardedSpace``) by static assignment or JetStream leases, each journalled apart
+under its fence and speaking as ``shard-{n}``. The runtime never asks which of the two it is: it
+asks its space and its ownership (``relay/ownership.py``), and is started with one frozen
+``RelaySettings``. Each owned shard is a ``Shard`` (``relay/shard.py``). Two tasks share one event
 loop, so no core is entered concurrently:
 
 - the *connection* (``relay/link.py``) hands every read's PUBLISHes to ``_on_messages`` as one
@@ -18,8 +20,8 @@ loop, so no core is entered concurrently:
   shard (``relay/cluster/shards.py``) and handled in arrival order, due cores ticked, each shard's inputs
   appended as ONE batch with its fence, and only then the outputs published and logged: nothing a
   player hears accepted is lost, and the journal holds exactly the times the core was given. A
-  fenced append drops the shard unpublished; another journal error rebuilds a leased shard from its
-  journal, and ends a single relay.
+  fenced append drops the shard unpublished; another journal error rebuilds a shard the relay opened
+  from its journal, and ends the relay when the journal is its caller's (a single relay's).
 
 Takeover (``_on_gain`` only starts it, so lease renewals never wait on a replay): open the journal,
 append an empty batch with the new fence, recover, serve. The players present in its running
@@ -78,7 +80,7 @@ REBUILD_MAX_S = 5.0
 WALL_STEP_NS = 50_000_000  # the wall clock moved this much against the monotonic one: it was set
 GC_NEVER = 1 << 30
 GC_FULL_EVERY_S = 600.0
-RESIDENCE_KEPT = 5_000_000  # residence times kept for BLINK_RESIDENCE (40 MB at most)
+RESIDENCE_KEPT = 5_000_000  # residence times kept for ``Diagnostics.residence`` (40 MB at most)
 PACKET_HEADER_ALLOWANCE = 1024  # a PUBLISH's header and topic beside a ``max_payload`` payload
 #: With several broker nodes, the CONNECT's wait before the next is tried (NATS waits 4 s on JetStream).
 CONNECT_TIMEOUT_S = 2.0
@@ -101,6 +103,7 @@ class RelaySettings:
     max_payload: int = DEFAULT_MAX_PAYLOAD
     snapshot_every_s: float = SNAPSHOT_EVERY_S
     snapshot_every: int = SNAPSHOT_EVERY
+    diagnostics: memdiag.Diagnostics = memdiag.Diagnostics()  # what it reports for a benchmark (none)
 
 
 def clock_time(epoch: float) -> str:
@@ -163,7 +166,7 @@ class Relay:
         self.steps = 0  # steps with something to journal or publish
         self._will_checks: list[tuple[float, Shard, set[str]]] = []
         self._gc_full_at = time.monotonic()
-        self._residence_file = os.environ.get("BLINK_RESIDENCE") or ""
+        self._residence_file = self.settings.diagnostics.residence or ""
         self._residence = array("q")  # (kept only with a file to write them to)
         #: The shards made with the relay (see relay/ownership.py): their journal is the caller's, so
         #: they can be recovered and stepped before the relay runs; served once owned.
@@ -416,9 +419,10 @@ class Relay:
 
     async def run(self) -> None:
         memdiag.tune_malloc()
-        memdump = memdiag.target()  # a benchmark's diagnostic (relay/hosting/memdiag.py)
-        dump = (memdiag.install(memdump, asyncio.get_running_loop().add_signal_handler, self._memdiag_lines)
-                if memdump else None)
+        diagnostics = self.settings.diagnostics  # a benchmark's (relay/hosting/memdiag.py)
+        memdump = diagnostics.memdump_target()
+        dump = (memdiag.install(memdump, asyncio.get_running_loop().add_signal_handler, self._memdiag_lines,
+                                diagnostics.memdump_frames) if memdump else None)
         thresholds = gc.get_threshold()
         gc.set_threshold(thresholds[0], thresholds[1], GC_NEVER)  # the oldest one on our schedule
         self._gc_full_at = time.monotonic()

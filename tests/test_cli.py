@@ -188,10 +188,10 @@ def test_blink_play_checks_the_server_before_any_window_opens(mosquitto: BrokerA
     says it cannot open one); a check that fails never gets there."""
     import os
 
-    env = {**os.environ, "DISPLAY": ":0.999", "BLINK_MUTE": "1"}
+    env = {**os.environ, "DISPLAY": ":0.999"}
 
     def play(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*BLINK, "play", "--quit-after", "5", *argv], capture_output=True, text=True,
+        return subprocess.run([*BLINK, "play", "--mute", "--quit-after", "5", *argv], capture_output=True, text=True,
                               timeout=120, env=env)
 
     nobody = f"mqtt://127.0.0.1:{free_port()}"

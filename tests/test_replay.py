@@ -277,14 +277,14 @@ def test_blink_replay_refuses_a_false_log_in_one_line_and_opens_no_window(played
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(lines[:-3]) + "\n")
     shot = tmp_path / "never.png"
-    env = {**os.environ, "DISPLAY": ":0.999", "BLINK_MUTE": "1"}  # a display that does not exist: never reached
-    for args in (["replay", str(bad), "--screenshot", str(shot)], ["replay", str(tmp_path / "missing.jsonl")],
-                 ["replay", str(bad), "--screenshot", str(tmp_path / "no-such-dir" / "x.png")]):
+    env = {**os.environ, "DISPLAY": ":0.999"}  # a display that does not exist: never reached
+    for args in (["replay", str(bad), "--mute", "--screenshot", str(shot)], ["replay", str(tmp_path / "missing.jsonl"), "--mute"],
+                 ["replay", str(bad), "--mute", "--screenshot", str(tmp_path / "no-such-dir" / "x.png")]):
         out = subprocess.run([sys.executable, "-m", "client.cli", *args], capture_output=True, text=True, cwd=ROOT,
                              timeout=LONG, env=env)
         assert out.returncode in (1, 2), (args, out.stderr)
         assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr and "window" not in out.stderr, out.stderr
-    out = subprocess.run([sys.executable, "-m", "client.cli", "replay", str(bad)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "client.cli", "replay", str(bad), "--mute"], capture_output=True, text=True,
                          cwd=ROOT, timeout=LONG, env=env)
     assert out.returncode == 1 and "line" in out.stderr and "not a true log" in out.stderr
     out = subprocess.run([sys.executable, "-m", "client.cli", "replay", str(cut)], capture_output=True, text=True,
@@ -330,9 +330,9 @@ def test_the_recorder_writes_one_match_from_seq_1_and_the_list_reads_it(played: 
 
 
 def _replay_cli(log: Path, shot: Path, display: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "client.cli", "replay", str(log), "--screenshot", str(shot),
+    return subprocess.run([sys.executable, "-m", "client.cli", "replay", str(log), "--mute", "--screenshot", str(shot),
                            "--quit-after", "2", *extra], capture_output=True, text=True, cwd=ROOT, timeout=4 * LONG,
-                          env={**os.environ, "DISPLAY": display, "BLINK_MUTE": "1"})
+                          env={**os.environ, "DISPLAY": display})
 
 
 @pytest.mark.integration

@@ -305,9 +305,9 @@ def test_watching_a_match_by_code_is_read_only(xdisplay: str, tmp_path: Path) ->
 def test_blink_play_game_autoplay_screenshot(xdisplay: str, game: str, tmp_path: Path) -> None:
     out = tmp_path / f"dice_cli_{game}.png"
     proc = subprocess.run([sys.executable, "-m", "client.cli", "play", "--game", game, "--players", "3",
-                           "--autoplay", "--screenshot", str(out), "--quit-after", "6", "--seed", "4"],
+                           "--autoplay", "--mute", "--screenshot", str(out), "--quit-after", "6", "--seed", "4"],
                           capture_output=True, text=True, cwd=ROOT, timeout=4 * LONG,
-                          env={**os.environ, "DISPLAY": xdisplay, "BLINK_MUTE": "1", "XDG_DATA_HOME": str(tmp_path / "data")})
+                          env={**os.environ, "DISPLAY": xdisplay, "XDG_DATA_HOME": str(tmp_path / "data")})
     assert proc.returncode == 0, proc.stderr
     assert out.exists() and out.stat().st_size > 10_000
 

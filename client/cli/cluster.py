@@ -50,6 +50,9 @@ def register(sub: argtypes.Subcommands) -> None:
     up.add_argument("--tls-cert", metavar="FILE", help="the nodes' MQTT listeners speak TLS (mqtts://) with this "
                     "certificate (PEM; with --tls-key)")
     up.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    up.add_argument("--nats-server", metavar="PATH",
+                    help="the nats-server program to run (default: the one installed beside this Python -- the "
+                         "cluster extra's -- else the one on PATH)")
     up.add_argument("--ready-timeout", type=argtypes.seconds(0.1, 3600), default=READY_S, help=argparse.SUPPRESS)
     down = actions.add_parser("down", help="stop the cluster recorded in DIR")
     down.add_argument("--dir", required=True, help="the directory given to `up`")
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
                 print(f"blink cluster up: {exc}", file=sys.stderr)
                 return argtypes.USAGE
             cluster = start_cluster(args.nodes, args.dir, args.base_port, ready_s=args.ready_timeout, auth=args.auth,
-                                    tls=tls)
+                                    tls=tls, nats_server=args.nats_server)
             print(json.dumps(cluster.summary()), flush=True)
             return 0
         if action == "down":

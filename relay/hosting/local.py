@@ -43,6 +43,7 @@ from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, st
 from protocol.topics import Topics
 from relay.core import RelayConfig
 from relay.ownership import ShardedSpace, StaticOwnership
+from relay.hosting.memdiag import Diagnostics
 from relay.runtime import Relay, RelaySettings
 from relay.sealing import Sealing, load_identity
 from relay.shard import ClusterError, ConfigConflict
@@ -100,8 +101,9 @@ class LocalServer:
         sealing = Sealing(load_identity(self.data_dir), topics) if seal and relay else None
         #: Where players connect (never the relay's credentials; with the relay's pin when it seals).
         self.address: BrokerAddress = relay_address.public().pinned(sealing.pin if sealing else None)
+        # (the documented diagnostic variables: relay/hosting/memdiag.py)
         settings = RelaySettings(topics, config or RelayConfig(), seed, log_path=Path(log_path) if log_path else None,
-                                 max_payload=max_payload)
+                                 max_payload=max_payload, diagnostics=Diagnostics.from_environ())
         self.relay = Relay(relay_address, settings, seal=sealing) if relay else None
         self._task: asyncio.Task[Any] | None = None
 
@@ -242,7 +244,8 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
     address = [parse_url(u.strip()) for u in broker_url.split(",") if u.strip()]
     topics = Topics((topics or Topics()).prefix)
     config = config or RelayConfig()
-    settings = RelaySettings(topics, config, log_path=Path(log_path) if log_path else None, max_payload=max_payload)
+    settings = RelaySettings(topics, config, log_path=Path(log_path) if log_path else None, max_payload=max_payload,
+                             diagnostics=Diagnostics.from_environ())  # (documented: relay/hosting/memdiag.py)
     if cluster_url is None:
         if shards is None or data_dir is None:
             raise ValueError("without a cluster a relay needs its shards and a data directory")

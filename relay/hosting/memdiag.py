@@ -1,10 +1,21 @@
-"""A diagnostic of the relay process's memory, for benchmarks: ``BLINK_MEMDUMP=FILE``.
+"""The relay's diagnostics for benchmarks (its memory, its messages' residence), and malloc's tuning.
 
 How this works
 --------------
-When ``BLINK_MEMDUMP`` names a file (``{pid}`` in it is replaced by the process id), the relay
+``Diagnostics`` is what a relay is asked to report; nothing of it changes what the relay does.
+``Diagnostics.from_environ`` reads the documented diagnostic variables (docs/architecture.md,
+"Diagnostics"), and the hosting entry points alone call it -- ``blink serve``, the local relay of
+``blink play`` and the tests' servers -- handing the result down in ``RelaySettings``:
+
+- ``BLINK_RESIDENCE=FILE``: the relay writes percentiles of its messages' residence (from the read
+  to the write of their step's outputs) to FILE when it stops (``write_residence``);
+- ``BLINK_MEMDUMP=FILE`` and ``BLINK_MEMDUMP_FRAMES=N``: the memory reports below;
+- ``BLINK_BROKER_PROFILE=FILE``: ``blink serve``'s embedded broker runs under cProfile and writes
+  its statistics to FILE when it stops (``relay/embedded/child.py``).
+
+When ``memdump`` names a file (``{pid}`` in it is replaced by the process id), the relay
 calls ``install`` as it starts: ``tracemalloc`` traces every Python allocation from then on
-with ``BLINK_MEMDUMP_FRAMES`` frames of traceback (default 10; ``0`` leaves tracemalloc off -- it
+with ``memdump_frames`` frames of traceback (default 10; ``0`` leaves tracemalloc off -- it
 made the relay need three to four times the CPU a play, so a loaded relay falls behind and its
 backlog shows in the figures, and it adds its own memory: RSS figures are taken without it), and
 SIGUSR2 appends a report to FILE. One more is appended when the relay stops (and then, last,
@@ -38,41 +49,62 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import functools
 import os
 import logging
 import sys
 import time
 import tracemalloc
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any, Callable
 
 log = logging.getLogger("blink.relay")
-ENV_FILE = "BLINK_MEMDUMP"
 MALLOC_MMAP_THRESHOLD = 1 << 20
 MALLOC_TRIM_THRESHOLD = 1 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (glibc's malloc.h)
-_malloc_tuned = False
-
-
-def tune_malloc() -> bool:
-    """Fix glibc malloc's mmap and trim thresholds for this process (see the header), once; not where
-    the environment sets glibc's malloc itself, nor where the C library is not glibc (its mallopt, if
-    any, means something else). Whether they are set."""
-    global _malloc_tuned
-    if not _malloc_tuned and not any(k.startswith("MALLOC_") for k in os.environ) \
-            and "malloc" not in os.environ.get("GLIBC_TUNABLES", ""):
-        libc = _libc()
-        if libc is not None and hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt"):
-            libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-            _malloc_tuned = bool(libc.mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
-                libc.mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
-    return _malloc_tuned
-
-
-ENV_FRAMES = "BLINK_MEMDUMP_FRAMES"
 DEFAULT_FRAMES = 10
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """What a relay reports for a benchmark (see the header); the default reports nothing."""
+
+    residence: str | None = None  # the file for the residence percentiles
+    memdump: str | None = None  # the memory reports' file (``{pid}``: the process id)
+    memdump_frames: int = DEFAULT_FRAMES  # tracemalloc's frames (0: off)
+    broker_profile: str | None = None  # the embedded broker's cProfile statistics (``blink serve``)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Diagnostics:
+        """The documented diagnostic variables (see the header); one that is not a number is left at
+        its default."""
+        frames = environ.get("BLINK_MEMDUMP_FRAMES", "")
+        return cls(environ.get("BLINK_RESIDENCE") or None, environ.get("BLINK_MEMDUMP") or None,
+                   int(frames) if frames.isdigit() else DEFAULT_FRAMES, environ.get("BLINK_BROKER_PROFILE") or None)
+
+    def memdump_target(self) -> str | None:
+        """The memory reports' file, ``{pid}`` replaced (None: no reports)."""
+        return self.memdump.replace("{pid}", str(os.getpid())) if self.memdump else None
+
+
+@functools.cache
+def tune_malloc() -> bool:
+    """Fix glibc malloc's mmap and trim thresholds for this process (see the header), once (a second
+    call answers the first's result); not where the environment sets glibc's malloc itself, nor
+    where the C library is not glibc (its mallopt, if any, means something else). Whether they are set."""
+    if any(k.startswith("MALLOC_") for k in os.environ) or "malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
+    libc = _libc()
+    if libc is None or not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
+        return False
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
+
+
 TOP_TRACEBACKS = 25
 TOP_LINES = 40
 TOP_TYPES = 40
@@ -94,17 +126,10 @@ def _libc() -> Any:
         return None
 
 
-def target() -> str | None:
-    """The report file ``BLINK_MEMDUMP`` names (``{pid}`` replaced), or None."""
-    path = os.environ.get(ENV_FILE)
-    return path.replace("{pid}", str(os.getpid())) if path else None
-
-
 def install(path: str, add_signal_handler: Callable[[int, Callable[[], None]], None] | None = None,
-            extra: Callable[[], list[str]] | None = None) -> Callable[[str], None]:
-    """Start tracing (``BLINK_MEMDUMP_FRAMES``) and, given ``add_signal_handler`` (an event loop's),
-    append a report on SIGUSR2; returns the function that appends one (``label`` heads it)."""
-    frames = int(os.environ.get(ENV_FRAMES) or DEFAULT_FRAMES)
+            extra: Callable[[], list[str]] | None = None, frames: int = DEFAULT_FRAMES) -> Callable[[str], None]:
+    """Start tracing (``frames`` of traceback; 0: off) and, given ``add_signal_handler`` (an event
+    loop's), append a report on SIGUSR2; returns the function that appends one (``label`` heads it)."""
     if frames > 0 and not tracemalloc.is_tracing():
         tracemalloc.start(frames)
 
@@ -237,7 +262,7 @@ def _gc_lines() -> list[str]:
 
 def _tracemalloc_lines() -> list[str]:
     if not tracemalloc.is_tracing():
-        return ["-- tracemalloc off (BLINK_MEMDUMP_FRAMES=0)"]
+        return ["-- tracemalloc off (memdump_frames 0)"]
     snap = tracemalloc.take_snapshot().filter_traces(
         [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)])
     current, peak = tracemalloc.get_traced_memory()
@@ -256,7 +281,7 @@ def _tracemalloc_lines() -> list[str]:
 
 
 def write_residence(path: str, values: Sequence[int], steps: int = 0) -> None:
-    """``BLINK_RESIDENCE=FILE``: percentiles (ms) of how long each message waited between its read
+    """``Diagnostics.residence``: percentiles (ms) of how long each message waited between its read
     and the write of its step's outputs, one line: ``50:0.41 90:1.2 99:5.3 99.9:9.8 100:12.0 n=...
     steps=...`` (``n`` messages in ``steps`` steps)."""
     xs = sorted(values) or [0]

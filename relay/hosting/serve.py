@@ -250,13 +250,15 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
                                   tls_port=tls_port if tls is not None else None, tls_host=tls_host)
     if options.embedded and options.broker:
         raise usage("--embedded runs the embedded broker: leave out --broker")
+    from relay.hosting.memdiag import Diagnostics
     from relay.hosting.servebroker import BrokerChild, BrokerFailed, choose
 
     child: BrokerChild | None = None
     if not options.broker:  # a broker of our own, in a process of its own (relay/hosting/servebroker.py)
         kind, binary = choose(options.embedded)
         child = BrokerChild(kind, host, port, topics.prefix, options.max_payload, config, binary,
-                            tls=(tls[0], tls[1], tls_port) if tls is not None else None, tls_host=tls_host)
+                            tls=(tls[0], tls[1], tls_port) if tls is not None else None, tls_host=tls_host,
+                            profile=Diagnostics.from_environ().broker_profile)  # (a documented diagnostic)
     stop = _Stop()
     try:
         async with contextlib.AsyncExitStack() as stack:

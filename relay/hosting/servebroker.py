@@ -148,8 +148,11 @@ class BrokerChild:
     def __init__(self, kind: BrokerKind, host: str, port: int, prefix: str = DEFAULT_PREFIX,
                  max_payload: int = DEFAULT_MAX_PAYLOAD, config: RelayConfig | None = None,
                  mosquitto: str | None = None, tls: tuple[str, str, int] | None = None,
-                 tls_host: str | None = None) -> None:
+                 tls_host: str | None = None, profile: str | None = None) -> None:
         self.kind: BrokerKind = kind
+        #: The embedded broker's cProfile statistics go to this file when it stops (a diagnostic:
+        #: ``BLINK_BROKER_PROFILE``, relay/hosting/memdiag.py); None: not profiled.
+        self.profile = profile
         #: (certificate, key, port) of a TLS listener beside the plain one, or None; on ``tls_host``.
         self.tls = tls
         self.tls_host = host if tls_host is None else tls_host
@@ -260,7 +263,8 @@ class BrokerChild:
 
     async def _start_embedded(self) -> None:
         settings = {"host": self.host, "port": self.port, "prefix": self.prefix, "max_payload": self.max_payload,
-                    "config": self.config.to_plain(), "tls": None if self.tls is None else [*self.tls, self.tls_host]}
+                    "config": self.config.to_plain(), "tls": None if self.tls is None else [*self.tls, self.tls_host],
+                    "profile": self.profile}
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "relay.embedded.child", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True)
