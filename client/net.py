@@ -105,7 +105,7 @@ class _Client(aiomqtt.Client):
 
 def reconnect_delay(attempt: int, first_s: float = RECONNECT_FIRST_S, max_s: float = RECONNECT_MAX_S) -> float:
     """Seconds to wait before reconnect attempt ``attempt`` (0, 1, ...): doubling, capped."""
-    return min(max_s, first_s * (2 ** min(attempt, 30)))
+    return min(max_s, first_s * 2.0 ** min(attempt, 30))
 
 
 def new_client_id(prefix: str = "p") -> str:

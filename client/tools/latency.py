@@ -844,7 +844,7 @@ class _Slot:
     stopped_ns = 0  # when the bots were told to stop: a playable stretch still open ends there
 
     async def stop(self) -> None:
-        from client.net import stop_task
+        from mqttkit import stop_task
 
         self.stopped_ns = time.time_ns()
         if self.tasks:

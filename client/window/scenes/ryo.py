@@ -35,8 +35,9 @@ from protocol.rules.base import Rejected
 from client.window.draw2d import Canvas
 from client.window.viewmodels.clientview import ClientView
 from client.window.layout import Rect
-from client.window.scenes.turnbased import AMBER, DIM, GREEN, RED, TurnBasedScene, WHITE, YELLOW
+from client.window.scenes.turnbased import TurnBasedScene
 from client.window.viewmodels.ryo import RyoViewModel, rolls_of
+from client.window.viewmodels.turnbased import AMBER, DIM, GREEN, RED, WHITE, YELLOW
 
 NS = 1_000_000_000
 IVORY = (244, 238, 220, 255)

@@ -24,8 +24,9 @@ from client.window.draw2d import Canvas
 from client.window.viewmodels.clientview import ClientView
 from client.window.host import SceneHost
 from client.window.layout import Rect
-from client.window.scenes.turnbased import AMBER, DIM, GREEN, RED, TurnBasedScene, WHITE, YELLOW
+from client.window.scenes.turnbased import TurnBasedScene
 from client.window.viewmodels.sequence import CHIP_LETTER, CHIP_RGB, SequenceViewModel
+from client.window.viewmodels.turnbased import AMBER, DIM, GREEN, RED, WHITE, YELLOW
 
 NS = 1_000_000_000
 SPACE = (232, 224, 200, 255)

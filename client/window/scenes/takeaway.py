@@ -30,8 +30,9 @@ from client.window.draw2d import Canvas, axial_to_xy, hex_points
 from client.window.viewmodels.clientview import ClientView
 from client.window.host import SceneHost
 from client.window.layout import Rect
-from client.window.scenes.turnbased import AMBER, DIM, GREEN, RED, TurnBasedScene, WHITE, YELLOW
+from client.window.scenes.turnbased import TurnBasedScene
 from client.window.viewmodels.takeaway import TakeawayViewModel
+from client.window.viewmodels.turnbased import AMBER, DIM, GREEN, RED, WHITE, YELLOW
 
 NS = 1_000_000_000
 IVORY = (244, 238, 220, 255)

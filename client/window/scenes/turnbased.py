@@ -55,9 +55,8 @@ from client.window.mesh import Mesh
 from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window.viewmodels.clientview import ClientView
-from client.window.viewmodels.turnbased import (  # noqa: F401 - the colours are the scenes' palette
-    AMBER, DIM, GREEN, PENDING_LINE, RED, RGBA, SEAT_COLOURS, SEAT_MARKS, SOFT, WHITE, YELLOW, BannerKind, S,
-    TurnViewModel, game_of, reason_text)
+from client.window.viewmodels.turnbased import (
+    AMBER, DIM, PENDING_LINE, RED, RGBA, SOFT, WHITE, YELLOW, BannerKind, S, TurnViewModel, game_of)
 
 PANEL = (24, 30, 40, 235)
 WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
