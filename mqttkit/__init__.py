@@ -14,10 +14,9 @@ TLS: ``mqtts://`` (or ``ssl://``) in a URL makes the address a TLS one (default 
 context is built in one place, ``tls_context(ca, insecure)``: the broker's certificate chain and
 host name are checked against the system's CAs, or only the CAs in ``ca`` when given; ``insecure``
 turns both checks off and is only ever set by name (``--insecure``). Where the CA file and the
-insecure flag come from is the command line, which may name them once for every URL the process
-parses (``set_tls_defaults``): a URL travels as text through configs, threads and the window's
-join screen, and each place that parses it gets the same trust without threading two more values
-through all of them. The contexts are cached (loading the system's CAs costs milliseconds, and the
+insecure flag come from is the command line (``--ca``, ``--insecure``): they make one ``TLSTrust``,
+which travels with the URLs it is for (a command's configuration, the window's session) and goes to
+``parse_url`` with each; a URL parsed without one believes the system's CAs. The contexts are cached (loading the system's CAs costs milliseconds, and the
 load generator opens hundreds of connections).
 
 Errors
@@ -56,7 +55,7 @@ if TYPE_CHECKING:  # aiomqtt is the client's library: imported where it is used
     from paho.mqtt.reasoncodes import ReasonCode
 
 __all__ = ["DEFAULT_MAX_PAYLOAD", "DEFAULT_TLS_PORT", "NODELAY", "PIN", "RELAY_USER", "BadURL", "BrokerAddress", "MqttkitError", "PortInUse", "Scheme",
-           "TLSProblem", "TLSTrust", "check_port", "check_tls_pair", "connect_problem", "free_port", "granted", "parse_url", "set_tls_defaults", "stop_task",
+           "TLSProblem", "TLSTrust", "check_port", "check_tls_pair", "check_trust", "connect_problem", "free_port", "granted", "parse_url", "stop_task",
            "subscribe_granted", "tls_context", "tls_refusal", "wait_event"]
 
 #: How a broker URL is spoken: plain MQTT, or MQTT over TLS.
@@ -156,9 +155,6 @@ class TLSTrust:
     insecure: bool = False
 
 
-_defaults = TLSTrust()
-
-
 _SSL_LIBRARY_TAIL = re.compile(r"\s*\(_ssl\.c:\d+\)")
 _VERIFY_FAILED = re.compile(r"\[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: (.*)")
 _NO_HANDSHAKE = ("WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING", "RECORD_LAYER_FAILURE", "EOF occurred",
@@ -197,14 +193,12 @@ def connect_problem(exc: BaseException, address: BrokerAddress) -> str:
     return text
 
 
-def set_tls_defaults(ca: str | None = None, insecure: bool = False) -> None:
-    """The trust every ``mqtts://`` URL parsed from now on gets (the command line's ``--ca`` and
-    ``--insecure``; see the module header). Checks the CA file at once: ``TLSProblem`` if unusable."""
-    global _defaults
-    trust = TLSTrust(ca, insecure)
-    if ca is not None:
-        tls_context(ca, insecure)
-    _defaults = trust
+def check_trust(trust: TLSTrust) -> TLSTrust:
+    """``trust`` once its CA file is checked (``TLSProblem`` in one line if unusable): the command
+    line's ``--ca`` is refused before anything connects."""
+    if trust.ca is not None:
+        tls_context(trust.ca, trust.insecure)
+    return trust
 
 
 @functools.cache
@@ -300,7 +294,7 @@ PIN = re.compile(r"[a-z2-7]{26}")
 
 def parse_url(url: str, trust: TLSTrust | None = None) -> BrokerAddress:
     """``mqtt[s]://[user[:password]@]host:port[/?pin=PIN]`` (or ``host:port``) -> BrokerAddress; BadURL
-    if not. An ``mqtts://`` address believes ``trust``, by default the process's (``set_tls_defaults``).
+    if not. An ``mqtts://`` address believes ``trust`` (default: the system's CAs).
     ``pin`` names the sealed relay to trust; any other query is refused (a mistyped pin must not
     quietly mean an unsealed connection)."""
     text = url.strip()
@@ -329,7 +323,7 @@ def parse_url(url: str, trust: TLSTrust | None = None) -> BrokerAddress:
             raise BadURL(f"not a relay pin in {url!r}: a pin is the 26 letters and digits `blink serve --seal` "
                          "prints in its URL")
         pin = pins[0]
-    return BrokerAddress(u.hostname, port, user, password, (trust or _defaults) if tls else None, pin)
+    return BrokerAddress(u.hostname, port, user, password, (trust or TLSTrust()) if tls else None, pin)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -109,14 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in COMMANDS:
         parser.error(f"unknown command {args.command}")
     if getattr(args, "ca", None) is not None or getattr(args, "insecure", False):
-        from mqttkit import TLSProblem, set_tls_defaults
+        from mqttkit import TLSProblem, check_trust
 
         if args.ca is not None and args.insecure:
             print(f"blink {args.command}: --ca and --insecure exclude each other (--insecure checks no certificate, "
                   "against any CA)", file=sys.stderr)
             return argtypes.USAGE
         try:
-            set_tls_defaults(args.ca, args.insecure)
+            check_trust(argtypes.trust(args))
         except TLSProblem as exc:
             print(f"blink {args.command}: --ca: {exc}", file=sys.stderr)
             return argtypes.USAGE

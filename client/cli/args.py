@@ -137,11 +137,20 @@ def speaks_tls(args: argparse.Namespace) -> bool:
 
 def add_tls_trust(parser: argparse.ArgumentParser) -> None:
     """``--ca FILE`` and ``--insecure``, for a command that connects to ``mqtts://`` brokers
-    (``main`` hands them to ``mqttkit.set_tls_defaults`` before the command runs)."""
+    (``main`` checks them before the command runs; ``trust`` makes them the one ``TLSTrust`` the
+    command hands to every URL it parses)."""
     parser.add_argument("--ca", metavar="FILE", help="with mqtts:// URLs: believe only the CAs in this PEM file "
                         "(default: the system's CAs; not with --insecure)")
     parser.add_argument("--insecure", action="store_true", help="with mqtts:// URLs: do not check the broker's "
                         "certificate or host name (anyone on the path can read and change the connection)")
+
+
+def trust(args: argparse.Namespace) -> TLSTrust:
+    """Whom the command's ``mqtts://`` connections believe (``--ca``, ``--insecure``; none given: the
+    system's CAs)."""
+    from mqttkit import TLSTrust
+
+    return TLSTrust(getattr(args, "ca", None), bool(getattr(args, "insecure", False)))
 
 
 def seconds(lo: float, hi: float) -> Callable[[str], float]:
@@ -193,6 +202,8 @@ def whole(lo: int, hi: int, unit: str = "") -> Callable[[str], int]:
 
 if TYPE_CHECKING:
     from typing import TypeAlias
+
+    from mqttkit import TLSTrust
 
     #: What ``blink``'s parser hands each command module's ``register``: its sub-command parsers.
     Subcommands: TypeAlias = "argparse._SubParsersAction[OneLineParser]"

@@ -78,7 +78,7 @@ async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None
 
     from client import seats
 
-    address = parse_url(args.server)
+    address = parse_url(args.server, argtypes.trust(args))
     await require_relay(address, topics)  # none: one line now, not a join resent for its whole wait
     try:
         async with Player(address, saved.name if saved else args.name, topics) as player:

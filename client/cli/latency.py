@@ -198,7 +198,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         from mqttkit import parse_url
 
         try:
-            asyncio.run(require_relay(parse_url(args.server), topics))
+            asyncio.run(require_relay(parse_url(args.server, argtypes.trust(args)), topics))
         except UserError as exc:
             return fail(str(exc), exc.status)
     # A delayed message still waiting when its connection closes is never sent; that is fine here.
@@ -214,7 +214,8 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     for n, (imps, order) in enumerate(runs, 1):
         cfg = LatencyConfig(server=args.server, game=args.game, matches=args.matches, duration_s=duration,
                             impairments=imps, order=order, reaction_s=args.reaction, seed=seed,
-                            fair_cap_ms=args.fair_cap_ms, settings=settings, games=args.games, log_path=args.log)
+                            fair_cap_ms=args.fair_cap_ms, settings=settings, games=args.games, log_path=args.log,
+                            trust=argtypes.trust(args))
         if len(runs) > 1:
             bar.label = f"+{abs(imps[1].delay_s - imps[0].delay_s) * 1e3:g} ms {order} ({n}/{len(runs)}) "
         try:

@@ -69,7 +69,8 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 
     cfg = LoadConfig(matches=args.matches, game=args.game, pace=args.pace, duration_s=args.duration,
                      server=args.server, seed=args.seed, relay_pid=args.relay_pid, reaction_s=args.reaction,
-                     ping_s=args.ping, grace_s=args.grace, timeout_s=args.timeout, topics=topics)
+                     ping_s=args.ping, grace_s=args.grace, timeout_s=args.timeout, topics=topics,
+                     trust=argtypes.trust(args))
     if args.relay_pid is not None and not args.server:
         print("blink load: --relay-pid goes with --server (a relay started here is measured anyway)", file=sys.stderr)
         return 2
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         from mqttkit import parse_url
 
         try:
-            asyncio.run(require_relay(parse_url(args.server), topics))
+            asyncio.run(require_relay(parse_url(args.server, argtypes.trust(args)), topics))
         except UserError as exc:
             print(f"blink load: {exc}", file=sys.stderr)
             return exc.status

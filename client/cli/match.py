@@ -21,6 +21,7 @@ from client.cli.failures import UsageError, UserError, friendly, refusal
 from protocol.rules import GAME_NAMES
 
 if TYPE_CHECKING:
+    from mqttkit import TLSTrust
     from protocol.topics import Topics
 
 
@@ -75,14 +76,14 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
         from client.cli.preflight import require_relay
         from mqttkit import parse_url
 
-        address = parse_url(args.server)
+        address = parse_url(args.server, argtypes.trust(args))
         where = address.url
         await require_relay(address, topics)
     local_data = args.data or (temporary_data_dir() if not args.server else None)
     try:
         async with LocalServer(None, args.seed, config, topics=topics, relay=True, data_dir=local_data,
                                remove_data_dir=not args.data) if not args.server \
-                else _Nothing(args.server) as server:
+                else _Nothing(args.server, argtypes.trust(args)) as server:
             result = await run_match(server.address, args.game, args.bots, args.settings, args.seed,
                                      args.reaction, args.timeout, topics)
     except RequestError as exc:
@@ -118,10 +119,10 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
 class _Nothing:
     """Stands in for LocalServer when the user brings a server."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, trust: TLSTrust) -> None:
         from mqttkit import parse_url
 
-        self.address = parse_url(url)
+        self.address = parse_url(url, trust)
 
     async def __aenter__(self) -> _Nothing:
         return self

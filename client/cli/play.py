@@ -145,7 +145,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
 
         code = args.watch or (args.match if mode == "join" else None)
         try:
-            asyncio.run(check_server(args.server, topics, code))
+            asyncio.run(check_server(args.server, topics, code, argtypes.trust(args)))
         except KeyboardInterrupt:
             return 130
 
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     session = SessionConfig(server_url=args.server, name=args.name, topics=topics, game=args.game,
                             settings=args.settings, autoplay=args.autoplay and mode != "watch", seed=args.seed,
                             players=args.players, lan=not args.server, relay_process=True,
-                            rejoin=rejoin,
+                            rejoin=rejoin, trust=argtypes.trust(args),
                             record_dir=None if args.no_record else str(replays_dir()))
     config = AppConfig(mode=mode, code=args.watch or args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
                        width=args.width, height=args.height, screenshot=args.screenshot,

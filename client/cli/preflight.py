@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from client.cli.failures import UserError, friendly
 
 if TYPE_CHECKING:
-    from mqttkit import BrokerAddress
+    from mqttkit import BrokerAddress, TLSTrust
     from protocol.topics import Topics
 
 RELAY_STATUS_WAIT_S = 1.5  # retained status messages arrive at once; this is only the "none" case
@@ -112,13 +112,13 @@ async def require_relay(address: BrokerAddress, topics: Topics) -> None:
         raise no_relay(address, topics)
 
 
-async def check_server(url: str, topics: Topics, match: str | None = None) -> None:
+async def check_server(url: str, topics: Topics, match: str | None = None, trust: TLSTrust | None = None) -> None:
     """A ``UserError`` (one line, status 1) unless a relay is online at ``url`` and, given
-    ``match``, it runs a match with that code."""
+    ``match``, it runs a match with that code (``trust``: whom an ``mqtts://`` URL believes)."""
     from client.player import Player, RequestError
     from mqttkit import parse_url
 
-    address = parse_url(url)
+    address = parse_url(url, trust)
     await require_relay(address, topics)
     try:
         if match is not None:

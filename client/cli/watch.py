@@ -54,7 +54,7 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
     from protocol import messages as m
 
     code = args.code.strip().upper()
-    address = parse_url(args.server)
+    address = parse_url(args.server, argtypes.trust(args))
     await require_relay(address, topics)
     try:
         async with Player(address, "spectator", topics, ping_interval_s=0) as player:

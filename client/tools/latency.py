@@ -78,6 +78,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Literal, Sequence
 
+from mqttkit import TLSTrust
 from protocol import messages as m
 from protocol.clock import ClockFilter, Sample
 from protocol.rules import blink, game_for
@@ -595,6 +596,7 @@ def slow_seat(impairments: Sequence[SeatImpairment]) -> int:
 @dataclass
 class LatencyConfig:
     server: str | None = None  # broker URL with a relay; None: start a local one
+    trust: TLSTrust = field(default_factory=TLSTrust)  # whom an mqtts:// server believes (--ca, --insecure)
     game: str = "blink"
     matches: int = 4
     duration_s: float = 10.0
@@ -924,7 +926,7 @@ async def run_latency(cfg: LatencyConfig, topics: Topics | None = None, progress
             address = server.address
             url = address.url
         else:
-            address = parse_url(cfg.server)
+            address = parse_url(cfg.server, cfg.trust)
         try:
             return await _measure(cfg, address, url, topics, progress, stop_early, local=server is not None)
         finally:

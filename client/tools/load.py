@@ -399,7 +399,7 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
     try:
         if local is not None:
             await local.start()
-        address = parse_url(local.url if local is not None else cfg.server or "")
+        address = parse_url(local.url if local is not None else cfg.server or "", cfg.trust)
         relay_pid = local.pid if local is not None else cfg.relay_pid
         status = await wait_for_relay(address, cfg.topics) if local is None else None
         run = LoadRun(cfg, address, asyncio.get_running_loop())

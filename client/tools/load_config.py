@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mqttkit import TLSTrust
+
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.rules import game_for
@@ -59,6 +61,7 @@ class LoadConfig:
     pace: str = "human"  # human | max
     duration_s: float = 30.0
     server: str | None = None
+    trust: TLSTrust = field(default_factory=TLSTrust)  # whom an mqtts:// server believes (--ca, --insecure)
     seed: int | None = None
     relay_pid: int | None = None
     reaction_s: float = 0.35

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, TypeVar
 
+from mqttkit import TLSTrust
 from protocol import messages as m
 from protocol.rules.base import Rejected
 from protocol.topics import DEFAULT_PREFIX, Topics
@@ -94,6 +95,8 @@ def level_name(reaction_s: float) -> str:
 @dataclass
 class SessionConfig:
     server_url: str | None = None
+    #: Whom an ``mqtts://`` server believes (``--ca``, ``--insecure``), for every URL the session parses.
+    trust: TLSTrust = field(default_factory=TLSTrust)
     name: str = "you"
     topics: Topics = field(default_factory=Topics)
     game: str = "blink"
@@ -230,7 +233,7 @@ class Session:
 
         self.status, self.message = "starting", "starting a local relay…"
         if self.config.server_url:
-            self.address = parse_url(self.config.server_url)
+            self.address = parse_url(self.config.server_url, self.config.trust)
         else:
             self.server = await self._local_server()
             self.address = self.server.address
@@ -433,7 +436,7 @@ class Session:
 
         self.mode = "join"
         await self.leave()
-        self.address = parse_url(url)
+        self.address = parse_url(url, self.config.trust)
         if prefix and prefix != self.config.topics.prefix:
             self.config.topics = Topics(prefix, self.config.topics.shard)
         me = await self._me()

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, free_port, parse_url, stop_task
+from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, TLSTrust, free_port, parse_url, stop_task
 from protocol.topics import Topics
 from relay.core import RelayConfig
 from relay.ownership import ShardedSpace, StaticOwnership
@@ -84,14 +84,14 @@ class LocalServer:
                  log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
                  relay: bool = True, topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
                  data_dir: str | Path | None = None, durable: bool = True, remove_data_dir: bool = False,
-                 seal: bool = False) -> None:
+                 seal: bool = False, trust: TLSTrust | None = None) -> None:
         topics = topics or Topics()
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.durable = durable
         self._remove_data_dir = remove_data_dir
         self.broker: EmbeddedBroker | None = None
         if broker_url:
-            relay_address = parse_url(broker_url)
+            relay_address = parse_url(broker_url, trust)  # (``trust``: whom an mqtts:// broker believes)
         else:
             from relay.embedded import EmbeddedBroker
 
@@ -235,13 +235,13 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
                          data_dir: str | Path | None, topics: Topics | None = None, config: RelayConfig | None = None,
                          log_path: str | Path | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
                          durable: bool = True, lease_ttl_s: float | None = None,
-                         say: Callable[[str], None] | None = None) -> ClusterServer:
+                         say: Callable[[str], None] | None = None, trust: TLSTrust | None = None) -> ClusterServer:
     """One of several relays on a shared broker (what ``blink serve --broker URL (--cluster NATS_URL
     | --shards LIST)`` runs): with ``cluster_url`` the shards are leased and journalled in that NATS
     cluster's JetStream (``shards`` pinned to this relay); else it serves exactly ``shards``, each
     journalled under ``data_dir`` (``a,b,c`` for several nodes of either). Returns a not yet started
     ``ClusterServer``."""
-    address = [parse_url(u.strip()) for u in broker_url.split(",") if u.strip()]
+    address = [parse_url(u.strip(), trust) for u in broker_url.split(",") if u.strip()]
     topics = Topics((topics or Topics()).prefix)
     config = config or RelayConfig()
     settings = RelaySettings(topics, config, log_path=Path(log_path) if log_path else None, max_payload=max_payload,

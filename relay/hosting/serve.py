@@ -42,6 +42,7 @@ from protocol.topics import Topics
 from relay import RelayError
 
 if TYPE_CHECKING:
+    from mqttkit import TLSTrust
     from relay.model import Order
 
 USAGE = 2  # bad input on the command line
@@ -92,6 +93,15 @@ class ServeOptions:
     tls_host: str | None = None
     embedded: bool = False
     seal: bool = False
+    ca: str | None = None  # with an mqtts:// --broker: believe only the CAs in this PEM file
+    insecure: bool = False  # with an mqtts:// --broker: check no certificate
+
+    @property
+    def trust(self) -> TLSTrust:
+        """Whom an ``mqtts://`` ``--broker`` believes."""
+        from mqttkit import TLSTrust
+
+        return TLSTrust(self.ca, self.insecure)
 
 
 def read_password(path: str | Path) -> str:
@@ -276,7 +286,7 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
                 server = LocalServer(broker_url,
                                      options.seed, config, options.log, host=host, topics=topics,
                                      max_payload=options.max_payload, data_dir=data_dir,
-                                     durable=options.sync == "full", seal=options.seal)
+                                     durable=options.sync == "full", seal=options.seal, trust=options.trust)
             except IdentityError as bad:
                 raise ServeError(str(bad)) from bad
             await stack.enter_async_context(server)
@@ -383,7 +393,7 @@ async def _serve_cluster(options: ServeOptions, topics: Topics) -> int:
                                             shards_total=total, data_dir=data_dir, topics=topics, config=config,
                                             log_path=options.log, max_payload=options.max_payload,
                                             durable=options.sync == "full", lease_ttl_s=options.lease_ttl,
-                                            say=lambda line: _say(f"blink {line}"))
+                                            say=lambda line: _say(f"blink {line}"), trust=options.trust)
         async with server:
             how = f"cluster {local.public_nats(options.cluster)}" if options.cluster else f"shards {','.join(owned or [])}"
             print(f"blink relay '{relay_id}' ({options.order} order) running on broker "
