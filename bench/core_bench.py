@@ -81,7 +81,9 @@ class Bench:
         a, b = f"a{i}", f"b{i}"
         out = self._handle(T.req(a), m.CreateMatch(name=a, settings={"best_of": 9}))
         code = next(o.msg.match for o in out if isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined))
-        self._handle(T.req(b), m.JoinMatch(name=b, match=code))
+        # (positional: ``--against`` runs this script on other revisions' cores, and the field's
+        # name is the protocol version's)
+        self._handle(T.req(b), m.JoinMatch(b, code))
         self.codes.append(code)
         return code
 
