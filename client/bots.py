@@ -20,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from typing import Any, Callable
+from typing import Callable
 
 from protocol.rules.base import Chance, Rejected
 from client.player import Player
 
 #: An action for a seat in (its view of) a state, or None to wait: ``Game.bot_action`` by default.
-Policy = Callable[[Any, int, Chance], Any]
+#: (State and action are the game's own: the bot hands them from the model to the model unread.)
+Policy = Callable[[object, int, Chance], object]
 
 MAX_IN_FLIGHT = 3  # plays awaiting the relay's verdict; prediction already stops impossible ones
 

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Mapping
 
 from protocol import messages as m
 from protocol.rules import game_for
@@ -55,14 +55,15 @@ class MatchResult:
     duration_s: float
     bots: list[Bot] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
-        games: list[dict[str, Any]] = []
-        winner: Any = None
-        final: dict[str, Any] = {}
+    def summary(self) -> dict[str, object]:
+        """The match as ``blink match`` prints it (JSON): who won, each game's result, the counts."""
+        games: list[dict[str, object]] = []
+        winner: object = None
+        final: Mapping[str, object] = {}
         for ev in self.events:
             if ev.type == "game_result":
-                entry = {"game": ev.game_index, "winner": ev.data.get("winner"), "winners": ev.data.get("winners", []),
-                         "reason": ev.data.get("reason")}
+                entry: dict[str, object] = {"game": ev.game_index, "winner": ev.data.get("winner"),
+                                            "winners": ev.data.get("winners", []), "reason": ev.data.get("reason")}
                 if ev.data.get("scores"):
                     entry["scores"] = dict(zip(self.players, ev.data["scores"]))
                 if "line" in ev.data:  # Sequence: the winning line, as [row, col] cells
@@ -74,14 +75,15 @@ class MatchResult:
         own = game_for(self.game).summarise_games
         if own is not None:  # a game with games of its own inside one relay game (Roll Your Own)
             games = own(self.events, self.players, games)
-        out: dict[str, Any] = {
+        wins = final.get("wins", [])
+        out: dict[str, object] = {
             "game": self.game,
             "match": self.code,
             "players": self.players,
             "winner": winner,
             "winners": final.get("winners", []),
             "match_result": final.get("reason"),
-            "wins": dict(zip(self.players, final.get("wins", []))),
+            "wins": dict(zip(self.players, wins if isinstance(wins, list) else [])),
             "games": games,
             "accepted": self.accepted,
             "rejected": dict(sorted(self.rejected.items())),
@@ -96,7 +98,7 @@ class MatchResult:
         return out
 
 
-def event_line(ev: m.Event) -> dict[str, Any]:
+def event_line(ev: m.Event) -> dict[str, object]:
     # The envelope's fields come last: an event's data can never overwrite seq, ts, type or game.
     return {**ev.data, "seq": ev.seq, "ts": ev.ts, "type": ev.type, "game": ev.game_index, "match": ev.match}
 
@@ -108,7 +110,7 @@ def write_log(path: str | Path, events: list[m.Event]) -> None:
             f.write(json.dumps(event_line(ev)) + "\n")
 
 
-async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, settings: dict[str, Any] | None = None,
+async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, settings: dict[str, object] | None = None,
                     seed: int | None = None, reaction_s: float = 0.35, timeout_s: float = 900.0,
                     topics: Topics | None = None, impairments: list[Impairment] | None = None,
                     names: list[str] | None = None) -> MatchResult:
@@ -120,7 +122,7 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
     doubt = asyncio.Event()  # a gap or a reconnect: ask for the missing events
     code = ""
 
-    def on_spectated(msg: Any, now: int) -> None:
+    def on_spectated(msg: object, now: int) -> None:
         if isinstance(msg, m.Event):
             if (msg.match, msg.seq) not in seen:
                 seen.add((msg.match, msg.seq))

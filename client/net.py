@@ -47,7 +47,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 import aiomqtt
 
@@ -59,9 +59,17 @@ from protocol.topics import Topics
 from client.model import ConnectionLost, Reconnected, Reconnecting, Tampered
 from client.sealing import Refusals, is_status_topic, new_seal, relay_keys
 
+if TYPE_CHECKING:
+    import paho.mqtt.client as mqtt
+    from aiomqtt.types import PahoSocket
+    from paho.mqtt.properties import Properties
+    from paho.mqtt.reasoncodes import ReasonCode
+
 log = logging.getLogger("blink.net")
 
-OnMessage = Callable[[Any, int], None]
+#: Where a connection hands what arrives: a decoded message (a wire message, or one of the model's
+#: notices: ``Reconnecting``, ``Reconnected``, ``ConnectionLost``, ``Tampered``) and its arrival time.
+OnMessage = Callable[[object, int], None]
 
 RECONNECT_FIRST_S = 0.25
 RECONNECT_MAX_S = 4.0
@@ -74,8 +82,9 @@ class _Client(aiomqtt.Client):
     or already reused by the reconnect -- by the time it runs (a logged traceback on every drop).
     Here the socket is asked for its descriptor when the callback runs: a closed one is skipped."""
 
-    def _on_disconnect(self, *args: Any, **kwargs: Any) -> None:
-        super()._on_disconnect(*args, **kwargs)
+    def _on_disconnect(self, client: mqtt.Client, userdata: object, flags: mqtt.DisconnectFlags,
+                       reason_code: ReasonCode, properties: Properties | None = None) -> None:
+        super()._on_disconnect(client, userdata, flags, reason_code, properties)
         # aiomqtt keeps an unexpected drop as an exception on a future that only ``__aexit__``
         # reads; our reader reports the drop itself (and reconnects), so mark it read: otherwise
         # asyncio logs "Future exception was never retrieved" when the future is dropped.
@@ -83,7 +92,7 @@ class _Client(aiomqtt.Client):
         if fut.done() and not fut.cancelled():
             fut.exception()
 
-    def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
+    def _on_socket_register_write(self, client: mqtt.Client, userdata: object, sock: PahoSocket) -> None:
         def callback() -> None:
             try:
                 client.loop_write()
@@ -221,10 +230,10 @@ class Connection:
         self.bad_messages = 0
         self.lost: str | None = None  # why the broker connection ended, if it did
         self._client: aiomqtt.Client | None = None
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._watching: set[str] = set()
         self._shards: dict[str, str] = {}  # match -> its shard, from MatchJoined
-        self._lobby: dict[str, tuple[dict[str, Any], ...]] | None = None  # match list topic -> its entries
+        self._lobby: dict[str, tuple[dict[str, object], ...]] | None = None  # match list topic -> its entries
         self._all = False  # watch_all was asked for
         self.connected = asyncio.Event()
         self.give_up_s = give_up_s
@@ -327,7 +336,7 @@ class Connection:
             await self._client.subscribe(self.topics.match_list, qos=1)
             await self._client.subscribe(f"{self.topics.match_list}/+", qos=1)
 
-    async def request(self, msg: Any) -> None:
+    async def request(self, msg: object) -> None:
         await self._send(self.topics.req(self.client_id), encode(msg))
 
     def act_topic(self, match: str) -> str:
@@ -355,7 +364,7 @@ class Connection:
             return
         self._later(delay, lambda: self._publish(topic, payload))
 
-    def _later(self, delay: float, make: Callable[[], Awaitable[Any]]) -> None:
+    def _later(self, delay: float, make: Callable[[], Awaitable[object]]) -> None:
         # The coroutine is made only when it is due, so a connection closed in between leaves
         # nothing un-awaited behind.
         async def run() -> None:
@@ -480,11 +489,11 @@ class Connection:
                     self._later(delay, functools.partial(self._deliver_async, decoded))
         return None
 
-    async def _deliver_async(self, msgs: list[Any]) -> None:
+    async def _deliver_async(self, msgs: list[object]) -> None:
         for msg in msgs:
             self._deliver(msg)
 
-    def _deliver(self, msg: Any) -> None:
+    def _deliver(self, msg: object) -> None:
         try:
             self.on_message(msg, time.time_ns())
         except Exception:  # noqa: BLE001 - a bug in a handler must not kill the reader
@@ -502,11 +511,11 @@ class Connection:
                 await self.request(m.Ping(t0=time.time_ns()))
 
 
-def merge_match_lists(lists: dict[str, tuple[dict[str, Any], ...]]) -> tuple[dict[str, Any], ...]:
+def merge_match_lists(lists: dict[str, tuple[dict[str, object], ...]]) -> tuple[dict[str, object], ...]:
     """One list of the waiting matches from each list topic's latest (each relay writes only its
     own shard's): by topic, codes once each."""
-    seen: set[Any] = set()
-    merged: list[dict[str, Any]] = []
+    seen: set[object] = set()
+    merged: list[dict[str, object]] = []
     for topic in sorted(lists):
         for entry in lists[topic]:
             code = entry.get("code") if isinstance(entry, dict) else None

@@ -35,7 +35,7 @@ import collections
 import concurrent.futures
 import logging
 import threading
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Callable, Coroutine, TypeVar
 
 from mqttkit import BrokerAddress
 from protocol import messages as m
@@ -57,7 +57,7 @@ class NetThread:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._owner: asyncio.AbstractEventLoop | None = None
-        self._inbox: collections.deque[tuple[Callable[[Any, int], None], Any, int]] = collections.deque()
+        self._inbox: collections.deque[tuple[OnMessage, object, int]] = collections.deque()
         self._wake_lock = threading.Lock()
         self._wake_pending = False
         self.delivered = 0  # messages handed to the owner's thread (statistics, tests)
@@ -94,7 +94,7 @@ class NetThread:
         self._thread.start()
         ready.wait()
 
-    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def call(self, coro: Coroutine[object, None, T]) -> T:
         """Run ``coro`` on the network loop; await its result from the owner's loop."""
         if not self.running:
             coro.close()
@@ -107,7 +107,7 @@ class NetThread:
             fut.cancel()
             raise
 
-    def post(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    def post(self, make: Callable[[], Coroutine[object, None, object]]) -> None:
         """Start ``make()`` as a task on the network loop, without waiting (a send)."""
         loop = self.loop
         if loop is None or not self.running:
@@ -124,7 +124,7 @@ class NetThread:
 
     # ----------------------------------------------------------------- inbox (network -> owner)
 
-    def deliver(self, handler: Callable[[Any, int], None], msg: Any, recv_ns: int) -> None:
+    def deliver(self, handler: OnMessage, msg: object, recv_ns: int) -> None:
         """Network thread: queue one stamped message for the owner's thread and wake it."""
         self._inbox.append((handler, msg, recv_ns))
         with self._wake_lock:
@@ -138,7 +138,7 @@ class NetThread:
             except RuntimeError:
                 pass  # the owner's loop is closed: nobody reads any more
 
-    def pending(self) -> list[tuple[Any, int]]:
+    def pending(self) -> list[tuple[object, int]]:
         """What the owner has not drained yet: ``(message, recv_ns)`` in arrival order (a copy)."""
         return [(msg, recv_ns) for _h, msg, recv_ns in list(self._inbox)]
 
@@ -175,7 +175,7 @@ class NetThread:
         self.drain()  # the last messages (a Leave's answer) still reach their handlers
 
 
-def _log_failure(task: asyncio.Task[Any]) -> None:
+def _log_failure(task: asyncio.Task[object]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.debug("send failed: %s", task.exception())
 
@@ -226,10 +226,10 @@ class ThreadedConnection:
     def shard_of(self, match: str) -> str | None:
         return self.inner.shard_of(match)
 
-    def _arrived(self, msg: Any, recv_ns: int) -> None:  # network thread
+    def _arrived(self, msg: object, recv_ns: int) -> None:  # network thread
         self.net.deliver(self._handle, msg, recv_ns)
 
-    def _handle(self, msg: Any, recv_ns: int) -> None:  # owner's thread
+    def _handle(self, msg: object, recv_ns: int) -> None:  # owner's thread
         self.on_message(msg, recv_ns)
 
     async def __aenter__(self) -> ThreadedConnection:
@@ -256,10 +256,10 @@ class ThreadedConnection:
     async def watch_lobby(self) -> None:
         await self.net.call(self.inner.watch_lobby())
 
-    async def request(self, msg: Any) -> None:
+    async def request(self, msg: object) -> None:
         self.post_request(msg)
 
-    def post_request(self, msg: Any) -> None:
+    def post_request(self, msg: object) -> None:
         """Send a request without awaiting (encoded here, published by the network loop)."""
         payload = encode(msg)
         topic = self.topics.req(self.client_id)

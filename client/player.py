@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Awaitable
 
 from mqttkit import BrokerAddress, wait_event
 from protocol import messages as m
@@ -73,7 +73,7 @@ class Player:
         self._heard_match = time.monotonic()
         self.changed = asyncio.Event()
         self._joined = asyncio.Event()
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Task[object]] = set()
 
     async def __aenter__(self) -> Player:
         await self.conn.__aenter__()
@@ -88,12 +88,12 @@ class Player:
             t.cancel()
         await self.conn.close(leave=leave)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Awaitable[object]) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _on_message(self, msg: Any, now_ns: int) -> None:
+    def _on_message(self, msg: object, now_ns: int) -> None:
         if getattr(msg, "match", None) == self.model.match:
             self._heard_match = time.monotonic()
         for req in self.model.on_message(msg, now_ns):
@@ -157,7 +157,7 @@ class Player:
             self.changed.clear()
             await wait_event(self.changed, min(left, 0.25))
 
-    async def create(self, game: str = "blink", settings: dict[str, Any] | None = None, seats: int = 2,
+    async def create(self, game: str = "blink", settings: dict[str, object] | None = None, seats: int = 2,
                      timeout: float = SEAT_WAIT_S) -> str:
         await self.conn.request(self.model.ask(m.CreateMatch(name=self.model.name, game=game, settings=settings or {},
                                                              seats=seats), time.time_ns()))
@@ -167,7 +167,7 @@ class Player:
         await self.conn.request(self.model.ask(m.JoinMatch(name=self.model.name, match=code), time.time_ns()))
         return await self._wait_joined(timeout)
 
-    async def quick(self, game: str = "blink", settings: dict[str, Any] | None = None,
+    async def quick(self, game: str = "blink", settings: dict[str, object] | None = None,
                     timeout: float = SEAT_WAIT_S) -> str:
         await self.conn.request(self.model.ask(m.QuickMatch(name=self.model.name, game=game, settings=settings or {}),
                                                time.time_ns()))
@@ -195,7 +195,7 @@ class Player:
             await self.wait_change(0.25)
         return code
 
-    async def act(self, action: Any, seen_seq: int | None = None) -> m.Act | Rejected:
+    async def act(self, action: object, seen_seq: int | None = None) -> m.Act | Rejected:
         """Predict the action at once, then send it. A local rejection is returned, not sent."""
         result = self.model.act(action, time.time_ns(), seen_seq=seen_seq)
         if isinstance(result, m.Act) and self.model.match:
@@ -203,7 +203,7 @@ class Player:
         self.changed.set()
         return result
 
-    def act_nowait(self, action: Any, seen_seq: int | None = None) -> m.Act | Rejected:
+    def act_nowait(self, action: object, seen_seq: int | None = None) -> m.Act | Rejected:
         """The same, for code that may not await (a key handler): the prediction is done when this
         returns, so the very next frame draws it; the publish follows in a task."""
         result = self.model.act(action, time.time_ns(), seen_seq=seen_seq)

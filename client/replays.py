@@ -26,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from protocol import messages as m
 from client.results import match_result_line
@@ -173,8 +173,8 @@ def describe_log(path: Path) -> ReplayEntry | None:
 
     game, started, events, first_seq = "", 0, 0, None
     names: list[str] = []
-    rounds: list[dict[str, Any]] = []  # each match to its result: the first, then every rematch
-    current: dict[str, Any] = {"status": "unfinished"}
+    rounds: list[dict[str, object]] = []  # each match to its result: the first, then every rematch
+    current: dict[str, object] = {"status": "unfinished"}
     left = ""  # who last left or was gone too long: a forfeit names them
     try:
         with open(path, encoding="utf-8") as f:

@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 from urllib.parse import urlparse
 
 USAGE = 2  # bad input on the command line
@@ -62,7 +62,7 @@ def seats_problem(game: str, seats: int, option: str) -> str | None:
     return None if problem is None else f"{option}: {problem}"
 
 
-def settings(text: str) -> dict[str, Any]:
+def settings(text: str) -> dict[str, object]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -37,7 +37,7 @@ import json
 import sys
 import types
 import warnings
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from client.cli import args as argtypes
 from protocol.rules import GAME_NAMES
@@ -108,7 +108,7 @@ def register(sub: argtypes.Subcommands) -> None:
 class _Bar:
     """A one-line progress bar on stderr, redrawn in place; silent when stderr is not a terminal."""
 
-    def __init__(self, stream: Any = None) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.drawn = False

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     return 0 if result["matches_running"] else 1
 
 
-def _quiet_cancellations(loop: AbstractEventLoop, context: dict[str, Any]) -> None:
+def _quiet_cancellations(loop: AbstractEventLoop, context: dict[str, object]) -> None:
     """A set-up task cancelled by Ctrl-C may be asked for its exception as the run shuts down; that
     is no error of the run and must not print a traceback. Anything else goes to the default."""
     from asyncio import CancelledError

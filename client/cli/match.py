@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from client.cli import args as argtypes
 from client.cli.failures import UsageError, UserError, friendly, refusal
@@ -108,9 +108,12 @@ async def _match(args: argparse.Namespace, topics: Topics) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"{summary['game']} match {summary['match']}: {', '.join(summary['players'])}")
-        for g in summary["games"]:
-            print(f"  game {g['game'] + 1}: {'winner ' + str(g['winner']) if g['winner'] is not None else g['reason']}")
+        print(f"{result.game} match {result.code}: {', '.join(result.players)}")
+        games = summary["games"]
+        for g in games if isinstance(games, list) else []:
+            index, won = g.get("game"), g.get("winner")
+            print(f"  game {index + 1 if isinstance(index, int) else '?'}: "
+                  f"{'winner ' + str(won) if won is not None else g.get('reason')}")
         print(f"winner: {summary['winner']}   accepted plays: {summary['accepted']}   "
               f"rejected: {summary['rejected'] or 0}   {summary['duration_s']} s")
     return 0

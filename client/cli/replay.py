@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from client.cli import args as argtypes
 
 if TYPE_CHECKING:
     from protocol.topics import Topics
+    from client.window.viewmodels.replay import Replay
 
 
 def _speed(text: str) -> float:
@@ -53,7 +54,7 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--mute", action="store_true", help="no sound")
 
 
-def load(path: str) -> Any:
+def load(path: str) -> Replay:
     """The replay of ``path``; raises ``ReplayError``/``OSError`` with a readable message."""
     from client.window.viewmodels.replay import load_replay
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from client.cli import args as argtypes
 
 if TYPE_CHECKING:
     from protocol.topics import Topics
+    from protocol.verify import Record
 
 
 def register(sub: argtypes.Subcommands) -> None:
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     if args.json and args.order is None:
         print("blink verify: --json goes with --order arrival (the check itself prints one line)", file=sys.stderr)
         return 2
-    decisions: list[Any] = []
+    decisions: list[Record] = []
     try:
         records = parse_log(lines, decisions)
     except NotALog as exc:

@@ -16,13 +16,15 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Mapping
 
 from client.cli import args as argtypes
 from client.cli.failures import UserError, friendly
 
 if TYPE_CHECKING:
+    from protocol import messages as m
     from protocol.topics import Topics
+    from client.player import Player
 
 
 def register(sub: argtypes.Subcommands) -> None:
@@ -63,7 +65,7 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
             refused: list[m.RequestRejected] = []
             own = player.conn.on_message
 
-            def tap(msg: Any, now_ns: int) -> None:  # sees every message, the re-sent past ones too
+            def tap(msg: object, now_ns: int) -> None:  # sees every message, the re-sent past ones too
                 if isinstance(msg, m.Event) and msg.match == code:
                     events.setdefault(msg.seq, msg)
                 elif isinstance(msg, m.Snapshot) and msg.match == code:
@@ -102,7 +104,7 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
         raise friendly(exc) from exc
 
 
-async def _follow(args: argparse.Namespace, player: Any, code: str, events: dict[int, Any], latest: list[Any],
+async def _follow(args: argparse.Namespace, player: Player, code: str, events: dict[int, m.Event], latest: list[m.Snapshot],
                   first: int) -> int:
     import time
 
@@ -142,10 +144,12 @@ async def _follow(args: argparse.Namespace, player: Any, code: str, events: dict
         await player.wait_change(0.5)
 
 
-def _print_result(args: argparse.Namespace, over: dict[str, Any], players: list[str]) -> None:
+def _print_result(args: argparse.Namespace, over: Mapping[str, object], players: list[str]) -> None:
     """The match's result, one line: to stdout, or with --json to stderr (stdout stays the log)."""
-    winners = [str(w) for w in over.get("winners") or ([over["winner"]] if over.get("winner") is not None else [])]
-    wins = over.get("wins") or []
+    listed, winner, won = over.get("winners"), over.get("winner"), over.get("wins")
+    winners = ([str(w) for w in listed] if isinstance(listed, list) and listed
+               else [str(winner)] if winner is not None else [])
+    wins = won if isinstance(won, list) else []
     score = ", ".join(f"{name} {w}" for name, w in zip(players, wins))
     who = ("winner " + winners[0]) if len(winners) == 1 else ("winners " + " and ".join(winners)) if winners else "no winner"
     line = f"match over: {who} ({over.get('reason', '?')}); games won: {score or '-'}"
