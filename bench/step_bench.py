@@ -31,11 +31,24 @@ from pathlib import Path
 from typing import Any
 
 
+def _shell(address: Any, config: Any, journal: Any) -> Any:
+    """A single relay on ``journal`` that never snapshots, as the revision measured builds one (a
+    compared revision may take its settings as keywords)."""
+    from relay.runtime import Relay
+
+    try:
+        from relay.ownership import WholeSpace
+        from relay.runtime import RelaySettings
+    except ImportError:
+        return Relay(address, config=config, seed=3, journal=journal, snapshot_every_s=1e9, snapshot_every=10**9)
+    return Relay(address, RelaySettings(config=config, seed=3, snapshot_every_s=1e9, snapshot_every=10**9),
+                 WholeSpace(journal))
+
+
 def measure(batch: int, steps: int, pool: int) -> dict[str, float]:
     from bench.core_bench import S, Bench
     from relay.storage import open_journal
-    from relay.ownership import WholeSpace
-    from relay.runtime import Relay, RelaySettings
+    from relay.runtime import Relay
     from mqttkit import BrokerAddress
 
     class Sink:
@@ -50,8 +63,7 @@ def measure(batch: int, steps: int, pool: int) -> dict[str, float]:
     bench = Bench(seed=3)
     with tempfile.TemporaryDirectory(prefix="blink-step-bench-") as tmp:
         journal = open_journal(Path(tmp) / "data")
-        shell = Relay(BrokerAddress("127.0.0.1", 1), RelaySettings(config=bench.core.config, seed=3, snapshot_every_s=1e9,
-                                                                   snapshot_every=10**9), WholeSpace(journal))
+        shell = _shell(BrokerAddress("127.0.0.1", 1), bench.core.config, journal)
         shell.core = bench.core  # the bench's core, with its relaxed limits
         sink = Sink()
         shell._client = sink  # type: ignore[assignment]  # noqa: SLF001 - as the connection task sets it

@@ -36,7 +36,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from protocol.topics import Topics
 from relay import RelayError
@@ -79,7 +79,7 @@ class ServeOptions:
     max_payload: int = 8192
     data: str | None = None
     no_journal: bool = False
-    sync: str = "full"
+    sync: Literal["full", "normal"] = "full"  # the journal: fsync every batch, or survive a crash of the relay only
     lan: bool = False
     interface: list[str] | None = None
     cluster: str | None = None
