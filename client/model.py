@@ -49,13 +49,16 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Callable, Literal, TypeVar, cast
 
 from protocol import messages as m
 from protocol.clock import ClockFilter, sample
 from protocol.rules import AnyGame, game_for
 from protocol.rules.base import Rejected
 from client.predictor import Pending, Predictor
+
+if TYPE_CHECKING:  # (the seal's cryptography stays out of the pure core)
+    from protocol.seal import Reason as SealReason
 
 
 RESEND_FIRST_NS = 500_000_000  # an unanswered action is sent again after this ...
@@ -127,7 +130,7 @@ class Tampered:
     that something spoilt on its way, what it said is lost: the model asks for its view again."""
 
     topic: str
-    reason: str
+    reason: SealReason
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from client.cli import args as argtypes
 
 if TYPE_CHECKING:
     from protocol.topics import Topics
+    from client.window.app import AppMode
 
 
 def _level_arg(text: str) -> float:
@@ -117,6 +118,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             return 2
         args.server = args.server or rejoin.server
         args.match, args.name = rejoin.match, rejoin.name
+    mode: AppMode
     if args.watch:
         mode = "watch"
     elif args.match:

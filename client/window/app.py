@@ -60,7 +60,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, Literal, TypeVar
 
 import pyglet
 import pyglet.app as pyglet_app
@@ -71,7 +71,8 @@ pyglet.options["debug_gl"] = False
 
 from client.window.hud import Hud  # noqa: E402
 from client.window.scenes.base import Scene  # noqa: E402
-from client.window.session import BOT_LEVELS, Session, SessionConfig, level_name, parse_level  # noqa: E402
+from client.window.session import (  # noqa: E402
+    BOT_LEVELS, GameMode, Session, SessionConfig, level_name, parse_level)
 from client.window.sounds import Sounds  # noqa: E402
 from client.window.framestats import FrameStats  # noqa: E402
 
@@ -100,9 +101,13 @@ STEADY_AFTER_S = 2.0  # frame statistics also report the frames after this much 
 MIN_FRAME_GAP_S = 0.003
 
 
+#: What the window opens on: the menu, a game started as the command line says, or a replay.
+AppMode = Literal["menu", "replay"] | GameMode
+
+
 @dataclass
 class AppConfig:
-    mode: str = "menu"  # menu | bot | host | join | quick
+    mode: AppMode = "menu"
     code: str | None = None
     bot_reaction_s: float = BOT_LEVELS["normal"]
     width: int = 1100
@@ -342,11 +347,12 @@ class App:
     def set_bot_level(self, name: str) -> None:
         self.bot_reaction_s = parse_level(name)
 
-    def start_game(self, mode: str, code: str | None = None, url: str | None = None, prefix: str | None = None) -> None:
+    def start_game(self, mode: GameMode, code: str | None = None, url: str | None = None,
+                   prefix: str | None = None) -> None:
         """Menu choice: switch to the table now, connect in the background."""
         self._start(mode, code, url, prefix)
 
-    def _start(self, mode: str, code: str | None = None, url: str | None = None, prefix: str | None = None,
+    def _start(self, mode: GameMode, code: str | None = None, url: str | None = None, prefix: str | None = None,
                from_command_line: bool = False) -> None:
         """Start a game. A failure shows in the window ("Cannot play") whoever asked for it; only one
         of the command line's own (``blink play --bot``...) also ends the command with status 1 and

@@ -39,7 +39,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Literal, TypeVar
 
 from mqttkit import TLSTrust
 from protocol import messages as m
@@ -59,6 +59,13 @@ if TYPE_CHECKING:  # (imported where used: a session that never hosts never load
     from client.seats import SavedSeat
 
 T = TypeVar("T")
+
+#: What the session is doing, for the screen: nothing yet, starting the local relay, ready, connecting
+#: to a relay, waiting for players, playing, failed (``message`` says why), closed.
+SessionStatus = Literal["idle", "starting", "ready", "connecting", "waiting", "playing", "error", "closed"]
+#: How a game is started: against bots, hosting a match, joining one by code, a quick match, watching
+#: one by code, or joining a match found on the LAN (on its host's relay).
+GameMode = Literal["bot", "host", "join", "quick", "watch", "lan"]
 
 log = logging.getLogger("blink.window")
 
@@ -155,9 +162,9 @@ class Session:
         self.autobot: Bot | None = None  # the Bot driving your player (--autoplay)
         self.opponents: list[Player] = []  # every bot Player (the first is also ``opponent``)
         self.bots: list[Bot] = []
-        self.status = "idle"  # idle | starting | ready | connecting | waiting | playing | error | closed
+        self.status: SessionStatus = "idle"
         self.message = ""
-        self.mode = ""  # bot | host | join | quick
+        self.mode: GameMode | Literal[""] = ""  # how the current game was started ("" none yet)
         self.bot_reaction_s: float | None = None
         self._tasks: set[asyncio.Task[object]] = set()
         self._game_tasks: set[asyncio.Task[object]] = set()

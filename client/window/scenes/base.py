@@ -14,7 +14,6 @@ imports the scenes, never the other way round.
 
 from __future__ import annotations
 
-
 import pyglet
 
 from client.window.host import SceneHost

@@ -18,6 +18,7 @@ work happens in the session's background task.
 
 from __future__ import annotations
 
+from typing import Literal
 
 from pyglet.window import key, mouse
 
@@ -31,7 +32,11 @@ from client.window.scenes.base import Scene
 from client.window.scenes.registry import WINDOW_GAMES, seat_choices, title, window_game
 from client.window.session import BOT_LEVELS
 
-ITEMS = [
+#: The menu's rows: a setting (game, players, bot speed, options, turn timer), a way to start a game,
+#: another screen (LAN games, replays), or quitting.
+MenuItem = Literal["game", "players", "bot", "host", "join", "watch", "quick", "lan", "options", "timer", "replays",
+                   "quit"]
+ITEMS: list[tuple[MenuItem, str, str]] = [
     ("game", "G", "Game"),
     ("players", "P", "Players"),
     ("bot", "B", "Play bots"),
@@ -72,7 +77,7 @@ class MenuScene(Scene):
         self.levels = levels if current in levels else levels + [current]
         self.level = self.levels.index(current)
         self.typing = False
-        self.typing_for = "join"  # join | watch: what Enter does with the typed code
+        self.typing_for: Literal["join", "watch"] = "join"  # what Enter does with the typed code
         self.code = ""
         self.games = list(WINDOW_GAMES)
         game = app.session.config.game
@@ -209,7 +214,7 @@ class MenuScene(Scene):
         self.display_version += 1
 
     @staticmethod
-    def row(what: str) -> int:
+    def row(what: MenuItem) -> int:
         return next(i for i, item in enumerate(ITEMS) if item[0] == what)
 
     def activate(self, i: int) -> None:
@@ -237,7 +242,7 @@ class MenuScene(Scene):
             if self._choose():
                 self.app.set_bot_level(self.levels[self.level])
                 self.app.start_game("bot")
-        else:
+        elif what in ("host", "quick"):
             if self._choose():
                 self.app.start_game(what)
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from mqttkit import BrokerAddress
     from client.model import ClientModel
     from client.player import Player
+    from client.window.session import SessionStatus
 
 T = TypeVar("T")
 
@@ -383,7 +384,8 @@ class ReplaySession:
         self.replay = replay
         self.config = SessionConfig(game=replay.game_name, name=name)
         self.playback = Playback(replay, speed=speed)
-        self.status, self.message = "playing", ""
+        self.status: SessionStatus = "playing"
+        self.message = ""
         self.mode = "replay"
         self.player: Player | None = None  # nobody plays a replay
         self.address: BrokerAddress | None = None

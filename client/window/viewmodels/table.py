@@ -27,7 +27,7 @@ pyglet, the network or a clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from protocol import messages as m
 from protocol.rules import blink
@@ -39,6 +39,9 @@ from client.window.layout import EMPTY, Empty, stable_slots
 from client.window.sounds import Cue
 from client.window.viewmodels.clientview import ClientView, state_of
 from client.window.viewmodels.feed import EventFeed, Feed
+
+if TYPE_CHECKING:
+    from client.window.session import SessionStatus
 
 NS = 1_000_000_000
 BOUNCE_S = 0.42
@@ -330,7 +333,8 @@ class TableViewModel:
 
     # ------------------------------------------------------------------ the text band
 
-    def band(self, model: ClientView | None, status: str, message: str, join_command: str, now_ns: int) -> Band:
+    def band(self, model: ClientView | None, status: SessionStatus, message: str, join_command: str,
+             now_ns: int) -> Band:
         """The band's texts now (``status``/``message``/``join_command`` are the session's)."""
         state = state_of(model, blink.State)
         if model is None or state is None:

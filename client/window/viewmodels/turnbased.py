@@ -25,7 +25,7 @@ rematch never replays the previous match's announcements.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Literal, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, Mapping, Protocol, TypeVar
 
 from protocol import messages as m
 from protocol.rules import AnyGame, game_for
@@ -35,6 +35,9 @@ from client.window import texts
 from client.window.sounds import Cue
 from client.window.viewmodels.clientview import ClientView, state_of
 from client.window.viewmodels.feed import EventFeed, Feed
+
+if TYPE_CHECKING:
+    from client.window.session import SessionStatus
 
 NS = 1_000_000_000
 MESSAGE_S = 3.5
@@ -283,7 +286,8 @@ class TurnViewModel(Generic[S]):
             return "spectating a match: read-only     Esc  menu"
         return self.hints(state, self.me(model))
 
-    def status(self, status: str, message: str, join_command: str, model: ClientView | None) -> tuple[str, str]:
+    def status(self, status: SessionStatus, message: str, join_command: str,
+               model: ClientView | None) -> tuple[str, str]:
         """Before a game: the big and small line of the status overlay (``join_command``: what a
         friend types to join here, up to the code)."""
         if status == "error":  # a spectator (a bad watch code) was not going to play
