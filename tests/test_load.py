@@ -25,7 +25,7 @@ from mqttkit.connection import connect
 from protocol.codec import decode_all
 from client.tools.load import LoadRun, run_load
 from client.tools.load_config import LoadConfig, percentiles
-from client.tools.load_player import LoadPlayer
+from client.tools.load_player import InFlight, LoadPlayer
 
 ROOT = Path(__file__).resolve().parent.parent
 BLINK = [sys.executable, "-m", "client.cli"]
@@ -214,12 +214,12 @@ def test_a_play_in_flight_is_predicted_until_a_view_contains_it() -> None:
                                          state=blink.to_wire(blink.view(st, 0)), match_state={"status": "playing"})
     assert p.apply_view(view(state, 5), 0)
     play = next(a for a in blink.legal_actions(p.state(), 0) if isinstance(a, blink.PlayCard))
-    p.inflight.append([1, play, None])
+    p.inflight.append(InFlight(1, play))
     p._predicted = None
     assert play.card not in [str(c) for c in p.state().hands[0]]  # predicted: the card has left the hand
     after = blink.apply(state, 0, play).state  # type: ignore[union-attr]
     p.on_verdict(m.ActionAccepted(match="ABCDE", id=1, seq=7), 0)
-    assert p.inflight and p.inflight[0][2] == 7  # accepted, but no view with it yet: still predicted
+    assert p.inflight and p.inflight[0].accepted_seq == 7  # accepted, but no view with it yet: still predicted
     assert not p.apply_view(view(state, 4), 0)  # an older view is ignored
     assert p.apply_view(view(after, 7), 0)
     assert p.inflight == []

@@ -76,18 +76,24 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from mqttkit import TLSTrust
 from protocol import messages as m
 from protocol.clock import ClockFilter, Sample
 from protocol.rules import blink, game_for
+from protocol.rules.base import Rejected
 from protocol.topics import Topics
 from client import ClientError
 
+if TYPE_CHECKING:
+    from mqttkit import BrokerAddress
+    from relay.hosting import LocalServer
+    from client.player import Player
+
 SEATS = 2
 #: Many short games (one game per match, then a rematch): each game's ``quick_settings``.
-FAST_BLINK: dict[str, Any] = dict(blink.GAME.quick_settings)
+FAST_BLINK: dict[str, object] = dict(blink.GAME.quick_settings)
 PILE_CHANGES = frozenset({"card_revealed", "card_played", "card_flipped", "card_picked"})
 MAX_IMPAIRMENT_S = 10.0
 PING_INTERVAL_S = 0.5
@@ -174,7 +180,7 @@ class SeatImpairment:
     dist: str = "uniform"  # how the jitter is drawn (``JITTER_DISTS``)
     rate: float = 0.0  # messages a second each way at most (0: no limit); a message waits its turn
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"delay_ms": round(self.delay_s * 1e3, 3), "jitter_ms": round(self.jitter_s * 1e3, 3),
                 "loss": self.loss, "reorder": self.reorder, "jitter_dist": self.dist, "rate_per_s": self.rate}
 
@@ -276,16 +282,18 @@ class ProfileImpairment:
 HEADER_KIND = "impairment"
 
 
-def header(cfg: Any) -> dict[str, Any]:
+def header(cfg: LatencyConfig) -> dict[str, object]:
     return {"kind": HEADER_KIND, "ts": time.time_ns(), "game": cfg.game, "order": cfg.order, "seed": cfg.seed,
             "matches": cfg.matches, "reaction_s": cfg.reaction_s,
             "seats": {str(i): imp.to_json() for i, imp in enumerate(cfg.impairments)}}
 
 
-def write_header(cfg: Any) -> None:
+def write_header(cfg: LatencyConfig) -> None:
     """Start ``cfg.log_path`` afresh with the run's header (the local relay appends its log to it)."""
     import json
 
+    if cfg.log_path is None:
+        return
     with open(cfg.log_path, "w", encoding="utf-8") as f:
         f.write(json.dumps(header(cfg)) + "\n")
 
@@ -605,7 +613,7 @@ class LatencyConfig:
     reaction_s: float = 0.35
     seed: int | None = None
     fair_cap_ms: float | None = None  # local relay only
-    settings: dict[str, Any] | None = None  # game settings; default: the game's quick_settings
+    settings: dict[str, object] | None = None  # game settings; default: the game's quick_settings
     games: int | None = None  # stop once this many games have finished (duration_s stays a cap)
     log_path: str | None = None  # local relay: its event log, after a header with the impairment profile
 
@@ -742,17 +750,27 @@ class LatencyResult:
 Progress = Callable[[float, float, dict[str, int]], None]
 
 
+@dataclass
+class Playable:
+    """A seat's time with a playable card in view: the closed spells' sum, and since when the open
+    one runs (None: no playable card now)."""
+
+    closed_ns: int = 0
+    since_ns: int | None = None
+
+
 class _Slot:
     """One running match: two instrumented players and their bots; rematches when it ends."""
 
-    def __init__(self, index: int, address: Any, topics: Topics, cfg: LatencyConfig, plays: list[PlayRecord]) -> None:
+    def __init__(self, index: int, address: BrokerAddress, topics: Topics, cfg: LatencyConfig,
+                 plays: list[PlayRecord]) -> None:
         from client.player import Player
 
         self.index = index
         self.cfg = cfg
         self.plays = plays
         self.players: list[Player] = []
-        self.playable: dict[int, list[Any]] = {}  # seat -> [closed ns, open since ns or None]
+        self.playable: dict[int, Playable] = {}
         for seat in range(SEATS):
             imp = cfg.impairments[seat]
             seed = None if cfg.seed is None else cfg.seed * 1000 + index * 10 + seat
@@ -763,30 +781,30 @@ class _Slot:
             self._instrument(player, seat)
             self.players.append(player)
         self.code: str | None = None
-        self.tasks: list[asyncio.Task[Any]] = []
+        self.tasks: list[asyncio.Task[None]] = []
         self.rematches = 0
 
-    def _instrument(self, player: Any, seat: int) -> None:
+    def _instrument(self, player: Player, seat: int) -> None:
         mine: dict[int, PlayRecord] = {}
         deliver = player.conn.on_message
         model = player.model
         # Time with a playable card in view: from the view's change that gave one to the change that
         # took the last away (each message and each play may change it).
-        playable = self.playable[seat] = [0, None]
+        playable = self.playable[seat] = Playable()
 
         def note_playable(now_ns: int) -> None:
             state, me, rules = model.state(), model.seat, model.rules
             can = (state is not None and me is not None and rules is not None
                    and any(type(a).__name__ == "PlayCard" for a in rules.legal_actions(state, me)))
-            if can and playable[1] is None:
-                playable[1] = now_ns
-            elif not can and playable[1] is not None:
-                playable[0] += now_ns - playable[1]
-                playable[1] = None
+            if can and playable.since_ns is None:
+                playable.since_ns = now_ns
+            elif not can and playable.since_ns is not None:
+                playable.closed_ns += now_ns - playable.since_ns
+                playable.since_ns = None
 
         showing: list[PlayRecord] = []  # accepted plays the confirmed view does not show yet
 
-        def on_message(msg: Any, now_ns: int) -> None:
+        def on_message(msg: object, now_ns: int) -> None:
             if isinstance(msg, (m.ActionAccepted, m.ActionRejected)):
                 rec = mine.get(msg.id)
                 if rec is not None and rec.answered_ns is None and msg.match == rec.match:
@@ -807,7 +825,7 @@ class _Slot:
                     rec.drawn_ns = now_ns
                     showing.remove(rec)
 
-        async def act(action: Any, seen_seq: int | None = None) -> Any:
+        async def act(action: object, seen_seq: int | None = None) -> m.Act | Rejected:
             # Player.act, plus a record of the play (the same steps, in the same order).
             now = time.time_ns()
             result = model.act(action, now, seen_seq=seen_seq)
@@ -823,9 +841,9 @@ class _Slot:
             return result
 
         player.conn.on_message = on_message
-        player.act = act
+        player.act = act  # type: ignore[method-assign]  # the same steps, and a record of the play
 
-    async def open(self, settings: dict[str, Any]) -> None:
+    async def open(self, settings: dict[str, object]) -> None:
         for p in self.players:
             await p.__aenter__()
         self.code = await self.players[0].create(self.cfg.game, settings, seats=SEATS)
@@ -860,7 +878,8 @@ class _Slot:
             clock = p.model.clock
             samples = clock.all if isinstance(clock, RecordingClock) else list(clock.samples)
             real_seat = p.model.seat if p.model.seat is not None else seat
-            closed, since = self.playable.get(seat, [0, None])
+            playing = self.playable.get(seat, Playable())
+            closed, since = playing.closed_ns, playing.since_ns
             if since is not None and self.stopped_ns:
                 closed += max(0, self.stopped_ns - since)
             out.append(SeatData(real_seat, [s.delay_ns for s in samples], clock.offset_ns, closed))
@@ -894,7 +913,7 @@ def _friendly(exc: BaseException, url: str) -> LatencyError:
     return LatencyError(f"{type(exc).__name__}: {exc}")
 
 
-def match_settings(cfg: LatencyConfig, remote: bool) -> dict[str, Any]:
+def match_settings(cfg: LatencyConfig, remote: bool) -> dict[str, object]:
     settings = dict(cfg.settings) if cfg.settings is not None else dict(game_for(cfg.game).quick_settings)
     if remote:
         settings["order"] = cfg.order  # the relay takes the ordering per match and strips it from the game's
@@ -908,7 +927,7 @@ async def run_latency(cfg: LatencyConfig, topics: Topics | None = None, progress
 
     topics = topics or Topics()
     url = cfg.server or "the local relay"
-    server: Any = None
+    server: LocalServer | None = None
     try:
         if cfg.server is None:
             from relay import RelayConfig
@@ -938,17 +957,17 @@ async def run_latency(cfg: LatencyConfig, topics: Topics | None = None, progress
         raise _friendly(exc, url) from exc
 
 
-async def _measure(cfg: LatencyConfig, address: Any, url: str, topics: Topics, progress: Progress | None,
+async def _measure(cfg: LatencyConfig, address: BrokerAddress, url: str, topics: Topics, progress: Progress | None,
                    stop_early: asyncio.Event | None, local: bool) -> LatencyResult:
     from client.net import Connection, new_client_id
 
     events: list[m.Event] = []
     plays: list[PlayRecord] = []
     slots: dict[str, _Slot] = {}
-    background: set[asyncio.Task[Any]] = set()
+    background: set[asyncio.Task[None]] = set()
     stopping = False
 
-    def on_spectated(msg: Any, now_ns: int) -> None:
+    def on_spectated(msg: object, now_ns: int) -> None:
         if not isinstance(msg, m.Event):
             return
         events.append(msg)

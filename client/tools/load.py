@@ -76,7 +76,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from client.tools.load_config import (CLOSE_TIMEOUT_S, CONNECT_TIMEOUT_S, CONNECTS_IN_FLIGHT,
                                       KEEPALIVE_S, LAG_PERIOD_S, RELAY_WAIT_S, SERVE_START_S, SETUPS_IN_FLIGHT,
@@ -88,11 +88,15 @@ from protocol.codec import DecodeError, decode
 from protocol.rules import game_for
 from protocol.topics import Topics
 
+if TYPE_CHECKING:
+    from mqttkit import BrokerAddress
+    from mqttkit.packets import Message
+
 log = logging.getLogger("blink.load")
 
 
 class LoadRun:
-    def __init__(self, cfg: LoadConfig, address: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, cfg: LoadConfig, address: BrokerAddress, loop: asyncio.AbstractEventLoop) -> None:
         self.cfg = cfg
         self.address = address
         #: Sealed play (a URL with a pin): the relay's status, from which each player keys its own seal.
@@ -125,12 +129,12 @@ class LoadRun:
         self.matches_up = 0
         self.setup_given_up = False
         # The players' reaction timers: one heap here, one loop timer for its earliest (see ``later``).
-        self._timers: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._timers: list[tuple[float, int, Callable[..., None], tuple[object, ...]]] = []
         self._timer_order = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
-    def later(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
+    def later(self, delay: float, fn: Callable[..., None], *args: object) -> None:
         """Call ``fn(*args)`` in ``delay`` seconds. Every player's reactions share one heap of plain
         tuples and one loop timer (the earliest's): thousands of pending ``TimerHandle``s on the
         loop's own heap cost a Python-level comparison each step of every push and pop."""
@@ -171,7 +175,7 @@ class LoadRun:
         if self.in_window(now_ns):
             self.actions += 1
 
-    def verdict(self, sent_ns: int | None, msg: Any, now_ns: int) -> None:
+    def verdict(self, sent_ns: int | None, msg: m.ActionAccepted | m.ActionRejected, now_ns: int) -> None:
         if sent_ns is None or not self.in_window(sent_ns):
             return
         self.verdict_ms.append((now_ns - sent_ns) / 1e6)
@@ -250,7 +254,7 @@ async def _answer(fut: asyncio.Future[str], timeout_s: float) -> str:
         raise LoadError(f"no answer from a relay within {timeout_s:g} s") from exc
 
 
-async def wait_for_relay(address: Any, topics: Topics) -> tuple[str, bytes] | None:
+async def wait_for_relay(address: BrokerAddress, topics: Topics) -> tuple[str, bytes] | None:
     """A relay announces itself on ``relay/+/status`` (retained); none online -> LoadError. With a
     pin (sealed play): the relay's status as it came (topic, payload), which keys every player."""
     from mqttkit.connection import connect
@@ -269,7 +273,7 @@ async def wait_for_relay(address: Any, topics: Topics) -> tuple[str, bytes] | No
 
     online = asyncio.Event()
 
-    def on_messages(messages: list[Any]) -> None:
+    def on_messages(messages: list[Message]) -> None:
         for message in messages:
             try:
                 msg = decode(message.payload)
@@ -395,7 +399,7 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
     local = LocalRelay(cfg.topics, cfg.seed) if cfg.server is None else None
     started = time.monotonic()
     run: LoadRun | None = None
-    background: list[asyncio.Task[Any]] = []
+    background: list[asyncio.Task[None]] = []
     try:
         if local is not None:
             await local.start()
@@ -547,7 +551,7 @@ def _progress_line(run: LoadRun, cfg: LoadConfig, relay_pid: int | None) -> str:
             f"awaiting {run.unanswered()}  lag p99 {_fmt(lag['p99'])} ms")
 
 
-def _fmt(x: Any) -> str:
+def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 

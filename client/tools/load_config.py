@@ -15,7 +15,6 @@ import os
 import resource
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mqttkit import TLSTrust
 
@@ -74,11 +73,11 @@ class LoadConfig:
 # ------------------------------------------------------------------------------------ pure helpers
 
 
-def percentiles(values: list[float], keys: tuple[str, ...] = ("p50", "p90", "p99", "max")) -> dict[str, Any]:
+def percentiles(values: list[float], keys: tuple[str, ...] = ("p50", "p90", "p99", "max")) -> dict[str, float | None]:
     """Nearest-rank percentiles of values in ms (so p50 <= p90 <= p99 <= max), rounded, with ``n``."""
     xs = sorted(values)
     n = len(xs)
-    out: dict[str, Any] = {}
+    out: dict[str, float | None] = {}
     for k in keys:
         if not n:
             out[k] = None
@@ -136,7 +135,7 @@ def raise_fd_limit(connections: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
-def settings_for(game: str) -> dict[str, Any]:
+def settings_for(game: str) -> dict[str, object]:
     """The game's own settings for short matches (the Game's ``quick_settings``)."""
     return dict(game_for(game).quick_settings)
 

@@ -24,7 +24,8 @@ import os
 import random
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from client.bots import RandomChance
 from client.tools.load_config import (CONNECT_TIMEOUT_S, KEEPALIVE_S, LEAVE, MAX_IN_FLIGHT, SHARED_EVENTS,
@@ -40,6 +41,7 @@ from protocol.topics import Topics
 if TYPE_CHECKING:
     from mqttkit import BrokerAddress
     from mqttkit.connection import MqttConnection
+    from mqttkit.packets import Message
 
 
 class PlayerRun(Protocol):
@@ -76,10 +78,20 @@ class PlayerRun(Protocol):
     @property
     def request_rejected(self) -> Counter[str]: ...
 
-    def later(self, delay: float, fn: Callable[..., None], *args: Any) -> None: ...
+    def later(self, delay: float, fn: Callable[..., None], *args: object) -> None: ...
     def sent(self, now_ns: int) -> None: ...
-    def verdict(self, sent_ns: int | None, msg: Any, now_ns: int) -> None: ...
+    def verdict(self, sent_ns: int | None, msg: m.ActionAccepted | m.ActionRejected, now_ns: int) -> None: ...
     def pong(self, rtt_ns: int) -> None: ...
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A play sent and not yet in the confirmed view: its id, the game's action, and the seq the
+    relay accepted it at (None until it did)."""
+
+    id: int
+    action: object
+    accepted_seq: int | None = None
 
 
 class LoadPlayer:
@@ -108,14 +120,14 @@ class LoadPlayer:
         self.match: str | None = None
         self.seat: int | None = None
         self.joined: asyncio.Future[str] | None = None
-        self.view_wire: dict[str, Any] | None = None
+        self.view_wire: dict[str, object] | None = None
         self.view_seq = -1
         self.view_game = -1
         self.view_ns = 0  # when the current view arrived (the "reaction" clock starts there)
         self.status = ""
-        self._confirmed: Any = None  # the decoded view, cached
-        self._predicted: Any = None  # confirmed + own unconfirmed plays, cached
-        self.inflight: list[list[Any]] = []  # [id, action, accepted_seq or None]
+        self._confirmed: object = None  # the decoded view, cached
+        self._predicted: object = None  # confirmed + own unconfirmed plays, cached
+        self.inflight: list[InFlight] = []
         self.awaiting: dict[int, int] = {}  # action id -> send time (perf_counter_ns), until a verdict
         self.next_id = 1
         self.busy = False  # a reaction is running: a move is chosen and waits to be made
@@ -124,7 +136,7 @@ class LoadPlayer:
         self.ahead: dict[int, m.Event] = {}
         self.private: dict[int, m.PrivateUpdate] = {}
         #: Events decoded by one player of the match for the other (set by ``LoadRun.setup_match``).
-        self.shared: dict[bytes, Any] = {}
+        self.shared: dict[bytes, list[object]] = {}
         self.lost = False
 
     # --- connection
@@ -171,7 +183,7 @@ class LoadPlayer:
         pack_publish(buf, topic, payload)
         return buf
 
-    def publish(self, topic: str, msg: Any) -> None:
+    def publish(self, topic: str, msg: object) -> None:
         conn = self.mqtt
         if conn is not None:
             buf = bytearray()
@@ -182,12 +194,12 @@ class LoadPlayer:
             except Exception:  # noqa: BLE001 - a connection that just dropped; counted by on_close
                 pass
 
-    def request(self, msg: Any) -> None:
+    def request(self, msg: object) -> None:
         self.publish(self.req_topic, msg)
 
     # --- what arrives
 
-    def on_messages(self, messages: list[Any]) -> None:
+    def on_messages(self, messages: list[Message]) -> None:
         """The PUBLISHes of one socket read (``mqttkit.packets.Message``), stamped once.
 
         Only what the player acts on is decoded: its private topic and, for a game that sends
@@ -236,13 +248,12 @@ class LoadPlayer:
         for msg in msgs:
             self.on_private_message(msg, now)
 
-    def on_private_message(self, msg: Any, now: int) -> None:
+    def on_private_message(self, msg: object, now: int) -> None:
         run = self.run
-        kind = type(msg)
-        if kind is m.ViewUpdated:
+        if isinstance(msg, m.ViewUpdated):
             if self.apply_view(msg, now):
                 self.poke()
-        elif kind is m.PrivateUpdate:
+        elif isinstance(msg, m.PrivateUpdate):
             if msg.match == self.match and msg.game_index == self.view_game:
                 if msg.seq <= self.view_seq:  # it came after its event: apply it now
                     self.apply_late(msg)
@@ -250,15 +261,15 @@ class LoadPlayer:
                     self.private[msg.seq] = msg
                 if self.catch_up(now):
                     self.poke()
-        elif kind is m.ActionAccepted or kind is m.ActionRejected:
+        elif isinstance(msg, (m.ActionAccepted, m.ActionRejected)):
             self.on_verdict(msg, now)
-        elif kind is m.Pong:
+        elif isinstance(msg, m.Pong):
             run.pong(time.time_ns() - msg.t0)
-        elif kind is m.MatchJoined:
+        elif isinstance(msg, m.MatchJoined):
             self.on_joined(msg)
-        elif kind is m.Probe:
+        elif isinstance(msg, m.Probe):
             self.request(m.ProbeReply(msg.sent_ns))
-        elif kind is m.RequestRejected:
+        elif isinstance(msg, m.RequestRejected):
             if self.joined is not None and not self.joined.done():
                 self.joined.set_exception(LoadError(f"the relay refused: {msg.code}: {msg.detail}"))
             else:
@@ -293,7 +304,7 @@ class LoadPlayer:
         self.view_wire, self.view_seq, self.view_game, self.view_ns = msg.state, msg.seq, msg.game_index, now_ns
         self.status = str(msg.match_state.get("status", ""))
         self._confirmed = self._predicted = None
-        self.inflight = [e for e in self.inflight if e[2] is None or e[2] > msg.seq]
+        self.inflight = [e for e in self.inflight if e.accepted_seq is None or e.accepted_seq > msg.seq]
         self.private = {s: u for s, u in self.private.items() if s > msg.seq and u.game_index == msg.game_index}
         self.catch_up(now_ns)
         return True
@@ -322,7 +333,7 @@ class LoadPlayer:
                 break
             self._confirmed, self.view_seq, self.view_ns, self._predicted = view, ev.seq, now_ns, None
             if self.inflight:
-                self.inflight = [e for e in self.inflight if e[2] is None or e[2] > ev.seq]
+                self.inflight = [e for e in self.inflight if e.accepted_seq is None or e.accepted_seq > ev.seq]
             moved = True
         if self.ahead:
             for seq in [s for s in self.ahead if s <= self.view_seq]:
@@ -339,7 +350,7 @@ class LoadPlayer:
             self.run.bad_messages += 1
             self.request(m.Resync(update.match))
 
-    def state(self) -> Any:
+    def state(self) -> object:
         """The predicted state: the confirmed view with this player's unconfirmed plays applied."""
         if self._predicted is None:
             if self._confirmed is None:
@@ -352,8 +363,8 @@ class LoadPlayer:
                     self.view_wire = None
                     return None
             st = self._confirmed
-            for _, action, _accepted in self.inflight:
-                result = self.run.rules.apply(st, self.seat, action)
+            for e in self.inflight:
+                result = self.run.rules.apply(st, self.seat, e.action)
                 if isinstance(result, Accepted):
                     st = result.state
             self._predicted = st
@@ -364,11 +375,11 @@ class LoadPlayer:
         self.run.verdict(sent, msg, now_ns)
         if isinstance(msg, m.ActionAccepted):
             for entry in self.inflight:
-                if entry[0] == msg.id:
-                    entry[2] = msg.seq
-            self.inflight = [e for e in self.inflight if e[2] is None or e[2] > self.view_seq]
+                if entry.id == msg.id:
+                    entry.accepted_seq = msg.seq
+            self.inflight = [e for e in self.inflight if e.accepted_seq is None or e.accepted_seq > self.view_seq]
         else:
-            self.inflight = [e for e in self.inflight if e[0] != msg.id]
+            self.inflight = [e for e in self.inflight if e.id != msg.id]
         self._predicted = None
         self.poke()
 
@@ -389,7 +400,7 @@ class LoadPlayer:
         if self.status != "playing" or self.seat is None:
             return
         inflight = self.inflight
-        if len(inflight) >= MAX_IN_FLIGHT and sum(1 for e in inflight if e[2] is None) >= MAX_IN_FLIGHT:
+        if len(inflight) >= MAX_IN_FLIGHT and sum(1 for e in inflight if e.accepted_seq is None) >= MAX_IN_FLIGHT:
             return
         st = self.state()
         if st is None:
@@ -399,7 +410,7 @@ class LoadPlayer:
             return
         self._later(self.reaction(), self._fire, action, self.view_seq)
 
-    def _later(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
+    def _later(self, delay: float, fn: Callable[..., None], *args: object) -> None:
         self.busy = True
         if delay <= 0:
             self.run.loop.call_soon(fn, *args)
@@ -415,7 +426,7 @@ class LoadPlayer:
         if self.run.acting and self.match is not None and self.status == "over":
             self.request(m.Rematch(self.match))
 
-    def _fire(self, action: Any, seen_seq: int) -> None:
+    def _fire(self, action: object, seen_seq: int) -> None:
         self.busy = False
         run = self.run
         if not run.acting or self.status != "playing" or self.mqtt is None:
@@ -433,7 +444,7 @@ class LoadPlayer:
                     reaction_ns=max(0, now - self.view_ns))
         self.publish(self.act_topic, act)
         self.awaiting[aid] = now
-        self.inflight.append([aid, action, None])
+        self.inflight.append(InFlight(aid, action))
         # The prediction with this play is the state just checked: what ``state()`` would compute
         # again (``apply`` is deterministic), so it is kept rather than recomputed on the next move.
         self._predicted = result.state

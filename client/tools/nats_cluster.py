@@ -63,7 +63,7 @@ from importlib import resources
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable, Coroutine
-from typing import Any, Iterator
+from typing import Iterator
 
 from client import ClientError
 
@@ -144,7 +144,7 @@ class Cluster:
         scheme, rest = url.split("://", 1)
         return f"{scheme}://{RELAY_USER}:{self.password}@{rest}"
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """What ``up`` prints: URLs without credentials; with authorization, the relay's user name and
         the file holding its password (not the password: this JSON ends up in logs and CI output)."""
         from mqttkit import RELAY_USER
@@ -462,7 +462,7 @@ def _wait_ready(cluster: Cluster, ready_s: float) -> None:
                                    f"({_log_tail(pending[0])})")
             time.sleep(0.2)
     replicas = min(3, len(cluster.nodes))
-    checks: list[tuple[str, Callable[[], Coroutine[Any, Any, str | None]]]] = [
+    checks: list[tuple[str, Callable[[], Coroutine[object, None, str | None]]]] = [
         ("JetStream", lambda: _jetstream_problem(cluster.relay_nats, replicas))]
     checks += [(f"node {n.name}'s MQTT", functools.partial(_mqtt_problem, cluster, n)) for n in cluster.nodes]
     for what, check in checks:
