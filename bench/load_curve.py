@@ -10,10 +10,10 @@ every batch: the default), and ``blink load --server URL --relay-pid PID --match
 --json``. It adds to ``blink load``'s own figures what only the outside can see: Mosquitto's CPU
 share, the machine's load average, and (``--residence``) the relay's own residence time -- from the
 read of a message to the write of its outputs -- as the relay measures it when
-``BLINK_RESIDENCE`` names a file (relay/hosting/memdiag.py writes its percentiles there at exit). The
+``BLINK_RESIDENCE`` names a file (relay/memdiag.py writes its percentiles there at exit). The
 generator's event-loop lag in ``blink load``'s output says when the generator, not the relay, was
 the limit. ``CURVE_RELAY_ERR=FILE`` keeps the relay's stderr (its warnings) in FILE. The relay
-inherits the environment, so ``BLINK_MEMDUMP=/tmp/mem-{pid}.txt`` (``relay/hosting/memdiag.py``) has each
+inherits the environment, so ``BLINK_MEMDUMP=/tmp/mem-{pid}.txt`` (``relay/memdiag.py``) has each
 step's relay write where its memory is when it stops (``BLINK_MEMDUMP_FRAMES=0``: without
 tracemalloc, which slows the relay several times over; with it, use fewer matches).
 

@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # aiomqtt is the client's library: imported where it is used
     from paho.mqtt.reasoncodes import ReasonCode
 
 __all__ = ["DEFAULT_MAX_PAYLOAD", "DEFAULT_TLS_PORT", "NODELAY", "PIN", "RELAY_USER", "BadURL", "BrokerAddress", "MqttkitError", "PortInUse", "Scheme",
-           "TLSProblem", "TLSTrust", "check_port", "check_tls_pair", "check_trust", "connect_problem", "free_port", "granted", "parse_url", "stop_task",
+           "TLSProblem", "TLSTrust", "check_port", "check_tls_pair", "check_tls_port", "check_trust", "connect_problem", "free_port", "granted", "parse_url", "stop_task",
            "subscribe_granted", "tls_context", "tls_refusal", "wait_event"]
 
 #: How a broker URL is spoken: plain MQTT, or MQTT over TLS.
@@ -346,3 +346,12 @@ def check_port(host: str, port: int) -> None:
                     f"port with --port."
                 ) from exc
             raise
+
+
+def check_tls_port(host: str, port: int) -> None:
+    """``check_port`` for a TLS listener: its ``PortInUse`` names the TLS port and ``--tls-port``."""
+    try:
+        check_port(host, port)
+    except PortInUse as exc:
+        raise PortInUse(f"TLS port {port} on {host} is already in use (another program, perhaps a broker, listens "
+                        f"there): pick another with --tls-port") from exc

@@ -26,7 +26,8 @@ kind of relay it is:
 - ``why_lost(shard)``: the latest reason a shard went, for the operator (None: none recorded).
 
 ``StaticOwnership`` is the fixed-set implementation: its shards, fence 0, never lost. The leases in
-JetStream's key-value store live beside the NATS code.
+JetStream's key-value store live beside the NATS code (``relay.cluster``). This module knows no
+implementation but the single relay's: the cluster's import it, never the reverse.
 
 **How the game space is cut** -- ``Space``, one of two:
 
@@ -34,7 +35,8 @@ JetStream's key-value store live beside the NATS code.
   under the relay's own id, its core publishes the relay's status, its journal is the caller's (or
   none: in memory). That shard is made with the relay (``ahead``), so that it can be recovered and
   stepped before the relay runs (tests, benchmarks, a host that attaches its journal first).
-- ``ShardedSpace``: a relay of a cluster. ``total`` shards, each speaking as ``shard-{n}`` with its
+- ``ShardedSpace`` (``relay/cluster/space.py``, beside the routing it asks): a relay of a cluster.
+  ``total`` shards, each speaking as ``shard-{n}`` with its
   own match list and codes that name it (``relay/cluster/shards.py`` routes every request to one); each
   journalled apart, opened when gained and written under the owner's fence. The relay has a status
   of its own beside its shards', and subscribes once to every shard's actions: the connection skips
@@ -47,17 +49,14 @@ gained is fenced, closed when lost, and opened again (rebuilt from its journal) 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from protocol.topics import Topics
-from relay.cluster import shards
 from relay.core import RelayConfig, RelayCore
 from relay.storage import Journal
 from relay.model import Order
-from relay.shard import check_shard
 
 OnGain = Callable[[str, int], Awaitable[None]]
 OnLoss = Callable[[str], Awaitable[None]]
@@ -66,9 +65,6 @@ JournalOpener = Callable[[str], Journal]
 WHOLE: Final = "0"  # the shard a single relay serves: every topic of its prefix
 #: A broker subscription group: (topic filter, QoS) pairs sent in one SUBSCRIBE.
 Group = Sequence[tuple[str, int]]
-#: A relay of several subscribes with QoS 0: NATS's MQTT makes a JetStream consumer for every QoS-1
-#: subscription (4 s each to be refused while a node was away).
-SUB_QOS: Final = 0
 
 
 class Ownership(Protocol):
@@ -211,51 +207,5 @@ class WholeSpace:
         return {"kind": "relay_started", "seed": seed, "ts": ts, "order": order, "relay": relay_id}
 
 
-class ShardedSpace:
-    """``total`` shards of a cluster, each journalled apart by ``open_journal``."""
-
-    ahead: Sequence[str] = ()
-
-    def __init__(self, total: int, open_journal: JournalOpener) -> None:
-        self.total = shards.check_total(total)
-        self.names = frozenset(shards.shard_names(total))
-        self.open_journal = open_journal
-
-    def refuse(self, shard: str) -> str | None:
-        if shard in self.names:
-            return None
-        return (f"was handed shard {shard!r}, which is not one of the {self.total} shards of --shards-total "
-                f"{self.total}: every relay must be started with the same count")
-
-    def core(self, shard: str, topics: Topics, config: RelayConfig, seed: int) -> RelayCore:
-        cfg = dataclasses.replace(config, relay_id=f"shard-{shard}", shards_total=self.total)
-        return RelayCore(Topics(topics.prefix, shard), cfg, seed)
-
-    def open(self, shard: str) -> Journal | None:
-        return self.open_journal(shard)
-
-    def check(self, shard: str, prefix: str) -> Callable[[RelayCore], None] | None:
-        return check_shard(shard, self.total, prefix)
-
-    def route(self, topic: str, payload: bytes, prefix: str) -> str:
-        head = f"{prefix}/lobby/req/"
-        if topic.startswith(head):
-            return shards.route_request(topic[len(head):], payload, self.total)
-        return shards.shard_of_act_topic(topic, prefix) or ""
-
-    def tag(self, shard: str) -> str | None:
-        return shard
-
-    def presence(self, relay_id: str, topics: Topics) -> Presence:
-        prefix = topics.prefix
-        status = f"{prefix}/relays/{relay_id}/status"  # the relay's own, beside its shards'
-        # A topic a SUBSCRIBE: a refusal is asked again for it alone.
-        return Presence(status, status, [[(topics.req_all, SUB_QOS)], [(f"{prefix}/m/+/+/act/+", SUB_QOS)]],
-                        filtered=True, patient=True)
-
-    def started(self, relay_id: str, seed: int, order: Order, ts: int) -> dict[str, Any]:
-        return {"kind": "relay_started", "ts": ts, "relay": relay_id, "shards_total": self.total, "order": order}
-
-
-__all__ = ["Group", "JournalOpener", "OnGain", "OnLoss", "Ownership", "Presence", "ShardedSpace", "Space",
+__all__ = ["Group", "JournalOpener", "OnGain", "OnLoss", "Ownership", "Presence", "Space",
            "StaticOwnership", "WHOLE", "WholeSpace"]

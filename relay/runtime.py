@@ -29,7 +29,7 @@ matches lost their last will while nobody served them: those not heard from with
 ``WILL_CHECK_S`` (live clients ping every second) get a journalled ``Leave(dropped=True)``. A clean
 stop says every status offline, disconnects, then releases the shards so successors start at once.
 
-Memory (``relay/hosting/memdiag.py``): malloc tuned at start; the collector's oldest generation walks
+Memory (``relay/memdiag.py``): malloc tuned at start; the collector's oldest generation walks
 every object held (25-55 ms at 300 matches) and frees nothing, so it runs on ``GC_FULL_EVERY_S``.
 This module and ``relay/shard.py`` are the only places that read the clock or the OS's randomness.
 """
@@ -57,7 +57,7 @@ from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics, valid_id
 from relay.cluster import shards
-from relay.hosting import memdiag
+from relay import memdiag
 from relay.core import RelayConfig, RelayCore
 from relay.storage import EventLog
 from relay.model import LogRecord, Out, Publish
@@ -419,7 +419,7 @@ class Relay:
 
     async def run(self) -> None:
         memdiag.tune_malloc()
-        diagnostics = self.settings.diagnostics  # a benchmark's (relay/hosting/memdiag.py)
+        diagnostics = self.settings.diagnostics  # a benchmark's (relay/memdiag.py)
         memdump = diagnostics.memdump_target()
         dump = (memdiag.install(memdump, asyncio.get_running_loop().add_signal_handler, self._memdiag_lines,
                                 diagnostics.memdump_frames) if memdump else None)

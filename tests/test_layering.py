@@ -1,6 +1,7 @@
 """The package layering the design relies on, read from the source: no import circle in relay/ (the
-fair-order scheduler knows nothing of the core), relay's rooms reach each other only through their
-faces, and the pure protocol imports nothing of the relay or the client.
+fair-order scheduler knows nothing of the core), none between relay's rooms and its top modules
+read as one node each, the judge imports of the relay only its pure neighbours, relay's rooms reach
+each other only through their faces, and the pure protocol imports nothing of the relay or the client.
 
 relay's rooms (``relay.embedded``, ``relay.storage``, ``relay.cluster``, ``relay.hosting``) have
 lazy faces: an ``__init__`` whose ``_WHERE`` names the module behind each name of ``__all__``, with
@@ -86,10 +87,75 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 def test_no_import_circle_in_the_relay() -> None:
     graph = package_graph("relay")
     assert {"relay.core", "relay.fair", "relay.model", "relay.judge.lobby", "relay.hosting.local"} <= set(graph)
-    assert "relay.cluster.shards" in graph["relay.judge.lobby"]  # `from relay.cluster import shards`, through the face
+    assert "relay.cluster.space" in graph["relay.hosting.local"]  # `from relay.cluster import ShardedSpace`, through the face
     assert cycle(graph) is None, cycle(graph)
     assert "relay.core" not in graph["relay.fair"]  # a pure scheduler: the core asks it, not the reverse
     assert graph["relay.model"] == set()  # plain data
+
+
+def relay_node(module: str) -> str:
+    """The node of relay's package graph a module of relay belongs to: its room (``relay.cluster``
+    for ``relay.cluster.leases``), or itself for a module directly in relay/ (and ``relay``, the face)."""
+    return ".".join(module.split(".")[:2])
+
+
+def relay_package_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], list[str]]]:
+    """relay's rooms and its top modules, each one node, with an edge where a module of one imports a
+    module of another -- every import, also under ``TYPE_CHECKING`` (a room that names another's
+    types depends on it), a name taken from a lazy face counted as its module -- and for each edge
+    the imports that make it ("module -> module")."""
+    modules = {name: path for name, path in module_files().items() if name == "relay" or name.startswith("relay.")}
+    graph: dict[str, set[str]] = {relay_node(name): set() for name in modules}
+    why: dict[tuple[str, str], list[str]] = {}
+    for name, path in modules.items():
+        for target in sorted({resolve(i) for i in imports(path)} & set(modules)):
+            a, b = relay_node(name), relay_node(target)
+            if a != b:
+                graph[a].add(b)
+                why.setdefault((a, b), []).append(f"{name} -> {target}")
+    return graph, why
+
+
+def test_the_package_graph_reads_each_room_as_one_node() -> None:
+    graph, why = relay_package_graph()
+    assert {"relay", "relay.core", "relay.runtime", "relay.judge", "relay.cluster", "relay.hosting"} <= set(graph)
+    assert "relay.judge.lobby" not in graph
+    assert "relay.embedded" in graph["relay.hosting"]
+    assert "relay.hosting.local -> relay.embedded.broker" in why[("relay.hosting", "relay.embedded")]  # lazy face
+
+
+def test_no_circle_between_the_rooms_and_the_modules_of_the_relay() -> None:
+    """Rooms stack: each may import the ones below it, and nothing below imports back up -- so a room
+    can be read, tested and changed knowing only what lies under it."""
+    graph, why = relay_package_graph()
+    found = cycle(graph)
+    edges = [f"{a} -> {b}: " + ", ".join(why[(a, b)]) for a, b in zip(found, found[1:])] if found else []
+    assert found is None, "a circle between relay's rooms and modules:\n" + "\n".join(edges)
+
+
+#: What the judge may import of the relay outside relay/judge/: the pure modules under every room --
+#: plain data (``relay.model``), the token buckets and the deadline heap (``relay.limits``) and the
+#: fair-order scheduler (``relay.fair``). They hold no I/O, clock or chance of their own and import
+#: nothing else of the relay, so the judge stays a pure core that every room may import: the judge
+#: importing a room (the cluster, storage, hosting) would drag that room's I/O under it and make a
+#: circle with every room that uses the judge.
+JUDGE_MAY_IMPORT = frozenset({"relay.model", "relay.limits", "relay.fair"})
+#: What the judge and its pure neighbours never import: I/O, event loops, clocks, chance, brokers.
+IMPURE = ("asyncio", "socket", "threading", "time", "random", "os", "subprocess", "sqlite3", "mqttkit",
+          "amqtt", "aiomqtt", "nats", "pyglet")
+
+
+def test_the_judge_imports_of_the_relay_only_its_pure_neighbours() -> None:
+    graph = package_graph("relay")
+    outside = sorted(f"{name} imports {target}" for name, targets in graph.items() if room_of(name) == "relay.judge"
+                     for target in targets if room_of(target) != "relay.judge" and target not in JUDGE_MAY_IMPORT)
+    assert not outside, "the judge reaches outside relay/judge/:\n" + "\n".join(outside)
+    for neighbour in JUDGE_MAY_IMPORT:  # pure in turn: no room of the relay under the judge by the back door
+        assert graph[neighbour] <= JUDGE_MAY_IMPORT, (neighbour, graph[neighbour] - JUDGE_MAY_IMPORT)
+    judge = [p for p in (ROOT / "relay" / "judge").rglob("*.py")]
+    for path in judge + [ROOT.joinpath(*name.split(".")).with_suffix(".py") for name in JUDGE_MAY_IMPORT]:
+        bad = {i for i in imports(path) if i.split(".")[0] in IMPURE}
+        assert not bad, (_shown(path), bad)
 
 
 def test_the_protocol_imports_nothing_of_the_relay_or_the_client() -> None:

@@ -381,7 +381,8 @@ def test_real_relays_hand_a_shard_over_and_both_logs_verify(mosquitto: Any, tmp_
 
     from client.player import Player
     from relay.hosting import ClusterServer, sqlite_opener
-    from relay.ownership import ShardedSpace, StaticOwnership
+    from relay.cluster import ShardedSpace
+    from relay.ownership import StaticOwnership
     from relay.runtime import Relay, RelaySettings
     from tests.helpers import eventually
 

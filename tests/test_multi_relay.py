@@ -19,12 +19,14 @@ from protocol import messages as m
 from protocol.codec import decode, decode_all, encode
 from protocol.rules import game_for
 from protocol.topics import Topics
+from relay import judge
 from relay.cluster import shards
 from relay.hosting import ClusterServer, sqlite_opener
 from relay.shard import ConfigConflict
 from relay.runtime import Relay, RelaySettings
 from relay.core import RelayConfig
-from relay.ownership import ShardedSpace, StaticOwnership
+from relay.cluster import ShardedSpace
+from relay.ownership import StaticOwnership
 from client.matchrun import run_match
 from client.player import Player
 from tests.helpers import eventually
@@ -137,8 +139,8 @@ def test_every_lobby_request_is_handled_by_exactly_one_relay(mosquitto: BrokerAd
                 task = asyncio.create_task(reader())
                 requests: list[bytes] = [encode(m.Ping(t0=i)) for i in range(8)]
                 requests.append(encode(m.CreateMatch("me", "takeaway")))
-                requests += [encode(m.JoinMatch("me", shards.code_in_shard(5, s, TOTAL))) for s in range(TOTAL)]
-                requests += [encode(m.Resync(shards.code_in_shard(9, s, TOTAL))) for s in range(TOTAL)]
+                requests += [encode(m.JoinMatch("me", judge.code_in_shard(5, s, TOTAL))) for s in range(TOTAL)]
+                requests += [encode(m.Resync(judge.code_in_shard(9, s, TOTAL))) for s in range(TOTAL)]
                 requests += [encode(m.QuickMatch("me", g, dict(game_for(g).quick_settings))) for g in GAMES]
                 requests += [b"\x93garbage", encode(m.Pong(1, 2, 3)), encode(m.JoinMatch("me", "not a code"))]
                 for payload in requests:
@@ -146,7 +148,7 @@ def test_every_lobby_request_is_handled_by_exactly_one_relay(mosquitto: BrokerAd
                 # A barrier: one more request per shard; each relay handles its messages in order, so once
                 # every shard has answered, both relays have judged everything sent before.
                 for s in range(TOTAL):
-                    await c.publish(t.req(me), encode(m.Resync(shards.code_in_shard(11, s, TOTAL))), qos=1)
+                    await c.publish(t.req(me), encode(m.Resync(judge.code_in_shard(11, s, TOTAL))), qos=1)
                 want = len(requests) + TOTAL
                 await eventually(lambda: len(answers) >= want, DEADLINE_S, f"{want} answers")
                 assert a.handled[me] + b.handled[me] == want

@@ -12,28 +12,38 @@ import pytest
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.topics import Topics
+from relay import judge
 from relay.judge import lobby as core_module
 from relay.cluster import shards
 from relay.core import RelayConfig, RelayCore
 from relay.model import Publish
 
 
-def test_the_alphabet_is_the_cores() -> None:
-    assert shards.CODE_ALPHABET == core_module.CODE_ALPHABET
+def test_the_codes_a_core_draws_are_read_as_codes_by_the_routing() -> None:
+    """The routing reads a code with the judge's alphabet: every code a single relay's core draws is
+    a number of the code space (routed by that number, not hashed)."""
+    t = Topics()
+    core = RelayCore(t, RelayConfig(max_open_per_client=100), seed=3)
+    for i in range(40):
+        out = core.handle(t.req(f"p{i}"), encode(m.CreateMatch("n", "takeaway")), 1_000 + i)
+        code = next(o.msg.match for o in out if isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined))
+        assert set(code) <= set(judge.CODE_ALPHABET)
+        number = judge.code_number(code)
+        assert number is not None and shards.shard_of_code(code, 7) == str(number % 7)
 
 
 @pytest.mark.parametrize("total", [1, 2, 3, 7, 64, 1024])
 def test_codes_made_for_a_shard_route_back_to_it(total: int) -> None:
     for shard in range(min(total, 9)):
-        n = shards.codes_in_shard(shard, total)
+        n = judge.codes_in_shard(shard, total)
         for k in (0, 1, n // 2, n - 1):
-            code = shards.code_in_shard(k, shard, total)
-            assert len(code) == 5 and set(code) <= set(shards.CODE_ALPHABET)
+            code = judge.code_in_shard(k, shard, total)
+            assert len(code) == 5 and set(code) <= set(judge.CODE_ALPHABET)
             assert shards.shard_of_code(code, total) == str(shard)
             assert shards.shard_of_code(code.lower(), total) == str(shard)  # JoinMatch upper-cases
         with pytest.raises(ValueError):
-            shards.code_in_shard(n, shard, total)
-    assert sum(shards.codes_in_shard(s, total) for s in range(total)) == shards.CODE_SPACE
+            judge.code_in_shard(n, shard, total)
+    assert sum(judge.codes_in_shard(s, total) for s in range(total)) == judge.CODE_SPACE
 
 
 def test_a_non_code_still_has_exactly_one_shard() -> None:
@@ -51,7 +61,7 @@ def test_bad_totals_are_refused() -> None:
 def test_every_request_kind_routes_as_the_header_says() -> None:
     total = 4
     client = "p" + "ab" * 16
-    code = shards.code_in_shard(17, 3, total)
+    code = judge.code_in_shard(17, 3, total)
     home = shards.home_shard(client, total)
     by_code = [m.JoinMatch("n", code), m.JoinMatch("n", code.lower()), m.Resync(code), m.Rematch(code),
                m.Rejoin(code, "t"), m.Leave(code)]
@@ -131,5 +141,5 @@ def test_the_single_relay_draws_codes_and_lists_as_before() -> None:
     assert [o.topic for o in out if isinstance(o, Publish) and isinstance(o.msg, m.MatchList)] == [t.match_list]
     # the same seed gives the same first code as the unsharded draw always did
     chance = core_module.SeededChance(core_module.derive(7, "codes"))
-    first = "".join(shards.CODE_ALPHABET[chance.randbelow(32)] for _ in range(5))
+    first = "".join(judge.CODE_ALPHABET[chance.randbelow(32)] for _ in range(5))
     assert next(o.msg.match for o in out if isinstance(o, Publish) and isinstance(o.msg, m.MatchJoined)) == first

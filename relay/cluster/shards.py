@@ -10,8 +10,8 @@ receives every request and each decides here, from the topic and the payload alo
 handles it. Every relay computes the same answer, so exactly one owner handles each request:
 
 - a match code names its shard: codes are 5 letters of ``CODE_ALPHABET`` read as a base-32
-  number, and a code belongs to shard ``number % total`` (``code_in_shard`` makes one; the core
-  draws codes this way when ``total > 1``). Join, Resync, Rematch, Rejoin and a Leave that names
+  number, and a code belongs to shard ``number % total`` (the judge makes and reads codes,
+  ``relay/judge/codes.py``: the core draws codes of its own shard when ``total > 1``). Join, Resync, Rematch, Rejoin and a Leave that names
   its match go to the code's shard; a code that is not 5 alphabet letters hashes to a shard,
   whose core then answers ``no_such_match`` -- still exactly once;
 - a quick match goes to the shard of its game and settings (normalised by the game's own
@@ -36,13 +36,10 @@ from typing import Final
 from protocol import messages as m
 from protocol.codec import DecodeError, decode
 from protocol.rules import canonical, game_for
+from relay.judge import code_number
 
-CODE_ALPHABET: Final = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # the core's alphabet (tests/test_shards.py checks)
-CODE_LEN: Final = 5
-CODE_SPACE: Final = len(CODE_ALPHABET) ** CODE_LEN
-MAX_SHARDS: Final = 1024  # each shard still has ~32,000 codes, plenty for the waiting and running matches
+MAX_SHARDS: Final = 1024  # each shard still has ~32,000 codes (relay/judge/codes.py), plenty for the waiting and running matches
 KNOWN: Final = "*"  # route: every owned shard whose core knows the client
-_INDEX = {c: i for i, c in enumerate(CODE_ALPHABET)}
 
 
 def shard_names(total: int) -> list[str]:
@@ -61,42 +58,12 @@ def _hash_shard(kind: str, text: str, total: int) -> str:
     return str(int.from_bytes(digest, "big") % total)
 
 
-def code_number(code: str) -> int | None:
-    """A code's number (base 32, first letter most significant), or None if it is not a code."""
-    if len(code) != CODE_LEN:
-        return None
-    n = 0
-    for c in code:
-        i = _INDEX.get(c)
-        if i is None:
-            return None
-        n = n * len(CODE_ALPHABET) + i
-    return n
-
-
 def shard_of_code(code: str, total: int) -> str:
     if total == 1:
         return "0"
     code = code.upper()
     n = code_number(code)
     return str(n % total) if n is not None else _hash_shard("code", code[:64], total)
-
-
-def codes_in_shard(shard: int, total: int) -> int:
-    """How many codes belong to ``shard``: the ``k`` of ``code_in_shard`` is below this."""
-    return (CODE_SPACE - 1 - shard) // total + 1
-
-
-def code_in_shard(k: int, shard: int, total: int) -> str:
-    """The ``k``-th code of ``shard`` (``0 <= k < codes_in_shard(shard, total)``)."""
-    n = k * total + shard
-    if not 0 <= shard < total or not 0 <= n < CODE_SPACE:
-        raise ValueError(f"no code {k} in shard {shard} of {total}")
-    letters = []
-    for _ in range(CODE_LEN):
-        n, i = divmod(n, len(CODE_ALPHABET))
-        letters.append(CODE_ALPHABET[i])
-    return "".join(reversed(letters))
 
 
 def home_shard(client: str, total: int) -> str:
@@ -155,6 +122,5 @@ def shard_of_act_topic(topic: str, prefix: str) -> str | None:
     return shard if shard and rest else None
 
 
-__all__ = ["CODE_ALPHABET", "KNOWN", "MAX_SHARDS", "check_total", "code_in_shard", "code_number", "codes_in_shard",
-           "home_shard", "quick_key", "route_message", "route_request", "shard_names", "shard_of_act_topic",
-           "shard_of_code", "shard_of_quick"]
+__all__ = ["KNOWN", "MAX_SHARDS", "check_total", "home_shard", "quick_key", "route_message", "route_request",
+           "shard_names", "shard_of_act_topic", "shard_of_code", "shard_of_quick"]

@@ -6,9 +6,9 @@ How this works
 who may publish and subscribe where, checked at CONNECT and per packet), a reader per connection
 that splits whole packets, applies the size limit, the pace and the per-client rate gate
 (``gate.py``), and a fast path that routes QoS 0/1 PUBLISHes itself (``route.py``). amqtt is
-untyped: ``amqttapi.py`` is the one place that names its parts. ``child.py`` is the same broker in
-a process of its own (``python -m relay.embedded.child PARENT_PID``), which ``blink serve`` starts
-(``relay.hosting``).
+untyped: ``amqttapi.py`` is the one place that names its parts. ``blink serve`` runs the same broker
+in a process of its own (``python -m relay.hosting.brokerchild``): starting processes is hosting's
+work, and this room imports nothing of it.
 
 The face loads each module when a name is first asked for, so a relay on an outside broker never
 loads amqtt.

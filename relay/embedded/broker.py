@@ -50,9 +50,7 @@ from amqtt.errors import BrokerError
 from amqtt.events import BrokerEvents
 from transitions import MachineError
 
-# Shared with the client in ``mqttkit``; re-exported because this is where the relay's side finds them.
-from mqttkit import (DEFAULT_MAX_PAYLOAD, NODELAY, RELAY_USER, BadURL, BrokerAddress, PortInUse,
-                     check_port, free_port, parse_url, wait_event)
+from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, PortInUse, check_port, check_tls_port
 from protocol.codec import MAX_MESSAGE_BYTES
 from protocol.topics import DEFAULT_PREFIX, Topics, valid_id
 from relay.embedded.amqttapi import ReaderAdapter, Session
@@ -61,10 +59,8 @@ from relay.embedded.gate import GATE_BURST_S, GATE_MIN_BURST, ConnectionGate, Li
 from relay.embedded.route import FastPath, ClientWriter, RoutingBroker
 from relay.limits import Intake
 from relay.model import RelayConfig
-from relay.hosting import check_tls_port
 
-__all__ = ["NODELAY", "BadURL", "BrokerAddress", "EmbeddedBroker", "PortInUse", "check_port", "free_port",
-           "parse_url", "wait_event", "RELAY_USER", "TLSListener"]
+__all__ = ["EmbeddedBroker", "TLSListener"]
 
 log = logging.getLogger("blink.broker")
 

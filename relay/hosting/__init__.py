@@ -8,8 +8,10 @@ one relay of a cluster. ``ChildServer`` (``localproc.py``) is the same in a chil
 (``python -m relay.hosting.localchild``), so a window and its relay never share an event loop.
 ``serve.py`` is ``blink serve``: it picks and starts a broker of its own (``servebroker.py``: an
 installed Mosquitto configured by ``mosquitto.py``, else the embedded broker in a child process),
-then the relay, and advertises it on the LAN (``lanhost.py``). ``memdiag.py`` tunes malloc and
-writes the memory diagnostics a benchmark asks for.
+then the relay, and advertises it on the LAN (``lanhost.py``). Each child starts the same way
+(``localproc.child_settings``): the relay's in ``localchild.py``, the embedded broker's in
+``brokerchild.py`` (``python -m relay.hosting.brokerchild``). The diagnostics a benchmark asks for
+are read here, once (``relay.memdiag.Diagnostics.from_environ``), and handed down.
 
 These are the entry points the client's commands import (tests/test_imports.py). The face loads
 each module when a name is first asked for.
@@ -23,16 +25,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from relay.hosting import lanhost as lanhost
     from relay.hosting.local import ClusterServer as ClusterServer, LocalServer as LocalServer, cluster_server as cluster_server, public_nats as public_nats, public_url as public_url, sqlite_opener as sqlite_opener, start_local as start_local, temporary_data_dir as temporary_data_dir
-    from relay.hosting.localproc import ChildServer as ChildServer, child_settings as child_settings
-    from relay.hosting import memdiag as memdiag
+    from relay.hosting.localproc import ChildServer as ChildServer
     from relay.hosting.mosquitto import broker_user as broker_user, write_mosquitto_config as write_mosquitto_config
     from relay.hosting.serve import ServeError as ServeError, ServeOptions as ServeOptions, read_password as read_password, serve_relay as serve_relay
-    from relay.hosting.servebroker import check_tls_port as check_tls_port, share_a_port as share_a_port
+    from relay.hosting.servebroker import share_a_port as share_a_port
 
 #: Each name of the face and the module of this package that defines it.
-_WHERE: dict[str, str] = {"ChildServer": "localproc", "ClusterServer": "local", "LocalServer": "local", "ServeError": "serve", "ServeOptions": "serve", "broker_user": "mosquitto", "check_tls_port": "servebroker", "child_settings": "localproc", "cluster_server": "local", "lanhost": "lanhost", "memdiag": "memdiag", "public_nats": "local", "public_url": "local", "read_password": "serve", "serve_relay": "serve", "share_a_port": "servebroker", "sqlite_opener": "local", "start_local": "local", "temporary_data_dir": "local", "write_mosquitto_config": "mosquitto"}
+_WHERE: dict[str, str] = {"ChildServer": "localproc", "ClusterServer": "local", "LocalServer": "local", "ServeError": "serve", "ServeOptions": "serve", "broker_user": "mosquitto", "cluster_server": "local", "lanhost": "lanhost", "public_nats": "local", "public_url": "local", "read_password": "serve", "serve_relay": "serve", "share_a_port": "servebroker", "sqlite_opener": "local", "start_local": "local", "temporary_data_dir": "local", "write_mosquitto_config": "mosquitto"}
 
-__all__ = ["ChildServer", "ClusterServer", "LocalServer", "ServeError", "ServeOptions", "broker_user", "check_tls_port", "child_settings", "cluster_server", "lanhost", "memdiag", "public_nats", "public_url", "read_password", "serve_relay", "share_a_port", "sqlite_opener", "start_local", "temporary_data_dir", "write_mosquitto_config"]
+__all__ = ["ChildServer", "ClusterServer", "LocalServer", "ServeError", "ServeOptions", "broker_user", "cluster_server", "lanhost", "public_nats", "public_url", "read_password", "serve_relay", "share_a_port", "sqlite_opener", "start_local", "temporary_data_dir", "write_mosquitto_config"]
 
 if not TYPE_CHECKING:  # the type checker reads the imports above; a run loads each module when first asked
     def __getattr__(name: str) -> object:

@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, TLSTrust, free_port, parse_url, stop_task
 from protocol.topics import Topics
 from relay.core import RelayConfig
-from relay.ownership import ShardedSpace, StaticOwnership
-from relay.hosting.memdiag import Diagnostics
+from relay.cluster import ShardedSpace
+from relay.ownership import StaticOwnership
+from relay.memdiag import Diagnostics
 from relay.runtime import Relay, RelaySettings
 from relay.sealing import Sealing, load_identity
 from relay.shard import ClusterError, ConfigConflict
@@ -101,7 +102,7 @@ class LocalServer:
         sealing = Sealing(load_identity(self.data_dir), topics) if seal and relay else None
         #: Where players connect (never the relay's credentials; with the relay's pin when it seals).
         self.address: BrokerAddress = relay_address.public().pinned(sealing.pin if sealing else None)
-        # (the documented diagnostic variables: relay/hosting/memdiag.py)
+        # (the documented diagnostic variables: relay/memdiag.py)
         settings = RelaySettings(topics, config or RelayConfig(), seed, log_path=Path(log_path) if log_path else None,
                                  max_payload=max_payload, diagnostics=Diagnostics.from_environ())
         self.relay = Relay(relay_address, settings, seal=sealing) if relay else None
@@ -245,7 +246,7 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
     topics = Topics((topics or Topics()).prefix)
     config = config or RelayConfig()
     settings = RelaySettings(topics, config, log_path=Path(log_path) if log_path else None, max_payload=max_payload,
-                             diagnostics=Diagnostics.from_environ())  # (documented: relay/hosting/memdiag.py)
+                             diagnostics=Diagnostics.from_environ())  # (documented: relay/memdiag.py)
     if cluster_url is None:
         if shards is None or data_dir is None:
             raise ValueError("without a cluster a relay needs its shards and a data directory")

@@ -260,7 +260,7 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
                                   tls_port=tls_port if tls is not None else None, tls_host=tls_host)
     if options.embedded and options.broker:
         raise usage("--embedded runs the embedded broker: leave out --broker")
-    from relay.hosting.memdiag import Diagnostics
+    from relay.memdiag import Diagnostics
     from relay.hosting.servebroker import BrokerChild, BrokerFailed, choose
 
     child: BrokerChild | None = None

@@ -14,7 +14,7 @@ any broker (``BrokerChild``):
   access rules, a fresh relay password, the size limits), in a temporary directory that is
   removed when it stops. Mosquitto is a compiled broker: it holds far more matches per core.
 - ``embedded``: the embedded amqtt broker (relay/embedded/broker.py, with its access rules, relay secret,
-  rate gate and size limits), in ``python -m relay.embedded.child``: the fallback with nothing else
+  rate gate and size limits), in ``python -m relay.hosting.brokerchild``: the fallback with nothing else
   installed, and what ``--embedded`` forces.
 
 With a certificate and key (``tls``) the broker also listens with TLS, on ``tls_host`` (default:
@@ -56,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, PortInUse, Scheme, check_port
+from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, Scheme, check_port, check_tls_port
 from protocol.topics import DEFAULT_PREFIX
 from relay.model import RelayConfig
 from relay.hosting.mosquitto import is_loopback, share_a_port
@@ -118,15 +118,6 @@ def _connect_host(host: str) -> str:
     return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
 
-def check_tls_port(host: str, port: int) -> None:
-    """``PortInUse`` naming the TLS listener and ``--tls-port`` if nothing can listen on host:port."""
-    try:
-        check_port(host, port)
-    except PortInUse as exc:
-        raise PortInUse(f"TLS port {port} on {host} is already in use (another program, perhaps a broker, listens "
-                        f"there): pick another with --tls-port") from exc
-
-
 def listeners_text(listeners: list[tuple[Scheme, str, int]]) -> str:
     """Where each listener (scheme, bind address, port) is and who can reach it; when only this
     machine can, how to open it to others."""
@@ -151,7 +142,7 @@ class BrokerChild:
                  tls_host: str | None = None, profile: str | None = None) -> None:
         self.kind: BrokerKind = kind
         #: The embedded broker's cProfile statistics go to this file when it stops (a diagnostic:
-        #: ``BLINK_BROKER_PROFILE``, relay/hosting/memdiag.py); None: not profiled.
+        #: ``BLINK_BROKER_PROFILE``, relay/memdiag.py); None: not profiled.
         self.profile = profile
         #: (certificate, key, port) of a TLS listener beside the plain one, or None; on ``tls_host``.
         self.tls = tls
@@ -266,10 +257,10 @@ class BrokerChild:
                     "config": self.config.to_plain(), "tls": None if self.tls is None else [*self.tls, self.tls_host],
                     "profile": self.profile}
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relay.embedded.child", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "relay.hosting.brokerchild", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(settings).encode() + b"\n")  # plain data (relay/embedded/child.py)
+        self.proc.stdin.write(json.dumps(settings).encode() + b"\n")  # plain data (relay/hosting/brokerchild.py)
         await self.proc.stdin.drain()
         try:
             line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
@@ -348,5 +339,5 @@ def _private(path: Path, user: pwd.struct_passwd | None) -> Path:
     return path
 
 
-__all__ = ["BrokerChild", "BrokerFailed", "BrokerKind", "check_tls_port", "choose", "find_mosquitto", "listeners_text",
+__all__ = ["BrokerChild", "BrokerFailed", "BrokerKind", "choose", "find_mosquitto", "listeners_text",
            "share_a_port"]

@@ -8,9 +8,16 @@ reads; ``Lobby`` creates, pairs and joins matches; ``Referee`` judges plays and 
 ``Gate`` paces each client; ``Answers`` remembers what was answered so a resent request gets the
 same answer; ``Deadlines`` fires what is due; ``Events`` keeps each match's recent events for a
 resync; ``Housekeeping`` forgets what nobody needs any more. Each part says more in its header.
+``codes.py`` is the arithmetic of match codes (which codes name which shard), which the lobby draws
+from and the cluster's routing reads.
+
+The judge imports nothing else of the relay but its pure neighbours ``relay.model`` (plain data),
+``relay.limits`` (token buckets, the deadline heap) and ``relay.fair`` (the fair-order scheduler):
+every room of the relay may import the judge, never the reverse (tests/test_layering.py).
 """
 
 from relay.judge.answers import ACCEPTED_SEQ_BITS, REMEMBERED_ANSWERS, Answers
+from relay.judge.codes import CODE_ALPHABET, CODE_LEN, CODE_SPACE, code_in_shard, code_number, codes_in_shard
 from relay.judge.deadlines import Deadlines
 from relay.judge.events import PAST_EVENTS, Events, past_event
 from relay.judge.gate import Gate
@@ -19,5 +26,6 @@ from relay.judge.lobby import Lobby
 from relay.judge.referee import Referee
 from relay.judge.tables import ORDERS, Tables
 
-__all__ = ["ACCEPTED_SEQ_BITS", "ORDERS", "PAST_EVENTS", "REMEMBERED_ANSWERS", "Answers", "Deadlines", "Events", "Gate",
-           "Housekeeping", "Lobby", "Referee", "Tables", "past_event"]
+__all__ = ["ACCEPTED_SEQ_BITS", "CODE_ALPHABET", "CODE_LEN", "CODE_SPACE", "ORDERS", "PAST_EVENTS", "REMEMBERED_ANSWERS", "Answers", "Deadlines", "Events", "Gate",
+           "Housekeeping", "Lobby", "Referee", "Tables", "code_in_shard", "code_number", "codes_in_shard",
+           "past_event"]

@@ -27,7 +27,7 @@ from protocol.codec import DecodeCode, DecodeError, decode
 from protocol.match import abandoned, left
 from protocol.rules import canonical, game_for
 from protocol.topics import valid_id
-from relay.cluster import shards
+from relay.judge.codes import draw_code
 from relay.judge.deadlines import Deadlines
 from relay.judge.events import Events
 from relay.judge.gate import Gate
@@ -35,7 +35,6 @@ from relay.judge.referee import Referee
 from relay.judge.tables import DETAIL_CHARS, NS, ORDERS, Tables
 from relay.model import LogRecord, Match, Out, Publish, Seat
 
-CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
 MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``grace_s`` setting)
 #: The lobby's own refusals of a request (a decoding error's code comes from the codec).
 RequestRefusal = Literal["too_many_matches", "relay_full", "bad_settings", "no_such_match", "match_full",
@@ -108,12 +107,9 @@ class Lobby:
 
     def new_code(self) -> str:
         total = self.t.config.shards_total
+        shard = int(self.t.topics.shard) if total > 1 else 0  # several relays: the code names this core's shard
         while True:
-            if total > 1:  # several relays: the code names this core's shard (relay/cluster/shards.py)
-                shard = int(self.t.topics.shard)
-                code = shards.code_in_shard(self.codes.randbelow(shards.codes_in_shard(shard, total)), shard, total)
-            else:
-                code = "".join(CODE_ALPHABET[self.codes.randbelow(len(CODE_ALPHABET))] for _ in range(5))
+            code = draw_code(self.codes, shard, total)  # (relay/judge/codes.py)
             if code not in self.t.matches:
                 return code
 

@@ -11,7 +11,7 @@ How this works
   to the write of their step's outputs) to FILE when it stops (``write_residence``);
 - ``BLINK_MEMDUMP=FILE`` and ``BLINK_MEMDUMP_FRAMES=N``: the memory reports below;
 - ``BLINK_BROKER_PROFILE=FILE``: ``blink serve``'s embedded broker runs under cProfile and writes
-  its statistics to FILE when it stops (``relay/embedded/child.py``).
+  its statistics to FILE when it stops (``relay/hosting/brokerchild.py``).
 
 When ``memdump`` names a file (``{pid}`` in it is replaced by the process id), the relay
 calls ``install`` as it starts: ``tracemalloc`` traces every Python allocation from then on

@@ -1,9 +1,9 @@
-"""The embedded broker in a process of its own: ``python -m relay.embedded.child PARENT_PID``.
+"""The embedded broker in a process of its own: ``python -m relay.hosting.brokerchild PARENT_PID``.
 
 How this works
 --------------
 See relay/hosting/servebroker.py: ``blink serve`` sends the broker's settings (one JSON line on stdin);
-this process starts a ``relay.embedded.broker.EmbeddedBroker`` (the access rules, the rate gate and the size
+this process starts a ``relay.embedded.EmbeddedBroker`` (the access rules, the rate gate and the size
 limits are the broker's own) and answers with one JSON line on a private copy of its stdout --
 ``{"ready": true, "secret": ...}``, the relay's login for this start, or ``{"error": ...}``. It
 stops the broker and exits when its stdin reaches EOF or on SIGTERM (its parent stops it), and is
@@ -13,7 +13,7 @@ that is installed (a dependency wherever it builds): amqtt spends most of its ti
 own machinery -- a task and a few callbacks for every packet -- and uvloop roughly halves it. Once the
 broker serves, what start-up made is frozen out of the garbage collector's way (``gc.freeze``): its
 full passes under load then walk only what the connections make. A ``profile`` file in the
-settings (the diagnostic ``BLINK_BROKER_PROFILE=FILE`` of ``blink serve``, relay/hosting/memdiag.py)
+settings (the diagnostic ``BLINK_BROKER_PROFILE=FILE`` of ``blink serve``, relay/memdiag.py)
 runs the process under cProfile and writes its statistics there when it stops
 (``bench/serve_curve.py --profile``).
 """
@@ -27,11 +27,11 @@ import signal
 import sys
 from typing import IO
 
-from relay.hosting import child_settings
+from relay.hosting.localproc import child_settings
 
 
 async def _serve(settings: dict[str, object], out: IO[str]) -> int:
-    from relay.embedded.broker import EmbeddedBroker
+    from relay.embedded import EmbeddedBroker
     from relay.model import RelayConfig
 
     config = settings["config"]
