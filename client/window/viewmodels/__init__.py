@@ -4,10 +4,12 @@ How this works
 --------------
 Each scene of the window is split in two:
 
-- a *view-model* here: it reads the ``ClientModel`` (``client/model.py``) and the time it is given
-  (``now_ns``), keeps the little state a screen needs between frames (which hand card is selected,
-  a bounce in flight, when the countdown ends, the last message), and answers "what is on the
-  screen now" as plain data (frozen dataclasses, strings, numbers);
+- a *view-model* here: it reads the client model (``client/model.py``) through ``ClientView``
+  (``clientview.py``: what the window reads, read-only; a game's state narrowed to that game's
+  class) and the time it is given (``now_ns``), keeps the little state a screen needs between
+  frames (which hand card is selected, a bounce in flight, when the countdown ends, the last
+  message), and answers "what is on the screen now" as plain data (frozen dataclasses, strings,
+  numbers);
 - a *renderer* in ``client/window/scenes/``: pyglet batches built once, brought in line with what
   the view-model says when it changed, and input handlers that ask the view-model what a key or a
   click means before sending the action.
