@@ -438,7 +438,7 @@ class SeatClient:
             if ev.game_index != self.view_game or self.state() is None:
                 self.ahead[ev.seq] = ev  # a new game: its whole view comes first
                 break
-            view = RULES.apply_event(self._state, self.seat, ev.type, ev.data)  # type: ignore[misc]
+            view = RULES.apply_event(self._state, self.seat, RULES.decode_event(ev))  # type: ignore[misc]
             update = self.private.pop(ev.seq, None)
             if update is not None:
                 view = RULES.apply_private(view, self.seat, update.delta)  # type: ignore[misc]

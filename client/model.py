@@ -597,7 +597,7 @@ class ClientModel:
                 return moved
             del self.ahead[ev.seq]
             try:
-                state = apply_event(p.confirmed, seat, ev.type, ev.data)
+                state = apply_event(p.confirmed, seat, p.rules.decode_event(ev))
             except (ValueError, KeyError, TypeError, IndexError) as exc:
                 self._doubt(out, exc)
                 return moved

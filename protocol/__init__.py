@@ -9,6 +9,7 @@ class it has always been (``ValueError``), so code that catches that still catch
     ProtocolError
     ├── DecodeError      bytes that are not a message of this protocol version (protocol.codec)
     ├── SealError        a sealed payload refused, ``reason`` in a word (protocol.seal)
+    ├── BadEvent         an event whose map does not fit its class (protocol.events)
     ├── NotALog          text that is not an event log at all: exit status 2 (protocol.verify)
     └── FalseDecision    a fair-order decision line that contradicts the rules (protocol.fairlog)
 """

@@ -125,19 +125,23 @@ def fast_init(cls: type[T]) -> type[T]:
     ``__dict__``. The one dataclasses generates calls ``object.__setattr__`` per field (to get past
     the frozen ``__setattr__``): about 0.3 us a field, and the relay builds several messages per play.
     Same signature, defaults and default factories; the instance is the same (the class, its
-    ``__setattr__``, equality and hash are untouched). A class with ``__post_init__``, init-only or
-    keyword-only fields, slots or fields left out of ``__init__`` keeps the dataclasses one."""
+    ``__setattr__``, equality and hash are untouched); keyword-only fields stay keyword-only. A class
+    with ``__post_init__``, init-only fields, slots or fields left out of ``__init__`` keeps the
+    dataclasses one."""
     if (not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" in vars(cls)
             or getattr(cls, "__dataclass_params__").frozen is not True):
         return cls
     fields = dataclasses.fields(cls)
-    if any(not f.init or f.kw_only is True or not f.name.isidentifier() for f in fields):
+    if any(not f.init or not f.name.isidentifier() for f in fields):
         return cls
     if any(f._field_type is not dataclasses._FIELD for f in vars(cls)["__dataclass_fields__"].values()):  # type: ignore[attr-defined]
         return cls  # an InitVar or ClassVar: leave it to dataclasses
     namespace: dict[str, Any] = {"_MISSING_ARG": _MISSING_ARG}
-    params, body = [], []
+    positional: list[str] = []
+    keywords: list[str] = []  # after a ``*``, as dataclasses puts keyword-only fields
+    body: list[str] = []
     for f in fields:
+        params = keywords if f.kw_only is True else positional
         if f.default is not dataclasses.MISSING:
             namespace[f"_default_{f.name}"] = f.default
             params.append(f"{f.name}=_default_{f.name}")
@@ -149,6 +153,7 @@ def fast_init(cls: type[T]) -> type[T]:
         else:
             params.append(f.name)
             body.append(f"    attrs[{f.name!r}] = {f.name}")
+    params = positional + (["*", *keywords] if keywords else [])
     source = f"def __init__(self{''.join(', ' + p for p in params)}):\n    attrs = self.__dict__\n"
     source += "\n".join(body) + ("\n" if body else "    pass\n")
     exec(compile(source, f"<fast_init {cls.__name__}>", "exec"), namespace)  # noqa: S102 - our own source

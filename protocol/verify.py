@@ -68,10 +68,12 @@ from typing import Any, Callable, Generic, Hashable, Iterable, Iterator, Literal
 from protocol.chance import SeededChance, commitment
 from protocol.fairlog import check as check_decisions
 from protocol.fairlog import is_decision
-from protocol.match import RUNNING, MatchEnd, MatchStatus, abandoned, after_game, left
-from protocol.records import plain, with_names
+from protocol.events import PublicEvent, TypedEvent, public_data, wire_name
+from protocol.match import (MATCH_EVENTS, RUNNING, GameResult, MatchEnd, MatchStatus, PlayerDropped, PlayerReturned,
+                            abandoned, after_game, left)
+from protocol.records import plain
 from protocol.rules import AnyGame, game_for
-from protocol.rules.base import SYSTEM, Accepted, Game, PublicEvent
+from protocol.rules.base import SYSTEM, Accepted, Game
 from protocol import ProtocolError
 
 S = TypeVar("S")
@@ -80,9 +82,6 @@ A = TypeVar("A")
 #: Fields of the envelope, not of an event's data. ``shard``: in the log of a relay of several shards,
 #: the shard whose judge made the line (the same for every line of a match).
 ENVELOPE = ("seq", "ts", "type", "game", "match", "shard")
-#: Events the relay makes itself around the games (everything else comes from a rule engine).
-MATCH_TYPES = frozenset({"match_created", "seat_taken", "seat_left", "game_started", "game_result", "match_over",
-                         "rematch_requested", "rematch_started", "match_expired"})
 #: The relay's own log says so on its first line: a relay's log may hold no match at all.
 RELAY_STARTED = "relay_started"
 #: ``blink latency --log`` puts the impairment it measured under before its local relay's log.
@@ -91,7 +90,10 @@ ORDERS = ("arrival", "fair")
 #: A player's connection dropping and coming back during a running match: they may fall anywhere in
 #: a game, so they are checked on their own (a seated player, dropped before returned) and taken out
 #: of the game's events before those are replayed.
-PRESENCE_TYPES = frozenset({"player_dropped", "player_returned"})
+PRESENCE_TYPES = frozenset({PlayerDropped.TYPE, PlayerReturned.TYPE})
+#: Events the relay makes itself around the games (everything else comes from a rule engine), but
+#: those of a player's presence.
+MATCH_TYPES = frozenset(MATCH_EVENTS) - PRESENCE_TYPES
 MAX_GRACE_S = 600.0
 NS = 1_000_000_000
 #: Distinct consistent states kept while hidden choices are still open; more means the log is
@@ -485,18 +487,17 @@ def _candidates(rules: Game[S, A], hint: Hint[S, A] | None, hyp: Hypothesis[S, A
         for action in (proposed if proposed is not None else rules.legal_actions(hyp.state, seat)):
             yield seat, action, None, None
 
-def _match_group(produced: Sequence[dict[str, Any]], names: Sequence[str], logged: list[dict[str, Any]],
+def _match_group(produced: Sequence[TypedEvent], names: Sequence[str], logged: list[dict[str, Any]],
                  events: Sequence[Record], pos: int, miss: _Miss) -> int:
     """How many logged events from ``pos`` this group explains: all of them, or 0."""
     ts = events[pos].data.get("ts")
     for i, ev in enumerate(produced):
         at = pos + i
         if at >= len(events):
-            miss.note(at, f"the rules give {ev.get('type')} here", 100)
+            miss.note(at, f"the rules give {wire_name(ev)} here", 100)
             return 0
-        data = dict(ev)
-        etype = data.pop("type", None)
-        expected = with_names(data, names)
+        etype = wire_name(ev)
+        expected = public_data(ev, names)
         rec = events[at]
         if rec.type != etype:
             miss.note(at, f"the rules give {etype} here", 100)
@@ -605,7 +606,7 @@ def _abandoned(rec: Record, names: Sequence[str], away: dict[int, tuple[int, flo
     late = [s for s, (at, grace) in away.items() if at + int(grace * NS) <= now and s not in gone]
     if not late:
         raise _fail(rec, "match_over abandoned, but no dropped player's grace period had run out")
-    _expect(rec, "match_over", game, with_names(abandoned(seats, late, gone).event(wins), names))
+    _expect(rec, "match_over", game, public_data(abandoned(seats, late, gone).event(wins), names))
 
 
 def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Report) -> None:
@@ -693,7 +694,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 if i >= n:
                     running = True  # the log ends within the step that ends the match
                     break
-                _expect(recs[i], "match_over", gi(), with_names(left(seats, seat, gone).event(wins), names))
+                _expect(recs[i], "match_over", gi(), public_data(left(seats, seat, gone).event(wins), names))
                 status = "over"
         elif t == "match_expired":
             after = rec.data.get("after_s")
@@ -780,9 +781,9 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             for o in outcomes:
                 ws = list(o.winners)
                 new_wins = [w + (1 if s in ws else 0) for s, w in enumerate(wins)]
-                expected.append((new_wins, ws, o.reason, with_names(
-                    {"winner": ws[0] if len(ws) == 1 else None, "winners": ws, "reason": o.reason,
-                     "scores": list(o.scores), "wins": new_wins, "seed": seed, **plain(o.extra)}, names)))
+                expected.append((new_wins, ws, o.reason, public_data(GameResult(
+                    winner=ws[0] if len(ws) == 1 else None, winners=tuple(ws), reason=o.reason, scores=o.scores,
+                    wins=tuple(new_wins), seed=seed, extra=plain(o.extra)), names)))
             got = body(end)
             hit = next((e for e in expected if same(e[3], got)), None)
             if end.data.get("game") != game_index:
@@ -798,7 +799,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 if i >= n:
                     running = True
                     break
-                _expect(recs[i], "match_over", game_index, with_names(over.event(wins), names))
+                _expect(recs[i], "match_over", game_index, public_data(over.event(wins), names))
                 status = "over"
             else:
                 status = "between"

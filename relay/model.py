@@ -16,11 +16,8 @@ from typing import Any, Callable, Literal, Mapping
 
 from protocol.chance import SeededChance
 from protocol.codec import fast_init
-from protocol.match import MatchStatus
+from protocol.match import MatchStatus, Order
 from protocol.rules.base import Game
-
-#: How simultaneous plays are ordered: as they arrive, or by reaction time (``relay/fair.py``).
-Order = Literal["arrival", "fair"]
 
 STATE_HISTORY = 256  # per match: states kept to tell a lost race from a plain mistake ...
 #: ... but only those younger than this (a race is lost within a round trip; the last few always stay):

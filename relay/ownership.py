@@ -53,10 +53,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from protocol.match import Order
 from protocol.topics import Topics
 from relay.core import RelayConfig, RelayCore
 from relay.storage import Journal
-from relay.model import Order
 
 OnGain = Callable[[str, int], Awaitable[None]]
 OnLoss = Callable[[str], Awaitable[None]]

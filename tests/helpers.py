@@ -9,6 +9,8 @@ import subprocess
 import time
 from typing import Any, Awaitable, Callable, TypeVar
 
+from protocol.events import TypedEvent, event_data, wire_name
+from protocol.records import plain
 from protocol.rules.base import Accepted
 
 
@@ -26,6 +28,12 @@ def ok(result: Any) -> Any:
     """The accepted result of an engine call (the test fails with the rejection otherwise)."""
     assert isinstance(result, Accepted), result
     return result
+
+
+def maps(events: "tuple[TypedEvent, ...] | list[TypedEvent]") -> tuple[dict[str, Any], ...]:
+    """Engine events as the maps the relay's wire carries them in (seats as ints, the wire name under
+    ``type``): what the rule tests compare, so they hold the wire form too."""
+    return tuple({"type": wire_name(e), **plain(event_data(e))} for e in events)
 
 
 # --- waiting on a condition -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from protocol.rules import blink
 from protocol.rules.base import SYSTEM, Accepted, FixedChance, Rejected
-from tests.helpers import RandomChance
+from tests.helpers import RandomChance, maps
 from protocol.rules.blink import Card, DrawCard, PickCard, PickTimeout, PlayCard, ResolveStalemate, StartRace
 
 C = Card.parse
@@ -127,7 +127,7 @@ def test_centre_cards_face_down_until_start_then_both_revealed_together() -> Non
         assert all(c is None for p in blink.view(state, seat).piles for c in p)
     r = blink.apply(state, SYSTEM, StartRace())
     assert isinstance(r, Accepted)
-    revealed = [e for e in r.events if e["type"] == "card_revealed"]
+    revealed = [e for e in maps(r.events) if e["type"] == "card_revealed"]
     assert [(e["player"], e["pile"]) for e in revealed] == [(0, 0), (1, 1)]
     assert [e["card"] for e in revealed] == [str(state.piles[0][0]), str(state.piles[1][0])]
 
@@ -157,8 +157,8 @@ def test_play_onto_either_pile_when_it_matches_and_refill_to_three() -> None:
     assert s2.top(1) == C("4-yellow-star")
     assert s2.hands[0] == (C("1-red-moon"), C("2-red-moon"), C("5-green-star"))
     assert s2.draw[0] == (C("5-blue-star"),)
-    assert [e["type"] for e in r.events][:2] == ["card_played", "hand_refilled"]
-    assert r.events[0] == {"type": "card_played", "player": 0, "card": "4-yellow-star", "pile": 1}
+    assert [e["type"] for e in maps(r.events)][:2] == ["card_played", "hand_refilled"]
+    assert maps(r.events)[0] == {"type": "card_played", "player": 0, "card": "4-yellow-star", "pile": 1}
 
 
 def test_play_that_does_not_match_is_rejected_and_the_card_stays() -> None:
@@ -231,7 +231,7 @@ def test_first_player_with_empty_hand_and_draw_pile_wins() -> None:
     r = blink.apply(s, 0, PlayCard("4-yellow-star", 0))
     s2 = ok(r)
     assert s2.phase == "over" and s2.winner == 0
-    assert r.events[-1] == {"type": "game_over", "winner": 0, "reason": "out_of_cards"}
+    assert maps(r.events)[-1] == {"type": "game_over", "winner": 0, "reason": "out_of_cards"}
     assert blink.outcome(s2) is not None and blink.outcome(s2).winners == (0,)  # type: ignore[union-attr]
     r2 = blink.apply(s2, 1, PlayCard("2-red-moon", 1))
     assert isinstance(r2, Rejected) and r2.code == "game_over"
@@ -250,7 +250,7 @@ def stalled_state(draws: tuple[list[str], list[str]], hands: tuple[list[str], li
 def after(state: blink.State, player: int | None, action: object) -> tuple[blink.State, tuple[dict, ...]]:
     r = blink.apply(state, player, action)
     assert isinstance(r, Accepted), r
-    return r.state, r.events
+    return r.state, maps(r.events)
 
 
 def test_stalemate_is_detected_and_play_pauses() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from protocol import messages as m
 from protocol.rules import game_for
+from protocol.rules.blink import RaceResumed
 from mqttkit import BrokerAddress, free_port
 from relay.core import PAST_EVENTS, Publish
 from client.bots import Bot
@@ -293,7 +294,7 @@ def test_the_relay_keeps_a_bounded_past_per_match() -> None:
     code = h.start_match()
     match = h.core.matches[code]
     for _ in range(PAST_EVENTS + 10):
-        h.core.events.event(match, h.now, [], {"type": "race_resumed"})
+        h.core.events.event(match, h.now, [], RaceResumed())
     h.tick(1.0)
     out = h.send(T.req("w"), m.Resync(code, from_seq=1))
     got = [x.seq for x in h.to("w", out) if isinstance(x, m.Event)]

@@ -24,7 +24,7 @@ from protocol.match import FORFEIT
 from protocol.rules.base import SYSTEM, Accepted, PlayerLeft, Rejected
 from protocol.verify import parse_log, verify
 from relay.core import Publish
-from tests.helpers import DEADLINE_S, wait_until
+from tests.helpers import DEADLINE_S, maps, wait_until
 from tests.test_heal import Procs, log_records, read_line, serve
 from tests.test_send_less import T, Table
 from tests.test_window import xdisplay  # noqa: F401 - the Xvfb fixture
@@ -75,7 +75,7 @@ def play_engine(name: str, seats: int, seed: int, leave_at: list[int]) -> tuple[
             result = rules.apply(state, p, action)
         assert isinstance(result, Accepted), result
         state = result.state
-        events.extend(result.events)
+        events.extend(maps(result.events))
         for seat in left:  # a leaver is out: nothing to do, nothing accepted from them
             assert rules.legal_actions(state, seat) == []
             assert rules.bot_action(rules.view(state, seat), seat, chance.copy()) is None
@@ -131,7 +131,7 @@ def test_takeaway_the_turn_of_a_leaver_passes_and_the_order_keeps_its_cycle() ->
     rules, state, _ = started("takeaway", 4)
     order, now = list(state.order), state.current
     after = left(rules, state, now)
-    assert [e["type"] for e in after.events] == ["player_left", "turn_started"]
+    assert [e["type"] for e in maps(after.events)] == ["player_left", "turn_started"]
     assert after.state.current == order[(order.index(now) + 1) % 4]
     rest = [p for p in order if p != now]
     cycle = [after.state.order[(after.state.turn + i) % 3] for i in range(3)]
@@ -161,7 +161,7 @@ def test_sequence_a_team_plays_on_for_its_leaver_and_loses_only_when_both_are_go
     outcome = rules.outcome(two.state)
     assert outcome is not None and outcome.reason == FORFEIT
     assert sorted(outcome.winners) == sorted({0, 1, 2, 3} - {seat, mate[seat]})
-    assert two.events[-1]["type"] == "game_over" and two.events[-1]["reason"] == FORFEIT
+    assert maps(two.events)[-1]["type"] == "game_over" and maps(two.events)[-1]["reason"] == FORFEIT
 
 
 def test_sequence_three_players_the_leavers_chips_stay_and_turns_skip_them() -> None:
@@ -196,10 +196,10 @@ def test_ryo_a_leaver_who_built_in_secret_is_shown_and_the_others_are_revealed()
     state = rules.apply(state, 0, builds[0]).state  # type: ignore[union-attr]
     state = rules.apply(state, 1, builds[1]).state  # type: ignore[union-attr]
     after = left(rules, state, 2)  # the last to build leaves: the two built dice are revealed at once
-    assert [e["type"] for e in after.events] == ["player_left", "dice_revealed", "round_started"]
-    assert after.events[0]["die"] is None and after.state.rolling == (0, 1)
+    assert [e["type"] for e in maps(after.events)] == ["player_left", "dice_revealed", "round_started"]
+    assert maps(after.events)[0]["die"] is None and after.state.rolling == (0, 1)
     again = left(rules, rules.apply(started("ryo", 3)[1], 0, builds[0]).state, 0)  # type: ignore[union-attr]
-    assert again.events[0]["die"] == list(builds[0].faces)
+    assert maps(again.events)[0]["die"] == list(builds[0].faces)
 
 
 def test_ryo_a_choice_the_leaver_owed_passes_to_the_next_round() -> None:
@@ -213,7 +213,7 @@ def test_ryo_a_choice_the_leaver_owed_passes_to_the_next_round() -> None:
     assert state.phase == "choice"
     chooser = state.chooser
     after = left(rules, state, chooser)
-    assert [e["type"] for e in after.events] == ["player_left", "round_started"]
+    assert [e["type"] for e in maps(after.events)] == ["player_left", "round_started"]
     assert chooser not in after.state.rolling and after.state.phase == "rolling"
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from protocol.match import FORFEIT, MatchEnd, abandoned, after_game, game_cap, left, wins_needed
+from protocol.events import event_data
+from protocol.match import FORFEIT, MatchEnd, MatchOver, abandoned, after_game, game_cap, left, wins_needed
+from protocol.records import plain
 
 
 def test_a_majority_of_the_games_wins_the_match() -> None:
@@ -29,5 +31,6 @@ def test_a_leave_and_an_abandoned_seat_end_the_match_for_the_others() -> None:
     assert left(3, 0) == MatchEnd(None, (), "forfeit")  # two others: nobody wins alone
     assert left(3, 0, out_of_play=(2,)) == MatchEnd(1, (1,), "forfeit")
     assert abandoned(3, late=(0,)) == MatchEnd(None, (1, 2), "abandoned")
-    assert abandoned(3, late=(0,), out_of_play=(1,)).event([0, 0, 0]) == {
-        "winner": 2, "winners": [2], "reason": "abandoned", "wins": [0, 0, 0]}
+    over = abandoned(3, late=(0,), out_of_play=(1,)).event([0, 0, 0])
+    assert over == MatchOver(winner=2, winners=(2,), reason="abandoned", wins=(0, 0, 0))
+    assert plain(event_data(over)) == {"winner": 2, "winners": [2], "reason": "abandoned", "wins": [0, 0, 0]}

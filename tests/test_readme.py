@@ -322,10 +322,6 @@ def test_the_docs_name_only_files_that_exist() -> None:
     assert not bad, f"the docs name files that are not there: {bad}"
 
 
-def _event_types(source: str) -> set[str]:
-    return set(re.findall(r"\{\"type\": \"([a-z_]+)\"", source))
-
-
 def test_the_event_log_page_documents_every_event_and_record() -> None:
     """docs/event-log.md names every event type the relay and each game's engine publish (each under
     its game), and every kind of record of the relay's own log."""
@@ -335,13 +331,15 @@ def test_the_event_log_page_documents_every_event_and_record() -> None:
                 "takeaway": page.split("**Takeaway Dice events", 1)[1].split("**Sequence Dice events", 1)[0],
                 "sequence": page.split("**Sequence Dice events", 1)[1].split("**Roll Your Own events", 1)[0],
                 "roll_your_own": page.split("**Roll Your Own events", 1)[1]}
-    # The judge publishes the match events (relay/judge/events.py's ``event``); the runtime writes the log.
-    judge = "".join(p.read_text() for p in sorted((ROOT / "relay" / "judge").glob("*.py")))
+    # The judge publishes the match events (protocol/match.py's registry) and each engine its own
+    # (its game's registry); the runtime writes the log.
+    from protocol.match import MATCH_EVENTS
+    from protocol.rules import blink, roll_your_own, sequence, takeaway
+
     relay_src = "".join(p.read_text() for p in sorted((ROOT / "relay").rglob("*.py")))
-    found = {"match": _event_types(judge)}
-    for game in ("blink", "takeaway", "sequence", "roll_your_own"):
-        found[game] = _event_types((ROOT / "protocol" / "rules" / f"{game}.py").read_text())
-    assert len(found["match"]) >= 10 and len(found["roll_your_own"]) >= 15, found  # the scan still finds them
+    found = {"match": set(MATCH_EVENTS), "blink": set(blink.EVENTS), "takeaway": set(takeaway.EVENTS),
+             "sequence": set(sequence.EVENTS), "roll_your_own": set(roll_your_own.EVENTS)}
+    assert len(found["match"]) >= 10 and len(found["roll_your_own"]) >= 15, found
     missing = [f"{where}: {t}" for where, types in found.items() for t in sorted(types)
                if not re.search(rf"`{t}(`|\{{)", sections[where])]
     assert not missing, f"event types docs/event-log.md does not name in their section: {missing}"

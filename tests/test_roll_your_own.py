@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from protocol.rules import roll_your_own as R
 from protocol.rules.base import SYSTEM, FixedChance, Rejected
-from tests.helpers import RandomChance, ok
+from tests.helpers import RandomChance, maps, ok
 
 
 
@@ -44,7 +44,7 @@ def win_rolls(state, seat, n):
             d = state.dice[p]
             vals.append(face_of(d, max(d)) if p == seat else face_of(d, min(d)))
         res = roll(state, *vals)
-        events.extend(res.events)
+        events.extend(maps(res.events))
         state = res.state
     return state, events
 
@@ -56,7 +56,7 @@ def fire_zero_timers(state, chance, log=None):
             return state
         res = ok(R.apply(state, SYSTEM, R.complete(state, SYSTEM, due[0].action, chance)))
         if log is not None:
-            log.extend(res.events)
+            log.extend(maps(res.events))
         state = res.state
 
 
@@ -77,7 +77,7 @@ def play(state, chance, policy, check=None, max_steps=50000):
             if isinstance(res, Rejected) and res.code == "pool_short" and policy is not R.bot_action:
                 continue  # a view does not show a finite pool: a random build may find it short
             res = ok(res)
-            log.extend(res.events)
+            log.extend(maps(res.events))
             state = res.state
             acted = True
             break
@@ -167,7 +167,7 @@ def test_settings_defaults_and_validation():
 def test_builds_are_secret_until_all_have_built_then_revealed_together():
     state = R.new_game({}, 3, None)
     res = ok(R.apply(state, 1, R.BuildDie((0, 0, 5, 5, 5, 6))))
-    assert res.events == ({"type": "die_built", "player": 1, "timeout": False},)
+    assert maps(res.events) == ({"type": "die_built", "player": 1, "timeout": False},)
     s = res.state
     assert R.view(s, 0).dice == (None, None, None)
     assert R.view(s, 1).dice == (None, (0, 0, 5, 5, 5, 6), None)
@@ -177,8 +177,8 @@ def test_builds_are_secret_until_all_have_built_then_revealed_together():
     assert R.apply(s, 1, R.BuildDie((3, 3, 3, 4, 4, 4))).code == "already_built"
     s = ok(R.apply(s, 0, R.BuildDie((3, 3, 3, 4, 4, 4)))).state
     res = ok(R.apply(s, 2, R.BuildDie((1, 2, 3, 4, 5, 6))))
-    assert [e["type"] for e in res.events] == ["die_built", "dice_revealed", "round_started"]
-    assert res.events[1]["dice"] == [[3, 3, 3, 4, 4, 4], [0, 0, 5, 5, 5, 6], [1, 2, 3, 4, 5, 6]]
+    assert [e["type"] for e in maps(res.events)] == ["die_built", "dice_revealed", "round_started"]
+    assert maps(res.events)[1]["dice"] == [[3, 3, 3, 4, 4, 4], [0, 0, 5, 5, 5, 6], [1, 2, 3, 4, 5, 6]]
     assert R.view(res.state, 0).dice == res.state.dice  # revealed to everyone
     assert res.state.phase == "rolling" and res.state.rolling == (0, 1, 2)
 
@@ -203,9 +203,9 @@ def test_highest_face_wins_the_roll():
     (timer,) = R.timers(state)
     assert timer.name == "roll-0" and timer.delay_ns == 0
     res = roll(state, 5, 0)  # 6 vs 3
-    assert res.events[0] == {"type": "dice_rolled", "kind": "roll", "roll": 0,
+    assert maps(res.events)[0] == {"type": "dice_rolled", "kind": "roll", "roll": 0,
                              "rolls": [{"player": 0, "face": 5, "value": 6}, {"player": 1, "face": 0, "value": 3}]}
-    assert res.events[1] == {"type": "roll_won", "player": 0, "wins": [1, 0]}
+    assert maps(res.events)[1] == {"type": "roll_won", "player": 0, "wins": [1, 0]}
     assert res.state.roll_wins == (1, 0) and res.state.rolls == 1
     assert R.timers(res.state)[0].name == "roll-1"
 
@@ -213,19 +213,19 @@ def test_highest_face_wins_the_roll():
 def test_two_players_a_tie_is_ignored():
     state = built([(1, 2, 3, 4, 5, 6), (3, 3, 3, 4, 4, 4)])
     res = roll(state, 2, 0)  # 3 vs 3
-    assert res.events[1] == {"type": "roll_tied", "players": [0, 1], "ignored": True, "rerolling": [0, 1]}
+    assert maps(res.events)[1] == {"type": "roll_tied", "players": [0, 1], "ignored": True, "rerolling": [0, 1]}
     assert res.state.roll_wins == (0, 0) and res.state.rolling == (0, 1)
 
 
 def test_more_players_the_tied_highest_roll_again_alone():
     state = built([(1, 2, 3, 4, 5, 6), (3, 3, 3, 4, 4, 4), (0, 0, 5, 5, 5, 6)])
     res = roll(state, 4, 0, 2)  # 5, 3, 5
-    assert res.events[1]["type"] == "roll_tied" and res.events[1]["rerolling"] == [0, 2]
+    assert maps(res.events)[1]["type"] == "roll_tied" and maps(res.events)[1]["rerolling"] == [0, 2]
     s = res.state
     assert s.rolling == (0, 2) and s.roll_wins == (0, 0, 0)
     assert R.apply(s, SYSTEM, R.RyoRoll(s.rolls, (0, 0, 0))).code == "malformed"
     res = roll(s, 0, 5)  # 1 vs 6
-    assert res.events[0]["rolls"] == [{"player": 0, "face": 0, "value": 1}, {"player": 2, "face": 5, "value": 6}]
+    assert maps(res.events)[0]["rolls"] == [{"player": 0, "face": 0, "value": 1}, {"player": 2, "face": 5, "value": 6}]
     assert res.state.roll_wins == (0, 0, 1) and res.state.rolling == (0, 1, 2)
 
 
@@ -247,7 +247,7 @@ def test_dice_that_can_never_differ_are_separated_by_lot():
     assert action == R.RyoRoll(0, None, 1)
     assert R.apply(state, SYSTEM, R.RyoRoll(0, (0, 0))).code == "incomplete"
     res = ok(R.apply(state, SYSTEM, action))
-    assert res.events[0]["type"] == "lot_drawn" and res.events[0]["player"] == 1
+    assert maps(res.events)[0]["type"] == "lot_drawn" and maps(res.events)[0]["player"] == 1
     assert res.state.roll_wins == (0, 1)
     # Different dice are rolled normally, even if they tie sometimes.
     s2 = built([(3, 3, 3, 3, 3, 3), (3, 3, 3, 3, 3, 4)])
@@ -282,9 +282,9 @@ def test_option_a_raise_one_face_by_one():
     s = _round_won()
     res = ok(R.apply(s, 1, R.RaiseFace(3)))
     assert res.state.dice[1] == (3, 3, 3, 5, 4, 4)
-    assert res.events[0] == {"type": "face_raised", "player": 1, "face": 3, "value": 5, "die": [3, 3, 3, 5, 4, 4],
+    assert maps(res.events)[0] == {"type": "face_raised", "player": 1, "face": 3, "value": 5, "die": [3, 3, 3, 5, 4, 4],
                              "timeout": False}
-    assert res.events[1] == {"type": "round_started", "ryo_game": 1, "round": 2}
+    assert maps(res.events)[1] == {"type": "round_started", "ryo_game": 1, "round": 2}
     assert res.state.phase == "rolling" and res.state.roll_wins == (0, 0) and res.state.round == 2
     assert R.apply(s, 1, R.RaiseFace(6)).code == "malformed"
 
@@ -292,14 +292,14 @@ def test_option_a_raise_one_face_by_one():
 def test_option_b_the_winner_lowers_a_face_of_their_choice():
     s = _round_won()
     res = ok(R.apply(s, 1, R.LowerWinner()))
-    assert res.events == ({"type": "lower_chosen", "player": 1, "winner": 0, "timeout": False},)
+    assert maps(res.events) == ({"type": "lower_chosen", "player": 1, "winner": 0, "timeout": False},)
     s = res.state
     assert s.phase == "lower"
     assert R.legal_actions(s, 0) == [R.LowerFace(i) for i in range(6)]
     assert R.apply(s, 1, R.LowerFace(0)).code == "not_your_turn"
     res = ok(R.apply(s, 0, R.LowerFace(5)))
     assert res.state.dice[0] == (1, 2, 3, 4, 5, 5)
-    assert res.events[0]["type"] == "face_lowered" and res.events[0]["player"] == 0
+    assert maps(res.events)[0]["type"] == "face_lowered" and maps(res.events)[0]["player"] == 0
     assert res.state.phase == "rolling"
 
 
@@ -330,9 +330,9 @@ def test_no_option_possible_means_no_choice():
     state = built([(2, 2, 2, 2, 2, 2), (1, 1, 1, 1, 1, 1)], st_)
     assert state.pool == (0, 0, 0)
     res = roll(state, 0, 0)
-    types = [e["type"] for e in res.events]
+    types = [e["type"] for e in maps(res.events)]
     assert types == ["dice_rolled", "roll_won", "round_won", "no_choice", "round_started"]
-    assert res.events[3] == {"type": "no_choice", "player": 1, "winner": 0}
+    assert maps(res.events)[3] == {"type": "no_choice", "player": 1, "winner": 0}
     assert res.state.phase == "rolling" and res.state.round == 2
 
 
@@ -340,17 +340,17 @@ def test_multiplayer_losers_roll_off_and_the_lowest_chooses():
     dice = [(1, 2, 3, 4, 5, 6), (0, 1, 2, 3, 4, 5), (2, 2, 3, 3, 4, 4), (0, 0, 5, 5, 5, 6)]
     state = built(dice, {"rolls_per_round": 1})
     res = roll(state, 5, 0, 0, 0)  # seat 0 shows 6 and wins the round
-    assert [e["type"] for e in res.events][-1] == "rolloff_started"
-    assert res.events[-1] == {"type": "rolloff_started", "players": [1, 2, 3], "winner": 0}
+    assert [e["type"] for e in maps(res.events)][-1] == "rolloff_started"
+    assert maps(res.events)[-1] == {"type": "rolloff_started", "players": [1, 2, 3], "winner": 0}
     s = res.state
     assert s.phase == "rolloff" and s.rolling == (1, 2, 3)
     # Ties for lowest roll again, alone.
     res = roll(s, 2, 0, 0)  # 2, 2, 0 -> seat 3 lowest
-    assert res.events[0]["kind"] == "rolloff"
-    assert res.events[1] == {"type": "rolloff_won", "player": 3}
+    assert maps(res.events)[0]["kind"] == "rolloff"
+    assert maps(res.events)[1] == {"type": "rolloff_won", "player": 3}
     assert res.state.phase == "choice" and res.state.chooser == 3
     res = roll(s, 2, 0, 5)  # 2, 2, 6 -> seats 1 and 2 tie for lowest
-    assert res.events[1] == {"type": "rolloff_tied", "players": [1, 2], "rerolling": [1, 2]}
+    assert maps(res.events)[1] == {"type": "rolloff_tied", "players": [1, 2], "rerolling": [1, 2]}
     s = res.state
     assert s.rolling == (1, 2)
     res = roll(s, 5, 0)  # 5 vs 2: seat 2 is lowest
@@ -434,10 +434,10 @@ def test_turn_timer_builds_and_chooses_by_default():
     (timer,) = R.timers(state)
     assert timer.name == "build-1" and timer.delay_ns == 10 * 10**9
     res = ok(R.apply(state, SYSTEM, timer.action))
-    types = [e["type"] for e in res.events]
+    types = [e["type"] for e in maps(res.events)]
     assert types == ["turn_timeout", "die_built", "turn_timeout", "die_built", "dice_revealed", "round_started"]
     assert res.state.dice[0] == res.state.dice[2] == (3, 3, 3, 4, 4, 4)
-    assert all(e.get("timeout") for e in res.events if e["type"] == "die_built")
+    assert all(e.get("timeout") for e in maps(res.events) if e["type"] == "die_built")
     assert R.apply(res.state, SYSTEM, timer.action).code == "wrong_phase"
     s = res.state
     s = roll(s, 0, 5, 0).state  # seat 1 (a 9) wins the round
@@ -446,8 +446,8 @@ def test_turn_timer_builds_and_chooses_by_default():
     (timer,) = R.timers(s)
     assert timer.name == "choice-1"
     res = ok(R.apply(s, SYSTEM, timer.action))
-    assert res.events[0] == {"type": "turn_timeout", "player": 0, "phase": "choice"}
-    assert res.events[1]["type"] == "face_raised" and res.events[1]["face"] == 0 and res.events[1]["timeout"]
+    assert maps(res.events)[0] == {"type": "turn_timeout", "player": 0, "phase": "choice"}
+    assert maps(res.events)[1]["type"] == "face_raised" and maps(res.events)[1]["face"] == 0 and maps(res.events)[1]["timeout"]
 
 
 def test_turn_timer_lower_default_drops_the_winners_highest_face():
@@ -456,11 +456,11 @@ def test_turn_timer_lower_default_drops_the_winners_highest_face():
     s = replace(s, dice=(s.dice[0], (9, 9, 9, 9, 9, 9)), settings=R.make_settings({"turn_timer_s": 5, "budget": 60}))
     (timer,) = R.timers(s)
     res = ok(R.apply(s, SYSTEM, timer.action))  # the loser cannot raise: lower chosen
-    assert res.events[-1]["type"] == "lower_chosen" and res.events[-1]["timeout"] is True
+    assert maps(res.events)[-1]["type"] == "lower_chosen" and maps(res.events)[-1]["timeout"] is True
     (timer,) = R.timers(res.state)
     assert timer.name == "lower-1"
     res = ok(R.apply(res.state, SYSTEM, timer.action))
-    assert res.events[1]["type"] == "face_lowered" and res.events[1]["face"] == 5
+    assert maps(res.events)[1]["type"] == "face_lowered" and maps(res.events)[1]["face"] == 5
     assert res.state.dice[0] == (1, 2, 3, 4, 5, 5)
 
 

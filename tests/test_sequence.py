@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from protocol.rules import sequence as S
 from protocol.rules.base import SYSTEM, FixedChance, Rejected
-from tests.helpers import RandomChance, ok
+from tests.helpers import RandomChance, maps, ok
 
 
 
@@ -45,7 +45,7 @@ def fire_zero_timers(state, chance, log=None):
             return state
         res = ok(S.apply(state, SYSTEM, S.complete(state, SYSTEM, due[0].action, chance)))
         if log is not None:
-            log.extend(res.events)
+            log.extend(maps(res.events))
         state = res.state
 
 
@@ -61,7 +61,7 @@ def play(state, chance, policy, check=None, max_steps=5000):
         action = policy(S.view(state, p), p)
         assert action is not None
         res = ok(S.apply(state, p, S.complete(state, p, action, chance)))
-        log.extend(res.events)
+        log.extend(maps(res.events))
         state = res.state
     raise AssertionError("game did not finish")
 
@@ -177,9 +177,9 @@ def test_rolloff_highest_total_goes_first():
     assert timer.name == "rolloff-0" and timer.delay_ns == 0
     res = ok(S.apply(state, SYSTEM, S.RollOff(0, ((1, 2), (6, 5), (3, 3)))))
     assert res.state.current == 1 and res.state.phase == "roll"
-    assert res.events[0]["type"] == "rolloff" and res.events[0]["tied"] == []
-    assert [r["total"] for r in res.events[0]["rolls"]] == [3, 11, 6]
-    assert res.events[1] == {"type": "first_player", "player": 1}
+    assert maps(res.events)[0]["type"] == "rolloff" and maps(res.events)[0]["tied"] == []
+    assert [r["total"] for r in maps(res.events)[0]["rolls"]] == [3, 11, 6]
+    assert maps(res.events)[1] == {"type": "first_player", "player": 1}
 
 
 def test_rolloff_ties_roll_again_only_the_tied():
@@ -187,7 +187,7 @@ def test_rolloff_ties_roll_again_only_the_tied():
     res = ok(S.apply(state, SYSTEM, S.RollOff(0, ((6, 6), (1, 1), (6, 6), (3, 4)))))
     s = res.state
     assert s.phase == "rolloff" and s.contenders == (0, 2) and s.rolloff_round == 1
-    assert res.events[0]["tied"] == [0, 2]
+    assert maps(res.events)[0]["tied"] == [0, 2]
     assert S.timers(s)[0].name == "rolloff-1"
     assert S.apply(s, SYSTEM, S.RollOff(0, ((1, 1), (2, 2)))).code == "wrong_phase"  # stale round
     assert S.apply(s, SYSTEM, S.RollOff(1, ((1, 1),))).code == "malformed"  # one pair per contender
@@ -212,7 +212,7 @@ def test_roll_then_place_on_an_open_space_with_that_number():
     state = board_with({})
     assert S.timers(state)[0].name == "roll-0"
     res = rolled(state, 3, 4)
-    assert res.events == ({"type": "dice_rolled", "player": 0, "turn": 0, "dice": [3, 4], "total": 7},)
+    assert maps(res.events) == ({"type": "dice_rolled", "player": 0, "turn": 0, "dice": [3, 4], "total": 7},)
     s = res.state
     sevens = [(r, c) for r in range(6) for c in range(6) if S.DEFAULT_BOARD[r][c] == 7]
     assert S.legal_actions(s, 0) == [S.PlaceChip(r, c) for r, c in sevens]
@@ -221,7 +221,7 @@ def test_roll_then_place_on_an_open_space_with_that_number():
     assert S.apply(s, 1, S.PlaceChip(0, 1)).code == "not_your_turn"
     assert S.apply(s, 0, S.PlaceChip(6, 0)).code == "no_such_cell"
     res = ok(S.apply(s, 0, S.PlaceChip(0, 1)))
-    assert res.events[0] == {"type": "chip_placed", "player": 0, "row": 0, "col": 1, "colour": "green",
+    assert maps(res.events)[0] == {"type": "chip_placed", "player": 0, "row": 0, "col": 1, "colour": "green",
                              "replaced": None, "timeout": False}
     assert res.state.chips[0][1] == 0 and res.state.current == 1
 
@@ -233,7 +233,7 @@ def test_all_spaces_covered_replace_an_opponents_chip():
     assert S.legal_actions(s, 0) == [S.PlaceChip(*sevens[1]), S.PlaceChip(*sevens[3])]
     assert S.apply(s, 0, S.PlaceChip(*sevens[0])).code == "not_allowed"  # own chip
     res = ok(S.apply(s, 0, S.PlaceChip(*sevens[3])))
-    assert res.events[0]["replaced"] == "blue"
+    assert maps(res.events)[0]["replaced"] == "blue"
     assert res.state.chips[sevens[3][0]][sevens[3][1]] == 0
 
 
@@ -248,9 +248,9 @@ def test_replacing_on_2_and_12_spaces_is_allowed():
 def test_all_four_own_turn_ends_with_nothing_placed():
     sevens = [(r, c) for r in range(6) for c in range(6) if S.DEFAULT_BOARD[r][c] == 7]
     res = rolled(board_with({c: 0 for c in sevens}), 3, 4)
-    types = [e["type"] for e in res.events]
+    types = [e["type"] for e in maps(res.events)]
     assert types == ["dice_rolled", "no_move", "turn_started"]
-    assert res.events[1]["reason"] == "all_own"
+    assert maps(res.events)[1]["reason"] == "all_own"
     assert res.state.current == 1 and res.state.phase == "roll"
 
 
@@ -261,14 +261,14 @@ def test_2_and_12_give_another_turn(dice):
     r, c = S.legal_actions(s, 0)[0].row, S.legal_actions(s, 0)[0].col
     res = ok(S.apply(s, 0, S.PlaceChip(r, c)))
     assert res.state.current == 0 and res.state.turn == 1
-    assert res.events[-1] == {"type": "turn_started", "player": 0, "turn": 1, "bonus": True}
+    assert maps(res.events)[-1] == {"type": "turn_started", "player": 0, "turn": 1, "bonus": True}
 
 
 def test_bonus_turn_even_when_nothing_could_be_placed():
     corners = [(0, 0), (0, 5), (5, 0), (5, 5)]
     res = rolled(board_with({c: 0 for c in corners}), 1, 1)
-    assert [e["type"] for e in res.events] == ["dice_rolled", "no_move", "turn_started"]
-    assert res.state.current == 0 and res.events[-1]["bonus"] is True
+    assert [e["type"] for e in maps(res.events)] == ["dice_rolled", "no_move", "turn_started"]
+    assert res.state.current == 0 and maps(res.events)[-1]["bonus"] is True
 
 
 def test_ten_removes_an_opponent_chip_but_not_from_2_or_12():
@@ -280,14 +280,14 @@ def test_ten_removes_an_opponent_chip_but_not_from_2_or_12():
     assert S.apply(s, 0, S.RemoveChip(1, 1)).code == "not_allowed"  # own chip
     assert S.apply(s, 0, S.PlaceChip(0, 2)).code == "not_allowed"
     res = ok(S.apply(s, 0, S.RemoveChip(0, 1)))
-    assert res.events[0] == {"type": "chip_removed", "player": 0, "row": 0, "col": 1, "colour": "blue",
+    assert maps(res.events)[0] == {"type": "chip_removed", "player": 0, "row": 0, "col": 1, "colour": "blue",
                              "timeout": False}
     assert res.state.chips[0][1] is None and res.state.current == 1
 
 
 def test_ten_with_nothing_to_remove_ends_the_turn():
     res = rolled(board_with({(0, 0): 1, (1, 1): 0}), 5, 5)
-    assert res.events[1]["type"] == "no_move" and res.events[1]["reason"] == "no_chip_to_remove"
+    assert maps(res.events)[1]["type"] == "no_move" and maps(res.events)[1]["reason"] == "no_chip_to_remove"
     assert res.state.current == 1
 
 
@@ -310,14 +310,14 @@ def test_eleven_on_a_full_board_replaces_any_opponent_chip():
     assert {(a.row, a.col) for a in opts} == {k for k, v in chips.items() if v == 1}
     assert (0, 2) in {(a.row, a.col) for a in opts}  # ... including chips on 2/12 spaces if any
     res = ok(S.apply(s, 0, opts[0]))
-    assert res.events[0]["replaced"] == "blue"
+    assert maps(res.events)[0]["replaced"] == "blue"
 
 
 def test_a_colour_with_all_its_chips_placed_cannot_place_but_still_removes():
     settings = {"chips_per_colour": 3}
     state = board_with({(0, 1): 0, (1, 0): 0, (4, 4): 0, (5, 4): 1}, settings=settings)
     res = rolled(state, 3, 4)
-    assert res.events[1]["type"] == "no_move" and res.events[1]["reason"] == "out_of_chips"
+    assert maps(res.events)[1]["type"] == "no_move" and maps(res.events)[1]["reason"] == "out_of_chips"
     s = rolled(state, 4, 6).state
     assert S.legal_actions(s, 0) == [S.RemoveChip(5, 4)]
     # Blue may place its second chip.
@@ -331,7 +331,7 @@ def test_five_in_a_row_wins_checked_after_the_placement():
     chips = {(1, 0): 0, (1, 1): 0, (1, 2): 0, (1, 3): 0}  # row 1: 5 9 3 6 [9] 7
     s = rolled(board_with(chips), 4, 5).state
     res = ok(S.apply(s, 0, S.PlaceChip(1, 4)))
-    end = res.events[-1]
+    end = maps(res.events)[-1]
     assert end["type"] == "game_over" and end["winner"] == 0 and end["winners"] == [0]
     assert end["line"] == [[1, 0], [1, 1], [1, 2], [1, 3], [1, 4]] and end["reason"] == "sequence"
     out = S.outcome(res.state)
@@ -347,8 +347,8 @@ def test_a_team_wins_together():
     res = ok(S.apply(s, 3, S.PlaceChip(4, 4)))
     out = S.outcome(res.state)
     assert out.winners == (1, 3)
-    assert res.events[-1]["winner"] is None and res.events[-1]["winners"] == [1, 3]
-    assert res.events[-1]["colour"] == "blue"
+    assert maps(res.events)[-1]["winner"] is None and maps(res.events)[-1]["winners"] == [1, 3]
+    assert maps(res.events)[-1]["colour"] == "blue"
 
 
 def test_sequence_length_six_setting():
@@ -368,7 +368,7 @@ def test_max_turns_ends_in_a_draw():
     res = ok(S.apply(rolled(s, 3, 4).state, 1, S.PlaceChip(1, 5)))
     out = S.outcome(res.state)
     assert out is not None and out.winners == () and out.reason == "max_turns"
-    assert res.events[-1]["type"] == "game_over" and res.events[-1]["winner"] is None
+    assert maps(res.events)[-1]["type"] == "game_over" and maps(res.events)[-1]["winner"] is None
 
 
 # --- dice belong to the relay ------------------------------------------------------------------------
@@ -402,9 +402,9 @@ def test_turn_timer_default_move():
     (timer,) = S.timers(s)
     assert timer.name == "turn-0" and timer.delay_ns == 3_000_000_000
     res = ok(S.apply(s, SYSTEM, timer.action))
-    assert res.events[0] == {"type": "turn_timeout", "player": 0, "turn": 0}
-    assert res.events[1]["type"] == "chip_placed" and res.events[1]["timeout"] is True
-    assert (res.events[1]["row"], res.events[1]["col"]) == (0, 1)  # first possible in row-major order
+    assert maps(res.events)[0] == {"type": "turn_timeout", "player": 0, "turn": 0}
+    assert maps(res.events)[1]["type"] == "chip_placed" and maps(res.events)[1]["timeout"] is True
+    assert (maps(res.events)[1]["row"], maps(res.events)[1]["col"]) == (0, 1)  # first possible in row-major order
     assert S.apply(res.state, SYSTEM, timer.action).code == "wrong_phase"
     assert S.timers(board_with({})) == (S.Timer("roll-0", 0, S.RollDice(0)),)
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from protocol.rules import takeaway as T
 from protocol.rules.base import SYSTEM, FixedChance, Rejected
-from tests.helpers import RandomChance, ok
+from tests.helpers import RandomChance, maps, ok
 
 
 
@@ -34,7 +34,7 @@ def fire_zero_timers(state, chance, events=None):
         action = T.complete(state, SYSTEM, due[0].action, chance)
         res = ok(T.apply(state, SYSTEM, action))
         if events is not None:
-            events.extend(res.events)
+            events.extend(maps(res.events))
         state = res.state
 
 
@@ -50,7 +50,7 @@ def play(state, chance, policy, check=None, max_steps=2000):
         assert action is not None
         action = T.complete(state, p, action, chance)
         res = ok(T.apply(state, p, action))
-        log.extend(res.events)
+        log.extend(maps(res.events))
         state = res.state
         if check:
             check(state)
@@ -183,11 +183,11 @@ def test_setup_random_order_announced_and_all_dice_rolled():
     action = T.complete(state, SYSTEM, timer.action, chance)
     assert sorted(action.order) == [0, 1, 2]
     res = ok(T.apply(state, SYSTEM, action))
-    types = [e["type"] for e in res.events]
+    types = [e["type"] for e in maps(res.events)]
     assert types == ["order_decided", "dice_rolled", "turn_started"]
-    assert res.events[0]["order"] == list(action.order)
+    assert maps(res.events)[0]["order"] == list(action.order)
     assert all(1 <= f <= 6 for _, _, f in res.state.cells)
-    assert [c[2] for c in res.events[1]["cells"]] == list(action.faces)
+    assert [c[2] for c in maps(res.events)[1]["cells"]] == list(action.faces)
     assert res.state.current == action.order[0]
     # Orders vary with chance.
     orders = {T.complete(state, SYSTEM, T.StartTakeaway(), RandomChance(s)).order for s in range(40)}
@@ -213,9 +213,9 @@ def test_claim_removes_the_blink_and_scores_its_face():
     res = ok(T.apply(state, 0, T.ClaimBlink(2, 0)))
     s2 = res.state
     assert (2, 0) not in s2.coords() and s2.claimed(0) == (face,)
-    assert res.events[0] == {"type": "blink_claimed", "player": 0, "q": 2, "r": 0, "face": face, "turn": 0,
+    assert maps(res.events)[0] == {"type": "blink_claimed", "player": 0, "q": 2, "r": 0, "face": face, "turn": 0,
                              "timeout": False}
-    assert res.events[-1] == {"type": "turn_started", "player": 1, "turn": 1}
+    assert maps(res.events)[-1] == {"type": "turn_started", "player": 1, "turn": 1}
     assert s2.current == 1
 
 
@@ -234,7 +234,7 @@ def test_reroll_rolls_every_remaining_die_then_the_player_must_claim():
     state = ok(T.apply(state, 0, T.ClaimBlink(2, 0))).state
     state = ok(T.apply(state, 1, T.ClaimBlink(-2, 0))).state
     res = ok(T.apply(state, 0, T.Reroll()))
-    assert res.events == ({"type": "reroll_requested", "player": 0, "turn": 2},)
+    assert maps(res.events) == ({"type": "reroll_requested", "player": 0, "turn": 2},)
     rolling = res.state
     assert rolling.phase == "rolling" and T.legal_actions(rolling, 0) == []
     assert T.apply(rolling, 0, T.ClaimBlink(0, 2)).code == "wrong_phase"
@@ -243,7 +243,7 @@ def test_reroll_rolls_every_remaining_die_then_the_player_must_claim():
     action = T.complete(rolling, SYSTEM, timer.action, chance)
     assert len(action.faces) == len(rolling.cells) == 17
     res = ok(T.apply(rolling, SYSTEM, action))
-    ev = res.events[0]
+    ev = maps(res.events)[0]
     assert ev["type"] == "dice_rolled" and ev["reason"] == "reroll" and ev["player"] == 0
     assert [c[2] for c in ev["cells"]] == list(action.faces)
     after = res.state
@@ -357,8 +357,8 @@ def test_turn_timer_makes_a_legal_default_move_and_says_so():
     (timer,) = T.timers(state)
     assert timer.name == "turn-0" and timer.delay_ns == 2_500_000_000
     res = ok(T.apply(state, SYSTEM, timer.action))
-    assert res.events[0] == {"type": "turn_timeout", "player": 0, "turn": 0}
-    assert res.events[1]["type"] == "blink_claimed" and res.events[1]["timeout"] is True
+    assert maps(res.events)[0] == {"type": "turn_timeout", "player": 0, "turn": 0}
+    assert maps(res.events)[1]["type"] == "blink_claimed" and maps(res.events)[1]["timeout"] is True
     assert res.state.current == 1
     assert [t.name for t in T.timers(res.state)] == ["turn-1"]
     assert T.apply(res.state, SYSTEM, timer.action).code == "wrong_phase"  # a stale timer does nothing

@@ -477,6 +477,7 @@ def test_secret_picks_are_checked_once_revealed() -> None:
 
 
 from protocol.codec import from_dict, message, to_dict  # noqa: E402
+from protocol.events import EventTypes, TypedEvent, event  # noqa: E402
 from protocol.rules.base import SYSTEM, Accepted, Game, Outcome, Rejected, Timer  # noqa: E402
 
 
@@ -491,6 +492,25 @@ class ToyRoll:
 class ToyNudge:
     round: int
     value: int | None = None
+
+
+@event("toy_rolled")
+@dataclass(frozen=True, kw_only=True)
+class ToyRolled(TypedEvent):
+    player: int
+    value: int
+
+
+@event("toy_over")
+@dataclass(frozen=True, kw_only=True)
+class ToyOver(TypedEvent):
+    winner: int
+
+
+@event("toy_tie")
+@dataclass(frozen=True, kw_only=True)
+class ToyTie(TypedEvent):
+    round: int
 
 
 @dataclass(frozen=True)
@@ -540,14 +560,14 @@ class Toy:
             return Rejected("not_allowed")
         assert action.value is not None
         values = state.values[:player] + (action.value,) + state.values[player + 1:]
-        events: list[dict[str, Any]] = [{"type": "toy_rolled", "player": player, "value": action.value}]
+        events: list[TypedEvent] = [ToyRolled(player=player, value=action.value)]
         if None in values:
             return Accepted(ToyState(values, state.round), tuple(events))
         top = max(v for v in values if v is not None)
         if values.count(top) == 1:
-            events.append({"type": "toy_over", "winner": values.index(top)})
+            events.append(ToyOver(winner=values.index(top)))
             return Accepted(ToyState(values, state.round, values.index(top)), tuple(events))
-        events.append({"type": "toy_tie", "round": state.round})
+        events.append(ToyTie(round=state.round))
         return Accepted(ToyState(tuple(None for _ in values), state.round + 1), tuple(events))
 
     def legal_actions(self, state: ToyState, player: int) -> list[Any]:
@@ -590,7 +610,8 @@ def toy_game() -> Game[ToyState, Any]:
                 default_settings=t.default_settings, check_settings=t.check_settings, new_game=t.new_game,
                 apply=t.apply, complete=t.complete, view=t.view, legal_actions=t.legal_actions, outcome=t.outcome,
                 timers=t.timers, to_wire=t.to_wire, from_wire=unknown_state, action_from_wire=t.action_from_wire,
-                action_to_wire=t.action_to_wire, bot_action=lambda state, seat, chance: None)
+                action_to_wire=t.action_to_wire, bot_action=lambda state, seat, chance: None,
+                events=EventTypes(ToyRolled, ToyOver, ToyTie))
 
 
 def test_a_game_the_checker_does_not_know_is_checked_through_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from protocol.codec import message, to_dict
+from protocol.events import EventTypes, TypedEvent, event
 from protocol.rules.base import Accepted, Chance, Game, Outcome, Rejected, Timer, decode_action, settings_map
 
 
@@ -29,6 +30,14 @@ class State:
 @dataclass(frozen=True)
 class Take:
     n: int
+
+
+@event("taken")
+@dataclass(frozen=True, kw_only=True)
+class Taken(TypedEvent):
+    player: int  # the seat that took
+    n: int
+    left: int
 
 
 def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
@@ -53,7 +62,7 @@ def apply(state: State, player: int | None, action: Any) -> Accepted[State] | Re
     if not isinstance(action, Take) or type(action.n) is not int or not 1 <= action.n <= min(2, state.left):
         return Rejected("bad_take", f"take 1 or 2, and no more than the {state.left} left")
     left = state.left - action.n
-    event = {"type": "taken", "player": player, "n": action.n, "left": left}
+    event = Taken(player=player, n=action.n, left=left)
     if left == 0:
         return Accepted(replace(state, left=0, winner=player), (event,))
     return Accepted(replace(state, left=left, turn=1 - state.turn), (event,))
@@ -107,4 +116,5 @@ TOY: Game[State, Take] = Game(
     action_from_wire=lambda data: decode_action(data, (Take,), "toy"),
     action_to_wire=to_dict,
     bot_action=bot_action,
+    events=EventTypes(Taken),
 )

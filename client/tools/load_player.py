@@ -323,7 +323,7 @@ class LoadPlayer:
             if self._confirmed is None and self.state() is None:
                 break
             try:
-                view = rules.apply_event(self._confirmed, self.seat, ev.type, ev.data)
+                view = rules.apply_event(self._confirmed, self.seat, rules.decode_event(ev))
                 update = self.private.pop(ev.seq, None)
                 if update is not None:
                     view = rules.apply_private(view, self.seat, update.delta)

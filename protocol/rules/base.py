@@ -39,8 +39,10 @@ compare a game's name. The functions:
   for the same pile top) and who could still join a race; the relay's scheduler knows nothing else
   about the game.
 
-Events are plain maps ``{"type": "card_played", ...}``; they are public by construction: an engine
-never puts a hidden card into an event.
+Events are typed, frozen classes each game owns (``protocol/events.py``): ``apply`` returns them,
+``Game.events`` is the game's registry of them by wire name, and ``Game.decode_event`` /
+``read_event`` read one back from the wire, the match's own events (``protocol.match.MATCH_EVENTS``)
+included. They are public by construction: an engine never puts a hidden card into an event.
 
 Named values are ``Literal`` types owned by each game (its ``Phase``, its outcome ``Reason``, its
 rejection ``Code``, combined with the ``CommonCode`` every engine may give), with the wire strings
@@ -53,10 +55,12 @@ shows them), so a fifth game brings its own words and no table elsewhere needs t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Generic, Literal, Mapping, Protocol, Sequence, TypeVar
 
 from protocol.codec import DecodeError, fast_init, from_dict, message
-from protocol.match import MATCH_REASON_LABELS
+from protocol.events import EventTypes, PublicEvent, TypedEvent
+from protocol.match import MATCH_EVENTS, MATCH_REASON_LABELS
 
 S = TypeVar("S")  # a game's state
 A = TypeVar("A")  # a game's action (the union of its action classes)
@@ -66,10 +70,6 @@ R = TypeVar("R", bound=str, covariant=True)
 
 #: The ``player`` argument for actions the relay takes itself.
 SYSTEM = None
-
-#: An event as an engine makes it: ``{"type": ..., field: plain value, ...}``. The values are
-#: whatever each event carries (seats, cards as text, lists of dice), read back by ``apply_event``.
-EventData = dict[str, Any]
 
 #: The rejection codes every engine may give, whatever the game: the seat is not in the game, the
 #: action is the relay's own or no action of this game, its fields cannot be read, the game is over,
@@ -214,7 +214,7 @@ def decode_action(data: dict[str, Any], allowed: tuple[type, ...], game: str) ->
 @dataclass(frozen=True)
 class Accepted(Generic[S]):
     state: S
-    events: tuple[EventData, ...] = ()
+    events: tuple[TypedEvent, ...] = ()  # each of the game's own event classes (``Game.events``)
 
 
 @fast_init  # built on every play: see protocol.codec.fast_init
@@ -258,16 +258,6 @@ class RaceRule(Generic[S, A]):
     key: Callable[[S | None, A], RaceKey | None]
     #: Could ``seat`` still send a play for race ``key``, as far as the state as it is now says?
     could_race: Callable[[S | None, int, RaceKey], bool]
-
-
-class PublicEvent(Protocol):
-    """A public event as the match runner sees it (``protocol.messages.Event`` is one)."""
-
-    @property
-    def type(self) -> str: ...
-
-    @property
-    def data(self) -> dict[str, Any]: ...
 
 
 #: A game's own part of a match summary: from the match's public events (in order), the players'
@@ -325,10 +315,11 @@ class Game(Generic[S, A]):
     # -- say, a ``PrivateUpdate``; a client builds its confirmed view by applying both in ``seq``
     # -- order with the same engine code. Without them every player gets a whole view after each
     # -- change.
-    #: ``apply_event(view, seat, type, data) -> view``: one public event (``data`` as published:
-    #: seats under ``seat``/``winner_seat``) applied to ``seat``'s view (None: a spectator's).
-    #: Raises ValueError when the event does not fit the view (the client then resyncs).
-    apply_event: Callable[[S, int | None, str, Mapping[str, Any]], S] | None = None
+    #: ``apply_event(view, seat, event) -> view``: one public event (decoded: ``decode_event``)
+    #: applied to ``seat``'s view (None: a spectator's); an event of no concern to the view (the
+    #: match's own) leaves it as it is. Raises ValueError when the event does not fit the view (the
+    #: client then resyncs).
+    apply_event: Callable[[S, int | None, TypedEvent], S] | None = None
     #: ``private_delta(before, after, seat) -> delta | None``: what ``seat`` must be told privately
     #: after a change from the full state ``before`` to ``after`` (None: the events say it all).
     private_delta: Callable[[S, S, int], dict[str, Any] | None] | None = None
@@ -345,6 +336,22 @@ class Game(Generic[S, A]):
     #: of its rejection codes (the common ones are in ``COMMON_CODE_LABELS``); the window shows them.
     reason_labels: Mapping[str, str] = field(default_factory=dict)
     code_labels: Mapping[str, str] = field(default_factory=dict)
+    #: The game's own event classes by wire name (``protocol/events.py``): what ``apply`` returns.
+    events: EventTypes = field(default_factory=EventTypes)
+
+    @cached_property
+    def all_events(self) -> EventTypes:
+        """Every event a match of this game publishes: the match's own and the game's."""
+        return MATCH_EVENTS | self.events
+
+    def decode_event(self, ev: PublicEvent) -> TypedEvent:
+        """A public event of a match of this game as its class (``UnknownEvent`` for a wire name
+        neither the match nor the game makes); ``BadEvent`` (a ValueError) when its map does not fit."""
+        return self.all_events.decode(ev.type, ev.data)
+
+    def read_event(self, ev: PublicEvent) -> TypedEvent:
+        """``decode_event`` for a reader that passes over what it cannot read (an ``UnknownEvent``)."""
+        return self.all_events.read(ev)
 
     @property
     def all_reason_labels(self) -> Mapping[str, str]:

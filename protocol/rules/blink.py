@@ -26,10 +26,11 @@ each against the state as it is then.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, get_args, Literal, Mapping, TypeVar
 
 from protocol.codec import message, to_dict
+from protocol.events import ABSENT, EventTypes, TypedEvent, event
 from protocol.rules.base import (
     CommonCode,
     wire_int,
@@ -39,7 +40,6 @@ from protocol.rules.base import (
     SYSTEM,
     Accepted,
     Chance,
-    EventData,
     Outcome,
     Rejected,
     Timer,
@@ -372,6 +372,124 @@ def action_to_wire(action: Action) -> dict[str, Any]:
     return to_dict(action)
 
 
+# --- events ----------------------------------------------------------------------------------------
+# What the race says happened, in public (protocol/events.py): a seat's hidden cards never appear;
+# the counts of a hand and a draw pile do. ``player`` is a seat.
+
+#: How a stalemate is resolved, as its event says: flip the draw piles, pick a card each, or a tie
+#: (both players down to one card and no draw: the game ends).
+StalemateResolution = Literal["tie", "flip", "pick"]
+
+
+@event("card_revealed")
+@dataclass(frozen=True, kw_only=True)
+class CardRevealed(TypedEvent):
+    """At the start, the top card of each centre pile is turned face up."""
+
+    player: int
+    card: str
+    pile: int
+
+
+@event("race_started")
+@dataclass(frozen=True, kw_only=True)
+class RaceStarted(TypedEvent):
+    pass
+
+
+@event("card_played")
+@dataclass(frozen=True, kw_only=True)
+class CardPlayed(TypedEvent):
+    player: int
+    card: str
+    pile: int
+
+
+@event("hand_refilled")
+@dataclass(frozen=True, kw_only=True)
+class HandRefilled(TypedEvent):
+    """``count`` cards went from the seat's draw pile into its hand (which cards: its private update)."""
+
+    player: int
+    count: int
+    hand: int  # cards in the hand now
+    draw: int  # cards left in the draw pile
+
+
+@event("card_drawn")
+@dataclass(frozen=True, kw_only=True)
+class CardDrawn(TypedEvent):
+    player: int
+    hand: int
+    draw: int
+
+
+@event("stalemate")
+@dataclass(frozen=True, kw_only=True)
+class Stalemate(TypedEvent):
+    """Nobody can play: the ``stalemate``-th of the game, resolved after ``pause_s`` (a tie has none)."""
+
+    resolution: StalemateResolution
+    stalemate: int
+    pause_s: float | None = field(default=None, metadata=ABSENT)
+
+
+@event("card_flipped")
+@dataclass(frozen=True, kw_only=True)
+class CardFlipped(TypedEvent):
+    """A stalemate's flip: the seat's top draw card onto its centre pile."""
+
+    player: int
+    card: str | None
+    pile: int
+
+
+@event("pick_started")
+@dataclass(frozen=True, kw_only=True)
+class PickStarted(TypedEvent):
+    """A stalemate's pick: each player has ``seconds`` to choose a card for their own pile."""
+
+    seconds: float
+    stalemate: int
+
+
+@event("pick_made")
+@dataclass(frozen=True, kw_only=True)
+class PickMade(TypedEvent):
+    """The seat chose its card (which one stays secret until both have chosen)."""
+
+    player: int
+
+
+@event("card_picked")
+@dataclass(frozen=True, kw_only=True)
+class CardPicked(TypedEvent):
+    """A chosen card goes face up on its owner's pile (``auto``: the relay chose it when time ran out)."""
+
+    player: int
+    card: str | None
+    pile: int
+    auto: bool
+
+
+@event("race_resumed")
+@dataclass(frozen=True, kw_only=True)
+class RaceResumed(TypedEvent):
+    pass
+
+
+@event("game_over")
+@dataclass(frozen=True, kw_only=True)
+class BlinkGameOver(TypedEvent):
+    winner: int | None
+    reason: Reason
+
+
+#: BLINK's events by wire name.
+EVENTS = EventTypes(CardRevealed, RaceStarted, CardPlayed, HandRefilled, CardDrawn, Stalemate, CardFlipped,
+                    PickStarted, PickMade, CardPicked, RaceResumed, BlinkGameOver)
+
+
 # --- setup -----------------------------------------------------------------------------------------
 
 
@@ -438,7 +556,7 @@ def _can_draw(state: State, player: int) -> bool:
     return not state.settings.auto_refill and len(state.hands[player]) < state.settings.hand_size and bool(state.draw[player])
 
 
-def _refill(state: State, player: int, events: list[EventData]) -> State:
+def _refill(state: State, player: int, events: list[TypedEvent]) -> State:
     need = state.settings.hand_size - len(state.hands[player])
     take = state.draw[player][: max(0, need)]
     if not take:
@@ -448,8 +566,8 @@ def _refill(state: State, player: int, events: list[EventData]) -> State:
         hands=_set(state.hands, player, state.hands[player] + take),
         draw=_set(state.draw, player, state.draw[player][len(take) :]),
     )
-    events.append({"type": "hand_refilled", "player": player, "count": len(take),
-                   "hand": len(state.hands[player]), "draw": len(state.draw[player])})
+    events.append(HandRefilled(player=player, count=len(take), hand=len(state.hands[player]),
+                               draw=len(state.draw[player])))
     return state
 
 
@@ -475,24 +593,23 @@ def _anyone_can_move(state: State) -> bool:
     return _can_draw(state, 0) or _can_draw(state, 1)
 
 
-def _after_change(state: State, events: list[EventData]) -> State:
+def _after_change(state: State, events: list[TypedEvent]) -> State:
     """Check for a winner, then for a stalemate; called after every change in the running phase."""
     hands, draw = state.hands, state.draw
     for p in (0, 1):
         if not hands[p] and not draw[p]:  # out of cards
-            events.append({"type": "game_over", "winner": p, "reason": "out_of_cards"})
+            events.append(BlinkGameOver(winner=p, reason="out_of_cards"))
             return _evolve(state, phase="over", winner=p)
     if _anyone_can_move(state):
         return _evolve(state, phase="running") if state.phase != "running" else state
     # Nobody can play: a stalemate (RULES.md: the relay detects it itself).
     n = state.stalemates + 1
     if all(len(state.hands[p]) == 1 and not state.draw[p] for p in (0, 1)):
-        events.append({"type": "stalemate", "resolution": "tie", "stalemate": n})
-        events.append({"type": "game_over", "winner": None, "reason": "tie"})
+        events.append(Stalemate(resolution="tie", stalemate=n))
+        events.append(BlinkGameOver(winner=None, reason="tie"))
         return _evolve(state, phase="over", tie=True, stalemates=n)
-    resolution = "flip" if all(state.draw[p] for p in (0, 1)) else "pick"
-    events.append({"type": "stalemate", "resolution": resolution, "stalemate": n,
-                   "pause_s": state.settings.stalemate_pause_s})
+    resolution: Literal["flip", "pick"] = "flip" if all(state.draw[p] for p in (0, 1)) else "pick"
+    events.append(Stalemate(resolution=resolution, stalemate=n, pause_s=state.settings.stalemate_pause_s))
     return _evolve(state, phase="stalled", resolution=resolution, stalemates=n)
 
 
@@ -559,7 +676,7 @@ def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Reje
     top = on[-1] if on else None
     if top is not None and not cards_match(card, top):
         return _no("no_match", f"{card} does not match {top}")
-    events: list[EventData] = [{"type": "card_played", "player": player, "card": str(card), "pile": pile}]
+    events: list[TypedEvent] = [CardPlayed(player=player, card=str(card), pile=pile)]
     settings = state.settings
     draw = state.draw
     if settings.auto_refill:  # what ``_refill`` does, without building the in-between state
@@ -567,8 +684,7 @@ def _play(state: State, player: int, action: PlayCard) -> Accepted[State] | Reje
         if take:
             hand = hand + take
             draw = _set(draw, player, draw[player][len(take) :])
-            events.append({"type": "hand_refilled", "player": player, "count": len(take),
-                           "hand": len(hand), "draw": len(draw[player])})
+            events.append(HandRefilled(player=player, count=len(take), hand=len(hand), draw=len(draw[player])))
     state = _evolve(state, hands=_set(state.hands, player, hand), piles=_set(state.piles, pile, on + (card,)),
                     draw=draw)
     state = _after_change(state, events)
@@ -587,8 +703,7 @@ def _draw(state: State, player: int) -> Accepted[State] | Rejected:
     card = state.draw[player][0]
     state = _evolve(state, hands=_set(state.hands, player, state.hands[player] + (card,)),
                     draw=_set(state.draw, player, state.draw[player][1:]))
-    events: list[EventData] = [{"type": "card_drawn", "player": player,
-                                "hand": len(state.hands[player]), "draw": len(state.draw[player])}]
+    events: list[TypedEvent] = [CardDrawn(player=player, hand=len(state.hands[player]), draw=len(state.draw[player]))]
     state = _after_change(state, events)
     return Accepted(state, tuple(events))
 
@@ -606,13 +721,13 @@ def _pick(state: State, player: int, action: PickCard) -> Accepted[State] | Reje
     if card not in state.hands[player] and None not in state.hands[player]:
         return _no("not_in_hand", f"{card} is not in your hand")
     state = _evolve(state, picked=_set(state.picked, player, True), picks=_set(state.picks, player, card))
-    events: list[EventData] = [{"type": "pick_made", "player": player}]
+    events: list[TypedEvent] = [PickMade(player=player)]
     if all(state.picked):
         state = _place_picks(state, events, auto=(False, False))
     return Accepted(state, tuple(events))
 
 
-def _place_picks(state: State, events: list[EventData], auto: tuple[bool, bool]) -> State:
+def _place_picks(state: State, events: list[TypedEvent], auto: tuple[bool, bool]) -> State:
     """Both chosen cards go face up on their owners' piles at once; then refill and carry on."""
     hands = list(state.hands)
     piles = list(state.piles)
@@ -624,29 +739,28 @@ def _place_picks(state: State, events: list[EventData], auto: tuple[bool, bool])
             hand = hands[p][:idx] + hands[p][idx + 1 :]
         hands[p] = hand
         piles[p] = piles[p] + (card,)
-        events.append({"type": "card_picked", "player": p, "card": None if card is None else str(card),
-                       "pile": p, "auto": auto[p]})
+        events.append(CardPicked(player=p, card=None if card is None else str(card), pile=p, auto=auto[p]))
     state = _evolve(state, hands=(hands[0], hands[1]), piles=(piles[0], piles[1]),
                     picked=(False, False), picks=(None, None), resolution="", phase="running")
     # RULES.md: a player who empties their hand by a stalemate placement wins.
     for p in (0, 1):
         if _out_of_cards(state, p):
-            events.append({"type": "game_over", "winner": p, "reason": "out_of_cards"})
+            events.append(BlinkGameOver(winner=p, reason="out_of_cards"))
             return _evolve(state, phase="over", winner=p)
     for p in (0, 1):
         state = _refill(state, p, events)
-    events.append({"type": "race_resumed"})
+    events.append(RaceResumed())
     return _after_change(state, events)
 
 
 def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
-    events: list[EventData] = []
+    events: list[TypedEvent] = []
     if isinstance(action, StartRace):
         if state.phase != "countdown":
             return _no("not_countdown", "the race has already started")
         for p in (0, 1):
-            events.append({"type": "card_revealed", "player": p, "card": str(state.top(p)), "pile": p})
-        events.append({"type": "race_started"})
+            events.append(CardRevealed(player=p, card=str(state.top(p)), pile=p))
+        events.append(RaceStarted())
         state = _evolve(state, phase="running")
         return Accepted(_after_change(state, events), tuple(events))
     if isinstance(action, ResolveStalemate):
@@ -658,14 +772,12 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
                 card = draw[p][0]
                 draw[p] = draw[p][1:]
                 piles[p] = piles[p] + (card,)
-                events.append({"type": "card_flipped", "player": p, "card": None if card is None else str(card),
-                               "pile": p})
+                events.append(CardFlipped(player=p, card=None if card is None else str(card), pile=p))
             state = _evolve(state, draw=(draw[0], draw[1]), piles=(piles[0], piles[1]), phase="running",
                             resolution="")
-            events.append({"type": "race_resumed"})
+            events.append(RaceResumed())
             return Accepted(_after_change(state, events), tuple(events))
-        events.append({"type": "pick_started", "seconds": state.settings.pick_time_s,
-                       "stalemate": state.stalemates})
+        events.append(PickStarted(seconds=state.settings.pick_time_s, stalemate=state.stalemates))
         return Accepted(_evolve(state, phase="picking"), tuple(events))
     if isinstance(action, PickTimeout):
         if state.phase != "picking" or action.stalemate != state.stalemates:
@@ -741,19 +853,24 @@ def _own_or_hidden(cards: Hand, own: bool) -> Hand:
 # --- sending less: a view kept up to date from the public events plus private updates -------------
 
 
-def _seat(data: Mapping[str, object], key: str = "seat") -> int:
-    p = data.get(key)
-    if type(p) is not int or p not in (0, 1):
-        raise ValueError(f"event without a seat: {dict(data)!r}")
+def _seat(p: int) -> int:
+    if p not in (0, 1):
+        raise ValueError(f"an event of a seat BLINK has not: {p!r}")
     return p
+
+
+def _pile(pile: int) -> int:
+    if pile not in (0, 1):
+        raise ValueError(f"an event of a pile BLINK has not: {pile!r}")
+    return pile
 
 
 def _card_or_none(view: State, text: object) -> Card | None:
     return None if text is None else Card.parse(str(text), view.settings.deck)
 
 
-def _take_from_draw(view: State, p: int, count: object) -> State:
-    if type(count) is not int or not 0 <= count <= len(view.draw[p]):
+def _take_from_draw(view: State, p: int, count: int) -> State:
+    if not 0 <= count <= len(view.draw[p]):
         raise ValueError(f"cannot take {count!r} cards from a draw pile of {len(view.draw[p])}")
     moved = view.draw[p][:count]
     hidden = tuple(None for _ in moved)  # own cards are named by the private update that follows
@@ -773,56 +890,51 @@ def _take_from_hand(view: State, seat: int | None, p: int, card: Card | None) ->
     return hand[1:]  # a hidden hand: all unknown
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
+def apply_event(view: State, seat: int | None, ev: TypedEvent) -> State:
     """One public event applied to ``seat``'s view (see ``Game.apply_event``): the same changes the
     rules make, with what a view cannot know (the cards drawn into a hand) left unknown until the
     private update names them. Events the game does not make (seats, results) change nothing."""
-    if etype == "card_played":
-        p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
-        if pile not in (0, 1) or card is None:
-            raise ValueError(f"bad card_played {dict(data)!r}")
-        hand = _take_from_hand(view, seat, p, card)
-        return _evolve(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
-    if etype == "hand_refilled":
-        return _take_from_draw(view, _seat(data), data["count"])
-    if etype == "card_drawn":
-        return _take_from_draw(view, _seat(data), 1)
-    if etype == "card_revealed":
-        p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
-        if pile not in (0, 1) or not view.piles[pile]:
-            raise ValueError(f"bad card_revealed {dict(data)!r}")
-        return _evolve(view, piles=_set(view.piles, pile, view.piles[pile][:-1] + (card,)))
-    if etype == "race_started":
-        return _evolve(view, phase="running")
-    if etype == "stalemate":
-        n = wire_int(data["stalemate"], "stalemate")
-        if data["resolution"] == "tie":
+    match ev:
+        case CardPlayed(player=p, card=text, pile=pile):
+            played = Card.parse(text, view.settings.deck)
+            hand = _take_from_hand(view, seat, _seat(p), played)
+            return _evolve(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, _pile(pile), view.piles[pile] + (played,)))
+        case HandRefilled(player=p, count=count):
+            return _take_from_draw(view, _seat(p), count)
+        case CardDrawn(player=p):
+            return _take_from_draw(view, _seat(p), 1)
+        case CardRevealed(player=p, card=shown, pile=pile):
+            _seat(p)
+            if not view.piles[_pile(pile)]:
+                raise ValueError(f"a card revealed on an empty pile: {ev!r}")
+            return _evolve(view, piles=_set(view.piles, pile, view.piles[pile][:-1] + (_card_or_none(view, shown),)))
+        case RaceStarted():
+            return _evolve(view, phase="running")
+        case Stalemate(resolution="tie", stalemate=n):
             return _evolve(view, tie=True, stalemates=n)
-        return _evolve(view, phase="stalled", resolution=one_of(data["resolution"], RESOLUTIONS, "resolution"), stalemates=n)
-    if etype == "game_over":
-        winner = data.get("winner_seat")
-        # A stalemate's picks may have just been placed: the game ends with them cleared.
-        return _evolve(view, phase="over", winner=None if winner is None else _seat(data, "winner_seat"),
-                       picked=(False, False), picks=(None, None), resolution="")
-    if etype == "card_flipped":
-        p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
-        if not view.draw[p] or pile not in (0, 1):
-            raise ValueError(f"bad card_flipped {dict(data)!r}")
-        return _evolve(view, draw=_set(view.draw, p, view.draw[p][1:]),
-                       piles=_set(view.piles, pile, view.piles[pile] + (card,)))
-    if etype == "race_resumed":
-        return _evolve(view, phase="running", resolution="", picked=(False, False), picks=(None, None))
-    if etype == "pick_started":
-        return _evolve(view, phase="picking")
-    if etype == "pick_made":
-        return _evolve(view, picked=_set(view.picked, _seat(data), True))
-    if etype == "card_picked":
-        p, card, pile = _seat(data), _card_or_none(view, data["card"]), data["pile"]
-        if pile not in (0, 1):
-            raise ValueError(f"bad card_picked {dict(data)!r}")
-        hand = _take_from_hand(view, seat, p, card)
-        # The picks are cleared (and play resumes) by the race_resumed or game_over that follows.
-        return _evolve(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
+        case Stalemate(resolution=("flip" | "pick") as resolution, stalemate=n):
+            return _evolve(view, phase="stalled", resolution=resolution, stalemates=n)
+        case BlinkGameOver(winner=winner):
+            # A stalemate's picks may have just been placed: the game ends with them cleared.
+            return _evolve(view, phase="over", winner=None if winner is None else _seat(winner),
+                           picked=(False, False), picks=(None, None), resolution="")
+        case CardFlipped(player=p, card=flipped, pile=pile):
+            p, pile = _seat(p), _pile(pile)
+            if not view.draw[p]:
+                raise ValueError(f"a card flipped from an empty draw pile: {ev!r}")
+            return _evolve(view, draw=_set(view.draw, p, view.draw[p][1:]),
+                           piles=_set(view.piles, pile, view.piles[pile] + (_card_or_none(view, flipped),)))
+        case RaceResumed():
+            return _evolve(view, phase="running", resolution="", picked=(False, False), picks=(None, None))
+        case PickStarted():
+            return _evolve(view, phase="picking")
+        case PickMade(player=p):
+            return _evolve(view, picked=_set(view.picked, _seat(p), True))
+        case CardPicked(player=p, card=picked, pile=pile):
+            p, pile, card = _seat(p), _pile(pile), _card_or_none(view, picked)
+            hand = _take_from_hand(view, seat, p, card)
+            # The picks are cleared (and play resumes) by the race_resumed or game_over that follows.
+            return _evolve(view, hands=_set(view.hands, p, hand), piles=_set(view.piles, pile, view.piles[pile] + (card,)))
     return view
 
 
@@ -1032,6 +1144,7 @@ GAME: Game[State, Action] = Game(
     realtime=True,
     race=RaceRule(key=race_key, could_race=could_race),
     invariant_ok=invariant_ok,
+    events=EVENTS,
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,

@@ -43,13 +43,14 @@ is left, they win the match (reason ``forfeit``).
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any, get_args, Iterable, Literal, Mapping, Sequence, TypeVar
 
 from protocol.codec import message, to_dict
-from protocol.match import FORFEIT
+from protocol.events import ABSENT, BadEvent, EventTypes, PublicEvent, TypedEvent, event, part
+from protocol.match import FORFEIT, MATCH_EVENTS, GameResult
 from protocol.rules.base import (
     CommonCode,
     labels,
@@ -57,14 +58,12 @@ from protocol.rules.base import (
     SYSTEM,
     Accepted,
     Chance,
-    EventData,
     Outcome,
     PlayerLeft,
     Rejected,
     Timer,
     decode_action,
     Game,
-    PublicEvent,
     settings_map,
 )
 
@@ -315,6 +314,216 @@ def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chanc
                  game_wins=z, rounds_total=z, previous=tuple(None for _ in range(players)))
 
 
+# --- events ---------------------------------------------------------------------------------------
+# What happened, in public (protocol/events.py): a die built in secret appears only when all are
+# revealed (or when its builder leaves, or the game ends). ``player`` is a seat; ``ryo_game`` the
+# number of the Roll Your Own game within the relay's one game (``game`` is the envelope's).
+
+#: A roll to win a round, or a roll-off among a round's losers for who chooses.
+RollKind = Literal["roll", "rolloff"]
+
+
+@event("build_started")
+@dataclass(frozen=True, kw_only=True)
+class BuildStarted(TypedEvent):
+    """A new Roll Your Own game: every player builds a new die (all tiles back in the pool)."""
+
+    ryo_game: int
+
+
+@event("die_built")
+@dataclass(frozen=True, kw_only=True)
+class DieBuilt(TypedEvent):
+    player: int
+    timeout: bool  # built by the relay when the time to build ran out
+
+
+@event("dice_revealed")
+@dataclass(frozen=True, kw_only=True)
+class DiceRevealed(TypedEvent):
+    ryo_game: int
+    dice: tuple[Die | None, ...]  # per seat (None: a seat out of the game)
+
+
+@event("round_started")
+@dataclass(frozen=True, kw_only=True)
+class RoundStarted(TypedEvent):
+    ryo_game: int
+    round: int
+
+
+@part
+@dataclass(frozen=True, kw_only=True)
+class FaceRolled:
+    """One seat's roll: the face that came up (an index) and its value."""
+
+    player: int
+    face: int
+    value: int
+
+
+@event("dice_rolled")
+@dataclass(frozen=True, kw_only=True)
+class RyoDiceRolled(TypedEvent):
+    kind: RollKind
+    roll: int  # the rolls of the game so far
+    rolls: tuple[FaceRolled, ...]
+
+
+@event("lot_drawn")
+@dataclass(frozen=True, kw_only=True)
+class LotDrawn(TypedEvent):
+    """Dice that can never differ: the relay drew lots among ``players`` instead of rolling."""
+
+    kind: RollKind
+    roll: int
+    players: tuple[int, ...]
+    player: int  # who the lot chose
+    reason: Literal["identical_one_valued_dice"]
+
+
+@event("roll_tied")
+@dataclass(frozen=True, kw_only=True)
+class RollTied(TypedEvent):
+    """The highest roll was tied: ``rerolling`` roll again (``ignored``: a tie of two that does not count)."""
+
+    players: tuple[int, ...]
+    ignored: bool
+    rerolling: tuple[int, ...]
+
+
+@event("roll_won")
+@dataclass(frozen=True, kw_only=True)
+class RollWon(TypedEvent):
+    player: int
+    wins: tuple[int, ...]  # per seat: rolls won this round
+
+
+@event("round_won")
+@dataclass(frozen=True, kw_only=True)
+class RoundWon(TypedEvent):
+    player: int
+    ryo_game: int
+    round: int
+    rounds: tuple[int, ...]  # per seat: rounds won this game
+
+
+@event("rolloff_started")
+@dataclass(frozen=True, kw_only=True)
+class RolloffStarted(TypedEvent):
+    """The round's losers roll off for who chooses (the lowest roll does)."""
+
+    players: tuple[int, ...]
+    winner: int  # the round's winner
+
+
+@event("rolloff_tied")
+@dataclass(frozen=True, kw_only=True)
+class RolloffTied(TypedEvent):
+    players: tuple[int, ...]
+    rerolling: tuple[int, ...]
+
+
+@event("rolloff_won")
+@dataclass(frozen=True, kw_only=True)
+class RolloffWon(TypedEvent):
+    player: int  # who chooses
+
+
+@event("choice_started")
+@dataclass(frozen=True, kw_only=True)
+class ChoiceStarted(TypedEvent):
+    """``player`` chooses: raise a face of their own die, or have the round's ``winner`` lower one."""
+
+    player: int
+    winner: int
+    can_raise: bool
+    can_lower: bool
+
+
+@event("no_choice")
+@dataclass(frozen=True, kw_only=True)
+class NoChoice(TypedEvent):
+    """Nothing can be raised or lowered: the next round starts."""
+
+    player: int
+    winner: int
+
+
+@event("face_raised")
+@dataclass(frozen=True, kw_only=True)
+class FaceRaised(TypedEvent):
+    player: int
+    face: int
+    value: int
+    die: Die  # the die after the change
+    timeout: bool
+
+
+@event("lower_chosen")
+@dataclass(frozen=True, kw_only=True)
+class LowerChosen(TypedEvent):
+    player: int
+    winner: int  # who lowers a face of their own die
+    timeout: bool
+
+
+@event("face_lowered")
+@dataclass(frozen=True, kw_only=True)
+class FaceLowered(TypedEvent):
+    player: int
+    face: int
+    value: int
+    die: Die
+    timeout: bool
+
+
+@event("turn_timeout")
+@dataclass(frozen=True, kw_only=True)
+class RyoTurnTimeout(TypedEvent):
+    """A time limit ran out: the relay acts for the player (the event that follows)."""
+
+    player: int
+    phase: Literal["build", "choice", "lower"]
+
+
+@event("game_won")
+@dataclass(frozen=True, kw_only=True)
+class GameWon(TypedEvent):
+    """A Roll Your Own game was won (the relay's game, the match of them, goes on unless decided)."""
+
+    player: int
+    ryo_game: int
+    games: tuple[int, ...]  # per seat: games won
+
+
+@event("player_left")
+@dataclass(frozen=True, kw_only=True)
+class RyoPlayerLeft(TypedEvent):
+    player: int
+    ryo_game: int
+    die: Die | None  # a die built in secret, shown as its builder leaves
+
+
+@event("game_over")
+@dataclass(frozen=True, kw_only=True)
+class RyoGameOver(TypedEvent):
+    """The match of games is decided (or forfeited: then with every die as it is)."""
+
+    winner: int
+    winners: tuple[int, ...]
+    scores: tuple[int, ...]  # per seat: games won
+    rounds: tuple[int, ...]  # per seat: rounds won in all
+    reason: Reason
+    dice: tuple[Die | None, ...] | None = field(default=None, metadata=ABSENT)
+
+
+#: Roll Your Own's events by wire name.
+EVENTS = EventTypes(BuildStarted, DieBuilt, DiceRevealed, RoundStarted, RyoDiceRolled, LotDrawn, RollTied, RollWon,
+                    RoundWon, RolloffStarted, RolloffTied, RolloffWon, ChoiceStarted, NoChoice, FaceRaised,
+                    LowerChosen, FaceLowered, RyoTurnTimeout, GameWon, RyoPlayerLeft, RyoGameOver)
+
+
 # --- the rules ------------------------------------------------------------------------------------
 
 
@@ -414,7 +623,7 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
     return _lower(state, player, action.face, timeout=False)
 
 
-def _build(state: State, player: int, action: BuildDie, events: list[EventData] | None = None,
+def _build(state: State, player: int, action: BuildDie, events: list[TypedEvent] | None = None,
            timeout: bool = False) -> Accepted[State] | Rejected:
     if state.phase != "build":
         return _no("wrong_phase", "dice are built before a game starts")
@@ -429,29 +638,28 @@ def _build(state: State, player: int, action: BuildDie, events: list[EventData] 
         return _no("pool_short", f"the pool has too few tiles of {short}")
     events = list(events or [])
     if timeout:
-        events.append({"type": "turn_timeout", "player": player, "phase": "build"})
-    events.append({"type": "die_built", "player": player, "timeout": timeout})
+        events.append(RyoTurnTimeout(player=player, phase="build"))
+    events.append(DieBuilt(player=player, timeout=timeout))
     state = replace(state, dice=_set(state.dice, player, tuple(faces)), built=_set(state.built, player, True),
                     pool=_pool_take(state.pool, faces))
     return Accepted(_reveal_if_built(state, events), tuple(events))
 
 
-def _reveal_if_built(state: State, events: list[EventData]) -> State:
+def _reveal_if_built(state: State, events: list[TypedEvent]) -> State:
     """Once every seat still playing has built, all dice are shown and the first round starts."""
     if not all(state.built[p] for p in state.standing()):
         return state
-    events.append({"type": "dice_revealed", "ryo_game": state.game,
-                   "dice": [None if d is None else list(d) for d in state.dice]})
+    events.append(DiceRevealed(ryo_game=state.game, dice=state.dice))
     return _start_round(state, events)
 
 
-def _start_round(state: State, events: list[EventData]) -> State:
-    events.append({"type": "round_started", "ryo_game": state.game, "round": state.round})
+def _start_round(state: State, events: list[TypedEvent]) -> State:
+    events.append(RoundStarted(ryo_game=state.game, round=state.round))
     return replace(state, phase="rolling", rolling=state.standing(), roll_wins=_zeros(state.players),
                    round_winner=None, chooser=None)
 
 
-def _next_round(state: State, events: list[EventData]) -> tuple[State, tuple[EventData, ...]]:
+def _next_round(state: State, events: list[TypedEvent]) -> tuple[State, tuple[TypedEvent, ...]]:
     state = replace(state, round=state.round + 1)
     return _start_round(state, events), tuple(events)
 
@@ -466,19 +674,20 @@ def _raise(state: State, player: int, face: object, timeout: bool) -> Accepted[S
             return _no("not_allowed", f"that face is already {state.settings.max_face}")
         return _no("pool_short", f"the pool has no tile of {die[face] + 1}")
     new = _set(die, face, die[face] + 1)
-    events: list[EventData] = []
+    events: list[TypedEvent] = []
     if timeout:
-        events.append({"type": "turn_timeout", "player": player, "phase": "choice"})
-    events.append({"type": "face_raised", "player": player, "face": face, "value": new[face], "die": list(new),
-                   "timeout": timeout})
+        events.append(RyoTurnTimeout(player=player, phase="choice"))
+    events.append(FaceRaised(player=player, face=face, value=new[face], die=new, timeout=timeout))
     state = replace(state, dice=_set(state.dice, player, new), pool=_swap(state.pool, die[face], new[face]))
     return Accepted(*_next_round(state, events))
 
 
-def _lower_chosen(state: State, events: list[EventData], timeout: bool) -> tuple[State, tuple[EventData, ...]]:
+def _lower_chosen(state: State, events: list[TypedEvent], timeout: bool) -> tuple[State, tuple[TypedEvent, ...]]:
+    chooser, winner = state.chooser, state.round_winner
+    assert chooser is not None and winner is not None, "a choice is made after a round is won"
     if timeout:
-        events.append({"type": "turn_timeout", "player": state.chooser, "phase": "choice"})
-    events.append({"type": "lower_chosen", "player": state.chooser, "winner": state.round_winner, "timeout": timeout})
+        events.append(RyoTurnTimeout(player=chooser, phase="choice"))
+    events.append(LowerChosen(player=chooser, winner=winner, timeout=timeout))
     return replace(state, phase="lower"), tuple(events)
 
 
@@ -492,61 +701,58 @@ def _lower(state: State, player: int, face: object, timeout: bool) -> Accepted[S
             return _no("not_allowed", "that face is already 0")
         return _no("pool_short", f"the pool has no tile of {die[face] - 1}")
     new = _set(die, face, die[face] - 1)
-    events: list[EventData] = []
+    events: list[TypedEvent] = []
     if timeout:
-        events.append({"type": "turn_timeout", "player": player, "phase": "lower"})
-    events.append({"type": "face_lowered", "player": player, "face": face, "value": new[face], "die": list(new),
-                   "timeout": timeout})
+        events.append(RyoTurnTimeout(player=player, phase="lower"))
+    events.append(FaceLowered(player=player, face=face, value=new[face], die=new, timeout=timeout))
     state = replace(state, dice=_set(state.dice, player, new), pool=_swap(state.pool, die[face], new[face]))
     return Accepted(*_next_round(state, events))
 
 
-def _offer_choice(state: State, chooser: int, events: list[EventData]) -> tuple[State, tuple[EventData, ...]]:
+def _offer_choice(state: State, chooser: int, events: list[TypedEvent]) -> tuple[State, tuple[TypedEvent, ...]]:
     winner = state.round_winner
     assert winner is not None
     state = replace(state, chooser=chooser)
     can_raise = bool(raisable(state, chooser))
     can_lower = bool(lowerable(state, winner))
     if not can_raise and not can_lower:
-        events.append({"type": "no_choice", "player": chooser, "winner": state.round_winner})
+        events.append(NoChoice(player=chooser, winner=winner))
         return _next_round(state, events)
-    events.append({"type": "choice_started", "player": chooser, "winner": state.round_winner,
-                   "can_raise": can_raise, "can_lower": can_lower})
+    events.append(ChoiceStarted(player=chooser, winner=winner, can_raise=can_raise, can_lower=can_lower))
     return replace(state, phase="choice", rolling=()), tuple(events)
 
 
-def _roll_won(state: State, w: int, events: list[EventData]) -> tuple[State, tuple[EventData, ...]]:
+def _roll_won(state: State, w: int, events: list[TypedEvent]) -> tuple[State, tuple[TypedEvent, ...]]:
     s = state.settings
     roll_wins = _set(state.roll_wins, w, state.roll_wins[w] + 1)
-    events.append({"type": "roll_won", "player": w, "wins": list(roll_wins)})
+    events.append(RollWon(player=w, wins=roll_wins))
     state = replace(state, roll_wins=roll_wins, rolling=state.standing())
     if roll_wins[w] < s.rolls_per_round:
         return state, tuple(events)
     round_wins = _set(state.round_wins, w, state.round_wins[w] + 1)
     state = replace(state, round_wins=round_wins, rounds_total=_set(state.rounds_total, w, state.rounds_total[w] + 1),
                     rounds_played=state.rounds_played + 1, round_winner=w)
-    events.append({"type": "round_won", "player": w, "ryo_game": state.game, "round": state.round,
-                   "rounds": list(round_wins)})
+    events.append(RoundWon(player=w, ryo_game=state.game, round=state.round, rounds=round_wins))
     if round_wins[w] < s.rounds_per_game:
         losers = tuple(p for p in state.standing() if p != w)
         if len(losers) == 1:
             return _offer_choice(state, losers[0], events)
-        events.append({"type": "rolloff_started", "players": list(losers), "winner": w})
+        events.append(RolloffStarted(players=losers, winner=w))
         return replace(state, phase="rolloff", rolling=losers), tuple(events)
     game_wins = _set(state.game_wins, w, state.game_wins[w] + 1)
-    events.append({"type": "game_won", "player": w, "ryo_game": state.game, "games": list(game_wins)})
+    events.append(GameWon(player=w, ryo_game=state.game, games=game_wins))
     state = replace(state, game_wins=game_wins)
     if game_wins[w] >= s.games_per_match:
         state = replace(state, phase="over", winner=w, rolling=(), round_winner=None)
-        events.append({"type": "game_over", "winner": w, "winners": [w], "scores": list(game_wins),
-                       "rounds": list(state.rounds_total), "reason": "match_won"})
+        events.append(RyoGameOver(winner=w, winners=(w,), scores=game_wins, rounds=state.rounds_total,
+                                  reason="match_won"))
         return state, tuple(events)
     # Between games every player builds a new die; all tiles go back to the pool.
     z = _zeros(state.players)
     state = replace(state, phase="build", game=state.game + 1, round=1, previous=state.dice,
                     dice=tuple(None for _ in range(state.players)), built=tuple(False for _ in range(state.players)),
                     pool=s.tile_pool, rolling=(), roll_wins=z, round_wins=z, round_winner=None, chooser=None)
-    events.append({"type": "build_started", "ryo_game": state.game})
+    events.append(BuildStarted(ryo_game=state.game))
     return state, tuple(events)
 
 
@@ -557,7 +763,7 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         if action.key != _timer_key(state):
             return _no("wrong_phase", "that time limit is no longer running")
         if state.phase == "build":
-            events: list[EventData] = []
+            events: list[TypedEvent] = []
             for p in state.standing():
                 if not state.built[p]:
                     result = _build(state, p, BuildDie(default_build(state.settings, state.pool)), events, timeout=True)
@@ -609,23 +815,21 @@ def _leave(state: State, seat: int) -> Accepted[State] | Rejected:
         phase == "lower" and seat == state.round_winner)
     secret = state.dice[seat] if phase == "build" else None  # built in secret: shown now, or never
     state = _leaving(state, seat)
-    events: list[EventData] = [{"type": "player_left", "player": seat, "ryo_game": state.game,
-                                "die": None if secret is None else list(secret)}]
+    events: list[TypedEvent] = [RyoPlayerLeft(player=seat, ryo_game=state.game, die=secret)]
     standing = state.standing()
     if len(standing) == 1:
         w = standing[0]
         state = replace(state, phase="over", winner=w, rolling=(), round_winner=None)
         # the dice as they are: a build still secret is shown with the end (a log explains it so)
-        events.append({"type": "game_over", "winner": w, "winners": [w], "scores": list(state.game_wins),
-                       "rounds": list(state.rounds_total), "reason": FORFEIT,
-                       "dice": [None if d is None else list(d) for d in state.dice]})
+        events.append(RyoGameOver(winner=w, winners=(w,), scores=state.game_wins, rounds=state.rounds_total,
+                                  reason=FORFEIT, dice=state.dice))
         return Accepted(state, tuple(events))
     if phase == "build":
         return Accepted(_reveal_if_built(state, events), tuple(events))
     if phase in ("rolling", "rolloff") and len(state.rolling) == 1:  # the one left in a tie or roll-off takes it
         if phase == "rolling":
             return Accepted(*_roll_won(state, state.rolling[0], events))
-        events.append({"type": "rolloff_won", "player": state.rolling[0]})
+        events.append(RolloffWon(player=state.rolling[0]))
         return Accepted(*_offer_choice(state, state.rolling[0], events))
     if owed:  # the choice, or the lowering, was the leaver's or about their die: the round passes
         return Accepted(*_next_round(state, events))
@@ -635,8 +839,8 @@ def _leave(state: State, seat: int) -> Accepted[State] | Rejected:
 def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
     if state.phase not in ("rolling", "rolloff") or action.roll != state.rolls:
         return _no("wrong_phase", "no roll is waiting")
-    kind = "roll" if state.phase == "rolling" else "rolloff"
-    events: list[EventData] = []
+    kind: RollKind = "roll" if state.phase == "rolling" else "rolloff"
+    events: list[TypedEvent] = []
     rolling = state.rolling
     if _deadlocked(state):
         if type(action.lot) is not int:
@@ -644,12 +848,12 @@ def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
         if not 0 <= action.lot < len(rolling):
             return _no("malformed", "the lot names one of the rolling seats")
         chosen = rolling[action.lot]
-        events.append({"type": "lot_drawn", "kind": kind, "roll": state.rolls, "players": list(rolling),
-                       "player": chosen, "reason": "identical_one_valued_dice"})
+        events.append(LotDrawn(kind=kind, roll=state.rolls, players=rolling, player=chosen,
+                               reason="identical_one_valued_dice"))
         state = replace(state, rolls=state.rolls + 1)
         if kind == "roll":
             return Accepted(*_roll_won(state, chosen, events))
-        events.append({"type": "rolloff_won", "player": chosen})
+        events.append(RolloffWon(player=chosen))
         return Accepted(*_offer_choice(state, chosen, events))
     if action.values is None:
         return _no("incomplete", "RyoRoll needs its dice (complete() fills them)")
@@ -660,8 +864,8 @@ def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
         die = state.dice[p]
         assert die is not None
         results.append((p, i, die[i]))
-    events.append({"type": "dice_rolled", "kind": kind, "roll": state.rolls,
-                   "rolls": [{"player": p, "face": i, "value": v} for p, i, v in results]})
+    events.append(RyoDiceRolled(kind=kind, roll=state.rolls,
+                                rolls=tuple(FaceRolled(player=p, face=i, value=v) for p, i, v in results)))
     state = replace(state, rolls=state.rolls + 1, last_roll=tuple(results))
     if kind == "roll":
         best = max(v for _, _, v in results)
@@ -670,16 +874,16 @@ def _roll(state: State, action: RyoRoll) -> Accepted[State] | Rejected:
             return Accepted(*_roll_won(state, top[0], events))
         duel = state.standing()
         if len(duel) == 2:
-            events.append({"type": "roll_tied", "players": list(top), "ignored": True, "rerolling": list(duel)})
+            events.append(RollTied(players=top, ignored=True, rerolling=duel))
             return Accepted(replace(state, rolling=duel), tuple(events))
-        events.append({"type": "roll_tied", "players": list(top), "ignored": False, "rerolling": list(top)})
+        events.append(RollTied(players=top, ignored=False, rerolling=top))
         return Accepted(replace(state, rolling=top), tuple(events))
     low = min(v for _, _, v in results)
     bottom = tuple(p for p, _, v in results if v == low)
     if len(bottom) == 1:
-        events.append({"type": "rolloff_won", "player": bottom[0]})
+        events.append(RolloffWon(player=bottom[0]))
         return Accepted(*_offer_choice(state, bottom[0], events))
-    events.append({"type": "rolloff_tied", "players": list(bottom), "rerolling": list(bottom)})
+    events.append(RolloffTied(players=bottom, rerolling=bottom))
     return Accepted(replace(state, rolling=bottom), tuple(events))
 
 
@@ -829,17 +1033,16 @@ def view(state: State, player: int | None) -> State:
 # builder's own faces go to that seat alone (``private_delta``) until ``dice_revealed`` shows all.
 
 
-def _event_seat(state: State, data: Mapping[str, object], key: str = "seat") -> int:
-    p = data.get(key)
-    if type(p) is not int or not 0 <= p < state.players:
-        raise ValueError(f"event without a seat: {dict(data)!r}")
+def _event_seat(state: State, p: int) -> int:
+    if not 0 <= p < state.players:
+        raise ValueError(f"an event of a seat this match has not: {p!r}")
     return p
 
 
-def _event_seats(state: State, xs: object) -> tuple[int, ...]:
-    if not isinstance(xs, (list, tuple)) or not all(type(p) is int and 0 <= p < state.players for p in xs):
+def _event_seats(state: State, xs: tuple[int, ...]) -> tuple[int, ...]:
+    if not all(0 <= p < state.players for p in xs):
         raise ValueError(f"not a list of seats: {xs!r}")
-    return tuple(xs)
+    return xs
 
 
 def _event_ints(xs: object, n: int) -> tuple[int, ...]:
@@ -848,96 +1051,90 @@ def _event_ints(xs: object, n: int) -> tuple[int, ...]:
     return tuple(xs)
 
 
-def _face_changed(view: State, data: Mapping[str, object], step: int) -> State:
+def _face_changed(view: State, ev: FaceRaised | FaceLowered, step: int) -> State:
     """``face_raised`` (step 1) / ``face_lowered`` (-1): the die as shown, one tile swapped in the pool."""
-    p = _event_seat(view, data)
-    die, face = _event_ints(data.get("die"), FACES), data.get("face")
+    p, face = _event_seat(view, ev.player), ev.face
+    die = _event_ints(ev.die, FACES)
     old = view.dice[p]
-    if old is None or type(face) is not int or not 0 <= face < FACES or die[face] != old[face] + step:
-        raise ValueError(f"the changed face does not fit this view's die: {dict(data)!r}")
+    if old is None or not 0 <= face < FACES or die[face] != old[face] + step:
+        raise ValueError(f"the changed face does not fit this view's die: {ev!r}")
     return replace(view, dice=_set(view.dice, p, die), pool=_swap(view.pool, old[face], die[face]))
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
+def _revealed(view: State, dice: tuple[Die | None, ...]) -> State:
+    """The dice shown (all built, or a forfeit while building): the view's dice and the pool they leave."""
+    if view.phase != "build" or len(dice) != view.players:
+        raise ValueError(f"dice revealed that do not fit this view: {dice!r}")
+    shown = tuple(None if d is None and (p in view.gone or not view.built[p]) else _event_ints(d, FACES)
+                  for p, d in enumerate(dice))
+    pool = view.settings.tile_pool
+    for d in shown:
+        if d is not None:
+            pool = _pool_take(pool, d)
+    return replace(view, dice=shown, pool=pool)
+
+
+def apply_event(view: State, seat: int | None, ev: TypedEvent) -> State:
     """One public event applied to ``seat``'s view (see ``Game.apply_event``): the changes the rules
     make, read back from the event; the seat's own new die comes as its private update. Events the
     game does not make (seats, results) change nothing."""
     n = view.players
-    if etype == "die_built":
-        p = _event_seat(view, data)
-        if view.phase != "build" or view.built[p]:
-            raise ValueError(f"bad die_built {dict(data)!r}")
-        return replace(view, built=_set(view.built, p, True))
-    if etype == "dice_revealed" or (etype == "game_over" and view.phase == "build" and "dice" in data):
-        # (a forfeit while building shows the builds with the end)
-        dice = data.get("dice")
-        if view.phase != "build" or not isinstance(dice, (list, tuple)) or len(dice) != n:
-            raise ValueError(f"bad dice_revealed {dict(data)!r}")
-        shown = tuple(None if d is None and (p in view.gone or not view.built[p]) else _event_ints(d, FACES)
-                      for p, d in enumerate(dice))
-        pool = view.settings.tile_pool
-        for d in shown:
-            if d is not None:
-                pool = _pool_take(pool, d)
-        view = replace(view, dice=shown, pool=pool)
-        if etype == "dice_revealed":
-            return view
-    if etype == "round_started":
-        rnd = data.get("round")
-        if type(rnd) is not int:
-            raise ValueError(f"bad round_started {dict(data)!r}")
-        return replace(view, round=rnd, phase="rolling", rolling=view.standing(), roll_wins=_zeros(n),
-                       round_winner=None, chooser=None)
-    if etype == "face_raised":
-        return _face_changed(view, data, 1)
-    if etype == "face_lowered":
-        return _face_changed(view, data, -1)
-    if etype == "lower_chosen":
-        return replace(view, phase="lower")
-    if etype == "no_choice":
-        return replace(view, chooser=_event_seat(view, data))  # the next round_started follows
-    if etype == "choice_started":
-        return replace(view, chooser=_event_seat(view, data), phase="choice", rolling=())
-    if etype == "roll_won":
-        return replace(view, roll_wins=_event_ints(data.get("wins"), n), rolling=view.standing())
-    if etype == "round_won":
-        w = _event_seat(view, data)
-        return replace(view, round_wins=_event_ints(data.get("rounds"), n), round_winner=w,
-                       rounds_total=_set(view.rounds_total, w, view.rounds_total[w] + 1),
-                       rounds_played=view.rounds_played + 1)
-    if etype == "rolloff_started":
-        return replace(view, phase="rolloff", rolling=_event_seats(view, data.get("players")))
-    if etype == "game_won":
-        return replace(view, game_wins=_event_ints(data.get("games"), n))
-    if etype == "game_over":
-        return replace(view, phase="over", winner=_event_seat(view, data, "winner_seat"), rolling=(),
-                       round_winner=None)
-    if etype == "build_started":
-        game = data.get("ryo_game")
-        if type(game) is not int:
-            raise ValueError(f"bad build_started {dict(data)!r}")
-        z = _zeros(n)
-        # A view while building holds no pool (it would give the others' dice away).
-        return replace(view, phase="build", game=game, round=1, previous=view.dice, dice=tuple(None for _ in range(n)),
-                       built=tuple(False for _ in range(n)), pool=None, rolling=(), roll_wins=z, round_wins=z,
-                       round_winner=None, chooser=None)
-    if etype in ("lot_drawn", "dice_rolled"):
-        if data.get("roll") != view.rolls or view.phase not in ("rolling", "rolloff"):
-            raise ValueError(f"bad {etype} {dict(data)!r}")
-        if etype == "lot_drawn":
+    match ev:
+        case DieBuilt(player=p):
+            p = _event_seat(view, p)
+            if view.phase != "build" or view.built[p]:
+                raise ValueError(f"bad die_built {ev!r}")
+            return replace(view, built=_set(view.built, p, True))
+        case DiceRevealed(dice=dice):
+            return _revealed(view, dice)
+        case RoundStarted(round=rnd):
+            return replace(view, round=rnd, phase="rolling", rolling=view.standing(), roll_wins=_zeros(n),
+                           round_winner=None, chooser=None)
+        case FaceRaised():
+            return _face_changed(view, ev, 1)
+        case FaceLowered():
+            return _face_changed(view, ev, -1)
+        case LowerChosen():
+            return replace(view, phase="lower")
+        case NoChoice(player=p):
+            return replace(view, chooser=_event_seat(view, p))  # the next round_started follows
+        case ChoiceStarted(player=p):
+            return replace(view, chooser=_event_seat(view, p), phase="choice", rolling=())
+        case RollWon(wins=wins):
+            return replace(view, roll_wins=_event_ints(wins, n), rolling=view.standing())
+        case RoundWon(player=w, rounds=rounds):
+            w = _event_seat(view, w)
+            return replace(view, round_wins=_event_ints(rounds, n), round_winner=w,
+                           rounds_total=_set(view.rounds_total, w, view.rounds_total[w] + 1),
+                           rounds_played=view.rounds_played + 1)
+        case RolloffStarted(players=players):
+            return replace(view, phase="rolloff", rolling=_event_seats(view, players))
+        case GameWon(games=games):
+            return replace(view, game_wins=_event_ints(games, n))
+        case RyoGameOver(winner=w, dice=dice):
+            if view.phase == "build" and dice is not None:  # a forfeit while building shows the builds with the end
+                view = _revealed(view, dice)
+            return replace(view, phase="over", winner=_event_seat(view, w), rolling=(), round_winner=None)
+        case BuildStarted(ryo_game=game):
+            z = _zeros(n)
+            # A view while building holds no pool (it would give the others' dice away).
+            return replace(view, phase="build", game=game, round=1, previous=view.dice, dice=tuple(None for _ in range(n)),
+                           built=tuple(False for _ in range(n)), pool=None, rolling=(), roll_wins=z, round_wins=z,
+                           round_winner=None, chooser=None)
+        case LotDrawn(roll=roll) | RyoDiceRolled(roll=roll) if roll != view.rolls or view.phase not in ("rolling", "rolloff"):
+            raise ValueError(f"bad {ev.TYPE} {ev!r}")
+        case LotDrawn():
             return replace(view, rolls=view.rolls + 1)
-        rolls = data.get("rolls")
-        if not isinstance(rolls, (list, tuple)):
-            raise ValueError(f"bad dice_rolled {dict(data)!r}")
-        last = tuple((_event_seat(view, x, "player"), int(x["face"]), int(x["value"])) for x in rolls)
-        return replace(view, rolls=view.rolls + 1, last_roll=last)
-    if etype in ("roll_tied", "rolloff_tied"):
-        return replace(view, rolling=_event_seats(view, data.get("rerolling")))
-    if etype == "player_left":
-        p = _event_seat(view, data)
-        if p in view.gone:
-            raise ValueError(f"bad player_left {dict(data)!r}")
-        return _leaving(view, p)  # what follows (a reveal, a roll won, the next round) comes as its own events
+        case RyoDiceRolled(rolls=rolls):
+            last = tuple((_event_seat(view, x.player), x.face, x.value) for x in rolls)
+            return replace(view, rolls=view.rolls + 1, last_roll=last)
+        case RollTied(rerolling=rerolling) | RolloffTied(rerolling=rerolling):
+            return replace(view, rolling=_event_seats(view, rerolling))
+        case RyoPlayerLeft(player=p):
+            p = _event_seat(view, p)
+            if p in view.gone:
+                raise ValueError(f"bad player_left {ev!r}")
+            return _leaving(view, p)  # what follows (a reveal, a roll won, the next round) comes as its own events
     return view
 
 
@@ -1163,24 +1360,21 @@ def summarise_games(events: Sequence[PublicEvent], players: Sequence[str],
     a player counts them, numbered from 0 like every ``game`` field, each with its ``winner``,
     ``winners``, ``reason`` and the games won so far; the last one also carries the relay game's
     result (its reason, scores and each player's rounds won)."""
-    results = [ev for ev in events if ev.type == "game_result"]
+    read = [GAME.read_event(ev) for ev in events]
     entries = [dict(g) for g in games]
-    for entry, ev in zip(entries, results):
-        if isinstance(ev.data.get("games"), list):
-            entry["games_won"] = dict(zip(players, ev.data["games"]))
-        if isinstance(ev.data.get("rounds"), list):
-            entry["rounds_won"] = dict(zip(players, ev.data["rounds"]))
+    for entry, result in zip(entries, (r for r in read if isinstance(r, GameResult))):
+        won, rounds = result.extra.get("games"), result.extra.get("rounds")
+        if isinstance(won, list):
+            entry["games_won"] = dict(zip(players, won))
+        if isinstance(rounds, list):
+            entry["rounds_won"] = dict(zip(players, rounds))
     inner: list[dict[str, Any]] = []
-    for ev in events:
-        if ev.type != "game_won":
+    for won in read:
+        if not isinstance(won, GameWon):
             continue
-        number = ev.data.get("ryo_game")
-        winner = ev.data.get("player")
-        entry = {"game": number - 1 if isinstance(number, int) else len(inner), "winner": winner,
-                 "winners": [] if winner is None else [winner], "reason": "game_won"}
-        if isinstance(ev.data.get("games"), list):
-            entry["games_won"] = dict(zip(players, ev.data["games"]))
-        inner.append(entry)
+        winner = players[won.player] if 0 <= won.player < len(players) else won.player
+        inner.append({"game": won.ryo_game - 1, "winner": winner, "winners": [winner], "reason": "game_won",
+                      "games_won": dict(zip(players, won.games))})
     if not inner:
         return entries
     if entries:
@@ -1197,20 +1391,21 @@ def revealed_build(state: State, seat: int, events: Sequence[PublicEvent], pos: 
     if state.phase != "build" or state.built[seat]:
         return None
     for rec in events[pos:]:
-        shown: object = None
-        if rec.type == "player_left" and rec.data.get("seat") == seat:  # left before the reveal: shown then
-            shown = rec.data.get("die")
-        elif rec.type == "dice_revealed" or (rec.type == "game_over" and "dice" in rec.data):
-            dice = rec.data.get("dice")
-            shown = dice[seat] if isinstance(dice, list) and seat < len(dice) else None
-        else:
+        if rec.type not in (DiceRevealed.TYPE, RyoPlayerLeft.TYPE, RyoGameOver.TYPE):
             continue
-        if not isinstance(shown, list):
-            return []
         try:
-            return [BuildDie(tuple(int(x) for x in shown))]
-        except (TypeError, ValueError):
+            ev = EVENTS.decode(rec.type, rec.data)
+        except BadEvent:
             return []
+        shown: Die | None
+        match ev:
+            case RyoPlayerLeft(player=p, die=die) if p == seat:  # left before the reveal: shown then
+                shown = die
+            case DiceRevealed(dice=dice) | RyoGameOver(dice=tuple() as dice):
+                shown = dice[seat] if seat < len(dice) else None
+            case _:
+                continue
+        return [] if shown is None else [BuildDie(shown)]
     return []  # never revealed in this log: no build can be checked
 
 
@@ -1238,6 +1433,7 @@ GAME: Game[State, Action] = Game(
     summarise_games=summarise_games,
     leave=PlayerLeft,
     secret_choice=revealed_build,
+    events=EVENTS,
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,

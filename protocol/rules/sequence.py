@@ -39,10 +39,11 @@ win (reason ``forfeit``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 
 from protocol.codec import message, to_dict
+from protocol.events import ABSENT, EventTypes, TypedEvent, event, part
 from protocol.match import FORFEIT
 from protocol.rules.base import (
     CommonCode,
@@ -53,7 +54,6 @@ from protocol.rules.base import (
     SYSTEM,
     Accepted,
     Chance,
-    EventData,
     Outcome,
     PlayerLeft,
     Rejected,
@@ -98,7 +98,9 @@ DEFAULT_BOARD: tuple[tuple[int, ...], ...] = (
     (2, 5, 8, 4, 7, 2),
 )
 
-COLOURS = ("green", "blue", "red")
+#: The chips' colours, one a side (a team shares one).
+Colour = Literal["green", "blue", "red"]
+COLOURS: tuple[Colour, ...] = get_args(Colour)
 BOARD_NUMBERS = frozenset({2, 3, 4, 5, 6, 7, 8, 9, 12})
 BONUS_TOTALS = (2, 12)  # the same player rolls again
 DEFENSIVE = 10
@@ -327,6 +329,125 @@ def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chanc
     return State(settings=s, players=players, chips=chips, contenders=tuple(range(players)))
 
 
+# --- events ---------------------------------------------------------------------------------------
+# What happened, in public (protocol/events.py): nothing in this game is secret. ``player`` is a seat.
+
+#: Why a rolled total gives no move (``no_move``).
+NoMoveReason = Literal["no_chip_to_remove", "out_of_chips", "board_full", "no_such_space", "all_own"]
+
+
+@part
+@dataclass(frozen=True, kw_only=True)
+class RollOffRoll:
+    """One contender's two dice in a roll-off for the first turn."""
+
+    player: int
+    dice: tuple[int, int]
+    total: int
+
+
+@event("rolloff")
+@dataclass(frozen=True, kw_only=True)
+class RolledOff(TypedEvent):
+    """The contenders rolled for the first turn; the tied highest (``tied``) roll again."""
+
+    round: int
+    rolls: tuple[RollOffRoll, ...]
+    tied: tuple[int, ...]
+
+
+@event("first_player")
+@dataclass(frozen=True, kw_only=True)
+class FirstPlayer(TypedEvent):
+    player: int
+
+
+@event("turn_started")
+@dataclass(frozen=True, kw_only=True)
+class SequenceTurnStarted(TypedEvent):
+    player: int
+    turn: int
+    bonus: bool  # the same player again, after a 2 or a 12
+
+
+@event("dice_rolled")
+@dataclass(frozen=True, kw_only=True)
+class SequenceDiceRolled(TypedEvent):
+    player: int
+    turn: int
+    dice: tuple[int, int]
+    total: int
+
+
+@event("no_move")
+@dataclass(frozen=True, kw_only=True)
+class NoMove(TypedEvent):
+    """The total rolled allows no move: the turn ends."""
+
+    player: int
+    turn: int
+    total: int
+    reason: NoMoveReason
+
+
+@event("turn_timeout")
+@dataclass(frozen=True, kw_only=True)
+class SequenceTurnTimeout(TypedEvent):
+    """The turn's time ran out: the relay moves for the player (the chip event that follows)."""
+
+    player: int
+    turn: int
+
+
+@event("chip_placed")
+@dataclass(frozen=True, kw_only=True)
+class ChipPlaced(TypedEvent):
+    player: int
+    row: int
+    col: int
+    colour: Colour
+    replaced: Colour | None  # an opponent's chip it took the place of (a wild 11)
+    timeout: bool
+
+
+@event("chip_removed")
+@dataclass(frozen=True, kw_only=True)
+class ChipRemoved(TypedEvent):
+    """A defensive 10: an opponent's chip taken off the board."""
+
+    player: int
+    row: int
+    col: int
+    colour: Colour  # the removed chip's
+    timeout: bool
+
+
+@event("player_left")
+@dataclass(frozen=True, kw_only=True)
+class SequencePlayerLeft(TypedEvent):
+    player: int
+    turn: int
+
+
+@event("game_over")
+@dataclass(frozen=True, kw_only=True)
+class SequenceGameOver(TypedEvent):
+    """The game ended: with a SEQUENCE (its colour and ``line``), a forfeit (the colour left, no
+    line), or the turn limit (neither)."""
+
+    winner: int | None
+    winners: tuple[int, ...]
+    colour: Colour | None = field(default=None, metadata=ABSENT)
+    line: tuple[Coord, ...] | None = field(default=None, metadata=ABSENT)
+    reason: Reason
+    scores: tuple[int, ...]
+
+
+#: Sequence Dice's events by wire name.
+EVENTS = EventTypes(RolledOff, FirstPlayer, SequenceTurnStarted, SequenceDiceRolled, NoMove, SequenceTurnTimeout,
+                    ChipPlaced, ChipRemoved, SequencePlayerLeft, SequenceGameOver)
+
+
 # --- the rules ------------------------------------------------------------------------------------
 
 
@@ -412,32 +533,30 @@ def _why_not(state: State, player: int, action: PlaceChip | RemoveChip) -> str:
 def _move(state: State, player: int, action: PlaceChip | RemoveChip, timeout: bool) -> Accepted[State]:
     r, c = action.row, action.col
     me = state.colour(player)
-    events: list[EventData] = []
+    events: list[TypedEvent] = []
     if timeout:
-        events.append({"type": "turn_timeout", "player": player, "turn": state.turn})
+        events.append(SequenceTurnTimeout(player=player, turn=state.turn))
     old = state.chips[r][c]
     if isinstance(action, RemoveChip):
         chips = _set_chip(state.chips, r, c, None)
         assert old is not None  # a RemoveChip among the moves names an opponent's chip
-        events.append({"type": "chip_removed", "player": player, "row": r, "col": c, "colour": COLOURS[old],
-                       "timeout": timeout})
+        events.append(ChipRemoved(player=player, row=r, col=c, colour=COLOURS[old], timeout=timeout))
         return Accepted(*_end_turn(replace(state, chips=chips), events))
     chips = _set_chip(state.chips, r, c, me)
-    events.append({"type": "chip_placed", "player": player, "row": r, "col": c, "colour": COLOURS[me],
-                   "replaced": None if old is None else COLOURS[old], "timeout": timeout})
+    events.append(ChipPlaced(player=player, row=r, col=c, colour=COLOURS[me],
+                             replaced=None if old is None else COLOURS[old], timeout=timeout))
     state = replace(state, chips=chips)
     line = find_sequence(state.owned(me), state.settings.sequence_length)
     if line is not None:
         winners = tuple(p for p in seats_of(me, state.players) if p not in state.gone)
         state = replace(state, phase="over", winners=winners, line=line, reason="sequence", dice=None)
-        events.append({"type": "game_over", "winner": winners[0] if len(winners) == 1 else None,
-                       "winners": list(winners), "colour": COLOURS[me], "line": [list(x) for x in line],
-                       "reason": "sequence", "scores": list(_scores(state))})
+        events.append(SequenceGameOver(winner=winners[0] if len(winners) == 1 else None, winners=winners,
+                                       colour=COLOURS[me], line=line, reason="sequence", scores=_scores(state)))
         return Accepted(state, tuple(events))
     return Accepted(*_end_turn(state, events))
 
 
-def _end_turn(state: State, events: list[EventData]) -> tuple[State, tuple[EventData, ...]]:
+def _end_turn(state: State, events: list[TypedEvent]) -> tuple[State, tuple[TypedEvent, ...]]:
     """The turn is over: a 2 or 12 gives the same player another turn; check max_turns."""
     assert state.current is not None
     again = state.total in BONUS_TOTALS
@@ -445,11 +564,10 @@ def _end_turn(state: State, events: list[EventData]) -> tuple[State, tuple[Event
     turn = state.turn + 1
     if turn >= state.settings.max_turns:
         state = replace(state, phase="over", winners=(), reason="max_turns", dice=None, turn=turn)
-        events.append({"type": "game_over", "winner": None, "winners": [], "reason": "max_turns",
-                       "scores": list(_scores(state))})
+        events.append(SequenceGameOver(winner=None, winners=(), reason="max_turns", scores=_scores(state)))
         return state, tuple(events)
     state = replace(state, phase="roll", current=nxt, turn=turn, dice=None)
-    events.append({"type": "turn_started", "player": nxt, "turn": turn, "bonus": again})
+    events.append(SequenceTurnStarted(player=nxt, turn=turn, bonus=again))
     return state, tuple(events)
 
 
@@ -474,14 +592,14 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         totals = [a + b for a, b in action.dice]
         best = max(totals)
         tied = tuple(p for p, t in zip(state.contenders, totals) if t == best)
-        rolls = [{"player": p, "dice": list(d), "total": t} for p, d, t in zip(state.contenders, action.dice, totals)]
-        events: list[EventData] = [{"type": "rolloff", "round": state.rolloff_round, "rolls": rolls,
-                                    "tied": list(tied) if len(tied) > 1 else []}]
+        rolls = tuple(RollOffRoll(player=p, dice=(d[0], d[1]), total=t)
+                      for p, d, t in zip(state.contenders, action.dice, totals))
+        events: list[TypedEvent] = [RolledOff(round=state.rolloff_round, rolls=rolls, tied=tied if len(tied) > 1 else ())]
         if len(tied) > 1:
             return Accepted(replace(state, contenders=tied, rolloff_round=state.rolloff_round + 1), tuple(events))
         first = tied[0]
-        events.append({"type": "first_player", "player": first})
-        events.append({"type": "turn_started", "player": first, "turn": 0, "bonus": False})
+        events.append(FirstPlayer(player=first))
+        events.append(SequenceTurnStarted(player=first, turn=0, bonus=False))
         return Accepted(replace(state, phase="roll", current=first, contenders=(), turn=0), tuple(events))
     if isinstance(action, RollDice):
         if state.phase != "roll" or action.turn != state.turn:
@@ -494,11 +612,9 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         assert player is not None
         dice = (action.dice[0], action.dice[1])
         state = replace(state, dice=dice, phase="move")
-        events = [{"type": "dice_rolled", "player": player, "turn": state.turn, "dice": list(dice),
-                   "total": sum(dice)}]
+        events = [SequenceDiceRolled(player=player, turn=state.turn, dice=dice, total=sum(dice))]
         if not moves(state, player):
-            events.append({"type": "no_move", "player": player, "turn": state.turn, "total": sum(dice),
-                           "reason": _no_move_reason(state, player)})
+            events.append(NoMove(player=player, turn=state.turn, total=sum(dice), reason=_no_move_reason(state, player)))
             return Accepted(*_end_turn(state, events))
         return Accepted(state, tuple(events))
     if isinstance(action, SequenceTimeout):
@@ -525,21 +641,20 @@ def _leave(state: State, seat: int) -> Accepted[State] | Rejected:
         return _no("wrong_phase", "the first player is still being decided")
     on_turn = state.current == seat
     state = replace(state, gone=state.gone + (seat,))
-    events: list[EventData] = [{"type": "player_left", "player": seat, "turn": state.turn}]
+    events: list[TypedEvent] = [SequencePlayerLeft(player=seat, turn=state.turn)]
     colours = {state.colour(p) for p in state.standing()}
     if len(colours) == 1:
         winners = state.standing()
         state = replace(state, phase="over", winners=winners, line=(), reason=FORFEIT, dice=None)
-        events.append({"type": "game_over", "winner": winners[0] if len(winners) == 1 else None,
-                       "winners": list(winners), "colour": COLOURS[colours.pop()], "line": [],
-                       "reason": FORFEIT, "scores": list(_scores(state))})
+        events.append(SequenceGameOver(winner=winners[0] if len(winners) == 1 else None, winners=winners,
+                                       colour=COLOURS[colours.pop()], line=(), reason=FORFEIT, scores=_scores(state)))
         return Accepted(state, tuple(events))
     if on_turn:  # the leaver's turn ends now, as if nothing could be done (and no bonus turn)
         return Accepted(*_end_turn(replace(state, dice=None), events))
     return Accepted(state, tuple(events))
 
 
-def _no_move_reason(state: State, player: int) -> str:
+def _no_move_reason(state: State, player: int) -> NoMoveReason:
     total = state.total
     if total == DEFENSIVE:
         return "no_chip_to_remove"
@@ -596,74 +711,63 @@ def view(state: State, player: int | None) -> State:
 # Nothing is secret here, so no private update is ever needed: each event says its whole change.
 
 
-def _event_seat(state: State, data: Mapping[str, object], key: str = "seat") -> int:
-    p = data.get(key)
-    if type(p) is not int or not 0 <= p < state.players:
-        raise ValueError(f"event without a seat: {dict(data)!r}")
+def _event_seat(state: State, p: int) -> int:
+    if not 0 <= p < state.players:
+        raise ValueError(f"an event of a seat this game has not: {p!r}")
     return p
 
 
-def _event_space(state: State, data: Mapping[str, object]) -> tuple[int, int]:
-    r, c = data.get("row"), data.get("col")
-    if type(r) is not int or type(c) is not int or not (0 <= r < state.settings.rows and 0 <= c < state.settings.cols):
-        raise ValueError(f"event without a space on the board: {dict(data)!r}")
+def _event_space(state: State, r: int, c: int) -> tuple[int, int]:
+    if not (0 <= r < state.settings.rows and 0 <= c < state.settings.cols):
+        raise ValueError(f"an event of a space off the board: {r}, {c}")
     return r, c
 
 
-def _seats(state: State, xs: object) -> tuple[int, ...]:
-    if not isinstance(xs, (list, tuple)) or not all(type(p) is int and 0 <= p < state.players for p in xs):
+def _seats(state: State, xs: tuple[int, ...]) -> tuple[int, ...]:
+    if not all(0 <= p < state.players for p in xs):
         raise ValueError(f"not a list of seats: {xs!r}")
-    return tuple(xs)
+    return xs
 
 
-def _space(x: tuple[int, ...]) -> Coord:
-    return (x[0], x[1])
-
-
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
+def apply_event(view: State, seat: int | None, ev: TypedEvent) -> State:
     """One public event applied to a view (see ``Game.apply_event``): the changes ``apply`` makes,
     read back from the event. Events the game does not make (seats, results) change nothing."""
-    if etype == "rolloff":
-        if view.phase != "rolloff" or data.get("round") != view.rolloff_round:
-            raise ValueError(f"bad rolloff {dict(data)!r}")
-        tied = _seats(view, data.get("tied", []))
-        if tied:  # the tied-highest roll again; a single winner follows as first_player
-            return replace(view, contenders=tied, rolloff_round=view.rolloff_round + 1)
-        return view
-    if etype == "first_player":
-        return replace(view, phase="roll", current=_event_seat(view, data), contenders=(), turn=0)
-    if etype == "turn_started":
-        turn = data.get("turn")
-        if type(turn) is not int or view.phase == "over":
-            raise ValueError(f"bad turn_started {dict(data)!r}")
-        return replace(view, phase="roll", current=_event_seat(view, data), turn=turn, dice=None)
-    if etype == "dice_rolled":
-        dice = data.get("dice")
-        if (view.phase != "roll" or _event_seat(view, data) != view.current or not isinstance(dice, (list, tuple))
-                or len(dice) != 2 or not all(_valid_die(x) for x in dice)):
-            raise ValueError(f"bad dice_rolled {dict(data)!r}")
-        return replace(view, dice=(dice[0], dice[1]), phase="move")
-    if etype == "chip_removed":
-        r, c = _event_space(view, data)
-        if view.chips[r][c] is None:
-            raise ValueError(f"no chip to remove at {r}, {c}")
-        return replace(view, chips=_set_chip(view.chips, r, c, None))
-    if etype == "chip_placed":
-        r, c = _event_space(view, data)
-        return replace(view, chips=_set_chip(view.chips, r, c, view.colour(_event_seat(view, data))))
-    if etype == "player_left":
-        p = _event_seat(view, data)
-        if p in view.gone:
-            raise ValueError(f"bad player_left {dict(data)!r}")
-        # the turn it ends, if it was the leaver's, follows as its own events
-        return replace(view, gone=view.gone + (p,), dice=None if p == view.current else view.dice)
-    if etype == "game_over":
-        reason = one_of(data.get("reason", ""), STATE_REASONS, "reason")
-        winners = _seats(view, data.get("winner_seats", []))
-        line = tuple(_space(wire_ints(x, "a space of the line", 2)) for x in wire_list(data.get("line", []), "line"))
-        # Running out of turns ends the turn first (``_end_turn`` counts it); a SEQUENCE ends the game mid-turn.
-        turn = view.turn + 1 if reason == "max_turns" else view.turn
-        return replace(view, phase="over", winners=winners, line=line, reason=reason, dice=None, turn=turn)
+    match ev:
+        case RolledOff(round=rnd, tied=tied):
+            if view.phase != "rolloff" or rnd != view.rolloff_round:
+                raise ValueError(f"bad rolloff {ev!r}")
+            if tied:  # the tied-highest roll again; a single winner follows as first_player
+                return replace(view, contenders=_seats(view, tied), rolloff_round=view.rolloff_round + 1)
+            return view
+        case FirstPlayer(player=p):
+            return replace(view, phase="roll", current=_event_seat(view, p), contenders=(), turn=0)
+        case SequenceTurnStarted(player=p, turn=turn):
+            if view.phase == "over":
+                raise ValueError(f"bad turn_started {ev!r}")
+            return replace(view, phase="roll", current=_event_seat(view, p), turn=turn, dice=None)
+        case SequenceDiceRolled(player=p, dice=dice):
+            if view.phase != "roll" or _event_seat(view, p) != view.current or not all(_valid_die(x) for x in dice):
+                raise ValueError(f"bad dice_rolled {ev!r}")
+            return replace(view, dice=dice, phase="move")
+        case ChipRemoved(row=row, col=col):
+            r, c = _event_space(view, row, col)
+            if view.chips[r][c] is None:
+                raise ValueError(f"no chip to remove at {r}, {c}")
+            return replace(view, chips=_set_chip(view.chips, r, c, None))
+        case ChipPlaced(player=p, row=row, col=col):
+            r, c = _event_space(view, row, col)
+            return replace(view, chips=_set_chip(view.chips, r, c, view.colour(_event_seat(view, p))))
+        case SequencePlayerLeft(player=p):
+            p = _event_seat(view, p)
+            if p in view.gone:
+                raise ValueError(f"bad player_left {ev!r}")
+            # the turn it ends, if it was the leaver's, follows as its own events
+            return replace(view, gone=view.gone + (p,), dice=None if p == view.current else view.dice)
+        case SequenceGameOver(winners=winners, line=line, reason=reason):
+            # Running out of turns ends the turn first (``_end_turn`` counts it); a SEQUENCE ends the game mid-turn.
+            turn = view.turn + 1 if reason == "max_turns" else view.turn
+            return replace(view, phase="over", winners=_seats(view, winners), line=line or (), reason=reason, dice=None,
+                           turn=turn)
     return view
 
 
@@ -843,6 +947,7 @@ GAME: Game[State, Action] = Game(
     realtime=False,
     leave=PlayerLeft,
     invariant_ok=invariant_ok,
+    events=EVENTS,
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,

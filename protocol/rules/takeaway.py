@@ -40,10 +40,11 @@ claims stay on record but they are out of the standings; when one player is left
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
 
 from protocol.codec import message, to_dict
+from protocol.events import ABSENT, EventTypes, TypedEvent, event
 from protocol.match import FORFEIT
 from protocol.rules.base import (
     CommonCode,
@@ -54,7 +55,6 @@ from protocol.rules.base import (
     SYSTEM,
     Accepted,
     Chance,
-    EventData,
     Outcome,
     PlayerLeft,
     Rejected,
@@ -401,11 +401,95 @@ def _check_players(players: int) -> None:
         raise ValueError(f"Takeaway Dice is for 2 to {MAX_PLAYERS} players, not {players!r}")
 
 
+# --- events ---------------------------------------------------------------------------------------
+# What happened, in public (protocol/events.py): nothing in this game is secret. ``player`` is a seat.
+
+#: Why the cluster was rolled: the first roll of the game, or a player's re-roll.
+RollReason = Literal["setup", "reroll"]
+
+
+@event("order_decided")
+@dataclass(frozen=True, kw_only=True)
+class OrderDecided(TypedEvent):
+    order: tuple[int, ...]  # seats in playing order
+
+
+@event("dice_rolled")
+@dataclass(frozen=True, kw_only=True)
+class TakeawayDiceRolled(TypedEvent):
+    """The whole cluster was rolled: every cell with its new face (a setup roll is no one's)."""
+
+    reason: RollReason
+    player: int | None
+    turn: int | None = field(default=None, metadata=ABSENT)  # a re-roll's turn
+    cells: tuple[Cell, ...]
+
+
+@event("turn_started")
+@dataclass(frozen=True, kw_only=True)
+class TakeawayTurnStarted(TypedEvent):
+    player: int
+    turn: int
+
+
+@event("reroll_requested")
+@dataclass(frozen=True, kw_only=True)
+class RerollRequested(TypedEvent):
+    player: int
+    turn: int
+
+
+@event("turn_timeout")
+@dataclass(frozen=True, kw_only=True)
+class TakeawayTurnTimeout(TypedEvent):
+    """The turn's time ran out: the relay claims for the player (the ``blink_claimed`` that follows)."""
+
+    player: int
+    turn: int
+
+
+@event("blink_claimed")
+@dataclass(frozen=True, kw_only=True)
+class BlinkClaimed(TypedEvent):
+    player: int
+    q: int
+    r: int
+    face: int
+    turn: int
+    timeout: bool  # claimed by the relay when the turn's time ran out
+
+
+@event("player_left")
+@dataclass(frozen=True, kw_only=True)
+class TakeawayPlayerLeft(TypedEvent):
+    """A seat left a game of three or more: it is out of the order of play."""
+
+    player: int
+    turn: int
+
+
+@event("game_over")
+@dataclass(frozen=True, kw_only=True)
+class TakeawayGameOver(TypedEvent):
+    winner: int | None
+    winners: tuple[int, ...]
+    scores: tuple[int, ...]
+    reason: Literal["all_claimed", "forfeit"]
+
+
+#: Takeaway Dice's events by wire name.
+EVENTS = EventTypes(OrderDecided, TakeawayDiceRolled, TakeawayTurnStarted, RerollRequested, TakeawayTurnTimeout,
+                    BlinkClaimed, TakeawayPlayerLeft, TakeawayGameOver)
+
+
 # --- the rules ------------------------------------------------------------------------------------
 
 
-def _cells_event(cells: tuple[Cell, ...]) -> list[list[int | None]]:
-    return [[q, r, f] for q, r, f in cells]
+def _on_turn(state: State) -> int:
+    """The seat on turn in a state whose turn has begun (``turn`` phase, order decided)."""
+    p = state.current
+    assert p is not None, "a turn begins only once the order is decided"
+    return p
 
 
 def _valid_faces(faces: object, n: int) -> bool:
@@ -439,7 +523,7 @@ def apply(state: State, player: int | None, action: Action) -> Accepted[State] |
             return _no("reroll_used", "each player may re-roll only once per game")
         used = tuple(n + (p == player) for p, n in enumerate(state.rerolls_used))
         new = replace(state, phase="rolling", rerolled=True, rerolls_used=used)
-        return Accepted(new, ({"type": "reroll_requested", "player": player, "turn": state.turn},))
+        return Accepted(new, (RerollRequested(player=player, turn=state.turn),))
     return _claim(state, player, action, timeout=False)
 
 
@@ -456,22 +540,21 @@ def _claim(state: State, player: int, action: ClaimBlink, timeout: bool) -> Acce
     assert face is not None
     cells = tuple(c for c in state.cells if (c[0], c[1]) != cell)
     claims = state.claims + ((player, cell[0], cell[1], face),)
-    events: list[EventData] = []
+    events: list[TypedEvent] = []
     if timeout:
-        events.append({"type": "turn_timeout", "player": player, "turn": state.turn})
-    events.append({"type": "blink_claimed", "player": player, "q": cell[0], "r": cell[1], "face": face,
-                   "turn": state.turn, "timeout": timeout})
+        events.append(TakeawayTurnTimeout(player=player, turn=state.turn))
+    events.append(BlinkClaimed(player=player, q=cell[0], r=cell[1], face=face, turn=state.turn, timeout=timeout))
     state = replace(state, cells=cells, claims=claims)
     if not cells:
         state = replace(state, phase="over")
         scores = list(state.scores())
         best = max(scores[p] for p in state.order)
         winners = [p for p, sc in enumerate(scores) if sc == best and p in state.order]
-        events.append({"type": "game_over", "winner": winners[0] if len(winners) == 1 else None,
-                       "winners": winners, "scores": scores, "reason": "all_claimed"})
+        events.append(TakeawayGameOver(winner=winners[0] if len(winners) == 1 else None, winners=tuple(winners),
+                                       scores=tuple(scores), reason="all_claimed"))
         return Accepted(state, tuple(events))
     state = replace(state, turn=state.turn + 1, rerolled=False)
-    events.append({"type": "turn_started", "player": state.current, "turn": state.turn})
+    events.append(TakeawayTurnStarted(player=_on_turn(state), turn=state.turn))
     return Accepted(state, tuple(events))
 
 
@@ -487,10 +570,10 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
             return _no("malformed", "one face from 1 to 6 per cell")
         cells = tuple((q, r, f) for (q, r, _), f in zip(state.cells, action.faces))
         state = replace(state, cells=cells, order=tuple(action.order), phase="turn", turn=0, rerolled=False)
-        events: tuple[EventData, ...] = (
-            {"type": "order_decided", "order": list(action.order)},
-            {"type": "dice_rolled", "reason": "setup", "player": None, "cells": _cells_event(cells)},
-            {"type": "turn_started", "player": state.current, "turn": 0},
+        events: tuple[TypedEvent, ...] = (
+            OrderDecided(order=tuple(action.order)),
+            TakeawayDiceRolled(reason="setup", player=None, cells=cells),
+            TakeawayTurnStarted(player=_on_turn(state), turn=0),
         )
         return Accepted(state, events)
     if isinstance(action, RollCluster):
@@ -503,8 +586,7 @@ def _apply_system(state: State, action: Action) -> Accepted[State] | Rejected:
         cells = tuple((q, r, f) for (q, r, _), f in zip(state.cells, action.faces))
         player = state.current
         state = replace(state, cells=cells, phase="turn")
-        return Accepted(state, ({"type": "dice_rolled", "reason": "reroll", "player": player,
-                                 "turn": state.turn, "cells": _cells_event(cells)},))
+        return Accepted(state, (TakeawayDiceRolled(reason="reroll", player=player, turn=state.turn, cells=cells),))
     if isinstance(action, TakeawayTimeout):
         if state.phase != "turn" or action.turn != state.turn:
             return _no("wrong_phase", "that turn is over")
@@ -547,14 +629,14 @@ def _leave(state: State, seat: int) -> Accepted[State] | Rejected:
     if state.phase == "setup":
         return _no("wrong_phase", "the order of play is not decided yet")
     state, passes = _leaving(state, seat)
-    events: list[EventData] = [{"type": "player_left", "player": seat, "turn": state.turn}]
+    events: list[TypedEvent] = [TakeawayPlayerLeft(player=seat, turn=state.turn)]
     if len(state.order) == 1:
         state = replace(state, phase="over")
-        events.append({"type": "game_over", "winner": state.order[0], "winners": [state.order[0]],
-                       "scores": list(state.scores()), "reason": FORFEIT})
+        events.append(TakeawayGameOver(winner=state.order[0], winners=(state.order[0],), scores=tuple(state.scores()),
+                                       reason=FORFEIT))
     elif passes:
         state = replace(state, turn=state.turn + 1)
-        events.append({"type": "turn_started", "player": state.current, "turn": state.turn})
+        events.append(TakeawayTurnStarted(player=_on_turn(state), turn=state.turn))
     return Accepted(state, tuple(events))
 
 
@@ -625,11 +707,15 @@ def view(state: State, player: int | None) -> State:
 # --- wire form ------------------------------------------------------------------------------------
 
 
+def _cells_wire(cells: tuple[Cell, ...]) -> list[list[int | None]]:
+    return [[q, r, f] for q, r, f in cells]
+
+
 def to_wire(state: State) -> dict[str, Any]:
     return {
         "settings": state.settings.to_wire(),
         "players": state.players,
-        "cells": _cells_event(state.cells),
+        "cells": _cells_wire(state.cells),
         "order": list(state.order),
         "turn": state.turn,
         "phase": state.phase,
@@ -691,70 +777,57 @@ def from_wire(data: dict[str, Any]) -> State:
 # Nothing is secret here, so no private update is ever needed: each event says its whole change.
 
 
-def _event_seat(state: State, data: Mapping[str, object], key: str = "seat") -> int:
-    p = data.get(key)
-    if type(p) is not int or not 0 <= p < state.players:
-        raise ValueError(f"event without a seat: {dict(data)!r}")
+def _event_seat(state: State, p: int) -> int:
+    if not 0 <= p < state.players:
+        raise ValueError(f"an event of a seat this game has not: {p!r}")
     return p
 
 
-def _event_int(data: Mapping[str, object], key: str) -> int:
-    v = data.get(key)
-    if type(v) is not int:
-        raise ValueError(f"event without an integer {key!r}: {dict(data)!r}")
-    return v
-
-
-def _cell(c: tuple[int, ...]) -> Cell:
-    return (c[0], c[1], c[2])
-
-
-def _rolled(view: State, data: Mapping[str, object]) -> tuple[Cell, ...]:
+def _rolled(view: State, cells: tuple[Cell, ...]) -> tuple[Cell, ...]:
     """The cluster as a ``dice_rolled`` event shows it: the same cells, new faces."""
-    cells = tuple(_cell(wire_ints(c, "a rolled cell", 3)) for c in wire_list(data["cells"], "cells"))
     if [(q, r) for q, r, _ in cells] != [(q, r) for q, r, _ in view.cells] or not _valid_faces(
             tuple(f for _, _, f in cells), len(view.cells)):
         raise ValueError("the rolled cells are not this view's cluster")
     return cells
 
 
-def apply_event(view: State, seat: int | None, etype: str, data: Mapping[str, object]) -> State:
+def apply_event(view: State, seat: int | None, ev: TypedEvent) -> State:
     """One public event applied to a view (see ``Game.apply_event``): the changes ``apply`` makes,
     read back from the event. Events the game does not make (seats, results) change nothing."""
-    if etype == "order_decided":
-        order = wire_ints(data["order"], "order")
-        if sorted(order) != list(range(view.players)) or view.phase != "setup":
-            raise ValueError(f"bad order_decided {dict(data)!r}")
-        return replace(view, order=order)
-    if etype == "dice_rolled":
-        if view.phase not in ("setup", "rolling"):
-            raise ValueError("dice rolled outside a roll")
-        return replace(view, cells=_rolled(view, data), phase="turn")
-    if etype == "turn_started":
-        p, turn = _event_seat(view, data), _event_int(data, "turn")
-        if view.phase not in ("turn", "setup") or not view.order or view.order[turn % len(view.order)] != p:
-            raise ValueError(f"bad turn_started {dict(data)!r}")
-        return replace(view, turn=turn, rerolled=False, phase="turn")
-    if etype == "reroll_requested":
-        p = _event_seat(view, data)
-        if p != view.current or view.phase != "turn":
-            raise ValueError(f"bad reroll_requested {dict(data)!r}")
-        used = tuple(n + (s == p) for s, n in enumerate(view.rerolls_used))
-        return replace(view, phase="rolling", rerolled=True, rerolls_used=used)
-    if etype == "blink_claimed":
-        p, q, r, face = _event_seat(view, data), _event_int(data, "q"), _event_int(data, "r"), _event_int(data, "face")
-        if view.face_at((q, r)) != face or p != view.current:
-            raise ValueError(f"bad blink_claimed {dict(data)!r}")
-        return replace(view, cells=tuple(c for c in view.cells if (c[0], c[1]) != (q, r)),
-                       claims=view.claims + ((p, q, r, face),))
-    if etype == "player_left":
-        p = _event_seat(view, data)
-        if p in view.gone or p not in view.order:
-            raise ValueError(f"bad player_left {dict(data)!r}")
-        left, _ = _leaving(view, p)
-        return left
-    if etype == "game_over":
-        return replace(view, phase="over")
+    match ev:
+        case OrderDecided(order=order):
+            if sorted(order) != list(range(view.players)) or view.phase != "setup":
+                raise ValueError(f"bad order_decided {ev!r}")
+            return replace(view, order=order)
+        case TakeawayDiceRolled(cells=cells):
+            if view.phase not in ("setup", "rolling"):
+                raise ValueError("dice rolled outside a roll")
+            return replace(view, cells=_rolled(view, cells), phase="turn")
+        case TakeawayTurnStarted(player=p, turn=turn):
+            p = _event_seat(view, p)
+            if view.phase not in ("turn", "setup") or not view.order or view.order[turn % len(view.order)] != p:
+                raise ValueError(f"bad turn_started {ev!r}")
+            return replace(view, turn=turn, rerolled=False, phase="turn")
+        case RerollRequested(player=p):
+            p = _event_seat(view, p)
+            if p != view.current or view.phase != "turn":
+                raise ValueError(f"bad reroll_requested {ev!r}")
+            used = tuple(n + (s == p) for s, n in enumerate(view.rerolls_used))
+            return replace(view, phase="rolling", rerolled=True, rerolls_used=used)
+        case BlinkClaimed(player=p, q=q, r=r, face=face):
+            p = _event_seat(view, p)
+            if view.face_at((q, r)) != face or p != view.current:
+                raise ValueError(f"bad blink_claimed {ev!r}")
+            return replace(view, cells=tuple(c for c in view.cells if (c[0], c[1]) != (q, r)),
+                           claims=view.claims + ((p, q, r, face),))
+        case TakeawayPlayerLeft(player=p):
+            p = _event_seat(view, p)
+            if p in view.gone or p not in view.order:
+                raise ValueError(f"bad player_left {ev!r}")
+            left, _ = _leaving(view, p)
+            return left
+        case TakeawayGameOver():
+            return replace(view, phase="over")
     return view
 
 
@@ -833,6 +906,7 @@ GAME: Game[State, Action] = Game(
     stale_code="stale",  # an action made against a state that has since moved on
     realtime=False,
     leave=PlayerLeft,
+    events=EVENTS,
     apply_event=apply_event,
     private_delta=private_delta,
     apply_private=apply_private,

@@ -20,10 +20,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from protocol.match import Order
 from protocol.topics import Topics
 from relay.cluster import shards
 from relay.core import RelayConfig, RelayCore
-from relay.model import Order
 from relay.ownership import JournalOpener, Presence
 from relay.shard import check_shard
 from relay.storage import Journal

@@ -43,7 +43,7 @@ from relay import RelayError
 
 if TYPE_CHECKING:
     from mqttkit import TLSTrust
-    from relay.model import Order
+    from protocol.match import Order
 
 USAGE = 2  # bad input on the command line
 FAILED = 1  # a failure at run time

@@ -16,6 +16,7 @@ The judge imports nothing else of the relay but its pure neighbours ``relay.mode
 every room of the relay may import the judge, never the reverse (tests/test_layering.py).
 """
 
+from protocol.match import ORDERS
 from relay.judge.answers import ACCEPTED_SEQ_BITS, REMEMBERED_ANSWERS, Answers
 from relay.judge.codes import CODE_ALPHABET, CODE_LEN, CODE_SPACE, code_in_shard, code_number, codes_in_shard
 from relay.judge.deadlines import Deadlines
@@ -24,7 +25,7 @@ from relay.judge.gate import Gate
 from relay.judge.housekeeping import Housekeeping
 from relay.judge.lobby import Lobby
 from relay.judge.referee import Referee
-from relay.judge.tables import ORDERS, Tables
+from relay.judge.tables import Tables
 
 __all__ = ["ACCEPTED_SEQ_BITS", "CODE_ALPHABET", "CODE_LEN", "CODE_SPACE", "ORDERS", "PAST_EVENTS", "REMEMBERED_ANSWERS", "Answers", "Deadlines", "Events", "Gate",
            "Housekeeping", "Lobby", "Referee", "Tables", "code_in_shard", "code_number", "codes_in_shard",

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from protocol import messages as m
 from protocol.codec import pack_plain, unpack_plain
-from protocol.records import with_names
+from protocol.events import TypedEvent, public_data
 from relay.judge.tables import NS, Tables
 from relay.model import LogRecord, Match, Out, Publish
 
@@ -49,19 +49,18 @@ class Events:
     def load_record(self, record: Mapping[str, Any]) -> None:
         self.past = {code: (deque(q, maxlen=n), dict(sent)) for code, (n, q, sent) in record["past"].items()}
 
-    def event(self, match: Match, now_ns: int, out: list[Out], data: dict[str, Any],
+    def event(self, match: Match, now_ns: int, out: list[Out], ev: TypedEvent,
                names: tuple[str, ...] | None = None) -> None:
-        """Publish one public event (``data``: the engine's map with its ``type``; left as it is)."""
+        """Publish one public event (an engine's, or the match's own) in its public form."""
         code = match.code
         seq = match.seq = match.seq + 1
         self.t.fair.note_published(code, seq, now_ns, every=match.order == "fair")
-        # ``with_names`` builds a new map (its keys in ``data``'s order but the type, the seats added
-        # after them), so the engine's own event is never changed.
-        etype = str(data["type"])
-        public = with_names(data, match.names if names is None else names, drop="type")
+        etype = ev.TYPE
+        public = public_data(ev, match.names if names is None else names)
         game = match.game_index if match.game_index > 0 else 0
-        ev = m.Event(match=code, seq=seq, ts=now_ns + self.t.wall_offset, game_index=game, type=etype, data=public)
-        out.append(Publish(self.t.topics.ev(code), ev))
+        wall = now_ns + self.t.wall_offset
+        out.append(Publish(self.t.topics.ev(code), m.Event(match=code, seq=seq, ts=wall, game_index=game, type=etype,
+                                                           data=public)))
         past = self.past.get(code)
         if past is None:
             past = self.past[code] = (deque(maxlen=PAST_EVENTS), {})
@@ -69,7 +68,7 @@ class Events:
         # a dict's memory (and of the snapshot's objects to pickle and load); the whole event in one
         # bytes object is 120 bytes where a tuple of its fields was 210 (a relay of 1,000 matches
         # at human pace keeps about 60 a match after 20 s, and up to ``PAST_EVENTS``).
-        past[0].append(pack_plain([seq, ev.ts, game, etype, public]))
+        past[0].append(pack_plain([seq, wall, game, etype, public]))
         out.append(LogRecord({"kind": "event", "match": code, "seq": seq, "ts": now_ns,  # made wall later
                               "game": game, "type": etype, **public}))
 

@@ -13,6 +13,7 @@ snapshot published. At most ``HOUSEKEEPING_PER_TICK`` of each per call; the rest
 
 from __future__ import annotations
 
+from protocol.match import MatchExpired
 from relay.judge.answers import Answers
 from relay.judge.deadlines import Deadlines
 from relay.judge.events import Events
@@ -70,7 +71,7 @@ class Housekeeping:
                 continue  # moot: closed, started, rematched, or a later deadline replaced it
             if match.status == "waiting":
                 # The event goes to whoever waits in it (and into the log); then it closes like an empty one.
-                self.events.event(match, now_ns, out, {"type": "match_expired", "after_s": self.t.config.waiting_ttl_s})
+                self.events.event(match, now_ns, out, MatchExpired(after_s=self.t.config.waiting_ttl_s))
                 self.lobby.close(match, out)
                 out.append(self.events.match_list())
             elif match.status == "over":

@@ -24,7 +24,8 @@ from typing import Any, Literal, Mapping
 from protocol import messages as m
 from protocol.chance import SeededChance, derive
 from protocol.codec import DecodeCode, DecodeError, decode
-from protocol.match import abandoned, left
+from protocol.match import (ORDERS, MatchCreated, PlayerDropped, PlayerReturned, RematchRequested, RematchStarted,
+                            SeatLeft, SeatTaken, abandoned, left)
 from protocol.rules import canonical, game_for
 from protocol.topics import valid_id
 from relay.judge.codes import draw_code
@@ -32,7 +33,7 @@ from relay.judge.deadlines import Deadlines
 from relay.judge.events import Events
 from relay.judge.gate import Gate
 from relay.judge.referee import Referee
-from relay.judge.tables import DETAIL_CHARS, NS, ORDERS, Tables
+from relay.judge.tables import DETAIL_CHARS, NS, Tables
 from relay.model import LogRecord, Match, Out, Publish, Seat
 
 MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``grace_s`` setting)
@@ -153,8 +154,8 @@ class Lobby:
         self.t.waiting[code] = match
         self.gate.owned.setdefault(client, set()).add(code)
         self.deadlines.schedule(match, now_ns + int(self.t.config.waiting_ttl_s * NS))
-        self.events.event(match, now_ns, out, {"type": "match_created", "game_name": match.game, "seats": seats,
-                                          "settings": settings, "best_of": match.best_of, "order": order})
+        self.events.event(match, now_ns, out, MatchCreated(game_name=match.game, seats=seats, settings=settings,
+                                                                best_of=match.best_of, order=order))
         self.join(client, name, code, now_ns, out)
         return match
 
@@ -197,7 +198,7 @@ class Lobby:
             match.players.append(Seat(client, name, token=self.seat_token(code, client, now_ns)))
             seat = len(match.players) - 1
             self.t.client_match[client] = code
-            self.events.event(match, now_ns, out, {"type": "seat_taken", "player": seat, "name": name})
+            self.events.event(match, now_ns, out, SeatTaken(player=seat, name=name))
         out.append(self.joined(match, seat))
         if match.status == "waiting" and len(match.players) == match.seats:
             match.wins = [0] * match.seats
@@ -233,14 +234,14 @@ class Lobby:
             s = match.players[seat]
             if s.dropped_at is None:
                 s.dropped_at = now_ns
-                self.events.event(match, now_ns, out, {"type": "player_dropped", "player": seat, "grace_s": match.grace_s})
+                self.events.event(match, now_ns, out, PlayerDropped(player=seat, grace_s=match.grace_s))
                 self.schedule_grace(match)
             return
         self.t.client_match.pop(client, None)
         if match.status == "waiting":
             # Published while the seat is still there: the event names its player by the seat table
             # it was taken in (the seats after it move down one).
-            self.events.event(match, now_ns, out, {"type": "seat_left", "player": seat})
+            self.events.event(match, now_ns, out, SeatLeft(player=seat))
             match.players.pop(seat)
             if not match.players:
                 self.close(match, out)
@@ -254,7 +255,7 @@ class Lobby:
                 out.append(self.events.match_list())
                 return
             # Leaving a running match forfeits it: the others win.
-            self.events.event(match, now_ns, out, {"type": "seat_left", "player": seat})
+            self.events.event(match, now_ns, out, SeatLeft(player=seat))
             self.referee.end_match(match, left(match.seats, seat, match.out_of_play()), now_ns, out)
         out.append(self.events.match_list())
 
@@ -320,7 +321,7 @@ class Lobby:
         if s.dropped_at is not None:
             s.dropped_at = None
             if match.status in ("playing", "between"):
-                self.events.event(match, now_ns, out, {"type": "player_returned", "player": seat})
+                self.events.event(match, now_ns, out, PlayerReturned(player=seat))
                 self.schedule_grace(match)
         out.append(self.joined(match, seat))
         self.events.send_views(match, out, only=client)
@@ -353,7 +354,7 @@ class Lobby:
             self.reject_req(client, "not_over", "the match is still running", now_ns, out)
             return
         match.players[seat].rematch = True
-        self.events.event(match, now_ns, out, {"type": "rematch_requested", "player": seat})
+        self.events.event(match, now_ns, out, RematchRequested(player=seat))
         if all(s.rematch for s in match.players):
             for s in match.players:
                 s.rematch = False
@@ -363,7 +364,7 @@ class Lobby:
             match.results = []
             match.seed = derive(match.seed, "rematch")
             match.housekeep_at = None  # it stays while it is played again
-            self.events.event(match, now_ns, out, {"type": "rematch_started"})
+            self.events.event(match, now_ns, out, RematchStarted())
             self.referee.start_game(match, now_ns, out)
 
 

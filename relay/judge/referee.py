@@ -24,7 +24,7 @@ from typing import Any, Literal
 from protocol import messages as m
 from protocol.chance import SeededChance, commitment, derive
 from protocol.codec import DecodeError, decode
-from protocol.match import MatchEnd, after_game
+from protocol.match import GameResult, GameStarted, MatchEnd, after_game
 from protocol.records import plain
 from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
 from protocol.topics import valid_id
@@ -224,8 +224,8 @@ class Referee:
         match.state = match.rules.new_game(match.settings, match.seats, match.chance)
         match.forget()
         match.timers.clear()
-        self.events.event(match, now_ns, out, {"type": "game_started", "players": list(match.names),
-                                          "seed_commitment": commitment(match.game_seed)})
+        self.events.event(match, now_ns, out, GameStarted(players=match.names,
+                                                               seed_commitment=commitment(match.game_seed)))
         match.remember(now_ns)
         self.after_change(match, now_ns, out, starting=True)
 
@@ -283,10 +283,10 @@ class Referee:
             match.wins[w] += 1
         match.results.append({"game_index": match.game_index, "winners": winners, "reason": outcome.reason,
                               "scores": list(outcome.scores)})
-        self.events.event(match, now_ns, out, {"type": "game_result", "winner": winners[0] if len(winners) == 1 else None,
-                                          "winners": winners, "reason": outcome.reason,
-                                          "scores": list(outcome.scores), "wins": list(match.wins),
-                                          "seed": match.game_seed, **plain(outcome.extra)})
+        self.events.event(match, now_ns, out, GameResult(winner=winners[0] if len(winners) == 1 else None, winners=tuple(winners),
+                                                              reason=outcome.reason, scores=outcome.scores,
+                                                              wins=tuple(match.wins), seed=match.game_seed,
+                                                              extra=plain(outcome.extra)))
         end = after_game(match.wins, match.game_index + 1, match.best_of, outcome.reason)
         if end is not None:
             self.end_match(match, end, now_ns, out)
@@ -320,6 +320,6 @@ class Referee:
         self.t.fair_live.pop(match.code, None)
         self.gate.disown(match)
         self.deadlines.schedule(match, now_ns + int(self.t.config.linger_s * NS))
-        self.events.event(match, now_ns, out, {"type": "match_over", **end.event(match.wins)})
+        self.events.event(match, now_ns, out, end.event(match.wins))
         self.events.publish_snapshot(match, now_ns, out)
         self.events.send_views(match, out)

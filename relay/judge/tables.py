@@ -18,9 +18,8 @@ from typing import Any, Mapping
 from protocol.rules import AnyGame
 from protocol.topics import Topics
 from relay.fair import FairOrder
-from relay.model import Decode, Encode, Match, Order, RelayConfig
+from relay.model import Decode, Encode, Match, RelayConfig
 
-ORDERS: tuple[Order, ...] = ("arrival", "fair")
 NS = 1_000_000_000
 DETAIL_CHARS = 200  # a rejection's detail is cut to this: it may quote the (hostile) input
 HOUSEKEEPING_PER_TICK = 1_000  # expiries and idle clients handled per tick at most (the rest next tick)
