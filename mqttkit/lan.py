@@ -54,22 +54,22 @@ class LanMatch:
     taken: int
     seats: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str | int]:
         return {"code": self.code, "game": self.game, "players": self.taken, "seats": self.seats}
 
 
-def _token(text: Any, limit: int) -> str | None:
+def _token(text: object, limit: int) -> str | None:
     """A code or game name fit for the TXT record: short, letters/digits/-/_ only, else None."""
     if not isinstance(text, str) or not 0 < len(text) <= limit:
         return None
     return text if all(c.isascii() and (c.isalnum() or c in "-_") for c in text) else None
 
 
-def _small_int(value: Any) -> int | None:
+def _small_int(value: object) -> int | None:
     return value if type(value) is int and 0 <= value <= 999 else None
 
 
-def match_from_list_entry(entry: Any) -> LanMatch | None:
+def match_from_list_entry(entry: object) -> LanMatch | None:
     """One entry of the relay's ``lobby/matches`` list -> LanMatch (None if unusable)."""
     if not isinstance(entry, Mapping):
         return None
@@ -82,7 +82,7 @@ def match_from_list_entry(entry: Any) -> LanMatch | None:
     return LanMatch(code, game, taken, seats)
 
 
-def encode_txt(relay: str, matches: Iterable[Any], version: int = PROTOCOL_VERSION,
+def encode_txt(relay: str, matches: Iterable[object], version: int = PROTOCOL_VERSION,
                prefix: str = DEFAULT_PREFIX, limit: int = MAX_TXT_MATCHES, scheme: Scheme = "mqtt") -> dict[str, str]:
     """The TXT record's keys: ``relay``, ``v`` (protocol version), ``n`` (waiting matches in all),
     ``m0``..``m{limit-1}`` ("CODE:game:taken:seats", in the relay's order), ``p`` (the topic
@@ -113,7 +113,7 @@ class Advert:
     scheme: Scheme = "mqtt"  # how to speak to the advertised port
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if isinstance(value, (bytes, bytearray)):
         try:
             return bytes(value).decode("utf-8")

@@ -260,7 +260,7 @@ class RelayCore:
 
     # ------------------------------------------------------------------ its record (a snapshot's)
 
-    def to_record(self, enc: Encode) -> dict[str, Any]:
+    def to_record(self, enc: Encode) -> dict[str, object]:
         """The whole judge as plain data: its own settings and each part's record under the part's
         names. What a part cannot write as plain data goes through ``enc`` (``relay/storage/snapshot.py``'s
         codec), in an order ``from_record`` keeps: the matches, the counters, the answers, the

@@ -82,7 +82,7 @@ class Held:
     seat: int
     client: str
     act: m.Act
-    action: Any
+    action: object  # the game's action, as its rules decoded it
     arrival_ns: int
     virtual_ns: int
     reaction_ns: int
@@ -98,7 +98,7 @@ class Held:
     state_seq: int = 0
     capped: bool = False
 
-    def to_record(self, enc: Encode) -> list[Any]:
+    def to_record(self, enc: Encode) -> list[object]:
         """The held play as plain data, its act, action and race key through ``enc`` (in this order)."""
         return [self.seat, self.client, enc(self.act), enc(self.action), self.arrival_ns, self.virtual_ns,
                 self.reaction_ns, self.claimed_ns, enc(self.key), self.release_ns, self.published_ns, self.rtt_ns,
@@ -120,7 +120,7 @@ class Release:
 
     play: Held
     hold_ns: int
-    note: dict[str, Any]
+    note: dict[str, object]
 
 
 class FairOrder:
@@ -179,7 +179,7 @@ class FairOrder:
 
     # -- ordering ----------------------------------------------------------------------------
 
-    def submit(self, table: Table, seat: int, act: m.Act, action: Any, key: RaceKey, now_ns: int) -> None:
+    def submit(self, table: Table, seat: int, act: m.Act, action: object, key: RaceKey, now_ns: int) -> None:
         """Hold a play for race ``key`` until no rival's play can beat it (see ``next_batch``)."""
         client = table.clients[seat]
         pub = self.published.get(table.code, {}).get(act.seq, now_ns)
@@ -241,7 +241,7 @@ class FairOrder:
         return [Release(h, now_ns - h.arrival_ns, self._decision(h, batch, coins[id(h)], why.get(id(h), "ahead"), now_ns))
                 for h in batch]
 
-    def _decision(self, h: Held, batch: list[Held], coin: int, why: Why, now_ns: int) -> dict[str, Any]:
+    def _decision(self, h: Held, batch: list[Held], coin: int, why: Why, now_ns: int) -> dict[str, object]:
         """The decision line's fields: everything ``protocol/fairlog.py`` needs to recompute it."""
         return {"order": "fair", "seat": h.seat, "seen_seq": h.act.seq, "state_seq": h.state_seq,
                 "race_key": list(h.key), "arrival_ns": h.arrival_ns, "published_ns": h.published_ns,
@@ -274,7 +274,7 @@ class FairOrder:
 
     # -- its record (a relay snapshot's) -------------------------------------------------------
 
-    def to_record(self, enc: Encode) -> dict[str, Any]:
+    def to_record(self, enc: Encode) -> dict[str, object]:
         """The scheduler as plain data, the held plays' values through ``enc``."""
         return {
             "cap_ns": self.cap_ns, "floor_ns": self.floor_ns, "probe_interval_ns": self.probe_interval_ns,

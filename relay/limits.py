@@ -58,7 +58,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 from relay.model import RelayConfig
 
@@ -112,7 +112,7 @@ class TokenBucket:
         self.refusing = True
         return True
 
-    def to_record(self) -> list[Any]:
+    def to_record(self) -> list[object]:
         """The bucket as plain data (a relay snapshot's), whether it is strict included."""
         return [self.rate, self.burst, self.tokens, self.at_ns, self.refusing, self.dropped,
                 type(self) is StrictBucket]
@@ -139,6 +139,13 @@ class StrictBucket(TokenBucket):
         return False
 
 
+class QuietRecord(TypedDict):
+    """A ``Quiet`` as plain data (a relay snapshot's): its ``last`` with each pair as a list."""
+
+    quiet_ns: int
+    last: dict[str, dict[str, list[int]]]
+
+
 @dataclass
 class Quiet:
     """One log line per burst of refusals of one kind from one sender (see the module doc)."""
@@ -161,12 +168,12 @@ class Quiet:
     def forget(self, sender: str) -> None:
         self.last.pop(sender, None)
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> QuietRecord:
         return {"quiet_ns": self.quiet_ns,
                 "last": {s: {k: list(v) for k, v in kinds.items()} for s, kinds in self.last.items()}}
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Quiet:
+    def from_record(cls, record: QuietRecord) -> Quiet:
         return cls(record["quiet_ns"], {s: {k: (v[0], v[1]) for k, v in kinds.items()}
                                         for s, kinds in record["last"].items()})
 
@@ -200,7 +207,7 @@ class Clients:
             gone.append(client)
         return gone
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> dict[str, object]:
         return {"idle_ns": self.idle_ns, "seen": [[c, t] for c, t in self.seen.items()]}
 
     @classmethod
@@ -237,7 +244,7 @@ class DeadlineHeap:
             out.append(heapq.heappop(self.heap))
         return out
 
-    def to_record(self) -> list[list[Any]]:
+    def to_record(self) -> list[list[object]]:
         return [list(e) for e in self.heap]
 
     @classmethod

@@ -21,7 +21,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 from mqttkit import NODELAY, RELAY_USER, BrokerAddress
 from mqttkit.connection import (ConnectRefused, MqttConnection, MqttError, OnMessages, OnOversize, SubscribeRefused,
@@ -67,7 +66,7 @@ class BrokerLink:
         self.on_client, self.on_up = on_client, on_up
         self.client: MqttConnection | None = None
         self.closing = False
-        self._chores: set[asyncio.Task[Any]] = set()
+        self._chores: set[asyncio.Task[None]] = set()
 
     def _hand(self, conn: MqttConnection | None) -> None:
         self.client = conn

@@ -59,7 +59,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 log = logging.getLogger("blink.relay")
 MALLOC_MMAP_THRESHOLD = 1 << 20
@@ -118,7 +118,7 @@ class _Mallinfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2]
 
 
-def _libc() -> Any:
+def _libc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     try:
         return ctypes.CDLL(name) if name else None

@@ -87,7 +87,7 @@ class RelayConfig:
     #: (relay/cluster/shards.py) and its match list is ``lobby/matches/{shard}``.
     shards_total: int = 0
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> dict[str, object]:
         """The settings as plain data (``games`` holds code, not data: a loader passes its own)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "games"}
 
@@ -98,7 +98,7 @@ class RelayConfig:
         known = {f.name for f in fields(cls)} - {"games"}
         return cls(**{k: v for k, v in record.items() if k in known}, games=games)
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> dict[str, object]:
         """The settings as JSON-ready data for a child process: ``to_record`` and ``games`` by their
         registered names (a variant of a game is code, and cannot be named: ``ValueError``)."""
         from protocol.rules import GAMES
@@ -108,7 +108,7 @@ class RelayConfig:
         return {**self.to_record(), "games": None if self.games is None else sorted(self.games)}
 
     @classmethod
-    def from_plain(cls, plain: Mapping[str, Any]) -> RelayConfig:
+    def from_plain(cls, plain: Mapping[str, object]) -> RelayConfig:
         """The settings ``to_plain`` wrote; ``ValueError`` for a name or value they never hold."""
         from protocol.rules import GAMES
 
@@ -226,7 +226,7 @@ class Match:
                 break
         return found
 
-    def to_record(self, enc: Encode) -> dict[str, Any]:
+    def to_record(self, enc: Encode) -> dict[str, object]:
         """The match as plain data, its settings, states and results through ``enc`` (in this order)."""
         return {
             "code": self.code, "game": self.game, "settings": enc(self.settings), "seats": self.seats,

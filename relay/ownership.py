@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Literal, NotRequired, Protocol, TypedDict
 
 from protocol.match import Order
 from protocol.topics import Topics
@@ -118,6 +118,17 @@ class StaticOwnership:
                 await cb(shard)
 
 
+class RelayStarted(TypedDict):
+    """The event log's first line of a run: a single relay names its seed, a cluster relay its shard count."""
+
+    kind: Literal["relay_started"]
+    ts: int  # wall clock, ns
+    relay: str
+    order: Order
+    seed: NotRequired[int]
+    shards_total: NotRequired[int]
+
+
 @dataclass(frozen=True)
 class Presence:
     """How a relay stands on the broker: ``status`` is the retained topic of its online status (its
@@ -167,7 +178,7 @@ class Space(Protocol):
     def presence(self, relay_id: str, topics: Topics) -> Presence:
         """How the relay with this id and topics stands on the broker."""
 
-    def started(self, relay_id: str, seed: int, order: Order, ts: int) -> dict[str, Any]:
+    def started(self, relay_id: str, seed: int, order: Order, ts: int) -> RelayStarted:
         """The event log's first line of a run."""
 
 
@@ -203,9 +214,9 @@ class WholeSpace:
         return Presence(topics.relay_status(relay_id), "", [[(topics.req_all, 1), (topics.act_all, 1)]],
                         filtered=False, patient=False)
 
-    def started(self, relay_id: str, seed: int, order: Order, ts: int) -> dict[str, Any]:
+    def started(self, relay_id: str, seed: int, order: Order, ts: int) -> RelayStarted:
         return {"kind": "relay_started", "seed": seed, "ts": ts, "order": order, "relay": relay_id}
 
 
-__all__ = ["Group", "JournalOpener", "OnGain", "OnLoss", "Ownership", "Presence", "Space",
+__all__ = ["Group", "JournalOpener", "OnGain", "OnLoss", "Ownership", "Presence", "RelayStarted", "Space",
            "StaticOwnership", "WHOLE", "WholeSpace"]

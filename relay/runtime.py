@@ -45,9 +45,8 @@ import os
 import secrets
 import time
 from array import array
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, stop_task, wait_event
 from mqttkit.connection import CONNECT_TIMEOUT_S as DEFAULT_CONNECT_TIMEOUT_S
@@ -147,7 +146,7 @@ class Relay:
                                                            thread_name_prefix="blink-journal")
         self.servers: dict[str, Shard] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}
-        self._chores: set[asyncio.Future[Any]] = set()
+        self._chores: set[asyncio.Future[object]] = set()
         self._inbox: list[tuple[str, bytes, int]] = []  # topic, payload, monotonic ns of its read
         self._wall_minus_mono = wall_minus_mono()
         self._wake = asyncio.Event()
@@ -390,7 +389,7 @@ class Relay:
         if rebuild and srv.name in owned and srv.name not in self._starting:
             self._background(self._on_gain(srv.name, owned[srv.name]))
 
-    def _background(self, work: asyncio.Future[Any] | Coroutine[Any, Any, Any]) -> None:
+    def _background(self, work: Awaitable[object]) -> None:
         task = asyncio.ensure_future(work)
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
@@ -434,8 +433,8 @@ class Relay:
             if self._fatal is not None:
                 raise self._fatal
             self.eventlog.open()
-            self.eventlog.write([LogRecord(self.space.started(self.relay_id, self.seed, self.config.order,
-                                                              time.time_ns()))])
+            self.eventlog.write([LogRecord(dict(self.space.started(self.relay_id, self.seed, self.config.order,
+                                                                   time.time_ns())))])
             self.link = self._link()
             connection = asyncio.create_task(self.link.run())
             stepper = asyncio.create_task(self._step_loop())

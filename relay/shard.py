@@ -38,9 +38,9 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 from relay.storage import snapshot as snapshots
 from relay.core import LogRecord, RelayCore
@@ -217,7 +217,7 @@ class Shard:
         os.close(write_fd)
         self._track(self._collect(journal, pid, read_fd, pos))
 
-    def _track(self, work: Coroutine[Any, Any, None]) -> None:
+    def _track(self, work: Awaitable[None]) -> None:
         def done(task: asyncio.Task[None]) -> None:
             self.snap_task = None
             if not task.cancelled() and task.exception() is not None:
@@ -260,7 +260,7 @@ class Shard:
         return asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
 
 
-def kept_rows(core: RelayCore) -> dict[str, list[dict[str, Any]]]:
+def kept_rows(core: RelayCore) -> dict[str, list[dict[str, object]]]:
     """Each match's kept public events as the event log's rows (what ``Events.event`` logged)."""
     return {code: [{"kind": "event", "match": code, "seq": ev.seq, "ts": ev.ts, "game": ev.game_index, "type": ev.type,
                     **ev.data} for ev in (past_event(code, k) for k in kept)]

@@ -45,9 +45,9 @@ import json
 import logging
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from protocol.topics import valid_id
 from relay import RelayError
@@ -70,12 +70,32 @@ class CalloutError(RelayError):
     """The auth callout cannot be set up (one line for a person)."""
 
 
-def _nkeys() -> Any:
+class Signer(Protocol):
+    """An nkeys key pair, as the callout signs with it (nkeys is untyped)."""
+
+    @property
+    def public_key(self) -> bytes: ...
+
+    def sign(self, input: bytes) -> bytes: ...
+
+
+class _Nkeys(Protocol):
+    """What the callout uses of the nkeys module."""
+
+    PREFIX_BYTE_ACCOUNT: int
+
+    def encode_seed(self, src: bytes, prefix: int) -> bytes: ...
+
+    def from_seed(self, seed: bytearray) -> Signer: ...
+
+
+def _nkeys() -> _Nkeys:
     try:
         import nkeys  # untyped: wrapped here
     except ImportError as exc:
         raise CalloutError(f"per-player permissions on NATS need the nkeys package: {NKEYS_HINT}") from exc
-    return nkeys
+    module: _Nkeys = nkeys  # the module, read through the protocol above
+    return module
 
 
 def issuer_seed(password: str) -> bytes:
@@ -90,7 +110,7 @@ def issuer_public(password: str) -> str:
     return str(_signer(issuer_seed(password)).public_key.decode())
 
 
-def _signer(seed: bytes) -> Any:
+def _signer(seed: bytes) -> Signer:
     return _nkeys().from_seed(bytearray(seed))
 
 
@@ -139,11 +159,21 @@ def player_grant(client: str, prefix: str) -> Grant:
                             f"{p}.lobby.matches.*", f"{p}.relay.*.status"))
 
 
-def decide(request: dict[str, Any], prefix: str) -> Grant | Refusal:
+def _part(value: object) -> Mapping[str, object]:
+    """A part of a request's claims that is an object (absent or empty: an empty one); ValueError
+    for anything else (a request that cannot be read is not answered)."""
+    if not value:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"a JSON object was expected, not {type(value).__name__}")
+    return value
+
+
+def decide(request: Mapping[str, object], prefix: str) -> Grant | Refusal:
     """The permissions for the connection an authorization request (its JWT's claims) is about."""
-    nats = request.get("nats") or {}
-    info = nats.get("client_info") or {}
-    opts = nats.get("connect_opts") or {}
+    nats = _part(request.get("nats"))
+    info = _part(nats.get("client_info"))
+    opts = _part(nats.get("connect_opts"))
     if info.get("type") != "mqtt":
         return Refusal(f"only MQTT players are let in by the callout, not a {info.get('type') or '?'} "
                        f"connection (relays log in as relay)")
@@ -165,7 +195,7 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def claims_of(token: bytes | str) -> dict[str, Any]:
+def claims_of(token: bytes | str) -> dict[str, object]:
     """A JWT's claims (its middle part), not checked (see the module doc)."""
     text = token.decode() if isinstance(token, bytes) else token
     parts = text.strip().split(".")
@@ -177,7 +207,7 @@ def claims_of(token: bytes | str) -> dict[str, Any]:
     return claims
 
 
-def encode_jwt(claims: dict[str, Any], signer: Any) -> str:
+def encode_jwt(claims: Mapping[str, object], signer: Signer) -> str:
     """A NATS JWT (``ed25519-nkey``), its id (``jti``) a hash of the claims without it (nats-server
     reads the id but does not check how it was made)."""
     header = _b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}, separators=(",", ":")).encode())
@@ -189,14 +219,14 @@ def encode_jwt(claims: dict[str, Any], signer: Any) -> str:
     return f"{header}.{payload}.{_b64(bytes(signature))}"
 
 
-def answer(request: dict[str, Any], decision: Grant | Refusal, signer: Any, issuer: str,
+def answer(request: Mapping[str, object], decision: Grant | Refusal, signer: Signer, issuer: str,
            now: int | None = None) -> bytes:
     """The authorization response to ``request``: the user with ``decision``'s permissions, or its refusal."""
-    nats = request.get("nats") or {}
+    nats = _part(request.get("nats"))
     user = str(nats.get("user_nkey") or "")
-    server = str((nats.get("server_id") or {}).get("id") or "")
+    server = str(_part(nats.get("server_id")).get("id") or "")
     at = int(time.time()) if now is None else now
-    response: dict[str, Any] = {"type": "authorization_response", "version": 2}
+    response: dict[str, object] = {"type": "authorization_response", "version": 2}
     if isinstance(decision, Refusal):
         response["error"] = decision.reason
     else:
@@ -249,5 +279,5 @@ class Callout:
             log.info("auth callout: the answer could not be sent: %s", exc)
 
 
-__all__ = ["ACCOUNT", "Callout", "CalloutError", "Grant", "Refusal", "SUBJECT", "answer", "claims_of", "decide",
+__all__ = ["ACCOUNT", "Callout", "CalloutError", "Grant", "Refusal", "SUBJECT", "Signer", "answer", "claims_of", "decide",
            "encode_jwt", "issuer_public", "issuer_seed", "password_of", "player_grant", "subject"]

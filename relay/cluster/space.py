@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from protocol.match import Order
 from protocol.topics import Topics
 from relay.cluster import shards
 from relay.core import RelayConfig, RelayCore
-from relay.ownership import JournalOpener, Presence
+from relay.ownership import JournalOpener, Presence, RelayStarted
 from relay.shard import check_shard
 from relay.storage import Journal
 
@@ -74,7 +74,7 @@ class ShardedSpace:
         return Presence(status, status, [[(topics.req_all, SUB_QOS)], [(f"{prefix}/m/+/+/act/+", SUB_QOS)]],
                         filtered=True, patient=True)
 
-    def started(self, relay_id: str, seed: int, order: Order, ts: int) -> dict[str, Any]:
+    def started(self, relay_id: str, seed: int, order: Order, ts: int) -> RelayStarted:
         return {"kind": "relay_started", "ts": ts, "relay": relay_id, "shards_total": self.total, "order": order}
 
 

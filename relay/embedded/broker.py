@@ -41,7 +41,6 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from amqtt.adapters import BufferReader, StreamWriterAdapter
 from amqtt.mqtt.connack import BAD_USERNAME_PASSWORD, IDENTIFIER_REJECTED, NOT_AUTHORIZED, ConnackPacket
@@ -53,7 +52,7 @@ from transitions import MachineError
 from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, PortInUse, check_port, check_tls_port
 from protocol.codec import MAX_MESSAGE_BYTES
 from protocol.topics import DEFAULT_PREFIX, Topics, valid_id
-from relay.embedded.amqttapi import ReaderAdapter, Session
+from relay.embedded.amqttapi import Handler, ReaderAdapter, Session
 from relay.embedded.access import Access, BlinkAccessPlugin, is_relay_login
 from relay.embedded.gate import GATE_BURST_S, GATE_MIN_BURST, ConnectionGate, LimitedReader, PacketTooLarge, read_first_packet
 from relay.embedded.route import FastPath, ClientWriter, RoutingBroker
@@ -117,7 +116,7 @@ class _GuardedBroker(RoutingBroker):
             reader_.pump.stop()
 
     async def _handle_client_session(self, reader: ReaderAdapter, writer: StreamWriterAdapter, client_session: Session,
-                                     handler: Any, server: Any, listener_name: str) -> None:
+                                     handler: Handler, server: object, listener_name: str) -> None:
         """amqtt's (0.12), except that the retained messages of a returning session's subscriptions
         are looked up by its own filters (``filters_of``), not by trying every filter in the broker
         at every CONNECT."""

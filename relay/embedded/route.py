@@ -33,11 +33,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Any, Callable, Coroutine, Iterator
+from typing import Awaitable, Callable, Iterator
 
 from amqtt.adapters import StreamWriterAdapter
 
-from relay.embedded.amqttapi import Broker, Session
+from relay.embedded.amqttapi import Broadcast, Broker, Handler, Session
 from relay.embedded.access import Access, is_relay_login
 
 __all__ = ["FastPath", "ClientWriter", "RoutingBroker", "SubscriptionTable", "MAX_BEHIND", "PUBLISH_TYPE"]
@@ -309,7 +309,7 @@ class RoutingBroker(Broker):
         sessions = self._sessions
         for target, sub_qos in subs:
             live = sessions.get(target.client_id or "")
-            out = getattr(live[1], "writer", None) if live is not None else None
+            out = live[1].writer if live is not None else None
             if isinstance(out, ClientWriter) and live is not None and live[0] is target:
                 if not (out.relay or public or topic == out.own):
                     continue
@@ -341,7 +341,7 @@ class RoutingBroker(Broker):
         if handler is not None:
             self._side(handler.mqtt_publish(topic, data, qos, retain=False))
 
-    def _side(self, work: Coroutine[Any, Any, object]) -> None:
+    def _side(self, work: Awaitable[object]) -> None:
         task: asyncio.Task[object] = asyncio.ensure_future(work)
         self._side_tasks.add(task)
         task.add_done_callback(self._side_done)
@@ -351,13 +351,15 @@ class RoutingBroker(Broker):
         if not task.cancelled() and task.exception() is not None:
             log.info("a delivery failed: %r", task.exception())
 
-    async def _handle_subscription(self, client_session: Session, handler: Any, waiter: Any) -> None:
+    async def _handle_subscription(self, client_session: Session, handler: Handler,
+                                   waiter: asyncio.Future[object]) -> None:
         try:
             await super()._handle_subscription(client_session, handler, waiter)
         finally:
             _settle(handler)
 
-    async def _handle_unsubscription(self, client_session: Session, handler: Any, waiter: Any) -> None:
+    async def _handle_unsubscription(self, client_session: Session, handler: Handler,
+                                     waiter: asyncio.Future[object]) -> None:
         try:
             await super()._handle_unsubscription(client_session, handler, waiter)
         finally:
@@ -395,7 +397,7 @@ class RoutingBroker(Broker):
         while not queue.empty():
             await self._deliver(queue.get_nowait(), running_tasks)
 
-    async def _deliver(self, broadcast: dict[str, Any], running_tasks: deque[asyncio.Task[object]]) -> None:
+    async def _deliver(self, broadcast: Broadcast, running_tasks: deque[asyncio.Task[object]]) -> None:
         """One message to its subscribers, as amqtt does, with the subscribers found by
         ``SubscriptionTable.matching`` and the receive check asked of ``Access`` directly -- all
         our access plugin would answer (amqtt's plugin manager gathers a coroutine per plugin for
@@ -438,8 +440,8 @@ class RoutingBroker(Broker):
                                                                        retain=True)) for r in found])
 
 
-def _settle(handler: Any) -> None:
+def _settle(handler: Handler) -> None:
     """A (UN)SUBSCRIBE of the handler's connection is in effect: its fast path may go on."""
-    out = getattr(handler, "writer", None)
+    out = handler.writer
     if isinstance(out, ClientWriter) and out.fast is not None:
         out.fast.settle()

@@ -25,22 +25,41 @@ import gc
 import json
 import signal
 import sys
-from typing import IO
+from typing import IO, TypedDict, cast
 
 from relay.hosting.localproc import child_settings
 
 
-async def _serve(settings: dict[str, object], out: IO[str]) -> int:
+class TLSLine(TypedDict):
+    """The TLS listener: certificate and key files, port, bind address."""
+
+    certificate: str
+    key: str
+    port: int
+    host: str
+
+
+class BrokerChildSettings(TypedDict):
+    """The settings line ``relay.hosting.servebroker`` sends this process (JSON)."""
+
+    host: str
+    port: int
+    prefix: str
+    max_payload: int
+    config: dict[str, object]  # ``RelayConfig.to_plain``
+    tls: TLSLine | None
+    profile: str | None  # where cProfile's statistics go (None: not profiled)
+
+
+async def _serve(settings: BrokerChildSettings, out: IO[str]) -> int:
     from relay.embedded import EmbeddedBroker
     from relay.model import RelayConfig
 
-    config = settings["config"]
-    broker = EmbeddedBroker(str(settings["host"]), int(str(settings["port"])), str(settings["prefix"]),
-                            int(str(settings["max_payload"])),
-                            RelayConfig.from_plain(config) if isinstance(config, dict) else None)
-    tls = settings.get("tls")
-    if isinstance(tls, list):  # [certificate, key, port, host]
-        broker.serve_tls(str(tls[0]), str(tls[1]), int(tls[2]), str(tls[3]))
+    broker = EmbeddedBroker(settings["host"], settings["port"], settings["prefix"], settings["max_payload"],
+                            RelayConfig.from_plain(settings["config"]))
+    tls = settings["tls"]
+    if tls is not None:
+        broker.serve_tls(tls["certificate"], tls["key"], tls["port"], tls["host"])
     try:
         await broker.start()
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
@@ -78,12 +97,13 @@ def main(argv: list[str]) -> int:
     started = child_settings(argv, bad_status=1)
     if isinstance(started, int):
         return started
-    settings, out = started
+    line, out = started
+    settings = cast(BrokerChildSettings, line)  # as the parent wrote it (the same installation)
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    profile = settings.get("profile")  # bench/serve_curve.py --profile: where the broker's time goes
-    if isinstance(profile, str):
+    profile = settings["profile"]  # bench/serve_curve.py --profile: where the broker's time goes
+    if profile is not None:
         import cProfile
 
         profiler = cProfile.Profile()
@@ -96,7 +116,7 @@ def main(argv: list[str]) -> int:
     return _run(settings, out)
 
 
-def _run(settings: dict[str, object], out: IO[str]) -> int:
+def _run(settings: BrokerChildSettings, out: IO[str]) -> int:
     try:  # uvloop where it is installed: most of the broker's time goes to the event loop's own machinery
         import uvloop
     except ImportError:

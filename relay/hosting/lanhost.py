@@ -22,7 +22,7 @@ import asyncio
 import logging
 import secrets
 import socket
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from mqttkit import PortInUse, Scheme, check_port
 from mqttkit.lan import (SERVICE_TYPE, LanError, encode_txt, list_interfaces, mdns_addresses,
@@ -30,6 +30,10 @@ from mqttkit.lan import (SERVICE_TYPE, LanError, encode_txt, list_interfaces, md
 from protocol.codec import DecodeError, decode
 from protocol.topics import DEFAULT_PREFIX, Topics
 from relay import RelayError
+
+if TYPE_CHECKING:  # zeroconf is imported where it is used: a relay that is not on the LAN never loads it
+    from zeroconf import ServiceInfo
+    from zeroconf.asyncio import AsyncZeroconf
 
 log = logging.getLogger("blink.lan")
 
@@ -87,7 +91,7 @@ def instance_name(relay_id: str, host_name: str | None = None) -> str:
     return f"{host} {relay}".encode("utf-8")[:63].decode("utf-8", "ignore").strip()
 
 
-def parse_match_list(payload: bytes | bytearray) -> list[dict[str, Any]] | None:
+def parse_match_list(payload: bytes | bytearray) -> list[Mapping[str, object]] | None:
     """A ``lobby/matches`` payload -> its entries; [] for a cleared retained message; None if it
     is not a match list."""
     from protocol.messages import MatchList
@@ -116,8 +120,8 @@ class Advertiser:
         self.host_name = _label((host_name or socket.gethostname()).split(".")[0], 63)
         self.name = instance_name(relay_id, host_name)
         self.txt = encode_txt(relay_id, [], prefix=prefix, scheme=scheme)
-        self._zc: Any = None
-        self._info: Any = None
+        self._zc: AsyncZeroconf | None = None
+        self._info: ServiceInfo | None = None
         self._pending: dict[str, str] | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -127,7 +131,7 @@ class Advertiser:
         """The registered name (zeroconf may have added " (2)" after a clash)."""
         return str(self._info.name) if self._info is not None else f"{self.name}.{SERVICE_TYPE}"
 
-    def _service_info(self, txt: Mapping[str, str], name: str) -> Any:
+    def _service_info(self, txt: Mapping[str, str], name: str) -> ServiceInfo:
         from zeroconf import ServiceInfo
 
         return ServiceInfo(SERVICE_TYPE, name, port=self.port, properties=dict(txt),
@@ -149,7 +153,7 @@ class Advertiser:
             raise LanError(f"could not advertise over multicast DNS: {type(exc).__name__} {exc}") from exc
         self._task = asyncio.create_task(self._updater())
 
-    def update(self, matches: Iterable[Any]) -> None:
+    def update(self, matches: Iterable[object]) -> None:
         """New waiting matches: the TXT record follows within ``UPDATE_INTERVAL_S``."""
         txt = encode_txt(self.relay_id, matches, prefix=self.prefix, scheme=self.scheme)
         if txt != (self._pending or self.txt):
@@ -161,7 +165,7 @@ class Advertiser:
             await self._wake.wait()
             self._wake.clear()
             txt, self._pending = self._pending, None
-            if txt is None or txt == self.txt or self._zc is None:
+            if txt is None or txt == self.txt or self._zc is None or self._info is None:
                 continue
             self.txt = txt
             self._info = self._service_info(txt, self._info.name)
@@ -188,7 +192,7 @@ class MatchFollower:
     """Keeps an Advertiser's TXT record in step with the relay's retained ``lobby/matches``, as an
     ordinary MQTT client (reconnects with backoff if the broker goes away)."""
 
-    def __init__(self, host: str, port: int, on_matches: Callable[[list[dict[str, Any]]], None],
+    def __init__(self, host: str, port: int, on_matches: Callable[[list[Mapping[str, object]]], None],
                  topics: Topics | None = None) -> None:
         # A broker bound to every interface is reached on loopback.
         self.host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
@@ -253,7 +257,7 @@ class advertise:  # noqa: N801 - used as ``async with advertise(...)``
         self.follower.start()
         return self.advertiser
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.follower.stop()
         await self.advertiser.stop()
 
@@ -324,6 +328,6 @@ class lan_hosting:  # noqa: N801 - used as ``async with lan_hosting(...)``
                  f"on {', '.join(service.interfaces)}: `blink lan` lists it")
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._adv is not None:
             await self._adv.__aexit__(None, None, None)

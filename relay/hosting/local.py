@@ -37,7 +37,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, TLSTrust, free_port, parse_url, stop_task
 from protocol.topics import Topics
@@ -106,13 +106,13 @@ class LocalServer:
         settings = RelaySettings(topics, config or RelayConfig(), seed, log_path=Path(log_path) if log_path else None,
                                  max_payload=max_payload, diagnostics=Diagnostics.from_environ())
         self.relay = Relay(relay_address, settings, seal=sealing) if relay else None
-        self._task: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LocalServer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
     async def start(self) -> None:
@@ -130,7 +130,7 @@ class LocalServer:
                 raise ConnectionError(f"the relay could not start on {self.address.url}")
 
     @property
-    def task(self) -> asyncio.Task[Any] | None:
+    def task(self) -> asyncio.Task[None] | None:
         """The running relay (done when it stops or fails)."""
         return self._task
 
@@ -200,7 +200,7 @@ class ClusterServer:
     """A relay of a cluster started in the running loop (like ``LocalServer``): ``start`` returns
     once the relay is connected and taking part; ``stop`` hands its shards over."""
 
-    def __init__(self, relay: Relay, on_stop: Callable[[], Any] | None = None) -> None:
+    def __init__(self, relay: Relay, on_stop: Callable[[], object] | None = None) -> None:
         self.relay = relay
         self._on_stop = on_stop
         self._task: asyncio.Task[None] | None = None
@@ -261,10 +261,9 @@ async def cluster_server(broker_url: str, *, cluster_url: str | None, shards: li
     # JournalError in one line: refused, no JetStream, or not ready within START_WAIT_S (said once while waiting)
     link = await asyncio.to_thread(functools.partial(NatsLink, cluster_url, wait_s=START_WAIT_S, say=say))
     try:
-        kwargs: dict[str, Any] = {"pinned": shards or (), "relay_id": config.relay_id, "prefix": topics.prefix}
-        if lease_ttl_s is not None:
-            kwargs["ttl"] = lease_ttl_s
-        leases = ThreadedLeases(NatsLeases(cluster_url, shards_total, **kwargs))
+        leasing = functools.partial(NatsLeases, cluster_url, shards_total, pinned=shards or (), relay_id=config.relay_id,
+                                    prefix=topics.prefix)
+        leases = ThreadedLeases(leasing() if lease_ttl_s is None else leasing(ttl=lease_ttl_s))
     except Exception as exc:
         await asyncio.to_thread(link.close)
         raise ClusterError(str(exc)) from exc

@@ -15,14 +15,14 @@ import asyncio
 import json
 import logging
 import sys
-from typing import IO, Any
+from typing import IO, cast
 
 from protocol.topics import Topics
-from relay.hosting.localproc import child_settings
+from relay.hosting.localproc import LocalChildSettings, child_settings
 from relay.model import RelayConfig
 
 
-async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
+async def _serve(settings: LocalChildSettings, out: IO[str]) -> None:
     from relay.hosting.local import LocalServer
 
     try:
@@ -57,7 +57,7 @@ async def _serve(settings: dict[str, Any], out: IO[str]) -> None:
 
     watcher = asyncio.create_task(watch_stdin())
     relay_task = server.task
-    waits: set[asyncio.Future[Any]] = {eof}
+    waits: set[asyncio.Future[None]] = {eof}
     if relay_task is not None:
         waits.add(relay_task)
     try:
@@ -74,7 +74,8 @@ def main(argv: list[str]) -> int:
     started = child_settings(argv, bad_status=2)
     if isinstance(started, int):
         return started
-    settings, out = started
+    line, out = started
+    settings = cast(LocalChildSettings, line)  # as the parent wrote it; a line this version does not read fails in one line
     levels = settings.get("log_levels", {})
     from mqttkit.logsetup import log_to_stderr
 

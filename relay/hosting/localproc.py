@@ -44,7 +44,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TypedDict
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress
 from protocol.topics import Topics
@@ -61,6 +61,25 @@ PR_SET_PDEATHSIG = 1
 LOGGERS = ("", "amqtt", "transitions", "blink.relay", "blink", "zeroconf")
 
 
+class TopicsLine(TypedDict):
+    """A ``Topics`` as plain data."""
+
+    prefix: str
+    shard: str
+
+
+class LocalChildSettings(TypedDict):
+    """The settings line ``ChildServer`` sends ``relay.hosting.localchild`` (JSON)."""
+
+    seed: int | None
+    config: dict[str, object] | None  # ``RelayConfig.to_plain``
+    host: str
+    port: int | None
+    topics: TopicsLine
+    max_payload: int
+    log_levels: dict[str, int]  # logger name ("" the root): level
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
     """Where the child's embedded broker listens (what ``LocalServer.broker`` tells the window)."""
@@ -69,7 +88,7 @@ class BrokerInfo:
     port: int
 
 
-def child_settings(argv: list[str], bad_status: int) -> tuple[dict[str, Any], IO[str]] | int:
+def child_settings(argv: list[str], bad_status: int) -> tuple[dict[str, object], IO[str]] | int:
     """The start of a child this module's parents run (``relay.hosting.localchild``, ``relay.hosting.brokerchild``):
     die with the parent, leave SIGINT to it, keep the real stdout for answers (stray prints go to
     stderr) and read the settings' JSON line from stdin. An exit status instead when there is
@@ -117,7 +136,7 @@ class ChildServer:
         levels = {name: logging.getLogger(name or None).getEffectiveLevel() for name in LOGGERS}
         topics = topics or Topics()
         #: Plain data (``relay.hosting.localchild`` reads it back); a game variant cannot cross: ValueError here.
-        self._settings = {"seed": seed, "config": None if config is None else config.to_plain(), "host": host,
+        self._settings: LocalChildSettings = {"seed": seed, "config": None if config is None else config.to_plain(), "host": host,
                           "port": port, "topics": {"prefix": topics.prefix, "shard": topics.shard},
                           "max_payload": max_payload, "log_levels": levels}
         self.broker: BrokerInfo | None = None
@@ -126,14 +145,14 @@ class ChildServer:
         #: Why the child ended without being asked to (one line), once it has.
         self.lost: str | None = None
         self._stopping = False
-        self._task: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[int] | None = None
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
     @property
-    def task(self) -> asyncio.Task[Any] | None:
+    def task(self) -> asyncio.Task[int] | None:
         """Done when the child has exited (asked to or not: see ``lost``)."""
         return self._task
 
@@ -145,7 +164,7 @@ class ChildServer:
             raise
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
     async def start(self) -> None:

@@ -36,7 +36,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from protocol.topics import Topics
 from relay import RelayError
@@ -44,6 +44,7 @@ from relay import RelayError
 if TYPE_CHECKING:
     from mqttkit import TLSTrust
     from protocol.match import Order
+    from relay.runtime import Relay
 
 USAGE = 2  # bad input on the command line
 FAILED = 1  # a failure at run time
@@ -199,7 +200,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-async def _say_resynced(relay: Any) -> None:
+async def _say_resynced(relay: Relay) -> None:
     """After a recovery: one line once every match's snapshot and views have been republished
     (requests are served meanwhile; scripts such as bench/restart_bench.py time it)."""
     await relay.resynced.wait()
@@ -229,7 +230,7 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
         raise ServeError("--no-journal and --data exclude each other")
     data_dir = None if options.no_journal else (options.data or default_data_dir())
     host, port = options.host or ("0.0.0.0" if options.lan else "127.0.0.1"), options.port
-    lan: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+    lan: contextlib.AbstractAsyncContextManager[object] = contextlib.nullcontext()
     if options.interface and not options.lan:
         raise usage("--interface only goes with --lan")
     if options.lan and options.broker:
@@ -305,10 +306,10 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
             if server.relay.recovered:
                 print(f"blink relay: {server.relay.recovered}", flush=True)
                 resynced = asyncio.create_task(_say_resynced(server.relay))
-            relay_task = server._task
+            relay_task = server.task
             assert relay_task is not None
             waiter = asyncio.create_task(stop.wait())
-            waits: set[asyncio.Future[Any]] = {waiter, relay_task}
+            waits: set[asyncio.Task[object]] = {waiter, relay_task}
             if child is not None:
                 waits.add(child.exited)
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

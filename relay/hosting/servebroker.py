@@ -54,13 +54,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, Scheme, check_port, check_tls_port
 from protocol.topics import DEFAULT_PREFIX
 from relay.model import RelayConfig
 from relay.hosting.mosquitto import is_loopback, share_a_port
 from relay import RelayError
+
+if TYPE_CHECKING:
+    from relay.hosting.brokerchild import BrokerChildSettings
 
 BrokerKind = Literal["mosquitto", "embedded"]
 
@@ -253,9 +256,11 @@ class BrokerChild:
         return f": {line}"
 
     async def _start_embedded(self) -> None:
-        settings = {"host": self.host, "port": self.port, "prefix": self.prefix, "max_payload": self.max_payload,
-                    "config": self.config.to_plain(), "tls": None if self.tls is None else [*self.tls, self.tls_host],
-                    "profile": self.profile}
+        settings: BrokerChildSettings = {
+            "host": self.host, "port": self.port, "prefix": self.prefix, "max_payload": self.max_payload,
+            "config": self.config.to_plain(), "profile": self.profile,
+            "tls": None if self.tls is None else {"certificate": self.tls[0], "key": self.tls[1], "port": self.tls[2],
+                                                  "host": self.tls_host}}
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "relay.hosting.brokerchild", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True)

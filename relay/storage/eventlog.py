@@ -25,7 +25,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from relay.model import LogRecord
 
@@ -41,7 +41,7 @@ class EventLog:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.records: list[dict[str, Any]] | None = None
+        self.records: list[dict[str, object]] | None = None  # JSON rows
         self._file: IO[str] | None = None
 
     def open(self) -> None:
@@ -85,13 +85,13 @@ def cut_torn_line(path: Path) -> None:
         return
 
 
-def log_rows(records: Sequence[LogRecord], shard: str | None) -> list[dict[str, Any]]:
+def log_rows(records: Sequence[LogRecord], shard: str | None) -> list[dict[str, object]]:
     """The event log's rows of ``records`` (tagged with ``shard`` for a relay of several)."""
     return [r.record if shard is None else dict(r.record, shard=shard) for r in records]
 
 
 def complete_log(path: Path | None, records: list[LogRecord], shard: str | None = None,
-                 kept: Mapping[str, Sequence[dict[str, Any]]] | None = None) -> int:
+                 kept: Mapping[str, Sequence[Mapping[str, object]]] | None = None) -> int:
     """Append to the event log the replayed records it lacks; how many. The log holds a prefix of
     ``records``; its last line (of ``shard``, for a relay of several) tells how long. When it does
     not (another relay served the shard since), it gets instead, per match, the event rows of

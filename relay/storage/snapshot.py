@@ -243,7 +243,7 @@ class _Decoder:
 # ---------------------------------------------------------------------- the core as a record
 
 
-def record_of(core: RelayCore) -> tuple[dict[str, Any], list[list[Any]]]:
+def record_of(core: RelayCore) -> tuple[dict[str, object], list[list[Any]]]:
     """The core as plain data (its parts' records, ``RelayCore.to_record``), and its table of value
     types. The codec's references count the values in the order they are encoded: ``core_of``
     decodes them in the same order."""
