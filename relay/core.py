@@ -238,8 +238,10 @@ class RelayCore:
         """Log records carry the wall clock: shift their monotonic stamps (events are stamped as made)."""
         if self.tables.wall_offset:
             for o in out:
-                if isinstance(o, LogRecord) and isinstance(o.record.get("ts"), int):
-                    o.record["ts"] += self.tables.wall_offset
+                if isinstance(o, LogRecord):
+                    ts = o.record.get("ts")
+                    if isinstance(ts, int):
+                        o.record["ts"] = ts + self.tables.wall_offset
         return out
 
     def tick(self, now_ns: int, wall_ns: int | None = None) -> list[Out]:

@@ -30,7 +30,7 @@ HISTORY_MIN = 4
 @dataclass(frozen=True)
 class Publish:
     topic: str
-    msg: Any  # a protocol message, or b"" to clear a retained topic
+    msg: object  # a protocol message, or b"" to clear a retained topic
     retain: bool = False
     qos: int = 0
 
@@ -38,7 +38,7 @@ class Publish:
 @fast_init  # several per play: see protocol.codec.fast_init
 @dataclass(frozen=True)
 class LogRecord:
-    record: dict[str, Any]
+    record: dict[str, object]  # a line of the event log (JSON)
 
 
 Out = Publish | LogRecord
@@ -47,7 +47,7 @@ Out = Publish | LogRecord
 #: plain data itself (a game's state or action, a message) it hands to ``Encode`` when it writes its
 #: record, and gets back from ``Decode`` when it reads it -- in the same order, since the codec
 #: numbers the values it shares as they come.
-Encode = Callable[[Any], Any]
+Encode = Callable[[object], object]
 Decode = Callable[[Any], Any]
 
 
