@@ -5,8 +5,8 @@ How this works
 See relay/hosting/localproc.py: the parent sends its settings as one line on stdin; this process starts a
 ``relay.hosting.local.LocalServer`` (embedded broker + relay), answers with one JSON line on a private copy
 of its stdout, and stops when its stdin reaches EOF (the parent stopped it or died) or when the
-parent dies (``relay.hosting.localproc.die_with_parent``). It lives apart from localproc.py so that ``relay.hosting.local`` (which
-re-exports ``ChildServer`` to the client) and this module do not import each other.
+parent dies (``relay.hosting.localproc.die_with_parent``). It lives apart from localproc.py so that the
+parent's side (what ``blink play`` imports) never loads the relay and the broker it starts in the child.
 """
 
 from __future__ import annotations
