@@ -57,7 +57,8 @@ from client.player import Player
 from mqttkit import BrokerAddress, free_port, parse_url
 from protocol import messages as m
 from protocol.codec import DecodeError, decode_all, encode
-from protocol.rules import game_for
+from protocol.events import logged_event
+from protocol.rules import blink, game_for
 from protocol.seal import (MAGIC, ClientSeal, RelayIdentity, RelaySeal, SealError, fingerprint, is_sealed)
 from protocol.topics import Topics
 
@@ -305,9 +306,9 @@ class Eve:
 
 def victim_seat_plays(records: list[dict[str, Any]], match: str, seat: int) -> int:
     """Plays the relay applied for ``seat`` of ``match``: its action events in the relay's log."""
-    kinds = ("card_played", "card_drawn", "pick_made")
+    plays = (blink.CardPlayed, blink.CardDrawn, blink.PickMade)
     return sum(1 for r in records if r.get("kind") == "event" and r.get("match") == match
-               and r.get("type") in kinds and r.get("seat") == seat)
+               and isinstance(what := blink.EVENTS.read(logged_event(r)), plays) and what.player == seat)
 
 
 async def run(stack: Stack, url: str, seed: int, victim_reaction: float = 4.0,

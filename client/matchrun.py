@@ -21,9 +21,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from protocol import messages as m
+from protocol.match import MATCH_EVENTS, GameResult, MatchOver
 from protocol.rules import game_for
 from protocol.topics import Topics
 from mqttkit import BrokerAddress
@@ -58,32 +58,31 @@ class MatchResult:
     def summary(self) -> dict[str, object]:
         """The match as ``blink match`` prints it (JSON): who won, each game's result, the counts."""
         games: list[dict[str, object]] = []
-        winner: object = None
-        final: Mapping[str, object] = {}
+        final: MatchOver | None = None
         for ev in self.events:
-            if ev.type == "game_result":
-                entry: dict[str, object] = {"game": ev.game_index, "winner": ev.data.get("winner"),
-                                            "winners": ev.data.get("winners", []), "reason": ev.data.get("reason")}
-                if ev.data.get("scores"):
-                    entry["scores"] = dict(zip(self.players, ev.data["scores"]))
-                if "line" in ev.data:  # Sequence: the winning line, as [row, col] cells
-                    entry["line"] = ev.data["line"]
-                games.append(entry)
-            elif ev.type == "match_over":
-                winner = ev.data.get("winner")
-                final = ev.data
+            match MATCH_EVENTS.read(ev):
+                case GameResult() as result:
+                    entry: dict[str, object] = {"game": ev.game_index, "winner": self.name(result.winner),
+                                                "winners": [self.name(w) for w in result.winners],
+                                                "reason": result.reason}
+                    if result.scores:
+                        entry["scores"] = dict(zip(self.players, result.scores))
+                    if "line" in result.extra:  # Sequence: the winning line, as [row, col] cells
+                        entry["line"] = result.extra["line"]
+                    games.append(entry)
+                case MatchOver() as over:
+                    final = over
         own = game_for(self.game).summarise_games
         if own is not None:  # a game with games of its own inside one relay game (Roll Your Own)
             games = own(self.events, self.players, games)
-        wins = final.get("wins", [])
         out: dict[str, object] = {
             "game": self.game,
             "match": self.code,
             "players": self.players,
-            "winner": winner,
-            "winners": final.get("winners", []),
-            "match_result": final.get("reason"),
-            "wins": dict(zip(self.players, wins if isinstance(wins, list) else [])),
+            "winner": self.name(final.winner) if final is not None else None,
+            "winners": [self.name(w) for w in final.winners] if final is not None else [],
+            "match_result": final.reason if final is not None else None,
+            "wins": dict(zip(self.players, final.wins if final is not None else ())),
             "games": games,
             "accepted": self.accepted,
             "rejected": dict(sorted(self.rejected.items())),
@@ -96,6 +95,11 @@ class MatchResult:
             if games and key in games[-1]:
                 out[key] = games[-1][key]
         return out
+
+
+    def name(self, seat: int | None) -> object:
+        """A seat as the events name it: the player's name (a seat it does not know stays a seat)."""
+        return self.players[seat] if seat is not None and 0 <= seat < len(self.players) else seat
 
 
 def event_line(ev: m.Event) -> dict[str, object]:
@@ -127,7 +131,7 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
             if (msg.match, msg.seq) not in seen:
                 seen.add((msg.match, msg.seq))
                 events.append(msg)
-                if msg.type == "match_over" and msg.match == code:
+                if msg.match == code and isinstance(MATCH_EVENTS.read(msg), MatchOver):
                     ended.set()
                 if msg.match == code and missing_from(code) is not None:
                     doubt.set()
@@ -190,7 +194,7 @@ async def run_match(address: BrokerAddress, game: str = "blink", bots: int = 2, 
 
             async def watch_end() -> None:
                 # match_over may have come before the code was known (it cannot, but be exact)
-                if any(e.type == "match_over" and e.match == code for e in events):
+                if any(e.match == code and isinstance(MATCH_EVENTS.read(e), MatchOver) for e in events):
                     ended.set()
                 await ended.wait()
                 over.set()

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Callable, Literal, TypeVar, cast
 
 from protocol import messages as m
 from protocol.clock import ClockFilter, sample
+from protocol.match import MATCH_EVENTS, MatchOver, PlayerDropped, PlayerReturned, RematchStarted
 from protocol.rules import AnyGame, game_for
 from protocol.rules.base import Rejected
 from client.predictor import Pending, Predictor
@@ -538,17 +539,16 @@ class ClientModel:
             for k in sorted(self.seq_received_ns)[:2048]:
                 del self.seq_received_ns[k]
         self.events.append(msg)
-        seat = msg.data.get("seat")
-        if msg.type == "player_dropped" and type(seat) is int:
-            grace = msg.data.get("grace_s")
-            self.away[seat] = (now_ns, float(grace) if isinstance(grace, (int, float)) else 30.0)
-            if seat == self.seat and self.token and self.connection == "connected" and not self.spectating:
-                # We are here: a stale last will (a broker taking over our old session) -- take it back.
-                out.append(m.Rejoin(msg.match, self.token))
-        elif msg.type == "player_returned" and type(seat) is int:
-            self.away.pop(seat, None)
-        elif msg.type in ("match_over", "rematch_started"):
-            self.away.clear()
+        match MATCH_EVENTS.read(msg):
+            case PlayerDropped(player=seat, grace_s=grace):
+                self.away[seat] = (now_ns, grace)
+                if seat == self.seat and self.token and self.connection == "connected" and not self.spectating:
+                    # We are here: a stale last will (a broker taking over our old session) -- take it back.
+                    out.append(m.Rejoin(msg.match, self.token))
+            case PlayerReturned(player=seat):
+                self.away.pop(seat, None)
+            case MatchOver() | RematchStarted():
+                self.away.clear()
         return True
 
     @handles(m.ActionAccepted)

@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import TextIO
 
 from protocol import messages as m
+from protocol.events import logged_event
+from protocol.match import (MATCH_EVENTS, GameStarted, MatchCreated, MatchOver, PlayerDropped, RematchStarted, SeatLeft,
+                            SeatTaken)
 from client.results import match_result_line
 
 
@@ -105,8 +108,9 @@ class Recorder:
     def _write(self, ev: m.Event) -> None:
         if ev.seq <= self.last_seq or self.error is not None:
             return
-        if ev.type == "match_created" and self.game == "":
-            self.game = str(ev.data.get("game_name", ""))
+        created = MATCH_EVENTS.read(ev)
+        if isinstance(created, MatchCreated) and self.game == "":
+            self.game = created.game_name
         try:
             f = self._open(ev)
             from client.matchrun import event_line
@@ -123,7 +127,8 @@ class Recorder:
         if self._file is None:
             self.folder.mkdir(parents=True, exist_ok=True)
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime())
-            game = str(ev.data.get("game_name", "")) or self.game or "match"
+            created = MATCH_EVENTS.read(ev)
+            game = (created.game_name if isinstance(created, MatchCreated) else "") or self.game or "match"
             path = self.folder / f"{stamp}-{game}-{ev.match}.jsonl"
             n = 2
             while path.exists():
@@ -183,27 +188,26 @@ def describe_log(path: Path) -> ReplayEntry | None:
                     d = json.loads(text)
                 except ValueError:
                     continue
-                if not isinstance(d, dict) or "type" not in d:
+                if not isinstance(d, dict) or not isinstance(d.get("type"), str):
                     continue
                 events += 1
                 if first_seq is None:
                     first_seq = d.get("seq")
-                t = d.get("type")
-                if t == "match_created":
-                    game = str(d.get("game_name", ""))
-                    started = int(d.get("ts") or 0) if type(d.get("ts")) is int else 0
-                elif t == "seat_taken":
-                    names.append(str(d.get("name")))
-                elif t in ("seat_left", "player_dropped"):
-                    left = str(d.get("player") or "")
-                elif t == "match_over":
-                    current = {"status": "over", "winner": d.get("winner_seat"), "wins": d.get("wins") or [],
-                               "reason": d.get("reason"), "left": left}
-                    rounds.append(current)
-                elif t == "rematch_started":
-                    current, left = {"status": "unfinished"}, ""
-                elif t == "game_started" and d.get("players"):  # every seat's name, even if seen late
-                    names = [str(n) for n in d.get("players") or []]
+                match MATCH_EVENTS.read(logged_event(d)):
+                    case MatchCreated(game_name=name):
+                        game = name
+                        started = int(d.get("ts") or 0) if type(d.get("ts")) is int else 0
+                    case SeatTaken(name=name):
+                        names.append(name)
+                    case SeatLeft(player=seat) | PlayerDropped(player=seat):
+                        left = names[seat] if 0 <= seat < len(names) else ""
+                    case MatchOver(winner=winner, wins=wins, reason=reason):
+                        current = {"status": "over", "winner": winner, "wins": list(wins), "reason": reason, "left": left}
+                        rounds.append(current)
+                    case RematchStarted():
+                        current, left = {"status": "unfinished"}, ""
+                    case GameStarted(players=players) if players:  # every seat's name, even if seen late
+                        names = list(players)
     except (OSError, UnicodeDecodeError):
         return None
     if not events:

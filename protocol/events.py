@@ -35,6 +35,7 @@ per event), with the keys in the order of the fields.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import types
 import typing
@@ -67,6 +68,25 @@ class PublicEvent(Protocol):
 
     @property
     def data(self) -> Mapping[str, object]: ...
+
+
+#: A log line's keys that are its envelope, not its event's map (``blink match --log``, the relay's
+#: ``--log``: the match, seq, relay time, game index, wire name, and a shard's name).
+ENVELOPE = ("seq", "ts", "type", "game", "match", "shard")
+
+
+@dataclass(frozen=True)
+class WireEvent:
+    """An event in its wire form, as a log line holds it (a ``PublicEvent``)."""
+
+    type: str
+    data: Mapping[str, object]
+
+
+def logged_event(line: Mapping[str, object]) -> WireEvent:
+    """The event of a log line: its wire name and its map without the envelope."""
+    name = line.get("type")
+    return WireEvent(name if isinstance(name, str) else "", {k: v for k, v in line.items() if k not in ENVELOPE})
 
 
 class TypedEvent:
@@ -225,7 +245,7 @@ def _value(value: object, tp: object, where: str) -> object:
         if len(args) != len(value):
             raise BadEvent(f"{where}: {value!r} is not a list of {len(args)}")
         return tuple(_value(v, a, f"{where}[]") for v, a in zip(value, args))
-    if origin in (dict, Mapping, typing.Mapping) or tp is dict:
+    if origin in (dict, collections.abc.Mapping) or tp is dict:
         if not isinstance(value, dict):
             raise BadEvent(f"{where}: {value!r} is not a map")
         return value

@@ -68,7 +68,7 @@ from typing import Any, Callable, Generic, Hashable, Iterable, Iterator, Literal
 from protocol.chance import SeededChance, commitment
 from protocol.fairlog import check as check_decisions
 from protocol.fairlog import is_decision
-from protocol.events import PublicEvent, TypedEvent, public_data, wire_name
+from protocol.events import ENVELOPE, PublicEvent, TypedEvent, public_data, wire_name
 from protocol.match import (MATCH_EVENTS, RUNNING, GameResult, MatchEnd, MatchStatus, PlayerDropped, PlayerReturned,
                             abandoned, after_game, left)
 from protocol.records import plain
@@ -79,9 +79,6 @@ from protocol import ProtocolError
 S = TypeVar("S")
 A = TypeVar("A")
 
-#: Fields of the envelope, not of an event's data. ``shard``: in the log of a relay of several shards,
-#: the shard whose judge made the line (the same for every line of a match).
-ENVELOPE = ("seq", "ts", "type", "game", "match", "shard")
 #: The relay's own log says so on its first line: a relay's log may hold no match at all.
 RELAY_STARTED = "relay_started"
 #: ``blink latency --log`` puts the impairment it measured under before its local relay's log.

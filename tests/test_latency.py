@@ -98,11 +98,16 @@ def test_wilson_interval() -> None:
 
 
 def ev(seq: int, type_: str, pile: int | None = None, seat: int | None = None, match: str = "M") -> dict[str, Any]:
+    """A log line of a BLINK event (what the race count reads of it: its pile and its seat)."""
     d: dict[str, Any] = {"match": match, "seq": seq, "type": type_}
-    if pile is not None:
-        d["pile"] = pile
     if seat is not None:
-        d["seat"] = seat
+        d["player"], d["seat"] = f"p{seat}", seat
+    if type_ == "hand_refilled":
+        d.update(count=1, hand=3, draw=20)
+    if pile is not None:
+        d.update(card="1-red-moon", pile=pile)
+        if type_ == "card_picked":
+            d["auto"] = False
     return d
 
 
@@ -141,7 +146,8 @@ def test_race_counting_reads_protocol_events_too() -> None:
     def e(seq: int, type_: str, **data: Any) -> m.Event:
         return m.Event(match="M", seq=seq, ts=0, game_index=0, type=type_, data=data)
 
-    events = [e(1, "card_revealed", pile=0, seat=0, player="a"), e(2, "card_played", pile=0, seat=0, player="a")]
+    events = [e(1, "card_revealed", pile=0, seat=0, player="a", card="1-red-moon"),
+              e(2, "card_played", pile=0, seat=0, player="a", card="2-red-moon")]
     count = count_races(events, [play(0, 1, 0), play(1, 1, 0, ok=False), play(1, 1, 0, ok=False)])
     assert count.races == 1 and count.won == {0: 1, 1: 0} and count.lost == {0: 0, 1: 1}
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from protocol.rules import roll_your_own as ryo
 from protocol.rules import takeaway as tk
 from client.window.layout import CARD_ASPECT, fit_text, logo_cards
 from client.results import game_line, points_text
@@ -100,8 +101,18 @@ def test_takeaway_predicted_game_over_overlay_and_tally_agree() -> None:
         assert f"{name}: {1 if seat in winners else 0}" in confirmed, confirmed
 
 
-def _ev(type_: str, **data: Any) -> Any:
-    return SimpleNamespace(type=type_, data=data)
+def _roll(roll: int) -> ryo.RyoDiceRolled:
+    return ryo.RyoDiceRolled(kind="roll", roll=roll, rolls=(ryo.FaceRolled(player=0, face=0, value=5),
+                                                            ryo.FaceRolled(player=1, face=0, value=2)))
+
+
+def _round_won(seat: int, round: int) -> ryo.RoundWon:
+    return ryo.RoundWon(player=seat, ryo_game=1, round=round, rounds=(1, 0))
+
+
+def _ev(what: ryo.RyoDiceRolled | ryo.RoundWon) -> Any:
+    """The envelope of an event as the viewmodel gets it beside its class (it reads only the class)."""
+    return SimpleNamespace(type=what.TYPE, data={})
 
 
 def test_ryo_round_won_waits_until_the_rolls_before_it_have_been_shown() -> None:
@@ -109,9 +120,8 @@ def test_ryo_round_won_waits_until_the_rolls_before_it_have_been_shown() -> None
     model = SimpleNamespace(players=["you", "bot"], spectating=False, seat=0)
     t = 1_000 * S
     for roll in range(6):
-        vm.on_event(_ev("dice_rolled", roll=roll, rolls=[{"player": 0, "value": 5}, {"player": 1, "value": 2}]),
-                    model, None, t)
-    vm.on_event(_ev("round_won", seat=0, round=2), model, None, t)
+        vm.on_event(_ev(_roll(roll)), _roll(roll), model, None, t)
+    vm.on_event(_ev(_round_won(0, 2)), _round_won(0, 2), model, None, t)
     step = int((TUMBLE_S + SHOW_S) * S) + 1
     said_at = None
     shown: list[int] = []
@@ -119,21 +129,21 @@ def test_ryo_round_won_waits_until_the_rolls_before_it_have_been_shown() -> None
     for _ in range(40):
         vm.animating(None, now)
         roll = vm.shown_roll(now)
-        if roll is not None and (not shown or shown[-1] != roll[0].get("roll")):
-            shown.append(roll[0]["roll"])
+        if roll is not None and (not shown or shown[-1] != roll[0].roll):
+            shown.append(roll[0].roll)
         text, _ = vm.message(now)
         if text and said_at is None:
             said_at = now
             assert text == "you won round 2"
             # the roll on screen is the last one, and it has been shown in full
             last, tumbling = vm.shown_roll(now)  # type: ignore[misc]
-            assert last["roll"] == 5 and not tumbling
+            assert last.roll == 5 and not tumbling
         now += step // 4
     assert said_at is not None and said_at > t
     assert shown[-1] == 5 and shown == sorted(shown)
     # with no roll queued, a message is said at once
     idle = RyoViewModel("Roll Your Own")
-    idle.on_event(_ev("round_won", seat=1, round=1), model, None, t)
+    idle.on_event(_ev(_round_won(1, 1)), _round_won(1, 1), model, None, t)
     assert idle.message(t)[0] == "bot won round 1"
 
 

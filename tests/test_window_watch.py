@@ -38,7 +38,7 @@ def test_re_sent_past_events_become_history_in_seq_order_and_are_not_news() -> N
     # live events 7 and 8 came first (the relay's answer is a burst behind them)
     assert model.on_message(past[6], 1) == [] and model.on_message(past[7], 2) == []
     feed = EventFeed()
-    assert [e.seq for e in feed.take_current(model)] == [7, 8]
+    assert [e.seq for e, _ in feed.take_current(model)] == [7, 8]
     version = model.version
     for ev in past:  # the relay re-sends 1..9; 7 and 8 again
         model.on_message(ev, 3)
@@ -46,8 +46,8 @@ def test_re_sent_past_events_become_history_in_seq_order_and_are_not_news() -> N
     assert model.events[0].type == "match_created"
     assert model.history == set(range(1, 7))  # 9 was news (after 8), 7 and 8 were had already
     assert model.version > version
-    assert [e.seq for e in feed.take_current(model)] == [9]
-    assert [e.seq for e in EventFeed().take_current(model)] == [7, 8, 9]  # a new scene: news only
+    assert [e.seq for e, _ in feed.take_current(model)] == [9]
+    assert [e.seq for e, _ in EventFeed().take_current(model)] == [7, 8, 9]  # a new scene: news only
 
 
 def test_a_full_history_keeps_the_newest() -> None:

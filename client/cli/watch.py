@@ -16,13 +16,14 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from client.cli import args as argtypes
 from client.cli.failures import UserError, friendly
 
 if TYPE_CHECKING:
     from protocol import messages as m
+    from protocol.match import MatchOver
     from protocol.topics import Topics
     from client.player import Player
 
@@ -54,6 +55,7 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
     from client.cli.preflight import require_relay
     from client.player import Player
     from protocol import messages as m
+    from protocol.match import MATCH_EVENTS, MatchCreated
 
     code = args.code.strip().upper()
     address = parse_url(args.server, argtypes.trust(args))
@@ -94,7 +96,8 @@ async def _watch(args: argparse.Namespace, topics: Topics) -> int:
             if first > 1:
                 print(f"blink watch: the relay no longer keeps events before seq {first}", file=sys.stderr)
             header = latest[-1] if latest else None
-            game = header.game if header else events[first].data.get("game_name", "")
+            created = MATCH_EVENTS.read(events[first])
+            game = header.game if header else created.game_name if isinstance(created, MatchCreated) else ""
             players = f": {', '.join(header.players)}" if header and header.players else ""
             print(f"watching {game} match {code}{players}", file=sys.stderr, flush=True)
             return await _follow(args, player, code, events, latest, first)
@@ -110,6 +113,7 @@ async def _follow(args: argparse.Namespace, player: Player, code: str, events: d
 
     from client.matchrun import event_line
     from protocol import messages as m
+    from protocol.match import MATCH_EVENTS, MatchOver
 
     nxt, waiting_since = first, None
     while True:
@@ -124,9 +128,10 @@ async def _follow(args: argparse.Namespace, player: Player, code: str, events: d
                 rest = {k: v for k, v in line.items() if k not in ("seq", "ts", "type", "game", "match")}
                 print(f"{ev.seq:6d}  game {ev.game_index}  {ev.type:18s} {json.dumps(rest)}", flush=True)
             known = max([*events, *(s.seq for s in latest[-1:])], default=0)
-            if ev.type == "match_over" and known <= ev.seq:  # the end, not an earlier match before a rematch
+            over = MATCH_EVENTS.read(ev)
+            if isinstance(over, MatchOver) and known <= ev.seq:  # the end, not an earlier match before a rematch
                 players = list(latest[-1].players) if latest else list(player.model.players)
-                _print_result(args, ev.data, players)
+                _print_result(args, over, players)
                 return 0
         if player.model.lost:
             raise UserError(f"lost the connection to the broker: {player.model.lost}")
@@ -144,13 +149,15 @@ async def _follow(args: argparse.Namespace, player: Player, code: str, events: d
         await player.wait_change(0.5)
 
 
-def _print_result(args: argparse.Namespace, over: Mapping[str, object], players: list[str]) -> None:
+def _print_result(args: argparse.Namespace, over: MatchOver, players: list[str]) -> None:
     """The match's result, one line: to stdout, or with --json to stderr (stdout stays the log)."""
-    listed, winner, won = over.get("winners"), over.get("winner"), over.get("wins")
-    winners = ([str(w) for w in listed] if isinstance(listed, list) and listed
-               else [str(winner)] if winner is not None else [])
-    wins = won if isinstance(won, list) else []
-    score = ", ".join(f"{name} {w}" for name, w in zip(players, wins))
+
+    def name(seat: int) -> str:
+        return players[seat] if 0 <= seat < len(players) else str(seat)
+
+    winners = ([name(w) for w in over.winners] if over.winners
+               else [name(over.winner)] if over.winner is not None else [])
+    score = ", ".join(f"{player} {w}" for player, w in zip(players, over.wins))
     who = ("winner " + winners[0]) if len(winners) == 1 else ("winners " + " and ".join(winners)) if winners else "no winner"
-    line = f"match over: {who} ({over.get('reason', '?')}); games won: {score or '-'}"
+    line = f"match over: {who} ({over.reason}); games won: {score or '-'}"
     print(line, file=sys.stderr if args.json else sys.stdout, flush=True)

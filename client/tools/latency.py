@@ -76,11 +76,13 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from mqttkit import TLSTrust
 from protocol import messages as m
 from protocol.clock import ClockFilter, Sample
+from protocol.events import logged_event
+from protocol.match import MATCH_EVENTS, GameResult, MatchOver
 from protocol.rules import blink, game_for
 from protocol.rules.base import Rejected
 from protocol.topics import Topics
@@ -94,7 +96,6 @@ if TYPE_CHECKING:
 SEATS = 2
 #: Many short games (one game per match, then a rematch): each game's ``quick_settings``.
 FAST_BLINK: dict[str, object] = dict(blink.GAME.quick_settings)
-PILE_CHANGES = frozenset({"card_revealed", "card_played", "card_flipped", "card_picked"})
 MAX_IMPAIRMENT_S = 10.0
 PING_INTERVAL_S = 0.5
 #: A play's time in parts, in order: to the relay, held for fair order, judged (journal and publish
@@ -434,22 +435,33 @@ class RaceCount:
         return {str(s): {"won": self.won.get(s, 0), "lost": self.lost.get(s, 0)} for s in range(SEATS)}
 
 
-def _field(ev: Any, name: str) -> Any:
-    if isinstance(ev, dict):
-        return ev.get(name)
-    if name in ("seq", "type", "match", "game"):
-        return getattr(ev, name)
-    return ev.data.get(name)
+def _pile_change(ev: m.Event | Mapping[str, object]) -> tuple[str, int, int, blink.CardPlayed | None] | None:
+    """(match, seq, pile, the play) of an event that puts a card on a pile (the play: None for a
+    card revealed, flipped or picked); None for any other event."""
+    if isinstance(ev, m.Event):
+        code, seq, what = ev.match, ev.seq, blink.EVENTS.read(ev)
+    else:
+        line_code, line_seq, what = ev.get("match"), ev.get("seq"), blink.EVENTS.read(logged_event(ev))
+        if not isinstance(line_code, str) or type(line_seq) is not int:
+            return None
+        code, seq = line_code, line_seq
+    match what:
+        case blink.CardPlayed(pile=pile):
+            return code, seq, pile, what
+        case blink.CardRevealed(pile=pile) | blink.CardFlipped(pile=pile) | blink.CardPicked(pile=pile):
+            return code, seq, pile, None
+    return None
 
 
-def count_races(events: Iterable[Any], plays: Iterable[PlayRecord]) -> RaceCount:
+def count_races(events: Iterable[m.Event | Mapping[str, object]], plays: Iterable[PlayRecord]) -> RaceCount:
     """Races won and lost per seat (see the module header). ``events`` are public events, as
-    ``protocol.messages.Event`` or as flat dicts with ``match``, ``seq``, ``type``, ``pile``, ``seat``."""
-    changes: dict[tuple[str, int], list[tuple[int, str, Any]]] = {}
+    ``protocol.messages.Event`` or as the lines of a log (``match``, ``seq``, ``type`` and the event's map)."""
+    changes: dict[tuple[str, int], list[tuple[int, blink.CardPlayed | None]]] = {}
     for ev in events:
-        if _field(ev, "type") in PILE_CHANGES and type(_field(ev, "pile")) is int:
-            key = (_field(ev, "match"), _field(ev, "pile"))
-            changes.setdefault(key, []).append((_field(ev, "seq"), _field(ev, "type"), _field(ev, "seat")))
+        change = _pile_change(ev)
+        if change is not None:
+            code, seq, pile, play = change
+            changes.setdefault((code, pile), []).append((seq, play))
     seqs: dict[tuple[str, int], list[int]] = {}
     for key, lst in changes.items():
         lst.sort(key=lambda c: c[0])
@@ -470,7 +482,7 @@ def count_races(events: Iterable[Any], plays: Iterable[PlayRecord]) -> RaceCount
         if len(seats) < 2:
             continue
         after = changes[(match, pile)][i + 1] if i + 1 < len(changes[(match, pile)]) else None
-        winner = after[2] if after is not None and after[1] == "card_played" else None
+        winner = after[1].player if after is not None and after[1] is not None else None
         if winner not in seats:
             count.void += 1
             continue
@@ -677,11 +689,11 @@ class LatencyResult:
         """Finished games, wins per seat, ties."""
         games, ties = 0, 0
         wins = {s: 0 for s in range(SEATS)}
-        for ev in self.events:
-            if ev.type != "game_result":
+        for result in (MATCH_EVENTS.read(ev) for ev in self.events):
+            if not isinstance(result, GameResult):
                 continue
             games += 1
-            winners = ev.data.get("winner_seats") or []
+            winners = result.winners
             if len(winners) == 1 and winners[0] in wins:
                 wins[winners[0]] += 1
             else:
@@ -972,7 +984,7 @@ async def _measure(cfg: LatencyConfig, address: BrokerAddress, url: str, topics:
             return
         events.append(msg)
         slot = slots.get(msg.match)
-        if slot is not None and msg.type == "match_over" and not stopping:
+        if slot is not None and isinstance(MATCH_EVENTS.read(msg), MatchOver) and not stopping:
             task = asyncio.ensure_future(slot.rematch())
             background.add(task)
             task.add_done_callback(background.discard)
@@ -997,7 +1009,7 @@ async def _measure(cfg: LatencyConfig, address: BrokerAddress, url: str, topics:
         early = False
         while True:
             elapsed = time.monotonic() - started
-            finished = sum(1 for e in events if e.type == "game_result" and e.match in slots)
+            finished = sum(1 for e in events if e.match in slots and isinstance(MATCH_EVENTS.read(e), GameResult))
             if progress is not None:
                 stats = {"games": finished, "plays": len(plays)}
                 if cfg.games is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from protocol.events import EventTypes
+from protocol.match import MATCH_EVENTS
 from protocol.rules import blink, roll_your_own, sequence, takeaway
 from protocol.rules.base import Game
 
@@ -37,6 +39,14 @@ def game_for(name: str, games: Mapping[str, AnyGame] | None = None) -> AnyGame:
     if game is None:
         raise ValueError(f"unknown game {name!r}; choose one of {', '.join(games)}")
     return game
+
+
+def events_of(name: str | None, games: Mapping[str, AnyGame] | None = None) -> EventTypes:
+    """Every event a match of the game called ``name`` publishes, by wire name: the match's own and
+    the game's (``Game.all_events``); the match's own only for no game, or one this side does not
+    know -- its events then read as ``UnknownEvent``."""
+    game = (GAMES if games is None else games).get(canonical(name)) if isinstance(name, str) else None
+    return MATCH_EVENTS if game is None else game.all_events
 
 
 def register(game: AnyGame) -> AnyGame | None:

@@ -26,7 +26,7 @@ from client.window import texts
 from client.matchstate import MatchState
 from client.results import game_line, match_result_line
 from protocol.rules import game_for
-from protocol.match import MATCH_REASON_LABELS
+from protocol.match import MATCH_EVENTS, MATCH_REASON_LABELS, GameStarted, MatchOver, RematchRequested, RematchStarted
 
 
 def _reason_labels(game: str) -> Mapping[str, str]:
@@ -104,14 +104,15 @@ class ResultsScene(Scene):
         wins = list(ms.wins)
         winner = ms.winner
         reason = ""
-        asked = set()
-        for ev in model.events:
-            if ev.type == "match_over":
-                reason = ev.data.get("reason", "")
-            elif ev.type == "rematch_requested":
-                asked.add(ev.data.get("seat"))
-            elif ev.type in ("rematch_started", "game_started"):
-                asked.clear()
+        asked: set[int] = set()
+        for ev in model.events:  # once a change (``_key``), not each frame
+            match MATCH_EVENTS.read(ev):
+                case MatchOver(reason=why):
+                    reason = why
+                case RematchRequested(player=who):
+                    asked.add(who)
+                case RematchStarted() | GameStarted():
+                    asked.clear()
         if watching:
             title = match_result_line(names, replace(ms, status="over"))
         elif winner is None:

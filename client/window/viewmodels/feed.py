@@ -3,9 +3,10 @@
 How this works
 --------------
 The model keeps bounded deques; a view-model remembers the last item it looked at (by identity)
-and takes what came after it (``newer``). ``EventFeed`` adds one rule for the public events: an
-event of an older game than the one the model is in now is never taken. The event history spans the
-whole match, rematches included, so without this a view-model made for a rematch would find the
+and takes what came after it (``newer``). ``EventFeed`` gives each public event with its typed
+class (``protocol/events.py``: a viewmodel asks ``isinstance``, never the wire name), and adds one
+rule: an event of an older game than the one the model is in now is never taken. The event history
+spans the whole match, rematches included, so without this a view-model made for a rematch would find the
 previous match's ``match_over`` and declare the new one over. Nor is an event the model filed as
 ``history`` (a spectator's re-sent past events): the picture already shows their effect.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 from typing import Generic, Sequence, TypeVar
 
 from protocol import messages as m
+from protocol.events import TypedEvent
+from protocol.rules import events_of
 from client.window.viewmodels.clientview import ClientView
 
 T = TypeVar("T")
@@ -46,12 +49,14 @@ class Feed(Generic[T]):
 
 
 class EventFeed(Feed[m.Event]):
-    """The new public events of the current game (and later ones), each once."""
+    """The new public events of the current game (and later ones), each once, with its typed class."""
 
-    def take_current(self, model: ClientView) -> list[m.Event]:
+    def take_current(self, model: ClientView) -> list[tuple[m.Event, TypedEvent]]:
         game = current_game(model)
         past = model.history  # re-sent past events: the snapshot already shows them
-        return [ev for ev in self.take(model.events) if (game is None or ev.game_index >= game) and ev.seq not in past]
+        types = events_of(model.game)
+        return [(ev, types.read(ev)) for ev in self.take(model.events)
+                if (game is None or ev.game_index >= game) and ev.seq not in past]
 
 
 def current_game(model: ClientView) -> int | None:

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Iterable, Sequence, TypeVar
 
 from protocol import messages as m
+from protocol.events import TypedEvent, logged_event
+from protocol.match import (MATCH_EVENTS, GameResult, GameStarted, MatchCreated, MatchOver, PlayerDropped,
+                            RematchStarted, SeatLeft, SeatTaken)
 from protocol.rules import game_for
 from protocol.rules.base import Rejected
 from protocol.verify import GameWalk, NotALog, Record, body, parse_log, verify
@@ -112,13 +115,13 @@ class Replay:
         ms = dict(self.steps[-1].match_state) if self.steps else {}
         # why it ended and who left are in the events, not in the relay's match state
         for step in reversed(self.steps):
-            ev = step.event
-            if ev.type in ("seat_left", "player_dropped") and "left" not in ms and "reason" in ms:
-                ms["left"] = str(ev.data.get("player") or "")
-            elif ev.type == "match_over" and "reason" not in ms:
-                ms["reason"] = ev.data.get("reason")
-            elif ev.type == "rematch_started":
-                break
+            match MATCH_EVENTS.read(step.event):
+                case SeatLeft(player=seat) | PlayerDropped(player=seat) if "left" not in ms and "reason" in ms:
+                    ms["left"] = self.players[seat] if 0 <= seat < len(self.players) else ""
+                case MatchOver(reason=reason) if "reason" not in ms:
+                    ms["reason"] = reason
+                case RematchStarted():
+                    break
         return match_result_line(list(self.players), ms)
 
     # ------------------------------------------------------------------ spectator models
@@ -188,7 +191,7 @@ def load_replay(lines: Iterable[str], match: str | None = None, cut_unfinished: 
                           f"is still running (truncated): a replay needs every game's seed")
     if (stops_early or (not report.ok and report.first is not None and _cut_short(report.first.problem))) \
             and cut_unfinished:
-        ends = [k for k, r in enumerate(records) if r.type == "match_over"]
+        ends = [k for k, r in enumerate(records) if isinstance(_what(r), MatchOver)]
         cut = verify(records[:ends[-1] + 1], keep_walks=True) if ends else None
         if cut is not None and cut.ok:
             records, report = records[:ends[-1] + 1], cut
@@ -201,7 +204,7 @@ def load_replay(lines: Iterable[str], match: str | None = None, cut_unfinished: 
     order: list[str] = []
     for rec in records:
         code = str(rec.data.get("match"))
-        if rec.type == "match_created" and rec.seq == 1 and code in groups:
+        if rec.seq == 1 and code in groups and isinstance(_what(rec), MatchCreated):
             code = f"{code}#{order.count(code) + 1}"  # the same code reused later in the log
         if code not in groups:
             groups[code] = []
@@ -215,6 +218,11 @@ def load_replay(lines: Iterable[str], match: str | None = None, cut_unfinished: 
     else:
         code = order[0]
     return build(groups[code], report.walks)
+
+
+def _what(rec: Record) -> TypedEvent:
+    """A log record's match event as its class (any other event: an ``UnknownEvent``)."""
+    return MATCH_EVENTS.read(logged_event(rec.data))
 
 
 def _cut_short(problem: str) -> bool:
@@ -243,12 +251,13 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[object, object]] | No
     games: list[int] = [0] * len(recs)
     game_start: list[int] = [0] * len(recs)
     # Each game's states, as the verifier's walk re-derived them from its seed.
+    whats = [_what(rec) for rec in recs]
     i = 0
     n = len(recs)
     while i < n:
-        if recs[i].type == "game_started":
+        if isinstance(whats[i], GameStarted):
             j = i + 1
-            while j < n and recs[j].type not in ("game_result", "seat_left", "match_over", "game_started"):
+            while j < n and not isinstance(whats[j], (GameResult, SeatLeft, MatchOver, GameStarted)):
                 j += 1
             end = recs[j] if j < n else None
             gidx = int(recs[i].data.get("game", 0))
@@ -256,7 +265,7 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[object, object]] | No
                 game_start[k] = i
                 games[k] = gidx
             walk = by_start.get(recs[i].line)
-            if end is not None and end.type == "game_result" and walk is not None:
+            if end is not None and isinstance(whats[j], GameResult) and walk is not None:
                 # The walk explains the game's own events; a player's connection dropping and
                 # returning falls between them and shows the state before it.
                 after = {ev.line: st for ev, st in zip(walk.events, walk.states()[1:])}
@@ -276,43 +285,42 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[object, object]] | No
     prev_ts: int | None = None
     for k, rec in enumerate(recs):
         d = rec.data
-        t_type = rec.type
-        if t_type == "seat_taken":
-            names.append(str(d.get("name")))
-        elif t_type == "seat_left" and status == "waiting":
-            seat = d.get("seat")
-            if type(seat) is int and 0 <= seat < len(names):
-                names.pop(seat)
-        elif t_type == "game_started":
-            status = "playing"
-            game_index = int(d.get("game", 0))
-            if not wins:
+        match whats[k]:
+            case SeatTaken(name=name):
+                names.append(name)
+            case SeatLeft(player=seat) if status == "waiting":
+                if 0 <= seat < len(names):
+                    names.pop(seat)
+            case GameStarted():
+                status = "playing"
+                game_index = int(d.get("game", 0))
+                if not wins:
+                    wins = [0] * seats
+            case GameResult() as result:
+                wins = list(result.wins or wins)
+                results = results + [{"game_index": d.get("game"), "winners": list(result.winners),
+                                      "reason": result.reason, "scores": list(result.scores)}]
+                status = "between"
+            case MatchOver() as over:
+                status = "over"
+                winner = over.winner
+                wins = list(over.wins or wins)
+            case RematchStarted():
                 wins = [0] * seats
-        elif t_type == "game_result":
-            wins = list(d.get("wins") or wins)
-            results = results + [{"game_index": d.get("game"), "winners": list(d.get("winner_seats") or []),
-                                  "reason": d.get("reason"), "scores": list(d.get("scores") or [])}]
-            status = "between"
-        elif t_type == "match_over":
-            status = "over"
-            winner = d.get("winner_seat")
-            wins = list(d.get("wins") or wins)
-        elif t_type == "rematch_started":
-            wins = [0] * seats
-            results = []
-            winner = None
+                results = []
+                winner = None
         ms = {"status": status, "game_index": game_index, "best_of": best_of, "wins": wins, "players": list(names),
               "winner": winner, "results": results}
         if states[k] is not None:
             last_state, last_game, last_start = states[k], games[k], game_start[k]
-        elif t_type == "game_started" or game_start[k]:
+        elif isinstance(whats[k], GameStarted) or game_start[k]:
             last_game, last_start = games[k], game_start[k]
         ts = d.get("ts")
         if type(ts) is int:
             if prev_ts is not None:
                 t += min(MAX_GAP_S, max(0, ts - prev_ts) / NS)
             prev_ts = ts
-        ev = m.Event(code, int(d["seq"]), int(ts or 0), int(d.get("game", 0)), str(t_type),
+        ev = m.Event(code, int(d["seq"]), int(ts or 0), int(d.get("game", 0)), rec.type,
                      {k2: v for k2, v in body(rec).items()})
         steps.append(Step(ev, last_state, last_game, json.loads(json.dumps(ms)), t))
         game_start[k] = last_start

@@ -19,9 +19,9 @@ On top of ``TurnViewModel``:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
 from protocol import messages as m
+from protocol.events import TypedEvent
 from protocol.rules import roll_your_own as ryo
 from client.matchstate import MatchState
 from client.window.viewmodels.clientview import ClientView
@@ -31,30 +31,13 @@ TUMBLE_S = 0.25
 SHOW_S = 0.4
 QUEUE_MAX = 3
 
-#: A ``dice_rolled`` event's data, as the relay sent it (``roll``, ``kind``, ``rolls``: who rolled what).
-Roll = Mapping[str, object]
+#: A ``dice_rolled`` event: its kind of roll and who rolled what (``rolls``).
+Roll = ryo.RyoDiceRolled
 
 
-@dataclass(frozen=True)
-class Rolled:
-    """One player's roll in a ``dice_rolled`` event: the seat, the face of its die that came up
-    (an index, when sent) and its pips."""
-
-    player: int
-    face: int | None
-    value: int
-
-
-def rolls_of(roll: Roll) -> list[Rolled]:
-    """The rolls a ``dice_rolled`` event lists (an entry that is not a map is no roll)."""
-    entries = roll.get("rolls")
-    out: list[Rolled] = []
-    for r in entries if isinstance(entries, list) else []:
-        if isinstance(r, dict):
-            player, face, value = r.get("player", -1), r.get("face"), r.get("value", 0)
-            out.append(Rolled(player if type(player) is int else -1, face if type(face) is int else None,
-                              value if type(value) is int else 0))
-    return out
+def rolls_of(roll: Roll) -> tuple[ryo.FaceRolled, ...]:
+    """The rolls a ``dice_rolled`` event lists: each seat, the face of its die that came up and its value."""
+    return roll.rolls
 
 
 @dataclass(frozen=True)
@@ -71,7 +54,7 @@ def count(n: int, noun: str) -> str:
 
 
 class RyoViewModel(TurnViewModel[ryo.State]):
-    timer_events = ("build_started", "choice_started", "lower_chosen")
+    timer_events = (ryo.BuildStarted, ryo.ChoiceStarted, ryo.LowerChosen)
 
     def __init__(self, title: str) -> None:
         super().__init__(title, ryo.State)
@@ -142,25 +125,26 @@ class RyoViewModel(TurnViewModel[ryo.State]):
             return "1–6  choose a face     B  make the winner lower (choice b)     Esc  menu"
         return "first to win a roll-count wins the round · rounds win the game · games win the match     Esc  menu"
 
-    def on_event(self, ev: m.Event, model: ClientView, state: ryo.State | None, now_ns: int) -> None:
-        d = ev.data
-        if ev.type == "dice_rolled":
-            self._queue.append(dict(d))
-        elif ev.type == "round_won":
-            self.later(f"{self.who(model, d)} won round {d.get('round')}", now_ns, YELLOW)
-        elif ev.type == "game_won":
-            games = d.get("games")
-            last = (isinstance(games, list) and state is not None
-                    and max((g for g in games if type(g) is int), default=0) >= state.settings.games_per_match)
-            # the match's last game starts nothing: the banner says who won the match
-            self.later(f"{self.who(model, d)} won game {d.get('ryo_game')}" + (" and the match" if last else
-                                                                              " — new dice next"), now_ns, YELLOW)
-        elif ev.type in ("raised", "face_raised"):
-            self.later(f"{self.who(model, d)} raised a face", now_ns, INFO)
-        elif ev.type == "no_choice":
-            self.later("no face can change: next round", now_ns, INFO)
-        elif ev.type == "lot_drawn":
-            self.later(f"identical dice: {self.who(model, d)} wins by lot", now_ns, YELLOW)
+    def on_event(self, ev: m.Event, what: TypedEvent, model: ClientView, state: ryo.State | None, now_ns: int) -> None:
+        match what:
+            case ryo.RyoDiceRolled():
+                self._queue.append(what)
+            case ryo.RoundWon(player=who, round=rnd):
+                self.later(f"{self.pname(model, who)} won round {rnd}", now_ns, YELLOW)
+            case ryo.GameWon(player=who, ryo_game=game, games=games):
+                last = state is not None and max(games, default=0) >= state.settings.games_per_match
+                # the match's last game starts nothing: the banner says who won the match
+                self.later(f"{self.pname(model, who)} won game {game}" + (" and the match" if last else
+                                                                          " — new dice next"), now_ns, YELLOW)
+            case ryo.FaceRaised(player=who):
+                self.later(f"{self.pname(model, who)} raised a face", now_ns, INFO)
+            case ryo.NoChoice():
+                self.later("no face can change: next round", now_ns, INFO)
+            case ryo.LotDrawn(player=who):
+                self.later(f"identical dice: {self.pname(model, who)} wins by lot", now_ns, YELLOW)
+
+    def leaver(self, what: TypedEvent) -> int | None:
+        return what.player if isinstance(what, ryo.RyoPlayerLeft) else None
 
     def later(self, text: str, now_ns: int, colour: RGBA) -> None:
         """Say ``text`` once every roll that came before it has been shown (at once if none)."""
@@ -245,7 +229,7 @@ class RyoViewModel(TurnViewModel[ryo.State]):
     def roll_words(self, model: ClientView, roll: Roll) -> str:
         parts = [f"{self.pname(model, r.player)} {r.value}" for r in rolls_of(roll)]
         # not numbered: the relay counts rolls over the whole match ("roll 508" beside "won: 3 rolls")
-        kind = "roll-off (lowest chooses)" if roll.get("kind") == "rolloff" else "rolled"
+        kind = "roll-off (lowest chooses)" if roll.kind == "rolloff" else "rolled"
         return f"{kind}:  " + "   ".join(parts)
 
     @staticmethod

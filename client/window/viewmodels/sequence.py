@@ -12,6 +12,7 @@ message line. When it is your move, ``legal_spaces`` maps each space you may pla
 from __future__ import annotations
 
 from protocol import messages as m
+from protocol.events import TypedEvent
 from protocol.rules import sequence as sq
 from client.window.viewmodels.clientview import ClientView
 from client.window.viewmodels.turnbased import INFO, NS, RGBA, TurnViewModel, YELLOW
@@ -38,7 +39,7 @@ def roll_tag(total: int) -> str:
 
 
 class SequenceViewModel(TurnViewModel[sq.State]):
-    timer_events = ("turn_started", "dice_rolled")
+    timer_events = (sq.SequenceTurnStarted, sq.SequenceDiceRolled)
 
     def __init__(self, title: str) -> None:
         super().__init__(title, sq.State)
@@ -92,31 +93,32 @@ class SequenceViewModel(TurnViewModel[sq.State]):
     def turn_of(self, state: sq.State) -> int | None:
         return state.turn
 
-    def on_event(self, ev: m.Event, model: ClientView, state: sq.State | None, now_ns: int) -> None:
-        d = ev.data
-        turn = d.get("turn") if type(d.get("turn")) is int else None  # what the announcement is about
-        if ev.type == "turn_started":
-            self.roll_until = now_ns + int(ROLL_MIN_S * NS)
-            if d.get("bonus"):
-                self.say(f"BONUS TURN for {self.who(model, d)}!", now_ns, YELLOW, turn=turn)
-        elif ev.type == "dice_rolled":
-            self.roll_until = max(self.roll_until, now_ns + int(ROLL_MIN_S * NS * 0.5))
-            total = d.get("total")
-            who = self.who(model, d)
-            if total in sq.BONUS_TOTALS:
-                self.say(f"{who} rolled {total}: BONUS turn after this one!", now_ns, YELLOW, turn=turn)
-            elif total == sq.DEFENSIVE:
-                self.say(f"{who} rolled 10: DEFENSIVE — remove an opponent chip", now_ns, WARN, turn=turn)
-            elif total == sq.WILD:
-                self.say(f"{who} rolled 11: WILD — any open space", now_ns, (170, 220, 255, 255), turn=turn)
-        elif ev.type == "no_move":  # said of a turn already over, in the past tense
-            why = str(d.get("reason", "")).replace("_", " ")
-            self.say(f"{self.who(model, d)} rolled {d.get('total')} and could not move ({why})", now_ns,
-                     (255, 200, 120, 255))
-        elif ev.type == "first_player":
-            self.say(f"{self.who(model, d)} rolled highest and goes first", now_ns, INFO)
-        elif ev.type == "chip_removed" and d.get("seat") != self.me(model):
-            self.say(f"{self.who(model, d)} removed a {d.get('colour')} chip", now_ns, WARN)
+    def on_event(self, ev: m.Event, what: TypedEvent, model: ClientView, state: sq.State | None, now_ns: int) -> None:
+        match what:
+            case sq.SequenceTurnStarted(player=who, turn=turn, bonus=bonus):
+                self.roll_until = now_ns + int(ROLL_MIN_S * NS)
+                if bonus:
+                    self.say(f"BONUS TURN for {self.pname(model, who)}!", now_ns, YELLOW, turn=turn)
+            case sq.SequenceDiceRolled(player=who, turn=turn, total=total):
+                self.roll_until = max(self.roll_until, now_ns + int(ROLL_MIN_S * NS * 0.5))
+                name = self.pname(model, who)
+                if total in sq.BONUS_TOTALS:
+                    self.say(f"{name} rolled {total}: BONUS turn after this one!", now_ns, YELLOW, turn=turn)
+                elif total == sq.DEFENSIVE:
+                    self.say(f"{name} rolled 10: DEFENSIVE — remove an opponent chip", now_ns, WARN, turn=turn)
+                elif total == sq.WILD:
+                    self.say(f"{name} rolled 11: WILD — any open space", now_ns, (170, 220, 255, 255), turn=turn)
+            case sq.NoMove(player=who, total=total, reason=reason):  # said of a turn already over, in the past tense
+                why = reason.replace("_", " ")
+                self.say(f"{self.pname(model, who)} rolled {total} and could not move ({why})", now_ns,
+                         (255, 200, 120, 255))
+            case sq.FirstPlayer(player=who):
+                self.say(f"{self.pname(model, who)} rolled highest and goes first", now_ns, INFO)
+            case sq.ChipRemoved(player=who, colour=colour) if who != self.me(model):
+                self.say(f"{self.pname(model, who)} removed a {colour} chip", now_ns, WARN)
+
+    def leaver(self, what: TypedEvent) -> int | None:
+        return what.player if isinstance(what, sq.SequencePlayerLeft) else None
 
     def result_line(self, model: ClientView, state: sq.State) -> str:
         if state.phase != "over":

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from protocol import messages as m
+from protocol.events import TypedEvent
+from protocol.match import GameResult, GameStarted, MatchOver
 from protocol.rules import blink
 from protocol.rules.base import Rejected
 from client.matchstate import MatchState
@@ -192,36 +194,36 @@ class TableViewModel:
             if v.ok and isinstance(v.action, blink.PlayCard):
                 self.cues.append("land")
                 self.flash[v.action.pile] = ("landed", now_ns)
-        for ev in self._events.take_current(model):
-            self._on_event(ev, model, state, now_ns)
+        for ev, what in self._events.take_current(model):
+            self._on_event(ev, what, model, state, now_ns)
         if self.over_at is None and MatchState.read(model.match_state).over:
             self.over_at = now_ns
 
-    def _on_event(self, ev: m.Event, model: ClientView, state: object, now_ns: int) -> None:
+    def _on_event(self, ev: m.Event, what: TypedEvent, model: ClientView, state: object, now_ns: int) -> None:
         offset = model.clock.offset_ns or 0
-        d = ev.data
-        if ev.type == "game_started":
-            cd = int(state.settings.countdown_s * NS) if isinstance(state, blink.State) else 3 * NS
-            self.start_at = ev.ts - offset + cd
-            self.go_at = None
-            self._last_tick = -1
-        elif ev.type == "race_started":
-            self.go_at = now_ns
-            self.start_at = None
-            self.cues.append("go")
-        elif ev.type == "card_played" and d.get("seat") != model.seat:
-            self.flash[int(d.get("pile", 0)) % 2] = ("flash", now_ns)
-        elif ev.type in ("card_flipped", "card_picked"):
-            self.flash[int(d.get("pile", 0)) % 2] = ("flash", now_ns)
-        elif ev.type == "stalemate":
-            self.cues.append("stalemate")
-        elif ev.type == "pick_started":
-            self.pick_deadline = ev.ts - offset + int(float(d.get("seconds", 5.0)) * NS)
-        elif ev.type == "game_result":
-            if d.get("winner_seat") == model.seat:
-                self.cues.append("win")
-        elif ev.type == "match_over":
-            self.over_at = now_ns
+        match what:
+            case GameStarted():
+                cd = int(state.settings.countdown_s * NS) if isinstance(state, blink.State) else 3 * NS
+                self.start_at = ev.ts - offset + cd
+                self.go_at = None
+                self._last_tick = -1
+            case blink.RaceStarted():
+                self.go_at = now_ns
+                self.start_at = None
+                self.cues.append("go")
+            case blink.CardPlayed(player=who, pile=pile) if who != model.seat:
+                self.flash[pile % 2] = ("flash", now_ns)
+            case blink.CardFlipped(pile=pile) | blink.CardPicked(pile=pile):
+                self.flash[pile % 2] = ("flash", now_ns)
+            case blink.Stalemate():
+                self.cues.append("stalemate")
+            case blink.PickStarted(seconds=seconds):
+                self.pick_deadline = ev.ts - offset + int(seconds * NS)
+            case GameResult(winner=winner):
+                if winner == model.seat:
+                    self.cues.append("win")
+            case MatchOver():
+                self.over_at = now_ns
 
     def results_due(self, now_ns: int) -> bool:
         """Time to show the results scene: the match has been over for a moment."""

@@ -13,6 +13,7 @@ Announcements: another player's claim or re-roll, the playing order.
 from __future__ import annotations
 
 from protocol import messages as m
+from protocol.events import TypedEvent
 from protocol.rules import takeaway as tk
 from client.window.viewmodels.clientview import ClientView
 from client.window.viewmodels.turnbased import INFO, NS, TurnViewModel
@@ -21,7 +22,7 @@ ROLL_MIN_S = 0.6
 
 
 class TakeawayViewModel(TurnViewModel[tk.State]):
-    timer_events = ("turn_started",)
+    timer_events = (tk.TakeawayTurnStarted,)
 
     def __init__(self, title: str) -> None:
         super().__init__(title, tk.State)
@@ -58,22 +59,24 @@ class TakeawayViewModel(TurnViewModel[tk.State]):
             return now_ns // (NS // 12)
         return None
 
-    def on_event(self, ev: m.Event, model: ClientView, state: tk.State | None, now_ns: int) -> None:
-        d = ev.data
+    def on_event(self, ev: m.Event, what: TypedEvent, model: ClientView, state: tk.State | None, now_ns: int) -> None:
         me = self.me(model)
-        if ev.type == "dice_rolled" and d.get("reason") == "setup":
-            self.roll_until = now_ns + int(ROLL_MIN_S * NS)
-        elif ev.type == "dice_rolled" and d.get("reason") == "reroll":
-            self.roll_until = max(self.roll_until, now_ns + int(ROLL_MIN_S * NS))
-            if d.get("seat") != me:
-                self.say(f"{self.who(model, d)} re-rolled the whole cluster", now_ns)
-        elif ev.type == "reroll_requested":
-            self.roll_until = now_ns + int(ROLL_MIN_S * NS)
-        elif ev.type == "blink_claimed" and d.get("seat") != me:
-            self.say(f"{self.who(model, d)} claimed a {d.get('face')}", now_ns, INFO)
-        elif ev.type == "order_decided":
-            order = d.get("order") or []
-            self.say("playing order: " + " → ".join(self.pname(model, s) for s in order), now_ns, INFO)
+        match what:
+            case tk.TakeawayDiceRolled(reason="setup"):
+                self.roll_until = now_ns + int(ROLL_MIN_S * NS)
+            case tk.TakeawayDiceRolled(reason="reroll", player=who):
+                self.roll_until = max(self.roll_until, now_ns + int(ROLL_MIN_S * NS))
+                if who != me:
+                    self.say(f"{self.pname(model, who)} re-rolled the whole cluster", now_ns)
+            case tk.RerollRequested():
+                self.roll_until = now_ns + int(ROLL_MIN_S * NS)
+            case tk.BlinkClaimed(player=who, face=face) if who != me:
+                self.say(f"{self.pname(model, who)} claimed a {face}", now_ns, INFO)
+            case tk.OrderDecided(order=order):
+                self.say("playing order: " + " → ".join(self.pname(model, s) for s in order), now_ns, INFO)
+
+    def leaver(self, what: TypedEvent) -> int | None:
+        return what.player if isinstance(what, tk.TakeawayPlayerLeft) else None
 
     def result_line(self, model: ClientView, state: tk.State) -> str:
         scores = state.scores()

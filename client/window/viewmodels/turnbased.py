@@ -25,9 +25,10 @@ rematch never replays the previous match's announcements.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
 
 from protocol import messages as m
+from protocol.events import TypedEvent
 from protocol.rules import AnyGame, game_for
 from client.matchstate import MatchState
 from client.model import Bounce
@@ -128,8 +129,8 @@ class Row:
 
 class TurnViewModel(Generic[S]):
     #: the public events that start the wait for a player's move (the turn timer counts from the
-    #: local receive time of the latest of them; see ``turn_clock``)
-    timer_events: tuple[str, ...] = ()
+    #: local receive time of the latest of them; see ``turn_clock``): the game's event classes
+    timer_events: tuple[type[TypedEvent], ...] = ()
 
     def __init__(self, title: str, state_class: type[S]) -> None:
         self.title = title
@@ -180,8 +181,12 @@ class TurnViewModel(Generic[S]):
         """A value that changes while something animates (the picture is redrawn when it does)."""
         return None
 
-    def on_event(self, ev: m.Event, model: ClientView, state: S | None, now_ns: int) -> None:
-        """A public event of the current game arrived (announcements)."""
+    def on_event(self, ev: m.Event, what: TypedEvent, model: ClientView, state: S | None, now_ns: int) -> None:
+        """A public event of the current game arrived (announcements): ``what`` is its typed class."""
+
+    def leaver(self, what: TypedEvent) -> int | None:
+        """The seat an event of the game says left a game that plays on without it (None: not one)."""
+        return None
 
     def result_line(self, model: ClientView, state: S) -> str:
         return ""
@@ -208,13 +213,6 @@ class TurnViewModel(Generic[S]):
             return "you" if seat == self.me(model) else str(names[seat])
         return f"seat {seat + 1}"
 
-    def who(self, model: ClientView, data: Mapping[str, object]) -> str:
-        """The player an event is about (events carry ``seat`` and the name in ``player``)."""
-        seat = data.get("seat")
-        if type(seat) is int:
-            return self.pname(model, seat)
-        return str(data.get("player", "?"))
-
     def observe(self, model: ClientView | None, now_ns: int) -> None:
         """New bounces and public events since the last frame."""
         if model is None:
@@ -227,10 +225,11 @@ class TurnViewModel(Generic[S]):
             self.over_at = None
         for b in self._bounces.take(model.bounces):
             self.refused(b.action, b.code, b.detail, now_ns, by_relay=True, game=game_of(model))
-        for ev in self._events.take_current(model):
-            if ev.type == "player_left":  # a dice game of three or more plays on without them
-                self.say(f"{self.who(model, ev.data)} left: the game goes on without them", now_ns, INFO)
-            self.on_event(ev, model, state, now_ns)
+        for ev, what in self._events.take_current(model):
+            gone = self.leaver(what)
+            if gone is not None:  # a dice game of three or more plays on without them
+                self.say(f"{self.pname(model, gone)} left: the game goes on without them", now_ns, INFO)
+            self.on_event(ev, what, model, state, now_ns)
         if self._msg_turn is not None and self._msg_turn != (self._seen_game, self.turn_of(state)):
             self.msg, self._msg_turn = ("", 0, RED), None  # that turn is over: so is what was said about it
             self.version += 1
@@ -369,10 +368,11 @@ class TurnViewModel(Generic[S]):
         self._clock_seq = seq
         _, key_seq, prev_seq = self._clock
         start = None
+        types = model.rules.all_events
         for ev in reversed(model.events):
             if ev.seq <= prev_seq:
                 break
-            if ev.seq <= key_seq and ev.type in self.timer_events:
+            if ev.seq <= key_seq and isinstance(types.read(ev), self.timer_events):
                 start = model.seq_received_ns.get(ev.seq)
                 if start is not None:
                     break
