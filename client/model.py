@@ -467,8 +467,9 @@ class ClientModel:
             self._catch_up(out)
         if fresh:
             self.match_state = msg.match_state
-            if msg.match_state.get("players"):
-                self.players = tuple(msg.match_state["players"])
+            players = msg.match_state.get("players")
+            if isinstance(players, list) and players:
+                self.players = tuple(str(p) for p in players)
         return fresh
 
     @handles(m.PrivateUpdate)

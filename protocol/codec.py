@@ -11,7 +11,7 @@ few fields otherwise (version 2 gave each wire name one meaning: ``game`` a game
 A class whose version-1 form differs registers a rewrite (``@message(tag, v1=...)``) that turns a
 version-1 map into the current one before the usual checks, so a journal of version-1 messages
 replays, and a peer of version 1 is understood; a field of the current form in a version-1 map is
-an unknown field there, as in version 1 itself. Any other version is ``bad_version``.
+an unknown field there, as in version 1 itself. Every other version is ``bad_version``.
 
 ``decode`` is the one door for untrusted bytes. It either returns an instance of a registered
 message class whose fields have been checked against the dataclass annotations, or raises
@@ -20,7 +20,7 @@ The checks are deliberately strict (no bool where an int is expected, no unknown
 the relay must be able to trust a decoded message's shape before the rule engine ever sees it.
 
 Supported field types: ``int``, ``float``, ``str``, ``bool``, ``bytes``, ``X | None``,
-``tuple[X, ...]``, ``dict[str, Any]`` and ``Any`` (a msgpack value of bounded size). Nested
+``tuple[X, ...]``, ``dict[str, object]`` and ``object`` (a msgpack value of bounded size). Nested
 messages are carried as plain maps and decoded by the layer that knows what to expect.
 
 A *bundle* is several messages for one topic in one payload: a msgpack array whose items are the
@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Callable, Literal, Mapping, TypeVar
+from typing import Any, Callable, Literal, Mapping, TypeVar, cast
 
 import msgpack
 
@@ -58,7 +58,7 @@ READ_VERSIONS = (1, PROTOCOL_VERSION)
 MAX_MESSAGE_BYTES = 64 * 1024
 
 _REGISTRY: dict[str, type] = {}
-_HINTS: dict[type, dict[str, Any]] = {}
+_HINTS: dict[type, dict[str, object]] = {}
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ class DecodeError(ProtocolError, ValueError):
 
 
 #: A rewrite of a version-1 wire map into the current form (``renamed`` makes the common one).
-Rewrite = Callable[[dict[Any, Any]], dict[Any, Any]]
+Rewrite = Callable[[dict[object, object]], dict[object, object]]
 _V1: dict[type, Rewrite] = {}
 
 
@@ -87,7 +87,7 @@ def renamed(tag: str, names: Mapping[str, str]) -> Rewrite:
     a current name that version 1 did not have is an unknown field of a version-1 map."""
     targets = frozenset(names.values()) - frozenset(names)
 
-    def rewrite(obj: dict[Any, Any]) -> dict[Any, Any]:
+    def rewrite(obj: dict[object, object]) -> dict[object, object]:
         for key in obj:
             if key in targets:
                 raise DecodeError("malformed", f"{tag}: unknown field {str(key)[:40]!r}")
@@ -136,7 +136,7 @@ def fast_init(cls: type[T]) -> type[T]:
         return cls
     if any(f._field_type is not dataclasses._FIELD for f in vars(cls)["__dataclass_fields__"].values()):  # type: ignore[attr-defined]
         return cls  # an InitVar or ClassVar: leave it to dataclasses
-    namespace: dict[str, Any] = {"_MISSING_ARG": _MISSING_ARG}
+    namespace: dict[str, object] = {"_MISSING_ARG": _MISSING_ARG}
     positional: list[str] = []
     keywords: list[str] = []  # after a ``*``, as dataclasses puts keyword-only fields
     body: list[str] = []
@@ -157,7 +157,7 @@ def fast_init(cls: type[T]) -> type[T]:
     source = f"def __init__(self{''.join(', ' + p for p in params)}):\n    attrs = self.__dict__\n"
     source += "\n".join(body) + ("\n" if body else "    pass\n")
     exec(compile(source, f"<fast_init {cls.__name__}>", "exec"), namespace)  # noqa: S102 - our own source
-    init = namespace["__init__"]
+    init = cast(Callable[..., None], namespace["__init__"])
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     setattr(cls, "__init__", init)
@@ -173,7 +173,7 @@ def registry() -> Mapping[str, type]:
     return types.MappingProxyType(_REGISTRY)
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     hints = _HINTS.get(cls)
     if hints is None:
         module = __import__(cls.__module__, fromlist=["_"])
@@ -187,7 +187,7 @@ def _hints(cls: type) -> dict[str, Any]:
 _PLAIN_ORIGINS = (tuple, dict, list)
 _PLAIN_TYPES = frozenset({int, float, str, bool, bytes, type(None)})
 
-_TO_DICT: dict[type, Callable[[object], dict[str, Any]]] = {}
+_TO_DICT: dict[type, Callable[[object], dict[str, object]]] = {}
 
 
 def _plain_type(tp: object) -> bool:
@@ -207,9 +207,9 @@ def _convert(value: object) -> object:
     return value
 
 
-def _compile_to_dict(cls: type) -> Callable[[object], dict[str, Any]]:
+def _compile_to_dict(cls: type) -> Callable[[object], dict[str, object]]:
     """Generate ``lambda msg: {"t": TAG, "v": VERSION, "f": msg.f, ...}`` for ``cls``; a field whose
-    type could hold a message (``Any``, a class) goes through ``_convert``."""
+    type could hold a message (``object``, a class) goes through ``_convert``."""
     hints = _hints(cls)
     items = [f'"t": {cls.TYPE!r}', f'"v": {PROTOCOL_VERSION!r}']  # type: ignore[attr-defined]
     for f in dataclasses.fields(cls):
@@ -218,13 +218,13 @@ def _compile_to_dict(cls: type) -> Callable[[object], dict[str, Any]]:
         get = f"msg.{f.name}"
         items.append(f"{f.name!r}: {get if _plain_type(hints[f.name]) else f'_convert({get})'}")
     source = f"def to_dict_{cls.__name__}(msg):\n    return {{{', '.join(items)}}}\n"
-    namespace: dict[str, Any] = {"_convert": _convert}
+    namespace: dict[str, object] = {"_convert": _convert}
     exec(compile(source, f"<codec {cls.__name__}>", "exec"), namespace)  # noqa: S102 - our own source
-    fn: Callable[[object], dict[str, Any]] = namespace[f"to_dict_{cls.__name__}"]
+    fn = cast(Callable[[object], dict[str, object]], namespace[f"to_dict_{cls.__name__}"])
     return fn
 
 
-def to_dict(msg: object) -> dict[str, Any]:
+def to_dict(msg: object) -> dict[str, object]:
     """The wire map of a message (type tag and version included).
 
     Shallow on purpose: msgpack packs tuples, lists and maps itself, and this runs for every
@@ -266,8 +266,8 @@ def pack_plain(value: object) -> bytes:
     return data
 
 
-def unpack_plain(data: bytes) -> Any:
-    """``pack_plain``'s bytes back (trusted: made by this process)."""
+def unpack_plain(data: bytes) -> object:
+    """``pack_plain``'s bytes back (trusted: made by this process, which knows their shape)."""
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
@@ -357,14 +357,14 @@ def from_dict(obj: object) -> object:
     return fn(obj)
 
 
-def from_dict_general(cls: type, obj: dict[Any, Any]) -> Any:
+def from_dict_general(cls: type, obj: dict[object, object]) -> object:
     """The general form of a class's decoder (what ``_compile_from_dict`` generates, unrolled)."""
     tag: str = cls.TYPE  # type: ignore[attr-defined]
     plan = _PLANS.get(cls)
     if plan is None:
         plan = _PLANS[cls] = _plan(cls)
     allowed, fields = plan
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for key in obj:
         if key not in allowed:
             raise DecodeError("malformed", f"{tag}: unknown field {str(key)[:40]!r}")
@@ -382,13 +382,13 @@ def from_dict_general(cls: type, obj: dict[Any, Any]) -> Any:
         raise DecodeError("malformed", f"{tag}: {exc}") from exc
 
 
-_FROM_DICT: dict[type, Callable[[dict[Any, Any]], Any]] = {}
+_FROM_DICT: dict[type, Callable[[dict[object, object]], object]] = {}
 _ABSENT = object()
 #: The fast tests as inline expressions of ``v`` (see ``_fast_test``).
 _INLINE_TESTS: dict[Callable[[object], bool], str] = {}
 
 
-def _compile_from_dict(cls: type) -> Callable[[dict[Any, Any]], Any]:
+def _compile_from_dict(cls: type) -> Callable[[dict[object, object]], object]:
     """Generate the decoder of one class: ``from_dict_general`` with its loop over the fields
     unrolled and each field's fast test inlined (no call per field). The same checks in the same
     order, so the same values pass and the same errors are raised, word for word."""
@@ -396,7 +396,7 @@ def _compile_from_dict(cls: type) -> Callable[[dict[Any, Any]], Any]:
     allowed, fields = _plan(cls)
     if not all(name.isidentifier() for name, _, _, _ in fields):
         return lambda obj: from_dict_general(cls, obj)
-    ns: dict[str, Any] = {"_cls": cls, "_tag": tag, "_allowed": allowed, "_check": _check, "_ABSENT": _ABSENT,
+    ns: dict[str, object] = {"_cls": cls, "_tag": tag, "_allowed": allowed, "_check": _check, "_ABSENT": _ABSENT,
                           "DecodeError": DecodeError}
     lines = [f"def from_dict_{cls.__name__}(obj):",
              "    if not _allowed.issuperset(obj):",
@@ -424,7 +424,7 @@ def _compile_from_dict(cls: type) -> Callable[[dict[Any, Any]], Any]:
               "    except (TypeError, ValueError) as exc:  # a __post_init__ may refuse values",
               "        raise DecodeError('malformed', f'{_tag}: {exc}') from exc"]
     exec(compile("\n".join(lines) + "\n", f"<codec decode {cls.__name__}>", "exec"), ns)  # noqa: S102 - our own source
-    fn: Callable[[dict[Any, Any]], Any] = ns[f"from_dict_{cls.__name__}"]
+    fn = cast(Callable[[dict[object, object]], object], ns[f"from_dict_{cls.__name__}"])
     return fn
 
 
@@ -477,7 +477,7 @@ _SIMPLE_TESTS: dict[type, Callable[[object], bool]] = {int: _is_int, str: _is_st
 
 def _fast_test(tp: object) -> Callable[[object], bool] | None:
     """A one-test check that accepts a value only where ``_check`` would return it unchanged."""
-    if tp is Any:
+    if tp is object:
         return _is_anything
     simple = _SIMPLE_TESTS.get(tp) if isinstance(tp, type) else None
     if simple is not None:
@@ -503,7 +503,7 @@ def _plan(cls: type) -> _Plan:
 
 
 def _check(value: object, tp: object, where: str) -> object:
-    if tp is Any:
+    if tp is object:
         return value
     if tp is int or tp is str:  # the common fields first: no typing introspection for them
         if type(value) is not tp:

@@ -21,8 +21,6 @@ version-1 forms of the messages that named them otherwise are still read (``v1=`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
 from protocol.codec import DecodeError, decode, message, renamed
 
 # --- client -> relay, on {prefix}/req/{client} --------------------------------------------------
@@ -33,7 +31,7 @@ from protocol.codec import DecodeError, decode, message, renamed
 class CreateMatch:
     name: str
     game: str = "blink"
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
     seats: int = 2
     bots: int = 0
 
@@ -50,7 +48,7 @@ class JoinMatch:
 class QuickMatch:
     name: str
     game: str = "blink"
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
 
 
 @message("Ping")
@@ -108,7 +106,7 @@ class Rematch:
 class Act:
     id: int  # per-client action id, increasing
     seq: int  # the match seq of the state the player saw when acting
-    action: dict[str, Any]  # a game action, e.g. {"t": "PlayCard", "v": 1, "card": "4-red-moon", "pile": 0}
+    action: dict[str, object]  # a game action, e.g. {"t": "PlayCard", "v": 1, "card": "4-red-moon", "pile": 0}
     reaction_ns: int | None = None  # client clock: from receiving event `seq` to sending this
 
 
@@ -123,7 +121,7 @@ class MatchJoined:
     game: str
     players: tuple[str, ...]
     seats: int
-    settings: dict[str, Any]
+    settings: dict[str, object]
     shard: str = "0"
     # The seat's secret (private topic only, never public): ``Rejoin(match, token)`` takes the seat back.
     token: str = ""
@@ -174,7 +172,7 @@ class Probe:
     sent_ns: int  # relay clock, ns: the relay measures each player's round trip itself (fair ordering)
 
 
-def _results_v1(obj: dict[Any, Any]) -> dict[Any, Any]:
+def _results_v1(obj: dict[object, object]) -> dict[object, object]:
     """A ``match_state``'s results named each game's index ``game`` in version 1."""
     ms = obj.get("match_state")
     if isinstance(ms, dict) and isinstance(ms.get("results"), list):
@@ -184,11 +182,11 @@ def _results_v1(obj: dict[Any, Any]) -> dict[Any, Any]:
     return obj
 
 
-def _view_v1(obj: dict[Any, Any]) -> dict[Any, Any]:
+def _view_v1(obj: dict[object, object]) -> dict[object, object]:
     return _results_v1(renamed("ViewUpdated", {"game": "game_index"})(obj))
 
 
-def _snapshot_v1(obj: dict[Any, Any]) -> dict[Any, Any]:
+def _snapshot_v1(obj: dict[object, object]) -> dict[object, object]:
     return _results_v1(renamed("Snapshot", {"game": "game_index", "game_name": "game"})(obj))
 
 
@@ -198,8 +196,8 @@ class ViewUpdated:
     match: str
     seq: int
     game_index: int  # index of the game within the match
-    state: dict[str, Any]
-    match_state: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, object]
+    match_state: dict[str, object] = field(default_factory=dict)
 
 
 @message("PrivateUpdate", v1=renamed("PrivateUpdate", {"game": "game_index"}))
@@ -213,7 +211,7 @@ class PrivateUpdate:
     match: str
     seq: int  # the public event after which it applies
     game_index: int
-    delta: dict[str, Any]
+    delta: dict[str, object]
 
 
 # --- relay -> everyone in a match, on {prefix}/m/{shard}/{match}/ev (and /snap, retained) -------------
@@ -227,7 +225,7 @@ class Event:
     ts: int
     game_index: int
     type: str
-    data: dict[str, Any]
+    data: dict[str, object]
 
 
 @message("Snapshot", v1=_snapshot_v1)
@@ -239,8 +237,8 @@ class Snapshot:
     game_index: int
     status: str
     players: tuple[str, ...]
-    state: dict[str, Any]
-    match_state: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, object]
+    match_state: dict[str, object] = field(default_factory=dict)
     game: str = ""  # which rule engine reads ``state`` (blink, takeaway, sequence, ryo)
 
 
@@ -250,7 +248,7 @@ class Snapshot:
 @message("MatchList")
 @dataclass(frozen=True)
 class MatchList:
-    matches: tuple[dict[str, Any], ...]
+    matches: tuple[dict[str, object], ...]
 
 
 @message("RelayStatus")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from protocol import messages as m
 from protocol.codec import pack_plain, unpack_plain
@@ -26,11 +26,13 @@ from relay.judge.tables import NS, Tables
 from relay.model import LogRecord, Match, Out, Publish
 
 PAST_EVENTS = 4096  # per match: public events kept for a late spectator's Resync(from_seq)
+#: A kept event, as ``event`` packs it: seq, wall time, game index, wire name, public map.
+PastEvent = tuple[int, int, int, str, dict[str, object]]
 
 
 def past_event(code: str, kept: bytes) -> m.Event:
     """A kept public event (``pack_plain([seq, ts, game, type, data])``) as the ``Event`` first published."""
-    seq, ts, game, etype, data = unpack_plain(kept)
+    seq, ts, game, etype, data = cast(PastEvent, unpack_plain(kept))
     return m.Event(match=code, seq=seq, ts=ts, game_index=game, type=etype, data=data)
 
 
