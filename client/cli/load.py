@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from client.cli import args as argtypes
 from client.tools.load_config import GRACE_S, MAX_MATCHES, REQUEST_TIMEOUT_S
@@ -22,6 +22,7 @@ from protocol.rules import GAME_NAMES
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
 
+    from client.tools.load import LoadReport
     from protocol.topics import Topics
 
 
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             last[0] = now
             print(f"blink load: {line}", file=sys.stderr, flush=True)
 
-    async def main() -> dict[str, Any]:
+    async def main() -> LoadReport:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(_quiet_cancellations)

@@ -60,7 +60,9 @@ The report
 ``sweep`` (its step figures, one entry). With several runs (``--order both``, ``--sweep``) no one
 run is the report: the top level keeps what every run shares (game, server, matches, reaction,
 seed), ``runs`` holds each run's whole ``summary()`` in the order run (each with its ``order`` and
-``impairment``), and ``sweep`` the step figures, one per run in the same order.
+``impairment``), and ``sweep`` the step figures, one per run in the same order. Each shape is a
+typed map (``Summary``, ``StepFigures``, ``Report``, ``RunsReport``): printed as JSON as it is,
+and read back key by key by the table printers and the plots.
 
 Everything here except ``run_latency`` and its helpers is pure and unit-tested.
 """
@@ -76,7 +78,7 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, NotRequired, Required, Sequence, TypedDict
 
 from mqttkit import TLSTrust
 from protocol import messages as m
@@ -89,6 +91,9 @@ from protocol.topics import Topics
 from client import ClientError
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
     from mqttkit import BrokerAddress
     from relay.hosting import LocalServer
     from client.player import Player
@@ -181,16 +186,18 @@ class SeatImpairment:
     dist: str = "uniform"  # how the jitter is drawn (``JITTER_DISTS``)
     rate: float = 0.0  # messages a second each way at most (0: no limit); a message waits its turn
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> ImpairmentFigures:
         return {"delay_ms": round(self.delay_s * 1e3, 3), "jitter_ms": round(self.jitter_s * 1e3, 3),
                 "loss": self.loss, "reorder": self.reorder, "jitter_dist": self.dist, "rate_per_s": self.rate}
 
     @classmethod
-    def from_json(cls, d: Any, where: str) -> SeatImpairment:
+    def from_json(cls, d: object, where: str) -> SeatImpairment:
         """The impairment ``to_json`` wrote (a log's header); ``BadArgument`` naming ``where`` if not."""
         try:
-            imp = cls(float(d["delay_ms"]) / 1e3, float(d["jitter_ms"]) / 1e3, float(d["loss"]), float(d["reorder"]),
-                      str(d.get("jitter_dist", "uniform")), float(d.get("rate_per_s", 0.0)))
+            if not isinstance(d, dict):
+                raise TypeError(f"{type(d).__name__}, not a map")
+            imp = cls(_float(d["delay_ms"]) / 1e3, _float(d["jitter_ms"]) / 1e3, _float(d["loss"]), _float(d["reorder"]),
+                      str(d.get("jitter_dist", "uniform")), _float(d.get("rate_per_s", 0.0)))
         except (KeyError, TypeError, ValueError) as exc:
             raise BadArgument(f"{where}: not an impairment ({type(exc).__name__}: {exc})") from None
         if (not all(math.isfinite(v) and v >= 0 for v in (imp.delay_s, imp.jitter_s, imp.rate))
@@ -203,6 +210,13 @@ class SeatImpairment:
         rate = f", at most {self.rate:g} messages/s" if self.rate else ""
         return (f"delay {self.delay_s * 1e3:g} ms, jitter {self.jitter_s * 1e3:g} ms ({self.dist}), "
                 f"loss {self.loss * 100:g}%, reorder {self.reorder * 100:g}%{rate}")
+
+
+def _float(value: object) -> float:
+    """A JSON value as ``float()`` reads it (a number, or a number's text); TypeError for anything else."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"not a number: {value!r}")
 
 
 def parse_rate(text: str, what: str = "rate") -> float:
@@ -323,10 +337,159 @@ def read_profile(lines: Iterable[str], where: str) -> tuple[list[SeatImpairment]
     raise BadArgument(f"{where}: no impairment header on its first line (blink latency --log writes one)")
 
 
+# ---------------------------------------------------------------------------- the report's shapes
+# What ``summary()``, ``step_figures`` and ``json_report`` return and the printers and plots read:
+# plain maps (``--json`` prints them as they are), each key typed. A seat's figures are keyed by the
+# seat's number as text ("0", "1"), as JSON keys are.
+
+
+class Percentiles(TypedDict):
+    """A distribution in milliseconds, nearest rank (``percentiles_ms``); all None without values."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+    mean: float | None
+    n: int
+
+
+class Quantiles(TypedDict):
+    """The median and the 99th percentile of a distribution, in milliseconds."""
+
+    p50: float | None
+    p99: float | None
+
+
+class PartFigures(TypedDict):
+    """One part of a play's time (``PARTS``) over a seat's plays, in milliseconds."""
+
+    p50: float | None
+    p99: float | None
+    mean: float | None
+
+
+class ConfirmFigures(TypedDict):
+    """The play -> verdict time of the plays a seat's parts are measured over, in milliseconds."""
+
+    p50: float | None
+    p99: float | None
+    mean: float | None
+    n: int
+
+
+class ImpairmentFigures(TypedDict):
+    """A seat's impairment as the report and a log's header write it (``SeatImpairment.to_json``)."""
+
+    delay_ms: float
+    jitter_ms: float
+    loss: float
+    reorder: float
+    jitter_dist: str
+    rate_per_s: float
+
+
+class SeatRaces(TypedDict):
+    won: int
+    lost: int
+
+
+class Summary(TypedDict):
+    """One run's figures (``LatencyResult.summary()``): what ``format_table`` and ``plot`` show and
+    ``step_figures`` reads."""
+
+    game: str
+    order: Order
+    server: str  # "local", or the broker's URL
+    matches: int
+    duration_s: float
+    reaction_s: float
+    seed: int | None
+    impairment: dict[str, ImpairmentFigures]
+    rtt_ms: Percentiles
+    confirm_ms: Percentiles
+    rtt_ms_by_seat: dict[str, Percentiles]
+    confirm_ms_by_seat: dict[str, Percentiles]
+    hold_ms: Percentiles
+    parts_ms: dict[str, dict[str, PartFigures]]  # seat -> part -> figures
+    parts_confirm_ms: dict[str, ConfirmFigures]
+    playable_s: dict[str, float]
+    plays_per_playable_s: dict[str, float | None]
+    clock_offset_ms: dict[str, float | None]
+    plays: int
+    verdicts: int
+    unanswered: int
+    accepted: int
+    rejected: dict[str, int]  # rejection code -> plays
+    races: dict[str, SeatRaces]
+    race_count: int
+    races_void: int
+    race_share: dict[str, float | None]
+    games: int
+    wins: dict[str, int]
+    ties: int
+    log_gaps: int
+    stopped_early: NotRequired[bool]  # only when the run was interrupted
+
+
+class StepFigures(TypedDict):
+    """One step of a sweep (``step_figures``, ``add_fast_cost``): what ``format_sweep`` and the
+    fairness curves show."""
+
+    delay_ms: float  # how much slower the slow seat is, each way
+    order: Order
+    slow_seat: int
+    races: int
+    races_won: int
+    races_share: float | None
+    races_ci95: list[float] | None
+    races_void: int
+    games: int
+    games_decided: int
+    games_won: int
+    games_share: float | None
+    games_ci95: list[float] | None
+    ties: int
+    duration_s: float
+    fast_confirm_ms: Quantiles
+    slow_confirm_ms: Quantiles
+    fast_plays_per_s: float | None
+    fast_pace: float | None
+    fast_pace_change: float | None
+    fast_parts_ms: dict[str, PartFigures] | None
+    slow_parts_ms: dict[str, PartFigures] | None
+    hold_ms: Quantiles
+    fast_added_ms: Quantiles
+
+
+class Report(Summary):
+    """``--json`` of a single run: its summary, and its step of the sweep."""
+
+    sweep: list[StepFigures]
+
+
+class SharedFigures(TypedDict, total=False):
+    """What every run of one command has alike (``SHARED_KEYS``), kept at the top of ``RunsReport``."""
+
+    game: str
+    server: str
+    matches: int
+    reaction_s: float
+    seed: int | None
+
+
+class RunsReport(SharedFigures):
+    """``--json`` of several runs (``--order both``, ``--sweep``): each run's summary, in the order
+    run, and the sweep's steps."""
+
+    runs: Required[list[Summary]]
+    sweep: Required[list[StepFigures]]
+
+
 # ---------------------------------------------------------------------------- statistics (pure)
 
 
-def percentiles_ms(values_ns: Iterable[int | float]) -> dict[str, Any]:
+def percentiles_ms(values_ns: Iterable[int | float]) -> Percentiles:
     """p50/p90/p99/max/n in milliseconds, nearest-rank (so p50 <= p90 <= p99 <= max always)."""
     xs = sorted(values_ns)
     n = len(xs)
@@ -334,13 +497,10 @@ def percentiles_ms(values_ns: Iterable[int | float]) -> dict[str, Any]:
         return {"p50": None, "p90": None, "p99": None, "max": None, "mean": None, "n": 0}
 
     def rank(q: float) -> float:
-        return xs[min(n - 1, max(0, math.ceil(q / 100.0 * n) - 1))]
+        return round(xs[min(n - 1, max(0, math.ceil(q / 100.0 * n) - 1))] / 1e6, 3)
 
-    out: dict[str, Any] = {k: round(rank(q) / 1e6, 3) for k, q in (("p50", 50), ("p90", 90), ("p99", 99))}
-    out["max"] = round(xs[-1] / 1e6, 3)
-    out["mean"] = round(sum(xs) / n / 1e6, 3)
-    out["n"] = n
-    return out
+    return {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": round(xs[-1] / 1e6, 3),
+            "mean": round(sum(xs) / n / 1e6, 3), "n": n}
 
 
 def _split(plays: Iterable[PlayRecord], seat: int) -> list[tuple[dict[str, int], int]]:
@@ -349,19 +509,19 @@ def _split(plays: Iterable[PlayRecord], seat: int) -> list[tuple[dict[str, int],
     return [(parts, c) for parts, c in split if parts is not None and c is not None]
 
 
-def parts_ms(plays: Iterable[PlayRecord], seat: int) -> dict[str, Any]:
+def parts_ms(plays: Iterable[PlayRecord], seat: int) -> dict[str, PartFigures]:
     """A seat's plays' time in parts (``PARTS``, nothing else): p50, p99 and mean of each, in ms. The
     means of the parts but drawing add up to the same plays' confirmation mean (``parts_confirm_ms``:
     the offset cancels); drawing comes after it."""
     whole = _split(plays, seat)
-    out: dict[str, Any] = {}
+    out: dict[str, PartFigures] = {}
     for name in PARTS:
         q = percentiles_ms([parts[name] for parts, _ in whole])
         out[name] = {"p50": q["p50"], "p99": q["p99"], "mean": q["mean"]}
     return out
 
 
-def parts_confirm_ms(plays: Iterable[PlayRecord], seat: int) -> dict[str, Any]:
+def parts_confirm_ms(plays: Iterable[PlayRecord], seat: int) -> ConfirmFigures:
     """The play -> verdict time of the plays ``parts_ms`` splits (p50, p99, mean in ms; ``n`` plays)."""
     whole = _split(plays, seat)
     q = percentiles_ms([c for _, c in whole])
@@ -431,7 +591,7 @@ class RaceCount:
     races: int = 0
     void: int = 0
 
-    def to_json(self) -> dict[str, dict[str, int]]:
+    def to_json(self) -> dict[str, SeatRaces]:
         return {str(s): {"won": self.won.get(s, 0), "lost": self.lost.get(s, 0)} for s in range(SEATS)}
 
 
@@ -532,11 +692,15 @@ def sweep_plan(delays_s: Sequence[float], orders: Sequence[Order]) -> list[Sweep
     return [SweepStep(d, o) for d in delays_s for o in ranked]
 
 
-def _p(summary_p: dict[str, Any]) -> dict[str, float | None]:
+#: The keys of ``Quantiles``, in the order the tables show them.
+QUANTILES: tuple[Literal["p50", "p99"], ...] = ("p50", "p99")
+
+
+def _p(summary_p: Percentiles) -> Quantiles:
     return {"p50": summary_p.get("p50"), "p99": summary_p.get("p99")}
 
 
-def step_figures(summary: dict[str, Any], slow: int = 1) -> dict[str, Any]:
+def step_figures(summary: Summary, slow: int = 1) -> StepFigures:
     """The figures of one step from a run's ``LatencyResult.summary()``: the slow seat's share of
     races and of decided games (ties left out) with 95% Wilson intervals, confirmation times per
     seat, and room for ``fast_added_ms`` (filled in by ``add_fast_cost``)."""
@@ -585,7 +749,7 @@ def step_figures(summary: dict[str, Any], slow: int = 1) -> dict[str, Any]:
     }
 
 
-def add_fast_cost(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def add_fast_cost(steps: list[StepFigures]) -> list[StepFigures]:
     """Fill in each step's ``fast_added_ms``: the fast seat's confirmation p50 and p99 minus those of
     arrival order at the same delay (0 for arrival order itself; None without an arrival step), and
     ``fast_pace_change``: its plays per second while it had a playable card, against arrival
@@ -596,9 +760,9 @@ def add_fast_cost(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ref_pace, own = pace.get(s["delay_ms"]), s.get("fast_pace")
         s["fast_pace_change"] = round(own / ref_pace - 1, 4) if own is not None and ref_pace else None
         ref = base.get(s["delay_ms"])
-        added: dict[str, float | None] = {"p50": None, "p99": None}
+        added: Quantiles = {"p50": None, "p99": None}
         if ref is not None:
-            for q in ("p50", "p99"):
+            for q in QUANTILES:
                 x, y = s["fast_confirm_ms"][q], ref[q]
                 added[q] = None if x is None or y is None else round(x - y, 3)
         s["fast_added_ms"] = added
@@ -710,17 +874,17 @@ class LatencyResult:
             gaps += (s[-1] - s[0] + 1) - len(s) + (s[0] - 1)
         return gaps
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         answered = [p for p in self.plays if p.answered_ns is not None]
         rejected = Counter(p.code or "?" for p in answered if not p.ok)
         races = self.races()
         games, wins, ties = self.games()
-        offsets: dict[str, Any] = {}
+        offsets: dict[str, float | None] = {}
         for seat in range(SEATS):
             vals = [s.offset_ns for s in self.seats if s.seat == seat and s.offset_ns is not None]
             offsets[str(seat)] = round(statistics.median(vals) / 1e6, 3) if vals else None
         total_races = races.races
-        out: dict[str, Any] = {
+        out: Summary = {
             "game": self.config.game,
             "order": self.config.order,
             "server": "local" if self.local else self.server_url,
@@ -1074,11 +1238,11 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _cell(v: Any, width: int = 9) -> str:
+def _cell(v: float | None, width: int = 9) -> str:
     return f"{'-':>{width}}" if v is None else f"{v:>{width}.3f}"
 
 
-def format_table(s: dict[str, Any]) -> str:
+def format_table(s: Summary) -> str:
     lines = []
     where = "local relay (embedded broker)" if s["server"] == "local" else s["server"]
     lines.append(f"blink latency: {s['matches']} match{'es' if s['matches'] != 1 else ''} of {s['game']} for {s['duration_s']:.1f} s, "
@@ -1092,7 +1256,7 @@ def format_table(s: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"{'':22}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}{'n':>8}")
 
-    def row(label: str, p: dict[str, Any]) -> None:
+    def row(label: str, p: Percentiles) -> None:
         lines.append(f"{label:22}{_cell(p['p50'])}{_cell(p['p90'])}{_cell(p['p99'])}{_cell(p['max'])}{p['n']:>8}")
 
     row("round trip (ms)", s["rtt_ms"])
@@ -1104,7 +1268,7 @@ def format_table(s: dict[str, Any]) -> str:
     if s["order"] == "fair" and s["hold_ms"]["n"]:
         row("fair hold (ms)", s["hold_ms"])
     parts, whole = s.get("parts_ms", {}), s.get("parts_confirm_ms", {})
-    if any(whole.get(seat, {}).get("n") for seat in ("0", "1")):
+    if any(seat in whole and whole[seat]["n"] for seat in ("0", "1")):
         lines.append("")
         lines.append("a play's time in parts, mean (p50/p99) ms: " + ", ".join(PARTS))
         for seat in ("0", "1"):
@@ -1127,11 +1291,11 @@ def format_table(s: dict[str, Any]) -> str:
     n = s["race_count"]
     r = s["races"]
     if n:
-        parts = []
+        seats = []
         for seat in ("0", "1"):
             lo, hi = wilson(r[seat]["won"], n)
-            parts.append(f"seat {seat} won {r[seat]['won']} ({r[seat]['won'] / n:.0%}, 95% CI {lo:.0%}-{hi:.0%})")
-        lines.append(f"races {n}: " + ", ".join(parts) + (f"; {s['races_void']} undecided" if s["races_void"] else ""))
+            seats.append(f"seat {seat} won {r[seat]['won']} ({r[seat]['won'] / n:.0%}, 95% CI {lo:.0%}-{hi:.0%})")
+        lines.append(f"races {n}: " + ", ".join(seats) + (f"; {s['races_void']} undecided" if s["races_void"] else ""))
     else:
         lines.append("races 0")
     lines.append(f"games {s['games']}: seat 0 won {s['wins']['0']}, seat 1 won {s['wins']['1']}, ties {s['ties']}")
@@ -1141,16 +1305,31 @@ def format_table(s: dict[str, Any]) -> str:
 
 
 #: summary keys every run of one ``blink latency`` command has alike (``json_report``)
-SHARED_KEYS = ("game", "server", "matches", "reaction_s", "seed")
+SharedKey = Literal["game", "server", "matches", "reaction_s", "seed"]
+SHARED_KEYS: tuple[SharedKey, ...] = ("game", "server", "matches", "reaction_s", "seed")
 
 
-def json_report(summaries: Sequence[dict[str, Any]], steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def json_report(summaries: Sequence[Summary], steps: Sequence[StepFigures]) -> Report | RunsReport:
     """The ``--json`` object: a single run's keys at the top level, or, with several runs, every
     run under ``runs`` (and only what they share at the top level); ``sweep`` either way."""
     if len(summaries) == 1:
         return {**summaries[0], "sweep": list(steps)}
-    shared = {k: summaries[0][k] for k in SHARED_KEYS
-              if k in summaries[0] and all(s.get(k) == summaries[0][k] for s in summaries)}
+    first = summaries[0]
+
+    def alike(key: SharedKey) -> bool:
+        return key in first and all(s.get(key) == first[key] for s in summaries)
+
+    shared: SharedFigures = {}
+    if alike("game"):
+        shared["game"] = first["game"]
+    if alike("server"):
+        shared["server"] = first["server"]
+    if alike("matches"):
+        shared["matches"] = first["matches"]
+    if alike("reaction_s"):
+        shared["reaction_s"] = first["reaction_s"]
+    if alike("seed"):
+        shared["seed"] = first["seed"]
     return {**shared, "runs": list(summaries), "sweep": list(steps)}
 
 
@@ -1162,7 +1341,7 @@ def have_matplotlib() -> bool:
     return True
 
 
-def plot(result: LatencyResult, summary: dict[str, Any], path: str) -> None:
+def plot(result: LatencyResult, summary: Summary, path: str) -> None:
     """A PNG: CDFs of round trip and play->verdict (per seat), race and game win rates per seat."""
     import matplotlib
 
@@ -1172,7 +1351,7 @@ def plot(result: LatencyResult, summary: dict[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.6))
     colours = ["tab:blue", "tab:orange"]
 
-    def cdf(ax: Any, values_ns: Sequence[int], label: str, colour: str, style: str = "-") -> None:
+    def cdf(ax: Axes, values_ns: Sequence[int], label: str, colour: str, style: str = "-") -> None:
         xs = sorted(v / 1e6 for v in values_ns)
         if not xs:
             return
@@ -1238,7 +1417,7 @@ PART_COLOURS = {"uplink": "tab:blue", "held": "tab:red", "judging": "tab:purple"
                 "drawing": "tab:olive"}
 
 
-def parts_panel(ax: Any, summary: dict[str, Any]) -> None:
+def parts_panel(ax: Axes, summary: Summary) -> None:
     """A play's time in parts, stacked per seat (means), with the confirmation mean marked."""
     seats = [str(s) for s in range(SEATS)]
     bottoms = [0.0] * SEATS
@@ -1278,7 +1457,7 @@ def _pace(pace: float | None, change: float | None) -> str:
     return f"{pace:.2f}" + ("" if change is None else f" ({change:+.1%})")
 
 
-def format_sweep(steps: Sequence[dict[str, Any]]) -> str:
+def format_sweep(steps: Sequence[StepFigures]) -> str:
     """The sweep as a table: one row per step (delay, order)."""
 
     def ms(v: float | None, signed: bool = False) -> str:
@@ -1302,6 +1481,13 @@ def format_sweep(steps: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _share(step: StepFigures, what: Literal["races", "games"]) -> tuple[float, list[float]] | None:
+    """The slow seat's share of races or of games in a step, with its 95% interval; None without one."""
+    share, ci = ((step["races_share"], step["races_ci95"]) if what == "races"
+                 else (step["games_share"], step["games_ci95"]))
+    return None if share is None or ci is None else (share, ci)
+
+
 def delay_axis(delays_ms: Sequence[float]) -> tuple[float, float, float]:
     """(left, right, dodge) of the curves' x axis: from no difference (0 ms) to the largest one with
     a margin, never the few-ms span matplotlib gives one value alone (96-104 for a single +100 ms
@@ -1313,7 +1499,7 @@ def delay_axis(delays_ms: Sequence[float]) -> tuple[float, float, float]:
     return lo - pad, hi + pad, (hi - lo) * 0.012
 
 
-def sweep_figure(steps: Sequence[dict[str, Any]]) -> Any:
+def sweep_figure(steps: Sequence[StepFigures]) -> Figure:
     """The fairness curves as a matplotlib figure (``plot_sweep`` saves it): the slow seat's share
     of races and of games against the latency difference (95% intervals), and the fast seat's added
     confirmation time; one curve per order, each order's points a little apart (``delay_axis``)."""
@@ -1328,14 +1514,16 @@ def sweep_figure(steps: Sequence[dict[str, Any]]) -> Any:
     orders = [o for o in ORDERS if any(s["order"] == o for s in steps)]
     left, right, dodge = delay_axis([s["delay_ms"] for s in steps])
     shift = {o: (k - (len(orders) - 1) / 2) * dodge * 2 for k, o in enumerate(orders)}
-    for ax, what, title in ((axes[0], "races", "Slow seat's share of races"),
-                            (axes[1], "games", "Slow seat's share of games")):
+    panels: tuple[tuple[Axes, Literal["races", "games"], str], ...] = (
+        (axes[0], "races", "Slow seat's share of races"), (axes[1], "games", "Slow seat's share of games"))
+    for ax, what, title in panels:
         for order in orders:
-            pts = [s for s in steps if s["order"] == order and s[f"{what}_share"] is not None]
-            xs = [s["delay_ms"] + shift[order] for s in pts]
-            ys = [s[f"{what}_share"] for s in pts]
-            lo = [y - s[f"{what}_ci95"][0] for y, s in zip(ys, pts)]
-            hi = [s[f"{what}_ci95"][1] - y for y, s in zip(ys, pts)]
+            points = [(s["delay_ms"] + shift[order], figure) for s in steps
+                      if s["order"] == order and (figure := _share(s, what)) is not None]
+            xs = [x for x, _ in points]
+            ys = [share for _, (share, _) in points]
+            lo = [share - ci[0] for _, (share, ci) in points]
+            hi = [ci[1] - share for _, (share, ci) in points]
             ax.errorbar(xs, ys, yerr=[lo, hi], marker=markers[order], capsize=4, color=colours[order],
                         label=f"{order} order")
         ax.axhline(0.5, color="black", linewidth=0.8, linestyle=":")
@@ -1349,7 +1537,7 @@ def sweep_figure(steps: Sequence[dict[str, Any]]) -> Any:
     for order in orders:
         if order == "arrival":
             continue  # the reference: 0 by definition, the dotted line
-        for q, style in (("p50", "-"), ("p99", "--")):
+        for q, style in zip(QUANTILES, ("-", "--")):
             pts = [s for s in steps if s["order"] == order and s["fast_added_ms"][q] is not None]
             if pts:
                 ax.plot([s["delay_ms"] for s in pts], [s["fast_added_ms"][q] for s in pts], marker=markers[order],
@@ -1368,7 +1556,7 @@ def sweep_figure(steps: Sequence[dict[str, Any]]) -> Any:
     return fig
 
 
-def plot_sweep(steps: Sequence[dict[str, Any]], path: str) -> None:
+def plot_sweep(steps: Sequence[StepFigures], path: str) -> None:
     """A PNG of the fairness curves (``sweep_figure``)."""
     import matplotlib.pyplot as plt
 

@@ -76,12 +76,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, TypedDict
 
 from client.tools.load_config import (CLOSE_TIMEOUT_S, CONNECT_TIMEOUT_S, CONNECTS_IN_FLIGHT,
                                       KEEPALIVE_S, LAG_PERIOD_S, RELAY_WAIT_S, SERVE_START_S, SETUPS_IN_FLIGHT,
-                                      START_SPREAD_S, TIMER_SLACK_S, LoadConfig, LoadError, check_config, percentiles,
-                                      proc_cpu_s, proc_rss_mb, raise_fd_limit, settings_for)
+                                      START_SPREAD_S, TIMER_SLACK_S, LoadConfig, LoadError, Spread, check_config,
+                                      percentiles, proc_cpu_s, proc_rss_mb, raise_fd_limit, settings_for)
 from client.tools.load_player import LoadPlayer
 from protocol import messages as m
 from protocol.codec import DecodeError, decode
@@ -383,8 +383,47 @@ def _die_with_parent() -> None:
 # ------------------------------------------------------------------------------------ driving it
 
 
+class LoadReport(TypedDict):
+    """What a run measured (``run_load``): what ``--json`` prints and ``format_table`` shows. Times
+    in ms and seconds as the keys say; ``rejected``, ``setup_failed`` and ``request_rejected`` count
+    each reason."""
+
+    matches: int
+    matches_running: int
+    players: int
+    game: str
+    pace: str
+    server: str
+    relay_local: bool  # the relay is the blink serve started here
+    library: str
+    setup_s: float
+    duration_s: float
+    actions: int
+    actions_per_s: float
+    accepted: int
+    rejected: dict[str, int]
+    bounced_locally: int
+    verdict_ms: Spread
+    unanswered: int
+    ping_ms: Spread
+    generator_lag_ms: Spread
+    generator_cpu_pct: float | None
+    generator_us_per_msg: float | None
+    relay_pid: int | None
+    relay_cpu_pct: float | None
+    relay_rss_mb: float | None
+    load_avg_1m: float
+    messages_in: int
+    bad_messages: int
+    lost_connections: int
+    setup_failed: dict[str, int]
+    request_rejected: dict[str, int]
+    interrupted: bool
+
+
+
 async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = None,
-                   stop: asyncio.Event | None = None) -> dict[str, Any]:
+                   stop: asyncio.Event | None = None) -> LoadReport:
     """Set up ``cfg.matches`` matches, play for ``cfg.duration_s``, and return the figures."""
     from mqttkit import parse_url
 
@@ -476,7 +515,7 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
         grace_end = time.monotonic() + (1.0 if stop.is_set() else run.cfg.grace_s)
         while run.unanswered() and time.monotonic() < grace_end:
             await asyncio.sleep(0.05)
-        result = {
+        result: LoadReport = {
             "matches": cfg.matches,
             "matches_running": run.matches_up,
             "players": 2 * run.matches_up,
@@ -555,7 +594,7 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
-def format_table(r: dict[str, Any]) -> str:
+def format_table(r: LoadReport) -> str:
     v, lag, ping = r["verdict_ms"], r["generator_lag_ms"], r["ping_ms"]
     rejected = ", ".join(f"{k} {n}" for k, n in sorted(r["rejected"].items(), key=lambda kv: -kv[1])) or "none"
     relay = (f"cpu {_fmt(r['relay_cpu_pct'])} %   rss {_fmt(r['relay_rss_mb'])} MB   (pid {r['relay_pid']}"

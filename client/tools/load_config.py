@@ -15,6 +15,7 @@ import os
 import resource
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, TypedDict
 
 from mqttkit import TLSTrust
 
@@ -73,11 +74,25 @@ class LoadConfig:
 # ------------------------------------------------------------------------------------ pure helpers
 
 
-def percentiles(values: list[float], keys: tuple[str, ...] = ("p50", "p90", "p99", "max")) -> dict[str, float | None]:
+Rank = Literal["p50", "p90", "p99", "max"]
+
+
+class Spread(TypedDict, total=False):
+    """Some nearest-rank percentiles of values in ms (the ``Rank``s asked for, None without values),
+    and ``n``, how many values there were (always there, last)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+    n: int
+
+
+def percentiles(values: list[float], keys: tuple[Rank, ...] = ("p50", "p90", "p99", "max")) -> Spread:
     """Nearest-rank percentiles of values in ms (so p50 <= p90 <= p99 <= max), rounded, with ``n``."""
     xs = sorted(values)
     n = len(xs)
-    out: dict[str, float | None] = {}
+    out: Spread = {}
     for k in keys:
         if not n:
             out[k] = None
