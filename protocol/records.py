@@ -16,13 +16,13 @@ here changes the log format and what the checker expects together.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence, overload
+from typing import Mapping, Sequence, overload
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @overload
-def plain(value: Mapping[str, object]) -> dict[str, Any]: ...
+def plain(value: Mapping[str, object]) -> dict[str, object]: ...
 @overload
 def plain(value: object) -> object: ...
 
@@ -38,14 +38,14 @@ def plain(value: object) -> object:
     return value
 
 
-def with_names(data: dict[str, Any], names: Sequence[str], drop: str | None = None) -> dict[str, Any]:
+def with_names(data: Mapping[str, object], names: Sequence[str], drop: str | None = None) -> dict[str, object]:
     """Public events name players: ``player``/``winner`` become names, the seat stays beside them.
     Returns a new map without the key ``drop`` (e.g. an event's ``type``); ``data`` is left as it is."""
     count = len(names)
     # ``plain(data)``, inlined for the flat maps events are (this runs for every event published);
     # the dropped key is never put in (removing it later would leave the map sized for one more).
-    out: dict[str, Any] = {k if type(k) is str else str(k): v if type(v) in _SCALARS else plain(v)
-                           for k, v in data.items() if k != drop}
+    out: dict[str, object] = {k if type(k) is str else str(k): v if type(v) in _SCALARS else plain(v)
+                              for k, v in data.items() if k != drop}
     seat = out.get("player")
     if type(seat) is int:  # (a bool is not a seat)
         out["seat"] = seat

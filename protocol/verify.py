@@ -105,7 +105,7 @@ class NotALog(ProtocolError, ValueError):
 @dataclass(frozen=True)
 class Record:
     line: int  # 1-based line in the file
-    data: dict[str, Any]
+    data: dict[str, object]
 
     @property
     def seq(self) -> object:
@@ -116,6 +116,11 @@ class Record:
         """The event's type ("" for a damaged line, which has none): a record is a ``PublicEvent``."""
         t = self.data.get("type")
         return t if isinstance(t, str) else ""
+
+    def integer(self, key: str, default: int = 0) -> int:
+        """The line's integer ``key`` (``seq``, ``ts``, ``game``...), or ``default`` where it has none."""
+        value = self.data.get(key)
+        return value if type(value) is int else default
 
 
 @dataclass(frozen=True)
@@ -254,7 +259,7 @@ def same(a: object, b: object) -> bool:
     return a == b and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def body(rec: Record) -> dict[str, Any]:
+def body(rec: Record) -> dict[str, object]:
     return {k: v for k, v in rec.data.items() if k not in ENVELOPE}
 
 
@@ -398,7 +403,7 @@ class _Miss:
         return [t for d, t in self.notes if d == best][:2]
 
 
-def walk_game(rules: Game[S, A], settings: dict[str, Any], seats: int, names: Sequence[str], seed: int,
+def walk_game(rules: Game[S, A], settings: Mapping[str, object], seats: int, names: Sequence[str], seed: int,
               start_ts: int, events: Sequence[Record], end: Record | None = None,
               start: Record | None = None) -> GameWalk[S, A]:
     """Explain ``events`` (a game's events between ``game_started`` -- ``start`` -- and
@@ -462,7 +467,7 @@ def walk_game(rules: Game[S, A], settings: dict[str, Any], seats: int, names: Se
     return GameWalk(start, state0, evs, (), Finding.at(where, problem))
 
 
-def replay_game(game_name: str, rules: Game[S, A], settings: dict[str, Any], seats: int, names: Sequence[str],
+def replay_game(game_name: str, rules: Game[S, A], settings: Mapping[str, object], seats: int, names: Sequence[str],
                 seed: int, start_ts: int, events: Sequence[Record],
                 end: Record | None = None) -> tuple[list[S], Finding | None]:
     """``walk_game``'s final states (several only if hidden choices were never told apart) or the
@@ -484,7 +489,7 @@ def _candidates(rules: Game[S, A], hint: Hint[S, A] | None, hyp: Hypothesis[S, A
         for action in (proposed if proposed is not None else rules.legal_actions(hyp.state, seat)):
             yield seat, action, None, None
 
-def _match_group(produced: Sequence[TypedEvent], names: Sequence[str], logged: list[dict[str, Any]],
+def _match_group(produced: Sequence[TypedEvent], names: Sequence[str], logged: list[dict[str, object]],
                  events: Sequence[Record], pos: int, miss: _Miss) -> int:
     """How many logged events from ``pos`` this group explains: all of them, or 0."""
     ts = events[pos].data.get("ts")
@@ -565,7 +570,7 @@ def _check_match(recs: Sequence[Record], lookup: Callable[[str], AnyGame], repor
     return min(found, key=lambda f: f.line) if found else None  # min keeps the envelope's on a tie
 
 
-def _expect(rec: Record, etype: str, game: int, fields: dict[str, Any]) -> None:
+def _expect(rec: Record, etype: str, game: int, fields: Mapping[str, object]) -> None:
     if rec.type != etype:
         raise _fail(rec, f"the relay publishes {etype} here, not {rec.type}")
     if rec.data.get("game") != game:
@@ -621,7 +626,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
     try:
         # A value that is not a map goes to the game as it is: the game's own check refuses it in
         # the game's words (and takes a missing one, None, for the defaults).
-        checked = rules.check_settings(dict(settings) if isinstance(settings, dict) else cast(dict[str, Any], settings),
+        checked = rules.check_settings(dict(settings) if isinstance(settings, dict) else cast(Mapping[str, object], settings),
                                        seats)
     except (ValueError, TypeError) as exc:
         raise _fail(head, f"settings the game refuses: {exc}") from None
@@ -728,7 +733,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                 if ev.type in PRESENCE_TYPES:
                     _presence(ev, names, away, game_index)
             game_events = [ev for ev in recs[i + 1:j] if ev.type not in PRESENCE_TYPES]
-            gone = {ev.data["seat"] for ev in game_events
+            gone = {ev.integer("seat") for ev in game_events
                     if ev.type == "player_left" and type(ev.data.get("seat")) is int}
             for ev in game_events:
                 if ev.type == "player_left" and (seats < 3 or getattr(rules, "leave", None) is None):
@@ -751,7 +756,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
                     seed = cand.data.get("seed")
                     if type(seed) is int and 0 <= seed < 1 << 64 and commitment(seed) == commit:
                         finals, finding = replay_game(str(game_name), rules, checked, seats, names, seed,
-                                                      int(rec.data.get("ts") or 0), game_events[:k])
+                                                      rec.integer("ts"), game_events[:k])
                         if finding is not None:
                             raise _False(finding)
                         if any(rules.outcome(f) is not None for f in finals):
@@ -764,7 +769,7 @@ def _walk(recs: Sequence[Record], lookup: Callable[[str], AnyGame], report: Repo
             if commitment(seed) != commit:
                 raise _fail(end, f"the revealed seed does not match the seed_commitment of game_started "
                                  f"(line {rec.line}): the shuffle and dice were not the ones committed to")
-            walk = walk_game(rules, checked, seats, names, seed, int(rec.data.get("ts") or 0), game_events, end,
+            walk = walk_game(rules, checked, seats, names, seed, rec.integer("ts"), game_events, end,
                              start=rec)
             if walk.finding is not None:
                 raise _False(walk.finding)

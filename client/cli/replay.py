@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     except RecursionError:
         print(f"blink replay: {path}: a record is nested too deeply to read", file=sys.stderr)
         return argtypes.USAGE
-    codes = list(dict.fromkeys(r.data["match"] for r in records if isinstance(r.data.get("match"), str)))
+    codes = list(dict.fromkeys(code for r in records if isinstance(code := r.data.get("match"), str)))
     if args.match is not None and args.match.upper() not in (c.upper() for c in codes):
         print(f"blink replay: --match {args.match}: no such match in {path} (it has {', '.join(codes)})",
               file=sys.stderr)

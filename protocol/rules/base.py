@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Generic, Literal, Mapping, Protocol, Sequence, TypeVar
+from typing import Callable, Generic, Literal, Mapping, Protocol, Sequence, TypeGuard, TypeVar
 
 from protocol.codec import DecodeError, fast_init, from_dict, message
 from protocol.events import EventTypes, PublicEvent, TypedEvent
@@ -133,11 +133,11 @@ def roll_die(chance: Chance, sides: int = 6) -> int:
 #: Settings every match takes, whatever its game, with their defaults: the relay takes them out of a
 #: new match's settings before its game checks the rest (``relay/judge/lobby.py``). ``grace_s``: how
 #: long, in seconds, a dropped player's seat waits for them to rejoin.
-MATCH_SETTINGS: Mapping[str, Any] = {"grace_s": 30}
+MATCH_SETTINGS: Mapping[str, object] = {"grace_s": 30}
 MAX_GRACE_S = 600  # the longest ``grace_s``
 
 
-def check_match_settings(settings: Mapping[str, Any]) -> None:
+def check_match_settings(settings: Mapping[str, object]) -> None:
     """Raise ValueError, in the relay's words, for a bad value of one of ``MATCH_SETTINGS``."""
     value = settings.get("grace_s")
     if value is not None:  # None (JSON null) is the default, as leaving it out is
@@ -145,7 +145,7 @@ def check_match_settings(settings: Mapping[str, Any]) -> None:
             raise ValueError(f"grace_s must be a number of seconds from 0 to {MAX_GRACE_S:g}")
 
 
-def settings_map(data: object, known: type, game: str) -> dict[str, Any]:
+def settings_map(data: object, known: type, game: str) -> dict[str, object]:
     """The first checks of every game's settings: a map (or nothing), with no key the game's
     ``Settings`` dataclass (``known``) does not have. Returns a copy to read values from."""
     if data is not None and not isinstance(data, dict):
@@ -176,6 +176,11 @@ def labels(table: Mapping[K, str]) -> Mapping[str, str]:
     return {str(k): v for k, v in table.items()}
 
 
+def is_number(value: object) -> TypeGuard[int | float]:
+    """Is a wire value a number (an integer or a float; a bool is neither)?"""
+    return type(value) is int or type(value) is float
+
+
 def wire_int(value: object, what: str) -> int:
     """A wire value that must be an integer (a bool is not one); ValueError otherwise."""
     if type(value) is not int:
@@ -198,7 +203,7 @@ def wire_ints(value: object, what: str, length: int | None = None) -> tuple[int,
     return tuple(x for x in items if type(x) is int)
 
 
-def decode_action(data: dict[str, Any], allowed: tuple[type, ...], game: str) -> object:
+def decode_action(data: Mapping[str, object], allowed: tuple[type, ...], game: str) -> object:
     """A game action from its nested wire map; ValueError (the relay answers ``malformed``) for
     anything that is not one of ``allowed`` -- a player can never send the relay's own actions."""
     try:
@@ -232,7 +237,7 @@ class Outcome(Generic[R]):
     winners: tuple[int, ...]  # seats; empty for a draw/tie with no winner; several for a shared win
     reason: R
     scores: tuple[int, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
 
 @fast_init  # built on every play: see protocol.codec.fast_init
@@ -262,10 +267,10 @@ class RaceRule(Generic[S, A]):
 
 #: A game's own part of a match summary: from the match's public events (in order), the players'
 #: names and the runner's one entry per relay game, the entries to report (see client/matchrun.py).
-GamesSummary = Callable[[Sequence[PublicEvent], Sequence[str], list[dict[str, Any]]], list[dict[str, Any]]]
+GamesSummary = Callable[[Sequence[PublicEvent], Sequence[str], list[dict[str, object]]], list[dict[str, object]]]
 
 
-def one_game(settings: dict[str, Any]) -> int:
+def one_game(settings: Mapping[str, object]) -> int:
     """``best_of`` for a game whose match is a single game (the dice games)."""
     return 1
 
@@ -281,24 +286,24 @@ class Game(Generic[S, A]):
     title: str  # for people: "BLINK", "Takeaway Dice"
     min_players: int
     max_players: int
-    default_settings: Callable[[], dict[str, Any]]
+    default_settings: Callable[[], dict[str, object]]
     #: The settings as a checked wire map; raises ValueError (or TypeError) for a bad map or player count.
-    check_settings: Callable[[dict[str, Any], int], dict[str, Any]]
-    new_game: Callable[[dict[str, Any], int, Chance], S]
+    check_settings: Callable[[Mapping[str, object], int], dict[str, object]]
+    new_game: Callable[[Mapping[str, object], int, Chance], S]
     apply: Callable[[S, int | None, A], Accepted[S] | Rejected]
     complete: Callable[[S, int | None, A, Chance], A]
     view: Callable[[S, int | None], S]
     legal_actions: Callable[[S, int], Sequence[A]]
     outcome: Callable[[S], Outcome[str] | None]
     timers: Callable[[S], tuple[Timer[A], ...]]
-    to_wire: Callable[[S], dict[str, Any]]
-    from_wire: Callable[[dict[str, Any]], S]
-    action_from_wire: Callable[[dict[str, Any]], A]
-    action_to_wire: Callable[[A], dict[str, Any]]
+    to_wire: Callable[[S], dict[str, object]]
+    from_wire: Callable[[Mapping[str, object]], S]
+    action_from_wire: Callable[[Mapping[str, object]], A]
+    action_to_wire: Callable[[A], dict[str, object]]
     #: The bots' policy: an action for ``seat`` in (its view of) the state, or None to wait.
     bot_action: Callable[[S, int, Chance], A | None]
     #: Games in a match (the relay plays a best-of-N); the dice games play one.
-    best_of: Callable[[dict[str, Any]], int] = one_game
+    best_of: Callable[[Mapping[str, object]], int] = one_game
     #: The rejection code for an action that was legal in the state its player saw but lost to a change.
     stale_code: str = "stale"
     realtime: bool = False  # players act at the same time (a race), not in turns
@@ -309,7 +314,7 @@ class Game(Generic[S, A]):
     invariant_ok: Callable[[S], bool] | None = None  # a whole-state check for property tests
     summarise_games: GamesSummary | None = None  # the match runner's per-game entries, if the game has its own
     #: Settings that make a match short (quick tests and measurements); merged over the defaults.
-    quick_settings: Mapping[str, Any] = field(default_factory=dict)
+    quick_settings: Mapping[str, object] = field(default_factory=dict)
     # -- Sending less (optional, all three or none). With them the relay publishes, after a change,
     # -- only the public events and, to each player whose private part changed beyond what the events
     # -- say, a ``PrivateUpdate``; a client builds its confirmed view by applying both in ``seq``
@@ -322,9 +327,9 @@ class Game(Generic[S, A]):
     apply_event: Callable[[S, int | None, TypedEvent], S] | None = None
     #: ``private_delta(before, after, seat) -> delta | None``: what ``seat`` must be told privately
     #: after a change from the full state ``before`` to ``after`` (None: the events say it all).
-    private_delta: Callable[[S, S, int], dict[str, Any] | None] | None = None
+    private_delta: Callable[[S, S, int], dict[str, object] | None] | None = None
     #: ``apply_private(view, seat, delta) -> view``; raises ValueError when it does not fit.
-    apply_private: Callable[[S, int, Mapping[str, Any]], S] | None = None
+    apply_private: Callable[[S, int, Mapping[str, object]], S] | None = None
     #: ``secret_choice(state, seat, events, pos) -> actions | None``: for a log checker, the actions
     #: a seat's secret choice can have been, read from the reveal among the public ``events`` after
     #: ``pos`` (None: try ``legal_actions``) -- a choice too large to enumerate (a Roll Your Own die).
@@ -370,7 +375,7 @@ class Game(Generic[S, A]):
     def sends_less(self) -> bool:
         return self.apply_event is not None and self.private_delta is not None and self.apply_private is not None
 
-    def check_new_match(self, settings: dict[str, Any], players: int) -> dict[str, Any]:
+    def check_new_match(self, settings: Mapping[str, object], players: int) -> dict[str, object]:
         """The settings of a new match checked as the relay checks them: those of every match
         (``MATCH_SETTINGS``) first, the rest by ``check_settings``; returns the game's part, checked.
         Raises ValueError (or TypeError) naming the setting."""

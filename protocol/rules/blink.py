@@ -32,6 +32,7 @@ from typing import Any, get_args, Literal, Mapping, TypeVar
 from protocol.codec import message, to_dict
 from protocol.events import ABSENT, EventTypes, TypedEvent, event
 from protocol.rules.base import (
+    is_number,
     CommonCode,
     wire_int,
     wire_list,
@@ -124,11 +125,11 @@ class Deck:
             table = self.__dict__["_by_text"]
         return table
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # The caches above are rebuilt on demand: a pickled deck (journal snapshots) stays its fields.
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"colours": list(self.colours), "shapes": list(self.shapes), "counts": list(self.counts)}
 
     @classmethod
@@ -240,7 +241,7 @@ class Settings:
     pick_time_s: float = 5.0
     best_of: int = 3
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {
             "deck": self.deck.to_wire(),
             "hand_size": self.hand_size,
@@ -252,7 +253,7 @@ class Settings:
         }
 
 
-def make_settings(data: dict[str, Any] | None = None) -> Settings:
+def make_settings(data: object = None) -> Settings:
     """Validated settings from a map; unknown keys or out-of-range values raise ValueError."""
     data = settings_map(data, Settings, "blink")
     kw: dict[str, Any] = {}
@@ -270,7 +271,7 @@ def make_settings(data: dict[str, Any] | None = None) -> Settings:
     for key, lo, hi in (("countdown_s", 0.0, 60.0), ("stalemate_pause_s", 0.0, 30.0), ("pick_time_s", 0.1, 120.0)):
         if key in data:
             v = data[key]
-            if type(v) not in (int, float) or not lo <= v <= hi:
+            if not is_number(v) or not lo <= v <= hi:
                 raise ValueError(f"{key} must be a number from {lo:g} to {hi:g}")
             kw[key] = float(v)
     if "best_of" in data:
@@ -362,13 +363,13 @@ SYSTEM_ACTIONS = (StartRace, ResolveStalemate, PickTimeout)
 Action = PlayCard | DrawCard | PickCard | StartRace | ResolveStalemate | PickTimeout
 
 
-def action_from_wire(data: dict[str, Any]) -> Action:
+def action_from_wire(data: Mapping[str, object]) -> Action:
     action = decode_action(data, PLAYER_ACTIONS, "BLINK")
     assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
     return action
 
 
-def action_to_wire(action: Action) -> dict[str, Any]:
+def action_to_wire(action: Action) -> dict[str, object]:
     return to_dict(action)
 
 
@@ -493,7 +494,7 @@ EVENTS = EventTypes(CardRevealed, RaceStarted, CardPlayed, HandRefilled, CardDra
 # --- setup -----------------------------------------------------------------------------------------
 
 
-def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chance: Chance | None = None) -> State:
+def new_game(settings: Settings | Mapping[str, object] | None, players: int = 2, chance: Chance | None = None) -> State:
     """Shuffle (with the given chance), deal two equal draw piles, one face-down centre card each
     from the top of the player's own pile, then a hand of ``hand_size`` each."""
     if players != 2:
@@ -938,7 +939,7 @@ def apply_event(view: State, seat: int | None, ev: TypedEvent) -> State:
     return view
 
 
-def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | None:
+def private_delta(before: State, after: State, seat: int) -> dict[str, object] | None:
     """Tell ``seat`` its hand when cards it has not seen came into it, and its pick when it changed;
     a card leaving the hand is in a public event already."""
     old, new = before.hands[seat], after.hands[seat]
@@ -983,7 +984,7 @@ def _cards_out(cards: Hand) -> list[str | None]:
     return [None if c is None else str(c) for c in cards]
 
 
-def to_wire(state: State) -> dict[str, Any]:
+def to_wire(state: State) -> dict[str, object]:
     """A state or view as a plain map. Draw piles of a view are sent as counts only."""
     draw: list[int | list[str | None]] = [len(d) if all(c is None for c in d) else _cards_out(d) for d in state.draw]
     return {
@@ -1001,7 +1002,7 @@ def to_wire(state: State) -> dict[str, Any]:
     }
 
 
-def from_wire(data: dict[str, Any]) -> State:
+def from_wire(data: Mapping[str, object]) -> State:
     """Inverse of ``to_wire``; raises ValueError on anything malformed."""
     try:
         s = make_settings(data["settings"])
@@ -1026,6 +1027,8 @@ def from_wire(data: dict[str, Any]) -> State:
             return (cards(a), cards(b))
 
         picks = pair(data["picks"])
+        picked = pair(data["picked"])
+        winner = data["winner"]
         return State(
             settings=s,
             draw=two_piles(data["draw"]),
@@ -1033,12 +1036,12 @@ def from_wire(data: dict[str, Any]) -> State:
             piles=two_piles(data["piles"]),
             phase=one_of(data["phase"], PHASES, "phase"),
             resolution=one_of(data["resolution"], RESOLUTIONS, "resolution"),
-            picked=(bool(data["picked"][0]), bool(data["picked"][1])),
+            picked=(bool(picked[0]), bool(picked[1])),
             picks=(None if picks[0] is None else Card.parse(picks[0], deck),
                    None if picks[1] is None else Card.parse(picks[1], deck)),
-            winner=data["winner"],
+            winner=None if winner is None else wire_int(winner, "winner"),
             tie=bool(data["tie"]),
-            stalemates=int(data["stalemates"]),
+            stalemates=wire_int(data["stalemates"], "stalemates"),
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"malformed BLINK state: {exc!r}") from exc
@@ -1047,17 +1050,17 @@ def from_wire(data: dict[str, Any]) -> State:
 # --- settings as wire maps --------------------------------------------------------------------------
 
 
-def default_settings() -> dict[str, Any]:
+def default_settings() -> dict[str, object]:
     return Settings().to_wire()
 
 
-def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
+def check_settings(settings: Mapping[str, object], players: int) -> dict[str, object]:
     if players != 2:
         raise ValueError("BLINK is a game for two players")
     return make_settings(settings).to_wire()
 
 
-def best_of(settings: dict[str, Any]) -> int:
+def best_of(settings: Mapping[str, object]) -> int:
     return make_settings(settings).best_of
 
 

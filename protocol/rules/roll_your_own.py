@@ -52,6 +52,7 @@ from protocol.codec import message, to_dict
 from protocol.events import ABSENT, BadEvent, EventTypes, PublicEvent, TypedEvent, event, part
 from protocol.match import FORFEIT, MATCH_EVENTS, GameResult
 from protocol.rules.base import (
+    is_number,
     CommonCode,
     labels,
     one_of,
@@ -65,6 +66,8 @@ from protocol.rules.base import (
     decode_action,
     Game,
     settings_map,
+    wire_int,
+    wire_list,
 )
 
 NAME = "ryo"
@@ -138,7 +141,7 @@ class Settings:
     tile_pool: tuple[int, ...] | None = None  # tiles per pip value 0..max_face; None: unlimited
     turn_timer_s: float = 0.0
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {
             "budget": self.budget,
             "max_face": self.max_face,
@@ -150,7 +153,8 @@ class Settings:
         }
 
 
-def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
+def make_settings(data: object = None) -> Settings:
+    """Validated settings from a map (or the ``Settings`` themselves); unknown keys or bad values raise ValueError."""
     if isinstance(data, Settings):
         return data
     data = settings_map(data, Settings, "roll-your-own")
@@ -174,7 +178,7 @@ def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
         kw["tile_pool"] = tuple(pool)
     if "turn_timer_s" in data:
         v = data["turn_timer_s"]
-        if type(v) not in (int, float) or not 0 <= v <= 3600:
+        if not is_number(v) or not 0 <= v <= 3600:
             raise ValueError("turn_timer_s must be a number from 0 (off) to 3600")
         kw["turn_timer_s"] = float(v)
     return Settings(**kw)
@@ -290,21 +294,21 @@ SYSTEM_ACTIONS = (RyoRoll, RyoTimeout, PlayerLeft)
 Action = BuildDie | RaiseFace | LowerWinner | LowerFace | RyoRoll | RyoTimeout | PlayerLeft
 
 
-def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
+def action_from_wire(data: Mapping[str, object], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
     action = decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Roll Your Own")
     assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
     return action
 
 
-def action_to_wire(action: Action) -> dict[str, Any]:
+def action_to_wire(action: Action) -> dict[str, object]:
     return to_dict(action)
 
 
 # --- setup ----------------------------------------------------------------------------------------
 
 
-def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chance: Chance | None = None) -> State:
+def new_game(settings: Settings | Mapping[str, object] | None, players: int = 2, chance: Chance | None = None) -> State:
     """A match starts with everyone building a die; no chance is needed until the first roll."""
     s = make_settings(settings)
     _check_players(players, s)
@@ -1138,7 +1142,7 @@ def apply_event(view: State, seat: int | None, ev: TypedEvent) -> State:
     return view
 
 
-def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | None:
+def private_delta(before: State, after: State, seat: int) -> dict[str, object] | None:
     """Tell ``seat`` its own die when it was built (by the player or by a timeout); every other change
     is in the public events. Sent even when the same change revealed all dice: the client's view
     after the ``die_built`` event (before the reveal that follows) must not lack it."""
@@ -1175,7 +1179,7 @@ def _die_out(d: Die | None) -> list[int] | None:
     return None if d is None else list(d)
 
 
-def to_wire(state: State) -> dict[str, Any]:
+def to_wire(state: State) -> dict[str, object]:
     return {
         "settings": state.settings.to_wire(),
         "players": state.players,
@@ -1202,10 +1206,10 @@ def to_wire(state: State) -> dict[str, Any]:
     }
 
 
-def from_wire(data: dict[str, Any]) -> State:
+def from_wire(data: Mapping[str, object]) -> State:
     try:
         s = make_settings(data["settings"])
-        n = data["players"]
+        n = wire_int(data["players"], "players")
         _check_players(n, s)
 
         def ints(xs: object, length: int | None = None) -> tuple[int, ...]:
@@ -1216,9 +1220,16 @@ def from_wire(data: dict[str, Any]) -> State:
             return tuple(xs)
 
         def seat(x: object) -> int | None:
-            if x is not None and (type(x) is not int or not 0 <= x < n):
+            return None if x is None else player(x)
+
+        def player(x: object) -> int:
+            if type(x) is not int or not 0 <= x < n:
                 raise ValueError("bad seat")
             return x
+
+        def rolled(x: object) -> tuple[int, int, int]:
+            seat_, face, value = ints(x, 3)
+            return (seat_, face, value)
 
         def dice(xs: object) -> tuple[Die | None, ...]:
             if not isinstance(xs, list) or len(xs) != n:
@@ -1226,8 +1237,9 @@ def from_wire(data: dict[str, Any]) -> State:
             return tuple(None if d is None else ints(d, FACES) for d in xs)
 
         phase = one_of(data["phase"], PHASES, "phase")
-        built = data["built"]
-        if not isinstance(built, list) or len(built) != n or not all(type(b) is bool for b in built):
+        flags = wire_list(data["built"], "built")
+        built = tuple(b for b in flags if type(b) is bool)
+        if len(flags) != n or len(built) != n:
             raise ValueError("built: one flag per seat")
         return State(
             settings=s,
@@ -1238,19 +1250,19 @@ def from_wire(data: dict[str, Any]) -> State:
             rolls=ints([data["rolls"]])[0],
             rounds_played=ints([data["rounds_played"]])[0],
             dice=dice(data["dice"]),
-            built=tuple(built),
+            built=built,
             pool=None if data["pool"] is None else ints(data["pool"], s.max_face + 1),
-            rolling=tuple(seat(x) for x in data["rolling"]),  # type: ignore[misc]
+            rolling=tuple(player(x) for x in wire_list(data["rolling"], "rolling")),
             roll_wins=ints(data["roll_wins"], n),
             round_wins=ints(data["round_wins"], n),
             game_wins=ints(data["game_wins"], n),
             rounds_total=ints(data["rounds_total"], n),
             round_winner=seat(data["round_winner"]),
             chooser=seat(data["chooser"]),
-            last_roll=tuple(ints(x, 3) for x in data["last_roll"]),  # type: ignore[misc]
+            last_roll=tuple(rolled(x) for x in wire_list(data["last_roll"], "last_roll")),
             previous=dice(data["previous"]),
             winner=seat(data["winner"]),
-            gone=tuple(seat(x) for x in data.get("gone", [])),  # type: ignore[misc]
+            gone=tuple(player(x) for x in wire_list(data.get("gone", []), "gone")),
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"malformed Roll Your Own state: {exc!r}") from exc
@@ -1341,11 +1353,11 @@ def _best_lower(state: State, w: int) -> int:
 # --- settings as wire maps -------------------------------------------------------------------------
 
 
-def default_settings() -> dict[str, Any]:
+def default_settings() -> dict[str, object]:
     return Settings().to_wire()
 
 
-def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
+def check_settings(settings: Mapping[str, object], players: int) -> dict[str, object]:
     s = make_settings(settings)
     _check_players(players, s)
     return s.to_wire()
@@ -1355,7 +1367,7 @@ def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
 
 
 def summarise_games(events: Sequence[PublicEvent], players: Sequence[str],
-                    games: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                    games: list[dict[str, object]]) -> list[dict[str, object]]:
     """One relay game holds a whole Roll Your Own match: list its own games (``game_won`` events) as
     a player counts them, numbered from 0 like every ``game`` field, each with its ``winner``,
     ``winners``, ``reason`` and the games won so far; the last one also carries the relay game's
@@ -1368,7 +1380,7 @@ def summarise_games(events: Sequence[PublicEvent], players: Sequence[str],
             entry["games_won"] = dict(zip(players, won))
         if isinstance(rounds, list):
             entry["rounds_won"] = dict(zip(players, rounds))
-    inner: list[dict[str, Any]] = []
+    inner: list[dict[str, object]] = []
     for won in read:
         if not isinstance(won, GameWon):
             continue

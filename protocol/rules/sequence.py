@@ -46,7 +46,9 @@ from protocol.codec import message, to_dict
 from protocol.events import ABSENT, EventTypes, TypedEvent, event, part
 from protocol.match import FORFEIT
 from protocol.rules.base import (
+    is_number,
     CommonCode,
+    wire_int,
     wire_ints,
     wire_list,
     labels,
@@ -153,7 +155,7 @@ class Settings:
     def cols(self) -> int:
         return len(self.board[0])
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {
             "board": [list(row) for row in self.board],
             "sequence_length": self.sequence_length,
@@ -163,7 +165,7 @@ class Settings:
         }
 
 
-def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
+def make_settings(data: object = None) -> Settings:
     if isinstance(data, Settings):
         return data
     data = settings_map(data, Settings, "sequence")
@@ -190,7 +192,7 @@ def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
             kw[key] = v
     if "turn_timer_s" in data:
         v = data["turn_timer_s"]
-        if type(v) not in (int, float) or not 0 <= v <= 3600:
+        if not is_number(v) or not 0 <= v <= 3600:
             raise ValueError("turn_timer_s must be a number from 0 (off) to 3600")
         kw["turn_timer_s"] = float(v)
     s = Settings(**kw)
@@ -302,14 +304,14 @@ SYSTEM_ACTIONS = (RollOff, RollDice, SequenceTimeout, PlayerLeft)
 Action = PlaceChip | RemoveChip | RollOff | RollDice | SequenceTimeout | PlayerLeft
 
 
-def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
+def action_from_wire(data: Mapping[str, object], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
     action = decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Sequence")
     assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
     return action
 
 
-def action_to_wire(action: Action) -> dict[str, Any]:
+def action_to_wire(action: Action) -> dict[str, object]:
     return to_dict(action)
 
 
@@ -321,7 +323,7 @@ def _check_players(players: int) -> None:
         raise ValueError(f"Sequence Dice is for 2 to 4 players, not {players!r}")
 
 
-def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chance: Chance | None = None) -> State:
+def new_game(settings: Settings | Mapping[str, object] | None, players: int = 2, chance: Chance | None = None) -> State:
     """An empty board; who goes first is decided by the roll-off (system actions)."""
     s = make_settings(settings)
     _check_players(players)
@@ -696,7 +698,7 @@ def legal_actions(state: State, player: int) -> list[Action]:
 def outcome(state: State) -> Outcome[Reason] | None:
     if state.phase != "over" or state.reason == "":  # (a game over always says why)
         return None
-    extra: dict[str, Any] = {"line": [list(x) for x in state.line]}
+    extra: dict[str, object] = {"line": [list(x) for x in state.line]}
     if state.winners:
         extra["colour"] = COLOURS[state.colour(state.winners[0])]
     return Outcome(winners=state.winners, reason=state.reason, scores=_scores(state), extra=extra)
@@ -771,7 +773,7 @@ def apply_event(view: State, seat: int | None, ev: TypedEvent) -> State:
     return view
 
 
-def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | None:
+def private_delta(before: State, after: State, seat: int) -> dict[str, object] | None:
     """Nothing is private in Sequence Dice: the events say it all."""
     return None
 
@@ -783,7 +785,7 @@ def apply_private(view: State, seat: int, delta: Mapping[str, object]) -> State:
 # --- wire form ------------------------------------------------------------------------------------
 
 
-def to_wire(state: State) -> dict[str, Any]:
+def to_wire(state: State) -> dict[str, object]:
     return {
         "settings": state.settings.to_wire(),
         "players": state.players,
@@ -802,26 +804,36 @@ def to_wire(state: State) -> dict[str, Any]:
     }
 
 
-def from_wire(data: dict[str, Any]) -> State:
+def _coord(xs: tuple[int, ...]) -> Coord:
+    return (xs[0], xs[1])
+
+
+def from_wire(data: Mapping[str, object]) -> State:
     try:
         s = make_settings(data["settings"])
-        players = data["players"]
+        players = wire_int(data["players"], "players")
         _check_players(players)
         colours = 2 if players in (2, 4) else 3
-        chips = tuple(tuple(x for x in row) for row in data["chips"])
-        if len(chips) != s.rows or any(len(row) != s.cols for row in chips):
+        rows = [wire_list(row, "a row of chips") for row in wire_list(data["chips"], "chips")]
+        if len(rows) != s.rows or any(len(row) != s.cols for row in rows):
             raise ValueError("chips do not fit the board")
-        if not all(x is None or (type(x) is int and 0 <= x < colours) for row in chips for x in row):
-            raise ValueError("a chip is a colour number or null")
+
+        def chip(x: object) -> int | None:
+            if x is not None and (type(x) is not int or not 0 <= x < colours):
+                raise ValueError("a chip is a colour number or null")
+            return x
+
+        chips = tuple(tuple(chip(x) for x in row) for row in rows)
         phase = one_of(data["phase"], PHASES, "phase")
         current = data["current"]
         if current is not None and (type(current) is not int or not 0 <= current < players):
             raise ValueError("bad current seat")
-        dice = data["dice"]
-        if dice is not None:
-            if len(dice) != 2 or not all(_valid_die(x) for x in dice):
+        dice: tuple[int, int] | None = None
+        if data["dice"] is not None:
+            rolled = wire_ints(data["dice"], "dice", 2)
+            if not all(_valid_die(x) for x in rolled):
                 raise ValueError("bad dice")
-            dice = (dice[0], dice[1])
+            dice = (rolled[0], rolled[1])
 
         def seats(xs: object) -> tuple[int, ...]:
             if not isinstance(xs, (list, tuple)) or not all(type(x) is int and 0 <= x < players for x in xs):
@@ -834,12 +846,12 @@ def from_wire(data: dict[str, Any]) -> State:
             chips=chips,
             phase=phase,
             current=current,
-            turn=int(data["turn"]),
+            turn=wire_int(data["turn"], "turn"),
             dice=dice,
             contenders=seats(data["contenders"]),
-            rolloff_round=int(data["rolloff_round"]),
+            rolloff_round=wire_int(data["rolloff_round"], "rolloff_round"),
             winners=seats(data["winners"]),
-            line=tuple((int(a), int(b)) for a, b in data["line"]),
+            line=tuple(_coord(wire_ints(x, "a space of the line", 2)) for x in wire_list(data["line"], "line")),
             reason=one_of(data["reason"], STATE_REASONS, "reason"),
             gone=seats(data.get("gone", [])),
         )
@@ -908,11 +920,11 @@ def bot_action(state: State, player: int, chance: Chance | None = None) -> Actio
 # --- settings as wire maps -------------------------------------------------------------------------
 
 
-def default_settings() -> dict[str, Any]:
+def default_settings() -> dict[str, object]:
     return Settings().to_wire()
 
 
-def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
+def check_settings(settings: Mapping[str, object], players: int) -> dict[str, object]:
     _check_players(players)
     return make_settings(settings).to_wire()
 

@@ -47,7 +47,9 @@ from protocol.codec import message, to_dict
 from protocol.events import ABSENT, EventTypes, TypedEvent, event
 from protocol.match import FORFEIT
 from protocol.rules.base import (
+    is_number,
     CommonCode,
+    wire_int,
     wire_ints,
     wire_list,
     labels,
@@ -216,7 +218,7 @@ class Settings:
     reroll_once_per_game: bool = False
     turn_timer_s: float = 0.0  # 0: no turn timer
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {
             "layout": self.layout,
             "size": self.size,
@@ -226,8 +228,8 @@ class Settings:
         }
 
 
-def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
-    """Validated settings from a map; unknown keys or bad values raise ValueError."""
+def make_settings(data: object = None) -> Settings:
+    """Validated settings from a map (or the ``Settings`` themselves); unknown keys or bad values raise ValueError."""
     if isinstance(data, Settings):
         return data
     data = settings_map(data, Settings, "takeaway")
@@ -272,7 +274,7 @@ def make_settings(data: dict[str, Any] | Settings | None = None) -> Settings:
         kw["reroll_once_per_game"] = data["reroll_once_per_game"]
     if "turn_timer_s" in data:
         v = data["turn_timer_s"]
-        if type(v) not in (int, float) or not 0 <= v <= 3600:
+        if not is_number(v) or not 0 <= v <= 3600:
             raise ValueError("turn_timer_s must be a number from 0 (off) to 3600")
         kw["turn_timer_s"] = float(v)
     return Settings(**kw)
@@ -364,21 +366,21 @@ SYSTEM_ACTIONS = (StartTakeaway, RollCluster, TakeawayTimeout, PlayerLeft)
 Action = Reroll | ClaimBlink | StartTakeaway | RollCluster | TakeawayTimeout | PlayerLeft
 
 
-def action_from_wire(data: dict[str, Any], *, system: bool = False) -> Action:
+def action_from_wire(data: Mapping[str, object], *, system: bool = False) -> Action:
     """A player's action from its wire map (``system=True`` also admits system actions, for logs)."""
     action = decode_action(data, PLAYER_ACTIONS + SYSTEM_ACTIONS if system else PLAYER_ACTIONS, "Takeaway")
     assert isinstance(action, PLAYER_ACTIONS + SYSTEM_ACTIONS)  # decode_action admits no other class
     return action
 
 
-def action_to_wire(action: Action) -> dict[str, Any]:
+def action_to_wire(action: Action) -> dict[str, object]:
     return to_dict(action)
 
 
 # --- setup ----------------------------------------------------------------------------------------
 
 
-def new_game(settings: Settings | dict[str, Any] | None, players: int = 2, chance: Chance | None = None) -> State:
+def new_game(settings: Settings | Mapping[str, object] | None, players: int = 2, chance: Chance | None = None) -> State:
     """Lay out the cluster (a random layout draws on ``chance``); the order and the first roll
     follow as the system action ``StartTakeaway``."""
     s = make_settings(settings)
@@ -711,7 +713,7 @@ def _cells_wire(cells: tuple[Cell, ...]) -> list[list[int | None]]:
     return [[q, r, f] for q, r, f in cells]
 
 
-def to_wire(state: State) -> dict[str, Any]:
+def to_wire(state: State) -> dict[str, object]:
     return {
         "settings": state.settings.to_wire(),
         "players": state.players,
@@ -727,11 +729,15 @@ def to_wire(state: State) -> dict[str, Any]:
     }
 
 
-def from_wire(data: dict[str, Any]) -> State:
+def _claim_of(xs: tuple[int, ...]) -> tuple[int, int, int, int]:
+    return (xs[0], xs[1], xs[2], xs[3])
+
+
+def from_wire(data: Mapping[str, object]) -> State:
     """Inverse of ``to_wire``; raises ValueError on anything malformed."""
     try:
         s = make_settings(data["settings"])
-        players = data["players"]
+        players = wire_int(data["players"], "players")
         _check_players(players)
 
         def ints(xs: object, n: int | None = None) -> tuple[int, ...]:
@@ -742,7 +748,7 @@ def from_wire(data: dict[str, Any]) -> State:
             return tuple(xs)
 
         cells: list[Cell] = []
-        for c in data["cells"]:
+        for c in wire_list(data["cells"], "cells"):
             if not isinstance(c, (list, tuple)) or len(c) != 3:
                 raise ValueError("a cell is [q, r, face]")
             q, r = ints(c[:2])
@@ -766,7 +772,7 @@ def from_wire(data: dict[str, Any]) -> State:
             phase=phase,
             rerolled=bool(data["rerolled"]),
             rerolls_used=ints(data["rerolls_used"], players),
-            claims=tuple(ints(c, 4) for c in data["claims"]),  # type: ignore[misc]
+            claims=tuple(_claim_of(ints(c, 4)) for c in wire_list(data["claims"], "claims")),
             gone=gone,
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
@@ -831,7 +837,7 @@ def apply_event(view: State, seat: int | None, ev: TypedEvent) -> State:
     return view
 
 
-def private_delta(before: State, after: State, seat: int) -> dict[str, Any] | None:
+def private_delta(before: State, after: State, seat: int) -> dict[str, object] | None:
     """Nothing is private in Takeaway Dice: the events say it all."""
     return None
 
@@ -873,11 +879,11 @@ def bot_action(state: State, player: int, chance: Chance | None = None) -> Actio
 # --- settings as wire maps -------------------------------------------------------------------------
 
 
-def default_settings() -> dict[str, Any]:
+def default_settings() -> dict[str, object]:
     return Settings().to_wire()
 
 
-def check_settings(settings: dict[str, Any], players: int) -> dict[str, Any]:
+def check_settings(settings: Mapping[str, object], players: int) -> dict[str, object]:
     _check_players(players)
     return make_settings(settings).to_wire()
 

@@ -239,7 +239,7 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[object, object]] | No
     head = recs[0].data
     game_name = str(head.get("game_name"))
     rules = game_for(game_name)
-    seats = int(head.get("seats") or 2)
+    seats = recs[0].integer("seats") or 2
     code = str(head.get("match"))
     names: list[str] = []
     # the relay's match state as it would have sent it at each step (``relay/model.py``)
@@ -260,7 +260,7 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[object, object]] | No
             while j < n and not isinstance(whats[j], (GameResult, SeatLeft, MatchOver, GameStarted)):
                 j += 1
             end = recs[j] if j < n else None
-            gidx = int(recs[i].data.get("game", 0))
+            gidx = recs[i].integer("game")
             for k in range(i, min(j + 1, n)):
                 game_start[k] = i
                 games[k] = gidx
@@ -293,7 +293,7 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[object, object]] | No
                     names.pop(seat)
             case GameStarted():
                 status = "playing"
-                game_index = int(d.get("game", 0))
+                game_index = rec.integer("game")
                 if not wins:
                     wins = [0] * seats
             case GameResult() as result:
@@ -320,11 +320,12 @@ def build(recs: Sequence[Record], walks: Sequence[GameWalk[object, object]] | No
             if prev_ts is not None:
                 t += min(MAX_GAP_S, max(0, ts - prev_ts) / NS)
             prev_ts = ts
-        ev = m.Event(code, int(d["seq"]), int(ts or 0), int(d.get("game", 0)), rec.type,
+        ev = m.Event(code, rec.integer("seq"), rec.integer("ts"), rec.integer("game"), rec.type,
                      {k2: v for k2, v in body(rec).items()})
         steps.append(Step(ev, last_state, last_game, json.loads(json.dumps(ms)), t))
         game_start[k] = last_start
-    return Replay(code, game_name, tuple(names), dict(head.get("settings") or {}), steps, game_start)
+    settings = head.get("settings")
+    return Replay(code, game_name, tuple(names), dict(settings) if isinstance(settings, dict) else {}, steps, game_start)
 
 
 # --------------------------------------------------------------------------------------- the clock
