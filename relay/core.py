@@ -97,7 +97,7 @@ from protocol.rules import GAMES, AnyGame
 from protocol.topics import Topics, valid_id
 from relay.fair import FairOrder
 from relay.judge import (ACCEPTED_SEQ_BITS, ORDERS, PAST_EVENTS, REMEMBERED_ANSWERS, Answers, Deadlines, Events, Gate,
-                         Housekeeping, Lobby, Referee, Tables)
+                         Housekeeping, Lobby, Referee, RelayStats, Tables, new_stats)
 from relay.model import STATE_HISTORY, Decode, Encode, LogRecord, Match, Out, Publish, RelayConfig, Seat
 
 __all__ = ["ACCEPTED_SEQ_BITS", "LogRecord", "Match", "ORDERS", "Out", "PAST_EVENTS", "Publish",
@@ -117,7 +117,7 @@ class RelayCore:
         # Idle for arrival-order matches; a match may choose fair order itself.
         fair = FairOrder(config.fair_cap_ns, config.fair_floor_ns)
         t = self.tables = Tables(topics=topics or Topics(), config=config, seed=seed, games=games, fair=fair)
-        t.stats = {"accepted": 0, "rejected": {}, "limited": {"dropped": 0, "bursts": 0}}
+        t.stats = new_stats()
         self.events = Events(t)
         self.answers = Answers()
         self.gate = Gate(t, self.events)
@@ -158,7 +158,7 @@ class RelayCore:
         return self.tables.client_match
 
     @property
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> RelayStats:
         return self.tables.stats
 
     @property

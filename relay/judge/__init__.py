@@ -25,8 +25,8 @@ from relay.judge.gate import Gate
 from relay.judge.housekeeping import Housekeeping
 from relay.judge.lobby import Lobby
 from relay.judge.referee import Referee
-from relay.judge.tables import Tables
+from relay.judge.tables import RelayStats, Tables, new_stats
 
 __all__ = ["ACCEPTED_SEQ_BITS", "CODE_ALPHABET", "CODE_LEN", "CODE_SPACE", "ORDERS", "PAST_EVENTS", "REMEMBERED_ANSWERS", "Answers", "Deadlines", "Events", "Gate",
-           "Housekeeping", "Lobby", "Referee", "Tables", "code_in_shard", "code_number", "codes_in_shard",
-           "past_event"]
+           "Housekeeping", "Lobby", "Referee", "RelayStats", "Tables", "code_in_shard", "code_number", "codes_in_shard",
+           "new_stats", "past_event"]

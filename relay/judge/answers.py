@@ -14,7 +14,7 @@ for its player's time in parts): a repeat is answered without it.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Mapping, TypedDict, cast
 
 from protocol import messages as m
 from relay.model import Decode, Encode
@@ -26,6 +26,13 @@ _SEQ_MASK = (1 << ACCEPTED_SEQ_BITS) - 1
 #: acceptance whose seq or hold does not fit in one.
 Answer = m.ActionAccepted | m.ActionRejected | int
 Reply = m.ActionAccepted | m.ActionRejected
+
+
+class AnswersRecord(TypedDict):
+    """The books in a relay snapshot: per client, each remembered answer as [match, action id, answer]
+    (a rejection as the snapshot codec wrote it, an acceptance as its int)."""
+
+    answers: dict[str, list[tuple[str, int, object]]]
 
 
 class Answers:
@@ -57,11 +64,13 @@ class Answers:
     def forget(self, client: str) -> None:
         self.book.pop(client, None)
 
-    def to_record(self, enc: Encode) -> dict[str, Any]:
+    def to_record(self, enc: Encode) -> AnswersRecord:
         """The books as plain data (a rejection through ``enc``; an acceptance is its int)."""
-        return {"answers": {client: [[code, i, enc(a)] for (code, i), a in book.items()]
+        return {"answers": {client: [(code, i, enc(a)) for (code, i), a in book.items()]
                             for client, book in self.book.items()}}
 
-    def load_record(self, record: Mapping[str, Any], dec: Decode) -> None:
-        """Take the books ``to_record`` wrote."""
-        self.book = {client: {(code, i): dec(a) for code, i, a in book} for client, book in record["answers"].items()}
+    def load_record(self, snapshot: Mapping[str, object], dec: Decode) -> None:
+        """Take the books ``to_record`` wrote (the snapshot holds them as written)."""
+        record = cast(AnswersRecord, snapshot)
+        self.book = {client: {(code, i): cast(Answer, dec(a)) for code, i, a in book}
+                     for client, book in record["answers"].items()}

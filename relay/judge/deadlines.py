@@ -13,11 +13,18 @@ matches when the moot entries are the majority.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Mapping
+from typing import Mapping, TypedDict, cast
 
 from relay.judge.tables import Tables
 from relay.limits import DeadlineHeap
 from relay.model import Match
+
+
+class DeadlinesRecord(TypedDict):
+    """Both heaps in a relay snapshot, each as its entries in heap order."""
+
+    wake: list[list[object]]
+    housekeeping: list[list[object]]
 
 
 class Deadlines:
@@ -49,12 +56,13 @@ class Deadlines:
                                     if x.wake_at is not None and x is not match] + [(at, match.code, "wake")])
         match.wake_at = at
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> DeadlinesRecord:
         """Both heaps as plain data (a relay snapshot's)."""
         return {"wake": self.wake.to_record(), "housekeeping": self.housekeeping.to_record()}
 
-    def load_record(self, record: Mapping[str, Any]) -> None:
-        """Take the heaps ``to_record`` wrote."""
+    def load_record(self, snapshot: Mapping[str, object]) -> None:
+        """Take the heaps ``to_record`` wrote (the snapshot holds them as written)."""
+        record = cast(DeadlinesRecord, snapshot)
         self.wake = DeadlineHeap.from_record(record["wake"])
         self.housekeeping = DeadlineHeap.from_record(record["housekeeping"])
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
-from typing import Any, Mapping, cast
+from typing import Mapping, TypedDict, cast
 
 from protocol import messages as m
 from protocol.codec import pack_plain, unpack_plain
@@ -28,6 +28,13 @@ from relay.model import LogRecord, Match, Out, Publish
 PAST_EVENTS = 4096  # per match: public events kept for a late spectator's Resync(from_seq)
 #: A kept event, as ``event`` packs it: seq, wall time, game index, wire name, public map.
 PastEvent = tuple[int, int, int, str, dict[str, object]]
+
+
+class EventsRecord(TypedDict):
+    """The kept past events in a relay snapshot: per match, the bound on them, the packed events
+    (each ``pack_plain`` of a ``PastEvent``) and when each client last had them re-sent."""
+
+    past: dict[str, tuple[int | None, list[bytes], dict[str, int]]]
 
 
 def past_event(code: str, kept: bytes) -> m.Event:
@@ -44,11 +51,13 @@ class Events:
         # rebuilt, equal, for a resend).
         self.past: dict[str, tuple[deque[bytes], dict[str, int]]] = {}
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> EventsRecord:
         """The kept past events as plain data (a relay snapshot's): each is packed already."""
-        return {"past": {code: [q.maxlen, list(q), sent] for code, (q, sent) in self.past.items()}}
+        return {"past": {code: (q.maxlen, list(q), sent) for code, (q, sent) in self.past.items()}}
 
-    def load_record(self, record: Mapping[str, Any]) -> None:
+    def load_record(self, snapshot: Mapping[str, object]) -> None:
+        """Take what ``to_record`` wrote (the snapshot holds it as written)."""
+        record = cast(EventsRecord, snapshot)
         self.past = {code: (deque(q, maxlen=n), dict(sent)) for code, (n, q, sent) in record["past"].items()}
 
     def event(self, match: Match, now_ns: int, out: list[Out], ev: TypedEvent,
@@ -114,7 +123,7 @@ class Events:
         topic = self.t.topics.match_list if self.t.config.shards_total < 1 else f"{self.t.topics.match_list}/{self.t.topics.shard}"
         return Publish(topic, m.MatchList(waiting), retain=True)
 
-    def bad(self, now_ns: int, code: str, **fields: Any) -> LogRecord:
+    def bad(self, now_ns: int, code: str, **fields: object) -> LogRecord:
         return LogRecord({"kind": "bad_input", "code": code, "ts": now_ns, **fields})
 
     def resend_past(self, code: str, client: str, from_seq: int, now_ns: int, out: list[Out]) -> None:

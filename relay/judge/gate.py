@@ -12,13 +12,24 @@ heard from when (for housekeeping's idle clients) and which open matches each cl
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+from typing import Literal, Mapping, TypedDict, cast
 
 from protocol import messages as m
 from relay.judge.events import Events
 from relay.judge.tables import Tables
-from relay.limits import Clients, Quiet, TokenBucket
+from relay.limits import Clients, Quiet, QuietRecord, TokenBucket
 from relay.model import Match, Out, Publish
+
+
+class GateRecord(TypedDict):
+    """The gate in a relay snapshot: the matches each client opened, the clients seen, each one's
+    buckets of actions and requests, and what was said quietly."""
+
+    owned: dict[str, list[str]]
+    clients: dict[str, object]
+    act_buckets: dict[str, list[object]]
+    req_buckets: dict[str, list[object]]
+    quiet: QuietRecord
 
 #: The relay's own refusals of an undecoded message.
 Refusal = Literal["rate_limited", "too_large"]
@@ -73,7 +84,7 @@ class Gate:
         out.append(Publish(self.t.topics.client(client),
                            m.ActionRejected(code, action_id, reason, detail, match.seq if match else 0)))
 
-    def bad_quietly(self, now_ns: int, out: list[Out], code: str, sender: str = "*", **fields: Any) -> None:
+    def bad_quietly(self, now_ns: int, out: list[Out], code: str, sender: str = "*", **fields: object) -> None:
         """A ``bad_input`` record, once per burst of this refusal from this sender (``*``: unknown)."""
         silenced = self.quiet.log(sender, code, now_ns)
         if silenced is not None:
@@ -81,7 +92,7 @@ class Gate:
                 fields["silenced_before"] = silenced
             out.append(self.events.bad(now_ns, code, **fields))
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> GateRecord:
         """What the gate keeps, as plain data (a relay snapshot's)."""
         return {
             "owned": {c: sorted(codes) for c, codes in self.owned.items()},
@@ -91,8 +102,9 @@ class Gate:
             "quiet": self.quiet.to_record(),
         }
 
-    def load_record(self, record: Mapping[str, Any]) -> None:
-        """Take what ``to_record`` wrote."""
+    def load_record(self, snapshot: Mapping[str, object]) -> None:
+        """Take what ``to_record`` wrote (the snapshot holds it as written)."""
+        record = cast(GateRecord, snapshot)
         self.owned = {c: set(codes) for c, codes in record["owned"].items()}
         self.clients = Clients.from_record(record["clients"])
         self.act_buckets = {c: TokenBucket.from_record(b) for c, b in record["act_buckets"].items()}

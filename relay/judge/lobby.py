@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any, Literal, Mapping
+from typing import Literal, Mapping, TypedDict, cast
 
 from protocol import messages as m
 from protocol.chance import SeededChance, derive
@@ -35,6 +35,12 @@ from relay.judge.gate import Gate
 from relay.judge.referee import Referee
 from relay.judge.tables import DETAIL_CHARS, NS, Tables
 from relay.model import LogRecord, Match, Out, Publish, Seat
+
+
+class LobbyRecord(TypedDict):
+    """The lobby in a relay snapshot: where the chance that draws match codes stands."""
+
+    codes: list[int]
 
 MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``grace_s`` setting)
 #: The lobby's own refusals of a request (a decoding error's code comes from the codec).
@@ -53,12 +59,13 @@ class Lobby:
         self.referee = referee
         self.codes = SeededChance(derive(t.seed, "codes"))
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> LobbyRecord:
         """Where the chance that draws match codes stands (a relay snapshot's)."""
         return {"codes": self.codes.to_record()}
 
-    def load_record(self, record: Mapping[str, Any]) -> None:
-        self.codes = SeededChance.from_record(record["codes"])
+    def load_record(self, snapshot: Mapping[str, object]) -> None:
+        """Take what ``to_record`` wrote (the snapshot holds it as written)."""
+        self.codes = SeededChance.from_record(cast(LobbyRecord, snapshot)["codes"])
 
     def on_req(self, client: str, payload: bytes, now_ns: int, out: list[Out]) -> None:
         if not valid_id(client):
@@ -114,7 +121,7 @@ class Lobby:
             if code not in self.t.matches:
                 return code
 
-    def create(self, client: str, name: str, game: str, settings: dict[str, Any], seats: int, quick: bool,
+    def create(self, client: str, name: str, game: str, settings: dict[str, object], seats: int, quick: bool,
                 now_ns: int, out: list[Out]) -> Match | None:
         owned = self.gate.owned.get(client)
         if owned is not None and len(owned) >= self.t.config.max_open_per_client:
@@ -161,7 +168,7 @@ class Lobby:
 
     def quick(self, client: str, msg: m.QuickMatch, now_ns: int, out: list[Out]) -> None:
         game = canonical(msg.game)
-        checked: dict[int, Any] = {}  # seats -> the settings asked for, checked once per call
+        checked: dict[int, dict[str, object] | None] = {}  # seats -> the settings asked for, checked once per call
         for match in self.t.waiting.values():
             if (match.quick and match.game == game
                     and match.seat_of(client) is None and len(match.players) < match.seats):
@@ -368,7 +375,7 @@ class Lobby:
             self.referee.start_game(match, now_ns, out)
 
 
-def _grace(value: Any) -> float | None:
+def _grace(value: object) -> float | None:
     """The ``grace_s`` match setting, checked: None (absent) is the default 30 s; None back if bad."""
     if value is None:
         return 30.0

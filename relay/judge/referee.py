@@ -19,17 +19,17 @@ ends it through the lobby, by the same rules.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Literal
 
 from protocol import messages as m
 from protocol.chance import SeededChance, commitment, derive
 from protocol.codec import DecodeError, decode
 from protocol.match import GameResult, GameStarted, MatchEnd, after_game
 from protocol.records import plain
-from protocol.rules.base import SYSTEM, Accepted, Outcome, Rejected
+from protocol.rules.base import SYSTEM, Accepted, Outcome, RaceKey, Rejected
 from protocol.topics import valid_id
 from relay.fair import Table
-from relay.judge.answers import Answers
+from relay.judge.answers import Answers, Reply
 from relay.judge.deadlines import Deadlines
 from relay.judge.events import Events
 from relay.judge.gate import Gate
@@ -100,7 +100,7 @@ class Referee:
         race = match.rules.race
         assert race is not None  # only a game with a race rule has plays held
 
-        def could_race(seat: int, key: Any) -> bool:
+        def could_race(seat: int, key: RaceKey) -> bool:
             return race.could_race(match.state, seat, key)
 
         return Table(match.code, match.clients, could_race, match.seed, match.seq)
@@ -123,8 +123,8 @@ class Referee:
                 for s in match.players:
                     out.append(Publish(self.t.topics.client(s.client), m.Probe(sent_ns=now_ns)))
 
-    def judge(self, match: Match, seat: int, client: str, act: m.Act, action: Any, now_ns: int, out: list[Out],
-              hold_ns: int = 0, note: dict[str, Any] | None = None) -> bool:
+    def judge(self, match: Match, seat: int, client: str, act: m.Act, action: object, now_ns: int, out: list[Out],
+              hold_ns: int = 0, note: dict[str, object] | None = None) -> bool:
         """Apply one action against the state as it is now; answer it; publish what follows."""
         if match.status != "playing":  # (a held play whose game ended meanwhile: its decision is logged too)
             self.reject(client, match.code, act, "not_running", f"the match is {match.status}", now_ns, out,
@@ -159,7 +159,7 @@ class Referee:
         self.after_change(match, now_ns, out)
         return True
 
-    def commit(self, match: Match, result: Accepted[Any], now_ns: int, out: list[Out], extra: dict[str, Any]) -> None:
+    def commit(self, match: Match, result: Accepted[object], now_ns: int, out: list[Out], extra: dict[str, object]) -> None:
         before, match.state = match.state, result.state
         first = match.seq + 1
         start = len(out)
@@ -185,7 +185,7 @@ class Referee:
                               "seq": [first, match.seq], "ts": now_ns, **extra}))
 
     def reject(self, client: str, code: str, act: m.Act, reason: str, detail: str, now_ns: int, out: list[Out],
-                hold_ns: int = 0, note: dict[str, Any] | None = None) -> None:
+                hold_ns: int = 0, note: dict[str, object] | None = None) -> None:
         detail = detail[:DETAIL_CHARS]  # it may quote what the player sent
         match = self.t.matches.get(code)
         seq = match.seq if match else 0
@@ -198,7 +198,7 @@ class Referee:
                               "detail": detail, "ts": now_ns, "reaction_ns": act.reaction_ns, "hold_ns": hold_ns,
                               **(note or {})}))
 
-    def answer(self, client: str, code: str, action_id: int, answer: Any, now_ns: int, out: list[Out],
+    def answer(self, client: str, code: str, action_id: int, answer: Reply, now_ns: int, out: list[Out],
                 log: bool = True, client_ok: bool = False) -> None:
         """Answer an action to its sender (``client_ok``: its id has been checked already)."""
         if isinstance(answer, m.ActionRejected) and len(answer.detail) > DETAIL_CHARS:  # e.g. a decode error
