@@ -45,7 +45,7 @@ arrival_winner}`` (``seq``: the event of fair order's winning play; winners by p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence, TypedDict
 
 from protocol import ProtocolError
 
@@ -63,7 +63,27 @@ class FalseDecision(ProtocolError, ValueError):
         self.problem = problem
 
 
-def is_decision(data: dict[str, Any]) -> bool:
+class LogLine(Protocol):
+    """A numbered line of a log, as ``protocol.verify.Record`` holds it."""
+
+    @property
+    def line(self) -> int: ...
+
+    @property
+    def data(self) -> Mapping[str, object]: ...
+
+
+class Flip(TypedDict):
+    """A race that arrival order would have given to another seat (``arrival_flips``)."""
+
+    match: str
+    seq: object  # the first seq of the winning play's events, as its line has it
+    pile: object  # the race's pile (its race key's first part)
+    fair_winner: str
+    arrival_winner: str
+
+
+def is_decision(data: Mapping[str, object]) -> bool:
     """Is this relay log line a play judged in fair order (it carries the decision)?"""
     return data.get("kind") in ("applied", "rejected") and data.get("order") == "fair"
 
@@ -111,7 +131,7 @@ class _Match:
     game_name: str = ""
 
 
-def _matches(events: Sequence[Any]) -> list[_Match]:
+def _matches(events: Sequence[LogLine]) -> list[_Match]:
     """Each match of the log (events as ``protocol.verify.Record``: ``line`` and ``data``)."""
     out: list[_Match] = []
     current: dict[str, _Match] = {}
@@ -120,7 +140,8 @@ def _matches(events: Sequence[Any]) -> list[_Match]:
         code = str(d.get("match"))
         mt: _Match | None
         if d.get("type") == "match_created" and d.get("seq") == 1:
-            mt = current[code] = _Match(code, rec.line, d.get("seats") if type(d.get("seats")) is int else 2, None, [], [],
+            seats = d.get("seats")
+            mt = current[code] = _Match(code, rec.line, seats if type(seats) is int else 2, None, [], [],
                                         str(d.get("game_name")))
             out.append(mt)
         mt = current.get(code)
@@ -128,8 +149,9 @@ def _matches(events: Sequence[Any]) -> list[_Match]:
             mt = current[code] = _Match(code, 0, 2, None, [], [])
             out.append(mt)
         assert mt.events is not None and mt.game_lines is not None
-        if type(d.get("seq")) is int:
-            mt.events.append((rec.line, d["seq"]))
+        seq = d.get("seq")
+        if type(seq) is int:
+            mt.events.append((rec.line, seq))
         if d.get("type") == "game_started":
             mt.game_lines.append(rec.line)
             players = d.get("players")
@@ -138,7 +160,7 @@ def _matches(events: Sequence[Any]) -> list[_Match]:
     return out
 
 
-def decisions_of(events: Sequence[Any], lines: Sequence[Any]) -> tuple[list[Decision], list[_Match]]:
+def decisions_of(events: Sequence[LogLine], lines: Sequence[LogLine]) -> tuple[list[Decision], list[_Match]]:
     """The decision lines (``Record``s of the relay's own log lines) placed in their match and game."""
     matches = _matches(events)
     by_code: dict[str, list[tuple[int, int]]] = {}
@@ -154,7 +176,7 @@ def decisions_of(events: Sequence[Any], lines: Sequence[Any]) -> tuple[list[Deci
         mt = matches[starts[-1]]
         assert mt.game_lines is not None
         game = sum(1 for g in mt.game_lines if g < rec.line) - 1
-        out.append(Decision(rec.line, rec.data, starts[-1], game))
+        out.append(Decision(rec.line, dict(rec.data), starts[-1], game))
     return out, matches
 
 
@@ -244,7 +266,7 @@ def _why(d: Decision, same_match: list[Decision], matches: list[_Match]) -> None
             raise FalseDecision(d.line, "judged early ahead of a later play, but no later play was due with it")
 
 
-def check(events: Sequence[Any], lines: Sequence[Any]) -> FalseDecision | None:
+def check(events: Sequence[LogLine], lines: Sequence[LogLine]) -> FalseDecision | None:
     """The first decision line of the log that fair order's rules do not give (None: all true).
     ``events``: the log's events; ``lines``: its other records (``protocol.verify.Record``)."""
     try:
@@ -291,8 +313,8 @@ def _order(ds: list[Decision]) -> None:
                                                     f"(virtual_ns {later['virtual_ns']} < {first['virtual_ns']})")
 
 
-def arrival_flips(events: Sequence[Any], lines: Sequence[Any],
-                  stale_code: Callable[[str], str]) -> tuple[int, list[dict[str, Any]]]:
+def arrival_flips(events: Sequence[LogLine], lines: Sequence[LogLine],
+                  stale_code: Callable[[str], str]) -> tuple[int, list[Flip]]:
     """(races, flips): how many races the log's decisions hold, and those arrival order would give
     to another seat (see the header). ``stale_code``: a game's code for a play that lost a race, by
     the game's name. The decisions must be true (``check``) first."""
@@ -301,7 +323,7 @@ def arrival_flips(events: Sequence[Any], lines: Sequence[Any],
     for d in decisions:
         races.setdefault(d.race, []).append(d)
     count = 0
-    flips = []
+    flips: list[Flip] = []
     for race in races.values():
         if len({d["seat"] for d in race}) < 2:
             continue

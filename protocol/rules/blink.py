@@ -27,7 +27,7 @@ each against the state as it is then.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, get_args, Literal, Mapping, TypeVar
+from typing import get_args, Literal, Mapping, TypedDict, TypeVar
 
 from protocol.codec import message, to_dict
 from protocol.events import ABSENT, EventTypes, TypedEvent, event
@@ -253,10 +253,27 @@ class Settings:
         }
 
 
+class _Chosen(TypedDict, total=False):
+    """The settings a map chose (``make_settings``), by their ``Settings`` names."""
+
+    deck: Deck
+    hand_size: int
+    auto_refill: bool
+    countdown_s: float
+    stalemate_pause_s: float
+    pick_time_s: float
+    best_of: int
+
+
+#: The settings in seconds, each with its bounds.
+_SECONDS: tuple[tuple[Literal["countdown_s", "stalemate_pause_s", "pick_time_s"], float, float], ...] = (
+    ("countdown_s", 0.0, 60.0), ("stalemate_pause_s", 0.0, 30.0), ("pick_time_s", 0.1, 120.0))
+
+
 def make_settings(data: object = None) -> Settings:
     """Validated settings from a map; unknown keys or out-of-range values raise ValueError."""
     data = settings_map(data, Settings, "blink")
-    kw: dict[str, Any] = {}
+    kw: _Chosen = {}
     if "deck" in data:
         kw["deck"] = data["deck"] if isinstance(data["deck"], Deck) else Deck.from_wire(data["deck"])
     if "hand_size" in data:
@@ -268,7 +285,7 @@ def make_settings(data: object = None) -> Settings:
         if type(data["auto_refill"]) is not bool:
             raise ValueError("auto_refill must be true or false")
         kw["auto_refill"] = data["auto_refill"]
-    for key, lo, hi in (("countdown_s", 0.0, 60.0), ("stalemate_pause_s", 0.0, 30.0), ("pick_time_s", 0.1, 120.0)):
+    for key, lo, hi in _SECONDS:
         if key in data:
             v = data[key]
             if not is_number(v) or not lo <= v <= hi:

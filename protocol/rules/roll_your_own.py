@@ -46,7 +46,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, get_args, Iterable, Literal, Mapping, Sequence, TypeVar
+from typing import get_args, Iterable, Literal, Mapping, Sequence, TypedDict, TypeVar
 
 from protocol.codec import message, to_dict
 from protocol.events import ABSENT, BadEvent, EventTypes, PublicEvent, TypedEvent, event, part
@@ -153,14 +153,31 @@ class Settings:
         }
 
 
+class _Chosen(TypedDict, total=False):
+    """The settings a map chose (``make_settings``), by their ``Settings`` names."""
+
+    budget: int
+    max_face: int
+    rolls_per_round: int
+    rounds_per_game: int
+    games_per_match: int
+    tile_pool: tuple[int, ...]
+    turn_timer_s: float
+
+
+#: The whole-number settings, each with its bounds.
+_COUNTS: tuple[tuple[Literal["budget", "max_face", "rolls_per_round", "rounds_per_game", "games_per_match"], int, int],
+               ...] = (("budget", 0, 60), ("max_face", 1, 20), ("rolls_per_round", 1, 99), ("rounds_per_game", 1, 99),
+                       ("games_per_match", 1, 99))
+
+
 def make_settings(data: object = None) -> Settings:
     """Validated settings from a map (or the ``Settings`` themselves); unknown keys or bad values raise ValueError."""
     if isinstance(data, Settings):
         return data
     data = settings_map(data, Settings, "roll-your-own")
-    kw: dict[str, Any] = {}
-    for key, lo, hi in (("budget", 0, 60), ("max_face", 1, 20), ("rolls_per_round", 1, 99),
-                        ("rounds_per_game", 1, 99), ("games_per_match", 1, 99)):
+    kw: _Chosen = {}
+    for key, lo, hi in _COUNTS:
         if key in data:
             v = data[key]
             if type(v) is not int or not lo <= v <= hi:

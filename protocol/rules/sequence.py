@@ -40,7 +40,7 @@ win (reason ``forfeit``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
+from typing import get_args, Iterable, Literal, Mapping, Sequence, TypedDict
 
 from protocol.codec import message, to_dict
 from protocol.events import ABSENT, EventTypes, TypedEvent, event, part
@@ -165,11 +165,26 @@ class Settings:
         }
 
 
+class _Chosen(TypedDict, total=False):
+    """The settings a map chose (``make_settings``), by their ``Settings`` names."""
+
+    board: tuple[tuple[int, ...], ...]
+    sequence_length: int
+    max_turns: int
+    chips_per_colour: int
+    turn_timer_s: float
+
+
+#: The whole-number settings, each with its bounds.
+_COUNTS: tuple[tuple[Literal["sequence_length", "max_turns", "chips_per_colour"], int, int], ...] = (
+    ("sequence_length", 3, 12), ("max_turns", 1, 100_000), ("chips_per_colour", 1, 144))
+
+
 def make_settings(data: object = None) -> Settings:
     if isinstance(data, Settings):
         return data
     data = settings_map(data, Settings, "sequence")
-    kw: dict[str, Any] = {}
+    kw: _Chosen = {}
     if "board" in data:
         b = data["board"]
         if not isinstance(b, (list, tuple)) or not 3 <= len(b) <= 12:
@@ -184,7 +199,7 @@ def make_settings(data: object = None) -> Settings:
         if len({len(r) for r in rows}) != 1:
             raise ValueError("board rows must all have the same length")
         kw["board"] = tuple(rows)
-    for key, lo, hi in (("sequence_length", 3, 12), ("max_turns", 1, 100_000), ("chips_per_colour", 1, 144)):
+    for key, lo, hi in _COUNTS:
         if key in data:
             v = data[key]
             if type(v) is not int or not lo <= v <= hi:

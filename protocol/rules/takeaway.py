@@ -41,7 +41,7 @@ claims stay on record but they are out of the standings; when one player is left
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, get_args, Iterable, Literal, Mapping, Sequence
+from typing import get_args, Iterable, Literal, Mapping, Sequence, TypedDict
 
 from protocol.codec import message, to_dict
 from protocol.events import ABSENT, EventTypes, TypedEvent, event
@@ -228,12 +228,22 @@ class Settings:
         }
 
 
+class _Chosen(TypedDict, total=False):
+    """The settings a map chose (``make_settings``), by their ``Settings`` names."""
+
+    layout: str
+    size: int
+    cells: tuple[Coord, ...]
+    reroll_once_per_game: bool
+    turn_timer_s: float
+
+
 def make_settings(data: object = None) -> Settings:
     """Validated settings from a map (or the ``Settings`` themselves); unknown keys or bad values raise ValueError."""
     if isinstance(data, Settings):
         return data
     data = settings_map(data, Settings, "takeaway")
-    kw: dict[str, Any] = {}
+    kw: _Chosen = {}
     layout = data.get("layout", "hex19")
     if not isinstance(layout, str) or (layout not in LAYOUTS and layout not in SPECIAL_LAYOUTS):
         names = ", ".join(list(LAYOUTS) + list(SPECIAL_LAYOUTS))
