@@ -66,7 +66,7 @@ import aiomqtt  # noqa: E402
 
 from bench.benchkit import find_mosquitto  # noqa: E402
 from bench.fuzz import Stack, _die_with_parent, bot_matches, ping_relay, rss_kb  # noqa: E402
-from client.net import Connection, new_client_id  # noqa: E402
+from client import Connection, new_client_id  # noqa: E402
 from mqttkit import BrokerAddress  # noqa: E402
 from protocol import messages as m  # noqa: E402
 from protocol.codec import decode_all, encode  # noqa: E402
@@ -136,9 +136,9 @@ class NatsStack(Stack):
             except subprocess.TimeoutExpired:
                 self.relay.kill()
                 self.relay.wait()
-        from client.tools.nats_cluster import stop_cluster
+        from client.tools import nats_cluster
 
-        stop_cluster(self.cluster_dir)
+        nats_cluster.stop_cluster(self.cluster_dir)
 
 
 async def until(cond: Callable[[], bool], timeout: float = WAIT_S) -> bool:

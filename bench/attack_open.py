@@ -50,10 +50,7 @@ import aiomqtt
 
 from bench.benchkit import find_mosquitto
 from bench.fuzz import Stack
-from client.bots import Bot, RandomChance
-from client.model import ClientModel
-from client.net import new_client_id
-from client.player import Player
+from client import Bot, ClientModel, Player, RandomChance, new_client_id
 from mqttkit import BrokerAddress, free_port, parse_url
 from protocol import messages as m
 from protocol.codec import DecodeError, decode_all, encode

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchkit import cpu_s, stop  # noqa: E402
-from client.net import new_client_id  # noqa: E402
+from client import new_client_id  # noqa: E402
 from mqttkit import free_port  # noqa: E402
 from mqttkit.connection import connect as mqtt_connect  # noqa: E402
 from protocol.topics import Topics  # noqa: E402

@@ -37,20 +37,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client.tools.latency import (FAST_BLINK, BadArgument, LatencyConfig, LatencyError, LatencyResult,  # noqa: E402
-                            percentiles_ms, run_blocking, seat_impairments, wilson)
+from client.tools import latency  # noqa: E402
 
 SMALL_DECK = {"colours": ["red", "yellow", "green", "blue"], "shapes": ["star", "triangle", "moon"],
               "counts": [1, 2, 3]}
 
 
 def share(won: int, n: int) -> dict[str, Any]:
-    lo, hi = wilson(won, n)
+    lo, hi = latency.wilson(won, n)
     return {"won": won, "n": n, "share": round(won / n, 4) if n else None,
             "ci95": [round(lo, 4), round(hi, 4)] if lo is not None and hi is not None else None}
 
 
-def mode_report(result: LatencyResult, slow: int) -> dict[str, Any]:
+def mode_report(result: latency.LatencyResult, slow: int) -> dict[str, Any]:
     s = result.summary()
     fast = 1 - slow
     n_races = s["race_count"]
@@ -67,8 +66,8 @@ def mode_report(result: LatencyResult, slow: int) -> dict[str, Any]:
         "accepted": s["accepted"],
         "rejected": s["rejected"],
         "confirm_ms": s["confirm_ms"],
-        "confirm_ms_fast": percentiles_ms(result.confirm_ns(fast)),
-        "confirm_ms_slow": percentiles_ms(result.confirm_ns(slow)),
+        "confirm_ms_fast": latency.percentiles_ms(result.confirm_ns(fast)),
+        "confirm_ms_slow": latency.percentiles_ms(result.confirm_ns(slow)),
         "rtt_ms_fast": s["rtt_ms_by_seat"][str(fast)],
         "rtt_ms_slow": s["rtt_ms_by_seat"][str(slow)],
         "hold_ms": s["hold_ms"],
@@ -137,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = p.parse_args(argv)
     try:
-        imps = seat_impairments(delay=args.delay)
-    except BadArgument as exc:
+        imps = latency.seat_impairments(delay=args.delay)
+    except latency.BadArgument as exc:
         print(f"fairness: {exc}", file=sys.stderr)
         return 2
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -146,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print("fairness: --modes takes arrival and/or fair", file=sys.stderr)
         return 2
     slow = 1 if imps[1].delay_s >= imps[0].delay_s else 0
-    settings: dict[str, Any] = dict(FAST_BLINK)
+    settings: dict[str, Any] = dict(latency.FAST_BLINK)
     if args.deck == "small":
         settings["deck"] = SMALL_DECK
     warnings.filterwarnings("ignore", message=r"coroutine 'Connection\._(deliver_async|publish)' was never awaited",
@@ -158,13 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         "fair_cap_ms": args.fair_cap_ms, "seed": args.seed, "date": time.strftime("%Y-%m-%d"),
     }}
     for mode in modes:
-        cfg = LatencyConfig(matches=args.matches, duration_s=args.duration, impairments=imps, order=mode,
-                            reaction_s=args.reaction, seed=args.seed, fair_cap_ms=args.fair_cap_ms, settings=settings)
+        cfg = latency.LatencyConfig(matches=args.matches, duration_s=args.duration, impairments=imps, order=mode,
+                                    reaction_s=args.reaction, seed=args.seed, fair_cap_ms=args.fair_cap_ms,
+                                    settings=settings)
         if not args.json:
             print(f"running {mode} order for {args.duration:g} s ...", file=sys.stderr, flush=True)
         try:
-            result = run_blocking(cfg)
-        except LatencyError as exc:
+            result = latency.run_blocking(cfg)
+        except latency.LatencyError as exc:
             print(f"fairness: {mode} order: {exc}", file=sys.stderr)
             return 1
         report[mode] = mode_report(result, slow)

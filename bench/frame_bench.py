@@ -83,11 +83,9 @@ async def bench(args: argparse.Namespace, game: str) -> dict[str, Any]:
     from pyglet.window import key
 
     from protocol.rules import blink
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig, parse_level
-    from client.window.framestats import FrameStats, percentile
+    from client.window import App, AppConfig, FrameStats, SessionConfig, parse_level, percentile
 
-    from client.window.scenes.turnbased import TurnBasedScene
+    from client.window.scenes import TurnBasedScene
 
     TurnBasedScene.keep_layouts = not args.no_label_cache
     racing = game == "blink"

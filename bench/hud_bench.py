@@ -104,8 +104,7 @@ def renice_window(app: Any, nice: int) -> None:
 
 
 async def run_one(game: str, mode: str, seconds: float, seed: int, nice: int = 0) -> dict[str, Any]:
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig, parse_level
+    from client.window import App, AppConfig, SessionConfig, parse_level
 
     child, net_thread = MODES[mode]
     racing = game == "blink"
@@ -157,8 +156,8 @@ async def run_one(game: str, mode: str, seconds: float, seed: int, nice: int = 0
 async def run_headless(seconds: float) -> dict[str, Any]:
     """The floor: a windowless player (this process, nothing else on its loop) pinging a relay in a
     child process, at the HUD's ping interval. What the relay and broker alone add on this machine."""
-    from client.player import Player
-    from client.window.session import SessionConfig
+    from client import Player
+    from client.window import SessionConfig
     from relay.hosting import ChildServer
 
     interval = SessionConfig().ping_interval_s

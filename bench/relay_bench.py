@@ -70,7 +70,7 @@ from protocol.rules.base import Accepted  # noqa: E402
 from protocol.topics import Topics  # noqa: E402
 from bench.benchkit import wait_port  # noqa: E402
 from mqttkit import free_port, parse_url  # noqa: E402
-from client.tools.latency import percentiles_ms  # noqa: E402
+from client.tools import latency  # noqa: E402
 
 MQTT311 = 4
 TOPICS = Topics()
@@ -694,12 +694,12 @@ async def capacity(stack: Stack, steps: list[int], seconds: float, reaction_s: f
             cpu1 = cpu_seconds(stack.relay_pid), cpu_seconds(stack.broker_pid), time.process_time()
             lag_stop.set()
             await lag_task
-            p = percentiles_ms(rec.confirm)
+            p = latency.percentiles_ms(rec.confirm)
             step: dict[str, Any] = {"matches": n, "confirm_ms": p, "actions_per_s": round(rec.answered / elapsed, 1),
                     "lost": rec.lost,
                     "relay_cpu": round((cpu1[0] - cpu0[0]) / elapsed, 3),
                     "generator_cpu": round((cpu1[2] - cpu0[2]) / elapsed, 3),
-                    "generator_loop_lag_ms": percentiles_ms(lag)}
+                    "generator_loop_lag_ms": latency.percentiles_ms(lag)}
             if stack.broker == "mosquitto":
                 step["broker_cpu"] = round((cpu1[1] - cpu0[1]) / elapsed, 3)
             results.append(step)
@@ -729,7 +729,7 @@ async def idle_lag(seconds: float) -> dict[str, Any]:
     await asyncio.sleep(seconds)
     stop.set()
     await task
-    return percentiles_ms(out)
+    return latency.percentiles_ms(out)
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -741,7 +741,7 @@ async def bench_broker(stack: Stack, args: argparse.Namespace, rng: random.Rando
     log(f"[{stack.broker}] latency: {args.n} sequential plays, {args.n} echo round trips")
     relay_rec = await relay_latency(stack.port, args.n, rng)
     echo = await echo_latency(stack.port, args.n, stack.login)
-    r, e = percentiles_ms(relay_rec.confirm), percentiles_ms(echo)
+    r, e = latency.percentiles_ms(relay_rec.confirm), latency.percentiles_ms(echo)
     out["latency"] = {"relay_ms": r, "echo_ms": e, "ratio_p50": ratio(r["p50"], e["p50"]),
                       "ratio_p99": ratio(r["p99"], e["p99"])}
     log(f"  relay p50 {r['p50']} p99 {r['p99']} ms   echo p50 {e['p50']} p99 {e['p99']} ms   "

@@ -23,7 +23,7 @@ from protocol import messages as m
 from protocol.codec import decode, encode
 from relay.embedded import EmbeddedBroker
 from relay.hosting import LocalServer
-from client.net import new_client_id
+from client import new_client_id
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration

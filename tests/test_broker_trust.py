@@ -34,8 +34,7 @@ from relay.hosting import LocalServer
 from relay.hosting.mosquitto import acl_text, hash_password, write_mosquitto_config
 from relay.runtime import Relay, RelaySettings
 from bench.fuzz import RawMqtt
-from client.matchrun import run_match
-from client.net import Connection, new_client_id
+from client import Connection, new_client_id, run_match
 from tests.conftest import ROOT, find_mosquitto, wait_port
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.matchrun import run_match
-from client.net import Connection, new_client_id
+from client import Connection, new_client_id, run_match
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress
 from protocol import messages as m
 from protocol.codec import MAX_BUNDLE_ITEMS, DecodeError, decode, decode_all, encode, pack_bundle

@@ -19,10 +19,9 @@ from protocol.rules import game_for
 from protocol.rules.blink import RaceResumed
 from mqttkit import BrokerAddress, free_port
 from relay.core import PAST_EVENTS, Publish
-from client.bots import Bot
+from client import Bot
 from relay.hosting import LocalServer
-from client.net import Connection
-from client.player import Player
+from client import Connection, Player
 from tests.test_relay_core import Harness, T
 
 BLINK = [sys.executable, "-m", "client.cli"]

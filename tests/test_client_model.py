@@ -6,7 +6,7 @@ from protocol import messages as m
 from relay.model import RelayConfig
 from protocol.rules import blink
 from protocol.rules.base import Rejected
-from client.model import ClientModel
+from client import ClientModel
 from tests.test_relay_core import T, Harness, race_deck
 
 

@@ -23,7 +23,7 @@ import aiomqtt
 import pytest
 
 from client.tools import nats_cluster
-from client.net import new_client_id
+from client import new_client_id
 from protocol import messages as m
 from protocol.codec import decode_all, encode
 from protocol.topics import Topics

@@ -29,7 +29,7 @@ from mqttkit import parse_url
 from protocol.rules import game_for
 from protocol.verify import parse_log, verify
 from relay.cluster import shards
-from client.matchrun import MatchResult, event_line, run_match
+from client import MatchResult, event_line, run_match
 from tests.logcheck import check_blink_log
 
 pytestmark = [pytest.mark.integration("nats-server"), pytest.mark.slow,

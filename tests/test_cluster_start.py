@@ -16,7 +16,7 @@ from typing import Any
 import aiomqtt
 import pytest
 
-from client.net import new_client_id
+from client import new_client_id
 from client.tools import nats_cluster
 from mqttkit import free_port
 from protocol import messages as m

@@ -20,8 +20,7 @@ from typing import Any, Callable
 import pytest
 
 from bench.fuzz import RawMqtt
-from client.matchrun import event_line, run_match
-from client.net import new_client_id
+from client import event_line, new_client_id, run_match
 from mqttkit import BrokerAddress
 from protocol import messages as m
 from protocol.codec import DecodeError, decode_all, encode

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import aiomqtt
 import pytest
 
-from client.net import new_client_id
+from client import new_client_id
 from mqttkit import BrokerAddress
 from protocol import messages as m
 from protocol.codec import decode_all, encode

@@ -17,7 +17,7 @@ import pytest
 from protocol import messages as m
 from protocol.rules import GAMES
 from mqttkit import BrokerAddress, free_port
-from client.net import Connection
+from client import Connection
 from tests.conftest import ROOT
 from tests.guards import ENV_FAULT, BrokenGame, RelayGuard, child_env, problems_in
 from tests.helpers import eventually

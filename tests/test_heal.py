@@ -18,8 +18,8 @@ from protocol.codec import encode
 from protocol.rules import blink
 from protocol.verify import parse_log, verify
 from relay.core import LogRecord, Publish
-from client.model import (ASK_AGAIN_FIRST_NS, GIVE_UP_NS, ClientModel, ConnectionLost, Reconnected, Reconnecting,
-                          resend_wait_ns)
+from client import ClientModel
+from client.model import ASK_AGAIN_FIRST_NS, GIVE_UP_NS, ConnectionLost, Reconnected, Reconnecting, resend_wait_ns
 from tests.test_relay_core import S, T, Harness
 
 # ---------------------------------------------------------------------------------- relay core
@@ -282,7 +282,7 @@ class _Wire:
 def test_a_player_joining_asks_again_when_the_shard_is_served_again_and_stops_once_seated(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from client import model
-    from client.player import Player
+    from client import Player
     from mqttkit import parse_url
     from tests.helpers import eventually
 
@@ -341,9 +341,9 @@ from pathlib import Path  # noqa: E402
 
 from mqttkit import BrokerAddress  # noqa: E402
 from relay.hosting import LocalServer  # noqa: E402
-from client.bots import Bot  # noqa: E402
+from client import Bot  # noqa: E402
 from client.net import Impairment  # noqa: E402
-from client.player import Player  # noqa: E402
+from client import Player  # noqa: E402
 from tests.helpers import DEADLINE_S, eventually, wait_until  # noqa: E402
 
 BLINK = [sys.executable, "-m", "client.cli"]
@@ -399,7 +399,7 @@ def test_ten_percent_loss_both_ways_matches_finish_and_nothing_is_applied_twice(
 
 async def _retry(call: Any, tries: int = 10) -> Any:
     """A lobby request may be lost on an impaired link: ask again (the relay answers a repeat)."""
-    from client.player import RequestError
+    from client import RequestError
 
     for i in range(tries):
         try:
@@ -554,7 +554,8 @@ def test_a_rejoin_with_a_wrong_token_is_refused(tmp_path: Path, mosquitto: Broke
 
 
 def test_the_opponent_view_shows_who_is_being_waited_for_and_how_long() -> None:
-    from client.window.viewmodels.table import TableViewModel, waiting_text
+    from client.window.viewmodels import TableViewModel
+    from client.window.viewmodels.table import waiting_text
 
     model = playing_model()
     assert model.match and waiting_text(model, 0) is None

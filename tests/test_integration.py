@@ -20,8 +20,7 @@ from protocol.rules import blink
 from mqttkit import BrokerAddress, free_port
 from relay.core import RelayConfig
 from relay.hosting import LocalServer
-from client.net import Connection
-from client.player import Player
+from client import Connection, Player
 from tests.conftest import wait_port
 from tests.helpers import DEADLINE_S, eventually
 from tests.logcheck import check_blink_log, read

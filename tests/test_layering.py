@@ -1,12 +1,15 @@
 """The package layering the design relies on, read from the source: no import circle in relay/ (the
 fair-order scheduler knows nothing of the core), none between relay's rooms and its top modules
 read as one node each, the judge imports of the relay only its pure neighbours, relay's rooms reach
-each other only through their faces, and the pure protocol imports nothing of the relay or the client.
+each other only through their faces, and the pure protocol imports nothing of the relay or the client;
+the client has no circle and its window on top, and its packages (``client``, ``client.window`` and
+its ``viewmodels`` and ``scenes``, ``client.tools``, ``client.cli``) are entered only through faces.
 
-relay's rooms (``relay.embedded``, ``relay.storage``, ``relay.cluster``, ``relay.hosting``) have
-lazy faces: an ``__init__`` whose ``_WHERE`` names the module behind each name of ``__all__``, with
-the same imports under ``TYPE_CHECKING`` for the type checker. The graph reader follows a name
-taken from such a face to the module that defines it, so the circles it finds are the real ones."""
+relay's rooms (``relay.embedded``, ``relay.storage``, ``relay.cluster``, ``relay.hosting``) and the
+client's packages but ``client.cli`` have lazy faces: an ``__init__`` whose ``_WHERE`` names the
+module behind each name of ``__all__``, with the same imports under ``TYPE_CHECKING`` for the type
+checker. The graph readers follow a name taken from such a face to the module that defines it, so
+the circles they find are the real ones."""
 
 from __future__ import annotations
 
@@ -272,7 +275,8 @@ def test_no_module_imports_another_modules_private_names() -> None:
 
 def strict_edges(name: str, path: Path, modules: set[str]) -> set[str]:
     """The modules of ``modules`` that ``name`` imports (outside ``TYPE_CHECKING``), a package
-    counted whenever something is imported from it."""
+    counted whenever something is imported from it, and a name taken from a lazy face counted as
+    the module that defines it too (the face itself imports nothing until it is asked)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     skip = _type_checking_only(tree)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -290,7 +294,9 @@ def strict_edges(name: str, path: Path, modules: set[str]) -> set[str]:
                 source = node.module or ""
             if source in modules:
                 edges.add(source)
+            table = face_table(source)
             edges.update(f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in modules)
+            edges.update(table[alias.name] for alias in node.names if table.get(alias.name) in modules)
     edges.discard(name)
     return edges
 
@@ -304,6 +310,13 @@ def test_the_strict_reader_counts_the_package_a_name_comes_from(tmp_path: Path) 
     sample = tmp_path / "sample.py"
     sample.write_text("from p import args\nfrom p.q import thing\nimport r.s\n")
     assert strict_edges("x", sample, {"p", "p.args", "p.q", "r", "r.s"}) == {"p", "p.args", "p.q", "r.s"}
+
+
+def test_the_strict_reader_follows_a_name_through_a_lazy_face() -> None:
+    graph = client_graph()
+    assert {"client.window.scenes", "client.window.scenes.registry"} <= graph["client.window.app"]
+    assert {"client.window.viewmodels", "client.window.viewmodels.table"} <= graph["client.window.scenes.table"]
+    assert graph["client.window.viewmodels"] == set()  # a lazy face: nothing until asked
 
 
 def test_no_import_circle_in_the_client_and_the_window_on_top() -> None:
@@ -348,7 +361,9 @@ def test_each_room_of_the_relay_has_a_face_and_few_modules_lie_beside_them() -> 
 def test_a_lazy_face_lists_each_name_once_and_types_what_it_loads() -> None:
     """``__all__``, ``_WHERE`` and the ``TYPE_CHECKING`` imports of a lazy face name the same things
     from the same modules, each of which defines the name (or is the module itself)."""
-    for face in ("relay",) + ROOMS:
+    assert {face for face in ("relay",) + ROOMS + CLIENT_PACKAGES if face_table(face)} >= {
+        "relay.hosting", "client", "client.window", "client.window.viewmodels", "client.tools"}
+    for face in ("relay",) + ROOMS + CLIENT_PACKAGES:
         table = face_table(face)
         if not table:
             continue  # an eager face: its imports are its table
@@ -357,13 +372,32 @@ def test_a_lazy_face_lists_each_name_once_and_types_what_it_loads() -> None:
         assert sorted(face_all(face)) == sorted(set(table) | own), face  # loaded on demand, or defined right there
         typed: dict[str, str] = {}
         for node in ast.walk(ast.parse(ROOT.joinpath(*face.split("."), "__init__.py").read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("relay"):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == face.split(".")[0]:
                 for alias in node.names:
                     typed[alias.asname or alias.name] = node.module if node.module != face else f"{face}.{alias.name}"
         assert typed == table, face
         for name, module in table.items():
+            if face.startswith("client"):  # read, not imported: the window's modules open a display
+                assert module.endswith("." + name) or name in top_level_names(module), (face, name, module)
+                continue
             loaded = importlib.import_module(module)
             assert module.endswith("." + name) or hasattr(loaded, name), (face, name, module)
+
+
+def top_level_names(module: str) -> set[str]:
+    """The names a module binds at its top level: its classes, functions, assignments and imports."""
+    path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+    return names
 
 
 def test_no_room_of_the_relay_reaches_into_another_but_through_its_face() -> None:
@@ -386,3 +420,74 @@ def test_no_room_of_the_relay_reaches_into_another_but_through_its_face() -> Non
                 if module != room or (taken is not None and taken not in face_all(room)):
                     bad.append(f"{_shown(path)}:{node.lineno}: {module}" + (f" import {taken}" if taken else ""))
     assert not bad, "imports past a room's face:\n" + "\n".join(bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# The client's packages: each a room with a face, entered from outside only through it.
+
+CLIENT_PACKAGES = ("client", "client.cli", "client.tools", "client.window", "client.window.scenes",
+                   "client.window.viewmodels")
+
+
+def test_each_package_of_the_client_has_a_face() -> None:
+    assert {".".join(p.relative_to(ROOT).parent.parts) for p in (ROOT / "client").rglob("__init__.py")} == set(CLIENT_PACKAGES)
+    for package in CLIENT_PACKAGES:
+        init = ROOT.joinpath(*package.split("."), "__init__.py")
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        assert doc and "How this works" in doc, f"{package}: its face says how it works"
+        assert face_all(package), package
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def past_a_face(path: Path, own: str, strict: bool) -> list[str]:
+    """The imports in ``path`` that enter a package of the client it is not part of other than by a
+    face: ``from face import name`` with ``name`` in the face's ``__all__`` (a face of an inner
+    package is a door too). ``strict`` False (a test): only a name some face lists, taken from
+    behind it -- a test may import a module's own helpers to test them. ``own``: the module
+    ``path`` is ("" outside the client)."""
+    faces = {package: set(face_all(package)) for package in CLIENT_PACKAGES}
+    bad: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        named: list[tuple[str, str | None]] = []
+        if isinstance(node, ast.Import):
+            named = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            named = [(node.module, alias.name) for alias in node.names]
+        for module, taken in named:
+            outside = [p for p in CLIENT_PACKAGES if _within(module, p) and not _within(own, p)]
+            if not outside:
+                continue
+            through = module in faces and taken is not None and taken in faces[module]
+            listed = taken is not None and any(taken in faces[p] and face_table(p).get(taken, p + "." + taken) == module
+                                               for p in outside)
+            if not through and (strict or listed):
+                bad.append(f"{_shown(path)}:{node.lineno}: {module}" + (f" import {taken}" if taken else ""))
+    return bad
+
+
+def test_the_face_reader_tells_a_face_from_the_modules_behind_it(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from client.window import App\nfrom client.window.app import AppConfig\n"
+                      "def f():\n    from client.window.layout import fit_text\n    import client.tools.latency\n"
+                      "from client.tools import latency\nfrom client.window.viewmodels import ClientView\n")
+    assert [line.split(": ", 1)[1] for line in past_a_face(sample, "", strict=True)] == [
+        "client.window.app import AppConfig", "client.window.layout import fit_text", "client.tools.latency"]
+    assert [line.split(": ", 1)[1] for line in past_a_face(sample, "", strict=False)] == [
+        "client.window.app import AppConfig"]  # a test may take a module's own helpers, not a face's names
+    assert past_a_face(sample, "client.window.hud", strict=True) == ["sample.py:5: client.tools.latency"]
+
+
+def test_the_client_s_packages_are_entered_through_their_faces() -> None:
+    """The client's code and the benchmarks import a package of the client they are not part of
+    through its face (``from client.window import App``), never one of its modules
+    (``client.window.app``); a test takes from the face every name the face lists."""
+    def own(path: Path) -> str:
+        return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+    bad = [line for path in sorted((ROOT / "client").rglob("*.py")) for line in past_a_face(path, own(path), strict=True)]
+    bad += [line for path in sorted((ROOT / "bench").rglob("*.py")) for line in past_a_face(path, "", strict=True)]
+    bad += [line for path in sorted((ROOT / "tests").rglob("*.py")) for line in past_a_face(path, "", strict=False)]
+    assert not bad, "imports past a face of the client:\n" + "\n".join(bad)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from client.matchrun import event_line
+from client import event_line
 from mqttkit import BrokerAddress
 from protocol import messages as m
 from protocol.chance import SeededChance

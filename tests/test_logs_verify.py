@@ -379,7 +379,7 @@ def test_real_relays_hand_a_shard_over_and_both_logs_verify(mosquitto: Any, tmp_
     forfeits under B. Both logs are true, and B's holds the whole match (from A's kept events)."""
     import asyncio
 
-    from client.player import Player
+    from client import Player
     from relay.hosting import ClusterServer, sqlite_opener
     from relay.cluster import ShardedSpace
     from relay.ownership import StaticOwnership

@@ -27,8 +27,7 @@ from relay.runtime import Relay, RelaySettings
 from relay.core import RelayConfig
 from relay.cluster import ShardedSpace
 from relay.ownership import StaticOwnership
-from client.matchrun import run_match
-from client.player import Player
+from client import Player, run_match
 from tests.helpers import eventually
 
 DEADLINE_S = 120.0

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from protocol import messages as m
-from client.net import new_client_id
+from client import new_client_id
 from client.netthread import NetThread, ThreadedConnection
-from client.player import Player
+from client import Player
 from tests.helpers import eventually, wait_until
 
 pytestmark = pytest.mark.integration  # each test plays against a relay (LocalServer, ChildServer)
@@ -99,7 +99,7 @@ def test_sends_from_the_owner_keep_their_order_and_arrivals_are_handled_in_order
 
 
 def test_a_session_without_a_frame_loop_plays_through_the_network_thread() -> None:
-    from client.window.session import Session, SessionConfig
+    from client.window import Session, SessionConfig
 
     async def scenario() -> None:
         session = Session(SessionConfig(game="takeaway", seed=4))

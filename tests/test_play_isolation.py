@@ -162,7 +162,7 @@ def test_ctrl_c_ends_blink_play_and_its_relay_child(play: Any) -> None:
 
 
 def test_a_session_plays_against_a_relay_in_a_child_process_and_stops_it() -> None:
-    from client.window.session import Session, SessionConfig
+    from client.window import Session, SessionConfig
 
     async def scenario() -> None:
         session = Session(SessionConfig(game="takeaway", relay_process=True, seed=4))
@@ -185,7 +185,7 @@ def test_a_session_plays_against_a_relay_in_a_child_process_and_stops_it() -> No
 
 
 def test_a_session_notices_its_relay_child_dying() -> None:
-    from client.window.session import Session, SessionConfig
+    from client.window import Session, SessionConfig
 
     async def scenario() -> None:
         session = Session(SessionConfig(game="sequence", relay_process=True))
@@ -225,8 +225,8 @@ def test_hosting_on_the_lan_moves_the_relay_child_onto_every_interface(monkeypat
     """``blink play --host``: the loopback child is replaced by one listening on every interface
     (advertised -- here to a recorder, no multicast); a friend joins through it."""
     import relay.hosting.lanhost as lanmod
-    from client.player import Player
-    from client.window.session import Session, SessionConfig
+    from client import Player
+    from client.window import Session, SessionConfig
     from mqttkit import BrokerAddress
 
     adverts: list[tuple[int, str]] = []

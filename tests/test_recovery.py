@@ -26,9 +26,7 @@ import pytest
 from mqttkit import BrokerAddress, free_port, parse_url
 from protocol import messages as m
 from protocol.topics import Topics
-from client.bots import Bot
-from client.net import Connection, new_client_id
-from client.player import Player
+from client import Bot, Connection, Player, new_client_id
 from relay.cluster import shards
 from relay.storage.journal import KIND_MSG, SqliteJournal
 from relay.hosting import write_mosquitto_config

@@ -23,9 +23,7 @@ import pytest
 from mqttkit import BrokerAddress, free_port, parse_url
 from protocol import messages as m
 from protocol.topics import Topics
-from client.bots import Bot
-from client.net import Connection, new_client_id
-from client.player import Player
+from client import Bot, Connection, Player, new_client_id
 from tests.conftest import ROOT
 from tests.test_recovery import BLINK, OwnMosquitto, Relay, check_log, read_log, until
 

@@ -23,13 +23,14 @@ from typing import Any
 
 import pytest
 
-from client.matchrun import event_line
+from client import event_line
 from protocol import messages as m
 from protocol.codec import encode
 from protocol.rules import game_for
 from protocol.topics import Topics
 from relay.core import Publish, RelayConfig, RelayCore
-from client.window.viewmodels.replay import Playback, ReplayError, ReplaySession, load_replay
+from client.window.viewmodels import ReplayError, ReplaySession, load_replay
+from client.window.viewmodels.replay import Playback
 from client.results import match_result_line
 from tests.test_window import LONG, SCENARIO_S, colour_pixels, started, stop, until, xdisplay  # noqa: F401
 
@@ -301,7 +302,8 @@ def test_blink_replay_refuses_a_false_log_in_one_line_and_opens_no_window(played
 
 
 def test_the_recorder_writes_one_match_from_seq_1_and_the_list_reads_it(played: Any, tmp_path: Path) -> None:
-    from client.replays import Recorder, list_replays
+    from client import list_replays
+    from client.replays import Recorder
 
     lines, _ = played["sequence"]
     events = [m.Event(r["match"], r["seq"], r["ts"], r["game"], r["type"],
@@ -384,8 +386,7 @@ def test_blink_replay_screenshots_of_a_blink_match(xdisplay: str, played: Any, t
 def test_blink_replay_of_a_dice_game_in_process(xdisplay: str, played: Any, tmp_path: Path) -> None:
     from pyglet.window import key
 
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
 
     lines, _ = played["takeaway"]
     replay = load_replay(lines)
@@ -432,8 +433,7 @@ def test_blink_replay_of_a_dice_game_in_process(xdisplay: str, played: Any, tmp_
 def test_a_window_match_is_recorded_and_listed_and_replayed_from_the_menu(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
     from protocol.verify import parse_log, verify
 
     folder = tmp_path / "replays"
@@ -472,11 +472,10 @@ def test_a_window_match_is_recorded_and_listed_and_replayed_from_the_menu(xdispl
 
 @pytest.mark.integration
 def test_a_spectator_gets_the_results_screen_at_the_end_of_a_watched_match(xdisplay: str, tmp_path: Path) -> None:
-    from client.bots import Bot
+    from client import Bot
     from relay.hosting import LocalServer
-    from client.player import Player
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client import Player
+    from client.window import App, AppConfig, SessionConfig
 
     async def scenario() -> None:
         async with LocalServer(None, 5, RelayConfig(between_games_s=0.5)) as server:
@@ -511,7 +510,7 @@ def test_a_spectator_gets_the_results_screen_at_the_end_of_a_watched_match(xdisp
         assert len(files) == 1 and "match_over" in files[0].read_text()
         lines = files[0].read_text().splitlines()
         assert json.loads(lines[0])["seq"] == 1 and json.loads(lines[0])["type"] == "match_created"
-        from client.replays import list_replays
+        from client import list_replays
         from protocol.verify import parse_log, verify
 
         assert verify(parse_log(lines)).ok
@@ -580,8 +579,7 @@ def test_the_replays_folder_is_in_the_relays_data_directory(monkeypatch: pytest.
 def test_a_blink_replay_played_paused_and_stepped_draws_the_spectators_table(xdisplay: str, played: Any) -> None:
     from pyglet.window import key
 
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
 
     lines, _ = played["blink"]
     replay = load_replay(lines)
@@ -623,9 +621,8 @@ def test_the_replays_list_summarises_every_match_puts_the_finished_first_and_fit
                                                                                   tmp_path: Path) -> None:
     from pyglet.window import key
 
-    from client.replays import list_replays
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client import list_replays
+    from client.window import App, AppConfig, SessionConfig
 
     folder = tmp_path / "replays"
     folder.mkdir()

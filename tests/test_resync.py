@@ -21,7 +21,7 @@ import aiomqtt
 from mqttkit import BrokerAddress
 from protocol import messages as m
 from protocol.codec import decode_all, encode
-from client.net import new_client_id
+from client import new_client_id
 from relay.storage import snapshot
 from relay.core import RelayCore
 from relay.storage import open_journal

@@ -347,7 +347,8 @@ def test_the_relay_drops_a_flood_of_forgeries_in_one_line_a_reason_and_second(ca
 
 
 def test_a_player_asks_for_its_view_again_when_a_message_for_it_may_have_been_spoilt() -> None:
-    from client.model import ClientModel, Tampered
+    from client import ClientModel
+    from client.model import Tampered
 
     model = ClientModel("s" + "1" * 32, "ann")
     assert model.on_message(Tampered("blink/v1/c/x", "forged"), 0) == []  # in no match: nothing to ask

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 from bench.attack_open import OpenMosquitto
-from client.bots import Bot
-from client.player import Player
+from client import Bot, Player
 from mqttkit import parse_url
 from protocol import messages as m
 from protocol.codec import encode

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.model import ClientModel
+from client import ClientModel
 from protocol import messages as m
 from protocol.codec import decode_all, encode
 from protocol.rules import blink, roll_your_own, sequence, takeaway

@@ -124,7 +124,7 @@ def test_the_lan_advert_names_the_scheme_only_for_tls() -> None:
     assert decode_txt({b"relay": b"r", b"s": b"gopher"}).scheme == "mqtt"
     # what `blink lan` prints and the window's LAN games joins: the advertised scheme and port
     from client.lan import host_from_info
-    from client.window.viewmodels.lan import LanGames
+    from client.window.viewmodels import LanGames
 
     host = host_from_info("desk relay-0._blink._tcp.local.", 8883, ["192.168.1.5"],
                           encode_txt("relay-0", [], scheme="mqtts"))

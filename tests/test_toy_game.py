@@ -15,9 +15,9 @@ from protocol.codec import encode
 from protocol.rules import GAMES, game_for, register, unregister
 from protocol.rules import blink
 from mqttkit import BrokerAddress
-from client.matchrun import run_match
+from client import run_match
 from relay.hosting import LocalServer
-from client.net import Connection, new_client_id
+from client import Connection, new_client_id
 from tests.toygame import TOY, State, Take
 
 pytestmark = pytest.mark.integration

@@ -22,8 +22,7 @@ import aiomqtt
 import nats
 import pytest
 
-from client.matchrun import run_match
-from client.net import Connection, new_client_id
+from client import Connection, new_client_id, run_match
 from client.tools import nats_cluster
 from mqttkit import BrokerAddress, parse_url
 from protocol import messages as m

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import aiomqtt
 import pytest
 
-from client.net import Connection, new_client_id
+from client import Connection, new_client_id
 from mqttkit import BrokerAddress, free_port
 from protocol import messages as m
 from protocol.codec import decode_all, encode

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from client.cli import main
-from client.matchrun import event_line
+from client import event_line
 from protocol import messages as m
 from protocol.chance import SeededChance
 from protocol.codec import encode

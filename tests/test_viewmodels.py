@@ -16,12 +16,10 @@ from protocol.rules import sequence as sq
 from protocol.rules import takeaway as tk
 from protocol.rules.base import Rejected
 from relay.core import Publish
-from client.model import ClientModel
-from client.window.viewmodels.ryo import RyoViewModel
+from client import ClientModel
+from client.window.viewmodels import RyoViewModel
 from client.window.viewmodels.turnbased import NS
-from client.window.viewmodels.sequence import SequenceViewModel
-from client.window.viewmodels.table import TableViewModel
-from client.window.viewmodels.takeaway import TakeawayViewModel
+from client.window.viewmodels import SequenceViewModel, TableViewModel, TakeawayViewModel
 from tests.test_relay_core import T, Harness, race_deck
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +97,7 @@ def test_importing_the_view_models_does_not_import_pyglet() -> None:
 
 def test_seat_choices_come_from_the_games_own_player_counts() -> None:
     from protocol.rules import GAMES
-    from client.window.viewmodels.games import MAX_SEATS, seat_choices
+    from client.window.viewmodels import MAX_SEATS, seat_choices
 
     for name, game in GAMES.items():
         seats = seat_choices(name)
@@ -557,7 +555,7 @@ def test_ryo_says_what_its_numbers_mean_and_a_match_s_last_game_starts_nothing()
 
 def test_a_replay_with_no_game_to_show_says_why_and_never_connecting() -> None:
     from tests.test_replay import drive
-    from client.window.viewmodels.replay import ReplaySession, load_replay
+    from client.window.viewmodels import ReplaySession, load_replay
 
     def blanks(lines: list[str]) -> set[str]:
         replay = load_replay(lines)
@@ -583,7 +581,7 @@ def test_a_replay_with_no_game_to_show_says_why_and_never_connecting() -> None:
 def test_the_join_line_names_a_non_default_prefix_and_a_spectator_of_a_waiting_match_is_told_so() -> None:
     from types import SimpleNamespace
 
-    from client.window.session import Session, SessionConfig
+    from client.window import Session, SessionConfig
     from protocol.topics import Topics
 
     plain = Session(SessionConfig(server_url="mqtt://192.0.2.7:1883", name="you"))

@@ -26,9 +26,9 @@ from relay.core import RelayConfig
 from tests.decks import fixed_deck_games
 from client.window import geometry as geo
 from client.window.layout import EMPTY, stable_slots, table_layout
-from client.window.session import BOT_LEVELS, parse_level
+from client.window import BOT_LEVELS, parse_level
 from client.window.sounds import EFFECTS, RATE, pcm
-from client.window.framestats import FrameStats, percentile
+from client.window import FrameStats, percentile
 from client.window.texts import reason_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,8 +257,7 @@ def deck(p0: list[str], p1: list[str], full: bool = True) -> tuple[str, ...]:
 def make_app(*, mode: str = "bot", decks: tuple[tuple[str, ...], ...] | None = None, settings: dict[str, Any] | None = None,
              bot_s: float = 20.0, autoplay: bool = False, autoplay_s: float = 0.05, mute: bool = True,
              size: tuple[int, int] = (1100, 720)) -> Any:
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
 
     relay = RelayConfig(games=fixed_deck_games(decks) if decks else None, between_games_s=0.5)
     session = SessionConfig(name="you", settings=dict(settings if settings is not None else FAST), relay_config=relay,
@@ -334,7 +333,8 @@ RACE = deck(["1-red-star", "3-blue-star", "2-yellow-moon", "5-yellow-moon"],
 
 def test_the_window_plays_every_game_through_its_registry(xdisplay: str) -> None:
     from protocol.rules import GAMES
-    from client.window.scenes.registry import WINDOW_GAMES, scene_for, title
+    from client.window.scenes import scene_for, title
+    from client.window.scenes.registry import WINDOW_GAMES
 
     assert set(WINDOW_GAMES) == set(GAMES)
     scenes = {scene_for(name) for name in GAMES}
@@ -419,7 +419,7 @@ def test_a_lost_race_bounces_back_and_the_screen_then_matches_the_relay(xdisplay
     from pyglet.window import key
 
     from client.net import Impairment
-    from client.player import Player
+    from client import Player
 
     async def scenario() -> None:
         app = make_app(mode="host", decks=(RACE,), settings={**FAST, "countdown_s": 0.3})
@@ -488,7 +488,7 @@ STALE = deck(["1-red-star", "4-green-triangle", "5-green-moon", "4-blue-moon", "
 def test_the_stalemate_pause_and_the_pick_with_its_timer(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
-    from client.player import Player
+    from client import Player
 
     async def scenario() -> None:
         # a countdown long enough to be drawn (and ticked) even when frames come slowly
@@ -663,8 +663,7 @@ def test_joining_a_code_that_does_not_exist_says_why_in_the_window(xdisplay: str
     from pyglet.window import key
 
     from relay.hosting import LocalServer
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
 
     async def scenario() -> None:
         async with LocalServer(None, 3) as server:

@@ -22,8 +22,9 @@ from protocol.rules import roll_your_own as ryo
 from protocol.rules import takeaway as tk
 from client.window.layout import CARD_ASPECT, fit_text, logo_cards
 from client.results import game_line, points_text
-from client.window.viewmodels.ryo import SHOW_S, TUMBLE_S, RyoViewModel
-from client.window.viewmodels.takeaway import TakeawayViewModel
+from client.window.viewmodels import RyoViewModel
+from client.window.viewmodels.ryo import SHOW_S, TUMBLE_S
+from client.window.viewmodels import TakeawayViewModel
 from tests.test_viewmodels import S, Room
 from tests.test_window import LONG, SCENARIO_S, started, stop, until, xdisplay  # noqa: F401
 
@@ -161,14 +162,13 @@ def test_results_lines_show_the_points_of_a_takeaway_game() -> None:
 
 
 def test_the_registry_says_takeaway_scores_are_points(xdisplay: str) -> None:
-    from client.window.scenes.registry import score_word
+    from client.window.scenes import score_word
 
     assert score_word("takeaway") == "points" and score_word("blink") == ""
 
 
 def test_cannot_play_text_fits_its_panel(xdisplay: str, tmp_path: Path) -> None:
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
 
     async def scenario(game: str) -> None:
         # nothing listens on port 1: the session fails with a long "network problem" line

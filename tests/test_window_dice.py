@@ -29,8 +29,7 @@ MODULES = {"takeaway": tk, "sequence": sq, "ryo": ryo}
 
 def make_app(game: str, *, players: int = 2, bot_s: float = 0.8, settings: dict[str, Any] | None = None,
              mode: str = "bot", server_url: str | None = None, code: str | None = None) -> Any:
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
 
     session = SessionConfig(name="you", game=game, settings=dict(settings or {}), players=players,
                             relay_config=RelayConfig(between_games_s=0.5), seed=11, server_url=server_url,
@@ -257,9 +256,9 @@ def test_ryo_builder_build_reveal_and_odds(xdisplay: str, tmp_path: Path) -> Non
 
 @pytest.mark.integration
 def test_watching_a_match_by_code_is_read_only(xdisplay: str, tmp_path: Path) -> None:
-    from client.bots import Bot
+    from client import Bot
     from relay.hosting import LocalServer
-    from client.player import Player
+    from client import Player
 
     async def scenario() -> None:
         async with LocalServer(None, 5, RelayConfig(between_games_s=0.5)) as server:

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from client.lan import Host, LanMatch
-from client.window.viewmodels.lan import LOOK_S, LanGames
+from client.window.viewmodels import LanGames
+from client.window.viewmodels.lan import LOOK_S
 from tests.test_lan import Namespaces, netns  # noqa: F401 - the namespace fixture
 from tests.test_window import LONG, SCENARIO_S, press, started, stop, until, xdisplay  # noqa: F401
 
@@ -103,8 +104,7 @@ class FakeBrowser:
 
 
 def _app(game: str = "takeaway", lan: bool = False) -> Any:
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
     from relay.core import RelayConfig
 
     session = SessionConfig(name="you", game=game, relay_config=RelayConfig(between_games_s=0.5), seed=3,
@@ -115,7 +115,7 @@ def _app(game: str = "takeaway", lan: bool = False) -> Any:
 def test_lan_games_lists_hosts_and_enter_joins_the_chosen_match(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
-    from client.player import Player
+    from client import Player
     from relay.hosting import LocalServer
 
     async def scenario() -> None:
@@ -163,7 +163,7 @@ def test_hosting_listens_on_every_interface_on_a_stable_port_and_shows_the_lan_a
     from pyglet.window import key
 
     import relay.hosting.lanhost as lanmod
-    from client.player import Player
+    from client import Player
     from mqttkit import BrokerAddress
 
     adverts: list[tuple[int, str, str]] = []

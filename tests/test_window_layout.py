@@ -67,7 +67,8 @@ def labels_of(obj: Any) -> Iterable[tuple[str, Any]]:
 
 def drawn_texts(app: Any) -> dict[str, Any]:
     """Every text on screen now, by a name saying where it comes from."""
-    from client.window.scenes.turnbased import PARTS, TurnBasedScene
+    from client.window.scenes import TurnBasedScene
+    from client.window.scenes.turnbased import PARTS
 
     scene = app.scene
     out: dict[str, Any] = {}
@@ -89,7 +90,7 @@ def drawn_texts(app: Any) -> dict[str, Any]:
 def overlaps(app: Any) -> list[str]:
     """What on screen runs into what (empty: nothing)."""
     from client.window.scenes.table import TableScene
-    from client.window.scenes.turnbased import TurnBasedScene
+    from client.window.scenes import TurnBasedScene
 
     w, h = app.window_size
     boxes = {k: b for k, lbl in drawn_texts(app).items() if (b := text_box(lbl)) is not None}
@@ -145,8 +146,7 @@ async def look(app: Any, path: Path) -> None:
 
 def make(game: str, size: tuple[int, int], players: int = 2, settings: dict[str, Any] | None = None,
          record: Path | None = None, bot_s: float = 0.3) -> Any:
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
 
     session = SessionConfig(name="you", game=game, players=players, settings=dict(settings or {}), seed=5,
                             autoplay=True, autoplay_reaction_s=0.1, request_timeout_s=LONG,
@@ -164,10 +164,9 @@ def shown(app: Any, key: str) -> str:
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_blink_table_result_band_results_and_replay(xdisplay: str, tmp_path: Path,  # noqa: F811
                                                     size: tuple[int, int]) -> None:
-    from client.replays import list_replays
-    from client.window.viewmodels.replay import load_replay
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client import list_replays
+    from client.window.viewmodels import load_replay
+    from client.window import App, AppConfig, SessionConfig
 
     tag = f"{size[0]}x{size[1]}"
     rec = tmp_path / "replays"
@@ -249,8 +248,7 @@ def test_turn_based_tables_and_their_result_banner(xdisplay: str, tmp_path: Path
 def test_the_menu(xdisplay: str, tmp_path: Path, size: tuple[int, int]) -> None:  # noqa: F811
     from pyglet.window import key
 
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
     from tests.test_window import press
 
     async def scenario() -> None:

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.timeout(SCENARIO_S + 120)
 
 
 def _check_menu(scene: Any, width: int) -> None:
-    from client.window.scenes.registry import title, window_game
+    from client.window.scenes import title
+    from client.window.scenes.registry import window_game
 
     game = scene.describe()["game"]
     assert scene.title.text == title(game) and scene.tagline.text == window_game(game).tagline
@@ -38,9 +39,9 @@ def test_the_menu_names_the_chosen_game_and_every_line_fits(xdisplay: str, tmp_p
                                                             width: int, height: int) -> None:
     from pyglet.window import key
 
-    from client.window.app import App, AppConfig
+    from client.window import App, AppConfig
     from client.window.scenes.registry import WINDOW_GAMES
-    from client.window.session import SessionConfig
+    from client.window import SessionConfig
 
     async def scenario() -> None:
         # a server where nothing listens: the menu's status line gets a long network error to fit
@@ -48,7 +49,7 @@ def test_the_menu_names_the_chosen_game_and_every_line_fits(xdisplay: str, tmp_p
         app = App(AppConfig(mode="menu", mute=True, width=width, height=height, session=session))
         task = await started(app)
         try:
-            from client.window.scenes.menu import MenuScene
+            from client.window.scenes import MenuScene
 
             scene = app.scene
             assert isinstance(scene, MenuScene)
@@ -76,10 +77,10 @@ def test_the_menu_names_the_chosen_game_and_every_line_fits(xdisplay: str, tmp_p
 def test_arrows_only_on_rows_left_and_right_change(xdisplay: str, tmp_path: Path) -> None:  # noqa: F811
     from pyglet.window import key
 
-    from client.window.app import App, AppConfig
-    from client.window.scenes.menu import MenuScene
+    from client.window import App, AppConfig
+    from client.window.scenes import MenuScene
     from client.window.scenes.registry import WINDOW_GAMES, seat_choices, window_game
-    from client.window.session import SessionConfig
+    from client.window import SessionConfig
 
     async def scenario() -> None:
         app = App(AppConfig(mode="menu", mute=True, session=SessionConfig(name="you", game="blink")))

@@ -28,8 +28,8 @@ def _events(code: str, n: int) -> list[m.Event]:
 
 
 def test_re_sent_past_events_become_history_in_seq_order_and_are_not_news() -> None:
-    from client.model import ClientModel
-    from client.window.viewmodels.feed import EventFeed
+    from client import ClientModel
+    from client.window.viewmodels import EventFeed
 
     model = ClientModel("c1", "spectator")
     model.spectate("ABCDE")
@@ -51,7 +51,8 @@ def test_re_sent_past_events_become_history_in_seq_order_and_are_not_news() -> N
 
 
 def test_a_full_history_keeps_the_newest() -> None:
-    from client.model import PAST_KEPT, ClientModel
+    from client import ClientModel
+    from client.model import PAST_KEPT
 
     model = ClientModel("c1", "player")  # a player's history is shorter than a spectator's
     maxlen = model.events.maxlen
@@ -68,7 +69,7 @@ def test_a_full_history_keeps_the_newest() -> None:
 def test_the_past_of_a_watched_match_comes_after_its_snapshot_without_being_applied_again() -> None:
     """Real relay core output: a spectator's model given the retained snapshot, then the answer to
     ``Resync(from_seq=1)``: the state is the snapshot's (the events are not applied on top)."""
-    from client.model import ClientModel
+    from client import ClientModel
     from relay.core import Publish
     from tests.test_relay_core import T
     from tests.test_viewmodels import Room
@@ -137,8 +138,7 @@ def test_the_recorder_writes_a_late_watched_match_from_seq_1_in_order(tmp_path: 
 
 
 def _make_app(server_url: str, code: str, record_dir: Path) -> Any:
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
 
     session = SessionConfig(name="you", game="takeaway", relay_config=RelayConfig(between_games_s=0.5), seed=11,
                             server_url=server_url, request_timeout_s=LONG, record_dir=str(record_dir))
@@ -147,9 +147,9 @@ def _make_app(server_url: str, code: str, record_dir: Path) -> Any:
 
 @pytest.mark.integration
 def test_the_window_watching_late_holds_the_match_from_seq_1_and_records_it(xdisplay: str, tmp_path: Path) -> None:
-    from client.bots import Bot
+    from client import Bot
     from relay.hosting import LocalServer
-    from client.player import Player
+    from client import Player
 
     async def scenario() -> None:
         async with LocalServer(None, 5, RelayConfig(between_games_s=0.5)) as server:

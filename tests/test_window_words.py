@@ -49,10 +49,10 @@ def test_the_words_for_names_and_hints() -> None:
 def test_a_replay_of_your_own_match_after_a_rematch_reads_right(xdisplay: str, tmp_path: Path) -> None:  # noqa: F811
     from pyglet.window import key
 
-    from client.window.app import App, AppConfig
+    from client.window import App, AppConfig
     from client.window.scenes.table import TableScene
-    from client.window.session import SessionConfig
-    from client.window.viewmodels.replay import load_replay
+    from client.window import SessionConfig
+    from client.window.viewmodels import load_replay
 
     lines, _ = drive("blink", seed=11, rematch=True)
     replay = load_replay(_renamed(lines, "ann", "you"))
@@ -90,8 +90,7 @@ def test_a_replay_of_your_own_match_after_a_rematch_reads_right(xdisplay: str, t
 
 @pytest.mark.integration
 def test_a_seat_named_you_and_a_bad_watch_code(xdisplay: str, tmp_path: Path) -> None:  # noqa: F811
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
+    from client.window import App, AppConfig, SessionConfig
 
     async def scenario() -> None:
         async with LocalServer(None, 3) as server:
@@ -129,9 +128,8 @@ def test_a_seat_named_you_and_a_bad_watch_code(xdisplay: str, tmp_path: Path) ->
 
 @pytest.mark.integration
 def test_a_replay_of_a_game_left_before_its_end_says_so(xdisplay: str, tmp_path: Path) -> None:  # noqa: F811
-    from client.window.app import App, AppConfig
-    from client.window.session import SessionConfig
-    from client.window.viewmodels.replay import load_replay
+    from client.window import App, AppConfig, SessionConfig
+    from client.window.viewmodels import load_replay
 
     replay = load_replay(drive("blink", seed=3, leave_after=5)[0])
 

@@ -14,6 +14,8 @@ is registered; ``blink --help`` and an unsure word build the whole parser.
 Every failure a user can cause ends with one readable line on stderr and exit status 2 (bad input
 on the command line, found before anything starts) or 1 (a failure at run time), never a
 traceback (the convention is in ``client/cli/args.py``; the errors in ``client/cli/failures.py``).
+
+Others use ``main`` (the ``blink`` script), ``build_parser``, ``command_of`` and ``COMMANDS``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Protocol, Sequence, cast
 from client.cli import args as argtypes
 from client.cli.failures import UserError
 from protocol.topics import DEFAULT_PREFIX, Topics
+
+__all__ = ["COMMANDS", "build_parser", "command_of", "main"]
 
 #: Each command word and its module in this package, in the order ``blink --help`` lists them.
 COMMANDS: dict[str, str] = {

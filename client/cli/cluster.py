@@ -31,7 +31,7 @@ MAX_NODES = 16  # a local cluster for tests and trials
 
 
 def register(sub: argtypes.Subcommands) -> None:
-    from client.tools.nats_cluster import READY_S  # standard library only: cheap
+    from client.tools import nats_cluster  # standard library only: cheap
 
     p = sub.add_parser("cluster", help="start or stop a local NATS cluster (MQTT + JetStream) for relays",
                        description="Start N nats-server processes (MQTT and JetStream on, routed together) in the "
@@ -53,7 +53,8 @@ def register(sub: argtypes.Subcommands) -> None:
     up.add_argument("--nats-server", metavar="PATH",
                     help="the nats-server program to run (default: the one installed beside this Python -- the "
                          "cluster extra's -- else the one on PATH)")
-    up.add_argument("--ready-timeout", type=argtypes.seconds(0.1, 3600), default=READY_S, help=argparse.SUPPRESS)
+    up.add_argument("--ready-timeout", type=argtypes.seconds(0.1, 3600), default=nats_cluster.READY_S,
+                    help=argparse.SUPPRESS)
     down = actions.add_parser("down", help="stop the cluster recorded in DIR")
     down.add_argument("--dir", required=True, help="the directory given to `up`")
     for parser in (p, up, down):
@@ -61,7 +62,7 @@ def register(sub: argtypes.Subcommands) -> None:
 
 
 def run(args: argparse.Namespace, topics: Topics) -> int:
-    from client.tools.nats_cluster import STATE, ClusterLaunchError, start_cluster, stop_cluster
+    from client.tools import nats_cluster
 
     action = getattr(args, "cluster_action", None)
     try:
@@ -80,21 +81,21 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             except TLSProblem as exc:
                 print(f"blink cluster up: {exc}", file=sys.stderr)
                 return argtypes.USAGE
-            cluster = start_cluster(args.nodes, args.dir, args.base_port, ready_s=args.ready_timeout, auth=args.auth,
-                                    tls=tls, nats_server=args.nats_server)
+            cluster = nats_cluster.start_cluster(args.nodes, args.dir, args.base_port, ready_s=args.ready_timeout,
+                                                 auth=args.auth, tls=tls, nats_server=args.nats_server)
             print(json.dumps(cluster.summary()), flush=True)
             return 0
         if action == "down":
-            running, recorded = stop_cluster(args.dir)
+            running, recorded = nats_cluster.stop_cluster(args.dir)
             if not recorded:
-                print(f"blink cluster down: no cluster in {args.dir} (no {STATE} there)", file=sys.stderr)
+                print(f"blink cluster down: no cluster in {args.dir} (no {nats_cluster.STATE} there)", file=sys.stderr)
                 return argtypes.FAILED
             print(f"stopped {running} nats-server process{'es' if running != 1 else ''}" if running
                   else "no server was running (already stopped)")
             return 0
         print("blink cluster: give an action: up or down (see blink cluster --help)", file=sys.stderr)
         return argtypes.USAGE
-    except ClusterLaunchError as exc:
+    except nats_cluster.ClusterLaunchError as exc:
         print(f"blink cluster {action}: {exc}", file=sys.stderr)
         return argtypes.FAILED
     except OSError as exc:

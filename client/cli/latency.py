@@ -139,10 +139,7 @@ class _Bar:
 
 def run(args: argparse.Namespace, topics: Topics) -> int:
     from protocol.rules import game_for
-    from client.tools.latency import (GAMES_CAP_S, ORDERS as RUN_ORDERS, BadArgument, LatencyConfig, LatencyError,
-                                      LatencyResult, add_fast_cost, format_sweep, format_table, json_report,
-                                      have_matplotlib, parse_sweep, plot, plot_sweep, read_profile, run_blocking,
-                                      seat_impairments, slow_seat, step_figures, sweep_plan)
+    from client.tools import latency
 
     def fail(msg: str, status: int) -> int:
         print(f"blink latency: {msg}", file=sys.stderr)
@@ -164,12 +161,13 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             lines = read_lines(args.replay_impairment)
             if isinstance(lines, str):
                 return fail(f"cannot read {args.replay_impairment}: {lines}", 2)
-            impairments, logged_seed = read_profile(lines, args.replay_impairment)
+            impairments, logged_seed = latency.read_profile(lines, args.replay_impairment)
             seed = logged_seed if args.seed is None else args.seed
         else:
-            impairments = seat_impairments(args.delay, args.jitter, args.loss, args.reorder, args.jitter_dist, args.rate)
-        delays = parse_sweep(args.sweep) if args.sweep is not None else None
-    except BadArgument as exc:
+            impairments = latency.seat_impairments(args.delay, args.jitter, args.loss, args.reorder, args.jitter_dist,
+                                                   args.rate)
+        delays = latency.parse_sweep(args.sweep) if args.sweep is not None else None
+    except latency.BadArgument as exc:
         return fail(str(exc), 2)
     if args.log is not None and seed is None:
         import secrets
@@ -180,7 +178,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     if args.fair_cap_ms is not None and args.server:
         return fail("--fair-cap-ms applies to the local relay only (set it on `blink serve` instead)", 2)
     if args.plot:  # the path itself was checked when the arguments were read (argtypes.out_file)
-        if not have_matplotlib():
+        if not latency.have_matplotlib():
             return fail("--plot needs matplotlib, which is not installed: pip install matplotlib (or, in blink's "
                         "source folder, pip install '.[bench]')", 1)
     settings = {**game_for(args.game).quick_settings, **args.settings}
@@ -204,23 +202,24 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     # A delayed message still waiting when its connection closes is never sent; that is fine here.
     warnings.filterwarnings("ignore", message=r"coroutine 'Connection\._(deliver_async|publish)' was never awaited",
                             category=RuntimeWarning)
-    duration = args.duration if args.duration is not None else (10.0 if args.games is None else GAMES_CAP_S)
-    orders = RUN_ORDERS if args.order == "both" else (args.order,)
+    duration = args.duration if args.duration is not None else (10.0 if args.games is None else latency.GAMES_CAP_S)
+    orders = latency.ORDERS if args.order == "both" else (args.order,)
     # Without --sweep, each order runs once with the --delay given (its difference, the slower seat).
-    runs = ([(st.impairments(impairments), st.order) for st in sweep_plan(delays, orders)] if delays is not None
+    runs = ([(st.impairments(impairments), st.order) for st in latency.sweep_plan(delays, orders)]
+            if delays is not None
             else [(impairments, o) for o in orders])
     bar = _Bar()
-    results: list[LatencyResult] = []
+    results: list[latency.LatencyResult] = []
     for n, (imps, order) in enumerate(runs, 1):
-        cfg = LatencyConfig(server=args.server, game=args.game, matches=args.matches, duration_s=duration,
-                            impairments=imps, order=order, reaction_s=args.reaction, seed=seed,
-                            fair_cap_ms=args.fair_cap_ms, settings=settings, games=args.games, log_path=args.log,
-                            trust=argtypes.trust(args))
+        cfg = latency.LatencyConfig(server=args.server, game=args.game, matches=args.matches, duration_s=duration,
+                                    impairments=imps, order=order, reaction_s=args.reaction, seed=seed,
+                                    fair_cap_ms=args.fair_cap_ms, settings=settings, games=args.games,
+                                    log_path=args.log, trust=argtypes.trust(args))
         if len(runs) > 1:
             bar.label = f"+{abs(imps[1].delay_s - imps[0].delay_s) * 1e3:g} ms {order} ({n}/{len(runs)}) "
         try:
-            result = run_blocking(cfg, topics, bar)
-        except LatencyError as exc:
+            result = latency.run_blocking(cfg, topics, bar)
+        except latency.LatencyError as exc:
             bar.done()
             return fail(str(exc), 1)
         bar.done()
@@ -233,20 +232,21 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             return fail(f"interrupted after {done}{where}; no report", 130)
         results.append(result)
     summaries = [r.summary() for r in results]
-    figures = add_fast_cost([step_figures(s, slow_seat(r.config.impairments)) for s, r in zip(summaries, results)])
+    figures = latency.add_fast_cost([latency.step_figures(s, latency.slow_seat(r.config.impairments))
+                                     for s, r in zip(summaries, results)])
     for r, f in zip(results, figures):
         if args.games is not None and f["games"] < args.games:
             print(f"blink latency: warning: +{f['delay_ms']:g} ms {f['order']}: {f['games']} of {args.games} games "
                   f"finished within {r.config.duration_s:g} s", file=sys.stderr)
     curves = len(results) > 1 or delays is not None
-    report = json_report(summaries, figures)
-    text = format_sweep(figures) if curves else format_table(summaries[-1])
+    report = latency.json_report(summaries, figures)
+    text = latency.format_sweep(figures) if curves else latency.format_table(summaries[-1])
     if args.plot:
         try:
             if curves:
-                plot_sweep(figures, args.plot)
+                latency.plot_sweep(figures, args.plot)
             else:
-                plot(results[-1], summaries[-1], args.plot)
+                latency.plot(results[-1], summaries[-1], args.plot)
         except Exception as exc:  # noqa: BLE001 - one line, after the numbers are safe
             print(json.dumps(report) if args.json else text)
             return fail(f"could not write the plot {args.plot}: {exc}", 1)

@@ -16,13 +16,12 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 from client.cli import args as argtypes
-from client.tools.load_config import GRACE_S, MAX_MATCHES, REQUEST_TIMEOUT_S
+from client.tools import load_config
 from protocol.rules import GAME_NAMES
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
 
-    from client.tools.load import LoadReport
     from protocol.topics import Topics
 
 
@@ -31,8 +30,8 @@ def register(sub: argtypes.Subcommands) -> None:
                        description="Drive many two-player matches of simulated players against a relay and report "
                                    "actions/s, play -> verdict times, unanswered plays, this generator's own "
                                    "event-loop lag and the relay's CPU and memory.")
-    p.add_argument("--matches", type=argtypes.whole(1, MAX_MATCHES), required=True,
-                   help=f"concurrent matches, two players each (1-{MAX_MATCHES})")
+    p.add_argument("--matches", type=argtypes.whole(1, load_config.MAX_MATCHES), required=True,
+                   help=f"concurrent matches, two players each (1-{load_config.MAX_MATCHES})")
     p.add_argument("--game", choices=GAME_NAMES, default="blink", help=argtypes.GAME_HELP)
     p.add_argument("--pace", choices=("human", "max"), default="human",
                    help="human: a log-normal reaction time before each move (default); max: as fast as allowed")
@@ -47,10 +46,10 @@ def register(sub: argtypes.Subcommands) -> None:
                    help="each player pings the relay this often, seconds (default 1, as the client; 0: never)")
     p.add_argument("--seed", type=int, help="seed for the players (and the relay started here)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--grace", type=argtypes.seconds(0.0, 600.0), default=GRACE_S,
-                   help=f"seconds verdicts may still arrive after the run (default {GRACE_S:g})")
-    p.add_argument("--timeout", type=argtypes.seconds(1.0, 600.0), default=REQUEST_TIMEOUT_S,
-                   help=f"seconds to wait for a connect or a match set-up (default {REQUEST_TIMEOUT_S:g})")
+    p.add_argument("--grace", type=argtypes.seconds(0.0, 600.0), default=load_config.GRACE_S,
+                   help=f"seconds verdicts may still arrive after the run (default {load_config.GRACE_S:g})")
+    p.add_argument("--timeout", type=argtypes.seconds(1.0, 600.0), default=load_config.REQUEST_TIMEOUT_S,
+                   help=f"seconds to wait for a connect or a match set-up (default {load_config.REQUEST_TIMEOUT_S:g})")
 
     def one_line_error(message: str) -> NoReturn:  # argparse prints usage too; bad input is one line here
         print(f"blink load: {message}", file=sys.stderr)
@@ -65,19 +64,18 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     import signal
     import time
 
-    from client.tools.load import format_table, run_load
-    from client.tools.load_config import LoadConfig, LoadError, check_config
+    from client.tools import load
 
-    cfg = LoadConfig(matches=args.matches, game=args.game, pace=args.pace, duration_s=args.duration,
-                     server=args.server, seed=args.seed, relay_pid=args.relay_pid, reaction_s=args.reaction,
-                     ping_s=args.ping, grace_s=args.grace, timeout_s=args.timeout, topics=topics,
-                     trust=argtypes.trust(args))
+    cfg = load_config.LoadConfig(matches=args.matches, game=args.game, pace=args.pace, duration_s=args.duration,
+                                 server=args.server, seed=args.seed, relay_pid=args.relay_pid, reaction_s=args.reaction,
+                                 ping_s=args.ping, grace_s=args.grace, timeout_s=args.timeout, topics=topics,
+                                 trust=argtypes.trust(args))
     if args.relay_pid is not None and not args.server:
         print("blink load: --relay-pid goes with --server (a relay started here is measured anyway)", file=sys.stderr)
         return 2
     try:  # bad input is status 2 and found before anything starts; LoadError later is a run-time failure (1)
-        check_config(cfg)
-    except LoadError as exc:
+        load_config.check_config(cfg)
+    except load_config.LoadError as exc:
         print(f"blink load: {exc}", file=sys.stderr)
         return 2
     if args.server:  # the same words as every command's for a broker with no relay
@@ -102,7 +100,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             last[0] = now
             print(f"blink load: {line}", file=sys.stderr, flush=True)
 
-    async def main() -> LoadReport:
+    async def main() -> load.LoadReport:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(_quiet_cancellations)
@@ -111,11 +109,11 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):
                 pass
-        return await run_load(cfg, progress, stop)
+        return await load.run_load(cfg, progress, stop)
 
     try:
         result = asyncio.run(main())
-    except LoadError as exc:
+    except load_config.LoadError as exc:
         _clear(tty)
         print(f"blink load: {exc}", file=sys.stderr)
         return 1
@@ -127,7 +125,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(format_table(result))
+        print(load.format_table(result))
     if result["interrupted"]:
         return 130
     return 0 if result["matches_running"] else 1

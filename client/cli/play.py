@@ -31,11 +31,11 @@ from client.cli import args as argtypes
 
 if TYPE_CHECKING:
     from protocol.topics import Topics
-    from client.window.app import AppMode
+    from client.window import AppMode
 
 
 def _level_arg(text: str) -> float:
-    from client.window.session import parse_level  # no pyglet in there
+    from client.window import parse_level  # no pyglet in there
 
     try:
         return parse_level(text)
@@ -152,13 +152,13 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             return 130
 
     from client.replays import replays_dir
-    from client.window.session import BOT_LEVELS, SessionConfig
+    from client.window import BOT_LEVELS, SessionConfig
 
     try:
         import pyglet  # only here: the headless commands never load it
 
         pyglet.options["debug_gl"] = False
-        from client.window.app import App, AppConfig  # opens the display (pyglet's shadow window)
+        from client.window import App, AppConfig  # opens the display (pyglet's shadow window)
     except Exception as exc:  # noqa: BLE001 - one readable line
         print(f"blink play: cannot open a window ({type(exc).__name__}: {exc}); is DISPLAY set? "
               "Without a screen, run it under xvfb-run.", file=sys.stderr)

@@ -23,7 +23,7 @@ from client.cli import args as argtypes
 
 if TYPE_CHECKING:
     from protocol.topics import Topics
-    from client.window.viewmodels.replay import Replay
+    from client.window.viewmodels import Replay
 
 
 def _speed(text: str) -> float:
@@ -56,7 +56,7 @@ def register(sub: argtypes.Subcommands) -> None:
 
 def load(path: str) -> Replay:
     """The replay of ``path``; raises ``ReplayError``/``OSError`` with a readable message."""
-    from client.window.viewmodels.replay import load_replay
+    from client.window.viewmodels import load_replay
 
     with open(path, encoding="utf-8") as f:
         return load_replay(f.read().splitlines())
@@ -65,7 +65,7 @@ def load(path: str) -> Replay:
 def run(args: argparse.Namespace, topics: Topics) -> int:
     import asyncio
 
-    from client.window.viewmodels.replay import ReplayError, load_replay
+    from client.window.viewmodels import ReplayError, load_replay
 
     from client.cli.failures import read_lines
 
@@ -108,8 +108,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         import pyglet
 
         pyglet.options["debug_gl"] = False
-        from client.window.app import App, AppConfig
-        from client.window.session import SessionConfig
+        from client.window import App, AppConfig, SessionConfig
     except Exception as exc:  # noqa: BLE001 - one readable line
         print(f"blink replay: cannot open a window ({type(exc).__name__}: {exc}); is DISPLAY set? "
               "Without a screen, run it under xvfb-run.", file=sys.stderr)

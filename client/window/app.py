@@ -70,7 +70,7 @@ import pyglet.app as pyglet_app
 pyglet.options["debug_gl"] = False
 
 from client.window.hud import Hud  # noqa: E402
-from client.window.scenes.base import Scene  # noqa: E402
+from client.window.scenes import Scene  # noqa: E402
 from client.window.session import (  # noqa: E402
     BOT_LEVELS, GameMode, Session, SessionConfig, level_name, parse_level)
 from client.window.sounds import Sounds  # noqa: E402
@@ -80,8 +80,8 @@ if TYPE_CHECKING:
     from pyglet.app.base import PlatformEventLoop
 
     from client.lan import Browser
-    from client.window.scenes.replay import ReplayBar
-    from client.window.viewmodels.replay import Replay, ReplaySession
+    from client.window.scenes import ReplayBar
+    from client.window.viewmodels import Replay, ReplaySession
 
 log = logging.getLogger("blink.window")
 T = TypeVar("T")
@@ -89,7 +89,7 @@ T = TypeVar("T")
 
 def table_class(game: str) -> type[Scene]:
     """The scene that plays ``game`` (the window's game registry, ``scenes/registry.py``)."""
-    from client.window.scenes.registry import scene_for
+    from client.window.scenes import scene_for
 
     return scene_for(game)
 
@@ -279,15 +279,13 @@ class App:
         return True  # never let pyglet's default close the window on Esc
 
     def goto(self, name: str) -> None:
-        from client.window.scenes.lan import LanScene
-        from client.window.scenes.menu import MenuScene
-        from client.window.scenes.results import ResultsScene
+        from client.window.scenes import LanScene, MenuScene, ResultsScene
 
         cls: type[Scene]
         if name == "table":
             cls = table_class(self.current_game())
         else:
-            from client.window.scenes.replay import ReplaysScene
+            from client.window.scenes import ReplaysScene
 
             cls = {"menu": MenuScene, "results": ResultsScene, "lan": LanScene, "replays": ReplaysScene}[name]
         if self.scene is not None:
@@ -300,7 +298,7 @@ class App:
     # asks the app rather than import it.
     def scene_class(self, game: str) -> type[Scene] | None:
         """The scene that plays ``game``, or None for a game the window does not play."""
-        from client.window.scenes.registry import scene_for
+        from client.window.scenes import scene_for
 
         try:
             return scene_for(game)
@@ -308,12 +306,12 @@ class App:
             return None
 
     def game_title(self, game: str) -> str:
-        from client.window.scenes.registry import title
+        from client.window.scenes import title
 
         return title(game)
 
     def score_word(self, game: str) -> str:
-        from client.window.scenes.registry import score_word
+        from client.window.scenes import score_word
 
         return score_word(game)
 
@@ -422,8 +420,8 @@ class App:
     def open_replay(self, replay: Replay, at: int | None = None, speed: float = 1.0) -> None:
         """Show a recorded match (``viewmodels/replay.py``) with the control bar over its scene.
         From the menu, the live session is kept and comes back when the replay is left."""
-        from client.window.scenes.replay import ReplayBar
-        from client.window.viewmodels.replay import ReplaySession
+        from client.window.scenes import ReplayBar
+        from client.window.viewmodels import ReplaySession
 
         rs = ReplaySession(replay, name=self.session.config.name, speed=speed)
         if self.config.mode != "replay" and self._live_session is None and isinstance(self.session, Session):

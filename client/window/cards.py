@@ -27,7 +27,7 @@ from protocol.rules import blink
 from client.window import geometry as geo
 from client.window.layout import EMPTY, Empty
 from client.window.mesh import Mesh
-from client.window.viewmodels.table import CardStyle, RingKind
+from client.window.viewmodels import CardStyle, RingKind
 
 FONT = ("DejaVu Sans", "Arial", "Helvetica", "Liberation Sans")
 FELT = (15, 77, 51)  # the table's clear colour, for opaque "translucency" (see mesh.py)

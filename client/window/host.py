@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from client.lan import Browser
     from client.window.session import Session
     from client.window.sounds import Sounds
-    from client.window.viewmodels.replay import Replay, ReplaySession
+    from client.window.viewmodels import Replay, ReplaySession
 
 
 class SceneHost(Protocol):

@@ -25,7 +25,7 @@ import pyglet
 from client.model import Verdict
 from client.window.cards import Layer, label, set_text
 from client.window.playparts import parts_text, play_parts
-from client.window.viewmodels.clientview import ClientView
+from client.window.viewmodels import ClientView
 
 NS = 1_000_000_000
 

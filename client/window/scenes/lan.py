@@ -25,7 +25,7 @@ from client.window.cards import Layer, label, set_color, set_text
 from client.window.mesh import Mesh
 from client.window.host import SceneHost
 from client.window.scenes.base import Scene
-from client.window.viewmodels.lan import LanGames, LanRow
+from client.window.viewmodels import LanGames, LanRow
 
 if TYPE_CHECKING:
     from client.lan import Browser

@@ -21,7 +21,7 @@ from client.window.scenes.ryo import RyoScene
 from client.window.scenes.sequence import SequenceScene
 from client.window.scenes.table import TableScene
 from client.window.scenes.takeaway import TakeawayScene
-from client.window.viewmodels.games import MAX_SEATS, seat_choices
+from client.window.viewmodels import MAX_SEATS, seat_choices
 
 __all__ = ["MAX_SEATS", "WINDOW_GAMES", "WindowGame", "scene_for", "score_word", "seat_choices", "title",
            "window_game"]

@@ -25,7 +25,7 @@ from pyglet.window import key
 from client.window.cards import fit_label, label, set_color, set_text
 from client.window.host import SceneHost
 from client.window.scenes.base import Scene
-from client.window.viewmodels.replay import ReplaySession
+from client.window.viewmodels import ReplaySession
 
 BAR_H = 46
 KEYS = "Space play/pause   ← → step   1 2 4 speed   Home End   Esc quit"
@@ -270,7 +270,7 @@ class ReplaysScene(Scene):
         self.display_version += 1
 
     def open(self, j: int) -> None:
-        from client.window.viewmodels.replay import ReplayError, load_replay
+        from client.window.viewmodels import ReplayError, load_replay
 
         if not 0 <= j < len(self.entries):
             return

@@ -33,11 +33,10 @@ from protocol import messages as m
 from protocol.rules import roll_your_own as ryo
 from protocol.rules.base import Rejected
 from client.window.draw2d import Canvas
-from client.window.viewmodels.clientview import ClientView
+from client.window.viewmodels import ClientView
 from client.window.layout import Rect
 from client.window.scenes.turnbased import TurnBasedScene
-from client.window.viewmodels.ryo import RyoViewModel, rolls_of
-from client.window.viewmodels.turnbased import AMBER, DIM, GREEN, RED, WHITE, YELLOW
+from client.window.viewmodels import AMBER, DIM, GREEN, RED, WHITE, YELLOW, RyoViewModel, rolls_of
 
 NS = 1_000_000_000
 IVORY = (244, 238, 220, 255)

@@ -21,12 +21,11 @@ import time
 
 from protocol.rules import sequence as sq
 from client.window.draw2d import Canvas
-from client.window.viewmodels.clientview import ClientView
+from client.window.viewmodels import ClientView
 from client.window.host import SceneHost
 from client.window.layout import Rect
 from client.window.scenes.turnbased import TurnBasedScene
-from client.window.viewmodels.sequence import CHIP_LETTER, CHIP_RGB, SequenceViewModel
-from client.window.viewmodels.turnbased import AMBER, DIM, GREEN, RED, WHITE, YELLOW
+from client.window.viewmodels import AMBER, CHIP_LETTER, CHIP_RGB, DIM, GREEN, RED, WHITE, YELLOW, SequenceViewModel
 
 NS = 1_000_000_000
 SPACE = (232, 224, 200, 255)

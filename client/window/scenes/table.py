@@ -38,7 +38,7 @@ from client.window import geometry as geo
 from client.window import texts
 from client.window.host import SceneHost
 from client.window.scenes.base import Scene
-from client.window.viewmodels.table import NS, Band, BandPlace, CardShow, Slot, Step, TableBoard, TableViewModel
+from client.window.viewmodels import NS, Band, BandPlace, CardShow, Slot, Step, TableBoard, TableViewModel
 
 WARM_BUDGET_S = 0.0015  # start-up work done in quiet frames (see _warm_steps)
 

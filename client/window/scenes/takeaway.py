@@ -27,12 +27,11 @@ from protocol import messages as m
 from protocol.rules import takeaway as tk
 from protocol.rules.base import Rejected
 from client.window.draw2d import Canvas, axial_to_xy, hex_points
-from client.window.viewmodels.clientview import ClientView
+from client.window.viewmodels import ClientView
 from client.window.host import SceneHost
 from client.window.layout import Rect
 from client.window.scenes.turnbased import TurnBasedScene
-from client.window.viewmodels.takeaway import TakeawayViewModel
-from client.window.viewmodels.turnbased import AMBER, DIM, GREEN, RED, WHITE, YELLOW
+from client.window.viewmodels import AMBER, DIM, GREEN, RED, WHITE, YELLOW, TakeawayViewModel
 
 NS = 1_000_000_000
 IVORY = (244, 238, 220, 255)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterator
+from typing import Callable, Generic, Iterator, TypeVar
 
 import pyglet
 from pyglet.window import key, mouse
@@ -54,9 +54,10 @@ from client.window.layout import Rect, fit_text
 from client.window.mesh import Mesh
 from client.window.host import SceneHost
 from client.window.scenes.base import Scene
-from client.window.viewmodels.clientview import ClientView
-from client.window.viewmodels.turnbased import (
-    AMBER, DIM, PENDING_LINE, RED, RGBA, SOFT, WHITE, YELLOW, BannerKind, S, TurnViewModel, game_of)
+from client.window.viewmodels import (AMBER, DIM, PENDING_LINE, RED, RGBA, SOFT, WHITE, YELLOW, BannerKind,
+                                      ClientView, TurnState, TurnViewModel, game_of)
+
+S = TypeVar("S", bound=TurnState)  # the game's state, as its viewmodel's
 
 PANEL = (24, 30, 40, 235)
 WARM_BUDGET_S = 0.0015  # start-up work (glyphs) done in a quiet frame
