@@ -49,7 +49,7 @@ rejection ``Code``, combined with the ``CommonCode`` every engine may give), wit
 as their values; how a match of games ends (``MatchReason``, ``FORFEIT``) is ``protocol/match.py``'s.
 Each game labels its reasons and codes for people (``reason_labels``, ``code_labels``: the window
 shows them), so a fifth game brings its own words and no table elsewhere needs to know it. Values read from the wire are
-``object`` until checked (``one_of``, ``wire_int``, ``wire_list``, ``wire_ints``).
+``object`` until checked (``one_of``, ``wire_int``, ``wire_list``, ``wire_ints``, ``is_number``).
 """
 
 from __future__ import annotations
