@@ -1,4 +1,4 @@
-"""The server's CPU per BLINK play: blink (relay + Mosquitto) against a Colyseus room, same players.
+"""The server's CPU per BLINK play: ``blink serve`` as shipped (every process it runs) against a Colyseus room, same players.
 
 How this works
 --------------
@@ -9,14 +9,20 @@ reaction around 0.35 s, moves chosen on the predicted state, at most three plays
 a second, one game a match with a 0.5 s countdown, a rematch when it ends):
 
   colyseus     node server.mjs (the room, bench/peers/room.mjs)  <-  node load.mjs
-  blink        mosquitto (``blink broker-config``: TCP_NODELAY, the shipped ACL)  <-  blink serve
-               --broker URL --no-journal  <-  blink load --server URL --pace human --json
-  blink+journal  (``--journal``) the same with the journal as ``blink serve`` ships it (--data DIR,
-               fsync every batch)
+  blink serve  ``blink serve --port P --no-journal`` as shipped, with the broker it runs itself in a
+               child (an installed Mosquitto)  <-  blink load --server URL --pace human --json
+  blink serve --embedded  (``--blink embedded``) the same on the embedded broker
+  blink --broker  (``--blink broker``) mosquitto started here (``blink broker-config``: TCP_NODELAY,
+               the shipped ACL)  <-  blink serve --broker URL --no-journal  <-  blink load ...
+  +journal     (``--journal``) each blink side once more with the journal as ``blink serve`` ships it
+               (--data DIR, fsync every batch)
+
+A ``blink serve`` side's server CPU is every process it runs: the serve process and, walked from
+/proc on every progress line, its children and theirs (the broker child), shown apart and summed.
 
 Both generators print a progress line every 5 s from one second into their measured window, with
 the plays made so far ("N actions"). On each line this script reads every server process's CPU
-from /proc (the relay and the broker apart) and, for blink, counts finished games from the
+from /proc (each process apart) and, for blink, counts finished games from the
 matches' retained snapshots (the Colyseus generator counts its own). CPU per play is then the
 CPU between the first and the last line over the plays made between them: the same interval for
 the CPU and the plays, in the steady part of the window, on both sides. The rest (verdict
@@ -31,6 +37,7 @@ the script ends in one line with status 1; bad arguments are status 2, Ctrl-C 13
 it starts is stopped on every path (and has the kernel end it should this script be killed).
 
     .venv/bin/python bench/peers/colyseus_vs_blink.py --matches 300 --duration 30
+    .venv/bin/python bench/peers/colyseus_vs_blink.py --matches 300 --duration 30 --blink serve --blink broker
     .venv/bin/python bench/peers/colyseus_vs_blink.py --matches 20 --duration 30 --journal --json
 """
 
@@ -157,6 +164,49 @@ def cpu_s(pid: int) -> float | None:
         return None
 
 
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (every thread's list, /proc/PID/task/TID/children)."""
+    found: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            found += [int(x) for x in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return sorted(set(found))
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def tree_cpu(pid: int, top: str) -> dict[str, float | None]:
+    """CPU seconds of ``pid`` (named ``top``) and of every process under it, each by name and pid: a
+    server's cost is every process it runs. A child's name is its command plus what it runs when
+    that is Python (the embedded broker is ``python -m relay.hosting.brokerchild``)."""
+    out: dict[str, float | None] = {top: cpu_s(pid)}
+    todo = children(pid)
+    while todo:
+        child = todo.pop(0)
+        name = comm(child)
+        if name.startswith("python") or name == "blink":
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                mod = next((argv[i + 1].decode() for i, a in enumerate(argv[:-1]) if a == b"-m"), None)
+                name = mod.rsplit(".", 1)[-1] if mod else name
+            except OSError:
+                pass
+        out[f"{name} ({child})"] = cpu_s(child)
+        todo += children(child)
+    return out
+
+
 def wait_line(proc: subprocess.Popen[bytes], marker: str, what: str, timeout: float = START_TIMEOUT_S) -> None:
     """Read the process's stdout until a line holds ``marker``; BenchError if it ends or stays silent."""
     assert proc.stdout is not None
@@ -247,8 +297,9 @@ class SideResult:
         per_play: dict[str, float | None] = {}
         pct: dict[str, float | None] = {}
         if first and last:
-            for proc in first.cpu:
-                a, b = first.cpu[proc], last.cpu.get(proc)
+            # A process under the server that started after the first line counts from zero.
+            for proc in [*first.cpu, *(k for k in last.cpu if k not in first.cpu)]:
+                a, b = first.cpu.get(proc, 0.0), last.cpu.get(proc)
                 used = None if a is None or b is None else b - a
                 per_play[proc] = None if used is None or not plays else round(used / plays * 1e6, 1)
                 pct[proc] = None if used is None or interval <= 0 else round(used / interval * 100, 1)
@@ -270,6 +321,7 @@ class SideResult:
             out[key] = r.get(key)
         out["rejections"] = sum(r.get("rejected", {}).values())
         out["messages_per_play"] = messages_per_play(r)
+        out["generator_us_per_play"] = generator_us_per_play(r)
         out["load_avg_1m"] = [round(x, 2) for x in self.load_avg]
         return out
 
@@ -283,6 +335,14 @@ def messages_per_play(r: dict[str, Any]) -> float | None:
     if not cpu_pct or not us or not wall or not actions:
         return None
     return round(float(cpu_pct) / 100 * float(wall) / (float(us) * 1e-6) / int(actions), 2)
+
+
+def generator_us_per_play(r: dict[str, Any]) -> float | None:
+    """The generator's CPU over its whole window per play made."""
+    cpu_pct, wall, actions = r.get("generator_cpu_pct"), r.get("duration_s"), r.get("actions")
+    if cpu_pct is None or not wall or not actions:
+        return None
+    return round(float(cpu_pct) / 100 * float(wall) / int(actions) * 1e6, 1)
 
 
 def run_generator(procs: Processes, cmd: Sequence[str], cwd: Path, duration: float,
@@ -415,6 +475,45 @@ def census(url: str, expected: int) -> dict[str, int] | None:
         return None
 
 
+def serve_side(args: argparse.Namespace, journal: bool, embedded: bool) -> SideResult:
+    """``blink serve`` as shipped: the broker it runs itself, every process under it measured."""
+    blink = blink_command()
+    procs = Processes()
+    work = Path(tempfile.mkdtemp(prefix="colyseus-vs-blink-"))
+    try:
+        port = free_port()
+        store = ["--data", str(work / "data")] if journal else ["--no-journal"]
+        serve_cmd = [*blink, "--prefix", PREFIX, "serve", "--port", str(port), *store,
+                     *(["--embedded"] if embedded else [])]
+        if args.seed is not None:
+            serve_cmd += ["--seed", str(args.seed)]
+        # SIGTERM: a service manager's stop, after which serve stops its relay, then its broker.
+        serve = procs.start(serve_cmd, stop_signal=signal.SIGTERM, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+        wait_line(serve, "running", "blink serve")
+        load_avg0 = os.getloadavg()[0]
+        url = f"mqtt://127.0.0.1:{port}"  # players and spectators log in as anyone; snapshots are public
+
+        def on_line(actions: int, line: str) -> Sample:
+            cpu = tree_cpu(serve.pid, "relay (blink serve)")
+            games = census(url, args.matches)
+            return Sample(time.monotonic(), actions, cpu, None if games is None else sum(games.values()), games)
+
+        gen_cmd = [*blink, "--prefix", PREFIX, "load", "--server", url, "--relay-pid", str(serve.pid),
+                   "--matches", str(args.matches), "--duration", str(args.duration), "--pace", "human",
+                   "--reaction", str(args.reaction), "--json"]
+        if args.seed is not None:
+            gen_cmd += ["--seed", str(args.seed)]
+        report, samples = run_generator(procs, gen_cmd, ROOT, args.duration, on_line, "blink load")
+        if serve.poll() is not None:
+            raise BenchError(f"blink serve stopped during the run, status {serve.returncode}")
+        name = "serve --embedded" if embedded else "blink serve"
+        return SideResult(name + "+journal" if journal else name, report, samples, (load_avg0, os.getloadavg()[0]))
+    finally:
+        procs.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def blink_side(args: argparse.Namespace, journal: bool) -> SideResult:
     binary = find_mosquitto()
     if binary is None:
@@ -465,7 +564,8 @@ def blink_side(args: argparse.Namespace, journal: bool) -> SideResult:
         report, samples = run_generator(procs, gen_cmd, ROOT, args.duration, on_line, "blink load")
         if relay.poll() is not None:
             raise BenchError(f"the relay stopped during the run, status {relay.returncode}")
-        return SideResult("blink+journal" if journal else "blink", report, samples, (load_avg0, os.getloadavg()[0]))
+        return SideResult("blink --broker+journal" if journal else "blink --broker", report, samples,
+                          (load_avg0, os.getloadavg()[0]))
     finally:
         procs.stop_all()
         shutil.rmtree(work, ignore_errors=True)
@@ -478,7 +578,16 @@ def _f(x: Any, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def table(results: list[dict[str, Any]], ratio: dict[str, float | None]) -> str:
+def process_role(name: str) -> str:
+    """What a measured process is, for the table's rows: the room, the relay, the broker."""
+    if name == "colyseus":
+        return "room (node)"
+    if name.startswith("relay"):
+        return "relay"
+    return "broker (" + name.split(" (")[0] + ")" if name != "broker" else "broker (mosquitto)"
+
+
+def table(results: list[dict[str, Any]], ratios: dict[str, dict[str, float | None]]) -> str:
     cols = [r["side"] for r in results]
     rows: list[tuple[str, list[str]]] = []
 
@@ -486,8 +595,17 @@ def table(results: list[dict[str, Any]], ratio: dict[str, float | None]) -> str:
         rows.append((label, [_f(fn(r)) for r in results]))
 
     row("server CPU per play, µs", lambda r: r["server_us_per_play_total"])
-    row("  relay / room", lambda r: r["server_us_per_play"].get("relay", r["server_us_per_play"].get("colyseus")))
-    row("  broker", lambda r: r["server_us_per_play"].get("broker"))
+    roles: list[str] = []
+    for r in results:
+        roles += [x for x in map(process_role, r["server_us_per_play"]) if x not in roles]
+    def of_role(role: str) -> Callable[[dict[str, Any]], float | None]:
+        def cost(r: dict[str, Any]) -> float | None:
+            found = [v for k, v in r["server_us_per_play"].items() if process_role(k) == role and v is not None]
+            return round(sum(found), 1) if found else None
+        return cost
+
+    for role in roles:
+        row("  " + role, of_role(role))
     row("server CPU, % of a core", lambda r: sum(v for v in r["server_cpu_pct"].values() if v is not None))
     row("plays/s", lambda r: r["actions_per_s"])
     row("verdict p50 ms", lambda r: r["verdict_ms"]["p50"])
@@ -501,6 +619,7 @@ def table(results: list[dict[str, Any]], ratio: dict[str, float | None]) -> str:
     row("sampled interval, s", lambda r: r["sampled_s"])
     row("generator CPU %", lambda r: r["generator_cpu_pct"])
     row("generator lag p99 ms", lambda r: r["generator_lag_ms"]["p99"])
+    row("generator CPU per play, µs", lambda r: r["generator_us_per_play"])
     row("messages received per play", lambda r: r["messages_per_play"])
     row("load average (start, end)", lambda r: "{}, {}".format(*r["load_avg_1m"]))
     width = max(len(label) for label, _ in rows) + 2
@@ -509,8 +628,13 @@ def table(results: list[dict[str, Any]], ratio: dict[str, float | None]) -> str:
     lines += [label.ljust(width) + "".join(v.rjust(colw) for v in values) for label, values in rows]
     lines.append("(server CPU and games finished: between each generator's first and last progress line, the "
                  "sampled interval; the rest: each generator's whole window)")
-    for side, value in ratio.items():
-        lines.append(f"{side} / colyseus, server CPU per play: {_f(value, 2)}")
+    for side, ratio in ratios.items():
+        lines.append(f"{side} / colyseus: server CPU per play {_f(ratio['server_cpu_per_play'], 2)}, verdict p50 "
+                     f"{_f(ratio['verdict_p50'], 2)}, p99 {_f(ratio['verdict_p99'], 2)}, generator CPU per play "
+                     f"{_f(ratio['generator_cpu_per_play'], 2)}")
+    for r in results:
+        if len(r["server_us_per_play"]) > 1:
+            lines.append(f"{r['side']}: " + ", ".join(f"{k} {_f(v)} µs" for k, v in r["server_us_per_play"].items()))
     for r in results:
         extra = []
         if r["rejected"]:
@@ -534,7 +658,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--matches", type=int, required=True, help="concurrent matches, two players each (1-2000)")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds each generator measures (10-3600, default 30)")
     ap.add_argument("--reaction", type=float, default=0.35, help="median reaction time, seconds (default 0.35)")
-    ap.add_argument("--journal", action="store_true", help="also run blink with its journal on, as shipped")
+    ap.add_argument("--blink", action="append", choices=("serve", "embedded", "broker"),
+                    help="a blink side, repeatable: serve (`blink serve` as shipped, with the broker it runs "
+                    "itself; the default), embedded (`blink serve --embedded`), broker (Mosquitto started here "
+                    "and `blink serve --broker URL`)")
+    ap.add_argument("--journal", action="store_true", help="also run each blink side with its journal on, as shipped")
     ap.add_argument("--seed", type=int, help="seed for the players and the servers' shuffles")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -544,6 +672,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
     ap.error = one_line_error  # type: ignore[method-assign]
     args = ap.parse_args(argv)
+    args.blink = list(dict.fromkeys(args.blink or ["serve"]))
     if not 1 <= args.matches <= 2000:
         ap.error(f"--matches must be from 1 to 2000, not {args.matches}")
     if not 10 <= args.duration <= 3600:
@@ -551,6 +680,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not 0.05 <= args.reaction <= 10:
         ap.error(f"--reaction must be from 0.05 to 10 s, not {args.reaction:g}")
     return args
+
+
+def ratios_to(side: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]:
+    """A side's figures over Colyseus's: server CPU per play, verdict p50 and p99, generator CPU per play."""
+    def over(a: Any, b: Any) -> float | None:
+        return round(float(a) / float(b), 2) if a is not None and b else None
+
+    return {"server_cpu_per_play": over(side["server_us_per_play_total"], base["server_us_per_play_total"]),
+            "verdict_p50": over(side["verdict_ms"]["p50"], base["verdict_ms"]["p50"]),
+            "verdict_p99": over(side["verdict_ms"]["p99"], base["verdict_ms"]["p99"]),
+            "generator_cpu_per_play": over(side["generator_us_per_play"], base["generator_us_per_play"])}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -564,7 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         node, npm = node_tools()
         npm_install(npm)
-        if find_mosquitto() is None:
+        if "broker" in args.blink and find_mosquitto() is None:
             raise BenchError("mosquitto is not installed: the blink side runs on Mosquitto (apt install mosquitto)")
         sides: list[SideResult] = []
 
@@ -574,11 +714,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         note(f"colyseus, {args.matches} matches, {args.duration:g} s ...")
         sides.append(colyseus_side(args, node))
-        note(f"blink (no journal), {args.matches} matches, {args.duration:g} s ...")
-        sides.append(blink_side(args, journal=False))
-        if args.journal:
-            note(f"blink (journal as shipped), {args.matches} matches, {args.duration:g} s ...")
-            sides.append(blink_side(args, journal=True))
+        for journal in (False, True) if args.journal else (False,):
+            for kind in args.blink:
+                note(f"blink {kind} ({'journal as shipped' if journal else 'no journal'}), {args.matches} matches, "
+                     f"{args.duration:g} s ...")
+                sides.append(blink_side(args, journal) if kind == "broker"
+                             else serve_side(args, journal, embedded=kind == "embedded"))
     except BenchError as exc:
         print(f"colyseus_vs_blink: {exc}", file=sys.stderr)
         return 1
@@ -586,17 +727,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("colyseus_vs_blink: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
     results = [s.figures() for s in sides]
-    base = results[0]["server_us_per_play_total"]
-    ratio = {r["side"]: (round(r["server_us_per_play_total"] / base, 2) if base and r["server_us_per_play_total"]
-                         else None) for r in results[1:]}
+    ratios = {r["side"]: ratios_to(r, results[0]) for r in results[1:]}
     if args.json:
         print(json.dumps({"matches": args.matches, "duration_s": args.duration, "sides": results,
-                          "ratio_to_colyseus": ratio,
+                          "ratio_to_colyseus": ratios,
                           "raw": {s.name: s.report for s in sides}}))
     else:
         print(f"BLINK at human pace, {args.matches} matches, {args.duration:g} s a side "
               f"(load average now {os.getloadavg()[0]:.2f})")
-        print(table(results, ratio))
+        print(table(results, ratios))
     return 0
 
 
