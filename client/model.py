@@ -4,7 +4,8 @@ How this works
 --------------
 ``ClientModel`` holds everything a player's client tracks from messages: the match it is in, the
 seat, the public event stream (with gap detection: a gap asks for a resync), the clock filter
-(round-trip time and offset from pings), the receive time of each seq (the reaction time a play
+(round-trip time and offset: a sample from each own play's verdict while the player plays, from
+the networking shell's pongs while it is idle; ``protocol/clock.py``), the receive time of each seq (the reaction time a play
 carries to the relay, for fair ordering), and a ``Predictor`` (``client/predictor.py``) that draws
 the player's own moves at once, on top of the last confirmed state. It is pure: time comes in as
 ``now_ns``; it returns the messages to send and never touches the network.
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, TypeVar, cast
 
 from protocol import messages as m
-from protocol.clock import ClockFilter, sample
+from protocol.clock import ClockFilter, ping_due, sample, verdict_sample
 from protocol.match import MATCH_EVENTS, MatchOver, PlayerDropped, PlayerReturned, RematchStarted
 from protocol.rules import AnyGame, game_for
 from protocol.rules.base import Rejected
@@ -560,7 +561,14 @@ class ClientModel:
         if p is not None:
             self.verdicts.append(Verdict(msg.id, True, "accepted", p.sent_ns, now_ns, p.action, msg.hold_ns,
                                          msg.recv_ns, msg.sent_ns, self.clock.offset_ns))
+            self._clock_sample(p, msg, now_ns)
         return True
+
+    def _clock_sample(self, p: Pending, msg: m.ActionAccepted | m.ActionRejected, now_ns: int) -> None:
+        """A play is a ping: its send time, the verdict's two relay stamps and its arrival."""
+        s = verdict_sample(p.sent_ns, msg.recv_ns, msg.sent_ns, now_ns, p.sends)
+        if s is not None:
+            self.clock.add(s)
 
     @handles(m.ActionRejected)
     def _action_rejected(self, msg: m.ActionRejected, now_ns: int, out: list[Reply]) -> bool:
@@ -571,6 +579,7 @@ class ClientModel:
             self.bounces.append(Bounce(msg.id, p.action, msg.code, msg.detail, now_ns))
             self.verdicts.append(Verdict(msg.id, False, msg.code, p.sent_ns, now_ns, p.action, msg.hold_ns,
                                          msg.recv_ns, msg.sent_ns, self.clock.offset_ns))
+            self._clock_sample(p, msg, now_ns)
         return True
 
     # ------------------------------------------------------------------------------- sending less
@@ -665,5 +674,7 @@ class ClientModel:
         pending.act, pending.resend_at_ns = act, now_ns + resend_wait_ns(1)
         return act
 
-    def ping(self, now_ns: int) -> m.Ping:
-        return m.Ping(t0=now_ns)
+    def ping(self, now_ns: int, period_ns: int = 0) -> m.Ping | None:
+        """A clock ping to send now, or None while the plays' verdicts keep the clock (a sample
+        within ``period_ns``: see ``protocol/clock.py``)."""
+        return m.Ping(t0=now_ns) if ping_due(self.clock.last_ns, now_ns, period_ns) else None

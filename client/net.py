@@ -1,5 +1,5 @@
-"""The client's networking shell: one MQTT connection, clock-sync pings, requests and actions out,
-events and private messages in.
+"""The client's networking shell: one MQTT connection, clock-sync pings while idle, requests and
+actions out, events and private messages in.
 
 How this works
 --------------
@@ -9,6 +9,11 @@ Incoming payloads are decoded (bad ones are counted and dropped: a client never 
 broker hands it) and passed to ``on_message(msg, recv_ns)`` together with the receive time.
 The last will is ``Leave(dropped=True)`` on the client's own request topic, so the relay learns of
 a client that vanished without saying goodbye -- and keeps its seat for the match's grace period.
+
+Clock pings. A play answered is a clock sample already (its verdict carries the relay's receive
+and send times: ``protocol/clock.py``), so the pinger sends a ``Ping`` only while idle: a quick
+burst on connecting, then one each ``ping_interval_s`` in which no verdict with the relay's stamps
+came (``answered_ns``; ``ping_due``). A player that plays sends no pings at all.
 
 The connection heals itself: when the broker connection drops, the reader tells the application
 (``Reconnecting``), then reconnects with backoff (``RECONNECT_FIRST_S`` doubling to
@@ -53,6 +58,7 @@ import aiomqtt
 
 from mqttkit import NODELAY, BrokerAddress, connect_problem, stop_task, subscribe_granted
 from protocol import messages as m
+from protocol.clock import ping_due
 from protocol.codec import DecodeError, decode_all, encode
 from protocol.seal import ClientSeal, SealError
 from protocol.topics import Topics
@@ -227,6 +233,8 @@ class Connection:
         self.on_message = on_message or (lambda msg, now: None)
         self.impairment = impairment if impairment and impairment.active else None
         self.ping_interval_s = ping_interval_s
+        #: When the latest verdict carrying the relay's stamps arrived (a clock sample: no ping needed).
+        self.answered_ns: int | None = None
         self.bad_messages = 0
         self.lost: str | None = None  # why the broker connection ended, if it did
         self._client: aiomqtt.Client | None = None
@@ -475,7 +483,10 @@ class Connection:
                 self.bad_messages += 1
                 continue
             for i, one in enumerate(decoded):
-                if isinstance(one, m.MatchJoined):
+                if isinstance(one, (m.ActionAccepted, m.ActionRejected)):
+                    if one.recv_ns and one.sent_ns:
+                        self.answered_ns = time.time_ns()
+                elif isinstance(one, m.MatchJoined):
                     self._shards[one.match] = one.shard  # before anyone watches or acts on it
                 elif isinstance(one, m.MatchList) and self._lobby is not None:
                     self._lobby[msg.topic.value] = one.matches
@@ -505,10 +516,12 @@ class Connection:
         for i in range(5):
             await self.request(m.Ping(t0=time.time_ns()))
             await asyncio.sleep(0.05)
+        period_ns = int(self.ping_interval_s * 1e9)
         while True:
             await asyncio.sleep(self.ping_interval_s)
-            if self.connected.is_set():
-                await self.request(m.Ping(t0=time.time_ns()))
+            now = time.time_ns()
+            if self.connected.is_set() and ping_due(self.answered_ns, now, period_ns):
+                await self.request(m.Ping(t0=now))
 
 
 def merge_match_lists(lists: dict[str, tuple[dict[str, object], ...]]) -> tuple[dict[str, object], ...]:

@@ -20,9 +20,12 @@ puts a ``client.net.Connection`` (aiomqtt client, reader, pinger, reconnects) on
   ``call_soon_threadsafe`` and return at once (publishes keep their order: the callbacks run in
   order and each starts its publish synchronously). ``watch`` and the like, whose callers must know
   the subscription is in place before they go on, wait for the network loop's answer;
-- **pings**: the connection's pinger runs on the network loop, so a ping's ``t0`` and its pong's
-  arrival are both stamped there; the window's frames delay neither (only the model's use of the
-  sample, which needs no precision).
+- **clock samples**: the connection's pinger (idle only) runs on the network loop, so a ping's
+  ``t0`` and its pong's arrival are both stamped there; a verdict's arrival is stamped there too,
+  and a play's ``t0`` is taken by the model just before the act is handed over (one
+  ``call_soon_threadsafe``, inside the sample's delay; the clock filter keeps the lowest-delay
+  sample). The window's frames delay neither arrival (only the model's use of the sample, which
+  needs no precision).
 
 One ``NetThread`` serves every connection of a window (yours, the bots', the recorder's);
 ``close`` stops its loop and joins the thread. Nothing here imports pyglet.

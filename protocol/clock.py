@@ -11,6 +11,18 @@ clock; the client notes t3 on receipt. Then
 The offset is exact when the two legs are symmetric and off by at most delay/2 otherwise, so the
 samples with the lowest delay are the most trustworthy: ``ClockFilter`` keeps the recent samples
 and reports the offset of the lowest-delay one (as NTP's clock filter does).
+
+Where the four stamps come from. A play is a ping already: the client notes when it sent the
+``Act`` (t0) and when its verdict arrived (t3), and the verdict (``ActionAccepted`` /
+``ActionRejected``) carries the relay's ``recv_ns`` (t1: the act arrived) and ``sent_ns`` (t2: the
+verdict left). ``verdict_sample`` turns that into a sample -- the fair-order hold and the judging
+lie between t1 and t2, so they cancel like a pong's turnaround. A verdict without both stamps
+(a duplicate's remembered answer, which does not keep when the play first came; a relay that does
+not stamp) gives none, and so does a play sent more than once (its t0 is the first send, the
+answer may be to a later one). So a player that plays needs no pings: ``ping_due`` sends an
+explicit ``Ping`` only while no sample came within the last ping period -- before the first play,
+between games, while waiting for the other player -- and the round trip and offset on the HUD, in
+``blink latency`` and the load generator come from plays and idle pings alike.
 """
 
 from __future__ import annotations
@@ -31,6 +43,22 @@ def sample(t0: int, t1: int, t2: int, t3: int) -> Sample:
     return Sample(delay_ns=max(0, delay), offset_ns=offset, at_ns=t3)
 
 
+def verdict_sample(sent_ns: int, recv_ns: int, relay_sent_ns: int, answered_ns: int, sends: int = 1) -> Sample | None:
+    """The sample a play gives: sent at ``sent_ns`` and answered at ``answered_ns`` on the client's
+    clock, arrived at ``recv_ns`` and answered at ``relay_sent_ns`` on the relay's (the verdict's
+    stamps). None when the verdict lacks a stamp, the stamps are out of order, or the play was sent
+    ``sends`` > 1 times (the answer may be to a resend: its t0 is unknown)."""
+    if sends != 1 or recv_ns <= 0 or relay_sent_ns < recv_ns or answered_ns < sent_ns:
+        return None
+    return sample(sent_ns, recv_ns, relay_sent_ns, answered_ns)
+
+
+def ping_due(last_sample_ns: int | None, now_ns: int, period_ns: int) -> bool:
+    """Is an explicit ping due? Only while idle: no sample (a pong, a play's verdict) taken within
+    the last ``period_ns``. A player that plays keeps its clock from its plays."""
+    return last_sample_ns is None or now_ns - last_sample_ns >= period_ns
+
+
 @dataclass
 class ClockFilter:
     """Keeps the last ``window`` samples; the best is the one with the lowest delay."""
@@ -42,6 +70,11 @@ class ClockFilter:
         self.samples.append(s)
         if len(self.samples) > self.window:
             del self.samples[0]
+
+    @property
+    def last_ns(self) -> int | None:
+        """When the newest sample was taken (client time), or None before the first."""
+        return self.samples[-1].at_ns if self.samples else None
 
     def best(self) -> Sample | None:
         return min(self.samples, key=lambda s: s.delay_ns) if self.samples else None

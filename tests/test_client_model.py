@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from protocol import messages as m
 from relay.model import RelayConfig
 from protocol.rules import blink
@@ -119,3 +121,39 @@ def test_an_acceptance_heard_twice_is_one_verdict() -> None:
             model.on_message(o.msg, h.now)
     model.on_message(answer[0], h.now)  # and once more after the event
     assert [(v.id, v.ok) for v in model.verdicts] == [(act.id, True)]
+
+
+def test_a_play_is_a_clock_sample_and_no_ping_is_due_while_plays_keep_the_clock() -> None:
+    # The client's clock is 1 s behind the relay's; 3 ms each way; the relay takes 1 ms.
+    S, MS = 1_000_000_000, 1_000_000
+    h = Harness(fixed_decks=(race_deck(),))
+    code = h.start_match()
+    model = joined_model(h, "a")
+    t0 = 50 * S
+    assert isinstance(model.ping(t0, S), m.Ping)  # nothing measured yet: idle, ping
+    act = model.act(blink.PlayCard("3-red-star", 0), t0)
+    assert isinstance(act, m.Act)
+    out = h.send(T.act(code, "a"), act)
+    verdict = next(x for x in h.to("a", out) if isinstance(x, m.ActionAccepted))
+    # (the shell stamps the verdict as it leaves: here by hand, on the relay's clock)
+    model.on_message(replace(verdict, recv_ns=t0 + S + 3 * MS, sent_ns=t0 + S + 4 * MS), t0 + 7 * MS)
+    assert model.clock.rtt_ns == 6 * MS and model.clock.offset_ns == S  # the HUD's figures, from the play
+    assert model.verdicts[-1].offset_ns is None  # (a verdict's parts use the offset known before it)
+    assert model.ping(t0 + 7 * MS + S - 1, S) is None  # a play answered within the period: no ping
+    assert isinstance(model.ping(t0 + 7 * MS + S, S), m.Ping)  # idle for a period: ping again
+
+
+def test_a_resent_play_or_an_unstamped_answer_is_no_clock_sample() -> None:
+    S = 1_000_000_000
+    h = Harness(fixed_decks=(race_deck(),))
+    code = h.start_match()
+    model = joined_model(h, "a")
+    first = model.act(blink.PlayCard("3-red-star", 0), 10 * S)
+    assert isinstance(first, m.Act)
+    assert model.resends(12 * S) == [first]  # sent twice: the answer may be to either send
+    out = h.send(T.act(code, "a"), first)
+    verdict = next(x for x in h.to("a", out) if isinstance(x, m.ActionAccepted))
+    model.on_message(replace(verdict, recv_ns=12 * S + 1, sent_ns=12 * S + 2), 12 * S + 3)
+    assert model.verdicts[-1].ok and model.clock.samples == []
+    model.on_message(m.Pong(t0=13 * S, t1=13 * S + 5, t2=13 * S + 5), 13 * S + 10)  # an idle ping's pong
+    assert model.clock.rtt_ns == 10

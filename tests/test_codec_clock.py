@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from protocol import messages as m
-from protocol.clock import ClockFilter, sample
+from protocol.clock import ClockFilter, ping_due, sample, verdict_sample
 from protocol.codec import MAX_MESSAGE_BYTES, PROTOCOL_VERSION, DecodeError, decode, encode
 from protocol.topics import Topics
 
@@ -160,3 +160,28 @@ def test_clock_filter_keeps_lowest_delay_of_recent_samples() -> None:
     f.add(sample(0, 300, 300, 500))
     f.add(sample(0, 300, 300, 500))  # the best one has aged out of the window
     assert f.rtt_ns == 500
+
+
+def test_a_verdict_is_a_clock_sample_as_a_pong_is() -> None:
+    # client clock = relay clock - 1000; 50 each way; the relay held and judged the play for 30
+    t0 = 10_000
+    recv, sent = t0 + 1000 + 50, t0 + 1000 + 50 + 30
+    t3 = sent - 1000 + 50
+    s = verdict_sample(t0, recv, sent, t3)
+    assert s == sample(t0, recv, sent, t3) and s.delay_ns == 100 and s.offset_ns == 1000 and s.at_ns == t3
+    # No sample without both stamps (a duplicate's remembered answer has no recv_ns; a relay that
+    # does not stamp), from stamps out of order, or from a play sent twice (its t0 is not known).
+    assert verdict_sample(t0, 0, sent, t3) is None
+    assert verdict_sample(t0, recv, 0, t3) is None
+    assert verdict_sample(t0, sent, recv, t3) is None
+    assert verdict_sample(t3, recv, sent, t0) is None
+    assert verdict_sample(t0, recv, sent, t3, sends=2) is None
+
+
+def test_a_ping_is_due_only_while_no_sample_came_within_the_period() -> None:
+    f = ClockFilter()
+    assert f.last_ns is None and ping_due(f.last_ns, 5, 1_000)  # nothing measured yet: ping
+    f.add(sample(0, 100, 100, 150))
+    assert f.last_ns == 150
+    assert not ping_due(f.last_ns, 150 + 999, 1_000)  # a play answered within the period keeps the clock
+    assert ping_due(f.last_ns, 150 + 1_000, 1_000)  # idle for a whole period: ping

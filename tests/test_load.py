@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from protocol import messages as m
+from protocol.clock import ping_due
 from protocol.rules import blink
 from protocol.rules.base import FixedChance
 from mqttkit import BrokerAddress, free_port
@@ -256,6 +257,23 @@ def test_a_play_sent_keeps_the_prediction_it_was_checked_on() -> None:
         assert kept is not None and p.state() == kept
 
 
+def test_a_verdict_is_a_round_trip_and_keeps_the_player_from_being_pinged() -> None:
+    S = 1_000_000_000
+    run = LoadRun(LoadConfig(matches=1), BrokerAddress("127.0.0.1", 1), _Loop())  # type: ignore[arg-type]
+    run.window_start = 1
+    p = LoadPlayer(run, "p", __import__("random").Random(1))
+    assert ping_due(p.answered_ns, 0, S)  # nothing answered yet: idle
+    p.awaiting[1] = 1_000
+    # sent at 1,000 (this process's clock), answered at 2,000; the relay kept it 400 (its own clock)
+    p.on_verdict(m.ActionAccepted(match="ABCDE", id=1, seq=7, recv_ns=50_000, sent_ns=50_400), 2_000)
+    assert run.rtt_ms == [(2_000 - 1_000 - 400) / 1e6] and run.verdict_ms == [1_000 / 1e6]
+    assert p.answered_ns == 2_000 and not ping_due(p.answered_ns, 2_000 + S - 1, S)
+    assert ping_due(p.answered_ns, 2_000 + S, S)
+    p.awaiting[2] = 3_000
+    p.on_verdict(m.ActionAccepted(match="ABCDE", id=2, seq=8), 4_000)  # a remembered answer: no stamps
+    assert len(run.rtt_ms) == 1 and p.answered_ns == 2_000 and len(run.verdict_ms) == 2
+
+
 @pytest.mark.integration
 def test_a_relay_that_dies_ends_the_run_with_one_line() -> None:
     proc = subprocess.Popen([*BLINK, "load", "--matches", "2", "--duration", "120"], cwd=ROOT,
@@ -310,13 +328,15 @@ def test_players_on_mqttkit_speak_the_relays_whole_exchange(relay_on: tuple[Brok
     monkeypatch.setattr(LoadPlayer, "on_event", count_event)
     monkeypatch.setattr(LoadPlayer, "on_private", count_private)
     monkeypatch.setattr(LoadPlayer, "apply_view", note_view)
+    # (pinged only while idle: a player waiting out a game's countdown, 0.5 s, is, for ping_s 0.2)
     cfg = LoadConfig(matches=2, pace="max", duration_s=6.0, server=broker.url, relay_pid=relay_pid, seed=3,
-                     grace_s=60.0, timeout_s=60.0)
+                     grace_s=60.0, timeout_s=60.0, ping_s=0.2)
     out = asyncio.run(run_load(cfg))
     check_result(out, 2)
     assert out["library"] == "mqttkit"
     assert out["bad_messages"] == 0 and not out["request_rejected"]
-    assert out["ping_ms"]["n"] > 0
+    assert out["rtt_ms"]["n"] > out["pings"]  # round trips from the plays' verdicts, and from pongs
+    assert out["rtt_ms"]["n"] >= out["verdict_ms"]["n"]
     assert seen["MatchJoined"] == 4 and seen["event"] > 0 and seen["PrivateUpdate"] > 0
     assert seen["ActionAccepted"] > 0 and seen["Pong"] > 0
     # The snapshots: carried and counted, never decoded (an event or private payload may hold several messages).

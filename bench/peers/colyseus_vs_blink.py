@@ -6,7 +6,7 @@ Each side is started fresh, one after the other, as separate processes on loopba
 the same simulated people -- ``blink load --pace human``'s player (client/tools/load_player.py), and for
 Colyseus the same player reproduced move for move in Node (bench/peers/load.mjs: log-normal
 reaction around 0.35 s, moves chosen on the predicted state, at most three plays in flight, a ping
-a second, one game a match with a 0.5 s countdown, a rematch when it ends):
+a second only to a player with no verdict in that second, one game a match with a 0.5 s countdown, a rematch when it ends):
 
   colyseus     node server.mjs (the room, bench/peers/room.mjs)  <-  node load.mjs
   blink serve  ``blink serve --port P --no-journal`` as shipped, with the broker it runs itself in a

@@ -20,8 +20,10 @@
 // policy (any legal play at random; at a stalemate pick, the least useful card), and at the end of
 // the reaction checks the move against the predicted state again (a move the table made illegal
 // meanwhile is bounced locally, not sent). At most three plays await a verdict. When a match is
-// over, each player asks for a rematch after a reaction time, so the load stays steady. Each
-// player pings once a second (spread evenly), as blink's client does for its clock.
+// over, each player asks for a rematch after a reaction time, so the load stays steady. As blink's
+// client takes its clock from its plays' verdicts and pings only while idle, each player's turn to
+// be pinged comes once a second (spread evenly), and it is pinged then only if no verdict came
+// within that second.
 //
 // Measured: verdict times (send to verdict, on this process's clock), rejections by code, plays
 // never answered (after a 5 s grace), games finished, messages received (all of them, counted on
@@ -140,6 +142,7 @@ class Player {
     // own moves awaiting their confirmation: {id, kind, card, pile, seq (accepted at) or null}
     this.inflight = [];
     this.awaiting = new Map(); // id -> send time (performance.now() ms), until a verdict
+    this.answeredAt = -Infinity; // when the latest verdict came: no ping is due for a period after it
     this.nextId = 1;
     this.busy = false;
     this.rematchedGame = -1;
@@ -246,6 +249,7 @@ class Player {
     const run = this.run;
     const sent = this.awaiting.get(m.id);
     this.awaiting.delete(m.id);
+    if (sent !== undefined) this.answeredAt = performance.now();
     if (sent !== undefined && run.inWindow(sent)) {
       run.verdictMs.push(performance.now() - sent);
       if (m.ok) run.accepted++;
@@ -427,7 +431,8 @@ async function main() {
     const t0 = performance.now();
     for (let k = 0; k < Math.min(count, players.length); k++) {
       pingIndex = (pingIndex + 1) % players.length;
-      players[pingIndex].room.send("ping", { t0 });
+      const p = players[pingIndex];
+      if (t0 - p.answeredAt >= cfg.ping * 1000) p.room.send("ping", { t0 }); // idle only
     }
   }, 100) : null;
 

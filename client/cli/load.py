@@ -43,7 +43,8 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--server", type=argtypes.url, help="MQTT broker with a running relay (default: start blink serve here)")
     p.add_argument("--relay-pid", type=argtypes.whole(1, 2**31), help="with --server: the relay's pid, for its CPU and memory")
     p.add_argument("--ping", type=argtypes.seconds(0.0, 60.0), default=1.0,
-                   help="each player pings the relay this often, seconds (default 1, as the client; 0: never)")
+                   help="a player with no verdict in this long is pinged, seconds (default 1; its plays' verdicts "
+                        "are its round trips, as the client's; 0: never)")
     p.add_argument("--seed", type=int, help="seed for the players (and the relay started here)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--grace", type=argtypes.seconds(0.0, 600.0), default=load_config.GRACE_S,

@@ -17,7 +17,9 @@ are the connections closed.
 What is recorded, per player, without changing the client code:
 
 - every clock-sync sample (``RecordingClock`` replaces the model's ``ClockFilter``: it keeps the
-  usual best-of-window filter *and* every sample), so ``rtt_ms`` covers all pings, not the best;
+  usual best-of-window filter *and* every sample), so ``rtt_ms`` covers all samples, not the best:
+  one per play answered once sent (its verdict's stamps, ``protocol/clock.py``) and one per ping,
+  which the players send only while idle;
 - every play sent (``Player.act`` is replaced by an identical function that also writes a
   ``PlayRecord``: action id, the ``seq`` the play was made against, pile, card, send time and
   the claimed reaction time);

@@ -13,7 +13,8 @@ list, stamped once; only what the player acts on is decoded: its private topic a
 that sends less (``Game.apply_event``; BLINK does: a whole view only on joining and at a game's
 start and end), its match's events, which it applies in seq order with the private update after
 each (``catch_up``). The two players of a match receive the same bytes for each event: the first
-to read them decodes them for both (``LoadPlayer.shared``; a decoded message is immutable). The
+to read them decodes them -- the messages and each event's game fact -- for both
+(``LoadPlayer.shared``; decoded values are immutable). The
 snapshot -- and the events of a game that sends whole views -- are counted, never unpacked. The places that turn what arrived into the state a player acts on are
 ``LoadPlayer.apply_view`` and ``catch_up`` (and ``state``).
 
@@ -25,8 +26,11 @@ whatever the relay does: a relay that falls behind shows as growing verdict time
 plays, not as a politely slower generator. ``--pace human`` waits a reaction time before each
 move, log-normal around ``--reaction`` (0.35 s) like ``client/bots.py``; ``--pace max`` plays at
 once. Matches use the game's short settings (``Game.quick_settings``: for BLINK one game, 0.5 s countdown) and both players ask
-for a rematch when a match is over, so the load stays steady for ``--duration``. Players ping
-once a second, like the client's clock sync.
+for a rematch when a match is over, so the load stays steady for ``--duration``. Like the
+client's clock sync, a player takes its round trip from its plays (each verdict carries the
+relay's receive and send times: ``protocol/clock.py``) and pings only while idle: every ``--ping``
+seconds (1), spread evenly over the players, a player with no verdict within that period is
+pinged. ``rtt_ms`` reports every round trip taken, from plays and pongs alike.
 
 Everything is driven by callbacks and timers, not a task per player; the players' reaction
 timers are one heap of tuples in the run with one loop timer for its earliest (``LoadRun.later``),
@@ -84,6 +88,7 @@ from client.tools.load_config import (CLOSE_TIMEOUT_S, CONNECT_TIMEOUT_S, CONNEC
                                       percentiles, proc_cpu_s, proc_rss_mb, raise_fd_limit, settings_for)
 from client.tools.load_player import LoadPlayer
 from protocol import messages as m
+from protocol.clock import ping_due
 from protocol.codec import DecodeError, decode
 from protocol.rules import game_for
 from protocol.topics import Topics
@@ -118,7 +123,8 @@ class LoadRun:
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
         self.verdict_ms: list[float] = []
-        self.ping_ms: list[float] = []
+        self.rtt_ms: list[float] = []  # round trips: a play's verdict (its stamps) or a pong
+        self.pings = 0
         self.lag_ms: list[float] = []
         self.bounced = 0
         self.messages_in = 0
@@ -184,9 +190,9 @@ class LoadRun:
         else:
             self.rejected[msg.code] += 1
 
-    def pong(self, rtt_ns: int) -> None:
+    def round_trip(self, rtt_ns: int) -> None:
         if self.window_start and not self.window_end:
-            self.ping_ms.append(rtt_ns / 1e6)
+            self.rtt_ms.append(rtt_ns / 1e6)
 
     def unanswered(self) -> int:
         return sum(1 for p in self.players for t in p.awaiting.values() if self.in_window(t))
@@ -228,10 +234,12 @@ class LoadRun:
                 self.lag_ms.append(lag)
 
     async def pinger(self) -> None:
-        """Each player pings every ``ping_s``, spread evenly over time (not all at once)."""
+        """Each player's turn comes every ``ping_s``, spread evenly over time (not all at once); it
+        is pinged then only if idle -- no verdict within ``ping_s`` (``protocol.clock.ping_due``)."""
         if self.cfg.ping_s <= 0:
             return
         tick = 0.1
+        period_ns = int(self.cfg.ping_s * 1e9)
         i = 0
         while True:
             await asyncio.sleep(tick)
@@ -241,10 +249,14 @@ class LoadRun:
             if not players:
                 continue
             count = max(1, round(len(players) * tick / self.cfg.ping_s))
-            now = time.time_ns()
+            now, since = time.time_ns(), time.perf_counter_ns()
+            window = bool(self.window_start and not self.window_end)
             for _ in range(min(count, len(players))):
                 i = (i + 1) % len(players)
-                players[i].request(m.Ping(t0=now))
+                if ping_due(players[i].answered_ns, since, period_ns):
+                    players[i].request(m.Ping(t0=now))
+                    if window:
+                        self.pings += 1
 
 
 async def _answer(fut: asyncio.Future[str], timeout_s: float) -> str:
@@ -405,7 +417,8 @@ class LoadReport(TypedDict):
     bounced_locally: int
     verdict_ms: Spread
     unanswered: int
-    ping_ms: Spread
+    rtt_ms: Spread  # round trips: one per verdict (its stamps) and per pong
+    pings: int  # pings sent in the window (a player is pinged only while idle)
     generator_lag_ms: Spread
     generator_cpu_pct: float | None
     generator_us_per_msg: float | None
@@ -533,7 +546,8 @@ async def run_load(cfg: LoadConfig, progress: Callable[[str], None] | None = Non
             "bounced_locally": run.bounced,
             "verdict_ms": percentiles(run.verdict_ms),
             "unanswered": run.unanswered(),
-            "ping_ms": percentiles(run.ping_ms, ("p50", "p99")),
+            "rtt_ms": percentiles(run.rtt_ms, ("p50", "p99")),
+            "pings": run.pings,
             "generator_lag_ms": percentiles(run.lag_ms, ("p50", "p99", "max")),
             "generator_cpu_pct": round(own_cpu / wall * 100, 1) if wall > 0 else None,
             # all included (the library, decoding, choosing and sending), per message received
@@ -595,7 +609,7 @@ def _fmt(x: float | None) -> str:
 
 
 def format_table(r: LoadReport) -> str:
-    v, lag, ping = r["verdict_ms"], r["generator_lag_ms"], r["ping_ms"]
+    v, lag, rtt = r["verdict_ms"], r["generator_lag_ms"], r["rtt_ms"]
     rejected = ", ".join(f"{k} {n}" for k, n in sorted(r["rejected"].items(), key=lambda kv: -kv[1])) or "none"
     relay = (f"cpu {_fmt(r['relay_cpu_pct'])} %   rss {_fmt(r['relay_rss_mb'])} MB   (pid {r['relay_pid']}"
              f"{', with its embedded broker' if r['relay_local'] else ''})") if r["relay_pid"] else "not local (use --relay-pid)"
@@ -606,7 +620,8 @@ def format_table(r: LoadReport) -> str:
         f"  verdict ms       p50 {_fmt(v['p50'])}   p90 {_fmt(v['p90'])}   p99 {_fmt(v['p99'])}   max {_fmt(v['max'])}"
         f"   (n {v['n']})",
         f"  unanswered       {r['unanswered']}",
-        f"  ping ms          p50 {_fmt(ping['p50'])}   p99 {_fmt(ping['p99'])}   (n {ping['n']})",
+        f"  round trip ms    p50 {_fmt(rtt['p50'])}   p99 {_fmt(rtt['p99'])}   (n {rtt['n']}; pings {r['pings']},"
+        " only while idle)",
         f"  generator        lag p50 {_fmt(lag['p50'])} ms   p99 {_fmt(lag['p99'])} ms   cpu {_fmt(r['generator_cpu_pct'])} %"
         f"   ({_fmt(r['generator_us_per_msg'])} µs per message received)",
         f"  relay            {relay}",

@@ -11,6 +11,14 @@ policy and the real rules engine, and asks for a rematch when a match is over. I
 run's (``LoadRun.later``); what it measures (verdict times, bad messages, lost connections) goes
 to the run.
 
+Clock samples, as the client takes them (``protocol/clock.py``): each verdict carries the relay's
+receive and send times, so a play answered is a round trip measured (``run.round_trip``), and the
+run pings a player only while it is idle (``answered_ns``: no verdict within the ping period).
+
+Decoding once. The two players of a match read the same bytes for each event bundle: the first to
+read them decodes the messages and each event's game fact (``Game.decode_event``) for both, into
+``shared``; the second takes them from there (decoded values are immutable).
+
 A player knows its run only as ``PlayerRun``, the members it uses, and ``LoadRun``
 (``client/tools/load.py``) has them: the run makes and owns its players, so only it imports the
 other module, and a player can be driven by any object with those members.
@@ -33,6 +41,7 @@ from client.tools.load_config import (CONNECT_TIMEOUT_S, KEEPALIVE_S, LEAVE, MAX
 from mqttkit.packets import pack_publish, pack_subscribe
 from protocol import messages as m
 from protocol.codec import DecodeError, decode_all, encode
+from protocol.events import TypedEvent
 from protocol.rules import AnyGame
 from protocol.rules.base import Accepted
 from protocol.seal import ClientSeal, SealError
@@ -81,7 +90,7 @@ class PlayerRun(Protocol):
     def later(self, delay: float, fn: Callable[..., None], *args: object) -> None: ...
     def sent(self, now_ns: int) -> None: ...
     def verdict(self, sent_ns: int | None, msg: m.ActionAccepted | m.ActionRejected, now_ns: int) -> None: ...
-    def pong(self, rtt_ns: int) -> None: ...
+    def round_trip(self, rtt_ns: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -133,11 +142,15 @@ class LoadPlayer:
         self.busy = False  # a reaction is running: a move is chosen and waits to be made
         self.rematched_game = -1
         # A game that sends less (``Game.apply_event``): events and private updates not yet applied.
-        self.ahead: dict[int, m.Event] = {}
+        #: (the event, its game fact decoded, or None if that failed: a doubt when it is applied)
+        self.ahead: dict[int, tuple[m.Event, TypedEvent | None]] = {}
         self.private: dict[int, m.PrivateUpdate] = {}
-        #: Events decoded by one player of the match for the other (set by ``LoadRun.setup_match``).
-        self.shared: dict[bytes, list[object]] = {}
+        #: Event bundles decoded by one player of the match for the other (set by ``LoadRun.setup_match``).
+        self.shared: dict[bytes, list[tuple[m.Event, TypedEvent | None]]] = {}
         self.lost = False
+        #: When (perf_counter_ns) the latest verdict with the relay's stamps came: a clock sample, so
+        #: no ping is due for a period after it (``LoadRun.pinger``).
+        self.answered_ns: int | None = None
 
     # --- connection
 
@@ -224,19 +237,29 @@ class LoadPlayer:
         if evs is None:
             try:
                 # a step's events for the match come as one bundle (verified once for both players)
-                evs = decode_all(payload if self.seal is None else self.seal.open(self.ev_topic or "", payload))
+                msgs = decode_all(payload if self.seal is None else self.seal.open(self.ev_topic or "", payload))
             except (DecodeError, SealError):
                 self.run.bad_messages += 1
                 return
+            evs = [(ev, self._fact(ev)) for ev in msgs if type(ev) is m.Event]
             if len(shared) < SHARED_EVENTS:  # (bounded: the other player's connection may be gone)
                 shared[payload] = evs
         ahead = False
-        for ev in evs:
-            if type(ev) is m.Event and ev.seq > self.view_seq and len(self.ahead) < 4096:
-                self.ahead[ev.seq] = ev
+        view_seq, book = self.view_seq, self.ahead
+        for one in evs:
+            seq = one[0].seq
+            if seq > view_seq and len(book) < 4096:
+                book[seq] = one
                 ahead = True
         if ahead and self.catch_up(now):
             self.poke()
+
+    def _fact(self, ev: m.Event) -> TypedEvent | None:
+        """The game's fact an event tells, or None if it cannot be read (a doubt when it is applied)."""
+        try:
+            return self.run.rules.decode_event(ev)
+        except (ValueError, KeyError, TypeError, IndexError):
+            return None
 
     def on_private(self, payload: bytes, now: int) -> None:
         try:
@@ -264,7 +287,7 @@ class LoadPlayer:
         elif isinstance(msg, (m.ActionAccepted, m.ActionRejected)):
             self.on_verdict(msg, now)
         elif isinstance(msg, m.Pong):
-            run.pong(time.time_ns() - msg.t0)
+            run.round_trip(time.time_ns() - msg.t0)
         elif isinstance(msg, m.MatchJoined):
             self.on_joined(msg)
         elif isinstance(msg, m.Probe):
@@ -316,14 +339,17 @@ class LoadPlayer:
         if rules.apply_event is None or rules.apply_private is None or self.seat is None:
             return False
         moved = False
-        while (ev := self.ahead.pop(self.view_seq + 1, None)) is not None:
+        while (one := self.ahead.pop(self.view_seq + 1, None)) is not None:
+            ev, fact = one
             if ev.game_index != self.view_game:
-                self.ahead[ev.seq] = ev  # a new game: its whole view comes first
+                self.ahead[ev.seq] = one  # a new game: its whole view comes first
                 break
             if self._confirmed is None and self.state() is None:
                 break
             try:
-                view = rules.apply_event(self._confirmed, self.seat, rules.decode_event(ev))
+                if fact is None:
+                    raise ValueError("an event that could not be read")
+                view = rules.apply_event(self._confirmed, self.seat, fact)
                 update = self.private.pop(ev.seq, None)
                 if update is not None:
                     view = rules.apply_private(view, self.seat, update.delta)
@@ -372,7 +398,12 @@ class LoadPlayer:
 
     def on_verdict(self, msg: m.ActionAccepted | m.ActionRejected, now_ns: int) -> None:
         sent = self.awaiting.pop(msg.id, None)
-        self.run.verdict(sent, msg, now_ns)
+        run = self.run
+        run.verdict(sent, msg, now_ns)
+        if sent is not None and msg.recv_ns and msg.sent_ns >= msg.recv_ns:
+            # A play is a ping: the time out and back, less the relay's own (see protocol/clock.py).
+            self.answered_ns = now_ns
+            run.round_trip(now_ns - sent - (msg.sent_ns - msg.recv_ns))
         if isinstance(msg, m.ActionAccepted):
             for entry in self.inflight:
                 if entry.id == msg.id:

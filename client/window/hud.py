@@ -3,8 +3,8 @@
 How this works
 --------------
 One label in the app's own batch, drawn over every scene. ``update`` recomputes the text at most
-once a second from ``model.clock`` (the lowest-delay ping sample: ``rtt_ns`` and
-``offset_ns``) and the frame statistics, and only touches the label when the text changed. While
+once a second from ``model.clock`` (the lowest-delay recent clock sample -- a play's verdict
+while the player plays, a ping while idle: ``rtt_ns`` and ``offset_ns``) and the frame statistics, and only touches the label when the text changed. While
 the connection heals (``model.connection``) it starts with "reconnecting…". With no relay to
 measure -- the menu before a game, a replay (a log has no relay) -- it shows the frame rate only,
 never a dash where a round trip would be. ``room`` is how wide its text can get: scenes keep their
