@@ -19,8 +19,15 @@ such a play arrives at V_q + rtt_q at the latest, so the relay holds p's play un
 that time has passed, when every rival has already played for this pile top, or when no rival
 holds a card that matches it. It never holds longer than ``fair_cap_ns`` after arrival.
 
-Measuring, not trusting. ``rtt_q`` is the relay's own measurement: it probes every player
-(``Probe`` -> ``ProbeReply``, every 0.5 s) and keeps the last 8 round trips. A hold waits for the
+Measuring, not trusting. ``rtt_q`` is the relay's own measurement, the last 8 round trips, taken
+two ways. A play is one: the relay published the seq it names at ``pub(seq)`` and the play arrived
+at A, its player's reaction R in between, so ``A - pub(seq) - R`` is the way down and back
+(``submit``, once the play's own claim is bounded). A player with no play in the last 0.5 s is
+probed (``Probe`` -> ``ProbeReply``; ``probe_wanted``) -- before the first play, between games, while
+it waits. A play's sample rests on its claimed R, and trusts it no more than a probe trusts its
+reply: a longer claim shortens the sample, which loosens only the player's own bound and shortens
+the holds its rivals get (its own loss); a shorter one lengthens it, as a reply held back would, and
+the cap bounds what that makes rivals wait. A hold waits for the
 rival's *highest* recent one: a play slowed by jitter must still make it (waiting for the lowest
 gave a race to the later reaction whenever jitter slowed the faster one by more than the margin).
 A player's own claim is bounded with its *lowest* (the most it can have reacted). A claimed
@@ -129,6 +136,7 @@ class FairOrder:
         self.floor_ns = floor_ns
         self.probe_interval_ns = probe_interval_ns
         self.rtt: dict[str, deque[int]] = {}
+        self.sampled: dict[str, int] = {}  # client -> when its latest round trip was taken (relay time)
         self.last_probe_ns: int | None = None  # when the players were last probed
         self.published: dict[str, dict[int, int]] = {}  # match -> seq -> relay time it was published
         self.held: dict[str, list[Held]] = {}
@@ -150,9 +158,23 @@ class FairOrder:
                 del book[k]
 
     def on_probe_reply(self, client: str, sent_ns: int, now_ns: int) -> None:
-        if not 0 <= now_ns - sent_ns <= 10_000_000_000:
-            return  # not a probe of ours (or a forged one): ignore
-        self.rtt.setdefault(client, deque(maxlen=RTT_SAMPLES)).append(now_ns - sent_ns)
+        self._sample(client, now_ns - sent_ns, now_ns)
+
+    def _sample(self, client: str, rtt_ns: int, now_ns: int) -> None:
+        if not 0 <= rtt_ns <= 10_000_000_000:
+            return  # not a probe of ours, a forged reply, a claim no network allows: ignore
+        self.rtt.setdefault(client, deque(maxlen=RTT_SAMPLES)).append(rtt_ns)
+        self.sampled[client] = now_ns
+
+    def forget(self, client: str) -> None:
+        """A client gone: its round trips with it."""
+        self.rtt.pop(client, None)
+        self.sampled.pop(client, None)
+
+    def probe_wanted(self, client: str, now_ns: int) -> bool:
+        """Probe this player now? Only if idle: no round trip (a play, a reply) within the interval."""
+        last = self.sampled.get(client)
+        return last is None or now_ns - last >= self.probe_interval_ns
 
     def rtt_of(self, client: str) -> int | None:
         """The lowest recent round trip: the fastest this player's own play can have come."""
@@ -182,7 +204,9 @@ class FairOrder:
     def submit(self, table: Table, seat: int, act: m.Act, action: object, key: RaceKey, now_ns: int) -> None:
         """Hold a play for race ``key`` until no rival's play can beat it (see ``next_batch``)."""
         client = table.clients[seat]
-        pub = self.published.get(table.code, {}).get(act.seq, now_ns)
+        book = self.published.get(table.code)
+        known = book.get(act.seq) if book is not None else None
+        pub = now_ns if known is None else known
         rtt_p = self.rtt_of(client)
         claimed = act.reaction_ns
         reaction = used_reaction(claimed, self.floor_ns, now_ns, pub, rtt_p)
@@ -197,6 +221,8 @@ class FairOrder:
         held = Held(seat, client, act, action, now_ns, virtual, reaction, claimed, key, release,
                     pub, rtt_p, tuple(considered), table.seq, capped)
         self.held.setdefault(table.code, []).append(held)
+        if known is not None and claimed is not None:  # the play was a round trip too (after its own bound)
+            self._sample(client, now_ns - known - claimed, now_ns)
 
     def holding(self, code: str) -> bool:
         return bool(self.held.get(code))
@@ -279,6 +305,7 @@ class FairOrder:
         return {
             "cap_ns": self.cap_ns, "floor_ns": self.floor_ns, "probe_interval_ns": self.probe_interval_ns,
             "rtt": {c: [q.maxlen, list(q)] for c, q in self.rtt.items()},
+            "sampled": dict(self.sampled),
             "last_probe_ns": self.last_probe_ns,
             "published": {code: [[s, t] for s, t in book.items()] for code, book in self.published.items()},
             "held": {code: [h.to_record(enc) for h in hs] for code, hs in self.held.items()},
@@ -290,6 +317,7 @@ class FairOrder:
         """The scheduler ``to_record`` wrote."""
         f = cls(r["cap_ns"], r["floor_ns"], r["probe_interval_ns"])
         f.rtt = {c: deque(q, maxlen=n) for c, (n, q) in r["rtt"].items()}
+        f.sampled = dict(r.get("sampled", {}))  # (a record without it: every player probed once more)
         f.last_probe_ns = r["last_probe_ns"]
         f.published = {code: {s: t for s, t in book} for code, book in r["published"].items()}
         f.held = {code: [Held.from_record(h, dec) for h in hs] for code, hs in r["held"].items()}

@@ -178,6 +178,28 @@ def test_probes_are_sent_to_players_of_fair_matches_and_replies_measured() -> No
     assert h.core.fair.rtt_of("a") == 7 * MS
 
 
+def test_a_play_is_a_round_trip_and_only_idle_players_are_probed() -> None:
+    h, code = fair_harness()
+    pub = h.now
+    seq = h.core.matches[code].seq
+    h.tick(0.0)
+    h.out.clear()
+    # a's play names the state it saw, published at ``pub``, with a reaction of 200 ms; it arrives
+    # 230 ms after: 30 ms down and back.
+    play_at(h, pub + 230 * MS, "a", code, "3-red-star", 0, 1, seq, 200)
+    assert h.core.fair.rtt_of("a") == 30 * MS and h.core.fair.rtt_of("b") is None
+    # (its own claim was bounded before the sample it gave: by no round trip yet)
+    assert [x.rtt_ns for x in h.core.fair.held.get(code, [])] + [d["rtt_ns"] for d in applied_records(h)] == [None]
+    h.out.clear()
+    h.tick(0.3)  # the probe interval is up: only b, who has not played, is probed
+    probes = [o for o in h.out if isinstance(o, Publish) and isinstance(o.msg, m.Probe)]
+    assert [p.topic for p in probes] == [T.client("b")]
+    h.out.clear()
+    h.tick(0.6)  # a has been idle for a probe interval: both
+    probes = [o for o in h.out if isinstance(o, Publish) and isinstance(o.msg, m.Probe)]
+    assert {p.topic for p in probes} == {T.client("a"), T.client("b")}
+
+
 def test_fair_order_can_be_chosen_per_match() -> None:
     h = Harness()
     h.send(T.req("a"), m.CreateMatch(name="ann", settings={"order": "fair"}))

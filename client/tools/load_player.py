@@ -272,11 +272,11 @@ class LoadPlayer:
             self.on_private_message(msg, now)
 
     def on_private_message(self, msg: object, now: int) -> None:
+        # (the messages of every play first: a private update and a verdict)
         run = self.run
-        if isinstance(msg, m.ViewUpdated):
-            if self.apply_view(msg, now):
-                self.poke()
-        elif isinstance(msg, m.PrivateUpdate):
+        kind = type(msg)
+        if kind is m.PrivateUpdate:
+            assert isinstance(msg, m.PrivateUpdate)
             if msg.match == self.match and msg.game_index == self.view_game:
                 if msg.seq <= self.view_seq:  # it came after its event: apply it now
                     self.apply_late(msg)
@@ -284,8 +284,12 @@ class LoadPlayer:
                     self.private[msg.seq] = msg
                 if self.catch_up(now):
                     self.poke()
-        elif isinstance(msg, (m.ActionAccepted, m.ActionRejected)):
+        elif kind is m.ActionAccepted or kind is m.ActionRejected:
+            assert isinstance(msg, (m.ActionAccepted, m.ActionRejected))
             self.on_verdict(msg, now)
+        elif isinstance(msg, m.ViewUpdated):
+            if self.apply_view(msg, now):
+                self.poke()
         elif isinstance(msg, m.Pong):
             run.round_trip(time.time_ns() - msg.t0)
         elif isinstance(msg, m.MatchJoined):
@@ -338,32 +342,39 @@ class LoadPlayer:
         rules = self.run.rules
         if rules.apply_event is None or rules.apply_private is None or self.seat is None:
             return False
-        moved = False
-        while (one := self.ahead.pop(self.view_seq + 1, None)) is not None:
+        ahead, private, seat, game = self.ahead, self.private, self.seat, self.view_game
+        apply_event, apply_private = rules.apply_event, rules.apply_private
+        seq = self.view_seq
+        view = self._confirmed
+        while (one := ahead.pop(seq + 1, None)) is not None:
             ev, fact = one
-            if ev.game_index != self.view_game:
-                self.ahead[ev.seq] = one  # a new game: its whole view comes first
+            if ev.game_index != game:
+                ahead[ev.seq] = one  # a new game: its whole view comes first
                 break
-            if self._confirmed is None and self.state() is None:
+            if view is None and (self.state() is None or (view := self._confirmed) is None):
                 break
             try:
                 if fact is None:
                     raise ValueError("an event that could not be read")
-                view = rules.apply_event(self._confirmed, self.seat, fact)
-                update = self.private.pop(ev.seq, None)
+                view = apply_event(view, seat, fact)
+                update = private.pop(ev.seq, None) if private else None
                 if update is not None:
-                    view = rules.apply_private(view, self.seat, update.delta)
+                    view = apply_private(view, seat, update.delta)
             except (ValueError, KeyError, TypeError, IndexError):
                 self.run.bad_messages += 1
                 self.request(m.Resync(ev.match))
                 break
-            self._confirmed, self.view_seq, self.view_ns, self._predicted = view, ev.seq, now_ns, None
-            if self.inflight:
-                self.inflight = [e for e in self.inflight if e.accepted_seq is None or e.accepted_seq > ev.seq]
+            seq = ev.seq
+        if seq == self.view_seq:
+            moved = False
+        else:
             moved = True
-        if self.ahead:
-            for seq in [s for s in self.ahead if s <= self.view_seq]:
-                del self.ahead[seq]
+            self._confirmed, self.view_seq, self.view_ns, self._predicted = view, seq, now_ns, None
+            if self.inflight:  # (plays the view now holds are no longer predicted)
+                self.inflight = [e for e in self.inflight if e.accepted_seq is None or e.accepted_seq > seq]
+        if ahead:
+            for old in [s for s in ahead if s <= seq]:
+                del ahead[old]
         return moved
 
     def apply_late(self, update: m.PrivateUpdate) -> None:
@@ -404,14 +415,20 @@ class LoadPlayer:
             # A play is a ping: the time out and back, less the relay's own (see protocol/clock.py).
             self.answered_ns = now_ns
             run.round_trip(now_ns - sent - (msg.sent_ns - msg.recv_ns))
-        if isinstance(msg, m.ActionAccepted):
-            for entry in self.inflight:
+        inflight = self.inflight
+        if type(msg) is m.ActionAccepted:
+            view_seq = self.view_seq
+            for entry in inflight:
                 if entry.id == msg.id:
                     entry.accepted_seq = msg.seq
-            self.inflight = [e for e in self.inflight if e.accepted_seq is None or e.accepted_seq > self.view_seq]
+                    if msg.seq <= view_seq:  # the view holds it already: no longer predicted
+                        inflight.remove(entry)
+                        self._predicted = None
+                    # (else the prediction stands: the same view, the same plays on it)
+                    break
         else:
-            self.inflight = [e for e in self.inflight if e.id != msg.id]
-        self._predicted = None
+            self.inflight = [e for e in inflight if e.id != msg.id]
+            self._predicted = None
         self.poke()
 
     # --- what the player does

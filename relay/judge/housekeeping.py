@@ -119,4 +119,4 @@ class Housekeeping:
         self.gate.act_buckets.pop(client, None)
         self.gate.req_buckets.pop(client, None)
         self.gate.quiet.forget(client)
-        self.t.fair.rtt.pop(client, None)
+        self.t.fair.forget(client)

@@ -116,12 +116,15 @@ class Referee:
                 self.judge(match, h.seat, h.client, h.act, h.action, now_ns, out, hold_ns=r.hold_ns, note=r.note)
 
     def probe(self, now_ns: int, out: list[Out]) -> None:
-        """Probe every player of a running fair match: their replies measure their round trips."""
+        """Probe the idle players of a running fair match (a play measures its player's round trip
+        too: ``relay/fair.py``): their replies measure their round trips."""
+        fair = self.t.fair
         for code in self.t.fair_live:
             match = self.t.live[code]
             if match.status in ("playing", "between"):
                 for s in match.players:
-                    out.append(Publish(self.t.topics.client(s.client), m.Probe(sent_ns=now_ns)))
+                    if fair.probe_wanted(s.client, now_ns):
+                        out.append(Publish(self.t.topics.client(s.client), m.Probe(sent_ns=now_ns)))
 
     def judge(self, match: Match, seat: int, client: str, act: m.Act, action: object, now_ns: int, out: list[Out],
               hold_ns: int = 0, note: dict[str, object] | None = None) -> bool:
