@@ -12,6 +12,12 @@ the very first connection may fail for good (a wrong URL or password). A subscri
 SUBACK (NATS, without a JetStream consumer yet) is asked again in the background. A relay of a
 cluster (``first_wait_s``) waits for nodes that do not answer yet at its very first connection,
 saying so once, instead of failing: a cluster just started may take a while.
+
+The relay asks only a ``Connector`` for its link and only a ``Connection`` of what it holds, so the
+same runtime stands on a broker over a socket (``Remote``: ``BrokerLink`` and mqttkit's
+``MqttConnection``) or inside the embedded broker's own process (``relay.embedded.inprocess``: no
+socket, no packet parsed twice -- the broker hands the relay its plays and writes the relay's
+outputs to the players' sockets).
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Protocol
 
 from mqttkit import NODELAY, RELAY_USER, BrokerAddress
-from mqttkit.connection import (ConnectRefused, MqttConnection, MqttError, OnMessages, OnOversize, SubscribeRefused,
-                                Will)
+from mqttkit.connection import (ConnectRefused, MqttConnection, MqttError, OnDropped, OnMessages, OnOversize,
+                                SubscribeRefused, Will)
 from mqttkit.connection import connect as mqtt_connect
 
 log = logging.getLogger("blink.relay")
@@ -32,6 +39,63 @@ log = logging.getLogger("blink.relay")
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
 SUBSCRIBE_TIMEOUT_S = 6.0  # longer than NATS's own 4 s wait: a refusal is heard, not taken for death
+
+
+class Connection(Protocol):
+    """What the relay asks of the connection it holds (see the module header)."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    def write(self, data: bytes | bytearray) -> None:
+        """Send packed PUBLISH packets (``mqttkit.packets.pack_publish``) as one; MqttError if down."""
+
+    def publish(self, topic: str, payload: bytes | bytearray, qos: int = 0, retain: bool = False,
+                wait: bool = False) -> asyncio.Future[bytes] | None:
+        """One message; at QoS 1 with ``wait``, a future the broker's acknowledgement resolves."""
+
+    async def subscribe(self, subscriptions: Iterable[tuple[str, int]], timeout: float = ...) -> list[int]: ...
+
+    def set_topic_filter(self, drop_under: bytes | None, keep_under: tuple[bytes, ...] = ()) -> None:
+        """Publishes whose topic starts with ``drop_under`` and none of ``keep_under`` are not delivered."""
+
+    def drop_until(self, topic: bytes, until_ns: int, on_dropped: OnDropped) -> None:
+        """Publishes on exactly ``topic`` are not delivered until then, only counted (``on_dropped``)."""
+
+    async def disconnect(self, timeout: float = 2.0) -> None:
+        """Leave cleanly: the last will is not published."""
+
+
+#: Called with the connection when it is up (and may be written to), with None when it is gone.
+OnClient = Callable[[Connection | None], None]
+
+
+class Link(Protocol):
+    """Keeps the relay's connection up (``run``); ``closing`` set: the relay is stopping, no new
+    connection is made; ``address``: where it is connected (for the operator)."""
+
+    closing: bool
+
+    @property
+    def address(self) -> BrokerAddress: ...
+
+    async def run(self) -> None: ...
+
+
+class Connector(Protocol):
+    """Where the relay's connection goes: it makes the link that keeps it."""
+
+    @property
+    def several(self) -> bool:
+        """Several broker nodes to move between (each CONNECT then waits less)."""
+
+    @property
+    def gated(self) -> bool:
+        """Does the broker itself hold every client to the core's rates before the relay hears it
+        (the embedded broker's gate)? Then the relay's own intake has nothing left to stop."""
+
+    def link(self, login: Login, on_messages: OnMessages, on_oversize: OnOversize, on_client: OnClient,
+             on_up: Callable[[bool], Awaitable[None]]) -> Link: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,20 +117,43 @@ class Login:
     say: Callable[[str], None] | None = None
 
 
+class Remote:
+    """A broker over a socket, at one address or several nodes (``BrokerLink``)."""
+
+    def __init__(self, addresses: Sequence[BrokerAddress]) -> None:
+        if not addresses:
+            raise ValueError("a relay needs a broker address")
+        self.addresses = list(addresses)
+
+    @property
+    def several(self) -> bool:
+        return len(self.addresses) > 1
+
+    gated = False  # Mosquitto, NATS or any broker: none limits a client's rate
+
+    def link(self, login: Login, on_messages: OnMessages, on_oversize: OnOversize, on_client: OnClient,
+             on_up: Callable[[bool], Awaitable[None]]) -> BrokerLink:
+        return BrokerLink(self.addresses, login, on_messages, on_oversize, on_client, on_up)
+
+
 class BrokerLink:
     """The connection loop (see the module header)."""
 
     def __init__(self, addresses: Sequence[BrokerAddress], login: Login, on_messages: OnMessages,
-                 on_oversize: OnOversize, on_client: Callable[[MqttConnection | None], None],
+                 on_oversize: OnOversize, on_client: OnClient,
                  on_up: Callable[[bool], Awaitable[None]]) -> None:
         self.addresses = list(addresses)
-        self.address = self.addresses[0]
+        self._address = self.addresses[0]
         self.login = login
         self.on_messages, self.on_oversize = on_messages, on_oversize
         self.on_client, self.on_up = on_client, on_up
         self.client: MqttConnection | None = None
         self.closing = False
         self._chores: set[asyncio.Task[None]] = set()
+
+    @property
+    def address(self) -> BrokerAddress:
+        return self._address
 
     def _hand(self, conn: MqttConnection | None) -> None:
         self.client = conn
@@ -81,7 +168,7 @@ class BrokerLink:
         began = time.monotonic()
         told = False
         while True:
-            self.address = address = self.addresses[node % len(self.addresses)]
+            self._address = address = self.addresses[node % len(self.addresses)]
             attempts += 1
             conn: MqttConnection | None = None
             try:
@@ -177,4 +264,5 @@ def _not_ready(exc: MqttError) -> bool:
     return isinstance(exc.__cause__, ConnectionRefusedError) or str(exc).startswith("no answer from the broker")
 
 
-__all__ = ["BrokerLink", "Login", "RECONNECT_FIRST_S", "RECONNECT_MAX_S"]
+__all__ = ["BrokerLink", "Connection", "Connector", "Link", "Login", "OnClient", "RECONNECT_FIRST_S", "RECONNECT_MAX_S",
+           "Remote"]

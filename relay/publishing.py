@@ -35,11 +35,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-from mqttkit.connection import MqttConnection, MqttError
+from mqttkit.connection import MqttError
 from mqttkit.packets import pack_publish
 from protocol import messages as m
 from protocol.codec import MAX_BUNDLE_ITEMS, MAX_MESSAGE_BYTES, Encoder, pack_bundle
 from protocol.seal import OVERHEAD as SEAL_OVERHEAD
+from relay.link import Connection
 from relay.model import Out, Publish
 from relay.shard import Shard
 
@@ -178,7 +179,7 @@ def wire_messages(publishes: Sequence[Publish], encode: Callable[[object], bytes
             for slot, topic in zip(slots, topics)]
 
 
-def send_publishes(client: MqttConnection, out: Sequence[Out],
+def send_publishes(client: Connection, out: Sequence[Out],
                    on_qos1: Callable[[asyncio.Future[bytes]], None] | None = None,
                    max_bytes: int = BUNDLE_BYTES, seal: Callable[[str, bytes], bytes | None] | None = None,
                    ) -> tuple[int, str]:

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, stop_task, wait_event
 from mqttkit.connection import CONNECT_TIMEOUT_S as DEFAULT_CONNECT_TIMEOUT_S
-from mqttkit.connection import MqttConnection, MqttError, Will
+from mqttkit.connection import MqttError, Will
 from mqttkit.packets import Message
 from protocol import messages as m
 from protocol.codec import encode
@@ -62,7 +62,7 @@ from relay.storage import EventLog
 from relay.model import LogRecord, Out, Publish
 from relay.storage import Entry, FencedError, Journal, Msg, Tick
 from relay.limits import RELAY_INTAKE_SLACK, Intake
-from relay.link import BrokerLink, Login
+from relay.link import Connection, Connector, Link, Login, Remote
 from relay.ownership import WHOLE, Ownership, Presence, Space, StaticOwnership, WholeSpace
 from relay.publishing import Republisher, send_publishes
 from relay.sealing import Sealing
@@ -117,11 +117,16 @@ class Relay:
 
     def __init__(self, address: BrokerAddress | Sequence[BrokerAddress], settings: RelaySettings | None = None,
                  space: Space | None = None, ownership: Ownership | None = None, *,
-                 say: Callable[[str], None] | None = None, seal: Sealing | None = None) -> None:
+                 say: Callable[[str], None] | None = None, seal: Sealing | None = None,
+                 connector: Connector | None = None) -> None:
         self.addresses = [address] if isinstance(address, BrokerAddress) else list(address)
         if not self.addresses:
             raise ValueError("a relay needs a broker address")
         self.address = self.addresses[0]
+        #: Where its connection goes: the broker at ``address`` over a socket, unless it is given
+        #: another way there (the embedded broker of this very process: ``relay.embedded.inprocess``).
+        self.connector: Connector = connector or Remote(self.addresses)
+        self._gated = self.connector.gated
         settings = settings or RelaySettings()
         relay_id = settings.relay_id or settings.config.relay_id
         self.settings = dataclasses.replace(
@@ -150,9 +155,9 @@ class Relay:
         self._inbox: list[tuple[str, bytes, int]] = []  # topic, payload, monotonic ns of its read
         self._wall_minus_mono = wall_minus_mono()
         self._wake = asyncio.Event()
-        self._client: MqttConnection | None = None
+        self._client: Connection | None = None
         self._act_head = f"{self.prefix}/m/".encode()
-        self.link: BrokerLink | None = None
+        self.link: Link | None = None
         self._presence: Presence | None = None
         self._fatal: BaseException | None = None
         self._resync = False  # set on (re)connect: every shard is announced again
@@ -510,11 +515,11 @@ class Relay:
             # the served shards' actions from the next read on
             self._client.set_topic_filter(*self._topic_filter())
 
-    def _link(self) -> BrokerLink:
+    def _link(self) -> Link:
         """The connection as the space has the relay stand on the broker (``Presence``)."""
         presence = self._presence = self.space.presence(self.relay_id, self.topics)
         status = presence.status
-        several = len(self.addresses) > 1 or presence.patient
+        several = self.connector.several or presence.patient
         offline, online = encode(m.RelayStatus(self.relay_id, False)), encode(m.RelayStatus(self.relay_id, True))
         if self.seal is not None:
             offline, online = self.seal.wire(status, offline) or b"", self.seal.wire(status, online) or b""
@@ -525,7 +530,7 @@ class Relay:
                       CONNECT_TIMEOUT_S if several else DEFAULT_CONNECT_TIMEOUT_S,
                       self._topic_filter if presence.filtered else None,
                       first_wait_s=FIRST_CONNECT_WAIT_S if presence.patient else 0.0, say=self._say_plain)
-        return BrokerLink(self.addresses, login, self._on_messages, self._on_oversize, self._on_client, self._on_up)
+        return self.connector.link(login, self._on_messages, self._on_oversize, self._on_client, self._on_up)
 
     @property
     def _wire(self) -> Callable[[str, bytes], bytes | None] | None:
@@ -534,7 +539,7 @@ class Relay:
     def _topic_filter(self) -> tuple[bytes, tuple[bytes, ...]]:
         return self._act_head, tuple(f"{self.prefix}/m/{s}/".encode() for s in self.servers)
 
-    def _on_client(self, conn: MqttConnection | None) -> None:
+    def _on_client(self, conn: Connection | None) -> None:
         self._client = conn
 
     async def _on_up(self, first: bool) -> None:
@@ -557,11 +562,16 @@ class Relay:
     def _on_messages(self, messages: list[Message]) -> None:
         """The PUBLISHes of one read: stamped once, admitted by the intake, queued for the stepper."""
         mono = time.monotonic_ns()
+        inbox = self._inbox
+        checks = self._will_checks
+        if self._gated and self.seal is None and not checks:  # the broker held every sender to its rates
+            inbox.extend((msg.topic, msg.payload, mono) for msg in messages if msg.topic is not None)
+            if messages:
+                self._wake.set()
+            return
         intake = self.intake
         admit = intake.admit
-        inbox = self._inbox
         before = len(inbox)
-        checks = self._will_checks
         refused: str | None = None  # a flood repeats one topic: once refused, only counted for this read
         more = 0
         seal = self.seal

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, NotRequired, Protocol, TypedDict
 from amqtt.adapters import StreamWriterAdapter
 from amqtt.contexts import Action, BaseContext
 
-__all__ = ["BaseAuthPlugin", "BaseTopicPlugin", "Broadcast", "Broker", "Handler", "ReaderAdapter", "Session"]
+__all__ = ["BaseAuthPlugin", "BaseTopicPlugin", "Broadcast", "Broker", "Handler", "ReaderAdapter", "RetainedApplicationMessage",
+           "Session"]
 
 
 class Handler(Protocol):
@@ -81,6 +82,12 @@ if TYPE_CHECKING:
         data: bytes
         qos: int | None
 
+    class RetainedApplicationMessage:
+        topic: str
+        data: bytes
+        qos: int | None
+        def __init__(self, source_session: Session | None, topic: str, data: bytes, qos: int | None = None) -> None: ...
+
     class Broker:
         _subscriptions: dict[str, list[tuple[Session, int]]]
         _sessions: dict[str, tuple[Session, Handler]]
@@ -117,7 +124,7 @@ if TYPE_CHECKING:
                                  data: bytes | bytearray | None, qos: int | None = None) -> None: ...
 else:
     from amqtt.adapters import ReaderAdapter
-    from amqtt.broker import Broker
+    from amqtt.broker import Broker, RetainedApplicationMessage
     from amqtt.plugins.base import BaseAuthPlugin, BaseTopicPlugin
     from amqtt.session import Session
 

@@ -50,11 +50,13 @@ from amqtt.events import BrokerEvents
 from transitions import MachineError
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, PortInUse, check_port, check_tls_port
+from mqttkit.connection import MqttError
 from protocol.codec import MAX_MESSAGE_BYTES
 from protocol.topics import DEFAULT_PREFIX, Topics, valid_id
 from relay.embedded.amqttapi import Handler, ReaderAdapter, Session
 from relay.embedded.access import Access, BlinkAccessPlugin, is_relay_login
 from relay.embedded.gate import GATE_BURST_S, GATE_MIN_BURST, ConnectionGate, LimitedReader, PacketTooLarge, read_first_packet
+from relay.embedded.inprocess import InProcess
 from relay.embedded.route import FastPath, ClientWriter, RoutingBroker
 from relay.limits import Intake
 from relay.model import RelayConfig
@@ -252,6 +254,16 @@ class EmbeddedBroker:
     def relay_address(self) -> BrokerAddress:
         """The relay's login: user ``relay`` with this start's secret."""
         return BrokerAddress(self.host, self.port, RELAY_USER, self._secret)
+
+    def connector(self) -> InProcess:
+        """The way to this broker for a relay of the same process (``relay.embedded.inprocess``): no
+        socket, no login; valid once the broker is started."""
+        return InProcess(self._routes, self.relay_address)
+
+    def _routes(self) -> _GuardedBroker:
+        if self._broker is None:
+            raise MqttError("the embedded broker is not running")
+        return self._broker
 
     async def start(self) -> None:
         check_port(self.host, self.port)

@@ -33,14 +33,14 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Awaitable, Callable, Iterator
+from typing import Awaitable, Callable, Iterator, Protocol
 
 from amqtt.adapters import StreamWriterAdapter
 
-from relay.embedded.amqttapi import Broadcast, Broker, Handler, Session
+from relay.embedded.amqttapi import Broadcast, Broker, Handler, RetainedApplicationMessage, Session
 from relay.embedded.access import Access, is_relay_login
 
-__all__ = ["FastPath", "ClientWriter", "RoutingBroker", "SubscriptionTable", "MAX_BEHIND", "PUBLISH_TYPE"]
+__all__ = ["FastPath", "ClientWriter", "Inlet", "RoutingBroker", "SubscriptionTable", "MAX_BEHIND", "PUBLISH_TYPE"]
 
 log = logging.getLogger("blink.broker")
 
@@ -55,6 +55,21 @@ PUBLISH_TYPE = 3
 PINGREQ_FIRST, PINGRESP_PACKET = 0xC0, b"\xd0\x00"
 #: How long a PUBLISH waits for the (UN)SUBSCRIBEs its connection sent before it to take effect.
 SETTLE_S = 2.0
+
+
+class Inlet(Protocol):
+    """The relay of this very process, as the broker delivers to it (``relay.embedded.inprocess``):
+    what one read routes to it is collected (``take``) and handed over as one list (``hand``) once
+    the read's writes are out."""
+
+    pending: bool  # something taken and not yet handed over
+
+    def takes(self, topic: str) -> bool:
+        """Is ``topic`` one the relay subscribed to?"""
+
+    def take(self, topic: str, payload: bytes, qos: int) -> None: ...
+
+    def hand(self) -> None: ...
 
 
 class ClientWriter(StreamWriterAdapter):  # type: ignore[misc]  # amqtt is untyped (see relay.embedded.amqttapi)
@@ -275,6 +290,8 @@ class RoutingBroker(Broker):
         self._side_tasks: set[asyncio.Task[object]] = set()
         self._corked = False
         self._dirty: list[ClientWriter] = []  # writers with packets queued while corked
+        #: The relay of this process, when it stands here rather than on a socket (``relay_publish``).
+        self.inlet: Inlet | None = None
 
     def cork(self) -> None:
         """Until ``flush``, packets the fast path routes are queued per subscriber, not written."""
@@ -289,6 +306,50 @@ class RoutingBroker(Broker):
             for out in dirty:
                 queued, out.queued = out.queued, []
                 out.send(queued[0] if len(queued) == 1 else b"".join(queued))
+        inlet = self.inlet
+        if inlet is not None and inlet.pending:
+            inlet.hand()
+
+    def relay_publish(self, data: bytes | bytearray) -> None:
+        """What the relay of this process publishes: PUBLISH packets back to back, as it would write
+        them to a socket, routed at once (one write per subscriber): a retained one is also kept
+        for newcomers (and cleared by an empty one); a QoS 1 one is taken as acknowledged."""
+        view = bytes(data)
+        n = len(view)
+        i = 0
+        corked = self._corked
+        self._corked = True
+        try:
+            while i < n:
+                first = view[i]
+                j = i + 1
+                rl = shift = 0
+                while True:  # the remaining length: 7 bits a byte, least significant first
+                    b = view[j]
+                    j += 1
+                    rl |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+                end = j + rl
+                tl = (view[j] << 8) | view[j + 1]
+                topic = view[j + 2:j + 2 + tl].decode()
+                qos = (first >> 1) & 3
+                if first == 0x30:
+                    packet = view[i:end] if i or end < n else view
+                else:  # sent on as a plain QoS 0 PUBLISH: not retained (it is live), no packet id
+                    payload = view[j + 2 + tl + (2 if qos else 0):end]
+                    packet = _publish0(view[j:j + 2 + tl], payload)
+                    if first & 0x01:
+                        if payload:
+                            self._retained_messages[topic] = RetainedApplicationMessage(None, topic, payload, qos)
+                        else:
+                            self._retained_messages.pop(topic, None)
+                self.route(topic, packet, qos)
+                i = end
+        finally:
+            if not corked:
+                self.flush()
 
     def route(self, topic: str, packet: bytes, qos: int) -> None:
         """The fast path's delivery: ``packet`` (a QoS 0 PUBLISH of ``topic``, published at ``qos``)
@@ -296,6 +357,11 @@ class RoutingBroker(Broker):
         straight to a QoS 0 subscriber's socket, the same bytes for each; a QoS 1 delivery, or one
         kept for an offline persistent session, goes through amqtt's own handler."""
         self.routed += 1
+        inlet = self.inlet
+        if inlet is not None and inlet.takes(topic):
+            inlet.take(topic, _payload0(packet), qos)
+            if not self._corked:
+                inlet.hand()
         found = self._subscriptions
         assert isinstance(found, SubscriptionTable)
         subs = found.matching(topic, self._matches)
@@ -403,6 +469,10 @@ class RoutingBroker(Broker):
         our access plugin would answer (amqtt's plugin manager gathers a coroutine per plugin for
         every recipient of every message)."""
         topic: str = broadcast["topic"]
+        inlet = self.inlet
+        if inlet is not None and inlet.takes(topic):  # (a player's last will, among others)
+            inlet.take(topic, bytes(broadcast["data"]), broadcast.get("qos", 0))
+            inlet.hand()
         subscriptions = self._subscriptions
         assert isinstance(subscriptions, SubscriptionTable)
         for target, sub_qos in subscriptions.matching(topic, self._matches):

@@ -105,7 +105,9 @@ class LocalServer:
         # (the documented diagnostic variables: relay/memdiag.py)
         settings = RelaySettings(topics, config or RelayConfig(), seed, log_path=Path(log_path) if log_path else None,
                                  max_payload=max_payload, diagnostics=Diagnostics.from_environ())
-        self.relay = Relay(relay_address, settings, seal=sealing) if relay else None
+        # The relay of an embedded broker stands inside it (relay/embedded/inprocess.py): no socket between them.
+        connector = self.broker.connector() if self.broker is not None else None
+        self.relay = Relay(relay_address, settings, seal=sealing, connector=connector) if relay else None
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LocalServer:
