@@ -4,12 +4,13 @@ How this works
 --------------
 For every step (``--steps``, default 10, 50, 100, 200, 400 matches) the script starts, as separate
 processes and fresh for that step: ``blink serve --no-journal --port P`` exactly as a user would
-start it -- with ``--embedded`` (the default here) the embedded broker in a child process of its
-own, with ``--broker-kind default`` whatever ``blink serve`` chooses (an installed Mosquitto) --
+start it -- with ``--embedded`` (the default here) the embedded broker with the relay inside it, one
+process, with ``--broker-kind default`` whatever ``blink serve`` chooses (an installed Mosquitto in a
+child process) --
 then ``blink load --server mqtt://127.0.0.1:P --relay-pid RELAY --matches N --duration S --json``.
-``blink load`` reports the verdict times and the relay's CPU and RSS over its measured window; the
-broker is the pid the "running" line names, and what only the outside can see is added here: the
-broker's CPU share (sampled from /proc every 0.25 s; the busiest window of the measured length in
+``blink load`` reports the verdict times and the relay's CPU and RSS over its measured window (with
+the embedded broker, the broker's work is in it); a broker child is the pid the "running" line
+names, and what only the outside can see is added here: the broker's CPU share (sampled from /proc every 0.25 s; the busiest window of the measured length in
 the run -- an upper bound of its share in the measured window) and its RSS at the end of the run,
 and the machine's load average.
 
@@ -18,8 +19,8 @@ and the machine's load average.
     .venv/bin/python bench/serve_curve.py --broker-kind default       # Mosquitto, where installed
     .venv/bin/python bench/serve_curve.py --steps 200 --serve-root /tmp/old   # another revision's serve
 
-``CURVE_SERVE_ERR=FILE`` keeps ``blink serve``'s stderr in FILE. A ``--profile DIR`` runs the broker
-child under cProfile (``BLINK_BROKER_PROFILE``): it writes ``DIR/broker-STEP.prof`` when it stops.
+``CURVE_SERVE_ERR=FILE`` keeps ``blink serve``'s stderr in FILE. A ``--profile DIR`` runs ``blink
+serve`` under cProfile (``python -m cProfile``): it writes ``DIR/serve-STEP.prof`` when it stops.
 """
 
 from __future__ import annotations
@@ -94,12 +95,10 @@ def rss_mb(pid: int) -> float | None:
 def one_step(matches: int, duration: float, embedded: bool, prefix: str, profile: Path | None,
              serve_root: Path = ROOT) -> dict[str, Any]:
     port = free_port()
-    env = dict(os.environ)
-    if profile is not None:
-        env["BLINK_BROKER_PROFILE"] = str(profile / f"broker-{matches}.prof")
+    profiled = ["-m", "cProfile", "-o", str(profile / f"serve-{matches}.prof")] if profile is not None else []
     err = open(os.environ.get("CURVE_SERVE_ERR", os.devnull), "ab")
-    serve = subprocess.Popen([sys.executable, "-m", "client.cli", "--prefix", prefix, "serve", "--no-journal",
-                              "--port", str(port), *(["--embedded"] if embedded else [])], cwd=serve_root, env=env,
+    serve = subprocess.Popen([sys.executable, *profiled, "-m", "client.cli", "--prefix", prefix, "serve", "--no-journal",
+                              "--port", str(port), *(["--embedded"] if embedded else [])], cwd=serve_root,
                              stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         assert serve.stdout is not None
@@ -108,6 +107,7 @@ def one_step(matches: int, duration: float, embedded: bool, prefix: str, profile
         if "running" not in line or found is None:
             return {"matches": matches, "error": f"blink serve did not start: {line.strip()!r}"}
         broker_pid = int(found.group(2))
+        inside = broker_pid == serve.pid  # the embedded broker: its work is the relay's process's
         threading.Thread(target=lambda: serve.stdout.read() if serve.stdout else None, daemon=True).start()
         sampler = CpuSampler(broker_pid)
         sampler.start()
@@ -123,10 +123,10 @@ def one_step(matches: int, duration: float, embedded: bool, prefix: str, profile
         if load.returncode != 0:
             return {"matches": matches, "error": (load.stderr.strip().splitlines() or ["?"])[-1]}
         result: dict[str, Any] = json.loads(load.stdout)
-        result["broker"] = "embedded" if embedded else found.group(1).split("(")[0].strip() or "default"
-        result["broker_cpu_pct"] = sampler.busiest_pct(duration)
-        result["broker_cpu_whole_run_pct"] = round(100 * broker_all / elapsed, 1)
-        result["broker_rss_mb"] = broker_rss
+        result["broker"] = "embedded (inside the relay)" if inside else found.group(1).split("(")[0].strip() or "default"
+        result["broker_cpu_pct"] = None if inside else sampler.busiest_pct(duration)
+        result["broker_cpu_whole_run_pct"] = None if inside else round(100 * broker_all / elapsed, 1)
+        result["broker_rss_mb"] = None if inside else broker_rss
         result["load_average"] = round(os.getloadavg()[0], 2)
         return result
     finally:
@@ -155,7 +155,7 @@ def main() -> int:
     p.add_argument("--broker-kind", choices=("embedded", "default"), default="embedded",
                    help="embedded: blink serve --embedded; default: the broker blink serve chooses")
     p.add_argument("--json", action="store_true", help="one JSON list of every step's result")
-    p.add_argument("--profile", type=Path, metavar="DIR", help="profile the broker child (cProfile) into DIR")
+    p.add_argument("--profile", type=Path, metavar="DIR", help="profile blink serve (cProfile) into DIR")
     p.add_argument("--serve-root", type=Path, default=ROOT, metavar="DIR",
                    help="run blink serve from this checkout (e.g. `git archive REV | tar -x -C DIR`), to compare revisions")
     args = p.parse_args()

@@ -47,7 +47,7 @@ import logging
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, TypeVarTuple
+from typing import Callable, Iterable, TypeVarTuple, cast
 
 from mqttkit import MqttkitError, tls_refusal
 from mqttkit.packets import (CONNACK, DISCONNECT_PACKET, PINGREQ_PACKET, PINGRESP, PUBACK, PUBCOMP, PUBREC, PUBREL,
@@ -265,8 +265,8 @@ class MqttConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport: asyncio's own, or uvloop's (which does not derive from asyncio's classes).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         drop = self._drop
@@ -435,7 +435,6 @@ async def connect(host: str, port: int, *, client_id: str, on_messages: OnMessag
             if sock is not None:
                 for option in socket_options:
                     sock.setsockopt(*option)
-            assert isinstance(transport, asyncio.Transport)
             transport.write(packet)
             proto._last_out = time.monotonic()  # noqa: SLF001
             try:

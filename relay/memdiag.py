@@ -9,9 +9,7 @@ How this works
 
 - ``BLINK_RESIDENCE=FILE``: the relay writes percentiles of its messages' residence (from the read
   to the write of their step's outputs) to FILE when it stops (``write_residence``);
-- ``BLINK_MEMDUMP=FILE`` and ``BLINK_MEMDUMP_FRAMES=N``: the memory reports below;
-- ``BLINK_BROKER_PROFILE=FILE``: ``blink serve``'s embedded broker runs under cProfile and writes
-  its statistics to FILE when it stops (``relay/hosting/brokerchild.py``).
+- ``BLINK_MEMDUMP=FILE`` and ``BLINK_MEMDUMP_FRAMES=N``: the memory reports below.
 
 When ``memdump`` names a file (``{pid}`` in it is replaced by the process id), the relay
 calls ``install`` as it starts: ``tracemalloc`` traces every Python allocation from then on
@@ -75,7 +73,6 @@ class Diagnostics:
     residence: str | None = None  # the file for the residence percentiles
     memdump: str | None = None  # the memory reports' file (``{pid}``: the process id)
     memdump_frames: int = DEFAULT_FRAMES  # tracemalloc's frames (0: off)
-    broker_profile: str | None = None  # the embedded broker's cProfile statistics (``blink serve``)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Diagnostics:
@@ -83,7 +80,7 @@ class Diagnostics:
         its default."""
         frames = environ.get("BLINK_MEMDUMP_FRAMES", "")
         return cls(environ.get("BLINK_RESIDENCE") or None, environ.get("BLINK_MEMDUMP") or None,
-                   int(frames) if frames.isdigit() else DEFAULT_FRAMES, environ.get("BLINK_BROKER_PROFILE") or None)
+                   int(frames) if frames.isdigit() else DEFAULT_FRAMES)
 
     def memdump_target(self) -> str | None:
         """The memory reports' file, ``{pid}`` replaced (None: no reports)."""

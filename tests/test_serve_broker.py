@@ -1,5 +1,6 @@
-"""``blink serve``'s own broker (relay/hosting/servebroker.py): an installed Mosquitto by default, the
-embedded one with ``--embedded``, each in a child process; a bot match is served through either,
+"""``blink serve``'s own broker (relay/hosting/servebroker.py): an installed Mosquitto in a child process by
+default, the embedded one with the relay inside it (one process) with ``--embedded``; a bot match is
+served through either,
 and whatever way serve ends (Ctrl-C, SIGTERM, its broker dying), no process and no configuration
 is left behind (and what a killed serve cannot remove is for the broker's user alone). What serve
 says: where each listener is and, on loopback alone, how to open it; a taken TLS port by its
@@ -29,7 +30,7 @@ from tests.helpers import wait_until
 from tests.test_broker_trust import bot_match
 
 BLINK = [sys.executable, "-m", "client.cli"]
-RUNNING = re.compile(r"running with (Mosquitto broker \((?P<binary>\S+), |embedded broker \(its own process, )"
+RUNNING = re.compile(r"running with (Mosquitto broker \((?P<binary>\S+), |the embedded broker \(the relay inside it, )"
                      r"pid (?P<pid>\d+)\) on mqtt://127\.0\.0\.1:(?P<port>\d+)")
 
 
@@ -62,7 +63,10 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], re.Match[str], str]:
     line = proc.stdout.readline()
     found = RUNNING.search(line)
     assert found is not None and int(found["port"]) == port, line + (proc.communicate()[1] if proc.poll() else "")
-    assert _children(proc.pid) == [int(found["pid"])]  # the broker, and nothing else
+    if found["binary"]:
+        assert _children(proc.pid) == [int(found["pid"])]  # the broker, and nothing else
+    else:
+        assert int(found["pid"]) == proc.pid and _children(proc.pid) == []  # one process: nothing else
     return proc, found, line
 
 
@@ -129,10 +133,11 @@ def test_a_killed_serve_leaves_no_broker_behind(args: tuple[str, ...]) -> None:
             shutil.rmtree(config_dir, ignore_errors=True)  # what a killed serve could not remove
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("args", [(), ("--embedded",)], ids=["default", "embedded"])
-def test_a_broker_that_dies_ends_serve_with_one_line_and_1(args: tuple[str, ...]) -> None:
-    proc, found, _ = _start(*args)
+@pytest.mark.integration("mosquitto")
+def test_a_broker_that_dies_ends_serve_with_one_line_and_1() -> None:
+    """(The embedded broker has no process of its own to die: the relay is inside it.)"""
+    proc, found, _ = _start()
+    assert found["binary"], "Mosquitto is installed: the default runs it in a child"
     os.kill(int(found["pid"]), signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
@@ -142,9 +147,8 @@ def test_a_broker_that_dies_ends_serve_with_one_line_and_1(args: tuple[str, ...]
 
 
 def test_embedded_is_chosen_when_asked_and_refused_with_a_broker() -> None:
-    assert choose(True) == ("embedded", None)
-    kind, binary = choose(False)
-    assert kind == ("mosquitto" if find_mosquitto() else "embedded") and (binary is None) == (kind == "embedded")
+    assert choose(True) is None  # the embedded broker, with the relay inside it
+    assert choose(False) == find_mosquitto()
     with pytest.raises(ServeError) as refused:
         asyncio.run(serve_relay(ServeOptions(broker="mqtt://127.0.0.1:1883", embedded=True), Topics()))
     assert refused.value.status == 2 and "--embedded" in str(refused.value)
@@ -188,9 +192,9 @@ def test_the_running_line_says_where_each_listener_is_and_how_to_open_loopback()
         "mqtt://127.0.0.1:1883 (this machine only) and mqtts://0.0.0.0:8883 (every interface)"
     assert listeners_text([("mqtt", "0.0.0.0", 1883)]) == "mqtt://0.0.0.0:1883 (every interface)"
     assert listeners_text([("mqtt", "192.168.1.5", 1883)]) == "mqtt://192.168.1.5:1883"
-    child = BrokerChild("embedded", "127.0.0.1", 1883, tls=("c.pem", "k.pem", 8884), tls_host="0.0.0.0")
+    child = BrokerChild("127.0.0.1", 1883, tls=("c.pem", "k.pem", 8884), tls_host="0.0.0.0")
     assert child.listeners == [("mqtt", "127.0.0.1", 1883), ("mqtts", "0.0.0.0", 8884)]
-    assert BrokerChild("embedded", "10.0.0.1", 1883, tls=("c.pem", "k.pem", 8884)).listeners[1] == \
+    assert BrokerChild("10.0.0.1", 1883, tls=("c.pem", "k.pem", 8884)).listeners[1] == \
         ("mqtts", "10.0.0.1", 8884)  # on the plain listener's address unless told
 
 
@@ -198,7 +202,7 @@ def test_mosquittos_reason_at_start_is_worded_without_its_timestamp(tmp_path: Pa
     log = tmp_path / "mosquitto.log"
     log.write_text("1796326538: Opening ipv4 listen socket on port 8883.\n1796326538: Error: Address already in use\n")
     assert _last_line(log) == "Error: Address already in use"
-    child = BrokerChild("mosquitto", "127.0.0.1", 1883, tls=("c.pem", "k.pem", 8883), tls_host="0.0.0.0")
+    child = BrokerChild("127.0.0.1", 1883, tls=("c.pem", "k.pem", 8883), tls_host="0.0.0.0")
     assert child._why(_last_line(log)) == (": port 1883 on 127.0.0.1 or TLS port 8883 on 0.0.0.0 is already in use "
                                            "(taken since it was checked): pick another with --port/--tls-port")
     log.write_text("1796326538: Error: Unable to open pwfile\n")

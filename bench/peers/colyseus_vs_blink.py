@@ -11,7 +11,7 @@ a second only to a player with no verdict in that second, one game a match with 
   colyseus     node server.mjs (the room, bench/peers/room.mjs)  <-  node load.mjs
   blink serve  ``blink serve --port P --no-journal`` as shipped, with the broker it runs itself in a
                child (an installed Mosquitto)  <-  blink load --server URL --pace human --json
-  blink serve --embedded  (``--blink embedded``) the same on the embedded broker
+  blink serve --embedded  (``--blink embedded``) the embedded broker with the relay inside it, one process
   blink --broker  (``--blink broker``) mosquitto started here (``blink broker-config``: TCP_NODELAY,
                the shipped ACL)  <-  blink serve --broker URL --no-journal  <-  blink load ...
   +journal     (``--journal``) each blink side once more with the journal as ``blink serve`` ships it
@@ -189,7 +189,7 @@ def comm(pid: int) -> str:
 def tree_cpu(pid: int, top: str) -> dict[str, float | None]:
     """CPU seconds of ``pid`` (named ``top``) and of every process under it, each by name and pid: a
     server's cost is every process it runs. A child's name is its command plus what it runs when
-    that is Python (the embedded broker is ``python -m relay.hosting.brokerchild``)."""
+    that is Python."""
     out: dict[str, float | None] = {top: cpu_s(pid)}
     todo = children(pid)
     while todo:

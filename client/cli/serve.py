@@ -1,5 +1,6 @@
-"""``blink serve``: run the relay, with a broker of its own (an installed Mosquitto, else the
-embedded one; ``--embedded``: always the embedded one) unless ``--broker`` is given.
+"""``blink serve``: run the relay, with a broker of its own (an installed Mosquitto in a process of
+its own, else the embedded one with the relay inside it; ``--embedded``: always the embedded one)
+unless ``--broker`` is given.
 
 How this works
 --------------
@@ -12,6 +13,8 @@ What that raises as ``ServeError`` keeps its exit status; any other failure beco
 from __future__ import annotations
 
 import argparse
+import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from client.cli import args as argtypes
@@ -38,8 +41,9 @@ def register(sub: argtypes.Subcommands) -> None:
     argtypes.add_tls_trust(s)
     s.add_argument("--broker", type=_urls, help="use this MQTT 3.1.1 broker instead, e.g. mqtt://127.0.0.1:1883 "
                    "(with --cluster/--shards: the nodes of a clustered broker, comma-separated, tried in turn)")
-    s.add_argument("--embedded", action="store_true", help="run the embedded broker (in a process of its own) "
-                   "even when Mosquitto is installed (without --broker, an installed Mosquitto is run by default)")
+    s.add_argument("--embedded", action="store_true", help="run the embedded broker, with the relay inside it "
+                   "(one process), even when Mosquitto is installed (without --broker, an installed Mosquitto is "
+                   "run in a process of its own by default)")
     s.add_argument("--order", choices=("arrival", "fair"), default="arrival", help="how simultaneous plays are ordered: in order of arrival, or fairly (each play held up to --fair-cap-ms for a slower player's) (default arrival)")
     s.add_argument("--fair-cap-ms", type=argtypes.number(0, 10_000, "ms"), default=400.0,
                    help="fair order: longest hold of a play in ms, 0 to 10000 (default 400)")
@@ -84,15 +88,26 @@ def register(sub: argtypes.Subcommands) -> None:
                    "--data and the other relays on the broker serve the rest")
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def run(args: argparse.Namespace, topics: Topics) -> int:
-    import asyncio
     import dataclasses
 
     from relay.hosting import ServeError, ServeOptions, serve_relay
 
     options = ServeOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeOptions)})
     try:
-        return asyncio.run(serve_relay(options, topics))
+        # uvloop where it is installed (a dependency wherever it builds): the embedded broker spends
+        # much of its time in the loop's own machinery -- callbacks and a task per connection --
+        # and uvloop's is in C.
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(serve_relay(options, topics))
     except ServeError as exc:
         raise UserError(str(exc), exc.status) from exc
     except Exception as exc:  # noqa: BLE001 - turned into one readable line

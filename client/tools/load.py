@@ -57,8 +57,6 @@ goes out as bytes packed by ``pack_publish`` in one ``write``; a dropped connect
 ``on_close`` (no task waiting on it). Per message that costs a fraction of the CPU of a
 general-purpose MQTT library, and per connection a fraction of its memory
 (``bench/mqtt_clients_bench.py`` compares them); aiomqtt stays the library of the real client.
-uvloop is no way out: ``MqttConnection.connection_made`` asserts an ``asyncio.Transport``, which
-uvloop's transports are not.
 
 The parts: ``client/tools/load_config.py`` (the run's settings, limits and pure helpers),
 ``client/tools/load_player.py`` (one simulated player) and this module (the run: set-up, the

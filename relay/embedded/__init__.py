@@ -6,9 +6,11 @@ How this works
 who may publish and subscribe where, checked at CONNECT and per packet), a reader per connection
 that splits whole packets, applies the size limit, the pace and the per-client rate gate
 (``gate.py``), and a fast path that routes QoS 0/1 PUBLISHes itself (``route.py``). amqtt is
-untyped: ``amqttapi.py`` is the one place that names its parts. ``blink serve`` runs the same broker
-in a process of its own (``python -m relay.hosting.brokerchild``): starting processes is hosting's
-work, and this room imports nothing of it.
+untyped: ``amqttapi.py`` is the one place that names its parts. A relay of the same process stands
+inside the broker (``inprocess.py``, the relay's ``Connector`` that ``EmbeddedBroker.connector``
+gives): the broker's routing hands it the players' messages and writes its outputs to the
+subscribers' sockets, with no socket between the two. Starting processes is hosting's work, and
+this room imports nothing of it.
 
 The face loads each module when a name is first asked for, so a relay on an outside broker never
 loads amqtt.

@@ -7,11 +7,11 @@ embedded broker of its own or against a given broker; ``ClusterServer``/``cluste
 one relay of a cluster. ``ChildServer`` (``localproc.py``) is the same in a child process
 (``python -m relay.hosting.localchild``), so a window and its relay never share an event loop.
 ``serve.py`` is ``blink serve``: it picks and starts a broker of its own (``servebroker.py``: an
-installed Mosquitto configured by ``mosquitto.py``, else the embedded broker in a child process),
-then the relay, and advertises it on the LAN (``lanhost.py``). Each child starts the same way
-(``localproc.child_settings``): the relay's in ``localchild.py``, the embedded broker's in
-``brokerchild.py`` (``python -m relay.hosting.brokerchild``). The diagnostics a benchmark asks for
-are read here, once (``relay.memdiag.Diagnostics.from_environ``), and handed down.
+installed Mosquitto configured by ``mosquitto.py`` in a child process, else the embedded broker with
+the relay inside it, in this process), then the relay, and advertises it on the LAN
+(``lanhost.py``). A child starts with ``localproc.child_settings`` (the relay's in
+``localchild.py``). The diagnostics a benchmark asks for are read here, once
+(``relay.memdiag.Diagnostics.from_environ``), and handed down.
 
 These are the entry points the client's commands import (tests/test_imports.py). The face loads
 each module when a name is first asked for.

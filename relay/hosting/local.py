@@ -79,13 +79,15 @@ class LocalServer:
 
     ``broker_url`` (``mqtt://relay:SECRET@host:port``) is the relay's login on an external broker;
     without it the embedded broker is started and the relay logs in with the broker's secret.
-    ``max_payload``: the largest message the embedded broker passes on and the relay reads."""
+    ``max_payload``: the largest message the embedded broker passes on and the relay reads; ``tls``
+    (certificate, key, port, host): the embedded broker also listens with TLS there."""
 
     def __init__(self, broker_url: str | None = None, seed: int | None = None, config: RelayConfig | None = None,
                  log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None,
                  relay: bool = True, topics: Topics | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
                  data_dir: str | Path | None = None, durable: bool = True, remove_data_dir: bool = False,
-                 seal: bool = False, trust: TLSTrust | None = None) -> None:
+                 seal: bool = False, trust: TLSTrust | None = None,
+                 tls: tuple[str, str, int, str] | None = None) -> None:
         topics = topics or Topics()
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.durable = durable
@@ -97,6 +99,8 @@ class LocalServer:
             from relay.embedded import EmbeddedBroker
 
             self.broker = EmbeddedBroker(host, port or free_port(host), topics.prefix, max_payload, config)
+            if tls is not None:  # (certificate, key, port, host): a TLS listener beside the plain one
+                self.broker.serve_tls(*tls)
             relay_address = self.broker.relay_address
         #: Sealed play (``relay/sealing.py``): the identity from the data directory, a fresh one without.
         sealing = Sealing(load_identity(self.data_dir), topics) if seal and relay else None

@@ -89,7 +89,7 @@ class BrokerInfo:
 
 
 def child_settings(argv: list[str], bad_status: int) -> tuple[dict[str, object], IO[str]] | int:
-    """The start of a child this module's parents run (``relay.hosting.localchild``, ``relay.hosting.brokerchild``):
+    """The start of a child this module's parents run (``relay.hosting.localchild``):
     die with the parent, leave SIGINT to it, keep the real stdout for answers (stray prints go to
     stderr) and read the settings' JSON line from stdin. An exit status instead when there is
     nothing to read (0) or the line is unreadable (``bad_status``, the parent told why in one line)."""

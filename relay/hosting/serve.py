@@ -8,8 +8,9 @@ starts, then runs until SIGINT or SIGTERM (so the relay stops in order and says 
 topic; then exit status 130 after Ctrl-C, as for any interrupted command, and 0 after SIGTERM, a
 service manager's ordinary stop) or until the relay itself or its broker stops (one line, exit 1).
 Alone (the default) it is a ``relay.hosting.local.LocalServer`` on ``--broker``, or without it on a broker
-of its own in a child process (``relay/hosting/servebroker.py``): an installed Mosquitto with the generated
-configuration, else -- or with ``--embedded`` -- the embedded amqtt broker; the "running" line says
+of its own: an installed Mosquitto with the generated configuration, in a child process
+(``relay/hosting/servebroker.py``), else -- or with ``--embedded`` -- the embedded amqtt broker with
+the relay inside it, in this one process (``relay/embedded/inprocess.py``); the "running" line says
 which. The relay stops before its broker, on every way out. The journal is in the data directory
 (recovered from on start), and with ``--lan`` all interfaces, the next free port and an advert
 over multicast DNS (``relay/hosting/lanhost.py``); with ``--tls-cert``/``--tls-key`` its broker also
@@ -42,7 +43,7 @@ from protocol.topics import Topics
 from relay import RelayError
 
 if TYPE_CHECKING:
-    from mqttkit import TLSTrust
+    from mqttkit import Scheme, TLSTrust
     from protocol.match import Order
     from relay.runtime import Relay
 
@@ -261,15 +262,17 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
                                   tls_port=tls_port if tls is not None else None, tls_host=tls_host)
     if options.embedded and options.broker:
         raise usage("--embedded runs the embedded broker: leave out --broker")
-    from relay.memdiag import Diagnostics
-    from relay.hosting.servebroker import BrokerChild, BrokerFailed, choose
+    from relay.hosting.servebroker import BrokerChild, BrokerFailed, choose, listeners_text
 
     child: BrokerChild | None = None
-    if not options.broker:  # a broker of our own, in a process of its own (relay/hosting/servebroker.py)
-        kind, binary = choose(options.embedded)
-        child = BrokerChild(kind, host, port, topics.prefix, options.max_payload, config, binary,
-                            tls=(tls[0], tls[1], tls_port) if tls is not None else None, tls_host=tls_host,
-                            profile=Diagnostics.from_environ().broker_profile)  # (a documented diagnostic)
+    inside = False  # the embedded broker, with the relay inside it (this process)
+    if not options.broker:  # a broker of our own: Mosquitto in a process of its own, else the embedded one here
+        binary = choose(options.embedded)
+        if binary is not None:
+            child = BrokerChild(host, port, topics.prefix, options.max_payload, binary,
+                                tls=(tls[0], tls[1], tls_port) if tls is not None else None, tls_host=tls_host)
+        else:
+            inside = True
     stop = _Stop()
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -285,14 +288,23 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
 
             try:
                 server = LocalServer(broker_url,
-                                     options.seed, config, options.log, host=host, topics=topics,
-                                     max_payload=options.max_payload, data_dir=data_dir,
-                                     durable=options.sync == "full", seal=options.seal, trust=options.trust)
+                                     options.seed, config, options.log, host=host, port=port if inside else None,
+                                     topics=topics, max_payload=options.max_payload, data_dir=data_dir,
+                                     durable=options.sync == "full", seal=options.seal, trust=options.trust,
+                                     tls=(tls[0], tls[1], tls_port, tls_host) if inside and tls is not None else None)
             except IdentityError as bad:
                 raise ServeError(str(bad)) from bad
             await stack.enter_async_context(server)
             await stack.enter_async_context(lan)
-            where = child.describe() if child is not None else f"broker {server.address.url}"
+            if child is not None:
+                where = child.describe()
+            elif inside:
+                listeners: list[tuple[Scheme, str, int]] = [("mqtt", host, port)]
+                if tls is not None:
+                    listeners.append(("mqtts", tls_host, tls_port))
+                where = f"the embedded broker (the relay inside it, pid {os.getpid()}) on {listeners_text(listeners)}"
+            else:
+                where = f"broker {server.address.url}"
             print(f"blink relay '{relay_id}' ({options.order} order) running with {where}; Ctrl-C stops it.",
                   flush=True)
             # After the "running" line (scripts wait for it): where the journal is, what was recovered.

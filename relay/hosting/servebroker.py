@@ -1,42 +1,34 @@
-"""The broker ``blink serve`` runs for itself: an installed Mosquitto, or the embedded one, each in a
-process of its own.
+"""The broker ``blink serve`` runs for itself in a process of its own: an installed Mosquitto.
 
 How this works
 --------------
-The relay and an MQTT broker in one process share one core and one GIL: every message a player
-sends is read, checked and fanned out by the broker and judged by the relay in the same loop, and
-that process saturates long before the machine does. So without ``--broker``, ``blink serve``
-starts its broker as a child process and the relay logs in to it over loopback, as it would to
-any broker (``BrokerChild``):
-
-- ``mosquitto``: when a Mosquitto binary is installed (``find_mosquitto``) and ``--embedded`` is
-  not given. Its configuration is the one ``blink broker-config`` writes (relay/hosting/mosquitto.py: the
-  access rules, a fresh relay password, the size limits), in a temporary directory that is
-  removed when it stops. Mosquitto is a compiled broker: it holds far more matches per core.
-- ``embedded``: the embedded amqtt broker (relay/embedded/broker.py, with its access rules, relay secret,
-  rate gate and size limits), in ``python -m relay.hosting.brokerchild``: the fallback with nothing else
-  installed, and what ``--embedded`` forces.
+Without ``--broker``, ``blink serve`` brings its broker along. With a Mosquitto installed
+(``find_mosquitto``) and without ``--embedded``, that is Mosquitto in a child process, and the relay
+logs in to it over loopback as it would to any broker (``BrokerChild``): Mosquitto is a compiled
+broker on a core of its own, so the relay and its broker spread over two cores. Its configuration
+is the one ``blink broker-config`` writes (relay/hosting/mosquitto.py: the access rules, a fresh
+relay password, the size limits), in a temporary directory that is removed when it stops. Else --
+nothing installed, or ``--embedded`` -- the relay runs inside the embedded broker, in ``blink
+serve``'s own process (relay/embedded/inprocess.py); ``choose`` says which.
 
 With a certificate and key (``tls``) the broker also listens with TLS, on ``tls_host`` (default:
 the plain listener's): the plain listener on loopback for the relay and the TLS one on ``0.0.0.0``
 faces the internet with TLS only. ``describe`` says where each listener is and who can reach it,
 and when every one is on loopback, how to open it (``listeners_text``).
 
-``start`` checks the ports first (a taken port is ``PortInUse``, as for the in-process broker,
-naming the option that moves it), spawns the child and waits until it serves: Mosquitto until
-its port takes a connection, the embedded child until it answers with one JSON line on its
-stdout (``{"ready": true, "secret": ...}`` or ``{"error": ...}``). ``exited`` is done when the child ends; ``lost`` then says why in
-one line if nobody asked it to stop (Mosquitto's reason at start is its last log line, without
-its timestamp). ``stop`` ends it in order (SIGTERM; the embedded child also when its stdin
-closes), then kills it if it takes too long, and removes what it wrote. Mosquitto's files are
-for the user it runs as alone (the log, the password file and the certificate copies are mode
+``start`` checks the ports first (a taken port is ``PortInUse``, as for the embedded broker,
+naming the option that moves it), spawns Mosquitto and waits until its port takes a connection.
+``exited`` is done when the child ends; ``lost`` then says why in one line if nobody asked it to
+stop (Mosquitto's reason at start is its last log line, without its timestamp). ``stop`` ends it in
+order (SIGTERM), then kills it if it takes too long, and removes what it wrote. Mosquitto's files
+are for the user it runs as alone (the log, the password file and the certificate copies are mode
 600), even where a killed ``blink serve`` could not remove them.
 
-No orphan, whatever happens to ``blink serve``: each child runs in a session of its own (a Ctrl-C
-in the terminal reaches ``blink serve`` alone, which stops the relay first and then the broker),
-and asks the kernel to end it when its parent dies (``PR_SET_PDEATHSIG``, Linux), even by SIGKILL
-(a Mosquitto started by root takes the user its configuration names before exec, since
-changing user later would drop that request); the embedded child also stops when its stdin reaches EOF.
+No orphan, whatever happens to ``blink serve``: the child runs in a session of its own (a Ctrl-C in
+the terminal reaches ``blink serve`` alone, which stops the relay first and then the broker), and
+asks the kernel to end it when its parent dies (``PR_SET_PDEATHSIG``, Linux), even by SIGKILL (a
+Mosquitto started by root takes the user its configuration names before exec, since changing user
+later would drop that request).
 """
 
 from __future__ import annotations
@@ -44,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import os
 import pwd
 import re
@@ -54,18 +45,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
 from mqttkit import DEFAULT_MAX_PAYLOAD, RELAY_USER, BrokerAddress, Scheme, check_port, check_tls_port
 from protocol.topics import DEFAULT_PREFIX
-from relay.model import RelayConfig
 from relay.hosting.mosquitto import is_loopback, share_a_port
 from relay import RelayError
-
-if TYPE_CHECKING:
-    from relay.hosting.brokerchild import BrokerChildSettings
-
-BrokerKind = Literal["mosquitto", "embedded"]
 
 #: How long a child may take to serve (a busy machine imports amqtt slowly).
 START_TIMEOUT_S = 60.0
@@ -84,10 +68,10 @@ def find_mosquitto() -> str | None:
         (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if os.access(p, os.X_OK)), None)
 
 
-def choose(embedded: bool) -> tuple[BrokerKind, str | None]:
-    """Which broker to run, and Mosquitto's binary if that is the one."""
-    binary = None if embedded else find_mosquitto()
-    return ("mosquitto", binary) if binary else ("embedded", None)
+def choose(embedded: bool) -> str | None:
+    """Mosquitto's binary when that is the broker to run in a child; None: the embedded broker, with
+    the relay inside it."""
+    return None if embedded else find_mosquitto()
 
 
 def _end_with_parent(user: tuple[int, int] | None = None) -> None:
@@ -136,22 +120,16 @@ def listeners_text(listeners: list[tuple[Scheme, str, int]]) -> str:
 
 
 class BrokerChild:
-    """A broker in a child process on host:port; ``relay_address`` is the relay's login (keep it
-    to the relay), ``address`` where players connect."""
+    """Mosquitto (the binary ``mosquitto``) in a child process on host:port; ``relay_address`` is the
+    relay's login (keep it to the relay), ``address`` where players connect."""
 
-    def __init__(self, kind: BrokerKind, host: str, port: int, prefix: str = DEFAULT_PREFIX,
-                 max_payload: int = DEFAULT_MAX_PAYLOAD, config: RelayConfig | None = None,
-                 mosquitto: str | None = None, tls: tuple[str, str, int] | None = None,
-                 tls_host: str | None = None, profile: str | None = None) -> None:
-        self.kind: BrokerKind = kind
-        #: The embedded broker's cProfile statistics go to this file when it stops (a diagnostic:
-        #: ``BLINK_BROKER_PROFILE``, relay/memdiag.py); None: not profiled.
-        self.profile = profile
+    def __init__(self, host: str, port: int, prefix: str = DEFAULT_PREFIX, max_payload: int = DEFAULT_MAX_PAYLOAD,
+                 mosquitto: str = "mosquitto", tls: tuple[str, str, int] | None = None,
+                 tls_host: str | None = None) -> None:
         #: (certificate, key, port) of a TLS listener beside the plain one, or None; on ``tls_host``.
         self.tls = tls
         self.tls_host = host if tls_host is None else tls_host
         self.host, self.port, self.prefix, self.max_payload = host, port, prefix, max_payload
-        self.config = config or RelayConfig()
         self.mosquitto = mosquitto
         self.relay_address: BrokerAddress | None = None
         self.proc: asyncio.subprocess.Process | None = None
@@ -184,10 +162,7 @@ class BrokerChild:
 
     def describe(self) -> str:
         """What the "running" line says about the broker."""
-        where = listeners_text(self.listeners)
-        if self.kind == "mosquitto":
-            return f"Mosquitto broker ({self.mosquitto}, pid {self.pid}) on {where}"
-        return f"embedded broker (its own process, pid {self.pid}) on {where}"
+        return f"Mosquitto broker ({self.mosquitto}, pid {self.pid}) on {listeners_text(self.listeners)}"
 
     async def __aenter__(self) -> BrokerChild:
         await self.start()
@@ -201,19 +176,15 @@ class BrokerChild:
         if self.tls is not None:
             check_tls_port(self.tls_host, self.tls[2])
         try:
-            if self.kind == "mosquitto":
-                await self._start_mosquitto()
-            else:
-                await self._start_embedded()
+            await self._start_mosquitto()
         except BaseException:
             await self.stop()
             raise
         self._exited = asyncio.create_task(self._watch())
 
     async def _start_mosquitto(self) -> None:
-        from relay.hosting.mosquitto import broker_user, give_to, write_mosquitto_config
+        from relay.hosting.mosquitto import broker_user, write_mosquitto_config
 
-        assert self.mosquitto is not None
         self._dir = Path(tempfile.mkdtemp(prefix="blink-serve-mosquitto-"))
         # Started as root, Mosquitto drops to its own user before it reads the ACL, the password
         # file and the certificate (each given to that user, mode 600): it must reach them.
@@ -255,37 +226,12 @@ class BrokerChild:
             return f": {which} is already in use (taken since it was checked): pick another with --port/--tls-port"
         return f": {line}"
 
-    async def _start_embedded(self) -> None:
-        settings: BrokerChildSettings = {
-            "host": self.host, "port": self.port, "prefix": self.prefix, "max_payload": self.max_payload,
-            "config": self.config.to_plain(), "profile": self.profile,
-            "tls": None if self.tls is None else {"certificate": self.tls[0], "key": self.tls[1], "port": self.tls[2],
-                                                  "host": self.tls_host}}
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relay.hosting.brokerchild", str(os.getpid()), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, start_new_session=True)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(settings).encode() + b"\n")  # plain data (relay/hosting/brokerchild.py)
-        await self.proc.stdin.drain()
-        try:
-            line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            raise BrokerFailed(f"the embedded broker did not start within {START_TIMEOUT_S:g} s") from None
-        try:
-            answer = json.loads(line) if line else {"error": "it ended at start"}
-        except ValueError:
-            answer = {"error": f"an unreadable answer: {line[:80]!r}"}
-        if not answer.get("ready"):
-            raise BrokerFailed(f"the embedded broker could not start: {answer.get('error')}")
-        self.relay_address = BrokerAddress(_connect_host(self.host), self.port, RELAY_USER, str(answer["secret"]))
-
     async def _watch(self) -> None:
         assert self.proc is not None
         status = await self.proc.wait()
         if not self._stopping:
-            name = "Mosquitto" if self.kind == "mosquitto" else "the embedded broker"
             how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
-            self.lost = f"{name} (pid {self.proc.pid}) stopped unexpectedly ({how})"
+            self.lost = f"Mosquitto (pid {self.proc.pid}) stopped unexpectedly ({how})"
 
     async def stop(self) -> None:
         self._stopping = True
@@ -344,5 +290,5 @@ def _private(path: Path, user: pwd.struct_passwd | None) -> Path:
     return path
 
 
-__all__ = ["BrokerChild", "BrokerFailed", "BrokerKind", "choose", "find_mosquitto", "listeners_text",
+__all__ = ["BrokerChild", "BrokerFailed", "choose", "find_mosquitto", "listeners_text",
            "share_a_port"]
