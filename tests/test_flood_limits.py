@@ -2,7 +2,8 @@
 decodes it, it is told ``rate_limited``, and a player in the same window is served.
 
 On the embedded broker the excess is dropped at the broker (``relay/embedded/gate.py``'s gate): what the
-relay receives from the flooder is counted where it enters the relay and must stay within the
+relay receives from the flooder is counted where it enters the relay (the relay stands inside the
+broker: what the broker hands it, ``relay/embedded/inprocess.py``) and must stay within the
 token bucket's allowance -- ``burst + rate x elapsed`` -- a bound that holds however slow the
 machine is (a slower run only makes ``elapsed`` longer). On Mosquitto, which cannot limit a
 client's rate, the relay's intake (``relay.limits.Intake``) drops it before decoding, at 1.5x the
@@ -26,6 +27,8 @@ from protocol import messages as m
 from protocol.codec import DecodeError, decode_all, encode
 from protocol.topics import Topics
 from relay.limits import NS, RELAY_INTAKE_SLACK, Intake
+from mqttkit.packets import Message
+from relay.embedded.inprocess import LocalSession
 from relay.hosting import LocalServer
 from relay.model import RelayConfig
 from tests.logcheck import check_blink_log
@@ -106,6 +109,21 @@ class Counting:
         self._refuse_more(n)
 
 
+class Entering:
+    """Counts, by client and kind, every message the embedded broker hands the relay standing inside
+    it (the session's ``on_messages``: where a message enters the relay)."""
+
+    def __init__(self, session: LocalSession) -> None:
+        self.received: Counter[str] = Counter()
+        hand_on = session.on_messages
+
+        def counted(messages: list[Message]) -> None:
+            for msg in messages:
+                self.received[Intake.key(msg.topic or "") or (msg.topic or "")] += 1
+            hand_on(messages)
+        session.on_messages = counted
+
+
 async def flood_while_a_player_plays(address: BrokerAddress, flooder: Peer, player: Peer,
                                      accounted: Callable[[int], bool]) -> tuple[int, float]:
     """The flooder sends Pings and Acts (alternately, at full speed) until the player has done its
@@ -158,7 +176,9 @@ def test_the_embedded_broker_drops_a_flooders_excess_and_tells_it_while_a_player
         async with LocalServer(None, seed=5, config=CFG) as server:
             assert server.broker is not None and server.relay is not None
             broker, relay = server.broker, server.relay
-            seen = Counting(relay.intake)
+            inlet = broker._routes().inlet  # noqa: SLF001 - the relay inside the broker
+            assert isinstance(inlet, LocalSession)
+            seen = Entering(inlet)
             flooder, player = Peer("flood"), Peer("player")
             gate = broker._broker  # noqa: SLF001 - its count of publishes dropped for their rate
             assert gate is not None
