@@ -87,11 +87,16 @@ def test_a_flooders_topic_is_dropped_and_counted_and_a_topic_filter_skips_shards
         session.take(T.req("c1"), b"ok", 0)
         session.hand()
         assert counted == [(flood.encode(), 3)] and [x.payload for x in heard[0]] == [b"ok"]
+        session.take(flood, b"x", 0)  # counted, then the hold ends within the same read
+        session.drop_until(flood.encode(), 0, lambda topic, n: counted.append((topic, n)))
+        session.take(flood, b"y", 0)
+        session.hand()
+        assert counted[-1] == (flood.encode(), 1) and [x.payload for x in heard[-1]] == [b"y"]
         session.set_topic_filter(b"blink/v1/m/", (b"blink/v1/m/2/",))
         session.take("blink/v1/m/1/ABCD/act/c1", b"elsewhere", 0)
         session.take("blink/v1/m/2/ABCD/act/c1", b"here", 0)
         session.hand()
-        assert [x.payload for x in heard[1]] == [b"here"] and session.filtered == 1
+        assert [x.payload for x in heard[-1]] == [b"here"] and session.filtered == 1
     asyncio.run(run())
 
 

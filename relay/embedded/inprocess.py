@@ -85,7 +85,8 @@ class LocalSession:
         self._drop = ""
         self._drop_until = 0
         self._on_dropped: OnDropped | None = None
-        self._dropped = 0
+        self._dropped = 0  # messages on ``_dropped_topic`` dropped since the last ``hand``
+        self._dropped_topic = ""
 
     # ------------------------------------------------------------------ what the relay asks (relay.link.Connection)
 
@@ -151,6 +152,7 @@ class LocalSession:
         if self._drop and topic == self._drop:
             if time.monotonic_ns() < self._drop_until:
                 self._dropped += 1
+                self._dropped_topic = topic
                 return
             self._drop = ""
         self._taken.append(Message(topic, payload, qos, 0, False, False))
@@ -159,7 +161,7 @@ class LocalSession:
     def hand(self) -> None:
         if self._dropped and self._on_dropped is not None:
             n, self._dropped = self._dropped, 0
-            self._on_dropped(self._drop.encode(), n)
+            self._on_dropped(self._dropped_topic.encode(), n)
         taken, self._taken = self._taken, []
         self.pending = False
         if taken and not self._closed.done():
