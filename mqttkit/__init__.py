@@ -34,16 +34,6 @@ class it has always been, so code that catches that still catches it::
     ├── PacketError (ValueError)     bytes from the broker that break MQTT's framing (mqttkit.packets)
     └── LanError (RuntimeError)      a LAN problem, said in its message (mqttkit.lan)
         └── NoMulticast              no interface can send or receive multicast DNS
-
-Compiled
---------
-``pip install .`` compiles ``mqttkit.packets`` with mypyc where a C compiler works (setup.py says
-how the build decides and why that module); the extension sits beside its source and Python
-imports it first. An editable install compiled in place (``BLINK_COMPILE=yes pip install -e .``)
-also writes ``mqttkit/compiled-inplace.json``, each compiled source's hash: this package checks
-them when it is first imported and refuses with ``ImportError`` once a source differs from what
-was compiled, so an edit never runs silently as the stale extension. Without that file (an
-installed wheel, a pure build) the check is one failed ``open``.
 """
 
 from __future__ import annotations
@@ -51,8 +41,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
-import hashlib
-import json
 import os
 import re
 import socket
@@ -61,35 +49,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qs, unquote, urlparse
-
-
-def _check_compiled_in_place() -> None:
-    """Refuse to run extensions compiled in place from sources edited since (see the header)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    record = os.path.join(here, "compiled-inplace.json")
-    try:
-        with open(record, "rb") as f:
-            compiled: dict[str, str] = json.loads(f.read())["compiled"]
-    except FileNotFoundError:
-        return
-    root = os.path.dirname(here)
-    stale: list[str] = []
-    for path, digest in sorted(compiled.items()):
-        try:
-            with open(os.path.join(root, path), "rb") as f:
-                same = hashlib.sha256(f.read()).hexdigest() == digest
-        except FileNotFoundError:
-            same = False
-        if not same:
-            stale.append(path)
-    if stale:
-        raise ImportError(f"{', '.join(stale)} changed since compiled in place ({record}): build again with "
-                          f"`BLINK_COMPILE=yes pip install --no-deps -e .`, or go pure with "
-                          f"`BLINK_COMPILE=no pip install --no-deps -e .`")
-
-
-_check_compiled_in_place()
-
 
 if TYPE_CHECKING:  # aiomqtt is the client's library: imported where it is used
     import aiomqtt

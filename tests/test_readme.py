@@ -14,8 +14,7 @@ The tests run the ``blink`` the README's set-up installs: ``python3 -m venv .ven
 install .`` -- the README's own words -- in a copy of the checkout's packages outside the checkout
 (fixture ``installed``, once per session; kept under pytest's temporary root by the hash of what it
 installs, so a later run of the same tree reuses it). pip builds a wheel and installs it with the
-dependencies from the machine's index, as for a user -- compiled where the machine has a C compiler
-(setup.py), which the set-up's test checks. The commands run through ``bash -c`` from a
+dependencies from the machine's index, as for a user. The commands run through ``bash -c`` from a
 folder of the test's own (never the checkout), with that environment's ``bin`` first on PATH, HOME
 a fresh folder (so ``~/blink-mosquitto`` is the test's), and the data directory under it.
 
@@ -372,12 +371,11 @@ PACKAGES = ("protocol", "relay", "client", "mqttkit")
 
 
 def _sources() -> list[Path]:
-    """What `pip install .` installs from: the project files, the README and the packages' files (not
-    what a build compiled in place left beside them)."""
-    files = [ROOT / "pyproject.toml", ROOT / "setup.py", ROOT / "README.md"]
+    """What `pip install .` installs from: the project file, the README and the packages' files."""
+    files = [ROOT / "pyproject.toml", ROOT / "README.md"]
     for pkg in PACKAGES:
         files += sorted(p for p in (ROOT / pkg).rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                        and p.suffix not in (".pyc", ".so") and p.name != "compiled-inplace.json")
+                        and p.suffix not in (".pyc", ".so"))
     return files
 
 
@@ -664,20 +662,6 @@ def test_setup_installs_and_serves(doc: Doc, installed: Path, shell: Shell) -> N
     assert relay.seen[-1] == "blink relay stopped.", relay.seen
     version = shell.run("blink --version").ok()
     assert version.stdout.startswith("blink ") or "0." in version.stdout, version.stdout
-    # With a C compiler, the install is the compiled build (setup.py): the README says how to tell.
-    if _c_compiler() is not None:
-        where = shell.run("python3 -c 'import mqttkit.packets as p; print(p.__file__)'").ok()
-        assert where.stdout.strip().endswith(".so"), f"a C compiler is here, but the install runs pure: {where.stdout}"
-
-
-def _c_compiler() -> str | None:
-    """The C compiler a build here would use, when there is one and Python's headers beside it."""
-    import sysconfig
-
-    cc = os.environ.get("CC") or str(sysconfig.get_config_var("CC") or "cc")
-    found = shutil.which(shlex.split(cc)[0]) if cc.strip() else None
-    headers = Path(sysconfig.get_paths()["include"], "Python.h").exists()
-    return found if found and headers else None
 
 
 # ---------------------------------------------------------------------------------------------- the sub-commands
