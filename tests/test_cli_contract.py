@@ -283,6 +283,10 @@ def test_no_relay_is_said_at_once_by_every_command_that_needs_one(mosquitto: Bro
 # ------------------------------------------------------------------------------------ Ctrl-C: 130
 
 
+def _terminal_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.integration
 def test_ctrl_c_is_130_without_a_traceback(mosquitto: BrokerAddress) -> None:
     serve = subprocess.Popen([*BLINK, "serve", "--broker", mosquitto.login_url, "--no-journal"],
@@ -290,14 +294,16 @@ def test_ctrl_c_is_130_without_a_traceback(mosquitto: BrokerAddress) -> None:
     started: list[subprocess.Popen[str]] = []
     try:
         assert "running" in (serve.stdout.readline() if serve.stdout else "")
+        # As from a terminal: Ctrl-C's default disposition, even where this suite was started in the
+        # background of a shell without job control (which hands its children SIGINT ignored).
         host = subprocess.Popen([*BLINK, "bot", "--server", mosquitto.url, "--create"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=_terminal_sigint)
         started.append(host)
         first = host.stdout.readline() if host.stdout else ""
         assert " in match " in first, first
         code = first.split(" in match ")[1].split()[0]
         watcher = subprocess.Popen([*BLINK, "watch", code, "--server", mosquitto.url], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
+                                   stderr=subprocess.PIPE, text=True, preexec_fn=_terminal_sigint)
         started.append(watcher)
         assert "watching" in (watcher.stderr.readline() if watcher.stderr else "")
         for proc in (watcher, host):  # each waiting: the host for an opponent, the watcher for events
