@@ -282,6 +282,7 @@ def test_watching_a_match_by_code_is_read_only(xdisplay: str, tmp_path: Path) ->
                     await until(app, lambda: not a.model.predictor.pending and not b.model.predictor.pending)
                     await until(app, lambda: app.session.model.predictor.confirmed_seq
                                 >= server.relay.core.matches[code].seq)
+                    await app.next_frame()  # the scene announces what the model holds at its next frame
                     cells = app.session.model.state().coords()
                     q, r = tk.free_cells(cells)[0]
                     click(app, *app.scene.cell_centre(q, r))
