@@ -30,6 +30,7 @@ class it has always been, so code that catches that still catches it::
     ├── TLSProblem (ValueError)      a CA file that cannot be read or holds no certificate
     ├── MqttError                    the connection could not be made, or it ended (mqttkit.connection)
     │   ├── ConnectRefused           the broker refused CONNECT (``rc``)
+    │   ├── NoConnack                the connection ended before CONNECT was answered
     │   └── SubscribeRefused         the broker refused a subscription (``codes``)
     ├── PacketError (ValueError)     bytes from the broker that break MQTT's framing (mqttkit.packets)
     └── LanError (RuntimeError)      a LAN problem, said in its message (mqttkit.lan)

@@ -85,6 +85,11 @@ class ConnectRefused(MqttError):
         self.rc = rc
 
 
+class NoConnack(MqttError):
+    """The connection ended before the broker answered CONNECT: a TLS listener given a plain CONNECT,
+    or a broker not ready to take clients yet (nats-server setting up its MQTT streams)."""
+
+
 class SubscribeRefused(MqttError):
     """The broker's SUBACK refused a subscription (0x80); ``codes``: its return codes, one a topic."""
 
@@ -443,8 +448,8 @@ async def connect(host: str, port: int, *, client_id: str, on_messages: OnMessag
             except MqttError:
                 why = proto._closed.result() if proto._closed.done() else MqttError("no CONNACK")  # noqa: SLF001
                 if tls is None:  # a TLS listener ends a plain CONNECT without a word
-                    raise MqttError(f"{why} before the broker's CONNACK (if it speaks TLS, use mqtts://)") from None
-                raise why from None
+                    raise NoConnack(f"{why} before the broker's CONNACK (if it speaks TLS, use mqtts://)") from None
+                raise NoConnack(str(why)) from None
             if rc != 0:
                 raise ConnectRefused(rc)
             return proto
@@ -464,4 +469,4 @@ def _drop(transport: asyncio.BaseTransport | None) -> None:
         transport.abort()  # type: ignore[attr-defined]
 
 
-__all__ = ["ConnectRefused", "MqttConnection", "MqttError", "SubscribeRefused", "Will", "connect"]
+__all__ = ["ConnectRefused", "MqttConnection", "MqttError", "NoConnack", "SubscribeRefused", "Will", "connect"]

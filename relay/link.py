@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 from mqttkit import NODELAY, RELAY_USER, BrokerAddress
-from mqttkit.connection import (ConnectRefused, MqttConnection, MqttError, OnDropped, OnMessages, OnOversize,
-                                SubscribeRefused, Will)
+from mqttkit.connection import (ConnectRefused, MqttConnection, MqttError, NoConnack, OnDropped, OnMessages,
+                                OnOversize, SubscribeRefused, Will)
 from mqttkit.connection import connect as mqtt_connect
 
 log = logging.getLogger("blink.relay")
@@ -257,11 +257,14 @@ class BrokerLink:
 
 
 def _not_ready(exc: MqttError) -> bool:
-    """A broker that is not up yet (nothing listening, or no CONNACK in time), rather than one that
-    refused the login or speaks another protocol: worth asking again while a cluster starts."""
+    """A broker that is not up yet (nothing listening, no CONNACK in time, or the connection closed
+    before its CONNACK: a nats-server whose JetStream cannot hold its MQTT streams yet), rather than
+    one that refused the login: worth asking again while a cluster starts. (A TLS listener given a
+    plain CONNECT looks the same; after the wait, its error says to use mqtts://.)"""
     if isinstance(exc, ConnectRefused):
         return False
-    return isinstance(exc.__cause__, ConnectionRefusedError) or str(exc).startswith("no answer from the broker")
+    return (isinstance(exc, NoConnack) or isinstance(exc.__cause__, ConnectionRefusedError)
+            or str(exc).startswith("no answer from the broker"))
 
 
 __all__ = ["BrokerLink", "Connection", "Connector", "Link", "Login", "OnClient", "RECONNECT_FIRST_S", "RECONNECT_MAX_S",
