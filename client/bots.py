@@ -62,7 +62,13 @@ class Bot:
 
     async def run(self, until_over: bool = True, stop: asyncio.Event | None = None) -> None:
         model = self.player.model
+        me = asyncio.current_task()
         while True:
+            if me is not None and me.cancelling():
+                # Cancelled, but an await below let it pass: aiomqtt waits for a publish with
+                # ``asyncio.wait_for``, which on Python 3.11 swallows a cancel that lands as its wait
+                # ends -- and a bot that plays on holds up whoever is waiting for it to stop.
+                raise asyncio.CancelledError
             if stop is not None and stop.is_set():
                 return
             if until_over and self.player.match_over():
