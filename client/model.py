@@ -200,6 +200,10 @@ class ClientModel:
     bounces: deque[Bounce] = field(default_factory=lambda: deque(maxlen=32))
     verdicts: deque[Verdict] = field(default_factory=lambda: deque(maxlen=100_000))
     errors: deque[m.RequestRejected] = field(default_factory=lambda: deque(maxlen=32))
+    #: The relay's latest challenge to sign (``Challenged``): what a rated join proves its key over.
+    challenge: int | None = None
+    #: This player's rating change at the end of its last rated match (``RatingChanged``), if any.
+    rating: m.RatingChanged | None = None
     next_id: int = 1
     seq_received_ns: dict[int, int] = field(default_factory=dict)
     resyncs: int = 0
@@ -448,6 +452,18 @@ class ClientModel:
     def _request_rejected(self, msg: m.RequestRejected, now_ns: int, out: list[Reply]) -> bool:
         self.errors.append(msg)
         self.asking = None  # refused, not lost: asking again would be refused again
+        return True
+
+    @handles(m.Challenged)
+    def _challenged(self, msg: m.Challenged, now_ns: int, out: list[Reply]) -> bool:
+        self.challenge = msg.nonce
+        return False
+
+    @handles(m.RatingChanged)
+    def _rating_changed(self, msg: m.RatingChanged, now_ns: int, out: list[Reply]) -> bool:
+        if msg.match != self.match:
+            return False
+        self.rating = msg
         return True
 
     # --------------------------------------------------------------------------------- the match

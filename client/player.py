@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable
+from typing import Any, Awaitable
 
 from mqttkit import BrokerAddress, wait_event
 from protocol import messages as m
@@ -27,6 +27,7 @@ from protocol.rules.base import Rejected
 from protocol.topics import Topics
 from client.model import ClientModel
 from client.net import Connection, Impairment, Link, new_client_id
+from client.identity import Identity
 from client.sealing import new_seal
 from client.netthread import NetThread, ThreadedConnection
 from client import ClientError
@@ -50,8 +51,11 @@ class RequestError(ClientError, RuntimeError):
 class Player:
     def __init__(self, address: BrokerAddress, name: str, topics: Topics | None = None,
                  impairment: Impairment | None = None, client_id: str | None = None,
-                 ping_interval_s: float = 1.0, net: NetThread | None = None) -> None:
+                 ping_interval_s: float = 1.0, net: NetThread | None = None,
+                 identity: Identity | None = None) -> None:
         self.topics = topics or Topics()
+        #: With an identity, every create, join and quick match proves its key to the relay (rated play).
+        self.identity = identity
         # Sealed play (the URL's pin): the player's key, whose hash is its client id.
         seal = new_seal(address.pin) if address.pin else None
         self.client_id = seal.client_id if seal is not None else client_id or new_client_id()
@@ -159,19 +163,46 @@ class Player:
 
     async def create(self, game: str = "blink", settings: dict[str, object] | None = None, seats: int = 2,
                      timeout: float = SEAT_WAIT_S) -> str:
+        proof = await self.proof(timeout)
         await self.conn.request(self.model.ask(m.CreateMatch(name=self.model.name, game=game, settings=settings or {},
-                                                             seats=seats), time.time_ns()))
+                                                             seats=seats, **proof), time.time_ns()))
         return await self._wait_joined(timeout)
 
     async def join(self, code: str, timeout: float = SEAT_WAIT_S) -> str:
-        await self.conn.request(self.model.ask(m.JoinMatch(name=self.model.name, match=code), time.time_ns()))
+        proof = await self.proof(timeout)
+        await self.conn.request(self.model.ask(m.JoinMatch(name=self.model.name, match=code, **proof), time.time_ns()))
         return await self._wait_joined(timeout)
 
     async def quick(self, game: str = "blink", settings: dict[str, object] | None = None,
                     timeout: float = SEAT_WAIT_S) -> str:
-        await self.conn.request(self.model.ask(m.QuickMatch(name=self.model.name, game=game, settings=settings or {}),
-                                               time.time_ns()))
+        proof = await self.proof(timeout)
+        await self.conn.request(self.model.ask(m.QuickMatch(name=self.model.name, game=game, settings=settings or {},
+                                                            **proof), time.time_ns()))
         return await self._wait_joined(timeout)
+
+    async def proof(self, timeout: float = SEAT_WAIT_S) -> dict[str, Any]:
+        """What a join carries to prove this player's key (``client/identity.py``): the relay's
+        challenge signed; nothing without an identity, or from a relay that rates nobody (one that
+        does not know ``Challenge`` refuses it as ``unknown_type``)."""
+        if self.identity is None:
+            return {}
+        self.model.challenge = None
+        seen = len(self.model.errors)
+        deadline = time.monotonic() + timeout
+        while self.model.challenge is None:
+            if any(e.code == "unknown_type" for e in list(self.model.errors)[seen:]):
+                return {}
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestError("timeout", "no answer from a relay: is `blink serve` running on this broker?")
+            await self.conn.request(m.Challenge())  # (asked again each second: a request may be lost)
+            end = time.monotonic() + min(left, 1.0)
+            while self.model.challenge is None and time.monotonic() < end and len(self.model.errors) == seen:
+                await self.wait_change(0.1)
+            seen_new = list(self.model.errors)[seen:]
+            if seen_new and not any(e.code == "unknown_type" for e in seen_new):
+                seen = len(self.model.errors)  # another refusal (a rate limit): ask again
+        return self.identity.prove(self.client_id, self.model.challenge)
 
     async def watch(self, code: str, timeout: float = 10.0) -> str:
         """Spectate a match by code: a read-only view from its public events and snapshot, with the

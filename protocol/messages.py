@@ -34,6 +34,11 @@ class CreateMatch:
     settings: dict[str, object] = field(default_factory=dict)
     seats: int = 2
     bots: int = 0
+    # A rated player's identity (``protocol/identity.py``): its public key, the relay's challenge
+    # and its signature over it. Empty: an unrated player (and every message of an older client).
+    key: bytes = b""
+    nonce: int = 0
+    sig: bytes = b""
 
 
 @message("JoinMatch", v1=renamed("JoinMatch", {"code": "match"}))
@@ -41,6 +46,11 @@ class CreateMatch:
 class JoinMatch:
     name: str
     match: str  # the match's code
+    # A rated player's identity (``protocol/identity.py``): its public key, the relay's challenge
+    # and its signature over it. Empty: an unrated player (and every message of an older client).
+    key: bytes = b""
+    nonce: int = 0
+    sig: bytes = b""
 
 
 @message("QuickMatch")
@@ -49,6 +59,26 @@ class QuickMatch:
     name: str
     game: str = "blink"
     settings: dict[str, object] = field(default_factory=dict)
+    # A rated player's identity (``protocol/identity.py``): its public key, the relay's challenge
+    # and its signature over it. Empty: an unrated player (and every message of an older client).
+    key: bytes = b""
+    nonce: int = 0
+    sig: bytes = b""
+
+
+@message("Challenge")
+@dataclass(frozen=True)
+class Challenge:
+    """Asks the relay for a challenge to sign (``Challenged``) before a rated join."""
+
+
+@message("Ratings")
+@dataclass(frozen=True)
+class Ratings:
+    """Asks for a game's leaderboard (``RatingBoard``, on the asker's private topic)."""
+
+    game: str = "blink"
+    limit: int = 20  # at most this many rows, best first (at most ``RATING_ROWS``)
 
 
 @message("Ping")
@@ -156,6 +186,39 @@ class ActionRejected:
 class RequestRejected:
     code: str
     detail: str = ""
+
+
+@message("Challenged")
+@dataclass(frozen=True)
+class Challenged:
+    nonce: int  # what to sign with the join (``protocol.identity.challenge_message``)
+
+
+#: The most rows a ``RatingBoard`` carries: it must fit the brokers' payload limit (8 KiB by default).
+RATING_ROWS = 40
+
+
+@message("RatingBoard")
+@dataclass(frozen=True)
+class RatingBoard:
+    """A game's leaderboard, best first: each row ``{"name", "key" (fingerprint), "rating", "mu",
+    "sigma", "matches"}``; ``players`` is how many rated players the relay holds for the game."""
+
+    game: str
+    rows: tuple[dict[str, object], ...]
+    players: int = 0
+
+
+@message("RatingChanged")
+@dataclass(frozen=True)
+class RatingChanged:
+    """A rated match ended: this player's rating for its game before and after, and matches rated."""
+
+    match: str
+    game: str
+    before: float
+    after: float
+    matches: int
 
 
 @message("Pong")

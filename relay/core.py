@@ -7,8 +7,9 @@ module of ``relay/judge/`` that reads alone: the lobby (``lobby.py``: create, jo
 leave, rejoin, rematch), the referee (``referee.py``: judging a play, fair order, a game's timers,
 start and end), the remembered answers (``answers.py``), the gate (``gate.py``: rate limits, sizes,
 quiet logging), the deadlines (``deadlines.py``: the wake-up and housekeeping heaps), housekeeping
-(``housekeeping.py``: what ``tick`` does) and events (``events.py``: seqs, views, snapshots, the
-match list), sharing only ``Tables`` (``tables.py``). The core composes them and routes each input;
+(``housekeeping.py``: what ``tick`` does), events (``events.py``: seqs, views, snapshots, the
+match list) and ratings (``ratings.py``: players' keys rated per game with OpenSkill, the
+leaderboard), sharing only ``Tables`` (``tables.py``). The core composes them and routes each input;
 each part writes and reads its own record (``to_record``/``load_record``), which the core composes
 (``RelayCore.to_record``/``from_record``) and ``relay/storage/snapshot.py`` turns into a blob.
 
@@ -92,12 +93,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from protocol import identity
 from protocol import messages as m
-from protocol.rules import GAMES, AnyGame
+from protocol.rules import GAMES, AnyGame, canonical
 from protocol.topics import Topics, valid_id
 from relay.fair import FairOrder
 from relay.judge import (ACCEPTED_SEQ_BITS, ORDERS, PAST_EVENTS, REMEMBERED_ANSWERS, Answers, Deadlines, Events, Gate,
-                         Housekeeping, Lobby, Referee, RelayStats, Tables, new_stats)
+                         Housekeeping, LeaderRow, Lobby, Ratings, Referee, RelayStats, Tables, Verifier, new_stats)
 from relay.model import STATE_HISTORY, Decode, Encode, LogRecord, Match, Out, Publish, RelayConfig, Seat
 
 __all__ = ["ACCEPTED_SEQ_BITS", "LogRecord", "Match", "ORDERS", "Out", "PAST_EVENTS", "Publish",
@@ -109,7 +111,8 @@ class RelayCore:
     #: travels in snapshots, so a restarted shell can continue the core's monotonic time.
     last_now_ns = 0
 
-    def __init__(self, topics: Topics | None = None, config: RelayConfig | None = None, seed: int = 0) -> None:
+    def __init__(self, topics: Topics | None = None, config: RelayConfig | None = None, seed: int = 0,
+                 verify: Verifier = identity.verify) -> None:
         config = config or RelayConfig()
         if config.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {config.order!r}")
@@ -122,8 +125,9 @@ class RelayCore:
         self.answers = Answers()
         self.gate = Gate(t, self.events)
         self.deadlines = Deadlines(t)
-        self.referee = Referee(t, self.events, self.gate, self.deadlines, self.answers)
-        self.lobby = Lobby(t, self.events, self.gate, self.deadlines, self.referee)
+        self.ratings = Ratings(t, verify)
+        self.referee = Referee(t, self.events, self.gate, self.deadlines, self.answers, self.ratings)
+        self.lobby = Lobby(t, self.events, self.gate, self.deadlines, self.referee, self.ratings)
         self.housekeeping = Housekeeping(t, self.events, self.gate, self.deadlines, self.answers, self.referee,
                                          self.lobby)
 
@@ -279,6 +283,7 @@ class RelayCore:
             "fair": self.fair.to_record(enc),
             **self.deadlines.to_record(),
             **self.gate.to_record(),
+            **self.ratings.to_record(),
         }
 
     @classmethod
@@ -297,7 +302,20 @@ class RelayCore:
         core.events.load_record(record)
         core.deadlines.load_record(record)
         core.gate.load_record(record)
+        core.ratings.load_record(record)
         return core
+
+    # ------------------------------------------------------------------ what others read
+
+    def leaderboard(self, game: str, limit: int = 20) -> list[LeaderRow]:
+        """A game's ``limit`` best rated players, best first (``relay/judge/ratings.py``): the
+        rows the relay's answer to ``Ratings`` carries; pure, so a page may read it between steps."""
+        return self.ratings.leaderboard(canonical(game), limit)
+
+    def refused_on_load(self) -> list[str]:
+        """One line for each part of its record this core did not take when it was loaded (a
+        tampered ratings row): the shell says them; the core goes on without them."""
+        return list(self.ratings.refused)
 
     # ------------------------------------------------------------------ for the runtime's recovery
 

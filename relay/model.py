@@ -138,6 +138,7 @@ class Seat:
     token: str = ""  # secret: ``Rejoin(match, token)`` gives the seat to a new client id
     dropped_at: int | None = None  # relay time its connection dropped (last will); None: present
     left: bool = False  # taken out of a game that plays on without it (a leave, or its grace ran out)
+    key: bytes = b""  # the public key it proved it holds when it joined (``protocol/identity.py``); b"": unrated
 
 
 @dataclass
@@ -231,8 +232,9 @@ class Match:
         return {
             "code": self.code, "game": self.game, "settings": enc(self.settings), "seats": self.seats,
             "quick": self.quick, "seed": self.seed,
-            # a sixth item only for a seat taken out of play: other records keep their form
-            "players": [[s.client, s.name, s.rematch, s.token, s.dropped_at, *([True] if s.left else [])]
+            # a sixth item only for a seat taken out of play, a seventh for a rated one's key: others keep their form
+            "players": [[s.client, s.name, s.rematch, s.token, s.dropped_at,
+                         *([s.left, s.key] if s.key else [True] if s.left else [])]
                         for s in self.players],
             "status": self.status, "seq": self.seq, "game_index": self.game_index, "wins": list(self.wins),
             "best_of": self.best_of,
@@ -257,7 +259,8 @@ class Match:
             code=r["code"], game=r["game"], rules=rules, settings=settings, seats=r["seats"],
             quick=r["quick"], seed=r["seed"],
             players=[Seat(client=p[0], name=p[1], rematch=p[2], token=p[3], dropped_at=p[4],
-                          left=len(p) > 5 and p[5] is True) for p in r["players"]],
+                          left=len(p) > 5 and p[5] is True, key=p[6] if len(p) > 6 else b"")
+                     for p in r["players"]],
             status=r["status"], seq=r["seq"], game_index=r["game_index"], wins=list(r["wins"]),
             best_of=r["best_of"], state=state,
             chance=None if r["chance"] is None else SeededChance.from_record(r["chance"]),

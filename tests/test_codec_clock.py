@@ -83,7 +83,10 @@ def test_version_1_messages_still_decode_into_the_current_form() -> None:
         assert info.value.code == "malformed"
     # and the current form is the only one written
     assert msgpack.unpackb(encode(m.JoinMatch(name="ann", match="ABCDE"))) == {
-        "t": "JoinMatch", "v": 2, "name": "ann", "match": "ABCDE"}
+        "t": "JoinMatch", "v": 2, "name": "ann", "match": "ABCDE", "key": b"", "nonce": 0, "sig": b""}
+    # a join without the (later, optional) proof of identity still reads, as an unrated player's
+    plain = msgpack.packb({"t": "JoinMatch", "v": 2, "name": "ann", "match": "ABCDE"})
+    assert decode(plain) == m.JoinMatch(name="ann", match="ABCDE")
 
 
 def test_oversized_and_garbage_payloads() -> None:

@@ -5,6 +5,7 @@ How this works
 ``relay.core.RelayCore`` composes these parts and hands each the inputs it owns; time and chance
 come in as arguments. ``Tables`` (``tables.py``) holds the matches and the settings every part
 reads; ``Lobby`` creates, pairs and joins matches; ``Referee`` judges plays and ends matches;
+``Ratings`` rates finished matches of players who proved their keys (the leaderboard);
 ``Gate`` paces each client; ``Answers`` remembers what was answered so a resent request gets the
 same answer; ``Deadlines`` fires what is due; ``Events`` keeps each match's recent events for a
 resync; ``Housekeeping`` forgets what nobody needs any more. Each part says more in its header.
@@ -24,9 +25,10 @@ from relay.judge.events import PAST_EVENTS, Events, past_event
 from relay.judge.gate import Gate
 from relay.judge.housekeeping import Housekeeping
 from relay.judge.lobby import Lobby
+from relay.judge.ratings import LeaderRow, Ratings, Verifier
 from relay.judge.referee import Referee
 from relay.judge.tables import RelayStats, Tables, new_stats
 
 __all__ = ["ACCEPTED_SEQ_BITS", "CODE_ALPHABET", "CODE_LEN", "CODE_SPACE", "ORDERS", "PAST_EVENTS", "REMEMBERED_ANSWERS", "Answers", "Deadlines", "Events", "Gate",
-           "Housekeeping", "Lobby", "Referee", "RelayStats", "Tables", "code_in_shard", "code_number", "codes_in_shard",
+           "Housekeeping", "LeaderRow", "Lobby", "Ratings", "Referee", "Verifier", "RelayStats", "Tables", "code_in_shard", "code_number", "codes_in_shard",
            "new_stats", "past_event"]

@@ -3,8 +3,14 @@
 How this works
 --------------
 Matches are created waiting (in the gate's limits: ``too_many_matches``, ``relay_full``), joined by
-code or by quick match (the first waiting quick match of the same game and settings), and started
-by the referee when their last seat is taken. A code is drawn from the relay's seeded chance (naming
+code or by quick match (a waiting quick match of the same game and settings: for a rated player the
+closest rating within the band of a waiting one, a band that widens the longer it waits; else the
+first waiting, so nobody waits while an opponent is waiting), and started by the referee when their
+last seat is taken. A create, join or quick match may carry a proof of identity (a public key and
+its signature over the relay's ``Challenged`` nonce, ``protocol/identity.py``): a seat that proved
+its key is rated (``relay/judge/ratings.py``); a proof that does not hold is refused
+(``bad_signature``, ``stale_challenge``), and a name a rated key holds on this relay is worn by
+another with its own key's fingerprint (``name~1a2b``). A code is drawn from the relay's seeded chance (naming
 the shard on a sharded relay). Joining gives a seat a secret token; a client's last will
 (``Leave(dropped=True)``) marks its seat dropped in a running match for ``grace_s``, and
 ``Rejoin(match, token)`` from any client id within it gives the seat back; leaving a running match
@@ -23,6 +29,7 @@ from typing import Literal, Mapping, TypedDict, cast
 
 from protocol import messages as m
 from protocol.chance import SeededChance, derive
+from protocol.identity import CHALLENGE_TTL_NS, challenge_message, fingerprint
 from protocol.codec import DecodeCode, DecodeError, decode
 from protocol.match import (ORDERS, MatchCreated, PlayerDropped, PlayerReturned, RematchRequested, RematchStarted,
                             SeatLeft, SeatTaken, abandoned, left)
@@ -32,6 +39,7 @@ from relay.judge.codes import draw_code
 from relay.judge.deadlines import Deadlines
 from relay.judge.events import Events
 from relay.judge.gate import Gate
+from relay.judge.ratings import NAME_CHARS, Ratings
 from relay.judge.referee import Referee
 from relay.judge.tables import DETAIL_CHARS, NS, Tables
 from relay.model import LogRecord, Match, Out, Publish, Seat
@@ -45,14 +53,23 @@ class LobbyRecord(TypedDict):
 MAX_GRACE_S = 600.0  # a dropped player's seat is kept at most this long (the ``grace_s`` setting)
 #: The lobby's own refusals of a request (a decoding error's code comes from the codec).
 RequestRefusal = Literal["too_many_matches", "relay_full", "bad_settings", "no_such_match", "match_full",
-                         "bad_token", "not_a_player", "not_over", "unexpected"]
+                         "bad_token", "not_a_player", "not_over", "unexpected", "bad_signature", "stale_challenge"]
+#: Quick match's band of ratings (OpenSkill ordinals, ``relay/judge/ratings.py``): a waiting player
+#: takes a newcomer within ``QUICK_BAND`` of its rating at once, and the band widens by
+#: ``QUICK_BAND_PER_S`` for every second it has waited.
+QUICK_BAND = 3.0
+QUICK_BAND_PER_S = 0.5
+#: A join, create or quick match that carries a proof of identity (``protocol/identity.py``).
+Proving = m.JoinMatch | m.CreateMatch | m.QuickMatch
 #: Refusals a flood meets: answered each time (within the sender's rate), logged once per burst.
 LIMIT_CODES = frozenset({"too_many_matches", "relay_full", "too_large"})
 
 
 class Lobby:
-    def __init__(self, t: Tables, events: Events, gate: Gate, deadlines: Deadlines, referee: Referee) -> None:
+    def __init__(self, t: Tables, events: Events, gate: Gate, deadlines: Deadlines, referee: Referee,
+                 ratings: Ratings) -> None:
         self.t = t
+        self.ratings = ratings
         self.events = events
         self.gate = gate
         self.deadlines = deadlines
@@ -79,11 +96,25 @@ class Lobby:
         if isinstance(msg, m.Ping):
             out.append(Publish(self.t.topics.client(client), m.Pong(t0=msg.t0, t1=now_ns + self.t.wall_offset, t2=now_ns + self.t.wall_offset)))
         elif isinstance(msg, m.CreateMatch):
-            self.create(client, msg.name, msg.game, msg.settings, msg.seats, False, now_ns, out)
+            key = self.proven(client, msg, now_ns, out)
+            if key is not None:
+                self.create(client, msg.name, msg.game, msg.settings, msg.seats, False, now_ns, out, key)
         elif isinstance(msg, m.JoinMatch):
-            self.join(client, msg.name, msg.match.upper(), now_ns, out)
+            key = self.proven(client, msg, now_ns, out)
+            if key is not None:
+                self.join(client, msg.name, msg.match.upper(), now_ns, out, key)
         elif isinstance(msg, m.QuickMatch):
-            self.quick(client, msg, now_ns, out)
+            key = self.proven(client, msg, now_ns, out)
+            if key is not None:
+                self.quick(client, msg, now_ns, out, key)
+        elif isinstance(msg, m.Challenge):
+            out.append(Publish(self.t.topics.client(client), m.Challenged(nonce=now_ns + self.t.wall_offset)))
+        elif isinstance(msg, m.Ratings):
+            game = canonical(msg.game)
+            limit = min(max(msg.limit, 0), m.RATING_ROWS)
+            out.append(Publish(self.t.topics.client(client), m.RatingBoard(
+                game=game, rows=tuple(dict(r) for r in self.ratings.leaderboard(game, limit)),
+                players=self.ratings.players(game))))
         elif isinstance(msg, m.Resync):
             match = self.t.matches.get(msg.match)
             if match is None:
@@ -104,6 +135,21 @@ class Lobby:
         else:
             self.reject_req(client, "unexpected", f"{type(msg).__name__} is not a request", now_ns, out)
 
+    def proven(self, client: str, msg: Proving, now_ns: int, out: list[Out]) -> bytes | None:
+        """The key a request proves its sender holds (b"": it offers none, an unrated player), or
+        None: a proof that does not hold, refused here with its reason."""
+        if not msg.key and not msg.sig:
+            return b""
+        wall_ns = now_ns + self.t.wall_offset
+        if abs(wall_ns - msg.nonce) > CHALLENGE_TTL_NS:
+            self.reject_req(client, "stale_challenge", "the challenge signed is not this relay's of the last "
+                            f"{CHALLENGE_TTL_NS // NS} s: ask for a new one", now_ns, out)
+            return None
+        if not self.ratings.verify(msg.key, msg.sig, challenge_message(client, msg.nonce)):
+            self.reject_req(client, "bad_signature", "the signature does not match the key offered", now_ns, out)
+            return None
+        return msg.key
+
     def reject_req(self, client: str, code: RequestRefusal | DecodeCode, detail: str, now_ns: int,
                    out: list[Out]) -> None:
         detail = detail[:DETAIL_CHARS]
@@ -122,7 +168,7 @@ class Lobby:
                 return code
 
     def create(self, client: str, name: str, game: str, settings: dict[str, object], seats: int, quick: bool,
-                now_ns: int, out: list[Out]) -> Match | None:
+                now_ns: int, out: list[Out], key: bytes = b"") -> Match | None:
         owned = self.gate.owned.get(client)
         if owned is not None and len(owned) >= self.t.config.max_open_per_client:
             self.reject_req(client, "too_many_matches",
@@ -163,12 +209,19 @@ class Lobby:
         self.deadlines.schedule(match, now_ns + int(self.t.config.waiting_ttl_s * NS))
         self.events.event(match, now_ns, out, MatchCreated(game_name=match.game, seats=seats, settings=settings,
                                                                 best_of=match.best_of, order=order))
-        self.join(client, name, code, now_ns, out)
+        self.join(client, name, code, now_ns, out, key)
         return match
 
-    def quick(self, client: str, msg: m.QuickMatch, now_ns: int, out: list[Out]) -> None:
+    def quick(self, client: str, msg: m.QuickMatch, now_ns: int, out: list[Out], key: bytes = b"") -> None:
+        """Join a waiting quick match of the same game and settings, else open one. Among several, a
+        rated player takes the closest rating whose band takes it in (the band widens as its match
+        waits: ``band``); else, and for an unrated player, the longest waiting, so nobody waits for
+        an opponent while one is waiting."""
         game = canonical(msg.game)
+        mine = self.ratings.rating_of(game, key)
         checked: dict[int, dict[str, object] | None] = {}  # seats -> the settings asked for, checked once per call
+        first: Match | None = None
+        best: tuple[float, Match] | None = None
         for match in self.t.waiting.values():
             if (match.quick and match.game == game
                     and match.seat_of(client) is None and len(match.players) < match.seats):
@@ -183,11 +236,29 @@ class Lobby:
                         checked[match.seats] = None
                 wanted = checked[match.seats]
                 if wanted == match.settings and order == match.order:
-                    self.join(client, msg.name, match.code, now_ns, out)
-                    return
-        self.create(client, msg.name, msg.game, msg.settings, 2, True, now_ns, out)
+                    if mine is None:
+                        first = match
+                        break  # unrated: the first waiting, as quick match has always paired
+                    first = first or match
+                    theirs = [r for r in (self.ratings.rating_of(game, s.key) for s in match.players) if r is not None]
+                    if theirs:
+                        gap = min(abs(r - mine) for r in theirs)
+                        if gap <= self.band(match, now_ns) and (best is None or gap < best[0]):
+                            best = (gap, match)
+        chosen = best[1] if best is not None else first
+        if chosen is not None:
+            self.join(client, msg.name, chosen.code, now_ns, out, key)
+            return
+        self.create(client, msg.name, msg.game, msg.settings, 2, True, now_ns, out, key)
 
-    def join(self, client: str, name: str, code: str, now_ns: int, out: list[Out]) -> None:
+    def band(self, match: Match, now_ns: int) -> float:
+        """How far apart in rating a waiting quick match takes a newcomer first: ``QUICK_BAND``,
+        widened by ``QUICK_BAND_PER_S`` a second since it opened (its waiting deadline less the
+        waiting time to live: a waiting match's deadline is set once, when it opens)."""
+        opened = (match.housekeep_at or now_ns) - int(self.t.config.waiting_ttl_s * NS)
+        return QUICK_BAND + QUICK_BAND_PER_S * max(0, now_ns - opened) / NS
+
+    def join(self, client: str, name: str, code: str, now_ns: int, out: list[Out], key: bytes = b"") -> None:
         match = self.t.matches.get(code)
         if match is None:
             self.reject_req(client, "no_such_match", f"no match with code {code[:16]!r}", now_ns, out)
@@ -198,11 +269,14 @@ class Lobby:
                 self.reject_req(client, "match_full", f"match {code} already has its players", now_ns, out)
                 return
             name = _clean_name(name[:200]) or f"player{len(match.players) + 1}"
+            holder = self.ratings.holder(name)
+            if holder is not None and holder != key:  # a name a rated key holds here is not another's to wear
+                name = f"{name[:NAME_CHARS - 5]}~{fingerprint(key)[:4] if key else 'anon'}"
             taken = set(match.names)
             base, n = name, 2
             while name in taken:
                 name, n = f"{base}-{n}", n + 1
-            match.players.append(Seat(client, name, token=self.seat_token(code, client, now_ns)))
+            match.players.append(Seat(client, name, token=self.seat_token(code, client, now_ns), key=key))
             seat = len(match.players) - 1
             self.t.client_match[client] = code
             self.events.event(match, now_ns, out, SeatTaken(player=seat, name=name))
@@ -263,7 +337,7 @@ class Lobby:
                 return
             # Leaving a running match forfeits it: the others win.
             self.events.event(match, now_ns, out, SeatLeft(player=seat))
-            self.referee.end_match(match, left(match.seats, seat, match.out_of_play()), now_ns, out)
+            self.referee.end_match(match, left(match.seats, seat, match.out_of_play()), now_ns, out, losers=(seat,))
         out.append(self.events.match_list())
 
     def schedule_grace(self, match: Match) -> None:
@@ -385,4 +459,4 @@ def _grace(value: object) -> float | None:
 
 
 def _clean_name(name: str) -> str:
-    return "".join(c for c in name if c.isprintable() and c not in "/+#")[:24].strip()
+    return "".join(c for c in name if c.isprintable() and c not in "/+#")[:NAME_CHARS].strip()

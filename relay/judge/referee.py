@@ -33,14 +33,17 @@ from relay.judge.answers import Answers, Reply
 from relay.judge.deadlines import Deadlines
 from relay.judge.events import Events
 from relay.judge.gate import Gate
+from relay.judge.ratings import Ratings
 from relay.judge.tables import DETAIL_CHARS, NS, Tables
 from relay.model import LogRecord, Match, Out, Publish
 
 
 
 class Referee:
-    def __init__(self, t: Tables, events: Events, gate: Gate, deadlines: Deadlines, answers: Answers) -> None:
+    def __init__(self, t: Tables, events: Events, gate: Gate, deadlines: Deadlines, answers: Answers,
+                 ratings: Ratings) -> None:
         self.t = t
+        self.ratings = ratings
         self.events = events
         self.gate = gate
         self.deadlines = deadlines
@@ -312,8 +315,9 @@ class Referee:
         self.after_change(match, now_ns, out)
         return True
 
-    def end_match(self, match: Match, end: MatchEnd, now_ns: int, out: list[Out]) -> None:
-        """End the match as ``end`` says (``protocol/match.py`` decides when and how)."""
+    def end_match(self, match: Match, end: MatchEnd, now_ns: int, out: list[Out], losers: tuple[int, ...] = ()) -> None:
+        """End the match as ``end`` says (``protocol/match.py`` decides when and how), and rate it
+        (``relay/judge/ratings.py``): ``losers`` are seats that forfeited it (a leaver)."""
         match.status = "over"
         match.winner = end.winner
         match.timers.clear()
@@ -326,3 +330,4 @@ class Referee:
         self.events.event(match, now_ns, out, end.event(match.wins))
         self.events.publish_snapshot(match, now_ns, out)
         self.events.send_views(match, out)
+        self.ratings.rate(match, end, losers, now_ns, out)
