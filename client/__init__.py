@@ -29,7 +29,7 @@ class it has always been, so code that catches that still catches it::
     ├── MatchTimeout              a match did not end in the time given (client.matchrun)
     ├── SealProblem (ConnectionError)   a sealed connection cannot start (client.sealing)
     ├── SeatFileError (ValueError)      a seat file that cannot be used (client.seats)
-    ├── IdentityError (ValueError)      a player's identity file that cannot be used (client.identity)
+    ├── PlayerKeyError (ValueError)     a player's identity file that cannot be used (client.identity)
     ├── ReplayError (ValueError)        a log that cannot be replayed (client.window.viewmodels.replay)
     ├── BadArgument (ValueError)        a latency run's value that cannot be used (client.tools.latency)
     ├── LatencyError (RuntimeError)     a latency run that could not be done (client.tools.latency)

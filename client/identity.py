@@ -11,7 +11,7 @@ A bot has one per difficulty, its median reaction time (``bot-0.35s.key``; the w
 is ``bot-1s.key``), so each difficulty climbs its own rating.
 
 The file is one header line and the private key in hex; a file that others may read, or that is not
-an identity, is refused in one line (``IdentityError``), never used half.
+an identity, is refused in one line (``PlayerKeyError``), never used half.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from protocol.identity import challenge_message, fingerprint
 from client import ClientError
 
-__all__ = ["Identity", "IdentityError", "bot_identity_path", "identities_dir", "identity_path", "load_identity"]
+__all__ = ["Identity", "PlayerKeyError", "bot_identity_path", "identities_dir", "identity_path", "load_identity"]
 
 _HEADER = "blink player identity 1"
 
 
-class IdentityError(ClientError, ValueError):
+class PlayerKeyError(ClientError, ValueError):
     """An identity file that cannot be used: one line that names it and says why."""
 
 
@@ -83,7 +83,7 @@ def load_identity(path: str | Path) -> Identity:
     except FileExistsError:
         return _read(path)
     except OSError as exc:
-        raise IdentityError(f"cannot write the identity {path}: {exc.strerror or exc}") from exc
+        raise PlayerKeyError(f"cannot write the identity {path}: {exc.strerror or exc}") from exc
     private = os.urandom(32)
     with os.fdopen(fd, "w", encoding="ascii") as f:
         f.write(f"{_HEADER}\n{private.hex()}\n")
@@ -96,11 +96,11 @@ def _read(path: Path) -> Identity:
     try:
         mode = path.stat().st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise IdentityError(f"the identity {path} may be read by others (mode {stat.S_IMODE(mode):o}): "
+            raise PlayerKeyError(f"the identity {path} may be read by others (mode {stat.S_IMODE(mode):o}): "
                                 f"chmod 600 {path}")
         lines = path.read_text(encoding="ascii").splitlines()
     except OSError as exc:
-        raise IdentityError(f"cannot read the identity {path}: {exc.strerror or exc}") from exc
+        raise PlayerKeyError(f"cannot read the identity {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError:
         lines = []
     try:
@@ -111,5 +111,5 @@ def _read(path: Path) -> Identity:
             raise ValueError("not a key")
         return Identity(private, path)
     except ValueError:
-        raise IdentityError(f"{path} is not a blink player identity (move it aside to make a new one: the "
+        raise PlayerKeyError(f"{path} is not a blink player identity (move it aside to make a new one: the "
                             "rating it held stays with the old key)") from None
