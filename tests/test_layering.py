@@ -334,7 +334,7 @@ def test_no_import_circle_in_the_client_and_the_window_on_top() -> None:
 # ------------------------------------------------------------------------------------------------
 # relay's rooms: each a sub-package with a face, reached from outside only through it.
 
-ROOMS = ("relay.judge", "relay.embedded", "relay.storage", "relay.cluster", "relay.hosting")
+ROOMS = ("relay.judge", "relay.embedded", "relay.storage", "relay.cluster", "relay.hosting", "relay.web")
 
 
 def room_of(module: str) -> str | None:

@@ -58,6 +58,7 @@ import pytest
 
 from mqttkit import free_port
 from tests.conftest import wait_port
+from tests.helpers import wait_until
 from tests.test_lan import Namespaces, netns  # noqa: F401 - the namespace fixture
 from tests.test_window import xdisplay  # noqa: F401 - the session's X server
 from tests.tlscerts import make_certs
@@ -168,6 +169,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
         ("test_bots_and_watch", "HOST:1883 -> 127.0.0.1:FREE; a one-game match with quick bots"),
     (R, "blink bot --server mqtt://HOST:1883 --match CODE"): ("test_bots_and_watch", "as above; CODE: the first bot's"),
     (R, "blink watch CODE --server mqtt://HOST:1883"): ("test_bots_and_watch", "as above"),
+    (R, "blink serve --web 8080"): ("test_web_page", "8080: FREE, with --port FREE --no-journal; a bot match on the list"),
     (R, "blink match --game takeaway --bots 3 --log match.log"): ("test_match_verify_replay", "quick bots"),
     (R, "blink verify match.log"): ("test_match_verify_replay", ""),
     (R, "blink replay match.log"): ("test_match_verify_replay", "under Xvfb, --quit-after"),
@@ -686,6 +688,27 @@ def test_bots_and_watch(doc: Doc, shell: Shell) -> None:
         bot.wait_for(r"match over: winner ")
         assert bot.wait() == 0, bot.seen
     _stop(relay)
+
+
+@pytest.mark.integration
+def test_web_page(doc: Doc, shell: Shell) -> None:
+    import urllib.request
+
+    web, port = free_port(), free_port()
+    relay = shell.start(_readme(doc, "blink serve --web 8080", {"8080": str(web)}, add=f"--port {port} --no-journal"))
+    relay.wait_for(rf"page for spectators: http://127\.0\.0\.1:{web}/$")
+    bot = shell.start(f"blink bot --server mqtt://127.0.0.1:{port} --create --reaction 0.2")
+    code = bot.wait_for(r"in match ([A-Z0-9]+) \(seat 0\)").group(1)
+
+    def listed() -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/matches.json", timeout=10) as answer:  # noqa: S310
+            return list(json.loads(answer.read())["matches"])
+
+    wait_until(lambda: any(x["code"] == code and x["players"] == ["bot"] for x in listed()), timeout=LONG,
+               what=f"match {code} on the page's list")
+    with urllib.request.urlopen(f"http://127.0.0.1:{web}/m/{code}", timeout=10) as answer:  # noqa: S310
+        assert answer.status == 200 and b"match.js" in answer.read()
+    _stop(relay)  # (the bot, left waiting for an opponent, is the shell's to stop)
 
 
 @pytest.mark.integration("Xvfb")

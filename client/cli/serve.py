@@ -34,6 +34,16 @@ def _urls(text: str) -> str:
     return ",".join(parts)
 
 
+def _web(text: str) -> str:
+    """``--web [HOST:]PORT``, checked as the relay reads it."""
+    from relay.hosting import web_address
+
+    try:
+        return web_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def register(sub: argtypes.Subcommands) -> None:
     s = sub.add_parser("serve", help="run the relay (with a broker of its own -- an installed Mosquitto, else the embedded one -- unless --broker is given)")
     s.add_argument("--host", help="address of its own broker (default 127.0.0.1; with --lan 0.0.0.0)")
@@ -83,6 +93,9 @@ def register(sub: argtypes.Subcommands) -> None:
     s.add_argument("--seal", action="store_true", help="seal every message, for a broker that keeps nobody apart "
                    "(a public one): private messages sealed for their player, plays and the relay's messages "
                    "authenticated; players connect with the URL it prints (with ?pin=)")
+    s.add_argument("--web", type=_web, metavar="[HOST:]PORT", help="also serve a page for spectators on "
+                   "http://HOST:PORT/ (HOST default 127.0.0.1: this machine only; 0.0.0.0 for every interface): "
+                   "the live and recent matches, each drawn live, from the public stream only")
     s.add_argument("--shards", metavar="LIST", help="serve exactly these shards (e.g. 0,1): with --cluster they are "
                    "pinned to this relay (the others share the rest); without, each is journalled in DIR/shard-N of "
                    "--data and the other relays on the broker serve the rest")

@@ -27,13 +27,13 @@ if TYPE_CHECKING:
     from relay.hosting.local import ClusterServer as ClusterServer, LocalServer as LocalServer, cluster_server as cluster_server, public_nats as public_nats, public_url as public_url, sqlite_opener as sqlite_opener, start_local as start_local, temporary_data_dir as temporary_data_dir
     from relay.hosting.localproc import ChildServer as ChildServer
     from relay.hosting.mosquitto import broker_user as broker_user, write_mosquitto_config as write_mosquitto_config
-    from relay.hosting.serve import ServeError as ServeError, ServeOptions as ServeOptions, read_password as read_password, serve_relay as serve_relay
+    from relay.hosting.serve import ServeError as ServeError, ServeOptions as ServeOptions, read_password as read_password, serve_relay as serve_relay, web_address as web_address
     from relay.hosting.servebroker import share_a_port as share_a_port
 
 #: Each name of the face and the module of this package that defines it.
-_WHERE: dict[str, str] = {"ChildServer": "localproc", "ClusterServer": "local", "LocalServer": "local", "ServeError": "serve", "ServeOptions": "serve", "broker_user": "mosquitto", "cluster_server": "local", "lanhost": "lanhost", "public_nats": "local", "public_url": "local", "read_password": "serve", "serve_relay": "serve", "share_a_port": "servebroker", "sqlite_opener": "local", "start_local": "local", "temporary_data_dir": "local", "write_mosquitto_config": "mosquitto"}
+_WHERE: dict[str, str] = {"ChildServer": "localproc", "ClusterServer": "local", "LocalServer": "local", "ServeError": "serve", "ServeOptions": "serve", "broker_user": "mosquitto", "cluster_server": "local", "lanhost": "lanhost", "public_nats": "local", "public_url": "local", "read_password": "serve", "serve_relay": "serve", "share_a_port": "servebroker", "sqlite_opener": "local", "start_local": "local", "temporary_data_dir": "local", "web_address": "serve", "write_mosquitto_config": "mosquitto"}
 
-__all__ = ["ChildServer", "ClusterServer", "LocalServer", "ServeError", "ServeOptions", "broker_user", "cluster_server", "lanhost", "public_nats", "public_url", "read_password", "serve_relay", "share_a_port", "sqlite_opener", "start_local", "temporary_data_dir", "write_mosquitto_config"]
+__all__ = ["ChildServer", "ClusterServer", "LocalServer", "ServeError", "ServeOptions", "broker_user", "cluster_server", "lanhost", "public_nats", "public_url", "read_password", "serve_relay", "share_a_port", "sqlite_opener", "start_local", "temporary_data_dir", "web_address", "write_mosquitto_config"]
 
 if not TYPE_CHECKING:  # the type checker reads the imports above; a run loads each module when first asked
     def __getattr__(name: str) -> object:

@@ -97,6 +97,7 @@ class ServeOptions:
     seal: bool = False
     ca: str | None = None  # with an mqtts:// --broker: believe only the CAs in this PEM file
     insecure: bool = False  # with an mqtts:// --broker: check no certificate
+    web: str | None = None  # the spectator page's [HOST:]PORT (relay/web/)
 
     @property
     def trust(self) -> TLSTrust:
@@ -104,6 +105,14 @@ class ServeOptions:
         from mqttkit import TLSTrust
 
         return TLSTrust(self.ca, self.insecure)
+
+
+def web_address(text: str) -> str:
+    """``--web [HOST:]PORT`` checked (ValueError naming what is wrong), as the command line gives it."""
+    from relay.web import parse_web
+
+    parse_web(text)
+    return text
 
 
 def read_password(path: str | Path) -> str:
@@ -218,7 +227,12 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
         if options.seal:
             raise usage("--seal is for a single relay: relays of a cluster (--cluster, --shards) share a broker "
                         "that keeps players apart by its own rules")
+        if options.web:
+            raise usage("--web serves the page of a single relay: leave it out with --cluster and --shards")
         return await _serve_cluster(options, topics)
+    if options.web and options.seal:
+        raise usage("--web reads the public stream as an ordinary spectator, which a sealed relay's signed "
+                    "messages are not for: leave out --web or --seal")
     relay_id = options.relay_id or "relay-0"
     if options.broker and "," in options.broker:
         raise usage("several --broker URLs are for relays of a cluster (--cluster or --shards); give one")
@@ -273,9 +287,21 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
                                 tls=(tls[0], tls[1], tls_port) if tls is not None else None, tls_host=tls_host)
         else:
             inside = True
+    web = None
+    if options.web:
+        from relay.web import WebServer, parse_web
+
+        web = WebServer(topics.prefix, parse_web(options.web))
     stop = _Stop()
     try:
         async with contextlib.AsyncExitStack() as stack:
+            if web is not None:  # its port first: taken, nothing else starts
+                from relay.web import WebError
+
+                try:
+                    await stack.enter_async_context(web)
+                except WebError as taken:
+                    raise ServeError(str(taken)) from taken
             broker_url = options.broker
             if child is not None:
                 try:
@@ -307,6 +333,9 @@ async def serve_relay(options: ServeOptions, topics: Topics) -> int:
                 where = f"broker {server.address.url}"
             print(f"blink relay '{relay_id}' ({options.order} order) running with {where}; Ctrl-C stops it.",
                   flush=True)
+            if web is not None:
+                web.follow(server.address)
+                print(f"blink relay's page for spectators: {web.url}", flush=True)
             # After the "running" line (scripts wait for it): where the journal is, what was recovered.
             assert server.relay is not None
             print(f"blink relay data (journal): {data_dir or 'none (--no-journal): matches live in memory only'}",
