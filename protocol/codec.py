@@ -164,6 +164,13 @@ def fast_init(cls: type[T]) -> type[T]:
     return cls
 
 
+def evolve(obj: T, **changes: object) -> T:
+    """``dataclasses.replace`` for an instance of a ``fast_init`` class (every message is one): the
+    same copy, built from the instance's own fields (``replace`` looks the class's fields up on every
+    call, and the relay stamps every verdict as it leaves)."""
+    return type(obj)(**{**obj.__dict__, **changes})
+
+
 def registered(tag: str) -> type | None:
     return _REGISTRY.get(tag)
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from mqttkit.connection import MqttError
 from mqttkit.packets import pack_publish
 from protocol import messages as m
-from protocol.codec import MAX_BUNDLE_ITEMS, MAX_MESSAGE_BYTES, Encoder, pack_bundle
+from protocol.codec import MAX_BUNDLE_ITEMS, MAX_MESSAGE_BYTES, Encoder, evolve, pack_bundle
 from protocol.seal import OVERHEAD as SEAL_OVERHEAD
 from relay.link import Connection
 from relay.model import Out, Publish
@@ -192,8 +192,8 @@ def send_publishes(client: Connection, out: Sequence[Out],
     if not publishes:
         return 0, ""
     sent = time.time_ns()  # a verdict says when it left (its player's time in parts: judging, downlink)
-    publishes = [dataclasses.replace(o, msg=dataclasses.replace(o.msg, sent_ns=sent))
-                 if isinstance(o.msg, (m.ActionAccepted, m.ActionRejected)) else o for o in publishes]
+    publishes = [Publish(o.topic, evolve(o.msg, sent_ns=sent), o.retain, o.qos)
+                 if type(o.msg) is m.ActionAccepted or type(o.msg) is m.ActionRejected else o for o in publishes]
     if not client.connected:
         return len(publishes), "not connected"
     buf = bytearray()

@@ -200,7 +200,17 @@ class Card:
         return cls(count, colour, shape)
 
     def __str__(self) -> str:
-        return f"{self.count}-{self.colour}-{self.shape}"
+        # Asked for on every play (events, views, private hands): made once per card object (a
+        # deck's cards are shared by every match dealt from it).
+        text: str | None = self.__dict__.get("_text")
+        if text is None:
+            text = f"{self.count}-{self.colour}-{self.shape}"
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def __getstate__(self) -> dict[str, object]:
+        # A pickled card (journal snapshots) stays its fields; the text is made again on demand.
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     def __eq__(self, other: object) -> bool:
         # What the generated one does (equal fields, same class), without building two tuples:

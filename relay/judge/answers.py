@@ -13,10 +13,10 @@ for its player's time in parts): a repeat is answered without it.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Mapping, TypedDict, cast
 
 from protocol import messages as m
+from protocol.codec import evolve
 from relay.model import Decode, Encode
 
 REMEMBERED_ANSWERS = 512  # per client: duplicates older than this are answered as unknown
@@ -49,15 +49,13 @@ class Answers:
 
     def remember(self, client: str, code: str, action_id: int, answer: Reply) -> None:
         book = self.book.get(client)  # (not setdefault: it would build a map per answer)
-        if answer.recv_ns:
-            answer = replace(answer, recv_ns=0)
         if book is None:
             book = self.book[client] = {}
         if (type(answer) is m.ActionAccepted and answer.match == code and answer.id == action_id
                 and 0 <= answer.seq < 1 << ACCEPTED_SEQ_BITS and answer.hold_ns >= 0):
-            book[(code, action_id)] = answer.hold_ns << ACCEPTED_SEQ_BITS | answer.seq
+            book[(code, action_id)] = answer.hold_ns << ACCEPTED_SEQ_BITS | answer.seq  # (no recv_ns in it)
         else:
-            book[(code, action_id)] = answer
+            book[(code, action_id)] = evolve(answer, recv_ns=0) if answer.recv_ns else answer
         while len(book) > REMEMBERED_ANSWERS:
             del book[next(iter(book))]  # the oldest
 
