@@ -303,6 +303,9 @@ class Snapshot:
     state: dict[str, object]
     match_state: dict[str, object] = field(default_factory=dict)
     game: str = ""  # which rule engine reads ``state`` (blink, takeaway, sequence, ryo)
+    #: What the relay measured of each seat's plays, by seat (``relay.model.SeatFigures``): ``rtt_ms``,
+    #: ``held_ms`` (None until measured) and, in a race, ``races_lost``.
+    seats: tuple[dict[str, object], ...] = ()
 
 
 # --- relay -> all, retained -------------------------------------------------------------------------

@@ -142,6 +142,27 @@ class Seat:
 
 
 @dataclass
+class SeatFigures:
+    """What the relay measured of one seat's plays, public in the match's snapshot (``seats``: the
+    spectator page's panel per player): its races lost (a play legal in the state its player
+    saw, refused with the game's stale code because another landed first), its latest round trip
+    (a play's arrival less the publication of the state it names less the reaction it claims: the
+    way down and back, taken when the relay still knows that publication), and how long its latest
+    judged play was held for fair order."""
+
+    races_lost: int = 0
+    rtt_ns: int | None = None
+    held_ns: int | None = None
+
+    def public(self, realtime: bool) -> dict[str, object]:
+        out: dict[str, object] = {"rtt_ms": None if self.rtt_ns is None else round(self.rtt_ns / 1e6, 1),
+                                  "held_ms": None if self.held_ns is None else round(self.held_ns / 1e6, 1)}
+        if realtime:  # only a race has races to lose
+            out["races_lost"] = self.races_lost
+        return out
+
+
+@dataclass
 class Match:
     code: str
     game: str  # the game's canonical name
@@ -178,6 +199,13 @@ class Match:
     wake_at: int | None = None
     snapshot_at: int | None = None  # when its retained snapshot was last published
     snapshot_due: int | None = None  # a coalesced snapshot is owed at this time
+    figures: dict[int, SeatFigures] = field(default_factory=dict)  # by seat, once it has played
+
+    def figures_of(self, seat: int) -> SeatFigures:
+        found = self.figures.get(seat)
+        if found is None:
+            found = self.figures[seat] = SeatFigures()
+        return found
 
     def seat_of(self, client: str) -> int | None:
         for i, s in enumerate(self.players):
@@ -217,6 +245,16 @@ class Match:
         self.history.clear()
         self.history_at = deque(maxlen=STATE_HISTORY)
 
+    def published_at(self, seq: int) -> int | None:
+        """When the change that made ``seq`` was committed (and its events published), if it is
+        still in the kept history: the change whose last seq is the first at or after ``seq``."""
+        found = None
+        for (s, _), at in zip(reversed(self.history), reversed(self.history_at)):  # a play names a recent one
+            if s < seq:
+                break
+            found = at
+        return found
+
     def state_at(self, seq: int) -> Any:
         """The state as it was right after ``seq`` (None if it is older than the kept history)."""
         found = None
@@ -246,6 +284,7 @@ class Match:
             "results": enc(self.results), "order": self.order, "creator": self.creator,
             "housekeep_at": self.housekeep_at, "grace_s": self.grace_s, "wake_at": self.wake_at,
             "snapshot_at": self.snapshot_at, "snapshot_due": self.snapshot_due,
+            "figures": [[seat, f.races_lost, f.rtt_ns, f.held_ns] for seat, f in sorted(self.figures.items())],
         }
 
     @classmethod
@@ -268,7 +307,8 @@ class Match:
             history_at=deque(r["history_at"], maxlen=STATE_HISTORY), timers=timers,
             next_game_at=r["next_game_at"], game_seed=r["game_seed"], winner=r["winner"], results=results,
             order=r["order"], creator=r["creator"], housekeep_at=r["housekeep_at"], grace_s=r["grace_s"],
-            wake_at=r["wake_at"], snapshot_at=r["snapshot_at"], snapshot_due=r["snapshot_due"])
+            wake_at=r["wake_at"], snapshot_at=r["snapshot_at"], snapshot_due=r["snapshot_due"],
+            figures={f[0]: SeatFigures(f[1], f[2], f[3]) for f in r.get("figures", ())})
 
     def match_state(self) -> dict[str, Any]:
         return {
@@ -280,3 +320,8 @@ class Match:
             "winner": self.winner,
             "results": list(self.results),
         }
+
+    def seat_figures(self) -> tuple[dict[str, object], ...]:
+        """Each seat's figures as the snapshot publishes them (``SeatFigures``; none measured before its first play)."""
+        realtime, none = self.rules.realtime, SeatFigures()
+        return tuple(self.figures.get(i, none).public(realtime) for i in range(len(self.players)))

@@ -346,3 +346,24 @@ def test_a_relay_seats_a_player_who_joins_in_version_1() -> None:
     out = core.handle(T.req("bob"), old, 2)
     joined = [o.msg for o in out if getattr(o, "topic", "") == T.client("bob") and isinstance(o.msg, m.MatchJoined)]
     assert joined and joined[0].match == code and core.matches[code].status == "playing"
+
+
+def test_each_seats_races_lost_round_trip_and_hold_are_in_the_public_snapshot() -> None:
+    """What the spectator page's panel shows: a lost race counts for its loser (a plain mistake does
+    not), a play naming the latest state is a round trip (its arrival less that state's publication
+    less its claimed reaction), and the hold is the play's; the private and public topics say no more."""
+    h = Harness(fixed_decks=(race_deck(),))
+    code = h.start_match()
+    seen = h.core.matches[code].seq
+    h.now += 180 * S // 1000  # the state went out 180 ms ago: 150 ms of reaction, 30 of network both ways
+    out = h.send(T.act(code, "a"), m.Act(id=1, seq=seen, action=blink.action_to_wire(blink.PlayCard("3-red-star", 0)),
+                                        reaction_ns=150 * S // 1000))
+    assert isinstance(h.to("a", out)[0], m.ActionAccepted)
+    h.now += 1_000
+    assert h.play("b", code, "5-green-triangle", 0, 1, seq=seen).code == "pile_changed"
+    assert h.play("b", code, "5-green-triangle", 0, 2).code == "no_match"  # a mistake, not a race
+    h.tick(1.5)  # the coalesced snapshot falls due
+    snaps = [o.msg for o in h.out if isinstance(o, Publish) and isinstance(o.msg, m.Snapshot)]
+    assert snaps[-1].seats == ({"rtt_ms": 30.0, "held_ms": 0.0, "races_lost": 0},
+                               {"rtt_ms": None, "held_ms": 0.0, "races_lost": 1})
+    assert "seats" not in snaps[-1].match_state  # the match's own state stays what its events make it

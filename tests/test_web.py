@@ -136,6 +136,12 @@ def test_the_page_lists_a_bot_match_and_draws_it_live_to_its_result(serve: Serve
                 assert len(faces) <= 6, cards  # the centre piles' top cards, never a hand's
                 assert all(re.fullmatch(r"\d-[a-z]+-[a-z]+", c) for c in faces), faces
                 assert page.locator("#plays li").count() > 0
+                # each player's panel: what the relay measured of their plays (a round trip once a play named
+                # the state the relay last published), and in the table the races each has lost
+                page.wait_for_function("() => [...document.querySelectorAll('#seats .figures')]"
+                                       ".some(e => /round trip [0-9]/.test(e.textContent))", timeout=60_000)
+                races = page.locator("svg .races").all_text_contents()
+                assert len(races) == 2 and all(re.fullmatch(r"races lost \d+", t) for t in races), races
                 page.screenshot(path=str(tmp_path / "match.png"))
 
                 page.locator("#result").wait_for(state="visible", timeout=240_000)

@@ -112,7 +112,8 @@ class Events:
         state = match.rules.to_wire(match.rules.view(match.state, None)) if match.state is not None else {}
         return Publish(self.t.topics.snap(match.code), m.Snapshot(
             match=match.code, seq=match.seq, ts=wall_ns, game_index=max(match.game_index, 0), status=match.status,
-            players=match.names, state=state, match_state=match.match_state(), game=match.game), retain=True)
+            players=match.names, state=state, match_state=match.match_state(), game=match.game,
+            seats=match.seat_figures()), retain=True)
 
     def match_list(self) -> Publish:
         waiting = tuple(

@@ -14,6 +14,10 @@ After every change the game's timers are re-armed from the new state and fired w
 (``protocol/match.py``, which the log checker uses too) say whether that ends the match: a seat has
 won the majority of its ``best_of``, or the cap on games is reached. A leave or a grace running out
 ends it through the lobby, by the same rules.
+
+Each seat's figures (``relay.model.SeatFigures``: races lost, latest round trip, latest hold) are
+kept as its plays are judged, from the times the judge is given, and published in the match's
+state: what a spectator may know of a player's connection, never of their cards.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from relay.judge.gate import Gate
 from relay.judge.ratings import Ratings
 from relay.judge.tables import DETAIL_CHARS, NS, Tables
 from relay.model import LogRecord, Match, Out, Publish
+
+MAX_RTT_NS = 10 * NS  # a longer "round trip" is a claim no network makes: not taken as one
 
 
 
@@ -90,6 +96,11 @@ class Referee:
         if act.seq > match.seq or act.seq < 0:
             self.reject(client, code, act, "bad_seq", f"seq {act.seq} is not a seq of this match", now_ns, out)
             return
+        published = match.published_at(act.seq)
+        if published is not None and act.reaction_ns is not None:  # the play was a round trip (see SeatFigures)
+            rtt = now_ns - published - act.reaction_ns
+            if 0 <= rtt <= MAX_RTT_NS:
+                match.figures_of(seat).rtt_ns = rtt
         race = match.rules.race
         key = race.key(match.state_at(act.seq), action) if race is not None and match.order == "fair" else None
         if key is not None:  # it races others for the same thing: the scheduler holds it until due
@@ -147,8 +158,11 @@ class Referee:
                 if isinstance(earlier, Accepted):
                     code = match.rules.stale_code
                     detail = f"the state changed after the one you saw (seq {act.seq}): {result.detail}"
+                    match.figures_of(seat).races_lost += 1
+            match.figures_of(seat).held_ns = hold_ns
             self.reject(client, match.code, act, code, detail, now_ns, out, hold_ns=hold_ns, note=note)
             return False
+        match.figures_of(seat).held_ns = hold_ns
         extra = {"client": client, "id": act.id, "reaction_ns": act.reaction_ns, "hold_ns": hold_ns}
         if note:
             extra.update(note)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Mapping, TypedDict
+from typing import TypedDict
 
 from protocol import messages as m
 from protocol.events import TypedEvent
@@ -76,7 +76,7 @@ class Summary:
     last_ns: int = 0  # ... and of the latest
     closed: bool = False  # its retained snapshot was cleared: the relay let it go
     result: str = ""
-    match_state: Mapping[str, object] = field(default_factory=dict)
+    seats: tuple[dict[str, object], ...] = ()  # the relay's figures per seat (``Snapshot.seats``)
     snapshot: m.Snapshot | None = None  # the latest: a page opened on the match starts from it
 
     @property
@@ -90,18 +90,13 @@ class Summary:
                            players=list(self.players), status="closed" if self.closed and self.status != "over"
                            else self.status, live=self.live, wins=list(self.wins), best_of=self.best_of,
                            seconds=max(0.0, (end - self.first_ns) / 1e9) if self.first_ns else 0.0,
-                           result=self.result, latency=_latency(self.match_state, len(self.players)))
+                           result=self.result, latency=_latency(self.seats, len(self.players)))
 
 
-def _latency(match_state: Mapping[str, object], seats: int) -> list[dict[str, object]]:
-    """Each seat's latency as the relay publishes it in the match's state (``seats``: what it
-    measured of that player), or an empty entry per seat when it publishes none."""
-    given = match_state.get("seats")
-    out: list[dict[str, object]] = []
-    for i in range(seats):
-        entry = given[i] if isinstance(given, list) and i < len(given) else None
-        out.append(dict(entry) if isinstance(entry, dict) else {})
-    return out
+def _latency(given: tuple[dict[str, object], ...], seats: int) -> list[dict[str, object]]:
+    """Each seat's figures as the relay's snapshot publishes them (what it measured of that
+    player's plays), an empty entry for a seat it has none of."""
+    return [dict(given[i]) if i < len(given) else {} for i in range(seats)]
 
 
 def result_words(over: MatchOver, players: tuple[str, ...], game: AnyGame | None) -> str:
@@ -170,7 +165,7 @@ class Book:
         s.status = snap.status
         s.last_ns = max(s.last_ns, snap.ts)
         s.first_ns = min(s.first_ns, snap.ts) if s.first_ns else snap.ts
-        s.match_state = snap.match_state
+        s.seats = snap.seats
         wins = snap.match_state.get("wins")
         if isinstance(wins, list) and all(type(w) is int for w in wins):
             s.wins = tuple(wins)

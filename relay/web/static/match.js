@@ -51,7 +51,7 @@ function drawSummary(s) {
     const figures = document.createElement("div");
     figures.className = "figures";
     const parts = [`round trip ${ms(lat.rtt_ms)}`];
-    if (typeof lat.held_ms === "number") parts.push(`last play held ${ms(lat.held_ms)}`);
+    if (typeof lat.held_ms === "number" && lat.held_ms > 0) parts.push(`last play held ${ms(lat.held_ms)} for fair order`);
     if (typeof lat.races_lost === "number") parts.push(`races lost ${lat.races_lost}`);
     if (lat.dropped) parts.push("connection dropped: waiting for them");
     figures.textContent = parts.join(" · ");
@@ -74,6 +74,7 @@ function describe(ev, s) {
     case "hand_refilled": return null;
     case "game_over": return null;  // the match's game_result that follows says it with the score
     case "card_drawn": return null;
+    case "card_revealed": return `${who}'s pile opens with ${ev.card}`;
     case "stalemate": return `stalemate (${ev.resolution})`;
     case "race_started": return "the race is on";
     case "game_started": return `a game starts: ${(ev.players || []).join(" vs ")}`;
@@ -122,8 +123,12 @@ function drawBlink(view, s, ev) {
     const drawn = count(view.draw[seat]);
     svgText(svg, 30, y - 52, name, { class: "seat-name", "data-seat": seat, "font-size": 22, "font-weight": "bold",
                                       fill: SEAT_COLOURS[seat] });
-    svgText(svg, 30, y - 28, `hand ${hand.length} · draw pile ${drawn}`, { "font-size": 15, fill: "#cfe0d5",
+    const lost = ((s.latency || [])[seat] || {}).races_lost;
+    svgText(svg, 30, y - 26, `hand ${hand.length} · draw pile ${drawn}`, { "font-size": 15, fill: "#cfe0d5",
                                                                            class: "counts", "data-seat": seat });
+    if (typeof lost === "number") {
+      svgText(svg, 30, y - 6, `races lost ${lost}`, { "font-size": 15, fill: "#cfe0d5", class: "races", "data-seat": seat });
+    }
     hand.forEach((card, i) => drawCard(svg, 330 + i * (W + 14), y, W, H, card, null));
     if (hand.length === 0) drawSlot(svg, 330, y, W, H);
     if (drawn > 0) {
