@@ -36,7 +36,7 @@ __all__ = ["COMMANDS", "build_parser", "command_of", "main"]
 COMMANDS: dict[str, str] = {
     "serve": "serve", "lan": "lan", "bot": "bot", "match": "match", "watch": "watch",
     "broker-config": "broker_config", "play": "play", "latency": "latency", "load": "load",
-    "verify": "verify", "replay": "replay", "settings": "settings", "cluster": "cluster",
+    "verify": "verify", "replay": "replay", "settings": "settings", "ratings": "ratings", "cluster": "cluster",
 }
 
 

@@ -22,6 +22,8 @@ from client.cli.failures import UsageError, UserError, friendly, refusal
 from protocol.rules import GAME_NAMES
 
 if TYPE_CHECKING:
+    from client.identity import Identity
+    from client.player import Player
     from client.seats import SavedSeat
     from protocol.topics import Topics
 
@@ -41,6 +43,9 @@ def register(sub: argtypes.Subcommands) -> None:
                    help=f"the bot's name at the table, at most {argtypes.NAME_CHARS} characters (default bot)")
     b.add_argument("--reaction", type=argtypes.seconds(0, 3600), default=0.35, help="median reaction time in seconds (default 0.35)")
     b.add_argument("--seed", type=int, help="seed for the bot's choices and reaction times (default: random)")
+    b.add_argument("--identity", metavar="FILE",
+                   help="the bot's key for ratings, made there on first use (default: one per --reaction, in the "
+                        "data directory's identities/)")
     b.add_argument("--rejoin", nargs="?", const="", metavar="FILE",
                    help="take back the seat saved by the last `blink bot` run (or the one saved in FILE)")
 
@@ -66,10 +71,16 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             saved = seats.load(args.rejoin or None, "bot")
         except seats.SeatFileError as exc:
             raise UsageError(str(exc)) from None
-    return asyncio.run(_bot(args, topics, saved))
+    from client.identity import PlayerKeyError, bot_identity_path, load_identity
+
+    try:
+        identity = load_identity(args.identity or bot_identity_path(args.reaction))
+    except PlayerKeyError as exc:
+        raise (UsageError(str(exc)) if args.identity else UserError(str(exc))) from None
+    return asyncio.run(_bot(args, topics, saved, identity))
 
 
-async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None) -> int:
+async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None, identity: Identity) -> int:
     from mqttkit import parse_url
     from client.bots import Bot
     from client.matchstate import MatchState
@@ -81,7 +92,7 @@ async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None
     address = parse_url(args.server, argtypes.trust(args))
     await require_relay(address, topics)  # none: one line now, not a join resent for its whole wait
     try:
-        async with Player(address, saved.name if saved else args.name, topics) as player:
+        async with Player(address, saved.name if saved else args.name, topics, identity=identity) as player:
             if saved is not None:
                 code = await player.rejoin(saved.match, saved.token)
             elif args.match:
@@ -90,7 +101,10 @@ async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None
                 code = await player.create(args.game, args.settings, seats=args.players)
             else:
                 code = await player.quick(args.game, args.settings)
-            print(f"{player.model.name} in match {code} (seat {player.model.seat})", flush=True)
+            seat, names = player.model.seat, player.model.players
+            # (the name the relay seated it under: another's, or a rated player's, is changed)
+            print(f"{names[seat] if seat is not None and seat < len(names) else player.model.name} in match {code} "
+                  f"(seat {seat})", flush=True)
             if player.model.token and player.model.seat is not None:
                 try:
                     path = seats.save(seats.SavedSeat(args.server, code, player.model.seat, player.model.name,
@@ -105,6 +119,7 @@ async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None
             names, winner = ms.players, ms.winner
             print(f"match over: winner {names[winner] if winner is not None and winner < len(names) else 'none'}",
                   flush=True)
+            await _rating_line(player)
     except RequestError as exc:
         raise refusal(exc, address.url) from exc
     except UserError:
@@ -112,3 +127,16 @@ async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None
     except Exception as exc:  # noqa: BLE001
         raise friendly(exc) from exc
     return 0
+
+
+async def _rating_line(player: Player) -> None:
+    """Say the bot's rating change: it comes in the step that ends the match, soon after its end."""
+    import time
+
+    deadline = time.monotonic() + 1.0
+    while player.model.rating is None and time.monotonic() < deadline and player.identity is not None:
+        await player.wait_change(0.1)
+    r = player.model.rating
+    if r is not None:
+        print(f"rating ({r.game}): {r.before:.2f} -> {r.after:.2f} ({r.after - r.before:+.2f}), "
+              f"{r.matches} rated match{'es' if r.matches != 1 else ''}", flush=True)

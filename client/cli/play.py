@@ -87,6 +87,9 @@ def register(sub: argtypes.Subcommands) -> None:
     p.add_argument("--width", type=argtypes.whole(320, 8192, 'pixels'), default=1100, help="window width in pixels (default 1100)")
     p.add_argument("--height", type=argtypes.whole(320, 8192, 'pixels'), default=720, help="window height in pixels (default 720)")
     p.add_argument("--mute", action="store_true", help="no sound")
+    p.add_argument("--identity", metavar="FILE",
+                   help="your key for ratings, made there on first use (default: one per --name, in the data "
+                        "directory's identities/)")
     p.add_argument("--seed", type=int, help="seed for the local relay and the bots")
     p.add_argument("--no-record", action="store_true",
                    help="do not record the matches (by default each is kept in the data directory's replays/ folder)")
@@ -151,6 +154,14 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         except KeyboardInterrupt:
             return 130
 
+    from client.identity import PlayerKeyError, identity_path, load_identity
+
+    try:
+        identity = load_identity(args.identity or identity_path(args.name))
+    except PlayerKeyError as exc:
+        print(f"blink play: {exc}", file=sys.stderr)
+        return 2 if args.identity else 1
+
     from client.replays import replays_dir
     from client.window import BOT_LEVELS, SessionConfig
 
@@ -167,7 +178,7 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
     session = SessionConfig(server_url=args.server, name=args.name, topics=topics, game=args.game,
                             settings=args.settings, autoplay=args.autoplay and mode != "watch", seed=args.seed,
                             players=args.players, lan=not args.server, relay_process=True,
-                            rejoin=rejoin, trust=argtypes.trust(args),
+                            rejoin=rejoin, trust=argtypes.trust(args), identity=identity, bot_identities=True,
                             record_dir=None if args.no_record else str(replays_dir()))
     config = AppConfig(mode=mode, code=args.watch or args.match, bot_reaction_s=args.bot if args.bot is not None else BOT_LEVELS["normal"],
                        width=args.width, height=args.height, screenshot=args.screenshot,

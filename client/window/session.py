@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # (imported where used: a session that never hosts never load
     from relay import RelayConfig
     from relay.hosting import ChildServer, LocalServer, lanhost
     from client.bots import Bot
+    from client.identity import Identity
     from client.player import Player
     from client.replays import Recorder
     from client.seats import SavedSeat
@@ -130,6 +131,11 @@ class SessionConfig:
     lan_interfaces: list[str] | None = None  # advertise only on these (default: every multicast interface)
     rejoin: SavedSeat | None = None  # join takes this seat back with its token
     record_dir: str | None = None  # record every match played or watched here (``client/replays.py``)
+    #: The player's key for rated play (``client/identity.py``; ``blink play`` loads it); None: unrated.
+    identity: Identity | None = None
+    #: Bots take their difficulty's key (``client.identity.bot_identity_path``), so a match against one
+    #: is rated: ``blink play`` sets it; off by default so that tests write no key into a data directory.
+    bot_identities: bool = False
 
 
 async def _cancel(tasks: set[asyncio.Task[object]], timeout: float = 5.0) -> None:
@@ -276,18 +282,19 @@ class Session:
 
     # ----------------------------------------------------------------- starting a game
 
-    async def _connect(self, name: str) -> Player:
+    async def _connect(self, name: str, identity: Identity | None = None) -> Player:
         from client.player import Player
 
         assert self.address is not None, "start() comes first"
-        p = Player(self.address, name, self.config.topics, ping_interval_s=self.config.ping_interval_s, net=self.net)
+        p = Player(self.address, name, self.config.topics, ping_interval_s=self.config.ping_interval_s, net=self.net,
+                   identity=identity)
         await p.__aenter__()
         return p
 
     async def _me(self) -> Player:
         await self.leave()
         self.status, self.message = "connecting", f"connecting to {self.server_url}…"
-        self.player = await self._connect(self.config.name)
+        self.player = await self._connect(self.config.name, self.config.identity)
         if self.config.autoplay:
             from client.bots import Bot
 
@@ -359,7 +366,8 @@ class Session:
         self.status, self.message = "waiting", f"match {code}: seating the bot{'s' if seats > 2 else ''}…"
         for i in range(1, seats):
             suffix = "" if seats == 2 else f"{i}"
-            p = await self._connect(f"bot-{level_name(reaction_s).replace(' ', '')}{suffix}")
+            p = await self._connect(f"bot-{level_name(reaction_s).replace(' ', '')}{suffix}",
+                                    self._bot_identity(reaction_s) if seats == 2 else None)
             self.opponents.append(p)
             if self.opponent is None:
                 self.opponent = p
@@ -372,6 +380,19 @@ class Session:
             self.spawn(self._bot_loop(bot, pause_s=0.0), game=True)
         self.status, self.message = "playing", ""
         return code
+
+    def _bot_identity(self, reaction_s: float) -> Identity | None:
+        """A bot's key, its difficulty's (a match of several bots of one difficulty is not rated: one
+        key cannot sit twice); None when the session gives bots none or the file cannot be used."""
+        if not self.config.bot_identities:
+            return None
+        from client.identity import PlayerKeyError, bot_identity_path, load_identity
+
+        try:
+            return load_identity(bot_identity_path(reaction_s))
+        except PlayerKeyError as exc:
+            log.warning("the bot plays unrated: %s", exc)
+            return None
 
     async def watch(self, code: str) -> str:
         """Spectate a running match by code: a read-only view (``Player.watch``)."""

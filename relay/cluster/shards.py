@@ -16,7 +16,9 @@ handles it. Every relay computes the same answer, so exactly one owner handles e
   whose core then answers ``no_such_match`` -- still exactly once;
 - a quick match goes to the shard of its game and settings (normalised by the game's own
   ``check_settings``), so every player asking for the same thing is paired in one place;
-- create, pings, and anything undecodable or unknown go to the client's *home* shard (a hash of
+- a leaderboard (``Ratings``) goes where the game's quick matches with its own settings play: each
+  shard rates the matches it runs, and that one rates most of a game's;
+- create, a challenge, pings, and anything undecodable or unknown go to the client's *home* shard (a hash of
   the client id), whose core answers (a pong, a match, a rejection with its reason);
 - a ``Leave`` without a match (the client's MQTT last will) and a ``ProbeReply`` say nothing
   about their match: ``KNOWN`` means "every owned shard whose core knows this client" (the relay
@@ -110,6 +112,8 @@ def route_message(client: str, msg: object, total: int) -> str:
         return KNOWN
     if isinstance(msg, m.QuickMatch):
         return shard_of_quick(msg.game, msg.settings, total)
+    if isinstance(msg, m.Ratings):  # a shard rates its own matches: ask where a game's quick matches play
+        return shard_of_quick(msg.game, {}, total)
     return home_shard(client, total)  # CreateMatch, Ping, and anything the core will refuse
 
 

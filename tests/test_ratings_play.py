@@ -1,0 +1,150 @@
+"""Ratings as people meet them: bots of two difficulties rated over real matches on `blink serve`,
+a restart, `blink ratings` in both forms, a stolen name, and a key file that is not one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mqttkit import free_port
+from protocol.identity import fingerprint
+from client.identity import bot_identity_path, load_identity
+from tests.conftest import ROOT, wait_port
+
+BLINK = [sys.executable, "-m", "client.cli"]
+#: Short games: one game a match, short pauses.
+FAST = json.dumps({"countdown_s": 0.3, "stalemate_pause_s": 0.2, "pick_time_s": 1.0, "best_of": 1})
+QUICK_S, SLOW_S = 0.15, 1.5
+
+
+class Serve:
+    """One `blink serve --embedded --data DIR` process at a time, on one port."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.data = tmp / "data"
+        self.out = tmp / "serve.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with open(self.out, "ab") as out:
+            self.proc = subprocess.Popen([*BLINK, "serve", "--embedded", "--port", str(self.port), "--data",
+                                          str(self.data)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        wait_port("127.0.0.1", self.port, timeout=60)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def blink(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BLINK, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def bots_match(serve: Serve, quick: list[str], slow: list[str]) -> tuple[str, str]:
+    """A quick match between a quick bot and a slow one (each a `blink bot` process): their outputs."""
+    procs = [subprocess.Popen([*BLINK, "bot", "--server", serve.url, "--settings", FAST, *extra], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for extra in (quick, slow)]
+    outs: list[str] = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=180)
+            assert p.returncode == 0, out
+            outs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return outs[0], outs[1]
+
+
+def leaderboard(serve: Serve) -> list[dict[str, Any]]:
+    done = blink("ratings", "--server", serve.url, "--game", "blink", "--json")
+    assert done.returncode == 0, done.stderr
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    return rows
+
+
+@pytest.mark.integration
+def test_five_matches_rate_the_quick_bot_above_the_slow_one_across_a_restart(tmp_path: Path) -> None:
+    serve = Serve(tmp_path)
+    serve.start()
+    try:
+        quick = ["--name", "quick", "--reaction", str(QUICK_S)]
+        slow = ["--name", "slow", "--reaction", str(SLOW_S)]
+        for i in range(5):
+            q, s = bots_match(serve, quick, slow)
+            assert f"{i + 1} rated match" in q and f"{i + 1} rated match" in s, (q, s)
+            if i == 2:  # a restart in the middle: the journal's snapshot and replay carry the ratings on
+                serve.stop()
+                serve.start()
+        serve.stop()
+        serve.start()
+        rows = leaderboard(serve)
+        # each difficulty has its own key in the data directory; the relay knows them by fingerprint
+        keys = {fingerprint(load_identity(bot_identity_path(x)).public): x for x in (QUICK_S, SLOW_S)}
+        assert [(r["name"], keys.get(r["key"]), r["matches"]) for r in rows] == [
+            ("quick", QUICK_S, 5), ("slow", SLOW_S, 5)]
+        assert rows[0]["rating"] > rows[1]["rating"]
+        assert [r["rank"] for r in rows] == [1, 2] and all(r["game"] == "blink" for r in rows)
+
+        text = blink("ratings", "--server", serve.url)
+        assert text.returncode == 0, text.stderr
+        lines = text.stdout.splitlines()
+        assert lines[0] == "blink: 2 rated players"
+        assert lines[1].split() == ["#", "name", "key", "rating", "matches"]
+        assert lines[2].split() == ["1", "quick", rows[0]["key"], f"{rows[0]['rating']:.2f}", "5"]
+        assert lines[3].split() == ["2", "slow", rows[1]["key"], f"{rows[1]['rating']:.2f}", "5"]
+
+        # a stolen name with another key: seated under the name and its own key's fingerprint, rated apart
+        thief_file = tmp_path / "thief.key"
+        thief = fingerprint(load_identity(thief_file).public)
+        q, _ = bots_match(serve, ["--name", "quick", "--reaction", str(QUICK_S), "--identity", str(thief_file)],
+                          slow)
+        assert q.startswith(f"quick~{thief[:4]} in match"), q
+        after = {r["key"]: r for r in leaderboard(serve)}
+        assert after[rows[0]["key"]]["matches"] == 5 and after[rows[0]["key"]]["name"] == "quick"
+        assert after[thief]["name"] == f"quick~{thief[:4]}" and after[thief]["matches"] == 1
+        assert "Traceback" not in serve.out.read_text()
+    finally:
+        serve.stop()
+
+
+@pytest.mark.integration
+def test_a_key_file_that_is_not_one_is_one_line_and_status_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.key"
+    bad.write_text("not a key\n")
+    os.chmod(bad, 0o600)
+    done = blink("bot", "--server", "mqtt://127.0.0.1:1", "--identity", str(bad), timeout=60)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = [x for x in done.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and str(bad) in lines[0] and "Traceback" not in done.stderr, done.stderr
+    os.chmod(bad, 0o644)
+    done = blink("bot", "--server", "mqtt://127.0.0.1:1", "--identity", str(bad), timeout=60)
+    assert done.returncode == 2 and "chmod 600" in done.stderr, done.stderr
+
+
+def test_a_players_key_is_made_once_mode_600_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "ids" / "ann.key"
+    first = load_identity(path)
+    assert (path.stat().st_mode & 0o777) == 0o600 and (path.parent.stat().st_mode & 0o777) == 0o700
+    assert load_identity(path).public == first.public
