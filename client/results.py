@@ -70,3 +70,9 @@ def match_result_line(names: list[str], state: Mapping[str, object] | MatchState
         return f"{names[winner]} won the match {score}".strip()
     others = [n for s, n in enumerate(names) if s != winner]
     return f"{names[winner]} beat {', '.join(others)} {score}".strip()
+
+
+def rating_line(before: float, after: float, matches: int) -> str:
+    """A player's rating change at a rated match's end, as the results screen says it."""
+    return (f"your rating {before:.2f} \u2192 {after:.2f} ({after - before:+.2f}) \u00b7 "
+            f"{matches} rated match{'es' if matches != 1 else ''}")

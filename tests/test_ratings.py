@@ -309,3 +309,35 @@ def test_a_replayed_core_rates_as_the_live_one() -> None:
     del replayed.replaying
     assert replayed.ratings.games == live.core.ratings.games
     assert replayed.leaderboard("blink") == live.core.leaderboard("blink") != []
+
+
+def test_the_player_keeps_its_rating_change_for_the_results_screen() -> None:
+    from client.model import ClientModel
+    from client.results import rating_line
+
+    model = ClientModel("c1", "ann")
+    model.match = "ABCDE"
+    model.on_message(m.RatingChanged(match="OTHER", game="blink", before=0.0, after=1.0, matches=1), 0)
+    assert model.rating is None  # another match's
+    change = m.RatingChanged(match="ABCDE", game="blink", before=1.5, after=0.25, matches=2)
+    model.on_message(change, 0)
+    assert model.rating == change
+    assert rating_line(change.before, change.after, change.matches) == "your rating 1.50 → 0.25 (-1.25) · 2 rated matches"
+    assert rating_line(0.0, 3.44, 1).endswith("(+3.44) · 1 rated match")
+    model.on_message(m.Challenged(nonce=42), 0)
+    assert model.challenge == 42
+
+
+def test_a_players_key_signs_what_the_relay_checks(tmp_path: Any) -> None:
+    from client.identity import bot_identity_path, identity_path, load_identity
+
+    ann = load_identity(tmp_path / "ann.key")
+    r = Relay()
+    proof = ann.prove("c1", r.challenge("c1"))
+    out = r.send("c1", m.CreateMatch(name="ann", **proof))
+    joined = next(x for x in r.to("c1", out) if isinstance(x, m.MatchJoined))
+    assert r.core.matches[joined.match].players[0].key == ann.public
+    # one file per name, one per bot difficulty; odd names make plain file names
+    assert identity_path("ann").name == "ann.key"
+    assert identity_path("a/b c").name.startswith("a_b_c-")
+    assert bot_identity_path(0.35).name == "bot-0.35s.key"

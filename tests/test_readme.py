@@ -170,6 +170,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     (R, "blink bot --server mqtt://HOST:1883 --match CODE"): ("test_bots_and_watch", "as above; CODE: the first bot's"),
     (R, "blink watch CODE --server mqtt://HOST:1883"): ("test_bots_and_watch", "as above"),
     (R, "blink serve --web 8080"): ("test_web_page", "8080: FREE, with --port FREE --no-journal; a bot match on the list"),
+    (R, "blink ratings --server mqtt://HOST:1883"): ("test_bots_and_watch", "as above, after the bots' match"),
     (R, "blink match --game takeaway --bots 3 --log match.log"): ("test_match_verify_replay", "quick bots"),
     (R, "blink verify match.log"): ("test_match_verify_replay", ""),
     (R, "blink replay match.log"): ("test_match_verify_replay", "under Xvfb, --quit-after"),
@@ -234,6 +235,7 @@ COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     (TABLE, "blink verify"): ("test_match_verify_replay", ""),
     (TABLE, "blink replay"): ("test_match_verify_replay", ""),
     (TABLE, "blink settings"): ("test_settings", ""),
+    (TABLE, "blink ratings"): ("test_bots_and_watch", ""),
     (TABLE, "blink lan"): ("test_lan_host_list_and_join", ""),
     (TABLE, "blink broker-config"): ("test_mosquitto_recipe", "and test_tls_mosquitto"),
     (TABLE, "blink cluster up"): ("test_scale_out", "and test_tls_cluster"),
@@ -677,8 +679,9 @@ def test_bots_and_watch(doc: Doc, shell: Shell) -> None:
     code = first.wait_for(r"in match ([A-Z0-9]+) \(seat 0\)").group(1)
     first.wait_for(r"seat saved in .*blink bot --rejoin")
     watch = shell.start(_readme(doc, "blink watch CODE --server mqtt://HOST:1883", {"CODE": code, **host}))
+    # (a bot of another difficulty: a key of its own, so the match is rated)
     second = shell.start(_readme(doc, "blink bot --server mqtt://HOST:1883 --match CODE", {"CODE": code, **host},
-                                 add="--reaction 0.05"))
+                                 add="--reaction 0.1"))
     second.wait_for(rf"in match {code} \(seat 1\)")
     # one line with the result (a one-card tie has no winner)
     watch.wait_for(r"^match over: (winner bot\S*|no winner) \(\w+\); games won: bot\S* [01], bot\S* [01]$")
@@ -686,7 +689,13 @@ def test_bots_and_watch(doc: Doc, shell: Shell) -> None:
     assert any("card_played" in ln for ln in watch.seen), watch.seen[:5]
     for bot in (first, second):
         bot.wait_for(r"match over: winner ")
+        bot.wait_for(r"^rating \(blink\): 0\.00 -> -?\d+\.\d\d \([+-]\d+\.\d\d\), 1 rated match$")
         assert bot.wait() == 0, bot.seen
+    # the two bots (two difficulties, two keys) are on the leaderboard
+    board = shell.run(_readme(doc, "blink ratings --server mqtt://HOST:1883", host)).ok()
+    lines = board.stdout.splitlines()
+    assert lines[0] == "blink: 2 rated players" and lines[1].split() == ["#", "name", "key", "rating", "matches"], lines
+    assert [ln.split()[0] for ln in lines[2:4]] == ["1", "2"] and all(ln.split()[-1] == "1" for ln in lines[2:4]), lines
     _stop(relay)
 
 

@@ -4,7 +4,8 @@ How this works
 --------------
 A spectator (watching by code, or a replay) gets the same screen in the third person ("A beat
 B 2–1", "bot won" per game) and no rematch key. Reads the model's ``match_state`` (wins, per-game results, winner) and the public events
-(``match_over`` reason, ``rematch_requested``). R asks the relay for a rematch
+(``match_over`` reason, ``rematch_requested``); a rated player also reads its rating change
+(``RatingChanged``, kept by the model). R asks the relay for a rematch
 (``Player.rematch``); when both players asked, the relay starts a new game, the match status goes
 back to ``playing`` and this scene hands over to a fresh table scene. M (or Esc) goes back to
 the menu, Q quits.
@@ -24,7 +25,7 @@ from client.window.host import SceneHost
 from client.window.scenes.base import Scene
 from client.window import texts
 from client.matchstate import MatchState
-from client.results import game_line, match_result_line
+from client.results import game_line, match_result_line, rating_line
 from protocol.rules import game_for
 from protocol.match import MATCH_EVENTS, MATCH_REASON_LABELS, GameStarted, MatchOver, RematchRequested, RematchStarted
 
@@ -50,6 +51,7 @@ class ResultsScene(Scene):
         self.score = label(b, self.l_front.text, 20, (255, 230, 150, 255), "center", "center", bold=True)
         self.games = [label(b, self.l_front.text, 14, (220, 235, 225, 255), "center", "center") for _ in range(9)]
         self.rematch_lbl = label(b, self.l_front.text, 14, (255, 220, 120, 255), "center", "center")
+        self.rating_lbl = label(b, self.l_front.text, 14, (170, 215, 255, 255), "center", "center")
         self.hint = label(b, self.l_front.text, 13, (200, 225, 210, 255), "center", "center", text=texts.OVER_HINTS)
         self.asked = False
         self._key: object = None
@@ -66,7 +68,7 @@ class ResultsScene(Scene):
         t = geo.Tris()
         pw = min(width * 0.86, f * 50)
         self._pw = pw
-        ph = min(height * 0.9, f * (17.5 + 2.0 * lines))
+        ph = min(height * 0.9, f * (19.7 + 2.0 * lines))
         geo.rounded_rect(t, pw, ph, f * 1.5, (10, 30, 24, 230))
         geo.rounded_ring(t, pw, ph, f * 1.5, 2.0, (255, 220, 120, 180))
         self.panel.set(t)
@@ -79,6 +81,8 @@ class ResultsScene(Scene):
         for i, g in enumerate(self.games):
             g.font_size = round(f * 1.05, 1)
             g.position = (width / 2, top - f * (9.4 + 2.0 * i), 0)
+        self.rating_lbl.font_size = round(f * 1.1, 1)
+        self.rating_lbl.position = (width / 2, height / 2 - ph / 2 + f * 6.8, 0)
         self.rematch_lbl.font_size = round(f * 1.1, 1)
         self.rematch_lbl.position = (width / 2, height / 2 - ph / 2 + f * 4.6, 0)
         self.hint.font_size = round(f * 1.0, 1)
@@ -163,6 +167,8 @@ class ResultsScene(Scene):
         else:
             line = "press R for a rematch"
         set_text(self.rematch_lbl, line)
+        rated = model.rating if not watching and model.rating is not None and model.rating.match == model.match else None
+        set_text(self.rating_lbl, "" if rated is None else rating_line(rated.before, rated.after, rated.matches))
         set_text(self.hint, self.app.results_hint() if watching else texts.OVER_HINTS)
         self.display_version += 1
 
@@ -185,4 +191,5 @@ class ResultsScene(Scene):
 
     def describe(self) -> dict[str, object]:
         return {"scene": self.name, "title": self.title.text, "score": self.score.text,
-                "games": [g.text for g in self.games if g.text], "rematch": self.rematch_lbl.text}
+                "games": [g.text for g in self.games if g.text], "rematch": self.rematch_lbl.text,
+                "rating": self.rating_lbl.text}
