@@ -312,7 +312,7 @@ def test_a_replayed_core_rates_as_the_live_one() -> None:
 
 
 def test_the_player_keeps_its_rating_change_for_the_results_screen() -> None:
-    from client.model import ClientModel
+    from client import ClientModel
     from client.results import rating_line
 
     model = ClientModel("c1", "ann")
