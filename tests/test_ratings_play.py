@@ -148,3 +148,82 @@ def test_a_players_key_is_made_once_mode_600_and_kept(tmp_path: Path) -> None:
     first = load_identity(path)
     assert (path.stat().st_mode & 0o777) == 0o600 and (path.parent.stat().st_mode & 0o777) == 0o700
     assert load_identity(path).public == first.public
+
+
+def test_a_shard_taken_over_keeps_its_ratings(mosquitto: Any, tmp_path: Path) -> None:
+    """Two rated players quick-match on a relay of two shards; the relay stops and another takes its
+    shards over from their journals: the leaderboard it answers is the same."""
+    import asyncio
+
+    from protocol import messages as m
+    from relay.cluster import ShardedSpace, shards
+    from relay.core import RelayConfig
+    from relay.hosting import ClusterServer, sqlite_opener
+    from relay.ownership import StaticOwnership
+    from relay.runtime import Relay, RelaySettings
+    from client import Player
+    from tests.helpers import eventually
+
+    deadline = 120.0
+
+    def relay(name: str) -> Relay:
+        return Relay(mosquitto, RelaySettings(config=RelayConfig(relay_id=name), relay_id=name),
+                     ShardedSpace(2, sqlite_opener(tmp_path / "shared", durable=False)), StaticOwnership(["0", "1"]))
+
+    async def serving(r: Relay) -> ClusterServer:
+        server = ClusterServer(r)
+        await server.start()
+        await eventually(lambda: not r._starting and not r._announce, deadline, "the relay serves its shards")
+        return server
+
+    async def board(p: Player) -> list[dict[str, object]]:
+        got: list[m.RatingBoard] = []
+        own = p.conn.on_message
+
+        def tap(msg: object, now_ns: int) -> None:
+            if isinstance(msg, m.RatingBoard):
+                got.append(msg)
+            own(msg, now_ns)
+
+        p.conn.on_message = tap
+        try:
+            async def asked() -> bool:
+                await p.conn.request(m.Ratings(game="blink"))
+                await p.wait_change(1.0)
+                return bool(got)
+
+            deadline_at = asyncio.get_running_loop().time() + deadline
+            while not await asked():
+                assert asyncio.get_running_loop().time() < deadline_at, "no leaderboard"
+            return [dict(r) for r in got[0].rows]
+        finally:
+            p.conn.on_message = own
+
+    async def body() -> None:
+        ann, bob = load_identity(tmp_path / "ann.key"), load_identity(tmp_path / "bob.key")
+        pub = mosquitto.public()
+        a = relay("relay-a")
+        server = await serving(a)
+        async with Player(pub, "ann", identity=ann) as p1:
+            async with Player(pub, "bob", identity=bob) as p2:
+                code = await p1.quick(timeout=deadline)
+                assert await p2.quick(timeout=deadline) == code
+                await eventually(lambda: p1.model.state() is not None, deadline, "the game starts", p1.wait_change)
+            # bob left a running match: a forfeit, rated as his loss
+            await eventually(lambda: p1.model.rating is not None, deadline, "ann's rating change", p1.wait_change)
+            assert p1.model.rating is not None and p1.model.rating.after > p1.model.rating.before
+            before = await board(p1)
+            assert [(r["name"], r["key"], r["matches"]) for r in before] == [
+                ("ann", ann.fingerprint, 1), ("bob", bob.fingerprint, 1)]
+            shard = shards.shard_of_code(code, 2)
+            assert shard == shards.shard_of_quick("blink", {}, 2)  # where the leaderboard is asked
+            await server.stop()
+            b = relay("relay-b")
+            server = await serving(b)
+            try:
+                assert b.servers[shard].core.leaderboard("blink") == before
+                assert await board(p1) == before
+            finally:
+                await server.stop()
+
+    asyncio.run(asyncio.wait_for(body(), deadline * 2))
