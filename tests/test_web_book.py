@@ -149,3 +149,12 @@ def test_web_takes_port_or_host_and_port(text: str, host: str, port: int) -> Non
 def test_web_refuses_what_is_not_a_port(text: str) -> None:
     with pytest.raises(ValueError, match="port"):
         parse_web(text)
+
+
+def test_a_match_over_that_nobody_watched_has_its_result_from_its_snapshot() -> None:
+    book = Book()
+    state = {"status": "over", "winner": 1, "wins": [0, 2], "best_of": 3}
+    book.on_snapshot(m.Snapshot(match="ABCDE", seq=90, ts=10**9, game_index=2, status="over", players=("ann", "bob"),
+                                state={}, match_state=state, game="blink"))
+    (listed,) = book.summaries(2 * 10**9)
+    assert listed["result"] == "bob won; games won: ann 0, bob 2" and not listed["live"]

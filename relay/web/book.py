@@ -113,6 +113,14 @@ def result_words(over: MatchOver, players: tuple[str, ...], game: AnyGame | None
     return f"{who} ({why}); games won: {score}" if score else f"{who} ({why})"
 
 
+def _snapshot_result(winner: int | None, players: tuple[str, ...], wins: tuple[int, ...]) -> str:
+    """A finished match's result from its last snapshot (which names the winner, not why)."""
+    who = (players[winner] if winner < len(players) else f"seat {winner + 1}") + " won" if winner is not None \
+        else "no single winner"
+    score = ", ".join(f"{name} {w}" for name, w in zip(players, wins))
+    return f"{who}; games won: {score}" if score else who
+
+
 @dataclass
 class _Watched:
     """A match a page is open on: its public view and the events it has yet to apply."""
@@ -174,6 +182,9 @@ class Book:
             s.best_of = best_of
         if snap.status != "over":
             s.result = ""
+        elif not s.result:  # over, and its match_over unread (nobody watched it): the snapshot says who won
+            winner = snap.match_state.get("winner")
+            s.result = _snapshot_result(winner if type(winner) is int else None, s.players, s.wins)
         s.snapshot = snap
         self._forget_old()
         w = self._watched.get(snap.match)
