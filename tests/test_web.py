@@ -9,6 +9,7 @@ Screenshots of what a viewer sees are left in the test's folder (``list.png``, `
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -25,7 +26,7 @@ import pytest
 
 from mqttkit import free_port
 from tests.conftest import in_ci
-from tests.helpers import stop_process, wait_until
+from tests.helpers import eventually, stop_process, wait_until
 
 BLINK = [sys.executable, "-m", "client.cli"]
 CHROMIUM = "/usr/bin/chromium"
@@ -161,6 +162,48 @@ def test_the_page_lists_a_bot_match_and_draws_it_live_to_its_result(serve: Serve
                     b.stdout.close()
 
 
+async def _rated_forfeit(port: int) -> str:
+    """Two players with keys start a match and the first leaves it: a rated forfeit (a loss for it)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+    from client import Player
+    from client.identity import Identity
+    from mqttkit import BrokerAddress
+
+    def key() -> Identity:
+        return Identity(Ed25519PrivateKey.generate().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()))
+
+    address = BrokerAddress("127.0.0.1", port)
+    async with Player(address, "quitter", identity=key()) as a, Player(address, "stayer", identity=key()) as b:
+        code = await a.create(settings={"best_of": 1})
+        await b.join(code)
+        await eventually(lambda: b.model.match_state.get("status") == "playing", changed=b.wait_change,
+                         what="the match playing")
+        await a.close(leave=True)
+        await eventually(b.match_over, changed=b.wait_change, what="the forfeit")
+    return code
+
+
+@pytest.mark.integration("chromium")
+def test_the_list_shows_each_games_leaderboard(serve: Serve, tmp_path: Path) -> None:
+    sync_playwright = _playwright()
+    asyncio.run(_rated_forfeit(serve.port))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 700})
+            page.goto(serve.url)
+            board = page.locator("#leaderboard table.board-blink")
+            board.wait_for(timeout=60_000)  # asked of the relay while the list is read
+            names = board.locator("td.players").all_text_contents()
+            assert names == ["stayer", "quitter"], names  # the winner of the forfeit first
+            assert "BLINK (2 rated)" in (page.locator("#leaderboard h2").first.text_content() or "")
+            page.screenshot(path=str(tmp_path / "leaderboard.png"))
+        finally:
+            browser.close()
+
+
 @pytest.mark.integration
 def test_a_code_the_relay_does_not_have_is_a_404_with_words(serve: Serve) -> None:
     status, body = _get(serve.url + "m/NOPE7")
@@ -170,7 +213,7 @@ def test_a_code_the_relay_does_not_have_is_a_404_with_words(serve: Serve) -> Non
     assert status == 404 and "Nothing here" in body
     status, body = _get(serve.url)
     assert status == 200 and "<table id=\"matches\"" in body
-    assert json.loads(_get(serve.url + "matches.json")[1]) == {"matches": []}
+    assert json.loads(_get(serve.url + "matches.json")[1]) == {"matches": [], "leaderboards": []}
 
 
 @pytest.mark.integration

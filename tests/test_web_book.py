@@ -151,6 +151,22 @@ def test_web_refuses_what_is_not_a_port(text: str) -> None:
         parse_web(text)
 
 
+def test_the_leaderboards_are_each_games_rated_players_best_first() -> None:
+    book = Book()
+    assert book.leaderboards() == []
+    rows = ({"name": "ann", "key": "abcdefghijklmnop", "rating": 4.5, "mu": 27.0, "sigma": 7.5, "matches": 3},
+            {"name": "bob", "key": "qrstuvwxyz234567", "rating": -1.0, "mu": 23.0, "sigma": 8.0, "matches": 3})
+    book.on_ratings(m.RatingBoard(game="ryo", rows=rows, players=2))
+    book.on_ratings(m.RatingBoard(game="blink", rows=rows[1:], players=1))
+    book.on_ratings(m.RatingBoard(game="takeaway", rows=(), players=0))  # nobody rated: not shown
+    book.on_ratings(m.RatingBoard(game="chess", rows=rows, players=2))  # a game this relay has not
+    boards = book.leaderboards()
+    assert [(b["game"], b["title"], b["players"]) for b in boards] == [("blink", "BLINK", 1),
+                                                                       ("ryo", "Roll Your Own", 2)]
+    assert boards[1]["rows"] == [{"name": "ann", "key": "abcdefghijkl", "rating": 4.5, "matches": 3},
+                                 {"name": "bob", "key": "qrstuvwxyz23", "rating": -1.0, "matches": 3}]
+
+
 def test_a_match_over_that_nobody_watched_has_its_result_from_its_snapshot() -> None:
     book = Book()
     state = {"status": "over", "winner": 1, "wins": [0, 2], "best_of": 3}

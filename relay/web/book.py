@@ -5,8 +5,10 @@ How this works
 A ``Book`` is fed the public stream as it arrives -- each match's retained snapshot (``.../snap``,
 published at every game boundary and at most once a second while a game runs, cleared when the
 match is closed) and, for the matches a page is open on, their events (``.../ev``) -- and holds
-two things, with time as an argument (no clock, no I/O: tested in memory):
+three things, with time as an argument (no clock, no I/O: tested in memory):
 
+- each game's leaderboard, as the relay last answered a ``Ratings`` request (``RatingBoard``: the
+  players rated by their keys, best first);
 - a ``Summary`` per match for the list: game, players, status, games won, when it was first and last
   seen and, once over, its result in words. Matches closed or over stay listed as recent
   (``RECENT_KEPT``, the newest) after their snapshot is cleared.
@@ -19,7 +21,8 @@ two things, with time as an argument (no clock, no I/O: tested in memory):
 
 What it hands a page (``Frame``) is plain JSON-ready data: the summary, the view in the game's
 wire form, and the event that made it (its wire name and public map), so the page animates each
-play as it lands. Nothing here can see more than a spectator: its inputs are the public topics.
+play as it lands. Nothing here can see more than a spectator: its inputs are the public topics
+and the leaderboards any client may ask for.
 """
 
 from __future__ import annotations
@@ -51,6 +54,15 @@ class SummaryData(TypedDict):
     seconds: float
     result: str
     latency: list[dict[str, object]]
+
+
+class BoardData(TypedDict):
+    """One game's leaderboard as the list page shows it (the relay's ``RatingBoard``)."""
+
+    game: str
+    title: str
+    players: int
+    rows: list[dict[str, object]]
 
 
 class FrameData(TypedDict):
@@ -139,6 +151,7 @@ class Book:
         self.matches: OrderedDict[str, Summary] = OrderedDict()
         self.recent_kept = recent_kept
         self._watched: dict[str, _Watched] = {}
+        self.boards: dict[str, BoardData] = {}  # each game's leaderboard, as the relay last gave it
 
     # -- the list ---------------------------------------------------------------------------------
 
@@ -147,6 +160,20 @@ class Book:
         live = [s.data(now_ns) for s in self.matches.values() if s.live]
         gone = [s.data(now_ns) for s in reversed(self.matches.values()) if not s.live]
         return live + gone
+
+    def on_ratings(self, board: m.RatingBoard) -> None:
+        """A game's leaderboard, as the relay answered ``Ratings``."""
+        game = GAMES.get(canonical(board.game))
+        if game is None:
+            return
+        rows: list[dict[str, object]] = [
+            {"name": str(r.get("name", "")), "key": str(r.get("key", ""))[:12], "rating": r.get("rating"),
+             "matches": r.get("matches")} for r in board.rows]
+        self.boards[game.name] = BoardData(game=game.name, title=game.title, players=board.players, rows=rows)
+
+    def leaderboards(self) -> list[BoardData]:
+        """The games' leaderboards that have a rated player, in the registry's order."""
+        return [b for name in GAMES if (b := self.boards.get(name)) is not None and b["rows"]]
 
     def knows(self, code: str) -> bool:
         return code in self.matches
@@ -294,5 +321,5 @@ def _typed(game: AnyGame, ev: m.Event) -> TypedEvent:
     return game.decode_event(ev)
 
 
-__all__ = ["Book", "FrameData", "RECENT_KEPT", "Summary", "SummaryData", "result_words"]
+__all__ = ["BoardData", "Book", "FrameData", "RECENT_KEPT", "Summary", "SummaryData", "result_words"]
 

@@ -8,7 +8,9 @@ a NATS node's callout) let it read only the public topics. It subscribes to ever
 snapshot (``{prefix}/m/+/+/snap``: a match's state at each game boundary and at most once a second
 while a game runs, so the list costs the relay's process about one small message a second per
 match) and, only while a page is open on a match, to that match's events (``.../ev``): the hot
-stream of plays is read for the matches someone watches, not for every match.
+stream of plays is read for the matches someone watches, not for every match. It also asks, as
+any client may, for each game's leaderboard (``Ratings``: the rated players by their OpenSkill
+rating), answered on its own private topic.
 
 Each read's messages are decoded (a bundle of events is one message) and handed to the book; the
 frames a change makes go to ``on_frames``. A connection that drops is made again with a backoff
@@ -28,7 +30,7 @@ from mqttkit import BrokerAddress
 from mqttkit.connection import MqttConnection, MqttError, connect
 from mqttkit.packets import Message
 from protocol import messages as m
-from protocol.codec import DecodeError, decode_all
+from protocol.codec import DecodeError, decode_all, encode
 from relay.web.book import Book, FrameData
 
 log = logging.getLogger("blink.web")
@@ -36,6 +38,7 @@ log = logging.getLogger("blink.web")
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 3.0
 KEEPALIVE_S = 15
+LEADERBOARD_ROWS = 10
 
 OnFrames = Callable[[str, list[FrameData]], None]
 
@@ -76,7 +79,7 @@ class Feed:
             wait = RETRY_FIRST_S
             self._conn, self._subscribed = conn, set()
             try:
-                await conn.subscribe([(f"{self.prefix}/m/+/+/snap", 0)])
+                await conn.subscribe([(f"{self.prefix}/m/+/+/snap", 0), (f"{self.prefix}/c/{self.client_id}", 0)])
                 await self._sync_subscriptions()
                 self.connected.set()
                 why = await conn.wait_closed()
@@ -115,11 +118,35 @@ class Feed:
         except MqttError as exc:
             log.debug("subscriptions not changed: %s", exc)
 
+    def ask_ratings(self, games: list[str]) -> None:
+        """Ask the relay for each game's leaderboard (any client may: ``Ratings``); the boards come
+        back on this client's own topic, into the book."""
+        conn = self._conn
+        if conn is None or not conn.connected:
+            return
+        topic = f"{self.prefix}/lobby/req/{self.client_id}"
+        try:
+            for game in games:
+                conn.publish(topic, encode(m.Ratings(game=game, limit=LEADERBOARD_ROWS)))
+        except MqttError as exc:
+            log.debug("leaderboards not asked for: %s", exc)
+
     def _on_messages(self, messages: list[Message]) -> None:
         now = time.time_ns()
+        own = f"{self.prefix}/c/{self.client_id}"
         for msg in messages:
             topic = msg.topic
             if topic is None:
+                continue
+            if topic == own:
+                try:
+                    answers = decode_all(msg.payload)
+                except DecodeError:
+                    self.decode_errors += 1
+                    continue
+                for item in answers:
+                    if isinstance(item, m.RatingBoard):
+                        self.book.on_ratings(item)
                 continue
             parts = topic[len(self.prefix) + 1:].split("/") if topic.startswith(self.prefix + "/") else []
             if len(parts) != 4 or parts[0] != "m":

@@ -6,7 +6,8 @@ A small HTTP/1.1 server on ``asyncio.start_server`` (the standard library: nothi
 framework for five routes), one request per connection (``Connection: close``):
 
 - ``/``: the list page; ``/matches.json``: the list it reads every second (live matches, then
-  recent ones: ``relay/web/book.py``);
+  recent ones: ``relay/web/book.py``) and each game's leaderboard (asked of the relay every
+  ``RATINGS_EVERY_S`` while the list is read);
 - ``/m/CODE``: one match's page, or 404 with words for a code the relay does not have;
   ``/m/CODE/events``: that match as Server-Sent Events -- one ``data:`` line of JSON per change
   (the first one the whole table), a comment every ``KEEPALIVE_S`` so a proxy keeps it open. The
@@ -42,6 +43,7 @@ from importlib import resources
 from urllib.parse import unquote, urlsplit
 
 from mqttkit import BrokerAddress
+from protocol.rules import GAMES
 from relay import RelayError
 from relay.web.book import Book, FrameData
 from relay.web.feed import Feed
@@ -54,6 +56,7 @@ KEEPALIVE_S = 15.0
 MAX_STREAMS = 256
 QUEUE_FRAMES = 512
 CODE_MAX = 16
+RATINGS_EVERY_S = 5.0
 
 #: The files of ``relay/web/static/`` a page may ask for, and their types.
 STATIC = {
@@ -119,6 +122,7 @@ class WebServer:
         self._feed_task: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[object]] = set()
         self.port = listen.port
+        self._ratings_asked = -RATINGS_EVERY_S
 
     @property
     def url(self) -> str:
@@ -211,7 +215,9 @@ class WebServer:
         if path in ("/", "/index.html"):
             await self._file(writer, "list.html", body_wanted)
         elif path == "/matches.json":
-            body = json.dumps({"matches": self.book.summaries(time.time_ns())}).encode()
+            self._ask_ratings()
+            body = json.dumps({"matches": self.book.summaries(time.time_ns()),
+                               "leaderboards": self.book.leaderboards()}).encode()
             await self._send(writer, 200, "application/json", body, body_wanted)
         elif path.startswith("/static/") and path[len("/static/"):] in STATIC:
             await self._file(writer, path[len("/static/"):], body_wanted)
@@ -229,6 +235,13 @@ class WebServer:
                 await self._not_found(writer, None, body_wanted)
         else:
             await self._not_found(writer, None, body_wanted)
+
+    def _ask_ratings(self) -> None:
+        """While the list is read, the leaderboards are asked for every ``RATINGS_EVERY_S``."""
+        now = time.monotonic()
+        if self.feed is not None and now - self._ratings_asked >= RATINGS_EVERY_S:
+            self._ratings_asked = now
+            self.feed.ask_ratings(list(GAMES))
 
     def _known(self, code: str) -> bool:
         return 0 < len(code) <= CODE_MAX and code.isalnum() and self.book.knows(code)

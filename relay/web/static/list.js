@@ -39,6 +39,37 @@ function render(matches) {
   document.getElementById("none").hidden = matches.length > 0;
 }
 
+// Each game's leaderboard (the relay's OpenSkill ratings of players who play with a key), if any.
+function renderBoards(boards) {
+  const section = document.getElementById("leaderboard");
+  const parts = [];
+  for (const b of boards || []) {
+    const h = document.createElement("h2");
+    h.textContent = `Leaderboard: ${b.title} (${b.players} rated)`;
+    const table = document.createElement("table");
+    table.className = "matches board-" + b.game;
+    const head = document.createElement("tr");
+    for (const t of ["#", "player", "key", "rating", "matches"]) {
+      const th = document.createElement("th");
+      th.textContent = t;
+      head.appendChild(th);
+    }
+    table.appendChild(head);
+    b.rows.forEach((r, i) => {
+      const tr = document.createElement("tr");
+      cell(tr, String(i + 1));
+      cell(tr, r.name, "players");
+      cell(tr, r.key, "key");
+      cell(tr, typeof r.rating === "number" ? r.rating.toFixed(1) : "–", "score");
+      cell(tr, String(r.matches ?? "–"), "score");
+      table.appendChild(tr);
+    });
+    parts.push(h, table);
+  }
+  section.replaceChildren(...parts);
+  section.hidden = parts.length === 0;
+}
+
 async function refresh() {
   const status = document.getElementById("status");
   try {
@@ -46,6 +77,7 @@ async function refresh() {
     if (!answer.ok) throw new Error(`HTTP ${answer.status}`);
     const data = await answer.json();
     render(data.matches);
+    renderBoards(data.leaderboards);
     const live = data.matches.filter(x => x.live).length;
     status.textContent = `${live} live, ${data.matches.length - live} recent`;
     status.classList.remove("lost");
