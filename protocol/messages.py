@@ -194,8 +194,9 @@ class Challenged:
     nonce: int  # what to sign with the join (``protocol.identity.challenge_message``)
 
 
-#: The most rows a ``RatingBoard`` carries: it must fit the brokers' payload limit (8 KiB by default).
-RATING_ROWS = 40
+#: The most rows a ``RatingBoard`` carries: it must fit the brokers' payload limit (8 KiB by default),
+#: a row of the longest name (24 characters of 4 bytes) being about 180 bytes.
+RATING_ROWS = 30
 
 
 @message("RatingBoard")

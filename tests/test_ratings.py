@@ -341,3 +341,15 @@ def test_a_players_key_signs_what_the_relay_checks(tmp_path: Any) -> None:
     assert identity_path("ann").name == "ann.key"
     assert identity_path("a/b c").name.startswith("a_b_c-")
     assert bot_identity_path(0.35).name == "bot-0.35s.key"
+
+
+def test_a_full_leaderboard_fits_the_brokers_payload_limit() -> None:
+    r = Relay()
+    table = r.core.ratings.games.setdefault("blink", {})
+    for i in range(m.RATING_ROWS + 5):
+        table[bytes([i]) * 32] = Rated(name="\U0001f4a5" * 24, mu=-123.456789 * (i + 1), sigma=7.123456789,
+                                      matches=1_000_000 + i)
+    out = r.send("q", m.Ratings(game="blink", limit=10_000))
+    board = next(o for o in out if isinstance(o, Publish) and isinstance(o.msg, m.RatingBoard))
+    assert len(board.msg.rows) == m.RATING_ROWS and board.msg.players == m.RATING_ROWS + 5
+    assert len(encode(board.msg)) <= RelayConfig().max_payload

@@ -54,8 +54,10 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             width = max(4, *(len(str(row["name"])) for row in b.rows))
             print(f"  {'#':>3}  {'name':<{width}}  {'key':<8}  {'rating':>7}  {'matches':>7}")
             for i, row in enumerate(b.rows):
-                print(f"  {i + 1:>3}  {str(row['name']):<{width}}  {str(row['key']):<8}  "
-                      f"{float(row['rating']):>7.2f}  {row['matches']!s:>7}")  # type: ignore[arg-type]
+                rating = row["rating"]
+                shown = f"{rating:>7.2f}" if isinstance(rating, (int, float)) else f"{rating!s:>7}"
+                print(f"  {i + 1:>3}  {str(row['name']):<{width}}  {str(row['key']):<8}  {shown}  "
+                      f"{row['matches']!s:>7}")
     if not any(b.rows for b in boards) and not args.game:
         print("nobody is rated on this relay yet")
     return 0
