@@ -130,8 +130,6 @@ class Shard:
             pos, blob = snapshot
             cpu = time.thread_time()
             core = snapshots.load(blob, f"the journal{self._of()}'s snapshot at {pos}")
-            for line in core.refused_on_load():  # (a tampered ratings row: the relay goes on without it)
-                log.warning("the journal%s's snapshot at %d: %s", self._of(), pos, line)
             # Writing a snapshot costs about twice reading it: until the first is measured, that spaces it.
             self.snapshot_s = 2 * (time.thread_time() - cpu)
             if check is not None:
@@ -153,7 +151,9 @@ class Shard:
             self.recovered = (f"recovered {len(core.matches)} match(es) ({live} running) from the journal{self._of()}: "
                               f"snapshot at {pos} + {self.replayed} entries replayed in "
                               f"{time.monotonic() - started:.2f} s"
-                              + (f"; {written} event-log line(s) the crash had cut were written" if written else ""))
+                              + (f"; {written} event-log line(s) the crash had cut were written" if written else "")
+                              # (a tampered ratings row: said here, and the relay goes on without it)
+                              + "".join(f"; in the snapshot at {pos}, {line}" for line in core.refused_on_load()))
         finally:
             if was_enabled:
                 gc.enable()

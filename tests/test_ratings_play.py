@@ -17,6 +17,7 @@ from mqttkit import free_port
 from protocol.identity import fingerprint
 from client.identity import bot_identity_path, load_identity
 from tests.conftest import ROOT, wait_port
+from tests.helpers import wait_until
 
 BLINK = [sys.executable, "-m", "client.cli"]
 #: Short games: one game a match, short pauses.
@@ -227,3 +228,56 @@ def test_a_shard_taken_over_keeps_its_ratings(mosquitto: Any, tmp_path: Path) ->
                 await server.stop()
 
     asyncio.run(asyncio.wait_for(body(), deadline * 2))
+
+
+@pytest.mark.integration
+def test_a_tampered_ratings_record_in_the_journal_is_one_line_and_the_relay_goes_on(tmp_path: Path) -> None:
+    import msgpack
+
+    from relay.storage import SqliteJournal
+    from relay.storage import snapshot as snapshots
+
+    serve = Serve(tmp_path)
+    serve.start()
+    try:
+        quick = ["--name", "quick", "--reaction", str(QUICK_S)]
+        slow = ["--name", "slow", "--reaction", str(SLOW_S)]
+        bots_match(serve, quick, slow)
+        rows = {r["name"]: r for r in leaderboard(serve)}
+
+        def newest_file() -> int:
+            return max((int(p.name.rsplit("-", 1)[1]) for p in serve.data.glob("journal.db.snapshot-*")), default=-1)
+
+        # the relay snapshots its judge every 10 s while inputs come (a leaderboard asked is one): wait for
+        # one taken after the match
+        ended = newest_file()
+        wait_until(lambda: newest_file() > ended or not leaderboard(serve), 90, "a snapshot with the ratings", 0.5)
+        assert newest_file() > ended
+        serve.stop()
+        # someone raises quick's rating in the journal's newest snapshot (a well-formed blob, checksum and all)
+        journal = SqliteJournal(serve.data / "journal.db")
+        try:
+            newest = journal.latest_snapshot()
+            assert newest is not None
+            pos, blob = newest
+            head = len(snapshots.MAGIC) + 2
+            record = msgpack.unpackb(blob[head:], raw=False, strict_map_key=False)
+            table = record["core"]["ratings"]["blink"]
+            row = next(x for x in table if x[1] == "quick")
+            row[2] += 50.0
+            journal.save_snapshot(max(pos, journal.last_position()), blob[:head] + msgpack.packb(record, use_bin_type=True))
+        finally:
+            journal.close()
+        said = len(serve.out.read_text().splitlines())
+        serve.start()
+        after = leaderboard(serve)
+        assert [(r["name"], r["matches"]) for r in after] == [("slow", 1)]
+        assert after[0]["key"] == rows["slow"]["key"]
+        lines = [ln for ln in serve.out.read_text().splitlines()[said:] if "ratings record" in ln]
+        assert len(lines) == 1 and rows["quick"]["key"] in lines[0], serve.out.read_text()
+        # the relay goes on: quick plays again, rated afresh
+        q, s = bots_match(serve, quick, slow)
+        assert "1 rated match" in q and "2 rated matches" in s, (q, s)
+        assert "Traceback" not in serve.out.read_text()
+    finally:
+        serve.stop()
