@@ -307,6 +307,7 @@ class Snapshot:
     #: What the relay measured of each seat's plays, by seat (``relay.model.SeatFigures``): ``rtt_ms``,
     #: ``held_ms`` (None until measured) and, in a race, ``races_lost``.
     seats: tuple[dict[str, object], ...] = ()
+    since: int = 0  # relay wall time (ns) the match was created (0: not known): how long it has run
 
 
 # --- relay -> all, retained -------------------------------------------------------------------------

@@ -200,6 +200,7 @@ class Match:
     snapshot_at: int | None = None  # when its retained snapshot was last published
     snapshot_due: int | None = None  # a coalesced snapshot is owed at this time
     figures: dict[int, SeatFigures] = field(default_factory=dict)  # by seat, once it has played
+    created_at: int = 0  # relay wall time (ns) it was created: the snapshot's ``since`` (0: not known)
 
     def figures_of(self, seat: int) -> SeatFigures:
         found = self.figures.get(seat)
@@ -285,6 +286,7 @@ class Match:
             "housekeep_at": self.housekeep_at, "grace_s": self.grace_s, "wake_at": self.wake_at,
             "snapshot_at": self.snapshot_at, "snapshot_due": self.snapshot_due,
             "figures": [[seat, f.races_lost, f.rtt_ns, f.held_ns] for seat, f in sorted(self.figures.items())],
+            "created_at": self.created_at,
         }
 
     @classmethod
@@ -308,7 +310,8 @@ class Match:
             next_game_at=r["next_game_at"], game_seed=r["game_seed"], winner=r["winner"], results=results,
             order=r["order"], creator=r["creator"], housekeep_at=r["housekeep_at"], grace_s=r["grace_s"],
             wake_at=r["wake_at"], snapshot_at=r["snapshot_at"], snapshot_due=r["snapshot_due"],
-            figures={f[0]: SeatFigures(f[1], f[2], f[3]) for f in r.get("figures", ())})
+            figures={f[0]: SeatFigures(f[1], f[2], f[3]) for f in r.get("figures", ())},
+            created_at=r.get("created_at", 0))
 
     def match_state(self) -> dict[str, Any]:
         return {

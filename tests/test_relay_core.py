@@ -367,3 +367,5 @@ def test_each_seats_races_lost_round_trip_and_hold_are_in_the_public_snapshot() 
     assert snaps[-1].seats == ({"rtt_ms": 30.0, "held_ms": 0.0, "races_lost": 0},
                                {"rtt_ms": None, "held_ms": 0.0, "races_lost": 1})
     assert "seats" not in snaps[-1].match_state  # the match's own state stays what its events make it
+    created = next(e for e in h.events() if e.type == "match_created")
+    assert {x.since for x in snaps} == {created.ts}  # how long it has run: since its creation

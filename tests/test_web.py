@@ -49,13 +49,16 @@ def _playwright() -> Any:
 
 
 class Serve:
-    """``blink serve --web`` on free ports, its lines read as they come."""
+    """``blink serve --web`` on free ports (or those given), its lines read as they come; with
+    ``data``, journalled there (a restart recovers its matches)."""
 
-    def __init__(self, tmp: Path) -> None:
-        self.port, self.web = free_port(), free_port()
-        self.out = open(tmp / "serve.out", "w+")  # noqa: SIM115 - closed in stop()
-        self.err = open(tmp / "serve.err", "w+")  # noqa: SIM115
-        self.proc = subprocess.Popen([*BLINK, "serve", "--embedded", "--no-journal", "--port", str(self.port),
+    def __init__(self, tmp: Path, data: Path | None = None, ports: tuple[int, int] | None = None) -> None:
+        self.port, self.web = ports or (free_port(), free_port())
+        self.out = open(tmp / "serve.out", "a+")  # noqa: SIM115 - closed in stop()
+        self.err = open(tmp / "serve.err", "a+")  # noqa: SIM115
+        self.start = Path(self.out.name).stat().st_size
+        journal = ["--data", str(data)] if data is not None else ["--no-journal"]
+        self.proc = subprocess.Popen([*BLINK, "serve", "--embedded", *journal, "--port", str(self.port),
                                       "--web", str(self.web)], stdout=self.out, stderr=self.err, text=True)
         self.url = f"http://127.0.0.1:{self.web}/"
         wait_until(lambda: f"page for spectators: {self.url}" in self.said() or self.proc.poll() is not None,
@@ -63,7 +66,7 @@ class Serve:
         assert self.proc.poll() is None, self.said() + Path(self.err.name).read_text()
 
     def said(self) -> str:
-        return Path(self.out.name).read_text()
+        return Path(self.out.name).read_text()[self.start:]
 
     def stop(self) -> None:
         stop_process(self.proc)
@@ -83,6 +86,13 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         yield s
     finally:
         s.stop()
+
+
+def _clock(meta: str) -> int:
+    """The seconds of the "m:ss" a match's headline ends with."""
+    found = re.search(r"(\d+):(\d\d)$", meta)
+    assert found, meta
+    return int(found[1]) * 60 + int(found[2])
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -160,6 +170,50 @@ def test_the_page_lists_a_bot_match_and_draws_it_live_to_its_result(serve: Serve
                 stop_process(b)
                 if b.stdout is not None:
                     b.stdout.close()
+
+
+@pytest.mark.integration("chromium")
+def test_the_match_page_follows_its_match_through_a_relay_restart(tmp_path: Path) -> None:
+    """The relay dies (SIGKILL) and starts again on its journal: the page reconnects by itself, to
+    the new process, and goes on drawing the same match as its players carry on."""
+    sync_playwright = _playwright()
+    data = tmp_path / "data"
+    serve = Serve(tmp_path, data)
+    bots: list[subprocess.Popen[str]] = []
+    try:
+        bots.append(bot(serve.port, "--create", "--name", "north", "--settings", json.dumps({"best_of": 3})))
+        assert bots[0].stdout is not None
+        code = re.search(r"in match ([A-Z0-9]+)", bots[0].stdout.readline()).group(1)  # type: ignore[union-attr]
+        bots.append(bot(serve.port, "--match", code, "--name", "south"))
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 860})
+                page.goto(f"{serve.url}m/{code}")
+                page.wait_for_function("() => Number(document.getElementById('board').dataset.seq || 0) > 12",
+                                       timeout=60_000)
+                serve.proc.kill()
+                serve.proc.wait(timeout=30)
+                page.wait_for_function("() => document.getElementById('connection').textContent !== 'live'",
+                                       timeout=60_000)
+                before = int(page.locator("#board").get_attribute("data-seq") or 0)
+                ran = _clock(page.locator("#meta").text_content() or "")
+                serve.stop()
+                serve = Serve(tmp_path, data, (serve.port, serve.web))
+                page.wait_for_function(f"() => Number(document.getElementById('board').dataset.seq) > {before} + 4"
+                                       " && document.getElementById('connection').textContent === 'live'",
+                                       timeout=120_000)
+                assert page.locator("#players").text_content() == "north vs south"
+                assert _clock(page.locator("#meta").text_content() or "") >= ran  # how long: since its creation
+                page.screenshot(path=str(tmp_path / "after-restart.png"))
+            finally:
+                browser.close()
+    finally:
+        for b in bots:
+            stop_process(b)
+            if b.stdout is not None:
+                b.stdout.close()
+        serve.stop()
 
 
 async def _rated_forfeit(port: int) -> str:

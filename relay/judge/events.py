@@ -113,7 +113,7 @@ class Events:
         return Publish(self.t.topics.snap(match.code), m.Snapshot(
             match=match.code, seq=match.seq, ts=wall_ns, game_index=max(match.game_index, 0), status=match.status,
             players=match.names, state=state, match_state=match.match_state(), game=match.game,
-            seats=match.seat_figures()), retain=True)
+            seats=match.seat_figures(), since=match.created_at), retain=True)
 
     def match_list(self) -> Publish:
         waiting = tuple(

@@ -199,7 +199,9 @@ class Book:
         s.players = tuple(snap.players) or s.players
         s.status = snap.status
         s.last_ns = max(s.last_ns, snap.ts)
-        s.first_ns = min(s.first_ns, snap.ts) if s.first_ns else snap.ts
+        # how long: since its creation, as the relay says (a page's server started later, or again after
+        # a restart of the relay, saw it first long after), else since its first snapshot here
+        s.first_ns = snap.since or (min(s.first_ns, snap.ts) if s.first_ns else snap.ts)
         s.seats = snap.seats
         wins = snap.match_state.get("wins")
         if isinstance(wins, list) and all(type(w) is int for w in wins):

@@ -84,8 +84,11 @@ function describe(ev, s) {
     case "player_returned": return `${who} is back`;
     case "seat_taken": return `${ev.name} sat down`;
     default: {
-      const rest = Object.entries(ev).filter(([k]) => !["seq", "type", "seat", "player", "ts"].includes(k))
-        .map(([k, v]) => `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ");
+      // the event's own plain facts; its long parts (a whole cluster, every roll) are the board's to show
+      const rest = Object.entries(ev)
+        .filter(([k, v]) => !["seq", "type", "seat", "player", "ts"].includes(k) && !k.endsWith("_seat")
+                && (typeof v !== "object" || v === null || JSON.stringify(v).length <= 24))
+        .map(([k, v]) => `${k.replace(/_/g, " ")} ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ");
       return `${who ? who + ": " : ""}${ev.type.replace(/_/g, " ")}${rest ? " (" + rest + ")" : ""}`;
     }
   }
