@@ -142,6 +142,12 @@ def test_a_key_file_that_is_not_one_is_one_line_and_status_2(tmp_path: Path) -> 
     os.chmod(bad, 0o644)
     done = blink("bot", "--server", "mqtt://127.0.0.1:1", "--identity", str(bad), timeout=60)
     assert done.returncode == 2 and "chmod 600" in done.stderr, done.stderr
+    # without --identity, a data directory where no key can be made leaves the player unrated, not stopped
+    env = {**os.environ, "XDG_DATA_HOME": str(bad / "not-a-folder")}
+    done = subprocess.run([*BLINK, "bot", "--server", "mqtt://127.0.0.1:1"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 1 and "blink bot: playing unrated: cannot write the identity" in done.stderr, done.stderr
+    assert "cannot reach the MQTT broker" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_a_players_key_is_made_once_mode_600_and_kept(tmp_path: Path) -> None:

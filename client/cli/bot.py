@@ -71,16 +71,20 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
             saved = seats.load(args.rejoin or None, "bot")
         except seats.SeatFileError as exc:
             raise UsageError(str(exc)) from None
-    from client.identity import PlayerKeyError, bot_identity_path, load_identity
+    from client.identity import Identity, PlayerKeyError, bot_identity_path, load_identity
 
+    identity: Identity | None
     try:
         identity = load_identity(args.identity or bot_identity_path(args.reaction))
     except PlayerKeyError as exc:
-        raise (UsageError(str(exc)) if args.identity else UserError(str(exc))) from None
+        if args.identity:
+            raise UsageError(str(exc)) from None
+        print(f"blink bot: playing unrated: {exc}", file=sys.stderr, flush=True)  # the key is for ratings only
+        identity = None
     return asyncio.run(_bot(args, topics, saved, identity))
 
 
-async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None, identity: Identity) -> int:
+async def _bot(args: argparse.Namespace, topics: Topics, saved: SavedSeat | None, identity: Identity | None) -> int:
     from mqttkit import parse_url
     from client.bots import Bot
     from client.matchstate import MatchState

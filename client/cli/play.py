@@ -154,13 +154,17 @@ def run(args: argparse.Namespace, topics: Topics) -> int:
         except KeyboardInterrupt:
             return 130
 
-    from client.identity import PlayerKeyError, identity_path, load_identity
+    from client.identity import Identity, PlayerKeyError, identity_path, load_identity
 
+    identity: Identity | None
     try:
         identity = load_identity(args.identity or identity_path(args.name))
     except PlayerKeyError as exc:
-        print(f"blink play: {exc}", file=sys.stderr)
-        return 2 if args.identity else 1
+        if args.identity:
+            print(f"blink play: {exc}", file=sys.stderr)
+            return 2
+        print(f"blink play: playing unrated: {exc}", file=sys.stderr)  # the key is for ratings only
+        identity = None
 
     from client.replays import replays_dir
     from client.window import BOT_LEVELS, SessionConfig
