@@ -364,8 +364,22 @@ def test_each_seats_races_lost_round_trip_and_hold_are_in_the_public_snapshot() 
     assert h.play("b", code, "5-green-triangle", 0, 2).code == "no_match"  # a mistake, not a race
     h.tick(1.5)  # the coalesced snapshot falls due
     snaps = [o.msg for o in h.out if isinstance(o, Publish) and isinstance(o.msg, m.Snapshot)]
-    assert snaps[-1].seats == ({"rtt_ms": 30.0, "held_ms": 0.0, "races_lost": 0},
-                               {"rtt_ms": None, "held_ms": 0.0, "races_lost": 1})
+    assert snaps[-1].seats == ({"rtt_ms": 30.0, "held_ms": None, "races_lost": 0},  # arrival order holds nothing
+                               {"rtt_ms": None, "held_ms": None, "races_lost": 1})
     assert "seats" not in snaps[-1].match_state  # the match's own state stays what its events make it
     created = next(e for e in h.events() if e.type == "match_created")
     assert {x.since for x in snaps} == {created.ts}  # how long it has run: since its creation
+
+
+def test_in_fair_order_a_seats_figures_say_how_long_its_latest_play_was_held() -> None:
+    h = Harness(fixed_decks=(race_deck(),), order="fair")
+    code = h.start_match()
+    seen = h.core.matches[code].seq
+    h.now += 200 * S // 1000
+    h.send(T.act(code, "a"), m.Act(id=1, seq=seen, action=blink.action_to_wire(blink.PlayCard("3-red-star", 0)),
+                                   reaction_ns=150 * S // 1000))  # held: bob holds a card for that pile too
+    h.tick(1.5)  # the hold ends, then the coalesced snapshot
+    snaps = [o.msg for o in h.out if isinstance(o, Publish) and isinstance(o.msg, m.Snapshot)]
+    held = snaps[-1].seats[0]["held_ms"]
+    assert isinstance(held, float) and held > 0, snaps[-1].seats
+    assert snaps[-1].seats[1]["held_ms"] is None  # bob has not played

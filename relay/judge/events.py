@@ -113,7 +113,16 @@ class Events:
         return Publish(self.t.topics.snap(match.code), m.Snapshot(
             match=match.code, seq=match.seq, ts=wall_ns, game_index=max(match.game_index, 0), status=match.status,
             players=match.names, state=state, match_state=match.match_state(), game=match.game,
-            seats=match.seat_figures(), since=match.created_at), retain=True)
+            seats=match.seat_figures(), since=self.created(match.code)), retain=True)
+
+    def created(self, code: str) -> int:
+        """When match ``code`` was created (relay wall ns): its first event's time, while it is kept
+        (a match's first ``PAST_EVENTS``); 0 once it is not."""
+        kept = self.past.get(code)
+        if kept is None or not kept[0]:
+            return 0
+        first = past_event(code, kept[0][0])
+        return first.ts if first.seq == 1 else 0
 
     def match_list(self) -> Publish:
         waiting = tuple(

@@ -202,7 +202,7 @@ class Lobby:
         code = self.new_code()
         match = Match(code=code, game=canonical(game), rules=rules, settings=settings, seats=seats, quick=quick,
                       seed=derive(self.t.seed, "match", code), best_of=rules.best_of(settings), order=order,
-                      creator=client, grace_s=grace_s, created_at=now_ns + self.t.wall_offset)
+                      creator=client, grace_s=grace_s)
         self.t.matches[code] = match
         self.t.waiting[code] = match
         self.gate.owned.setdefault(client, set()).add(code)

@@ -96,11 +96,11 @@ class Referee:
         if act.seq > match.seq or act.seq < 0:
             self.reject(client, code, act, "bad_seq", f"seq {act.seq} is not a seq of this match", now_ns, out)
             return
-        published = match.published_at(act.seq)
-        if published is not None and act.reaction_ns is not None:  # the play was a round trip (see SeatFigures)
-            rtt = now_ns - published - act.reaction_ns
-            if 0 <= rtt <= MAX_RTT_NS:
-                match.figures_of(seat).rtt_ns = rtt
+        reaction = act.reaction_ns
+        if reaction is not None:  # the play was a round trip (see SeatFigures)
+            published = match.published_at(act.seq)
+            if published is not None and 0 <= now_ns - published - reaction <= MAX_RTT_NS:
+                match.figures_of(seat).rtt_ns = now_ns - published - reaction
         race = match.rules.race
         key = race.key(match.state_at(act.seq), action) if race is not None and match.order == "fair" else None
         if key is not None:  # it races others for the same thing: the scheduler holds it until due
@@ -159,10 +159,12 @@ class Referee:
                     code = match.rules.stale_code
                     detail = f"the state changed after the one you saw (seq {act.seq}): {result.detail}"
                     match.figures_of(seat).races_lost += 1
-            match.figures_of(seat).held_ns = hold_ns
+            if match.order == "fair":
+                match.figures_of(seat).held_ns = hold_ns
             self.reject(client, match.code, act, code, detail, now_ns, out, hold_ns=hold_ns, note=note)
             return False
-        match.figures_of(seat).held_ns = hold_ns
+        if match.order == "fair":
+            match.figures_of(seat).held_ns = hold_ns
         extra = {"client": client, "id": act.id, "reaction_ns": act.reaction_ns, "hold_ns": hold_ns}
         if note:
             extra.update(note)

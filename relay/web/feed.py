@@ -157,6 +157,8 @@ class Feed:
             if kind == "snap" and not msg.payload:
                 self.book.on_cleared(code, now)
                 self._tell(code, [self.book.frame(code, now_ns=now)])
+                if len(self._shards) > 2 * len(self.book.matches) + 64:  # the book forgot old matches
+                    self._shards = {c: s for c, s in self._shards.items() if self.book.knows(c)}
                 continue
             try:
                 decoded = decode_all(msg.payload)
