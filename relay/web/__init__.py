@@ -6,7 +6,8 @@ How this works
 and recent matches, a page per match drawn live, and that match's changes as Server-Sent Events.
 What it shows comes only from the public stream, read as a spectator reads it: ``feed.py`` is one
 MQTT client of the broker with no login (the broker's rules let it read the public topics only),
-subscribed to every match's snapshot and to the events of the matches a page is open on;
+subscribed to every match's snapshot and to the events of the matches a page is open on, and
+asking for each game's leaderboard as any client may;
 ``book.py`` (pure) keeps the list and advances each watched match's public view with the game's own
 rules. The page itself (``static/``: HTML, CSS and JavaScript written for it, no library) draws
 the cards as the window does (``client/window/geometry.py``'s shapes and colours) in SVG.
