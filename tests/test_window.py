@@ -585,6 +585,37 @@ def test_autoplay_to_the_match_result_then_a_rematch_that_stays_on_the_table(xdi
 
 
 @pytest.mark.integration
+def test_a_rated_match_against_a_bot_ends_on_the_rating_change(xdisplay: str, tmp_path: Path) -> None:
+    """With a key of its own, and the bot with its difficulty's (as ``blink play`` runs them), the
+    match is rated and the results screen says by how much the player's rating moved."""
+    from client.identity import load_identity
+    from client.window import App, AppConfig, SessionConfig
+
+    async def scenario() -> None:
+        relay = RelayConfig(games=fixed_deck_games((REDS,)), between_games_s=0.5)
+        session = SessionConfig(name="you", settings=dict(FAST), relay_config=relay, autoplay=True,
+                                autoplay_reaction_s=0.08, seed=7, request_timeout_s=LONG,
+                                identity=load_identity(tmp_path / "you.key"), bot_identities=True)
+        app = App(AppConfig(mode="bot", bot_reaction_s=0.08, width=1100, height=720, mute=True, session=session))
+        task = await started(app)
+        try:
+            await until(app, lambda: app.describe()["scene"] == "results" and bool(app.describe().get("rating")), LONG)
+            await app.next_frame()
+            shown = app.describe()
+            rated = app.session.model.rating
+            assert rated is not None and rated.matches == 1
+            assert shown["rating"].startswith("your rating 0.00 \u2192 ") and "1 rated match" in shown["rating"]
+            won = relay_match(app).winner == app.session.model.seat
+            assert (rated.after > rated.before) == won, (shown["rating"], won)
+            app.request_screenshot(str(tmp_path / "rated_results.png"))
+            await app.next_frame()
+        finally:
+            await stop(app, task)
+
+    asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+
+
+@pytest.mark.integration
 def test_menu_keys_and_a_resized_window(xdisplay: str, tmp_path: Path) -> None:
     from pyglet.window import key
 
