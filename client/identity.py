@@ -20,6 +20,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import TypedDict
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -27,7 +28,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from protocol.identity import challenge_message, fingerprint
 from client import ClientError
 
-__all__ = ["Identity", "PlayerKeyError", "bot_identity_path", "identities_dir", "identity_path", "load_identity"]
+__all__ = ["Identity", "PlayerKeyError", "Proof", "bot_identity_path", "identities_dir", "identity_path", "load_identity"]
 
 _HEADER = "blink player identity 1"
 
@@ -35,6 +36,14 @@ _HEADER = "blink player identity 1"
 class PlayerKeyError(ClientError, ValueError):
     """An identity file that cannot be used: one line that names it and says why."""
 
+
+
+class Proof(TypedDict, total=False):
+    """What a join carries to prove a key: the fields of ``JoinMatch`` and its kin (none: unrated)."""
+
+    key: bytes
+    nonce: int
+    sig: bytes
 
 class Identity:
     """A player's key: what it proves to a relay with each join."""
@@ -45,10 +54,10 @@ class Identity:
         self.fingerprint = fingerprint(self.public)
         self.path = path
 
-    def prove(self, client_id: str, nonce: int) -> dict[str, object]:
+    def prove(self, client_id: str, nonce: int) -> Proof:
         """The proof a join carries: the public key, the relay's nonce and the signature over both
         and this client id (``key``, ``nonce``, ``sig``: the fields of ``JoinMatch`` and its kin)."""
-        return {"key": self.public, "nonce": nonce, "sig": self._key.sign(challenge_message(client_id, nonce))}
+        return Proof(key=self.public, nonce=nonce, sig=self._key.sign(challenge_message(client_id, nonce)))
 
 
 def identities_dir() -> Path:

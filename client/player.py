@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable
+from typing import Awaitable
 
 from mqttkit import BrokerAddress, wait_event
 from protocol import messages as m
@@ -27,7 +27,7 @@ from protocol.rules.base import Rejected
 from protocol.topics import Topics
 from client.model import ClientModel
 from client.net import Connection, Impairment, Link, new_client_id
-from client.identity import Identity
+from client.identity import Identity, Proof
 from client.sealing import new_seal
 from client.netthread import NetThread, ThreadedConnection
 from client import ClientError
@@ -180,7 +180,7 @@ class Player:
                                                             **proof), time.time_ns()))
         return await self._wait_joined(timeout)
 
-    async def proof(self, timeout: float = SEAT_WAIT_S) -> dict[str, Any]:
+    async def proof(self, timeout: float = SEAT_WAIT_S) -> Proof:
         """What a join carries to prove this player's key (``client/identity.py``): the relay's
         challenge signed; nothing without an identity, or from a relay that rates nobody (one that
         does not know ``Challenge`` refuses it as ``unknown_type``)."""
