@@ -155,11 +155,13 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int, timeout: float = 10.0)
             stream.close()
 
 
-def cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process, its threads included (/proc), or None if it is gone."""
+def cpu_s(pid: int, reaped: bool = False) -> float | None:
+    """User + system CPU seconds of a process, its threads included (/proc), or None if it is gone;
+    ``reaped``: with its children that it has waited for (cutime, cstime)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
+        return ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
 
@@ -189,8 +191,9 @@ def comm(pid: int) -> str:
 def tree_cpu(pid: int, top: str) -> dict[str, float | None]:
     """CPU seconds of ``pid`` (named ``top``) and of every process under it, each by name and pid: a
     server's cost is every process it runs. A child's name is its command plus what it runs when
-    that is Python."""
-    out: dict[str, float | None] = {top: cpu_s(pid)}
+    that is Python. ``top``'s own figure includes the children it has reaped: a short-lived child (a
+    forked journal snapshot) counts there once it has ended."""
+    out: dict[str, float | None] = {top: cpu_s(pid, reaped=True)}
     todo = children(pid)
     while todo:
         child = todo.pop(0)
@@ -297,8 +300,12 @@ class SideResult:
         per_play: dict[str, float | None] = {}
         pct: dict[str, float | None] = {}
         if first and last:
-            # A process under the server that started after the first line counts from zero.
+            # A process under the server that started after the first line counts from zero; one gone
+            # by the last (a forked snapshot) counts in its parent's figure, which includes the
+            # children it reaped (``tree_cpu``).
             for proc in [*first.cpu, *(k for k in last.cpu if k not in first.cpu)]:
+                if proc not in last.cpu:
+                    continue
                 a, b = first.cpu.get(proc, 0.0), last.cpu.get(proc)
                 used = None if a is None or b is None else b - a
                 per_play[proc] = None if used is None or not plays else round(used / plays * 1e6, 1)
