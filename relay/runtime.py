@@ -48,7 +48,7 @@ from array import array
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, stop_task, wait_event
+from mqttkit import DEFAULT_MAX_PAYLOAD, BrokerAddress, stop_task
 from mqttkit.connection import CONNECT_TIMEOUT_S as DEFAULT_CONNECT_TIMEOUT_S
 from mqttkit.connection import MqttError, Will
 from mqttkit.packets import Message
@@ -154,7 +154,7 @@ class Relay:
         self._chores: set[asyncio.Future[object]] = set()
         self._inbox: list[tuple[str, bytes, int]] = []  # topic, payload, monotonic ns of its read
         self._wall_minus_mono = wall_minus_mono()
-        self._wake = asyncio.Event()
+        self._wake = _Wake()
         self._client: Connection | None = None
         self._act_head = f"{self.prefix}/m/".encode()
         self.link: Link | None = None
@@ -669,7 +669,7 @@ class Relay:
             if not self._inbox and not due and not busy:
                 delay = MAX_SLEEP_S if not deadlines else min(MAX_SLEEP_S, max(0.0, (min(deadlines) - mono) / 1e9))
                 self._wake.clear()
-                await wait_event(self._wake, delay)
+                await self._wake.wait(delay)
                 for srv in self._shards():  # one due since a snapshot ended with nothing to step
                     await srv.maybe_snapshot()
                 continue
@@ -815,9 +815,58 @@ class Relay:
 __all__ = ["Relay", "RelaySettings", "clock_time"]
 
 
+class _Wake:
+    """What wakes the stepper: an ``asyncio.Event`` for one waiter, with a timeout, made for a wait
+    per step. ``wait`` awaits one future of the loop it first ran in, ended by ``set`` or by a timer
+    handle; ``asyncio.timeout`` around ``Event.wait`` builds a context manager, a waiter list and a
+    rescheduled timer, and asks the running loop (a ``getpid`` call on Linux) three times over. A
+    cancel while waiting is the waiter's, as ever. Set and cleared from the loop's thread only."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait until set, at most ``timeout`` seconds; True if it was set."""
+        if self._set:
+            return True
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, _wake_up, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            timer.cancel()
+        return self._set
+
+
+def _wake_up(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 async def _settled(writes: list[asyncio.Future[None]]) -> list[BaseException | None]:
     """Each write's error or None, as ``gather(return_exceptions=True)`` gives them; a lone write
-    (a single relay's every step) is awaited as it is, without gather's extra loop turn."""
+    (a single relay's every step) is awaited as it is, without gather's extra loop turn, and no
+    write at all (no journal) not at all."""
+    if not writes:
+        return []
     if len(writes) != 1:
         return list(await asyncio.gather(*writes, return_exceptions=True))
     try:
