@@ -27,7 +27,7 @@ def test_pongs_are_read_and_stamped_on_the_network_thread_while_the_owner_is_bus
     async def scenario() -> None:
         async with ChildServer() as server:  # the relay must answer while this thread is held
             net = NetThread()
-            p = Player(server.address, "you", ping_interval_s=0.05, net=net)
+            p = Player(server.address, "you", ping_interval_s=0.1, net=net)
             try:
                 await p.__aenter__()
                 assert isinstance(p.conn, ThreadedConnection)
