@@ -273,3 +273,65 @@ def test_a_publish_waits_for_the_subscription_sent_before_it() -> None:
                 writer.close()
 
     asyncio.run(main())
+
+
+def test_a_publish_behind_a_subscription_to_a_retained_qos1_message_goes_on_at_its_suback(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client subscribes at QoS 1 to the relays' statuses (retained, at QoS 1) and publishes a Ping
+    in the same write, as a player does on connecting. The Ping goes on once the SUBACK is out: the
+    retained status waits for a PUBACK that the pump reads only after the Ping, so waiting for that
+    delivery too held every such first publish for ``SETTLE_S`` (raised here past the test's wait).
+    The client never sends the PUBACK."""
+    from relay.embedded import route
+
+    monkeypatch.setattr(route, "SETTLE_S", 3600.0)
+
+    async def main() -> None:
+        async with LocalServer(None, seed=4) as server:
+            a = server.address
+            me = new_client_id("sub")
+            reader, writer = await raw_connect(a, me)
+            own = struct.pack("!H", 1) + _utf8(T.client(me)) + b"\x00"
+            writer.write(b"\x82" + _varint(len(own)) + own)
+            assert (await asyncio.wait_for(reader.readexactly(5), DEADLINE_S))[0] == 0x90  # its SUBACK
+            statuses = struct.pack("!H", 2) + _utf8(T.relay_status("+")) + b"\x01"
+            pub = _utf8(T.req(me)) + encode(m.Ping(t0=7))
+            writer.write(b"\x82" + _varint(len(statuses)) + statuses + b"\x30" + _varint(len(pub)) + pub)
+            data = b""
+            topic = T.client(me).encode()
+            while topic not in data[5:]:  # the SUBACK, the retained status at QoS 1, then the Pong
+                chunk = await asyncio.wait_for(reader.read(4096), DEADLINE_S)
+                assert chunk, "the broker closed the connection"
+                data += chunk
+            at = data.index(topic, 5) + len(topic)
+            pong = decode(data[at:])
+            assert isinstance(pong, m.Pong) and pong.t0 == 7
+            held = _qos1_packet_ids(data[5:at - len(topic)])
+            assert held, "no retained status came at QoS 1: nothing held the Ping"
+            for pid in held:  # acknowledged only now, after the Pong
+                writer.write(b"\x40\x02" + struct.pack("!H", pid))
+            await writer.drain()
+            writer.close()
+
+    asyncio.run(main())
+
+
+def _qos1_packet_ids(data: bytes) -> list[int]:
+    """The packet ids of the QoS 1 PUBLISHes among the whole packets at the start of ``data``."""
+    ids: list[int] = []
+    i = 0
+    while i < len(data):
+        first, n, shift, j = data[i], 0, 0, i + 1
+        while j < len(data):
+            n |= (data[j] & 0x7F) << shift
+            shift += 7
+            j += 1
+            if not data[j - 1] & 0x80:
+                break
+        if j + n > len(data):
+            break  # the packet the Pong is in, cut where its topic begins
+        if first >> 4 == 3 and (first >> 1) & 3 == 1:
+            topic_len = struct.unpack("!H", data[j:j + 2])[0]
+            ids.append(struct.unpack("!H", data[j + 2 + topic_len:j + 4 + topic_len])[0])
+        i = j + n
+    return ids

@@ -53,6 +53,8 @@ MAX_BEHIND = 4 << 20
 #: A PUBLISH packet's type (the high half of its first byte), and a PINGREQ and its answer whole.
 PUBLISH_TYPE = 3
 PINGREQ_FIRST, PINGRESP_PACKET = 0xC0, b"\xd0\x00"
+#: SUBACK's and UNSUBACK's packet types: written, their (UN)SUBSCRIBE is in effect.
+ACK_TYPES = (9, 11)
 #: How long a PUBLISH waits for the (UN)SUBSCRIBEs its connection sent before it to take effect.
 SETTLE_S = 2.0
 
@@ -98,6 +100,15 @@ class ClientWriter(StreamWriterAdapter):  # type: ignore[misc]  # amqtt is untyp
             return
         transport.write(packet)
 
+    def write(self, data: bytes) -> None:
+        """amqtt's write of one whole packet. A SUBACK or UNSUBACK going out means its (UN)SUBSCRIBE
+        is in effect: a PUBLISH of this connection held behind it may go on now, not after amqtt's
+        retained deliveries -- a retained message at QoS 1 waits for the PUBACK, which the pump
+        reads only once that PUBLISH has gone on."""
+        super().write(data)
+        if data and data[0] >> 4 in ACK_TYPES and self.fast is not None:
+            self.fast.acknowledged()
+
 
 class FastPath:
     """The fast path of one connection: its QoS 0 and QoS 1 PUBLISHes (not retained, on a topic
@@ -119,6 +130,7 @@ class FastPath:
         #: served in its own order, as amqtt alone would.
         self.hold = 0
         self._settled = asyncio.Event()
+        self.acked = 0  # SUBACKs and UNSUBACKs written (``ClientWriter.write``): each settled one
 
     def held(self) -> None:
         self.hold += 1
@@ -127,6 +139,11 @@ class FastPath:
         if self.hold:
             self.hold -= 1
         self._settled.set()
+
+    def acknowledged(self) -> None:
+        """A SUBACK or UNSUBACK of this connection went out: that (UN)SUBSCRIBE is in effect."""
+        self.acked += 1
+        self.settle()
 
     async def settled(self) -> None:
         """Until amqtt has handled every (UN)SUBSCRIBE handed to it, or ``SETTLE_S`` (a packet amqtt
@@ -419,17 +436,21 @@ class RoutingBroker(Broker):
 
     async def _handle_subscription(self, client_session: Session, handler: Handler,
                                    waiter: asyncio.Future[object]) -> None:
+        acked = _acked(handler)
         try:
             await super()._handle_subscription(client_session, handler, waiter)
         finally:
-            _settle(handler)
+            if _acked(handler) == acked:  # ended before its SUBACK went out (which settles it)
+                _settle(handler)
 
     async def _handle_unsubscription(self, client_session: Session, handler: Handler,
                                      waiter: asyncio.Future[object]) -> None:
+        acked = _acked(handler)
         try:
             await super()._handle_unsubscription(client_session, handler, waiter)
         finally:
-            _settle(handler)
+            if _acked(handler) == acked:
+                _settle(handler)
 
     async def add_subscription(self, subscription: tuple[str, int], session: Session) -> int:
         code = await super().add_subscription(subscription, session)
@@ -508,6 +529,12 @@ class RoutingBroker(Broker):
             return
         await asyncio.wait([asyncio.ensure_future(handler.mqtt_publish(r.topic, r.data, min(qos, r.qos or qos),
                                                                        retain=True)) for r in found])
+
+
+def _acked(handler: Handler) -> int:
+    """The SUBACKs and UNSUBACKs the handler's connection has written (0 without a fast path)."""
+    out = handler.writer
+    return out.fast.acked if isinstance(out, ClientWriter) and out.fast is not None else 0
 
 
 def _settle(handler: Handler) -> None:
